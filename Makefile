@@ -1,0 +1,60 @@
+# playpipe — the targets people expect. `make test` is what CI runs (.ci/run).
+GO        ?= go
+PKGS      ?= ./...
+STATICCHECK_VERSION ?= v0.8.2
+BIN       := bin/playpipe
+export PATH := $(PATH):$(shell $(GO) env GOPATH)/bin:/usr/sbin
+
+.PHONY: all build demo test test-race unit lint fmt-check vet staticcheck bench fuzz tools clickhouse clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN) ./cmd/playpipe
+
+## demo: install what is missing, build, and run the whole pipeline on embedded defaults.
+demo: clickhouse build
+	./$(BIN) demo
+
+## test: everything CI checks: formatting, vet, staticcheck, then all tests with the race detector.
+test: tools clickhouse lint test-race
+
+test-race:
+	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+
+## unit: the tests without the race detector (faster, for the edit loop).
+unit:
+	$(GO) test -count=1 $(PKGS)
+
+lint: fmt-check vet staticcheck
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+
+vet:
+	$(GO) vet $(PKGS)
+
+staticcheck:
+	staticcheck $(PKGS)
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem -count 6 $(PKGS)
+
+fuzz:
+	$(GO) test -run '^$$' -fuzz FuzzParseEvent -fuzztime 30s ./schemas/
+
+## tools: Go tools the checks use.
+tools:
+	@command -v staticcheck >/dev/null 2>&1 || $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+
+## clickhouse: the tests and the demo start a local clickhouse-server; install it from the distribution when missing.
+clickhouse:
+	@if command -v clickhouse-server >/dev/null 2>&1 || command -v clickhouse >/dev/null 2>&1; then :; \
+	elif command -v apt-get >/dev/null 2>&1; then \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y clickhouse-server; \
+	else echo "clickhouse-server not found: install ClickHouse (https://clickhouse.com/docs/install) or set PLAYPIPE_CLICKHOUSE_ADDR"; exit 1; fi
+
+clean:
+	rm -rf bin

@@ -1,0 +1,49 @@
+package kafkax
+
+import (
+	"fmt"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+)
+
+// Embedded is an in-process Kafka-protocol broker (kfake) on loopback. It is
+// in memory and not durable: a process exit loses every record. It speaks the
+// real wire protocol, so franz-go and segmentio/kafka-go clients use it over
+// TCP as they would a real cluster (groups and transactions included).
+type Embedded struct {
+	cluster *kfake.Cluster
+	addrs   []string
+}
+
+// StartEmbedded starts an embedded broker with the four topics of prefix
+// created with the given number of partitions. Close stops it.
+func StartEmbedded(prefix string, partitions int) (*Embedded, error) {
+	if partitions < 1 {
+		partitions = 6
+	}
+	c, err := kfake.NewCluster(
+		kfake.NumBrokers(1),
+		kfake.Ports(0),
+		kfake.SeedTopics(int32(partitions), TopicsFor(prefix).All()...),
+		kfake.AllowAutoTopicCreation(),
+		kfake.DefaultNumPartitions(partitions),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("kafka: start embedded broker: %w", err)
+	}
+	return &Embedded{cluster: c, addrs: c.ListenAddrs()}, nil
+}
+
+// Addrs returns the broker addresses, host:port on loopback.
+func (e *Embedded) Addrs() []string { return append([]string(nil), e.addrs...) }
+
+// Cluster exposes the kfake cluster for fault injection in tests.
+func (e *Embedded) Cluster() *kfake.Cluster { return e.cluster }
+
+// Close stops the broker; records are gone. Safe to call twice.
+func (e *Embedded) Close() {
+	if e.cluster != nil {
+		e.cluster.Close()
+		e.cluster = nil
+	}
+}

@@ -1,0 +1,214 @@
+// Package kafkax holds the Kafka settings every playpipe role shares: broker
+// addresses, SASL and TLS, the topic names (one configurable prefix), the
+// franz-go client options built from them, topic creation, and the embedded
+// in-process broker used when no broker is configured.
+//
+// A Config is a value: build it with flags (RegisterFlags) or by hand, call
+// Validate once, then ClientOpts for every client of the role.
+package kafkax
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
+)
+
+// Topics names the four topics of the pipeline.
+type Topics struct {
+	Events     string // player events from fleets
+	Reports    string // track plays derived by the consumer
+	Rejected   string // bad events with their reasons
+	Deliveries string // delivery outcomes published by the reporter
+}
+
+// TopicsFor returns the topic names under prefix ("plays" gives plays.events, …).
+func TopicsFor(prefix string) Topics {
+	if prefix == "" {
+		prefix = DefaultTopicPrefix
+	}
+	return Topics{
+		Events:     prefix + ".events",
+		Reports:    prefix + ".reports",
+		Rejected:   prefix + ".rejected",
+		Deliveries: prefix + ".deliveries",
+	}
+}
+
+// All returns the four topic names.
+func (t Topics) All() []string { return []string{t.Events, t.Reports, t.Rejected, t.Deliveries} }
+
+// DefaultTopicPrefix is the prefix of the topic names when none is configured.
+const DefaultTopicPrefix = "plays"
+
+// SASL mechanisms accepted by Config.SASLMechanism.
+const (
+	SASLNone        = ""
+	SASLPlain       = "PLAIN"
+	SASLScramSHA256 = "SCRAM-SHA-256"
+	SASLScramSHA512 = "SCRAM-SHA-512"
+)
+
+// Config is the Kafka connection of a role.
+type Config struct {
+	// Brokers are the seed brokers, host:port. Empty means "use the embedded
+	// in-process broker" where the role supports it (demo, single-process runs).
+	Brokers []string
+	// TopicPrefix prefixes the four topic names; defaults to "plays".
+	TopicPrefix string
+	// SASLMechanism is one of "", PLAIN, SCRAM-SHA-256, SCRAM-SHA-512.
+	SASLMechanism string
+	SASLUser      string
+	// SASLPassword is a secret: it is never logged or put in errors.
+	SASLPassword string
+	// TLS enables TLS to the brokers; TLSCAFile adds a CA bundle (PEM) to trust,
+	// TLSInsecure skips verification (testing only).
+	TLS         bool
+	TLSCAFile   string
+	TLSInsecure bool
+	// Partitions and ReplicationFactor are used when playpipe creates missing
+	// topics (defaults 6 and -1, the broker default).
+	Partitions        int
+	ReplicationFactor int
+}
+
+// Topics returns the topic names of this configuration.
+func (c Config) Topics() Topics { return TopicsFor(c.TopicPrefix) }
+
+// RegisterFlags binds the Kafka flags, shared by every role, to fs. Defaults
+// come from the environment variables named in each flag's help.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.Func("brokers", "Kafka seed brokers, comma separated (env PLAYPIPE_BROKERS); empty: embedded in-memory broker where supported", func(s string) error {
+		c.Brokers = splitList(s)
+		return nil
+	})
+	if v := os.Getenv("PLAYPIPE_BROKERS"); v != "" {
+		c.Brokers = splitList(v)
+	}
+	fs.StringVar(&c.TopicPrefix, "topic-prefix", envOr("PLAYPIPE_TOPIC_PREFIX", DefaultTopicPrefix), "prefix of the topic names: <prefix>.events, .reports, .rejected, .deliveries")
+	fs.StringVar(&c.SASLMechanism, "kafka-sasl", os.Getenv("PLAYPIPE_KAFKA_SASL"), "SASL mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (env PLAYPIPE_KAFKA_SASL); empty for none")
+	fs.StringVar(&c.SASLUser, "kafka-user", os.Getenv("PLAYPIPE_KAFKA_USER"), "SASL user (env PLAYPIPE_KAFKA_USER)")
+	c.SASLPassword = os.Getenv("PLAYPIPE_KAFKA_PASSWORD") // env only: never on a command line
+	fs.BoolVar(&c.TLS, "kafka-tls", os.Getenv("PLAYPIPE_KAFKA_TLS") == "true", "use TLS to the brokers (env PLAYPIPE_KAFKA_TLS=true)")
+	fs.StringVar(&c.TLSCAFile, "kafka-ca", os.Getenv("PLAYPIPE_KAFKA_CA"), "PEM file of CAs to trust for broker TLS (env PLAYPIPE_KAFKA_CA)")
+	fs.BoolVar(&c.TLSInsecure, "kafka-tls-insecure", false, "skip broker certificate verification (testing only)")
+	fs.IntVar(&c.Partitions, "partitions", 6, "partitions of topics that playpipe creates")
+	fs.IntVar(&c.ReplicationFactor, "replication-factor", -1, "replication factor of topics that playpipe creates (-1: broker default)")
+}
+
+// Validate checks the configuration once; errors name the offending setting.
+func (c Config) Validate() error {
+	switch strings.ToUpper(c.SASLMechanism) {
+	case SASLNone:
+	case SASLPlain, SASLScramSHA256, SASLScramSHA512:
+		if c.SASLUser == "" {
+			return errors.New("kafka: --kafka-user is required with --kafka-sasl")
+		}
+	default:
+		return fmt.Errorf("kafka: --kafka-sasl %q is not supported; accepted: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or empty", c.SASLMechanism)
+	}
+	if c.Partitions < 1 {
+		return fmt.Errorf("kafka: --partitions must be ≥ 1, got %d", c.Partitions)
+	}
+	for _, b := range c.Brokers {
+		if !strings.Contains(b, ":") {
+			return fmt.Errorf("kafka: broker %q must be host:port", b)
+		}
+	}
+	return nil
+}
+
+// ClientOpts returns the franz-go options for connecting with this
+// configuration; roles append their own (group, transactions, …).
+func (c Config) ClientOpts() ([]kgo.Opt, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	if len(c.Brokers) == 0 {
+		return nil, errors.New("kafka: no brokers configured")
+	}
+	opts := []kgo.Opt{kgo.SeedBrokers(c.Brokers...)}
+	if m := c.saslMechanism(); m != nil {
+		opts = append(opts, kgo.SASL(m))
+	}
+	if c.TLS {
+		tc := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: c.TLSInsecure} //nolint:gosec // opt-in for tests
+		if c.TLSCAFile != "" {
+			pem, err := os.ReadFile(c.TLSCAFile)
+			if err != nil {
+				return nil, fmt.Errorf("kafka: read --kafka-ca: %w", err)
+			}
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(pem) {
+				return nil, fmt.Errorf("kafka: --kafka-ca %s holds no PEM certificate", c.TLSCAFile)
+			}
+			tc.RootCAs = pool
+		}
+		opts = append(opts, kgo.DialTLSConfig(tc))
+	}
+	return opts, nil
+}
+
+func (c Config) saslMechanism() sasl.Mechanism {
+	switch strings.ToUpper(c.SASLMechanism) {
+	case SASLPlain:
+		return plain.Auth{User: c.SASLUser, Pass: c.SASLPassword}.AsMechanism()
+	case SASLScramSHA256:
+		return scram.Auth{User: c.SASLUser, Pass: c.SASLPassword}.AsSha256Mechanism()
+	case SASLScramSHA512:
+		return scram.Auth{User: c.SASLUser, Pass: c.SASLPassword}.AsSha512Mechanism()
+	}
+	return nil
+}
+
+// EnsureTopics creates the four topics when they do not exist yet.
+func EnsureTopics(ctx context.Context, c Config) error {
+	opts, err := c.ClientOpts()
+	if err != nil {
+		return err
+	}
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return fmt.Errorf("kafka: new admin client: %w", err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	resp, err := adm.CreateTopics(ctx, int32(c.Partitions), int16(c.ReplicationFactor), nil, c.Topics().All()...)
+	if err != nil {
+		return fmt.Errorf("kafka: create topics: %w", err)
+	}
+	for _, r := range resp.Sorted() {
+		if r.Err != nil && !errors.Is(r.Err, kerr.TopicAlreadyExists) {
+			return fmt.Errorf("kafka: create topic %s: %w", r.Topic, r.Err)
+		}
+	}
+	return nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}

@@ -1,0 +1,69 @@
+package testenv
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/playpipe/playpipe/internal/kafkax"
+)
+
+// Kafka is an embedded broker for one test.
+type Kafka struct {
+	*kafkax.Embedded
+	Config kafkax.Config
+}
+
+// StartKafka starts an embedded Kafka-protocol broker on loopback with the
+// four topics (prefix "plays", the given partitions; 0 means 3) and stops it
+// when the test ends.
+func StartKafka(t testing.TB, partitions int) *Kafka {
+	t.Helper()
+	if partitions <= 0 {
+		partitions = 3
+	}
+	e, err := kafkax.StartEmbedded(kafkax.DefaultTopicPrefix, partitions)
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	t.Cleanup(e.Close)
+	return &Kafka{Embedded: e, Config: kafkax.Config{Brokers: e.Addrs(), TopicPrefix: kafkax.DefaultTopicPrefix, Partitions: partitions, ReplicationFactor: -1}}
+}
+
+// Client returns a franz-go client on the broker with extra options, closed
+// when the test ends.
+func (k *Kafka) Client(t testing.TB, opts ...kgo.Opt) *kgo.Client {
+	t.Helper()
+	base, err := k.Config.ClientOpts()
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	cl, err := kgo.NewClient(append(base, opts...)...)
+	if err != nil {
+		t.Fatalf("testenv: kafka client: %v", err)
+	}
+	t.Cleanup(cl.Close)
+	return cl
+}
+
+// ReadAll reads every committed record of topic from the start until no new
+// record arrives for quiet (read_committed), and returns them in partition
+// then offset order per partition as fetched.
+func (k *Kafka) ReadAll(t testing.TB, topic string, quiet time.Duration) []*kgo.Record {
+	t.Helper()
+	cl := k.Client(t, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	var out []*kgo.Record
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), quiet)
+		fs := cl.PollFetches(ctx)
+		cancel()
+		n := 0
+		fs.EachRecord(func(r *kgo.Record) { out = append(out, r); n++ })
+		if n == 0 {
+			return out
+		}
+	}
+}

@@ -1,0 +1,107 @@
+package partnerapi
+
+import (
+	"errors"
+	"strconv"
+	"time"
+)
+
+// Kind classifies an API failure by what the caller can do about it.
+type Kind int
+
+const (
+	// KindTransient: 500, 503, timeout, connection error. Retry with backoff.
+	KindTransient Kind = iota + 1
+	// KindRejected: 400. The request will never pass as it is; Reason holds the
+	// API's reason or message and, for play reports, Fields the offending fields.
+	KindRejected
+	// KindUnauthorized: 401. The token was missing, expired or standby-minted;
+	// the client has dropped it, so the next call takes a new session.
+	KindUnauthorized
+	// KindEdgeBlocked: 403 with edge error 1010. The User-Agent is blocked: a
+	// configuration error that no retry fixes.
+	KindEdgeBlocked
+	// KindNotFound: 404 (mix not found).
+	KindNotFound
+)
+
+func (k Kind) String() string {
+	switch k {
+	case KindTransient:
+		return "transient"
+	case KindRejected:
+		return "rejected"
+	case KindUnauthorized:
+		return "unauthorized"
+	case KindEdgeBlocked:
+		return "edge-blocked"
+	case KindNotFound:
+		return "not-found"
+	}
+	return "kind(" + strconv.Itoa(int(k)) + ")"
+}
+
+// Sentinels for errors.Is: errors.Is(err, ErrTransient) is true for every
+// *Error of KindTransient, and so on.
+var (
+	ErrTransient    = &Error{Kind: KindTransient}
+	ErrRejected     = &Error{Kind: KindRejected}
+	ErrUnauthorized = &Error{Kind: KindUnauthorized}
+	ErrEdgeBlocked  = &Error{Kind: KindEdgeBlocked}
+	ErrNotFound     = &Error{Kind: KindNotFound}
+)
+
+// Error is a failed call to the partner API. It never holds a token or the
+// client signature.
+type Error struct {
+	Kind Kind
+	// Op names the call, e.g. "GET /partners/mix/42" or "POST /partners/royalty-tracking".
+	Op string
+	// Status is the HTTP status, 0 when no answer came (timeout, connection error).
+	Status int
+	// ServedBy is the x-service-served-by header of the answer, if any.
+	ServedBy ServedBy
+	// Reason is the API's reason or message, bounded in length.
+	Reason string
+	// Fields are the offending fields of a rejected play report, parsed from
+	// "include the required fields: a,b".
+	Fields []string
+	// RetryAfter is the server's Retry-After, zero when absent.
+	RetryAfter time.Duration
+	// Err is the underlying transport error, if any.
+	Err error
+}
+
+func (e *Error) Error() string {
+	s := "partnerapi: " + e.Op + ": " + e.Kind.String()
+	if e.Status != 0 {
+		s += " (HTTP " + strconv.Itoa(e.Status) + ")"
+	}
+	if e.Reason != "" {
+		s += ": " + e.Reason
+	}
+	if e.Err != nil {
+		s += ": " + e.Err.Error()
+	}
+	return s
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Is matches the Kind sentinels.
+func (e *Error) Is(target error) bool {
+	var t *Error
+	if errors.As(target, &t) && t.Op == "" && t.Status == 0 && t.Err == nil {
+		return t.Kind == e.Kind
+	}
+	return false
+}
+
+// KindOf returns the Kind of err, or 0 when err is not an *Error.
+func KindOf(err error) Kind {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Kind
+	}
+	return 0
+}

@@ -1,0 +1,324 @@
+package schemas
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"unicode/utf8"
+)
+
+// EventVersion is the version of the player event schema this package reads.
+const EventVersion = 1
+
+// PlayerEvent is a player event v1: playback that ran from OffsetMS in the mix
+// for DurationMS without a seek or pause. Optional fields are pointers so that
+// a present false or 0 is told apart from an absent field: a present one is
+// passed on to the report, an absent one is omitted.
+type PlayerEvent struct {
+	EventID      string `json:"event_id"`
+	MixID        int64  `json:"mix_id"`
+	StartedAt    int64  `json:"started_at"` // epoch ms
+	OffsetMS     int64  `json:"offset_ms"`
+	DurationMS   int64  `json:"duration_ms"`
+	UserID       string `json:"user_id,omitempty"`
+	Country      string `json:"country"`
+	OS           string `json:"os"`
+	Device       string `json:"device"`
+	Vendor       *int64 `json:"vendor,omitempty"`
+	SourceStream string `json:"source_stream,omitempty"`
+	Cached       *bool  `json:"cached,omitempty"`
+	JumpForward  *bool  `json:"jump_forward,omitempty"`
+	EndReason    *int64 `json:"end_reason,omitempty"`
+}
+
+// Machine-readable reasons of a Violation (and of a Rejection).
+const (
+	ReasonMalformedJSON   = "malformed_json"    // the bytes are not one JSON object
+	ReasonMissingField    = "missing_field"     // a required field is absent or null
+	ReasonWrongType       = "wrong_type"        // a field has the wrong JSON type (e.g. "12" or 1.5 for an integer)
+	ReasonBadEventID      = "bad_event_id"      // event_id empty or longer than 128 bytes
+	ReasonBadCountry      = "bad_country"       // country is not two ASCII letters
+	ReasonNegativeOffset  = "negative_offset"   // offset_ms < 0
+	ReasonBadDuration     = "bad_duration"      // duration_ms ≤ 0
+	ReasonBadStartedAt    = "bad_started_at"    // started_at ≤ 0 (not an epoch-ms instant)
+	ReasonEmptyField      = "empty_field"       // a required string is empty
+	ReasonMissingUserID   = "missing_user_id"   // user_id absent or empty (quarantined by default)
+	ReasonUnknownMix      = "unknown_mix"       // the partner API answered 404 for mix_id
+	ReasonOffsetBeyondMix = "offset_beyond_mix" // the segment starts at or after the end of the mix
+)
+
+// Violation is one broken rule of an event.
+type Violation struct {
+	Field  string `json:"field,omitempty"`
+	Reason string `json:"reason"`
+	Detail string `json:"detail,omitempty"`
+}
+
+func (v Violation) String() string {
+	if v.Field == "" {
+		return v.Reason + ": " + v.Detail
+	}
+	return v.Reason + " (" + v.Field + "): " + v.Detail
+}
+
+// ValidateOptions are the deployment's event policies.
+type ValidateOptions struct {
+	// AllowMissingUserID lets events without user_id through (they are flagged
+	// in the ledger); by default they are quarantined as missing_user_id.
+	AllowMissingUserID bool
+	// DefaultVendor, when set, is used for events without vendor; when nil a
+	// missing vendor is a missing_field violation.
+	DefaultVendor *int64
+}
+
+// MaxEventIDLen is the longest accepted event_id, in bytes.
+const MaxEventIDLen = 128
+
+// rawEvent decodes with presence tracking: every field is a pointer.
+type rawEvent struct {
+	EventID      *string `json:"event_id"`
+	MixID        *int64  `json:"mix_id"`
+	StartedAt    *int64  `json:"started_at"`
+	OffsetMS     *int64  `json:"offset_ms"`
+	DurationMS   *int64  `json:"duration_ms"`
+	UserID       *string `json:"user_id"`
+	Country      *string `json:"country"`
+	OS           *string `json:"os"`
+	Device       *string `json:"device"`
+	Vendor       *int64  `json:"vendor"`
+	SourceStream *string `json:"source_stream"`
+	Cached       *bool   `json:"cached"`
+	JumpForward  *bool   `json:"jump_forward"`
+	EndReason    *int64  `json:"end_reason"`
+}
+
+// fieldKinds lists the known fields with their JSON kind, in schema order.
+var fieldKinds = []struct {
+	name     string
+	kind     byte // 's' string, 'i' integer, 'b' boolean
+	required bool
+}{
+	{"event_id", 's', true}, {"mix_id", 'i', true}, {"started_at", 'i', true},
+	{"offset_ms", 'i', true}, {"duration_ms", 'i', true}, {"user_id", 's', false},
+	{"country", 's', true}, {"os", 's', true}, {"device", 's', true},
+	{"vendor", 'i', false}, {"source_stream", 's', false}, {"cached", 'b', false},
+	{"jump_forward", 'b', false}, {"end_reason", 'i', false},
+}
+
+// ParseEvent decodes and validates raw event bytes. It returns the event and
+// nil when every rule holds, or every broken rule (in schema field order).
+// Unknown fields are ignored. A missing source_stream becomes "mix", and a
+// missing vendor the configured default.
+func ParseEvent(raw []byte, opts ValidateOptions) (PlayerEvent, []Violation) {
+	var r rawEvent
+	if err := json.Unmarshal(raw, &r); err != nil {
+		var syn *json.SyntaxError
+		if errors.As(err, &syn) || !looksLikeObject(raw) {
+			return PlayerEvent{}, []Violation{{Reason: ReasonMalformedJSON, Detail: malformedDetail(raw, err)}}
+		}
+		// A type mismatch: find every field of the wrong type, then validate
+		// the rest as if those were absent.
+		return PlayerEvent{}, slowViolations(raw, opts)
+	}
+	return validate(&r, opts, nil)
+}
+
+func validate(r *rawEvent, opts ValidateOptions, vs []Violation) (PlayerEvent, []Violation) {
+	missing := func(field string) {
+		for _, v := range vs {
+			if v.Field == field {
+				return // already reported as wrong_type
+			}
+		}
+		vs = append(vs, Violation{Field: field, Reason: ReasonMissingField, Detail: field + " is required"})
+	}
+	var ev PlayerEvent
+	if r.EventID == nil {
+		missing("event_id")
+	} else if n := len(*r.EventID); n == 0 || n > MaxEventIDLen {
+		vs = append(vs, Violation{Field: "event_id", Reason: ReasonBadEventID, Detail: "event_id must be 1–128 bytes, got " + strconv.Itoa(n)})
+	} else {
+		ev.EventID = *r.EventID
+	}
+	if r.MixID == nil {
+		missing("mix_id")
+	} else {
+		ev.MixID = *r.MixID
+	}
+	if r.StartedAt == nil {
+		missing("started_at")
+	} else if *r.StartedAt <= 0 {
+		vs = append(vs, Violation{Field: "started_at", Reason: ReasonBadStartedAt, Detail: "started_at must be epoch milliseconds > 0"})
+	} else {
+		ev.StartedAt = *r.StartedAt
+	}
+	if r.OffsetMS == nil {
+		missing("offset_ms")
+	} else if *r.OffsetMS < 0 {
+		vs = append(vs, Violation{Field: "offset_ms", Reason: ReasonNegativeOffset, Detail: "offset_ms must be ≥ 0, got " + strconv.FormatInt(*r.OffsetMS, 10)})
+	} else {
+		ev.OffsetMS = *r.OffsetMS
+	}
+	if r.DurationMS == nil {
+		missing("duration_ms")
+	} else if *r.DurationMS <= 0 {
+		vs = append(vs, Violation{Field: "duration_ms", Reason: ReasonBadDuration, Detail: "duration_ms must be > 0, got " + strconv.FormatInt(*r.DurationMS, 10)})
+	} else {
+		ev.DurationMS = *r.DurationMS
+	}
+	if r.UserID == nil || *r.UserID == "" {
+		if !opts.AllowMissingUserID && !hasField(vs, "user_id") {
+			vs = append(vs, Violation{Field: "user_id", Reason: ReasonMissingUserID, Detail: "user_id is required by the deployment's policy (reports without it corrupt royalty accounting)"})
+		}
+	} else {
+		ev.UserID = *r.UserID
+	}
+	if r.Country == nil {
+		missing("country")
+	} else if !isCountry(*r.Country) {
+		vs = append(vs, Violation{Field: "country", Reason: ReasonBadCountry, Detail: fmt.Sprintf("country must be two ASCII letters (ISO 3166-1 alpha-2), got %q", truncate(*r.Country, 16))})
+	} else {
+		ev.Country = upperASCII(*r.Country)
+	}
+	requiredString := func(field string, p *string, dst *string) {
+		switch {
+		case p == nil:
+			missing(field)
+		case *p == "":
+			vs = append(vs, Violation{Field: field, Reason: ReasonEmptyField, Detail: field + " must not be empty"})
+		default:
+			*dst = *p
+		}
+	}
+	requiredString("os", r.OS, &ev.OS)
+	requiredString("device", r.Device, &ev.Device)
+	switch {
+	case r.Vendor != nil:
+		v := *r.Vendor
+		ev.Vendor = &v
+	case opts.DefaultVendor != nil:
+		v := *opts.DefaultVendor
+		ev.Vendor = &v
+	default:
+		missing("vendor")
+	}
+	ev.SourceStream = "mix"
+	if r.SourceStream != nil && *r.SourceStream != "" {
+		ev.SourceStream = *r.SourceStream
+	}
+	ev.Cached, ev.JumpForward, ev.EndReason = r.Cached, r.JumpForward, r.EndReason
+	if len(vs) > 0 {
+		return PlayerEvent{}, vs
+	}
+	return ev, nil
+}
+
+// slowViolations handles an object with fields of the wrong JSON type: it
+// reports each of them, then validates the remaining fields.
+func slowViolations(raw []byte, opts ValidateOptions) []Violation {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return []Violation{{Reason: ReasonMalformedJSON, Detail: malformedDetail(raw, err)}}
+	}
+	var vs []Violation
+	for _, f := range fieldKinds {
+		v, ok := m[f.name]
+		if !ok || isNull(v) {
+			continue
+		}
+		if !kindMatches(v, f.kind) {
+			vs = append(vs, Violation{Field: f.name, Reason: ReasonWrongType, Detail: f.name + " must be " + kindName(f.kind) + ", got " + truncate(string(v), 24)})
+			delete(m, f.name)
+		}
+	}
+	clean, err := json.Marshal(m)
+	if err != nil {
+		return append(vs, Violation{Reason: ReasonMalformedJSON, Detail: err.Error()})
+	}
+	var r rawEvent
+	if err := json.Unmarshal(clean, &r); err != nil {
+		return append(vs, Violation{Reason: ReasonMalformedJSON, Detail: err.Error()})
+	}
+	_, vs = validate(&r, opts, vs)
+	return vs
+}
+
+func kindMatches(v json.RawMessage, kind byte) bool {
+	switch kind {
+	case 's':
+		var s string
+		return json.Unmarshal(v, &s) == nil
+	case 'b':
+		var b bool
+		return json.Unmarshal(v, &b) == nil
+	default:
+		var n int64
+		return json.Unmarshal(v, &n) == nil
+	}
+}
+
+func kindName(kind byte) string {
+	switch kind {
+	case 's':
+		return "a string"
+	case 'b':
+		return "a boolean"
+	default:
+		return "an integer (64-bit, no fraction, not quoted)"
+	}
+}
+
+func isNull(v json.RawMessage) bool { return bytes.Equal(bytes.TrimSpace(v), []byte("null")) }
+
+func hasField(vs []Violation, field string) bool {
+	for _, v := range vs {
+		if v.Field == field {
+			return true
+		}
+	}
+	return false
+}
+
+func isCountry(s string) bool {
+	if len(s) != 2 {
+		return false
+	}
+	for i := 0; i < 2; i++ {
+		c := s[i] | 0x20
+		if c < 'a' || c > 'z' {
+			return false
+		}
+	}
+	return true
+}
+
+func upperASCII(s string) string {
+	if s[0] >= 'a' || s[1] >= 'a' {
+		return string([]byte{s[0] &^ 0x20, s[1] &^ 0x20})
+	}
+	return s
+}
+
+func looksLikeObject(raw []byte) bool {
+	t := bytes.TrimSpace(raw)
+	return len(t) > 0 && t[0] == '{'
+}
+
+func malformedDetail(raw []byte, err error) string {
+	if !utf8.Valid(raw) {
+		return "event is not valid UTF-8 JSON"
+	}
+	if !looksLikeObject(raw) {
+		return "event must be one JSON object"
+	}
+	return "event is not valid JSON: " + err.Error()
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
