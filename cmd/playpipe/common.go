@@ -1,0 +1,73 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+
+	"github.com/playpipe/playpipe/internal/kafkax"
+)
+
+// kafkaOrEmbedded returns cfg unchanged when brokers are configured; with
+// none it starts the embedded in-process broker, announces that it is in
+// memory and not durable, and returns a config pointing at it plus a stop func.
+func kafkaOrEmbedded(cfg kafkax.Config, log *slog.Logger) (kafkax.Config, func(), error) {
+	if len(cfg.Brokers) > 0 {
+		if err := cfg.Validate(); err != nil {
+			return cfg, func() {}, err
+		}
+		return cfg, func() {}, nil
+	}
+	e, err := kafkax.StartEmbedded(cfg.TopicPrefix, cfg.Partitions)
+	if err != nil {
+		return cfg, func() {}, err
+	}
+	cfg.Brokers = e.Addrs()
+	log.Warn("no --brokers configured: started an embedded in-process Kafka broker (in memory, NOT durable: records are lost when this process exits)",
+		"addrs", cfg.Brokers)
+	return cfg, e.Close, nil
+}
+
+// ensureTopics creates the pipeline's topics when missing.
+func ensureTopics(ctx context.Context, cfg kafkax.Config) error {
+	if err := kafkax.EnsureTopics(ctx, cfg); err != nil {
+		return fmt.Errorf("ensure topics: %w", err)
+	}
+	return nil
+}
+
+// logFlags are the logging flags shared by every subcommand.
+type logFlags struct {
+	format string
+	level  string
+}
+
+func (l *logFlags) register(fsRegister func(p *string, name, value, usage string)) {
+	fsRegister(&l.format, "log-format", envDefault("PLAYPIPE_LOG_FORMAT", "text"), "log format: text or json (env PLAYPIPE_LOG_FORMAT)")
+	fsRegister(&l.level, "log-level", envDefault("PLAYPIPE_LOG_LEVEL", "info"), "log level: debug, info, warn or error (env PLAYPIPE_LOG_LEVEL)")
+}
+
+// logger builds the slog logger the flags ask for, writing to w.
+func (l *logFlags) logger(w io.Writer) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(l.level)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: accepted: debug, info, warn, error", l.level)
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	switch l.format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: accepted: text, json", l.format)
+}
+
+func envDefault(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
