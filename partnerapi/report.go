@@ -1,5 +1,7 @@
 package partnerapi
 
+import "time"
+
 // PlayReport is the body of POST /partners/royalty-tracking: one track play,
 // with exactly the fields of the spec's Play report table. Integers are JSON
 // integers (never strings, never 1.0); optional fields are omitted when unset
@@ -20,4 +22,13 @@ type PlayReport struct {
 	EndReason   *int64 `json:"endreason,omitempty"`
 	CachedPlay  *bool  `json:"cachedplay,omitempty"`
 	JumpForward *bool  `json:"jumpforward,omitempty"`
+}
+
+// ReportResult is the answer to one POST /partners/royalty-tracking that the
+// API accepted with 200. Meta.ServedBy tells whether live service took it
+// (delivered) or standby answered without forwarding it.
+type ReportResult struct {
+	Meta    Meta
+	Message string        // the API's success word
+	Latency time.Duration // from sending the request to reading the answer
 }
