@@ -112,6 +112,12 @@ var fieldKinds = []struct {
 // Unknown fields are ignored. A missing source_stream becomes "mix", and a
 // missing vendor the configured default.
 func ParseEvent(raw []byte, opts ValidateOptions) (PlayerEvent, []Violation) {
+	// JSON must be UTF-8 (encoding/json would silently replace bad bytes,
+	// mangling the event_id), and an event is one object (json.Unmarshal
+	// accepts a bare null as an empty struct).
+	if !utf8.Valid(raw) || !looksLikeObject(raw) {
+		return PlayerEvent{}, []Violation{{Reason: ReasonMalformedJSON, Detail: malformedDetail(raw, nil)}}
+	}
 	var r rawEvent
 	if err := json.Unmarshal(raw, &r); err != nil {
 		var syn *json.SyntaxError
