@@ -1,0 +1,409 @@
+package partnerapi
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+)
+
+const instrumentationName = "github.com/playpipe/playpipe/partnerapi"
+
+// Paths of the nine endpoints (spec: Endpoints).
+const (
+	PathSession           = "/partners/session"
+	PathSessionWithUser   = "/partners/session/with-user"
+	PathCatalog           = "/partners/catalog"
+	PathRestrictedCatalog = "/partners/catalog/restricted"
+	PathPage              = "/partners/page/"
+	PathList              = "/partners/list/"
+	PathGenres            = "/partners/genres/"
+	PathMix               = "/partners/mix/"
+	PathRoyaltyTracking   = "/partners/royalty-tracking"
+)
+
+// Response body bounds: answers larger than these are not read (an error).
+const (
+	maxGetBody    = 8 << 20  // catalog, page, list, genre row, mix
+	maxSmallBody  = 64 << 10 // session, play report, error envelopes
+	maxReasonLen  = 512
+	headerServed  = "X-Service-Served-By"
+	headerCountry = "Edge-Ipcountry" // canonical form of EDGE-IPCountry
+)
+
+// ErrClosed is returned by calls made after Close.
+var ErrClosed = errors.New("partnerapi: client closed")
+
+// errBodyTooLarge is wrapped in the *Error of an answer larger than its bound.
+var errBodyTooLarge = errors.New("response body exceeds its size bound")
+
+var (
+	jsonHeader = []string{"application/json"}
+)
+
+// Client is a client of the partner API. It is safe for concurrent use by any
+// number of goroutines, which share one session token and one keep-alive
+// connection pool. Close releases it.
+type Client struct {
+	cfg       Config
+	base      string
+	hc        *http.Client
+	transport *http.Transport // own transport, nil when Config.HTTPClient was given
+	ctxTimout bool            // apply RequestTimeout through the context (foreign HTTPClient)
+	uaHeader  []string
+	log       *slog.Logger
+	reportURL string
+
+	main *slot // POST /partners/session: every endpoint
+	user *slot // POST /partners/session/with-user: the restricted catalog, when Email is set
+
+	closed atomic.Bool
+	root   context.Context // cancelled by Close: background session renewals
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	lastMessage atomic.Pointer[string] // interned success word of play reports
+
+	tracer   trace.Tracer
+	sessions metric.Int64Counter
+}
+
+// New validates cfg once (errors name the field and flag) and returns a
+// Client. It makes no request: the first call takes a session.
+func New(cfg Config) (*Client, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	c := &Client{
+		cfg:      cfg,
+		base:     strings.TrimRight(cfg.BaseURL, "/"),
+		uaHeader: []string{cfg.UserAgent},
+		log:      cfg.Logger,
+		tracer:   otel.Tracer(instrumentationName),
+	}
+	c.reportURL = c.base + PathRoyaltyTracking
+	if cfg.HTTPClient != nil {
+		c.hc = cfg.HTTPClient
+		c.ctxTimout = true
+	} else {
+		c.transport = newTransport(cfg.MaxConns)
+		c.hc = &http.Client{Transport: c.transport, Timeout: cfg.RequestTimeout}
+	}
+	c.root, c.cancel = context.WithCancel(context.Background())
+	c.main = &slot{c: c, path: PathSession, op: "POST " + PathSession}
+	c.user = &slot{c: c, path: PathSessionWithUser, op: "POST " + PathSessionWithUser, withUser: true}
+	c.sessions, _ = otel.Meter(instrumentationName).Int64Counter("playpipe.partnerapi.sessions",
+		metric.WithDescription("Partner API sessions created, by served_by and outcome"))
+	if looksLikeLibraryAgent(cfg.UserAgent) {
+		c.log.Warn("partner API User-Agent looks like a library default; the API's edge blocks those with 403/1010",
+			"user_agent", cfg.UserAgent)
+	}
+	return c, nil
+}
+
+// newTransport is the client's own keep-alive transport: as many idle
+// connections kept per host as are allowed, so that MaxConns concurrent
+// callers never dial again after warm-up.
+func newTransport(maxConns int) *http.Transport {
+	return &http.Transport{
+		Proxy: http.ProxyFromEnvironment,
+		DialContext: (&net.Dialer{
+			Timeout:   10 * time.Second,
+			KeepAlive: 30 * time.Second,
+		}).DialContext,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          maxConns,
+		MaxIdleConnsPerHost:   maxConns,
+		MaxConnsPerHost:       maxConns,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ExpectContinueTimeout: time.Second,
+	}
+}
+
+func looksLikeLibraryAgent(ua string) bool {
+	l := strings.ToLower(ua)
+	for _, p := range []string{"go-http-client", "curl/", "wget/", "python-requests", "python-urllib", "aiohttp", "axios", "node-fetch", "okhttp", "java/", "libwww-perl", "httpie"} {
+		if strings.HasPrefix(l, p) {
+			return true
+		}
+	}
+	return strings.TrimSpace(l) == ""
+}
+
+// Close stops background session renewals, waits for them, and closes the
+// idle connections of the client's own transport. Calls after Close return
+// ErrClosed. Close may be called more than once.
+func (c *Client) Close() {
+	if c.closed.Swap(true) {
+		return
+	}
+	c.cancel()
+	c.wg.Wait()
+	if c.transport != nil {
+		c.transport.CloseIdleConnections()
+	}
+}
+
+// servedBy reads the x-service-served-by header.
+func servedBy(h http.Header) ServedBy {
+	v := h[headerServed]
+	if len(v) == 0 {
+		return ServedLive
+	}
+	switch v[0] {
+	case "":
+		return ServedLive
+	case "standby":
+		return ServedStandby
+	case "live-bypass":
+		return ServedLiveBypass
+	}
+	return ServedBy(bound(v[0], 64))
+}
+
+// send makes one attempt of one request and reads the answer with a size
+// bound. A non-2xx answer is returned as an *Error (with meta filled).
+func (c *Client) send(ctx context.Context, op, method, url string, auth []string, body []byte, country string, limit int64) (Meta, []byte, error) {
+	if c.closed.Load() {
+		return Meta{}, nil, ErrClosed
+	}
+	if c.ctxTimout && c.cfg.RequestTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.cfg.RequestTimeout)
+		defer cancel()
+	}
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, url, rd)
+	if err != nil {
+		return Meta{}, nil, &Error{Kind: KindRejected, Op: op, Reason: "cannot build request", Err: err}
+	}
+	req.Header["User-Agent"] = c.uaHeader
+	req.Header["Accept"] = jsonHeader
+	if auth != nil {
+		req.Header["Authorization"] = auth
+	}
+	if body != nil {
+		req.Header["Content-Type"] = jsonHeader
+	}
+	if country != "" {
+		req.Header[headerCountry] = []string{country}
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return Meta{}, nil, &Error{Kind: KindTransient, Op: op, Err: err}
+	}
+	meta := Meta{Status: resp.StatusCode, ServedBy: servedBy(resp.Header)}
+	data, err := readBounded(resp.Body, limit)
+	resp.Body.Close()
+	if err != nil {
+		return meta, nil, &Error{Kind: KindTransient, Op: op, Status: meta.Status, ServedBy: meta.ServedBy, Reason: "reading the answer", Err: err}
+	}
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		return meta, data, nil
+	}
+	return meta, nil, c.statusError(op, meta, resp.Header, data)
+}
+
+// readBounded reads r to EOF, failing when it holds more than limit bytes.
+func readBounded(r io.Reader, limit int64) ([]byte, error) {
+	data, err := io.ReadAll(io.LimitReader(r, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) > limit {
+		return nil, errBodyTooLarge
+	}
+	return data, nil
+}
+
+// statusError is the one place that maps an HTTP answer to a Kind; the
+// reason for each case is written next to it.
+func (c *Client) statusError(op string, meta Meta, h http.Header, body []byte) *Error {
+	e := &Error{Op: op, Status: meta.Status, ServedBy: meta.ServedBy}
+	s := meta.Status
+	switch {
+	case s == http.StatusBadRequest:
+		// Missing or invalid parameter, or no content: never passes as is.
+		e.Kind = KindRejected
+	case s == http.StatusUnauthorized:
+		// Token missing, malformed, expired or standby-minted (or, on the
+		// session endpoints, credentials missing from the body).
+		e.Kind = KindUnauthorized
+	case s == http.StatusForbidden:
+		// The edge blocked our User-Agent (error 1010): configuration error.
+		e.Kind = KindEdgeBlocked
+	case s == http.StatusNotFound:
+		// Mix not found.
+		e.Kind = KindNotFound
+	case s == http.StatusRequestTimeout, s == http.StatusTooManyRequests, s >= 500:
+		// 500 internal error, 503 standby upstream error, and the
+		// gateway/overload statuses a proxy may answer: retry with backoff.
+		e.Kind = KindTransient
+	case s >= 400:
+		// Any other client error (405, 413, …) will not pass on a retry.
+		e.Kind = KindRejected
+	default:
+		// 1xx/3xx that net/http did not resolve: not an answer we can use;
+		// an intermediary may be misbehaving, so retrying is reasonable.
+		e.Kind = KindTransient
+	}
+	e.Reason = c.scrub(errorReason(s, body))
+	if e.Kind == KindRejected {
+		e.Fields = parseFields(e.Reason)
+	}
+	if ra := h.Get("Retry-After"); ra != "" {
+		e.RetryAfter = parseRetryAfter(ra, time.Now())
+	}
+	return e
+}
+
+// scrub removes the signature and any held token from text that came from
+// the server (an answer could echo a request), so that no secret reaches an
+// error message.
+func (c *Client) scrub(s string) string {
+	if s == "" {
+		return s
+	}
+	if sig := c.cfg.Credentials.ClientSignature; len(sig) >= 4 && strings.Contains(s, sig) {
+		s = strings.ReplaceAll(s, sig, redacted)
+	}
+	for _, sl := range [...]*slot{c.main, c.user} {
+		if t := sl.cur.Load(); t != nil && strings.Contains(s, t.hdr[0]) {
+			s = strings.ReplaceAll(s, t.hdr[0], redacted)
+		}
+	}
+	return s
+}
+
+// backoff returns the wait before attempt n+1 after n failed attempts:
+// full jitter over an exponential ceiling, or Retry-After when longer.
+func (c *Client) backoff(n int, retryAfter time.Duration) time.Duration {
+	ceil := c.cfg.MaxBackoff
+	if n-1 < 30 {
+		if d := c.cfg.BaseBackoff << (n - 1); d > 0 && d < ceil {
+			ceil = d
+		}
+	}
+	var d time.Duration
+	if ceil > 0 {
+		d = rand.N(ceil)
+	}
+	return max(d, retryAfter)
+}
+
+// retryable reports whether e may be retried after waiting d: a transient
+// error whose Retry-After is within MaxBackoff (a longer one is handed back
+// to the caller rather than blocking it), and a wait that ends before ctx does.
+func (c *Client) retryable(ctx context.Context, e *Error, d time.Duration) bool {
+	if e.Kind != KindTransient || e.RetryAfter > c.cfg.MaxBackoff {
+		return false
+	}
+	if ctx.Err() != nil {
+		return false
+	}
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < d {
+		return false
+	}
+	return true
+}
+
+// sleep waits d or until ctx is done; it reports whether the wait completed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// get runs a GET with the session of s: transient errors retried with
+// backoff up to MaxAttempts, one new session and retry on 401.
+func (c *Client) get(ctx context.Context, path string, s *slot, country string, decode func([]byte) error) (Meta, error) {
+	op := "GET " + path
+	ctx, span := c.tracer.Start(ctx, op, trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(attribute.String("http.request.method", "GET"), attribute.String("url.path", path)))
+	defer span.End()
+	meta, err := c.getLoop(ctx, op, c.base+path, s, country, decode)
+	span.SetAttributes(attribute.Int("http.response.status_code", meta.Status))
+	if meta.ServedBy != ServedLive {
+		span.SetAttributes(attribute.String("partnerapi.served_by", string(meta.ServedBy)))
+	}
+	if err != nil {
+		span.SetAttributes(attribute.String("partnerapi.error_kind", KindOf(err).String()))
+		span.SetStatus(codes.Error, err.Error())
+	}
+	return meta, err
+}
+
+func (c *Client) getLoop(ctx context.Context, op, url string, s *slot, country string, decode func([]byte) error) (Meta, error) {
+	reauthed := false
+	for attempt := 1; ; {
+		tok, err := s.token(ctx)
+		if err != nil {
+			return Meta{}, err
+		}
+		meta, body, err := c.send(ctx, op, http.MethodGet, url, tok.hdr, nil, country, maxGetBody)
+		if err == nil {
+			derr := decode(body)
+			if derr == nil {
+				return meta, nil
+			}
+			// A 200 whose body does not decode: truncated or garbled by an
+			// intermediary, or a shape this client does not know. Retried as
+			// transient (bounded by MaxAttempts).
+			err = &Error{Kind: KindTransient, Op: op, Status: meta.Status, ServedBy: meta.ServedBy, Reason: "malformed response body", Err: derr}
+		}
+		var e *Error
+		if !errors.As(err, &e) {
+			return meta, err
+		}
+		if e.Kind == KindUnauthorized {
+			s.drop(tok)
+			if !reauthed {
+				reauthed = true
+				continue
+			}
+			return meta, err
+		}
+		if attempt >= c.cfg.MaxAttempts {
+			return meta, err
+		}
+		d := c.backoff(attempt, e.RetryAfter)
+		if !c.retryable(ctx, e, d) || !sleep(ctx, d) {
+			return meta, err
+		}
+		attempt++
+	}
+}
+
+func bound(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}

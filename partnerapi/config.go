@@ -1,0 +1,267 @@
+package partnerapi
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/playpipe/playpipe/internal/version"
+)
+
+// Environment variables read by Config.RegisterFlags (as flag defaults).
+const (
+	EnvURL             = "PLAYPIPE_API_URL"
+	EnvClientID        = "PLAYPIPE_API_CLIENT_ID"
+	EnvClientSignature = "PLAYPIPE_API_CLIENT_SIGNATURE" // environment or file only, never a flag
+	EnvEmail           = "PLAYPIPE_API_EMAIL"
+	EnvCredentialsFile = "PLAYPIPE_API_CREDENTIALS_FILE"
+	EnvUserAgent       = "PLAYPIPE_API_USER_AGENT"
+	EnvMaxConns        = "PLAYPIPE_API_MAX_CONNS"
+	EnvTimeout         = "PLAYPIPE_API_TIMEOUT"
+)
+
+// Defaults of the Config fields.
+const (
+	DefaultMaxConns        = 64
+	DefaultRequestTimeout  = 30 * time.Second
+	DefaultMaxAttempts     = 4
+	DefaultBaseBackoff     = 200 * time.Millisecond
+	DefaultMaxBackoff      = 10 * time.Second
+	DefaultLiveTokenTTL    = 8 * time.Hour
+	DefaultStandbyTokenTTL = 15 * time.Minute
+	DefaultRenewBefore     = 5 * time.Minute
+)
+
+// Config configures a Client. Zero fields take the default stated in their
+// comment; New validates the result once and names the offending field.
+type Config struct {
+	// BaseURL of the partner API, e.g. https://api.example.com (the paths
+	// /partners/… are appended). Required. Flag --api-url, env PLAYPIPE_API_URL.
+	BaseURL string
+	// Credentials issued out of band. ClientID and ClientSignature are
+	// required; Email is optional (restricted catalog). Flags --api-client-id,
+	// --api-email; env PLAYPIPE_API_CLIENT_ID, PLAYPIPE_API_CLIENT_SIGNATURE,
+	// PLAYPIPE_API_EMAIL; fields left empty are filled from CredentialsFile.
+	Credentials Credentials
+	// CredentialsFile, when set, is read by New to fill the Credentials
+	// fields that are still empty (see LoadCredentialsFile for the format).
+	// Flag --api-credentials-file, env PLAYPIPE_API_CREDENTIALS_FILE.
+	CredentialsFile string
+	// UserAgent sent on every request. Defaults to version.UserAgent()
+	// ("playpipe/<version> (partner integration)"). The API's edge blocks
+	// default library agents (Go-http-client, curl, …) with 403/1010.
+	// Flag --api-user-agent, env PLAYPIPE_API_USER_AGENT.
+	UserAgent string
+	// HTTPClient, when set, is used as is (its Transport, Timeout and
+	// redirect policy); MaxConns is then ignored and Close leaves it alone.
+	// Defaults to a client with its own *http.Transport sized by MaxConns.
+	HTTPClient *http.Client
+	// MaxConns bounds the connections to the API. Defaults to 64. The own
+	// transport keeps MaxIdleConnsPerHost = MaxConnsPerHost = MaxConns, so
+	// keep-alive connections are reused by up to MaxConns concurrent callers.
+	// Flag --api-max-conns, env PLAYPIPE_API_MAX_CONNS.
+	MaxConns int
+	// RequestTimeout bounds one attempt of one request (dial to last byte of
+	// the answer). Defaults to 30s. Flag --api-timeout, env PLAYPIPE_API_TIMEOUT.
+	RequestTimeout time.Duration
+	// MaxAttempts bounds the attempts of one GET or session call on
+	// transient errors (500, 503, timeout, connection). Defaults to 4; 1
+	// disables retries. Play reports are never retried by the client.
+	MaxAttempts int
+	// BaseBackoff and MaxBackoff shape the exponential backoff with full
+	// jitter between attempts: a random wait in [0, min(MaxBackoff,
+	// BaseBackoff·2^n)), or the server's Retry-After when that is longer.
+	// Defaults 200ms and 10s.
+	BaseBackoff, MaxBackoff time.Duration
+	// LiveTokenTTL is how long a token minted by live service is used
+	// (spec: 8h). Defaults to 8h. A shorter `exp` claim in the JWT wins.
+	LiveTokenTTL time.Duration
+	// StandbyTokenTTL is how long a token minted in standby is used (spec:
+	// about 15 minutes). Defaults to 15m.
+	StandbyTokenTTL time.Duration
+	// RenewBefore: a token is renewed in the background this long before it
+	// expires, while callers keep using it. Defaults to 5m, and is capped at
+	// a third of a token's lifetime.
+	RenewBefore time.Duration
+	// Logger receives session events (renewals, failures), never a token or
+	// the signature, and nothing per request. Defaults to slog.Default().
+	Logger *slog.Logger
+
+	envErr error // set by RegisterFlags when an environment value does not parse
+}
+
+// RegisterFlags registers the --api-* flags on fs, with the environment
+// variables as defaults. PLAYPIPE_API_CLIENT_SIGNATURE has no flag (a secret
+// on a command line leaks through ps and shell history): it is read from the
+// environment here, or from the credentials file by New.
+//
+// Precedence: flag, then environment, then credentials file, then default.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	env := func(k, def string) string {
+		if v, ok := os.LookupEnv(k); ok && v != "" {
+			return v
+		}
+		return def
+	}
+	fs.StringVar(&c.BaseURL, "api-url", env(EnvURL, c.BaseURL),
+		"partner API base URL, e.g. https://api.example.com (env "+EnvURL+")")
+	fs.StringVar(&c.Credentials.ClientID, "api-client-id", env(EnvClientID, c.Credentials.ClientID),
+		"partner client_id (env "+EnvClientID+"); the client_signature comes from env "+EnvClientSignature+" or --api-credentials-file, never a flag")
+	fs.StringVar(&c.CredentialsFile, "api-credentials-file", env(EnvCredentialsFile, c.CredentialsFile),
+		"file with client_id, client_signature and email, as JSON or KEY=VALUE lines (env "+EnvCredentialsFile+")")
+	fs.StringVar(&c.Credentials.Email, "api-email", env(EnvEmail, c.Credentials.Email),
+		"partner account e-mail; enables /partners/session/with-user for the restricted catalog (env "+EnvEmail+")")
+	ua := c.UserAgent
+	if ua == "" {
+		ua = version.UserAgent()
+	}
+	fs.StringVar(&c.UserAgent, "api-user-agent", env(EnvUserAgent, ua),
+		"User-Agent sent to the partner API; library defaults are blocked by its edge (env "+EnvUserAgent+")")
+	maxConns := c.MaxConns
+	if maxConns == 0 {
+		maxConns = DefaultMaxConns
+	}
+	if v := env(EnvMaxConns, ""); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			c.envErr = errors.Join(c.envErr, fmt.Errorf("partnerapi: env %s=%q: want an integer", EnvMaxConns, v))
+		} else {
+			maxConns = n
+		}
+	}
+	fs.IntVar(&c.MaxConns, "api-max-conns", maxConns,
+		"maximum connections (and idle keep-alive connections) to the partner API (env "+EnvMaxConns+")")
+	timeout := c.RequestTimeout
+	if timeout == 0 {
+		timeout = DefaultRequestTimeout
+	}
+	if v := env(EnvTimeout, ""); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			c.envErr = errors.Join(c.envErr, fmt.Errorf("partnerapi: env %s=%q: want a duration such as 10s", EnvTimeout, v))
+		} else {
+			timeout = d
+		}
+	}
+	fs.DurationVar(&c.RequestTimeout, "api-timeout", timeout,
+		"timeout of one attempt of one partner API request (env "+EnvTimeout+")")
+	if c.Credentials.ClientSignature == "" {
+		c.Credentials.ClientSignature = os.Getenv(EnvClientSignature)
+	}
+}
+
+// withDefaults returns the config with the credentials file read and every
+// zero field set to its default, then validated.
+func (c Config) withDefaults() (Config, error) {
+	if c.envErr != nil {
+		return c, c.envErr
+	}
+	if c.CredentialsFile != "" {
+		f, err := LoadCredentialsFile(c.CredentialsFile)
+		if err != nil {
+			return c, fmt.Errorf("Config.CredentialsFile (--api-credentials-file): %w", err)
+		}
+		if c.Credentials.ClientID == "" {
+			c.Credentials.ClientID = f.ClientID
+		}
+		if c.Credentials.ClientSignature == "" {
+			c.Credentials.ClientSignature = f.ClientSignature
+		}
+		if c.Credentials.Email == "" {
+			c.Credentials.Email = f.Email
+		}
+	}
+	if c.UserAgent == "" {
+		c.UserAgent = version.UserAgent()
+	}
+	if c.MaxConns == 0 {
+		c.MaxConns = DefaultMaxConns
+	}
+	if c.RequestTimeout == 0 {
+		c.RequestTimeout = DefaultRequestTimeout
+	}
+	if c.MaxAttempts == 0 {
+		c.MaxAttempts = DefaultMaxAttempts
+	}
+	if c.BaseBackoff == 0 {
+		c.BaseBackoff = DefaultBaseBackoff
+	}
+	if c.MaxBackoff == 0 {
+		c.MaxBackoff = max(DefaultMaxBackoff, c.BaseBackoff)
+	}
+	if c.LiveTokenTTL == 0 {
+		c.LiveTokenTTL = DefaultLiveTokenTTL
+	}
+	if c.StandbyTokenTTL == 0 {
+		c.StandbyTokenTTL = DefaultStandbyTokenTTL
+	}
+	if c.RenewBefore == 0 {
+		c.RenewBefore = DefaultRenewBefore
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c, c.validate()
+}
+
+func (c Config) validate() error {
+	bad := func(field, format string, args ...any) error {
+		return fmt.Errorf("partnerapi: invalid config: %s: %s", field, fmt.Sprintf(format, args...))
+	}
+	u, err := url.Parse(c.BaseURL)
+	switch {
+	case c.BaseURL == "":
+		return bad("Config.BaseURL (--api-url, "+EnvURL+")", "required, e.g. https://api.example.com")
+	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
+		return bad("Config.BaseURL (--api-url, "+EnvURL+")", "%q is not an http:// or https:// URL with a host", c.BaseURL)
+	case u.RawQuery != "" || u.Fragment != "" || u.User != nil:
+		return bad("Config.BaseURL (--api-url, "+EnvURL+")", "must have no query, fragment or user info")
+	case c.Credentials.ClientID == "":
+		return bad("Config.Credentials.ClientID (--api-client-id, "+EnvClientID+", or the credentials file)", "required")
+	case c.Credentials.ClientSignature == "":
+		return bad("Config.Credentials.ClientSignature ("+EnvClientSignature+" or the credentials file)", "required")
+	case strings.ContainsAny(c.Credentials.ClientID, "\r\n\x00"):
+		return bad("Config.Credentials.ClientID", "contains control characters")
+	case c.Credentials.Email != "" && !strings.Contains(c.Credentials.Email, "@"):
+		return bad("Config.Credentials.Email (--api-email, "+EnvEmail+")", "%q is not an e-mail address", c.Credentials.Email)
+	case strings.ContainsAny(c.UserAgent, "\r\n\x00"):
+		return bad("Config.UserAgent (--api-user-agent)", "contains control characters")
+	case c.MaxConns < 1:
+		return bad("Config.MaxConns (--api-max-conns)", "must be ≥ 1, got %d", c.MaxConns)
+	case c.RequestTimeout < 0:
+		return bad("Config.RequestTimeout (--api-timeout)", "must be > 0, got %v", c.RequestTimeout)
+	case c.MaxAttempts < 1:
+		return bad("Config.MaxAttempts", "must be ≥ 1, got %d", c.MaxAttempts)
+	case c.BaseBackoff < 0:
+		return bad("Config.BaseBackoff", "must be > 0, got %v", c.BaseBackoff)
+	case c.MaxBackoff < c.BaseBackoff:
+		return bad("Config.MaxBackoff", "must be ≥ BaseBackoff (%v), got %v", c.BaseBackoff, c.MaxBackoff)
+	case c.LiveTokenTTL < 0:
+		return bad("Config.LiveTokenTTL", "must be > 0, got %v", c.LiveTokenTTL)
+	case c.StandbyTokenTTL < 0:
+		return bad("Config.StandbyTokenTTL", "must be > 0, got %v", c.StandbyTokenTTL)
+	case c.RenewBefore < 0:
+		return bad("Config.RenewBefore", "must be > 0, got %v", c.RenewBefore)
+	}
+	return nil
+}
+
+// LogValue implements slog.LogValuer: the configuration without secrets.
+func (c Config) LogValue() slog.Value {
+	return slog.GroupValue(
+		slog.String("base_url", c.BaseURL),
+		slog.Any("credentials", c.Credentials),
+		slog.String("credentials_file", c.CredentialsFile),
+		slog.String("user_agent", c.UserAgent),
+		slog.Int("max_conns", c.MaxConns),
+		slog.Duration("request_timeout", c.RequestTimeout),
+		slog.Int("max_attempts", c.MaxAttempts),
+	)
+}

@@ -1,0 +1,207 @@
+package partnerapi
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+	"unicode/utf8"
+)
+
+const opReport = "POST " + PathRoyaltyTracking
+
+// ReportPlay encodes r exactly as the spec's Play report table says (see
+// AppendReportJSON) and posts it once: see ReportPlayJSON.
+func (c *Client) ReportPlay(ctx context.Context, r PlayReport) (ReportResult, error) {
+	return c.ReportPlayJSON(ctx, AppendReportJSON(make([]byte, 0, 320), &r))
+}
+
+// ReportPlayJSON posts a pre-encoded play report body as is, in exactly one
+// POST /partners/royalty-tracking (after taking a session if none is held):
+// the caller owns retries and sees every attempt.
+//
+//   - 200: a ReportResult; Meta.ServedBy == ServedStandby means standby took
+//     the report without validating or forwarding it (not an error).
+//   - 401: the held token is dropped (the next call renews it, single
+//     flight) and an *Error of KindUnauthorized is returned.
+//   - anything else: an *Error of the matching Kind (400 KindRejected with
+//     the message and Fields; 403 KindEdgeBlocked; 500/503/timeout/connection
+//     KindTransient with RetryAfter).
+//
+// body must not be modified until the call returns.
+func (c *Client) ReportPlayJSON(ctx context.Context, body []byte) (ReportResult, error) {
+	if c.closed.Load() {
+		return ReportResult{}, ErrClosed
+	}
+	tok, err := c.main.token(ctx)
+	if err != nil {
+		return ReportResult{}, err
+	}
+	if c.ctxTimout && c.cfg.RequestTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.cfg.RequestTimeout)
+		defer cancel()
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.reportURL, bytes.NewReader(body))
+	if err != nil {
+		return ReportResult{}, &Error{Kind: KindRejected, Op: opReport, Reason: "cannot build request", Err: err}
+	}
+	req.Header["User-Agent"] = c.uaHeader
+	req.Header["Authorization"] = tok.hdr
+	req.Header["Content-Type"] = jsonHeader
+	start := time.Now()
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return ReportResult{}, &Error{Kind: KindTransient, Op: opReport, Err: err}
+	}
+	meta := Meta{Status: resp.StatusCode, ServedBy: servedBy(resp.Header)}
+	bp := readPool.Get().(*[]byte)
+	defer readPool.Put(bp)
+	data, err := readInto((*bp)[:0], resp.Body, maxSmallBody)
+	resp.Body.Close()
+	*bp = data[:0]
+	latency := time.Since(start)
+	if err != nil {
+		return ReportResult{}, &Error{Kind: KindTransient, Op: opReport, Status: meta.Status, ServedBy: meta.ServedBy, Reason: "reading the answer", Err: err}
+	}
+	if resp.StatusCode == http.StatusOK {
+		return ReportResult{Meta: meta, Message: c.reportMessage(data), Latency: latency}, nil
+	}
+	if resp.StatusCode == http.StatusUnauthorized {
+		c.main.drop(tok)
+	}
+	return ReportResult{}, c.statusError(opReport, meta, resp.Header, data)
+}
+
+var readPool = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
+
+// readInto appends r to dst until EOF, failing beyond limit bytes.
+func readInto(dst []byte, r io.Reader, limit int) ([]byte, error) {
+	for {
+		if len(dst) == cap(dst) {
+			if len(dst) > limit {
+				return dst, errBodyTooLarge
+			}
+			dst = append(dst, 0)[:len(dst)]
+		}
+		n, err := r.Read(dst[len(dst):cap(dst)])
+		dst = dst[:len(dst)+n]
+		if len(dst) > limit {
+			return dst, errBodyTooLarge
+		}
+		if err == io.EOF {
+			return dst, nil
+		}
+		if err != nil {
+			return dst, err
+		}
+	}
+}
+
+// AppendReportJSON appends the JSON body of r to dst, byte for byte what
+// encoding/json.Marshal(r) produces (same field order, same string
+// escaping), without reflection: trackid, playedat, playlength and vendor as
+// JSON integers; userid and isrc omitted when empty; endreason, cachedplay
+// and jumpforward omitted when nil and sent when set, even to 0 or false.
+// Strings are written unchanged apart from JSON escaping, so the isrc
+// arrives byte for byte (invalid UTF-8, which a JSON listing cannot carry,
+// becomes U+FFFD as with encoding/json).
+func AppendReportJSON(dst []byte, r *PlayReport) []byte {
+	dst = append(dst, `{"trackid":`...)
+	dst = strconv.AppendInt(dst, r.TrackID, 10)
+	dst = append(dst, `,"playedat":`...)
+	dst = strconv.AppendInt(dst, r.PlayedAt, 10)
+	dst = append(dst, `,"playlength":`...)
+	dst = strconv.AppendInt(dst, r.PlayLength, 10)
+	dst = append(dst, `,"sourcestream":`...)
+	dst = appendJSONString(dst, r.SourceStream)
+	dst = append(dst, `,"sourcedetail":`...)
+	dst = appendJSONString(dst, r.SourceDetail)
+	dst = append(dst, `,"os":`...)
+	dst = appendJSONString(dst, r.OS)
+	dst = append(dst, `,"device":`...)
+	dst = appendJSONString(dst, r.Device)
+	dst = append(dst, `,"country":`...)
+	dst = appendJSONString(dst, r.Country)
+	dst = append(dst, `,"vendor":`...)
+	dst = strconv.AppendInt(dst, r.Vendor, 10)
+	if r.UserID != "" {
+		dst = append(dst, `,"userid":`...)
+		dst = appendJSONString(dst, r.UserID)
+	}
+	if r.ISRC != "" {
+		dst = append(dst, `,"isrc":`...)
+		dst = appendJSONString(dst, r.ISRC)
+	}
+	if r.EndReason != nil {
+		dst = append(dst, `,"endreason":`...)
+		dst = strconv.AppendInt(dst, *r.EndReason, 10)
+	}
+	if r.CachedPlay != nil {
+		dst = append(dst, `,"cachedplay":`...)
+		dst = strconv.AppendBool(dst, *r.CachedPlay)
+	}
+	if r.JumpForward != nil {
+		dst = append(dst, `,"jumpforward":`...)
+		dst = strconv.AppendBool(dst, *r.JumpForward)
+	}
+	return append(dst, '}')
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendJSONString escapes s as encoding/json does with HTML escaping on.
+func appendJSONString(dst []byte, s string) []byte {
+	dst = append(dst, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		b := s[i]
+		if b < utf8.RuneSelf {
+			if b >= ' ' && b != '"' && b != '\\' && b != '<' && b != '>' && b != '&' {
+				i++
+				continue
+			}
+			dst = append(dst, s[start:i]...)
+			switch b {
+			case '\\', '"':
+				dst = append(dst, '\\', b)
+			case '\b':
+				dst = append(dst, '\\', 'b')
+			case '\f':
+				dst = append(dst, '\\', 'f')
+			case '\n':
+				dst = append(dst, '\\', 'n')
+			case '\r':
+				dst = append(dst, '\\', 'r')
+			case '\t':
+				dst = append(dst, '\\', 't')
+			default:
+				dst = append(dst, '\\', 'u', '0', '0', hexDigits[b>>4], hexDigits[b&0xF])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, '\\', 'u', '2', '0', '2', hexDigits[r&0xF])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	dst = append(dst, s[start:]...)
+	return append(dst, '"')
+}
