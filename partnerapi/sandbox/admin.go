@@ -1,0 +1,169 @@
+package sandbox
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// AdminUsage documents the admin API (printed by `playpipe sandbox --help`).
+const AdminUsage = `Admin API (JSON; loopback callers only unless allowed):
+  GET    /admin/health            {"ok":true,"mode":"live"}
+  GET    /admin/mode              {"mode":"live"|"standby"|"live-bypass"}
+  PUT    /admin/mode              body {"mode":"standby"}; entering standby starts an episode,
+                                  leaving it kills every token minted during it
+  GET    /admin/faults            the injected faults (fail_next = what remains)
+  PUT    /admin/faults            body {"report":{"rate_500":0.1,"rate_503":0,"latency":"20ms",
+                                  "fail_next":3,"fail_next_status":503},"session":{…},"catalog":{…},"mix":{…}};
+                                  groups: session, catalog (catalog, restricted, page, list, genres), mix, report;
+                                  fail_next_status: 401, 500 (default), 502, 503, 504
+  DELETE /admin/faults            no faults
+  POST   /admin/reset             empty ledger and counters, no faults, starting mode
+  GET    /admin/ledger[?since=N]  accepted reports (raw body, decoded fields, arrival, flags,
+                                  duplicate), standby reports, rejected reports, counts, counters;
+                                  since=N keeps entries with seq > N
+  GET    /admin/counters          answers per endpoint and HTTP status
+  GET    /admin/catalog           the generated catalog with every mix's full track listing
+  POST   /admin/token             body {"ttl":"2s","with_user":false}: mint a session token as
+                                  the session endpoint would in the current mode (ttl 0: default)`
+
+// AdminHandler is the admin API (see AdminUsage). Callers not on loopback
+// get 403 unless Options.AdminAllowRemote.
+func (s *Server) AdminHandler() http.Handler { return s.admin }
+
+func (s *Server) adminMux() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /admin/health", func(w http.ResponseWriter, r *http.Request) {
+		adminJSON(w, http.StatusOK, map[string]any{"ok": true, "mode": s.Mode().String()})
+	})
+	mux.HandleFunc("GET /admin/mode", func(w http.ResponseWriter, r *http.Request) {
+		adminJSON(w, http.StatusOK, map[string]string{"mode": s.Mode().String()})
+	})
+	setMode := func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			Mode string `json:"mode"`
+		}
+		if err := decodeStrict(r, &req); err != nil {
+			adminError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		m, err := ParseMode(req.Mode)
+		if err != nil {
+			adminError(w, http.StatusBadRequest, "mode: "+err.Error())
+			return
+		}
+		s.SetMode(m)
+		adminJSON(w, http.StatusOK, map[string]string{"mode": m.String()})
+	}
+	mux.HandleFunc("PUT /admin/mode", setMode)
+	mux.HandleFunc("POST /admin/mode", setMode)
+	mux.HandleFunc("GET /admin/faults", func(w http.ResponseWriter, r *http.Request) {
+		adminJSON(w, http.StatusOK, s.Faults())
+	})
+	setFaults := func(w http.ResponseWriter, r *http.Request) {
+		var f Faults
+		if err := decodeStrict(r, &f); err != nil {
+			adminError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		if err := f.Validate(); err != nil {
+			adminError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		s.SetFaults(f)
+		s.log.Info("sandbox faults set")
+		adminJSON(w, http.StatusOK, s.Faults())
+	}
+	mux.HandleFunc("PUT /admin/faults", setFaults)
+	mux.HandleFunc("POST /admin/faults", setFaults)
+	mux.HandleFunc("DELETE /admin/faults", func(w http.ResponseWriter, r *http.Request) {
+		s.SetFaults(Faults{})
+		adminJSON(w, http.StatusOK, s.Faults())
+	})
+	mux.HandleFunc("POST /admin/reset", func(w http.ResponseWriter, r *http.Request) {
+		s.Reset()
+		adminJSON(w, http.StatusOK, map[string]any{"ok": true, "mode": s.Mode().String()})
+	})
+	mux.HandleFunc("GET /admin/ledger", func(w http.ResponseWriter, r *http.Request) {
+		var since uint64
+		if v := r.URL.Query().Get("since"); v != "" {
+			n, err := strconv.ParseUint(v, 10, 64)
+			if err != nil {
+				adminError(w, http.StatusBadRequest, "since: a non-negative integer expected")
+				return
+			}
+			since = n
+		}
+		l := s.ledger.snapshot(since)
+		l.Counters = s.counts.snapshot()
+		adminJSON(w, http.StatusOK, l)
+	})
+	mux.HandleFunc("GET /admin/counters", func(w http.ResponseWriter, r *http.Request) {
+		adminJSON(w, http.StatusOK, s.counts.snapshot())
+	})
+	mux.HandleFunc("GET /admin/catalog", func(w http.ResponseWriter, r *http.Request) {
+		adminJSON(w, http.StatusOK, s.cat)
+	})
+	mux.HandleFunc("POST /admin/token", func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			TTL      string `json:"ttl"`
+			WithUser bool   `json:"with_user"`
+		}
+		if err := decodeStrict(r, &req); err != nil {
+			adminError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		var ttl time.Duration
+		if req.TTL != "" {
+			d, err := time.ParseDuration(req.TTL)
+			if err != nil || d < 0 {
+				adminError(w, http.StatusBadRequest, "ttl: a non-negative Go duration expected, e.g. \"2s\"")
+				return
+			}
+			ttl = d
+		}
+		adminJSON(w, http.StatusOK, map[string]string{"token": s.MintToken(ttl, req.WithUser)})
+	})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !s.opts.AdminAllowRemote && !isLoopback(r.RemoteAddr) {
+			adminError(w, http.StatusForbidden, "the admin API answers loopback callers only")
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+func isLoopback(remote string) bool {
+	host, _, err := net.SplitHostPort(remote)
+	if err != nil {
+		host = remote
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+func decodeStrict(r *http.Request, v any) error {
+	dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, 1<<20))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("request body: %w", err)
+	}
+	return nil
+}
+
+func adminJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status, b = http.StatusInternalServerError, []byte(`{"error":"encoding the answer failed"}`)
+	}
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+func adminError(w http.ResponseWriter, status int, msg string) {
+	adminJSON(w, status, map[string]string{"error": msg})
+}

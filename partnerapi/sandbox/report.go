@@ -1,0 +1,335 @@
+package sandbox
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"strconv"
+	"strings"
+)
+
+// Report is a play report as the sandbox decoded it: the fields of the spec's
+// Play report table, unknown fields stripped. Optional fields are nil when
+// absent or null.
+type Report struct {
+	TrackID      int64   `json:"trackid"`
+	PlayedAt     int64   `json:"playedat"`
+	PlayLength   int64   `json:"playlength"`
+	SourceStream string  `json:"sourcestream"`
+	SourceDetail string  `json:"sourcedetail"`
+	OS           string  `json:"os"`
+	Device       string  `json:"device"`
+	Country      string  `json:"country"`
+	Vendor       int64   `json:"vendor"`
+	UserID       *string `json:"userid,omitempty"`
+	ISRC         *string `json:"isrc,omitempty"`
+	EndReason    *int64  `json:"endreason,omitempty"`
+	CachedPlay   *bool   `json:"cachedplay,omitempty"`
+	JumpForward  *bool   `json:"jumpforward,omitempty"`
+	// LegacyPlayLength is true when the length came as "playLength".
+	LegacyPlayLength bool `json:"legacy_playlength,omitempty"`
+}
+
+// ReportError is a play report that failed validation: the 400 answer.
+type ReportError struct {
+	// Fields are the offending fields, in the order of the spec's table.
+	Fields []string
+}
+
+// ErrReportInvalid matches every *ReportError with errors.Is.
+var ErrReportInvalid = errors.New("sandbox: play report invalid")
+
+func (e *ReportError) Error() string { return "sandbox: play report invalid: " + e.Message() }
+
+// Is matches ErrReportInvalid.
+func (e *ReportError) Is(target error) bool { return target == ErrReportInvalid }
+
+// Message is the API's 400 message: "include the required fields: a,b".
+func (e *ReportError) Message() string {
+	return "include the required fields: " + strings.Join(e.Fields, ",")
+}
+
+// Report fields in the order of the spec's table (the order of the 400 message).
+const (
+	fTrackID = iota
+	fPlayedAt
+	fPlayLength
+	fSourceStream
+	fSourceDetail
+	fOS
+	fDevice
+	fCountry
+	fVendor
+	fUserID
+	fISRC
+	fEndReason
+	fCachedPlay
+	fJumpForward
+	numReportFields
+)
+
+var reportFieldNames = [numReportFields]string{"trackid", "playedat", "playlength", "sourcestream", "sourcedetail", "os", "device", "country", "vendor", "userid", "isrc", "endreason", "cachedplay", "jumpforward"}
+
+const requiredFields = 1<<fTrackID | 1<<fPlayedAt | 1<<fPlayLength | 1<<fSourceStream | 1<<fSourceDetail | 1<<fOS | 1<<fDevice | 1<<fCountry | 1<<fVendor
+
+// ValidateReport decodes and validates a play report body exactly as the
+// live service does. The rules (the spec's table, made precise):
+//
+//   - The body must be one JSON object; otherwise every required field is offending.
+//   - Unknown fields are ignored; of a repeated key the last one counts; a
+//     key is matched exactly (case-sensitive) after JSON unescaping.
+//   - Integers (trackid, playedat, playlength, vendor, endreason) must be JSON
+//     integers written without fraction or exponent (1.0 and 1e3 are
+//     invalid, so are strings such as "42") that fit in 64 bits; trackid and
+//     playedat must be ≥ 1, playlength and vendor ≥ 0. endreason may be any integer.
+//   - playlength may be sent as the legacy "playLength"; when both are
+//     present, "playlength" counts and "playLength" is ignored.
+//   - Required strings (sourcestream, sourcedetail, os, device) must be JSON
+//     strings and not empty; country must be exactly two ASCII letters (a
+//     lowercase one is accepted and flagged in the ledger).
+//   - Optional fields that are present must have their type: userid and isrc
+//     strings (any value, empty included), cachedplay and jumpforward
+//     booleans; null counts as absent for an optional field and as missing
+//     for a required one.
+//
+// A failure is a *ReportError listing every offending field.
+func ValidateReport(body []byte) (Report, error) {
+	var r Report
+	var seen, bad uint16
+	var raws [numReportFields][]byte
+	var legacy []byte
+	if !json.Valid(body) || !scanObject(body, func(key string, val []byte) {
+		if key == "playLength" {
+			legacy = val
+			return
+		}
+		for i, n := range reportFieldNames {
+			if n == key {
+				raws[i] = val
+				seen |= 1 << i
+				return
+			}
+		}
+	}) {
+		return r, &ReportError{Fields: fieldList(requiredFields)}
+	}
+	if seen&(1<<fPlayLength) == 0 && legacy != nil {
+		raws[fPlayLength] = legacy
+		r.LegacyPlayLength = true
+	}
+	for i := range raws {
+		v := raws[i]
+		if v == nil || string(v) == "null" {
+			if requiredFields&(1<<i) != 0 {
+				bad |= 1 << i
+			}
+			continue
+		}
+		var ok bool
+		switch i {
+		case fTrackID:
+			r.TrackID, ok = jsonInt(v)
+			ok = ok && r.TrackID >= 1
+		case fPlayedAt:
+			r.PlayedAt, ok = jsonInt(v)
+			ok = ok && r.PlayedAt >= 1
+		case fPlayLength:
+			r.PlayLength, ok = jsonInt(v)
+			ok = ok && r.PlayLength >= 0
+		case fVendor:
+			r.Vendor, ok = jsonInt(v)
+			ok = ok && r.Vendor >= 0
+		case fEndReason:
+			var n int64
+			n, ok = jsonInt(v)
+			r.EndReason = &n
+		case fSourceStream:
+			r.SourceStream, ok = jsonString(v)
+			ok = ok && r.SourceStream != ""
+		case fSourceDetail:
+			r.SourceDetail, ok = jsonString(v)
+			ok = ok && r.SourceDetail != ""
+		case fOS:
+			r.OS, ok = jsonString(v)
+			ok = ok && r.OS != ""
+		case fDevice:
+			r.Device, ok = jsonString(v)
+			ok = ok && r.Device != ""
+		case fCountry:
+			r.Country, ok = jsonString(v)
+			ok = ok && len(r.Country) == 2 && isLetter(r.Country[0]) && isLetter(r.Country[1])
+		case fUserID:
+			var s string
+			s, ok = jsonString(v)
+			r.UserID = &s
+		case fISRC:
+			var s string
+			s, ok = jsonString(v)
+			r.ISRC = &s
+		case fCachedPlay, fJumpForward:
+			b := string(v) == "true"
+			ok = b || string(v) == "false"
+			if i == fCachedPlay {
+				r.CachedPlay = &b
+			} else {
+				r.JumpForward = &b
+			}
+		}
+		if !ok {
+			bad |= 1 << i
+		}
+	}
+	if bad != 0 {
+		return Report{}, &ReportError{Fields: fieldList(bad)}
+	}
+	return r, nil
+}
+
+func fieldList(set uint16) []string {
+	var out []string
+	for i, n := range reportFieldNames {
+		if set&(1<<i) != 0 {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+func isLetter(c byte) bool { return c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' }
+
+// jsonInt parses a JSON number written as an integer: -?digits, no fraction,
+// no exponent, within int64.
+func jsonInt(v []byte) (int64, bool) {
+	d := v
+	if len(d) > 0 && d[0] == '-' {
+		d = d[1:]
+	}
+	if len(d) == 0 {
+		return 0, false
+	}
+	for _, c := range d {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+	}
+	n, err := strconv.ParseInt(string(v), 10, 64)
+	return n, err == nil
+}
+
+// jsonString decodes a JSON string value.
+func jsonString(v []byte) (string, bool) {
+	if len(v) < 2 || v[0] != '"' || v[len(v)-1] != '"' {
+		return "", false
+	}
+	if bytes.IndexByte(v, '\\') < 0 {
+		return string(v[1 : len(v)-1]), true
+	}
+	var s string
+	if json.Unmarshal(v, &s) != nil {
+		return "", false
+	}
+	return s, true
+}
+
+// scanObject calls fn for each member of the JSON object b, which must
+// already be known valid JSON. It returns false when b is not an object.
+func scanObject(b []byte, fn func(key string, val []byte)) bool {
+	i := skipWS(b, 0)
+	if i >= len(b) || b[i] != '{' {
+		return false
+	}
+	i++
+	for {
+		i = skipWS(b, i)
+		if i >= len(b) {
+			return false
+		}
+		switch b[i] {
+		case '}':
+			return true
+		case ',':
+			i = skipWS(b, i+1)
+		}
+		if i >= len(b) || b[i] != '"' {
+			return false
+		}
+		kEnd := endString(b, i)
+		if kEnd < 0 {
+			return false
+		}
+		key, ok := jsonString(b[i:kEnd])
+		if !ok {
+			return false
+		}
+		i = skipWS(b, kEnd)
+		if i >= len(b) || b[i] != ':' {
+			return false
+		}
+		i = skipWS(b, i+1)
+		vEnd := endValue(b, i)
+		if vEnd < 0 {
+			return false
+		}
+		fn(key, b[i:vEnd])
+		i = vEnd
+	}
+}
+
+func skipWS(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// endString returns the index after the string starting at b[i] ('"'), or -1.
+func endString(b []byte, i int) int {
+	for j := i + 1; j < len(b); j++ {
+		switch b[j] {
+		case '\\':
+			j++
+		case '"':
+			return j + 1
+		}
+	}
+	return -1
+}
+
+// endValue returns the index after the value starting at b[i], or -1.
+func endValue(b []byte, i int) int {
+	if i >= len(b) {
+		return -1
+	}
+	switch b[i] {
+	case '"':
+		return endString(b, i)
+	case '{', '[':
+		depth := 0
+		for j := i; j < len(b); j++ {
+			switch b[j] {
+			case '"':
+				e := endString(b, j)
+				if e < 0 {
+					return -1
+				}
+				j = e - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return j + 1
+				}
+			}
+		}
+		return -1
+	}
+	j := i
+	for j < len(b) && b[j] != ',' && b[j] != '}' && b[j] != ']' && b[j] != ' ' && b[j] != '\t' && b[j] != '\n' && b[j] != '\r' {
+		j++
+	}
+	if j == i {
+		return -1
+	}
+	return j
+}
