@@ -1,0 +1,161 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/playpipe/playpipe/partnerapi/sandbox"
+)
+
+func init() {
+	register(command{
+		name:    "sandbox",
+		summary: "run the partner API sandbox (faithful emulator of every endpoint) with its admin API",
+		run:     runSandbox,
+	})
+}
+
+const sandboxSynopsis = `Serves an emulator of the partner API (shared/partner-api-spec.md, v2.0.0): sessions,
+catalog, page, list, genre row, mix and play reports, with the spec's shapes, statuses and
+messages; standby and live-bypass modes; an edge layer that blocks default script
+User-Agents (403, edge error 1010); injectable faults; and a ledger of every report.
+The credentials below are sandbox-only values, not secrets. Full guide: docs/sandbox.md.
+
+Example (in another shell):
+  curl -sA 'playpipe/0.1.0 (partner integration)' -H 'Content-Type: application/json' \
+    -d '{"client_id":"playpipe01","client_signature":"SANDBOX-ONLY-signature-not-a-real-secret"}' \
+    http://127.0.0.1:8088/partners/session`
+
+func runSandbox(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("sandbox", stderr, sandboxSynopsis)
+	var (
+		lf          logFlags
+		addr        = fs.String("addr", envDefault("PLAYPIPE_SANDBOX_ADDR", "127.0.0.1:8088"), "API listen address (env PLAYPIPE_SANDBOX_ADDR)")
+		adminAddr   = fs.String("admin-addr", envDefault("PLAYPIPE_SANDBOX_ADMIN_ADDR", "127.0.0.1:9465"), "admin API listen address (env PLAYPIPE_SANDBOX_ADMIN_ADDR); must be loopback unless --admin-public; \"off\" disables it")
+		adminPublic = fs.Bool("admin-public", false, "allow the admin API on a non-loopback address and answer non-loopback callers")
+		seed        = fs.Int64("seed", 1, "catalog seed: the same seed always yields the same catalog")
+		clientID    = fs.String("client-id", envDefault("PLAYPIPE_SANDBOX_CLIENT_ID", sandbox.DefaultClientID), "client_id the session endpoints accept, 10 characters (env PLAYPIPE_SANDBOX_CLIENT_ID)")
+		clientSig   = fs.String("client-signature", envDefault("PLAYPIPE_SANDBOX_CLIENT_SIGNATURE", sandbox.DefaultClientSignature), "client_signature the session endpoints accept, 40 characters (env PLAYPIPE_SANDBOX_CLIENT_SIGNATURE)")
+		email       = fs.String("email", envDefault("PLAYPIPE_SANDBOX_EMAIL", sandbox.DefaultEmail), "partner account e-mail for /partners/session/with-user (env PLAYPIPE_SANDBOX_EMAIL)")
+		secretFile  = fs.String("jwt-secret-file", "", "file holding the HS256 signing secret (≥ 16 bytes); default: random per run, so tokens die on restart")
+		liveTTL     = fs.Duration("live-token-ttl", sandbox.DefaultLiveTokenTTL, "lifetime of tokens minted in live and live-bypass mode")
+		standbyTTL  = fs.Duration("standby-token-ttl", sandbox.DefaultStandbyTokenTTL, "lifetime of tokens minted in standby")
+		modeName    = fs.String("mode", "live", "starting mode: live, standby or live-bypass")
+		pages       = fs.Int("pages", sandbox.DefaultPages, "content pages in the catalog (1–100; one empty page is always added)")
+		lists       = fs.Int("lists-per-page", sandbox.DefaultListsPerPage, "lists per page (1–50)")
+		mixes       = fs.Int("mixes-per-list", sandbox.DefaultMixesPerList, "mixes per list (1–100)")
+		empty       = fs.Bool("empty-catalog", false, "answer GET /partners/catalog with 400 \"no catalogs available\"")
+		maxLedger   = fs.Int("max-ledger-entries", sandbox.DefaultMaxLedgerEntries, "report entries kept with their bodies; beyond, only counted")
+	)
+	lf.register(fs.StringVar)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: playpipe sandbox [flags]\n\n%s\n\nFlags:\n", sandboxSynopsis)
+		fs.PrintDefaults()
+		fmt.Fprintf(fs.Output(), "\n%s\n", sandbox.AdminUsage)
+	}
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	log, err := lf.logger(stderr)
+	if err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	mode, err := sandbox.ParseMode(*modeName)
+	if err != nil {
+		fmt.Fprintf(stderr, "--mode: %v\n", err)
+		return errUsage
+	}
+	adminOn := *adminAddr != "" && *adminAddr != "off"
+	if adminOn && !*adminPublic && !loopbackAddr(*adminAddr) {
+		fmt.Fprintf(stderr, "--admin-addr %q is not a loopback address: pass --admin-public to expose the admin API\n", *adminAddr)
+		return errUsage
+	}
+	opts := sandbox.Options{
+		Seed: *seed, ClientID: *clientID, ClientSignature: *clientSig, Email: *email,
+		LiveTokenTTL: *liveTTL, StandbyTokenTTL: *standbyTTL, Logger: log, Mode: mode,
+		Pages: *pages, ListsPerPage: *lists, MixesPerList: *mixes, EmptyCatalog: *empty,
+		MaxLedgerEntries: *maxLedger, AdminAllowRemote: *adminPublic,
+	}
+	if *secretFile != "" {
+		b, err := os.ReadFile(*secretFile)
+		if err != nil {
+			return fmt.Errorf("--jwt-secret-file: %w", err)
+		}
+		opts.JWTSecret = b
+	}
+	srv, err := sandbox.New(opts)
+	if err != nil {
+		return fmt.Errorf("%w (check the matching flag)", err)
+	}
+
+	var servers []*http.Server
+	errc := make(chan error, 2)
+	start := func(name, a string, h http.Handler) error {
+		ln, err := net.Listen("tcp", a)
+		if err != nil {
+			return fmt.Errorf("%s listen %s: %w", name, a, err)
+		}
+		hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+		servers = append(servers, hs)
+		log.Info("sandbox listening", "listener", name, "url", "http://"+ln.Addr().String())
+		go func() {
+			if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errc <- fmt.Errorf("%s: %w", name, err)
+				return
+			}
+			errc <- nil
+		}()
+		return nil
+	}
+	shutdown := func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		for _, hs := range servers {
+			if err := hs.Shutdown(sctx); err != nil {
+				_ = hs.Close()
+			}
+		}
+	}
+	if err := start("api", *addr, srv.Handler()); err != nil {
+		return err
+	}
+	if adminOn {
+		if err := start("admin", *adminAddr, srv.AdminHandler()); err != nil {
+			shutdown()
+			return err
+		}
+	}
+	log.Info("sandbox ready", "mode", mode.String(), "seed", *seed, "mixes", len(srv.Catalog().Mixes), "client_id", *clientID)
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-errc:
+	}
+	shutdown()
+	l := srv.Ledger()
+	log.Info("sandbox stopped", "accepted", l.AcceptedCount, "standby", l.StandbyCount, "rejected", l.RejectedCount, "duplicates", l.Duplicates)
+	return runErr
+}
+
+// loopbackAddr reports whether a listen address binds loopback only.
+func loopbackAddr(a string) bool {
+	host, port, err := net.SplitHostPort(a)
+	if err != nil {
+		return false
+	}
+	if _, err := strconv.Atoi(port); err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
