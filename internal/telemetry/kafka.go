@@ -1,9 +1,3 @@
-// Package telemetry sets up OpenTelemetry for playpipe's roles (traces,
-// metrics, logs) and carries W3C trace context in Kafka record headers.
-//
-// Roles use the global OpenTelemetry API (otel.Tracer, otel.Meter); Setup
-// installs the providers configured by the standard OTEL_* variables. With
-// nothing configured the global no-op providers stay in place.
 package telemetry
 
 import (

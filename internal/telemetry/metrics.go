@@ -1,0 +1,298 @@
+package telemetry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+)
+
+// Metric names: the one list every role uses. The Prometheus names (as
+// scraped from /metrics) are in docs/operating.md: dots become underscores,
+// counters get _total and seconds histograms _seconds.
+const (
+	MetricEventsIn           = "playpipe.events.in"            // counter {event}
+	MetricEventsRejected     = "playpipe.events.rejected"      // counter {event}, reason
+	MetricPlaysDerived       = "playpipe.plays.derived"        // counter {play}
+	MetricPlaysBelowMin      = "playpipe.plays.below_minimum"  // counter {play}
+	MetricDeliveries         = "playpipe.deliveries"           // counter {report}, outcome
+	MetricDeliveryRetries    = "playpipe.delivery.retries"     // counter {retry}, reason
+	MetricDeliveryLatency    = "playpipe.delivery.latency"     // histogram s, outcome
+	MetricStandbyActive      = "playpipe.standby.active"       // gauge 0/1
+	MetricStandbyEpisodes    = "playpipe.standby.episodes"     // counter {episode}
+	MetricMixCacheHits       = "playpipe.mixcache.hits"        // counter {lookup}
+	MetricMixCacheMisses     = "playpipe.mixcache.misses"      // counter {lookup}
+	MetricSinkRows           = "playpipe.sink.rows"            // counter {row}, table
+	MetricSinkInsertDuration = "playpipe.sink.insert.duration" // histogram s, table
+	MetricConsumerLag        = "playpipe.consumer.lag"         // gauge {record}, group, topic, partition
+)
+
+// Attribute keys of the playpipe metrics.
+const (
+	AttrReason    = attribute.Key("reason")
+	AttrOutcome   = attribute.Key("outcome")
+	AttrTable     = attribute.Key("table")
+	AttrGroup     = attribute.Key("group")
+	AttrTopic     = attribute.Key("topic")
+	AttrPartition = attribute.Key("partition")
+)
+
+// LatencyBuckets are the bucket boundaries (seconds) of the delivery latency
+// and sink insert histograms: 1 ms to 30 s.
+var LatencyBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}
+
+// Metrics holds the playpipe instruments. Create one per role with
+// NewMetrics(otel.Meter("github.com/playpipe/playpipe/<pkg>")); every role
+// gets the same names, units and buckets. All methods are safe for concurrent
+// use, allocate nothing after a label value's first use, and are no-ops on a
+// nil *Metrics (so tests may pass nil).
+type Metrics struct {
+	eventsIn        metric.Int64Counter
+	eventsRejected  metric.Int64Counter
+	playsDerived    metric.Int64Counter
+	playsBelowMin   metric.Int64Counter
+	deliveries      metric.Int64Counter
+	retries         metric.Int64Counter
+	deliveryLatency metric.Float64Histogram
+	standbyActive   metric.Int64Gauge
+	standbyEpisodes metric.Int64Counter
+	mixHits         metric.Int64Counter
+	mixMisses       metric.Int64Counter
+	sinkRows        metric.Int64Counter
+	sinkInsert      metric.Float64Histogram
+
+	attrs sync.Map // attribute.KeyValue → metric.MeasurementOption
+}
+
+// NewMetrics creates the instruments on m.
+func NewMetrics(m metric.Meter) (*Metrics, error) {
+	var errs []error
+	c := func(name, unit, desc string) metric.Int64Counter {
+		x, err := m.Int64Counter(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		errs = append(errs, err)
+		return x
+	}
+	h := func(name, desc string) metric.Float64Histogram {
+		x, err := m.Float64Histogram(name, metric.WithUnit("s"), metric.WithDescription(desc),
+			metric.WithExplicitBucketBoundaries(LatencyBuckets...))
+		errs = append(errs, err)
+		return x
+	}
+	ms := &Metrics{
+		eventsIn:        c(MetricEventsIn, "{event}", "Player events read from the events topic or accepted by the ingest gateway."),
+		eventsRejected:  c(MetricEventsRejected, "{event}", "Events sent to the rejected topic, by machine-readable reason."),
+		playsDerived:    c(MetricPlaysDerived, "{play}", "Track plays derived from events and written to the reports topic."),
+		playsBelowMin:   c(MetricPlaysBelowMin, "{play}", "Track plays shorter than the minimum play length: counted, not reported."),
+		deliveries:      c(MetricDeliveries, "{report}", "Delivery answers by outcome: delivered, standby, rejected, blocked, failed."),
+		retries:         c(MetricDeliveryRetries, "{retry}", "Delivery attempts retried, by reason: 401, 500, 503, timeout, network, standby_replay."),
+		deliveryLatency: h(MetricDeliveryLatency, "Latency of one delivery attempt (POST royalty-tracking), by outcome."),
+		standbyEpisodes: c(MetricStandbyEpisodes, "{episode}", "Times the reporter entered standby mode (a report answered by standby)."),
+		mixHits:         c(MetricMixCacheHits, "{lookup}", "Mix look-ups served from the mix cache."),
+		mixMisses:       c(MetricMixCacheMisses, "{lookup}", "Mix look-ups fetched from the partner API."),
+		sinkRows:        c(MetricSinkRows, "{row}", "Rows inserted into ClickHouse by the sink, by table."),
+		sinkInsert:      h(MetricSinkInsertDuration, "Duration of one ClickHouse batch insert, by table."),
+	}
+	g, err := m.Int64Gauge(MetricStandbyActive, metric.WithUnit("1"),
+		metric.WithDescription("1 while the reporter is in standby mode (not dispatching, probing the API), else 0."))
+	errs = append(errs, err)
+	ms.standbyActive = g
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("telemetry: create instruments: %w", err)
+	}
+	return ms, nil
+}
+
+func (m *Metrics) attr(kv attribute.KeyValue) metric.MeasurementOption {
+	if o, ok := m.attrs.Load(kv); ok {
+		return o.(metric.MeasurementOption)
+	}
+	o := metric.WithAttributeSet(attribute.NewSet(kv))
+	m.attrs.Store(kv, o)
+	return o
+}
+
+// EventsIn counts n events received.
+func (m *Metrics) EventsIn(ctx context.Context, n int) {
+	if m != nil {
+		m.eventsIn.Add(ctx, int64(n))
+	}
+}
+
+// Rejected counts one event rejected for reason (a schemas reason code).
+func (m *Metrics) Rejected(ctx context.Context, reason string) {
+	if m != nil {
+		m.eventsRejected.Add(ctx, 1, m.attr(AttrReason.String(reason)))
+	}
+}
+
+// PlaysDerived counts n track plays written to the reports topic.
+func (m *Metrics) PlaysDerived(ctx context.Context, n int) {
+	if m != nil {
+		m.playsDerived.Add(ctx, int64(n))
+	}
+}
+
+// PlaysBelowMinimum counts n track plays under the minimum length.
+func (m *Metrics) PlaysBelowMinimum(ctx context.Context, n int) {
+	if m != nil {
+		m.playsBelowMin.Add(ctx, int64(n))
+	}
+}
+
+// Delivery records one delivery answer: its outcome (delivered, standby,
+// rejected, blocked, failed) and the attempt's latency.
+func (m *Metrics) Delivery(ctx context.Context, outcome string, latency time.Duration) {
+	if m != nil {
+		o := m.attr(AttrOutcome.String(outcome))
+		m.deliveries.Add(ctx, 1, o)
+		m.deliveryLatency.Record(ctx, latency.Seconds(), o)
+	}
+}
+
+// Retry counts one delivery retry for reason (401, 500, 503, timeout,
+// network, standby_replay, …).
+func (m *Metrics) Retry(ctx context.Context, reason string) {
+	if m != nil {
+		m.retries.Add(ctx, 1, m.attr(AttrReason.String(reason)))
+	}
+}
+
+// StandbyEntered sets the standby gauge to 1 and counts an episode.
+func (m *Metrics) StandbyEntered(ctx context.Context) {
+	if m != nil {
+		m.standbyActive.Record(ctx, 1)
+		m.standbyEpisodes.Add(ctx, 1)
+	}
+}
+
+// StandbyLeft sets the standby gauge to 0 (live service is back).
+func (m *Metrics) StandbyLeft(ctx context.Context) {
+	if m != nil {
+		m.standbyActive.Record(ctx, 0)
+	}
+}
+
+// MixCache counts one mix look-up, a hit or a miss (fetched from the API).
+func (m *Metrics) MixCache(ctx context.Context, hit bool) {
+	if m == nil {
+		return
+	}
+	if hit {
+		m.mixHits.Add(ctx, 1)
+	} else {
+		m.mixMisses.Add(ctx, 1)
+	}
+}
+
+// SinkInsert records one ClickHouse batch insert of rows into table that took d.
+func (m *Metrics) SinkInsert(ctx context.Context, table string, rows int, d time.Duration) {
+	if m != nil {
+		o := m.attr(AttrTable.String(table))
+		m.sinkRows.Add(ctx, int64(rows), o)
+		m.sinkInsert.Record(ctx, d.Seconds(), o)
+	}
+}
+
+// ConsumerLagOptions tunes RegisterConsumerLag.
+type ConsumerLagOptions struct {
+	// Topics limits the reported partitions to these topics; empty: every
+	// topic the group has offsets for or is assigned.
+	Topics []string
+	// Timeout bounds one lag query (describe group, list end offsets, fetch
+	// commits); defaults to 5 s.
+	Timeout time.Duration
+	// MinInterval is the shortest time between two queries; collections
+	// within it reuse the last answer. Defaults to 5 s.
+	MinInterval time.Duration
+}
+
+// RegisterConsumerLag registers the observable gauge playpipe.consumer.lag
+// {group, topic, partition}: records between the group's committed offset and
+// the partition's end (high watermark; for transactional topics the last
+// stable offset), as computed by kadm.Client.Lag on each collection (at most
+// once per MinInterval). A partition without a commit counts from its start.
+// Unregister the returned registration before closing adm's client.
+func RegisterConsumerLag(m metric.Meter, adm *kadm.Client, group string, o ConsumerLagOptions) (metric.Registration, error) {
+	if adm == nil || group == "" {
+		return nil, fmt.Errorf("%w: RegisterConsumerLag needs a kadm client and a group", ErrConfig)
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 5 * time.Second
+	}
+	if o.MinInterval <= 0 {
+		o.MinInterval = 5 * time.Second
+	}
+	want := map[string]bool{}
+	for _, t := range o.Topics {
+		want[t] = true
+	}
+	g, err := m.Int64ObservableGauge(MetricConsumerLag, metric.WithUnit("{record}"),
+		metric.WithDescription("Records not yet committed by the consumer group, per partition (end offset − committed offset)."))
+	if err != nil {
+		return nil, fmt.Errorf("telemetry: create %s: %w", MetricConsumerLag, err)
+	}
+	type point struct {
+		topic     string
+		partition int32
+		lag       int64
+	}
+	var (
+		mu     sync.Mutex
+		last   []point
+		lastAt time.Time
+	)
+	groupAttr := AttrGroup.String(group)
+	query := func(ctx context.Context) ([]point, error) {
+		ctx, cancel := context.WithTimeout(ctx, o.Timeout)
+		defer cancel()
+		lags, err := adm.Lag(ctx, group)
+		if err != nil {
+			return nil, fmt.Errorf("telemetry: consumer lag of %s: %w", group, err)
+		}
+		dl, ok := lags[group]
+		if !ok {
+			return nil, nil
+		}
+		if err := dl.Error(); err != nil {
+			return nil, fmt.Errorf("telemetry: consumer lag of %s: %w", group, err)
+		}
+		var pts []point
+		for topic, ps := range dl.Lag {
+			if len(want) > 0 && !want[topic] {
+				continue
+			}
+			for p, l := range ps {
+				if l.Err != nil {
+					continue
+				}
+				pts = append(pts, point{topic, p, l.Lag})
+			}
+		}
+		return pts, nil
+	}
+	return m.RegisterCallback(func(ctx context.Context, obs metric.Observer) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if last == nil || time.Since(lastAt) >= o.MinInterval {
+			pts, err := query(ctx)
+			if err != nil {
+				return err
+			}
+			last, lastAt = pts, time.Now()
+			if last == nil {
+				last = []point{}
+			}
+		}
+		for _, p := range last {
+			obs.ObserveInt64(g, p.lag, metric.WithAttributes(groupAttr, AttrTopic.String(p.topic),
+				AttrPartition.String(strconv.Itoa(int(p.partition)))))
+		}
+		return nil
+	}, g)
+}

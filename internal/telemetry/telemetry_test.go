@@ -1,0 +1,522 @@
+package telemetry
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/playpipe/playpipe/internal/testenv"
+)
+
+// pkgTracer is obtained at package init, before any Setup, like roles do.
+var pkgTracer = otel.Tracer("github.com/playpipe/playpipe/internal/telemetry/test")
+
+// clearEnv unsets the OTEL_* variables Setup looks at, so a developer's
+// environment cannot turn exporting on during tests.
+func clearEnv(t *testing.T) {
+	t.Helper()
+	for _, k := range []string{EnvTracesExporter, EnvMetricsExporter, EnvOTLPEndpoint, EnvOTLPTraces, EnvOTLPMetrics,
+		"OTEL_TRACES_SAMPLER", "OTEL_TRACES_SAMPLER_ARG", "OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES"} {
+		t.Setenv(k, "")
+	}
+}
+
+// setup runs Setup and registers its shutdown.
+func setup(t *testing.T, o Options) {
+	t.Helper()
+	shutdown, err := Setup(context.Background(), o)
+	if err != nil {
+		t.Fatalf("Setup: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := shutdown(context.Background()); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+	})
+}
+
+func recording(t *testing.T) *tracetest.InMemoryExporter {
+	t.Helper()
+	clearEnv(t)
+	exp := tracetest.NewInMemoryExporter()
+	setup(t, Options{ServiceName: "telemetry-test", SpanExporter: exp})
+	return exp
+}
+
+func TestSetupNothingConfiguredRecordsNothing(t *testing.T) {
+	clearEnv(t)
+	shutdown, err := Setup(context.Background(), Options{ServiceName: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if Enabled() {
+		t.Fatal("tracing enabled with nothing configured")
+	}
+	ctx, span := pkgTracer.Start(context.Background(), "work")
+	if span.IsRecording() || span.SpanContext().IsValid() {
+		t.Fatalf("span with nothing configured: recording=%v valid=%v", span.IsRecording(), span.SpanContext().IsValid())
+	}
+	span.End()
+	// No trace context to inject: the record stays without headers.
+	r := &kgo.Record{}
+	Inject(ctx, r)
+	if len(r.Headers) != 0 {
+		t.Fatalf("headers injected with tracing off: %v", r.Headers)
+	}
+
+	// An incoming trace passes through a role that does not trace.
+	up := &kgo.Record{Headers: []kgo.RecordHeader{{Key: "traceparent", Value: []byte("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")}}}
+	ctx, span = pkgTracer.Start(Extract(context.Background(), up), "enrich")
+	down := &kgo.Record{}
+	Inject(ctx, down)
+	span.End()
+	if got := (recordCarrier{down}).Get("traceparent"); got != "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01" {
+		t.Fatalf("trace context not passed through with tracing off: %q", got)
+	}
+
+	if err := shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := shutdown(context.Background()); err != nil {
+		t.Fatalf("second shutdown: %v", err)
+	}
+}
+
+func TestSetupRejectsUnknownExporter(t *testing.T) {
+	clearEnv(t)
+	t.Setenv(EnvTracesExporter, "zipkin")
+	_, err := Setup(context.Background(), Options{})
+	if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), EnvTracesExporter) {
+		t.Fatalf("err = %v, want ErrConfig naming %s", err, EnvTracesExporter)
+	}
+	t.Setenv(EnvTracesExporter, "")
+	t.Setenv(EnvMetricsExporter, "statsd")
+	if _, err := Setup(context.Background(), Options{}); !errors.Is(err, ErrConfig) {
+		t.Fatalf("err = %v, want ErrConfig", err)
+	}
+}
+
+func TestExportDecisionFromEnv(t *testing.T) {
+	for _, c := range []struct {
+		exporter, endpoint, tracesEndpoint string
+		want                               bool
+	}{
+		{"", "", "", false},
+		{"", "http://collector:4318", "", true},
+		{"", "", "http://collector:4318/v1/traces", true},
+		{"none", "http://collector:4318", "", false},
+		{"otlp", "", "", true},
+		{"console", "", "", true},
+	} {
+		clearEnv(t)
+		t.Setenv(EnvTracesExporter, c.exporter)
+		t.Setenv(EnvOTLPEndpoint, c.endpoint)
+		t.Setenv(EnvOTLPTraces, c.tracesEndpoint)
+		if got := TracesExported(); got != c.want {
+			t.Errorf("%+v: TracesExported = %v", c, got)
+		}
+	}
+}
+
+func TestSetupInProcessExporterRecordsSpans(t *testing.T) {
+	exp := recording(t)
+	if !Enabled() {
+		t.Fatal("tracing off with an in-process exporter")
+	}
+	_, span := pkgTracer.Start(context.Background(), "enrich")
+	span.End()
+	spans := exp.GetSpans()
+	if len(spans) != 1 || spans[0].Name != "enrich" {
+		t.Fatalf("spans = %v", spans.Snapshots())
+	}
+	if got := spans[0].Resource.Set(); !got.HasValue("service.name") {
+		t.Fatalf("resource without service.name: %v", got)
+	}
+
+	// A second Setup (another test, another exporter) takes over the same
+	// package-level tracer.
+	exp2 := tracetest.NewInMemoryExporter()
+	setup(t, Options{SpanExporter: exp2})
+	_, span = pkgTracer.Start(context.Background(), "deliver")
+	span.End()
+	if n := len(exp2.GetSpans()); n != 1 {
+		t.Fatalf("second exporter got %d spans, want 1", n)
+	}
+	if n := len(exp.GetSpans()); n != 1 {
+		t.Fatalf("first exporter got %d spans after the second Setup, want still 1", n)
+	}
+}
+
+func TestServiceNameFromEnvWins(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	clearEnv(t)
+	t.Setenv("OTEL_SERVICE_NAME", "from-env")
+	setup(t, Options{ServiceName: "from-options", SpanExporter: exp})
+	_, span := pkgTracer.Start(context.Background(), "x")
+	span.End()
+	v, _ := exp.GetSpans()[0].Resource.Set().Value("service.name")
+	if v.AsString() != "from-env" {
+		t.Fatalf("service.name = %q, want from-env", v.AsString())
+	}
+}
+
+// TestKafkaInjectExtractThroughBroker sends a record carrying trace context
+// through the embedded broker and continues the trace on the far side.
+func TestKafkaInjectExtractThroughBroker(t *testing.T) {
+	exp := recording(t)
+	k := testenv.StartKafka(t, 1)
+	topic := k.Config.Topics().Events
+
+	ctx, pub := pkgTracer.Start(context.Background(), "publish-event")
+	rec := &kgo.Record{Topic: topic, Key: []byte("e1"), Value: []byte(`{}`)}
+	Inject(ctx, rec)
+	pub.End()
+	cl := k.Client(t)
+	if err := cl.ProduceSync(context.Background(), rec).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+
+	recs := k.ReadAll(t, topic, 300*time.Millisecond)
+	if len(recs) != 1 {
+		t.Fatalf("read %d records", len(recs))
+	}
+	cctx, enrich := pkgTracer.Start(Extract(context.Background(), recs[0]), "enrich")
+	enrich.End()
+	if got, want := trace.SpanContextFromContext(cctx).TraceID(), pub.SpanContext().TraceID(); got != want {
+		t.Fatalf("trace id after Kafka = %s, want %s", got, want)
+	}
+	var enrichSpan tracetest.SpanStub
+	for _, s := range exp.GetSpans() {
+		if s.Name == "enrich" {
+			enrichSpan = s
+		}
+	}
+	if enrichSpan.Parent.SpanID() != pub.SpanContext().SpanID() || !enrichSpan.Parent.IsRemote() {
+		t.Fatalf("enrich parent = %v, want remote %s", enrichSpan.Parent.SpanID(), pub.SpanContext().SpanID())
+	}
+
+	// A record without trace context starts a new trace.
+	_, fresh := pkgTracer.Start(Extract(context.Background(), &kgo.Record{}), "enrich")
+	fresh.End()
+	if fresh.SpanContext().TraceID() == pub.SpanContext().TraceID() || !fresh.SpanContext().IsValid() {
+		t.Fatal("record without headers did not start a new trace")
+	}
+}
+
+func attrMap(s tracetest.SpanStub) map[string]string {
+	m := map[string]string{}
+	for _, a := range s.Attributes {
+		m[string(a.Key)] = a.Value.String()
+	}
+	return m
+}
+
+func TestKafkaHooksSpans(t *testing.T) {
+	exp := recording(t)
+	k := testenv.StartKafka(t, 1)
+	topic := k.Config.Topics().Reports
+
+	prod := k.Client(t, KafkaHooks(WithClientID("test-producer")))
+	ctx, parent := pkgTracer.Start(context.Background(), "enrich")
+	if err := prod.ProduceSync(ctx, &kgo.Record{Topic: topic, Key: []byte("r1"), Value: []byte("v")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	parent.End()
+
+	cons := k.Client(t, KafkaHooks(WithConsumerGroup("g1")), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	pctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var got *kgo.Record
+	for got == nil && pctx.Err() == nil {
+		cons.PollFetches(pctx).EachRecord(func(r *kgo.Record) { got = r })
+	}
+	if got == nil {
+		t.Fatal("no record consumed")
+	}
+	wctx, work := pkgTracer.Start(RecordContext(context.Background(), got), "deliver")
+	work.End()
+	if trace.SpanContextFromContext(wctx).TraceID() != parent.SpanContext().TraceID() {
+		t.Fatal("consumer work is not in the producer's trace")
+	}
+
+	var publish, receive, deliver tracetest.SpanStub
+	for _, s := range exp.GetSpans() {
+		switch s.Name {
+		case topic + " publish":
+			publish = s
+		case topic + " receive":
+			receive = s
+		case "deliver":
+			deliver = s
+		}
+	}
+	if publish.Name == "" || receive.Name == "" || deliver.Name == "" {
+		t.Fatalf("missing spans; got %v", exp.GetSpans().Snapshots())
+	}
+	pa, ra := attrMap(publish), attrMap(receive)
+	if pa["messaging.system"] != "kafka" || pa["messaging.destination.name"] != topic || pa["messaging.operation"] != "publish" ||
+		pa["messaging.kafka.client_id"] != "test-producer" {
+		t.Fatalf("publish attributes: %v", pa)
+	}
+	if ra["messaging.system"] != "kafka" || ra["messaging.operation"] != "receive" || ra["messaging.kafka.consumer.group"] != "g1" ||
+		ra["messaging.kafka.message.offset"] != "0" {
+		t.Fatalf("receive attributes: %v", ra)
+	}
+	if publish.Parent.SpanID() != parent.SpanContext().SpanID() {
+		t.Fatal("publish span is not a child of the producing span")
+	}
+	if receive.Parent.SpanID() != publish.SpanContext.SpanID() || receive.SpanContext.TraceID() != parent.SpanContext().TraceID() {
+		t.Fatal("receive span is not a child of the publish span")
+	}
+	if deliver.Parent.SpanID() != receive.SpanContext.SpanID() {
+		t.Fatal("RecordContext did not parent work on the receive span")
+	}
+	// The header kotel wrote is the one Extract reads.
+	if sc := trace.SpanContextFromContext(Extract(context.Background(), got)); sc.SpanID() != publish.SpanContext.SpanID() {
+		t.Fatalf("Extract on a kotel record = %s, want the publish span %s", sc.SpanID(), publish.SpanContext.SpanID())
+	}
+}
+
+// scrape returns the sum of the samples of a Prometheus metric family.
+func scrape(t *testing.T, url, name string) float64 {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("GET %s: %s", url, resp.Status)
+	}
+	return sumSamples(t, resp.Body, name, "")
+}
+
+func sumSamples(t *testing.T, r io.Reader, name, labelFilter string) float64 {
+	t.Helper()
+	var sum float64
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
+			continue
+		}
+		if labelFilter != "" && !strings.Contains(line, labelFilter) {
+			continue
+		}
+		f := strings.Fields(line)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err != nil {
+			t.Fatalf("sample %q: %v", line, err)
+		}
+		sum += v
+	}
+	return sum
+}
+
+func TestAdminServerEndpoints(t *testing.T) {
+	clearEnv(t)
+	setup(t, Options{ServiceName: "admin-test"})
+	m, err := NewMetrics(otel.Meter("github.com/playpipe/playpipe/internal/telemetry/test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	a := NewAdminServer("127.0.0.1:0", nil)
+	var broken atomic.Bool
+	a.AddReadyCheck("kafka", func(context.Context) error {
+		if broken.Load() {
+			return errors.New("broker unreachable")
+		}
+		return nil
+	})
+	if _, err := a.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	base := "http://" + a.Addr()
+
+	m.EventsIn(context.Background(), 5)
+	m.Rejected(context.Background(), "missing_user_id")
+	before := scrape(t, base+"/metrics", "playpipe_events_in_total")
+	m.EventsIn(context.Background(), 3)
+	m.Delivery(context.Background(), "delivered", 20*time.Millisecond)
+	if after := scrape(t, base+"/metrics", "playpipe_events_in_total"); after-before != 3 {
+		t.Fatalf("playpipe_events_in_total moved by %v, want 3", after-before)
+	}
+	if n := scrape(t, base+"/metrics", "playpipe_delivery_latency_seconds_count"); n < 1 {
+		t.Fatalf("delivery latency histogram count = %v", n)
+	}
+
+	get := func(path string) (int, string) {
+		resp, err := http.Get(base + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, _ := get("/healthz"); code != 200 {
+		t.Fatalf("/healthz = %d", code)
+	}
+	if code, body := get("/readyz"); code != 200 {
+		t.Fatalf("/readyz = %d %s", code, body)
+	}
+	broken.Store(true)
+	if code, body := get("/readyz"); code != 503 || !strings.Contains(body, "kafka: broker unreachable") {
+		t.Fatalf("/readyz with a failing check = %d %q", code, body)
+	}
+	broken.Store(false)
+	if code, _ := get("/readyz"); code != 200 {
+		t.Fatalf("/readyz after recovery = %d", code)
+	}
+
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after cancel")
+	}
+	if err := a.Ready(context.Background()); err == nil {
+		t.Fatal("ready after shutdown")
+	}
+}
+
+func TestLoggerAddsTraceIDsAndRedacts(t *testing.T) {
+	recording(t)
+	var buf bytes.Buffer
+	log, err := NewLogger(&buf, "json", "info")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const sig = "0123456789abcdef0123456789abcdef01234567"
+	const token = "eyJhbGciOiJIUzI1NiJ9.secret-token"
+	ctx, span := pkgTracer.Start(context.Background(), "deliver")
+	log.With("role", "report").InfoContext(ctx, "delivered",
+		"client_signature", Redacted(sig),
+		"creds", Secret(sig),
+		"Authorization", "Bearer "+token,
+		slog.Group("session", "token", token))
+	span.End()
+	log.Info("no span")
+
+	out := buf.String()
+	if strings.Contains(out, sig) || strings.Contains(out, token) {
+		t.Fatalf("secret in log output: %s", out)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	var rec map[string]any
+	if err := json.Unmarshal([]byte(lines[0]), &rec); err != nil {
+		t.Fatal(err)
+	}
+	if rec[LogTraceID] != span.SpanContext().TraceID().String() || rec[LogSpanID] != span.SpanContext().SpanID().String() {
+		t.Fatalf("record ids = %v/%v, want %s/%s", rec[LogTraceID], rec[LogSpanID], span.SpanContext().TraceID(), span.SpanContext().SpanID())
+	}
+	if rec["client_signature"] != "[REDACTED]" || rec["creds"] != "[REDACTED]" {
+		t.Fatalf("redacted values = %v, %v", rec["client_signature"], rec["creds"])
+	}
+	if strings.Contains(lines[1], LogTraceID) {
+		t.Fatalf("trace id on a record without span: %s", lines[1])
+	}
+	if _, err := NewLogger(io.Discard, "xml", "info"); !errors.Is(err, ErrConfig) {
+		t.Fatalf("bad format: %v", err)
+	}
+	if _, err := NewLogger(io.Discard, "text", "loud"); !errors.Is(err, ErrConfig) {
+		t.Fatalf("bad level: %v", err)
+	}
+}
+
+func TestSecretNeverFormats(t *testing.T) {
+	s := Secret("hunter2-very-secret")
+	for _, f := range []string{"%s", "%v", "%+v", "%#v", "%q", "%x", "%10s"} {
+		if got := fmt.Sprintf(f, s); strings.Contains(got, "hunter2") {
+			t.Errorf("%s shows the secret: %s", f, got)
+		}
+	}
+	b, _ := json.Marshal(struct{ S Secret }{s})
+	if strings.Contains(string(b), "hunter2") {
+		t.Errorf("JSON shows the secret: %s", b)
+	}
+	if s.Reveal() != "hunter2-very-secret" {
+		t.Error("Reveal")
+	}
+	if Redacted("").String() != "" {
+		t.Error("Redacted of empty should stay empty")
+	}
+}
+
+func TestHTTPWrappersPropagateAndKeepTokensOut(t *testing.T) {
+	exp := recording(t)
+	const token = "tok-very-secret-0123456789"
+	var serverTrace trace.TraceID
+	srv := httptest.NewServer(HTTPHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		serverTrace = trace.SpanContextFromContext(r.Context()).TraceID()
+		w.WriteHeader(http.StatusOK)
+	}), "sandbox"))
+	defer srv.Close()
+
+	client := &http.Client{Transport: HTTPTransport(nil)}
+	ctx, parent := pkgTracer.Start(context.Background(), "deliver")
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/partners/mix/42", strings.NewReader(`{}`))
+	req.Header.Set("Authorization", token)
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body) //nolint:errcheck
+	resp.Body.Close()
+	parent.End()
+
+	if serverTrace != parent.SpanContext().TraceID() {
+		t.Fatal("server span is not in the client's trace")
+	}
+	names := map[string]bool{}
+	for _, s := range exp.GetSpans() {
+		names[s.Name] = true
+		for _, a := range s.Attributes {
+			if strings.Contains(a.Value.String(), token) || strings.Contains(strings.ToLower(string(a.Key)), "authorization") {
+				t.Fatalf("span %s carries the token in %s", s.Name, a.Key)
+			}
+		}
+	}
+	if !names["POST /partners/mix/{id}"] || !names["sandbox POST /partners/mix/{id}"] {
+		t.Fatalf("span names = %v", names)
+	}
+}
+
+func TestPathTemplate(t *testing.T) {
+	for in, want := range map[string]string{
+		"/partners/mix/42":              "/partners/mix/{id}",
+		"/partners/royalty-tracking":    "/partners/royalty-tracking",
+		"/partners/catalog/7/restrict2": "/partners/catalog/{id}/restrict2",
+		"/":                             "/",
+	} {
+		if got := PathTemplate(in); got != want {
+			t.Errorf("PathTemplate(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
