@@ -259,7 +259,7 @@ const fieldsPrefix = "include the required fields:"
 // "include the required fields: a,b" (case-insensitive prefix, spaces
 // around names ignored). Nil when the message is not of that form.
 func parseFields(msg string) []string {
-	i := strings.Index(strings.ToLower(msg), fieldsPrefix)
+	i := indexFoldASCII(msg, fieldsPrefix)
 	if i < 0 {
 		return nil
 	}
@@ -271,6 +271,28 @@ func parseFields(msg string) []string {
 		}
 	}
 	return out
+}
+
+// indexFoldASCII is strings.Index ignoring ASCII case (sub in lower case),
+// with byte offsets into s whatever else s holds.
+func indexFoldASCII(s, sub string) int {
+	for i := 0; i+len(sub) <= len(s); i++ {
+		j := 0
+		for j < len(sub) {
+			b := s[i+j]
+			if 'A' <= b && b <= 'Z' {
+				b += 'a' - 'A'
+			}
+			if b != sub[j] {
+				break
+			}
+			j++
+		}
+		if j == len(sub) {
+			return i
+		}
+	}
+	return -1
 }
 
 // parseRetryAfter reads Retry-After as delay-seconds or an HTTP-date; zero

@@ -1,0 +1,294 @@
+package partnerapi
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"go.opentelemetry.io/otel"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+)
+
+func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// printAll formats v in every way a careless caller might.
+func printAll(v any) string {
+	var b bytes.Buffer
+	for _, f := range []string{"%v", "%+v", "%#v", "%s", "%q", "%x", "%X", "%T %v"} {
+		fmt.Fprintf(&b, f+"\n", v)
+	}
+	fmt.Fprintln(&b, v)
+	fmt.Fprint(&b, v)
+	j, _ := json.Marshal(v)
+	b.Write(j)
+	slog.New(slog.NewTextHandler(&b, nil)).Info("x", "v", v)
+	slog.New(slog.NewJSONHandler(&b, nil)).Info("x", "v", v)
+	return b.String()
+}
+
+func TestCredentialsRedacted(t *testing.T) {
+	cr := Credentials{ClientID: testID, ClientSignature: testSig, Email: "ops@example.com"}
+	cfg := Config{BaseURL: "http://x", Credentials: cr}
+	for _, v := range []any{cr, &cr, cfg, &cfg, []Credentials{cr}, map[string]any{"c": cr}, struct{ C Credentials }{cr}} {
+		out := printAll(v)
+		if strings.Contains(out, testSig) || strings.Contains(out, testSig[:20]) {
+			t.Fatalf("signature printed by %T:\n%s", v, out)
+		}
+		if !strings.Contains(out, testID) || !strings.Contains(out, "[REDACTED]") {
+			t.Fatalf("%T: client id or redaction mark missing:\n%s", v, out)
+		}
+	}
+	// The hex form of the signature must not appear either.
+	if strings.Contains(printAll(cr), fmt.Sprintf("%x", testSig)) {
+		t.Fatal("hex signature printed")
+	}
+}
+
+// TestNoSecretInLogsErrorsTraces drives a client through sessions, a 401
+// renewal, errors that echo the request, and checks logs, errors and spans.
+func TestNoSecretInLogsErrorsTraces(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	prev := otel.GetTracerProvider()
+	otel.SetTracerProvider(tp)
+	t.Cleanup(func() { otel.SetTracerProvider(prev) })
+
+	calls := 0
+	f := newFake(t, func(w http.ResponseWriter, r *http.Request) {
+		calls++
+		tok := r.Header.Get("Authorization")
+		switch calls {
+		case 1:
+			w.WriteHeader(401)
+			fmt.Fprint(w, "Unauthorized")
+		case 2:
+			w.WriteHeader(400)
+			fmt.Fprintf(w, `{"error":true,"reason":"token %s is odd"}`, tok)
+		default:
+			w.WriteHeader(500)
+			fmt.Fprintf(w, `{"error":true,"reason":"internal service error %s"}`, tok)
+		}
+	})
+	var logs bytes.Buffer
+	c := f.client(t, func(c *Config) {
+		c.Logger = slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		c.MaxAttempts = 1
+	})
+	var errs bytes.Buffer
+	for range 3 {
+		_, _, err := c.Mix(context.Background(), 1)
+		if err == nil {
+			t.Fatal("no error")
+		}
+		errs.WriteString(printAll(err))
+	}
+	_, err := c.ReportPlay(context.Background(), PlayReport{TrackID: 1})
+	errs.WriteString(printAll(err))
+	c.Close()
+	_ = tp.ForceFlush(context.Background())
+	var spans bytes.Buffer
+	for _, s := range rec.Ended() {
+		fmt.Fprintf(&spans, "%s %v %v %v\n", s.Name(), s.Attributes(), s.Status(), s.Events())
+	}
+	if rec.Ended() == nil {
+		t.Fatal("no spans recorded")
+	}
+	for name, out := range map[string]string{"logs": logs.String(), "errors": errs.String(), "spans": spans.String()} {
+		if strings.Contains(out, testSig) {
+			t.Errorf("signature in %s:\n%s", name, out)
+		}
+		for _, tok := range []string{"tok1", "tok2", "tok3"} {
+			if strings.Contains(out, tok) {
+				t.Errorf("token %s in %s:\n%s", tok, name, out)
+			}
+		}
+	}
+	if !strings.Contains(logs.String(), "session created") {
+		t.Errorf("renewals not logged:\n%s", logs.String())
+	}
+}
+
+func TestConfigValidationNamesField(t *testing.T) {
+	ok := Config{BaseURL: "http://127.0.0.1:1", Credentials: Credentials{ClientID: testID, ClientSignature: testSig}}
+	for _, tc := range []struct {
+		mod  func(*Config)
+		want string
+	}{
+		{func(c *Config) { c.BaseURL = "" }, "Config.BaseURL"},
+		{func(c *Config) { c.BaseURL = "ftp://x" }, "Config.BaseURL"},
+		{func(c *Config) { c.BaseURL = "http://x/?a=b" }, "Config.BaseURL"},
+		{func(c *Config) { c.Credentials.ClientID = "" }, "Config.Credentials.ClientID"},
+		{func(c *Config) { c.Credentials.ClientSignature = "" }, "Config.Credentials.ClientSignature"},
+		{func(c *Config) { c.Credentials.Email = "nope" }, "Config.Credentials.Email"},
+		{func(c *Config) { c.MaxConns = -1 }, "Config.MaxConns"},
+		{func(c *Config) { c.MaxAttempts = -2 }, "Config.MaxAttempts"},
+		{func(c *Config) { c.RequestTimeout = -1 }, "Config.RequestTimeout"},
+		{func(c *Config) { c.BaseBackoff = 5e9; c.MaxBackoff = 1e9 }, "Config.MaxBackoff"},
+		{func(c *Config) { c.UserAgent = "a\r\nb" }, "Config.UserAgent"},
+		{func(c *Config) { c.CredentialsFile = "/nonexistent/creds" }, "Config.CredentialsFile"},
+	} {
+		cfg := ok
+		tc.mod(&cfg)
+		_, err := New(cfg)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("want error naming %s, got %v", tc.want, err)
+		}
+		if err != nil && strings.Contains(err.Error(), testSig) {
+			t.Errorf("signature in %v", err)
+		}
+	}
+	c, err := New(ok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if c.cfg.MaxConns != 64 || c.transport.MaxIdleConnsPerHost != 64 || c.transport.MaxConnsPerHost != 64 || c.cfg.UserAgent == "" {
+		t.Fatalf("defaults: %+v", c.cfg)
+	}
+}
+
+func TestRegisterFlagsEnvAndFile(t *testing.T) {
+	dir := t.TempDir()
+	jsonFile := filepath.Join(dir, "creds.json")
+	os.WriteFile(jsonFile, []byte(`{"client_id":"fromfile01","client_signature":"`+testSig+`","email":"f@example.com"}`), 0o600)
+	envFile := filepath.Join(dir, "creds.env")
+	os.WriteFile(envFile, []byte("# comment\nPLAYPIPE_API_CLIENT_ID=envfile001\nclient_signature='"+testSig+"'\n"), 0o600)
+
+	t.Setenv(EnvURL, "http://127.0.0.1:9")
+	t.Setenv(EnvClientID, "fromenv001")
+	t.Setenv(EnvClientSignature, "")
+	t.Setenv(EnvMaxConns, "8")
+	var cfg Config
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	cfg.RegisterFlags(fs)
+	if fs.Lookup("api-client-signature") != nil {
+		t.Fatal("the signature has a flag")
+	}
+	if err := fs.Parse([]string{"--api-credentials-file", jsonFile, "--api-timeout", "3s"}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	got := c.cfg
+	if got.BaseURL != "http://127.0.0.1:9" || got.Credentials.ClientID != "fromenv001" || got.Credentials.ClientSignature != testSig ||
+		got.Credentials.Email != "f@example.com" || got.MaxConns != 8 || got.RequestTimeout.String() != "3s" {
+		t.Fatalf("precedence flag > env > file broken: %+v", got)
+	}
+
+	// KEY=VALUE file; env signature wins over the file.
+	t.Setenv(EnvClientID, "")
+	t.Setenv(EnvClientSignature, "Z"+testSig[1:])
+	cfg = Config{}
+	fs = flag.NewFlagSet("t", flag.ContinueOnError)
+	cfg.RegisterFlags(fs)
+	if err := fs.Parse([]string{"--api-credentials-file", envFile}); err != nil {
+		t.Fatal(err)
+	}
+	c2, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	if c2.cfg.Credentials.ClientID != "envfile001" || c2.cfg.Credentials.ClientSignature != "Z"+testSig[1:] {
+		t.Fatalf("%+v", c2.cfg)
+	}
+
+	// Bad environment values are reported by New, naming the variable.
+	t.Setenv(EnvMaxConns, "many")
+	cfg = Config{}
+	cfg.RegisterFlags(flag.NewFlagSet("t", flag.ContinueOnError))
+	if _, err := New(cfg); err == nil || !strings.Contains(err.Error(), EnvMaxConns) {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestCredentialsFileErrorsHideValues(t *testing.T) {
+	for _, data := range []string{`{"client_signature": "` + testSig + `",}`, testSig + "\n", "bogus=" + testSig} {
+		_, err := parseCredentials("f", []byte(data))
+		if err == nil || strings.Contains(err.Error(), testSig) {
+			t.Errorf("%q: err %v", data, err)
+		}
+	}
+}
+
+// FuzzDecoders feeds every tolerant decoder arbitrary bytes: none may panic.
+func FuzzDecoders(f *testing.F) {
+	for _, s := range []string{
+		`{"session":{"token":{"token":"a.b.c","error":null}}}`, `{"session":{"token":"a.b.c"}}`,
+		`{"catalogs":[{"page_id":1,"title":"t","type":"x","ranking":1,"list_count":2}]}`,
+		`{"page":{"id":1,"title":"P","lists":[{"list_id":2,"ranking":1,"image":{"thumbnail":"t"}}]}}`,
+		`{"list":{"id":3,"mixes":[{"id":1,"explicit":1,"bpm":120},{"id":2,"explicit":true,"min_bpm":1,"dj":{"name":"x"}}]}}`,
+		`{"rows":{"items":null}}`, `{"rows":{"items":[{"id":1}]}}`,
+		`{"mix":{"id":1,"explicit":false,"dj":"n","tracks":[{"id":1,"time":"00:01:00","isrc":"x "}]}}`,
+		`{"error":true,"reason":"Mix not found","mix":null}`, `{"error":true,"message":"include the required fields: a,b"}`,
+		`Unauthorized`, `{"error":false,"message":"ok"}`, "eyJhbGciOiJIUzI1NiJ9.eyJleHAiOjJ9.x", "\xff\x00", `{"message":"`,
+	} {
+		f.Add([]byte(s))
+	}
+	c := &Client{}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		_, _ = decodeSession(data)
+		_, _ = decodeCatalog(data)
+		_, _ = decodePage(data)
+		_, _ = decodeList(data)
+		_, _ = decodeGenreRow(data)
+		if m, err := decodeMix(data); err == nil {
+			_ = StreamCandidates(m, string(data))
+		}
+		_, _ = jwtExpiry(string(data))
+		r := errorReason(403, data)
+		_ = parseFields(r)
+		_ = parseFields(string(data))
+		_ = parseRetryAfter(string(data), timeZero)
+		_ = c.reportMessage(data)
+		_, _ = parseCredentials("fuzz", data)
+		_, _ = ParseHMS(string(data))
+		var b FlexBool
+		_ = b.UnmarshalJSON(data)
+		_, _ = readInto(nil, io.LimitReader(bytes.NewReader(data), 1<<20), 64)
+	})
+}
+
+// FuzzAppendReportJSON holds the hand-written encoder to encoding/json's
+// output byte for byte, and checks that strings (the isrc) survive a round trip.
+func FuzzAppendReportJSON(f *testing.F) {
+	f.Add(int64(1), int64(1700000000000), "us-abc-12-00001 ", "Mix <1>", "DE", true)
+	f.Add(int64(-1), int64(0), "\xff\u2028", "\x00", "", false)
+	f.Fuzz(func(t *testing.T, id, at int64, isrc, detail, country string, set bool) {
+		r := PlayReport{TrackID: id, PlayedAt: at, PlayLength: at % 1000, SourceStream: "mix", SourceDetail: detail, Country: country, ISRC: isrc, UserID: detail}
+		if set {
+			r.EndReason, r.CachedPlay = &id, &set
+		}
+		want, _ := json.Marshal(r)
+		got := AppendReportJSON(nil, &r)
+		if !bytes.Equal(got, want) {
+			t.Fatalf("\n got %s\nwant %s", got, want)
+		}
+		var back PlayReport
+		if err := json.Unmarshal(got, &back); err != nil {
+			t.Fatal(err)
+		}
+		if isValidUTF8(isrc) && back.ISRC != isrc {
+			t.Fatalf("isrc %q came back %q", isrc, back.ISRC)
+		}
+	})
+}
+
+var timeZero = time.Time{}
+
+func isValidUTF8(s string) bool { return utf8.ValidString(s) }
