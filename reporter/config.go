@@ -1,0 +1,180 @@
+package reporter
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/playpipe/playpipe/internal/kafkax"
+)
+
+// Defaults of the Config fields.
+const (
+	DefaultGroup           = "playpipe-reporter"
+	DefaultConcurrency     = 48
+	DefaultMaxPending      = 32768
+	DefaultRecentWindow    = 100_000
+	DefaultBackoffInitial  = 100 * time.Millisecond
+	DefaultBackoffMax      = 10 * time.Second
+	DefaultRetryAfterMax   = 2 * time.Minute
+	DefaultProbeInterval   = 500 * time.Millisecond
+	DefaultCommitInterval  = 5 * time.Millisecond
+	DefaultShutdownTimeout = 10 * time.Second
+)
+
+// ErrInvalidConfig is wrapped by every error Validate returns.
+var ErrInvalidConfig = errors.New("reporter: invalid configuration")
+
+// Config configures a Reporter. Zero fields take the default stated in their
+// comment; New validates once and names the offending flag in its error.
+type Config struct {
+	// Kafka is the connection and the topic prefix; the reporter consumes
+	// <prefix>.reports and publishes to <prefix>.deliveries.
+	Kafka kafkax.Config
+	// Group is the consumer group. Defaults to DefaultGroup.
+	Group string
+	// Concurrency is the number of reports in flight (posts at once).
+	// Defaults to DefaultConcurrency. The API client's transport should keep
+	// at least that many idle keep-alive connections.
+	Concurrency int
+	// Rate limits posts to this many reports per second (0: no limit), for
+	// partners whose contract sets one. Burst defaults to Concurrency.
+	Rate  float64
+	Burst int
+	// LiveBypassNotDelivered makes a 200 served by live-bypass count as a
+	// standby answer (replayed later) instead of delivered. Default false:
+	// live-bypass is delivered.
+	LiveBypassNotDelivered bool
+	// BackoffInitial and BackoffMax bound the exponential retry delay of
+	// transient failures (defaults 100ms and 10s); RetryAfterMax caps how
+	// long a server's Retry-After is honoured (default 2m).
+	BackoffInitial time.Duration
+	BackoffMax     time.Duration
+	RetryAfterMax  time.Duration
+	// ProbeInterval is the pause between live probes (new sessions) during a
+	// standby episode. Defaults to DefaultProbeInterval.
+	ProbeInterval time.Duration
+	// CommitInterval is the least time between two commits of final offsets
+	// while running (one commit is in flight at a time; revocation and
+	// shutdown commit at once). Defaults to DefaultCommitInterval: the commit
+	// point trails finality by about a commit round trip, which bounds what a
+	// crash re-sends.
+	CommitInterval time.Duration
+	// ShutdownTimeout bounds how long a graceful shutdown waits for posts in
+	// flight before abandoning them. Defaults to DefaultShutdownTimeout.
+	ShutdownTimeout time.Duration
+	// MaxPending bounds the records held between a partition's commit point
+	// and the newest fetched record, over all partitions: fetching pauses at
+	// the bound. Defaults to DefaultMaxPending.
+	MaxPending int
+	// RecentWindow is how many report ids with a final outcome are remembered
+	// to skip duplicates (re-published events). Defaults to
+	// DefaultRecentWindow (~60 bytes each); negative disables.
+	RecentWindow int
+	// Logger receives the reporter's logs. Defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	if c.Group == "" {
+		c.Group = DefaultGroup
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = DefaultConcurrency
+	}
+	if c.Burst == 0 {
+		c.Burst = c.Concurrency
+	}
+	if c.BackoffInitial == 0 {
+		c.BackoffInitial = DefaultBackoffInitial
+	}
+	if c.BackoffMax == 0 {
+		c.BackoffMax = DefaultBackoffMax
+	}
+	if c.RetryAfterMax == 0 {
+		c.RetryAfterMax = DefaultRetryAfterMax
+	}
+	if c.ProbeInterval == 0 {
+		c.ProbeInterval = DefaultProbeInterval
+	}
+	if c.CommitInterval == 0 {
+		c.CommitInterval = DefaultCommitInterval
+	}
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	if c.MaxPending == 0 {
+		c.MaxPending = DefaultMaxPending
+	}
+	if c.RecentWindow == 0 {
+		c.RecentWindow = DefaultRecentWindow
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// Validate checks the configuration (after defaults) once.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	bad := func(flag, format string, args ...any) error {
+		return fmt.Errorf("%w: --%s: %s", ErrInvalidConfig, flag, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case c.Concurrency < 1 || c.Concurrency > 4096:
+		return bad("concurrency", "must be 1–4096, got %d", c.Concurrency)
+	case c.Rate < 0:
+		return bad("rate", "must be ≥ 0 reports/s (0: unlimited), got %v", c.Rate)
+	case c.Burst < 1:
+		return bad("rate-burst", "must be ≥ 1, got %d", c.Burst)
+	case c.BackoffInitial < 0:
+		return bad("backoff-initial", "must be > 0, got %v", c.BackoffInitial)
+	case c.BackoffMax < c.BackoffInitial:
+		return bad("backoff-max", "must be ≥ --backoff-initial (%v), got %v", c.BackoffInitial, c.BackoffMax)
+	case c.RetryAfterMax < 0:
+		return bad("retry-after-max", "must be ≥ 0, got %v", c.RetryAfterMax)
+	case c.ProbeInterval <= 0:
+		return bad("standby-probe-interval", "must be > 0, got %v", c.ProbeInterval)
+	case c.CommitInterval <= 0:
+		return bad("commit-interval", "must be > 0, got %v", c.CommitInterval)
+	case c.ShutdownTimeout <= 0:
+		return bad("shutdown-timeout", "must be > 0, got %v", c.ShutdownTimeout)
+	case c.MaxPending < c.Concurrency:
+		return bad("max-pending", "must be ≥ --concurrency (%d), got %d", c.Concurrency, c.MaxPending)
+	}
+	if err := c.Kafka.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	return nil
+}
+
+// RegisterFlags binds the reporter's own flags (not Kafka's nor the partner
+// API's) to fs, with the defaults above.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.Group, "group", DefaultGroup, "Kafka consumer group of the reporter")
+	fs.IntVar(&c.Concurrency, "concurrency", DefaultConcurrency, "reports in flight (posts at once, keep-alive connections)")
+	fs.Float64Var(&c.Rate, "rate", 0, "client-side rate limit in reports/s (0: unlimited)")
+	fs.IntVar(&c.Burst, "rate-burst", 0, "burst of the rate limit (0: --concurrency)")
+	fs.Func("live-bypass-delivered", "count a 200 served by live-bypass as delivered (true) or replay it like standby (false) (default true)", func(s string) error {
+		switch s {
+		case "true", "1":
+			c.LiveBypassNotDelivered = false
+		case "false", "0":
+			c.LiveBypassNotDelivered = true
+		default:
+			return fmt.Errorf("accepted: true, false")
+		}
+		return nil
+	})
+	fs.DurationVar(&c.BackoffInitial, "backoff-initial", DefaultBackoffInitial, "first retry delay of a transient failure (doubles per failure, with jitter)")
+	fs.DurationVar(&c.BackoffMax, "backoff-max", DefaultBackoffMax, "largest retry delay of a transient failure")
+	fs.DurationVar(&c.RetryAfterMax, "retry-after-max", DefaultRetryAfterMax, "longest server Retry-After honoured")
+	fs.DurationVar(&c.ProbeInterval, "standby-probe-interval", DefaultProbeInterval, "pause between live probes while the API is in standby")
+	fs.DurationVar(&c.CommitInterval, "commit-interval", DefaultCommitInterval, "least time between two commits of final offsets (one commit in flight at a time)")
+	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", DefaultShutdownTimeout, "how long shutdown waits for posts in flight before abandoning them")
+	fs.IntVar(&c.MaxPending, "max-pending", DefaultMaxPending, "records held between the commit point and the newest fetched record (fetching pauses beyond)")
+	fs.IntVar(&c.RecentWindow, "dedupe-window", DefaultRecentWindow, "report ids with a final outcome remembered to skip duplicates (-1: off)")
+}

@@ -1,0 +1,101 @@
+package reporter
+
+import (
+	"container/heap"
+	"sync"
+	"time"
+)
+
+// mailbox is an unbounded multi-producer queue drained by one consumer. Its
+// producers (workers, Kafka produce callbacks, the standby prober) never
+// block on it, so none of them can deadlock against the coordinator. Its
+// size is bounded by the reporter's bounds: at most two events per pending
+// record (posted, persisted) plus one per probe.
+type mailbox struct {
+	mu     sync.Mutex
+	items  []event
+	signal chan struct{} // capacity 1: "there is something to drain"
+}
+
+func newMailbox() *mailbox { return &mailbox{signal: make(chan struct{}, 1)} }
+
+func (m *mailbox) push(e event) {
+	m.mu.Lock()
+	m.items = append(m.items, e)
+	m.mu.Unlock()
+	select {
+	case m.signal <- struct{}{}:
+	default:
+	}
+}
+
+// drain swaps the queued events into buf (reset to length 0) and returns them.
+func (m *mailbox) drain(buf []event) []event {
+	clear(buf)
+	buf = buf[:0]
+	m.mu.Lock()
+	m.items, buf = buf, m.items
+	m.mu.Unlock()
+	return buf
+}
+
+// fifo is a slice-backed FIFO of jobs.
+type fifo struct {
+	items []*job
+	head  int
+}
+
+func (q *fifo) push(j *job) {
+	if q.head > 0 && q.head >= len(q.items)/2 {
+		n := copy(q.items, q.items[q.head:])
+		clear(q.items[n:])
+		q.items = q.items[:n]
+		q.head = 0
+	}
+	q.items = append(q.items, j)
+}
+
+func (q *fifo) pop() *job {
+	if q.head == len(q.items) {
+		return nil
+	}
+	j := q.items[q.head]
+	q.items[q.head] = nil
+	q.head++
+	if q.head == len(q.items) {
+		q.items, q.head = q.items[:0], 0
+	}
+	return j
+}
+
+// delayQueue holds jobs waiting for their retry time, earliest first.
+type delayQueue []*job
+
+func (d delayQueue) Len() int           { return len(d) }
+func (d delayQueue) Less(i, j int) bool { return d[i].readyAt.Before(d[j].readyAt) }
+func (d delayQueue) Swap(i, j int)      { d[i], d[j] = d[j], d[i] }
+func (d *delayQueue) Push(x any)        { *d = append(*d, x.(*job)) }
+func (d *delayQueue) Pop() any {
+	old := *d
+	j := old[len(old)-1]
+	old[len(old)-1] = nil
+	*d = old[:len(old)-1]
+	return j
+}
+
+func (d *delayQueue) add(j *job) { heap.Push(d, j) }
+
+// due pops the jobs whose time has come into out.
+func (d *delayQueue) due(now time.Time, out *fifo) {
+	for len(*d) > 0 && !(*d)[0].readyAt.After(now) {
+		out.push(heap.Pop(d).(*job))
+	}
+}
+
+// next is the earliest retry time, zero when empty.
+func (d delayQueue) next() time.Time {
+	if len(d) == 0 {
+		return time.Time{}
+	}
+	return d[0].readyAt
+}

@@ -1,0 +1,79 @@
+package reporter
+
+// watermark tracks, for one partition, which fetched records have a final
+// outcome, and yields the offset that is safe to commit: one past the last
+// record of the longest prefix (in fetch order) whose records are all final.
+//
+// Records are added in the order they were fetched (strictly increasing
+// offsets, possibly with gaps: transaction markers, compaction). Each add
+// returns a sequence number; markDone(seq) marks that record final. Entries
+// leave the tracker as soon as the contiguous prefix passes them, so the
+// tracker holds exactly the records between the commit point and the newest
+// fetched one. It is not safe for concurrent use: the coordinator owns it.
+type watermark struct {
+	entries []wmEntry // entries[head:] are pending, entries[head] has sequence base
+	head    int
+	base    uint64 // sequence number of entries[head]
+
+	// next is the committable offset (last final prefix record + 1) and
+	// epoch its leader epoch; valid once hasNext is true.
+	next    int64
+	epoch   int32
+	hasNext bool
+}
+
+type wmEntry struct {
+	offset int64
+	epoch  int32
+	done   bool
+}
+
+// add appends a fetched record and returns its sequence number.
+func (w *watermark) add(offset int64, epoch int32) uint64 {
+	if w.head > 0 && w.head >= len(w.entries)/2 {
+		// Compact: the consumed prefix is at least half of the slice.
+		n := copy(w.entries, w.entries[w.head:])
+		clear(w.entries[n:])
+		w.entries = w.entries[:n]
+		w.head = 0
+	}
+	w.entries = append(w.entries, wmEntry{offset: offset, epoch: epoch})
+	return w.base + uint64(len(w.entries)-w.head-1)
+}
+
+// markDone marks the record of seq final and returns how many records left
+// the tracker (the commit point moved past them). Marking an unknown or
+// already-passed sequence is a no-op.
+func (w *watermark) markDone(seq uint64) int {
+	if seq < w.base {
+		return 0
+	}
+	i := w.head + int(seq-w.base)
+	if i >= len(w.entries) {
+		return 0
+	}
+	w.entries[i].done = true
+	popped := 0
+	for w.head < len(w.entries) && w.entries[w.head].done {
+		e := w.entries[w.head]
+		w.next, w.epoch, w.hasNext = e.offset+1, e.epoch, true
+		w.head++
+		w.base++
+		popped++
+	}
+	if w.head == len(w.entries) {
+		w.entries = w.entries[:0]
+		w.head = 0
+	}
+	return popped
+}
+
+// committable returns the offset to commit (one past the final prefix) and
+// its leader epoch; ok is false while no record has become final yet.
+func (w *watermark) committable() (offset int64, epoch int32, ok bool) {
+	return w.next, w.epoch, w.hasNext
+}
+
+// pending is the number of records not yet passed by the commit point
+// (not final, or final behind a record that is not).
+func (w *watermark) pending() int { return len(w.entries) - w.head }
