@@ -11,6 +11,7 @@ var blockedAgents = map[string]bool{
 	"wget":              true,
 	"python-requests":   true,
 	"python-urllib":     true,
+	"python-urllib3":    true,
 	"python-httpx":      true,
 	"aiohttp":           true,
 	"httpie":            true,
