@@ -1,0 +1,28 @@
+// Package consumer is playpipe's enrich role: it reads player events from
+// <prefix>.events in a consumer group, splits each listening segment into
+// per-track plays with the mix's track listing (the split rule of DESIGN.md,
+// see Split), and writes the plays to <prefix>.reports or the event with its
+// reasons to <prefix>.rejected.
+//
+// Promises:
+//
+//   - Exactly once: every produced record and the consumer group's offset
+//     commit go into one Kafka transaction (franz-go GroupTransactSession), so
+//     with read_committed downstream a crash or rebalance never loses or
+//     doubles a track play. A transaction holds up to Options.TxnRecords
+//     events or Options.TxnInterval of work.
+//   - Determinism: the same event always yields the same plays with the same
+//     report ids (schemas.ReportID(event_id, position)); isrc is copied byte
+//     for byte from the listing.
+//   - An event is never dropped silently: it yields plays, or a rejection
+//     with machine-readable reasons. A mix unknown to the partner API (404)
+//     rejects the event as unknown_mix; a 500, 503 or network error is
+//     retried with backoff while the partition waits, never turned into a
+//     rejection.
+//   - MixCache fetches each mix once however many events wait for it
+//     (single flight), keeps a bounded number of listings (LRU) for a TTL,
+//     and keeps listings served by the API's standby layer for a shorter TTL.
+//
+// Split, PrepareListing and AppendTrackPlay are pure and safe for concurrent
+// use; MixCache is safe for concurrent use; an Enricher runs one Run at a time.
+package consumer

@@ -1,0 +1,720 @@
+package consumer
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/playpipe/playpipe/internal/kafkax"
+	"github.com/playpipe/playpipe/internal/telemetry"
+	"github.com/playpipe/playpipe/schemas"
+)
+
+const instrumentationName = "github.com/playpipe/playpipe/consumer"
+
+// DefaultGroup is the consumer group of the enrich role.
+const DefaultGroup = "playpipe-enrich"
+
+// Options configure an Enricher. Zero fields take the stated defaults.
+type Options struct {
+	// Kafka is the connection and topic names; Brokers must be set.
+	Kafka kafkax.Config
+	// Group is the consumer group; defaults to DefaultGroup.
+	Group string
+	// TransactionalID identifies this instance's transactional producer;
+	// defaults to "playpipe-enrich-<hostname>". Keep it stable across
+	// restarts of one instance (a restart then fences the crashed
+	// instance's open transaction at once instead of after its timeout)
+	// and unique among running instances.
+	TransactionalID string
+	// Source serves mixes (a *partnerapi.Client); required unless Cache is set.
+	Source MixSource
+	// Cache, when set, is used instead of building one over Source with CacheOptions.
+	Cache        *MixCache
+	CacheOptions CacheOptions
+	// Events are the deployment's event policies (--allow-missing-user-id, --default-vendor).
+	Events schemas.ValidateOptions
+	// MinPlayLength is the shortest play that is posted; shorter ones are
+	// derived with below_minimum and counted. Defaults to 1s; negative disables.
+	MinPlayLength time.Duration
+	// TxnRecords and TxnInterval end a transaction once it holds this many
+	// events or has been open this long; defaults 1000 and 100ms.
+	TxnRecords  int
+	TxnInterval time.Duration
+	// MaxTxnWait is how long an open transaction that already produced
+	// records may wait for the partner API (a 503 storm on a cold mix).
+	// Past it the transaction is aborted (nothing is lost: its events are
+	// read again from the committed offsets) and the enricher waits for the
+	// mix outside any transaction. Defaults to 10s; must stay well under
+	// TransactionTimeout.
+	MaxTxnWait time.Duration
+	// TransactionTimeout is the broker-side transaction timeout; defaults to 60s.
+	TransactionTimeout time.Duration
+	// FetchConcurrency bounds the mixes fetched at once for one batch; defaults to 8.
+	FetchConcurrency int
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// KafkaOpts are appended to the client options (tests, tuning).
+	KafkaOpts []kgo.Opt
+	// Now is the clock for derived_at and rejection times; defaults to time.Now.
+	Now func() time.Time
+}
+
+// Validate checks the options once; errors name the flag or field.
+func (o Options) Validate() error {
+	if err := o.Kafka.Validate(); err != nil {
+		return err
+	}
+	if len(o.Kafka.Brokers) == 0 {
+		return errors.New("consumer: Kafka brokers are required (--brokers)")
+	}
+	if o.Source == nil && o.Cache == nil {
+		return errors.New("consumer: a mix source (partner API client) is required")
+	}
+	switch {
+	case o.TxnRecords < 0:
+		return fmt.Errorf("consumer: --txn-records must be ≥ 1, got %d", o.TxnRecords)
+	case o.TxnInterval < 0:
+		return fmt.Errorf("consumer: --txn-interval must be > 0, got %s", o.TxnInterval)
+	case o.MaxTxnWait < 0:
+		return fmt.Errorf("consumer: --max-txn-wait must be > 0, got %s", o.MaxTxnWait)
+	case o.FetchConcurrency < 0:
+		return fmt.Errorf("consumer: FetchConcurrency must be ≥ 1, got %d", o.FetchConcurrency)
+	case o.TransactionTimeout < 0:
+		return fmt.Errorf("consumer: --txn-timeout must be > 0, got %s", o.TransactionTimeout)
+	}
+	wait, tt := o.MaxTxnWait, o.TransactionTimeout
+	if wait == 0 {
+		wait = 10 * time.Second
+	}
+	if tt == 0 {
+		tt = 60 * time.Second
+	}
+	if wait*2 > tt {
+		return fmt.Errorf("consumer: --max-txn-wait (%s) must be at most half of --txn-timeout (%s)", wait, tt)
+	}
+	return o.CacheOptions.Validate()
+}
+
+func (o *Options) setDefaults() {
+	if o.Group == "" {
+		o.Group = DefaultGroup
+	}
+	if o.TransactionalID == "" {
+		host, _ := os.Hostname()
+		if host == "" {
+			host = "local"
+		}
+		o.TransactionalID = "playpipe-enrich-" + host
+	}
+	if o.MinPlayLength == 0 {
+		o.MinPlayLength = time.Duration(DefaultMinPlayLength) * time.Millisecond
+	}
+	if o.TxnRecords == 0 {
+		o.TxnRecords = 1000
+	}
+	if o.TxnInterval == 0 {
+		o.TxnInterval = 100 * time.Millisecond
+	}
+	if o.MaxTxnWait == 0 {
+		o.MaxTxnWait = 10 * time.Second
+	}
+	if o.TransactionTimeout == 0 {
+		o.TransactionTimeout = 60 * time.Second
+	}
+	if o.FetchConcurrency == 0 {
+		o.FetchConcurrency = 8
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.CacheOptions.Logger == nil {
+		o.CacheOptions.Logger = o.Logger
+	}
+}
+
+// Enricher is the enrich role. Make one with New; call Run once.
+type Enricher struct {
+	opts   Options
+	topics kafkax.Topics
+	cache  *MixCache
+	proc   *processor
+
+	mu      sync.Mutex
+	sess    *kgo.GroupTransactSession // while Run runs; crash() closes it
+	crashed atomic.Bool
+
+	// testHookProduced, when set (tests only), runs after each batch's
+	// records were handed to the producer, inside the open transaction.
+	testHookProduced func(*kgo.Client)
+}
+
+// New validates opts and returns an Enricher.
+func New(opts Options) (*Enricher, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	opts.setDefaults()
+	cache := opts.Cache
+	if cache == nil {
+		var err error
+		if cache, err = NewMixCache(opts.Source, opts.CacheOptions); err != nil {
+			return nil, err
+		}
+	}
+	e := &Enricher{opts: opts, topics: opts.Kafka.Topics(), cache: cache}
+	e.proc = newProcessor(cache, e.topics, opts.Events, SplitOptions{MinPlayMS: opts.MinPlayLength.Milliseconds()}, opts.FetchConcurrency)
+	return e, nil
+}
+
+// Cache returns the enricher's mix cache.
+func (e *Enricher) Cache() *MixCache { return e.cache }
+
+// Stats are counters of committed work.
+type Stats struct {
+	Events, Plays, BelowMinimum, Rejected int64
+	Commits, Aborts                       int64
+}
+
+// Stats returns the counters of work in committed transactions.
+func (e *Enricher) Stats() Stats {
+	e.proc.statsMu.Lock()
+	defer e.proc.statsMu.Unlock()
+	return e.proc.committed
+}
+
+// errWaitTooLong: a mix needed by a transaction that already produced records
+// did not arrive within MaxTxnWait.
+type errWaitTooLong struct{ mixIDs []int64 }
+
+func (e *errWaitTooLong) Error() string {
+	return fmt.Sprintf("consumer: mixes %v not available within the transaction's wait budget", e.mixIDs)
+}
+
+// Run consumes until ctx ends (it then commits the open transaction, leaves
+// the group and returns nil) or a fatal error occurs (returned; the open
+// transaction is aborted, nothing is lost).
+func (e *Enricher) Run(ctx context.Context) error {
+	o := e.opts
+	base, err := o.Kafka.ClientOpts()
+	if err != nil {
+		return err
+	}
+	kopts := append(base,
+		kgo.ConsumerGroup(o.Group),
+		kgo.ConsumeTopics(e.topics.Events),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.TransactionalID(o.TransactionalID),
+		kgo.TransactionTimeout(o.TransactionTimeout),
+		kgo.ProducerLinger(0),
+		kgo.ProducerBatchMaxBytes(1<<20),
+		kgo.MaxBufferedRecords(1<<20),
+	)
+	kopts = append(kopts, o.KafkaOpts...)
+	sess, err := kgo.NewGroupTransactSession(kopts...)
+	if err != nil {
+		return fmt.Errorf("consumer: kafka session: %w", err)
+	}
+	e.mu.Lock()
+	e.sess = sess
+	e.mu.Unlock()
+	meter := otel.Meter(instrumentationName)
+	unreg, err := e.cache.registerMetrics(meter)
+	if err != nil {
+		o.Logger.Warn("mix cache metrics not registered", "err", err)
+	}
+	defer unreg()
+	if err := e.proc.initMetrics(meter); err != nil {
+		o.Logger.Warn("enrich metrics not registered", "err", err)
+	}
+	o.Logger.Info("enricher started", "group", o.Group, "topic", e.topics.Events, "transactional_id", o.TransactionalID,
+		"txn_records", o.TxnRecords, "txn_interval", o.TxnInterval)
+
+	err = e.loop(ctx, sess)
+	if errors.Is(err, errClientClosed) || e.crashed.Load() {
+		return err // crashed (tests): no clean end, no leave
+	}
+	if err != nil && ctx.Err() == nil {
+		// Fatal: abort what is open (best effort), then leave.
+		endCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		_, _ = sess.End(endCtx, kgo.TryAbort)
+		cancel()
+	}
+	sess.Close()
+	return err
+}
+
+var errClientClosed = errors.New("consumer: kafka client closed")
+
+// shutdown ends the open transaction with a short deadline of its own (ctx
+// has ended) and reports.
+func (e *Enricher) shutdown(ctx context.Context, end func(context.Context, kgo.TransactionEndTry) error, commit kgo.TransactionEndTry) error {
+	endCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	err := end(endCtx, commit)
+	e.opts.Logger.Info("enricher stopped", "committed_last", bool(commit), "stats", e.Stats())
+	return err
+}
+
+// crash closes the session's client without ending the open transaction
+// (tests: a process that dies mid-stream).
+func (e *Enricher) crash() {
+	e.mu.Lock()
+	s := e.sess
+	e.mu.Unlock()
+	if s != nil {
+		e.crashed.Store(true)
+		s.Client().Close()
+	}
+}
+
+func (e *Enricher) loop(ctx context.Context, sess *kgo.GroupTransactSession) error {
+	o := e.opts
+	p := e.proc
+	var (
+		open     bool
+		started  time.Time
+		inTxn    int
+		produced bool
+		recs     []*kgo.Record
+	)
+	end := func(ctx context.Context, commit kgo.TransactionEndTry) error {
+		if !open {
+			return nil
+		}
+		open = false
+		if commit {
+			if err := sess.Client().Flush(ctx); err != nil {
+				return fmt.Errorf("consumer: flush: %w", err)
+			}
+			if perr := p.produceErr(); perr != nil {
+				o.Logger.Warn("a produce failed; aborting the transaction (its events will be read again)", "err", perr)
+				commit = kgo.TryAbort
+			}
+		}
+		committed, err := sess.End(ctx, commit)
+		p.endTxn(committed)
+		inTxn, produced = 0, false
+		if err != nil {
+			return fmt.Errorf("consumer: end transaction: %w", err)
+		}
+		if commit == kgo.TryCommit && !committed {
+			o.Logger.Info("transaction aborted by a rebalance; its events will be read again from the committed offsets")
+		}
+		return nil
+	}
+	for {
+		pollCtx, cancel := ctx, context.CancelFunc(func() {})
+		if open {
+			pollCtx, cancel = context.WithDeadline(ctx, started.Add(o.TxnInterval))
+		}
+		fs := sess.PollRecords(pollCtx, o.TxnRecords-inTxn)
+		cancel()
+		if fs.IsClientClosed() {
+			return errClientClosed
+		}
+		if ctx.Err() != nil {
+			// Clean shutdown. Commit when everything polled was produced;
+			// when this last poll returned records, abort instead (they
+			// and the rest of the transaction are read again after a
+			// restart: nothing lost, nothing doubled).
+			commit := kgo.TryCommit
+			if len(fs.Records()) > 0 {
+				commit = kgo.TryAbort
+			}
+			return e.shutdown(ctx, end, commit)
+		}
+		fs.EachError(func(topic string, part int32, err error) {
+			if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+				return
+			}
+			o.Logger.Warn("fetch error", "topic", topic, "partition", part, "err", err)
+		})
+		recs = recs[:0]
+		fs.EachRecord(func(r *kgo.Record) { recs = append(recs, r) })
+		if len(recs) > 0 {
+			if !open {
+				if err := sess.Begin(); err != nil {
+					return fmt.Errorf("consumer: begin transaction: %w", err)
+				}
+				open, started = true, time.Now()
+			}
+			var waitCtx context.Context = ctx
+			cancelWait := context.CancelFunc(func() {})
+			if produced {
+				waitCtx, cancelWait = context.WithTimeout(ctx, o.MaxTxnWait)
+			}
+			out, err := p.process(ctx, waitCtx, recs, o.Now().UnixMilli())
+			cancelWait()
+			var tooLong *errWaitTooLong
+			switch {
+			case errors.As(err, &tooLong) && ctx.Err() == nil:
+				o.Logger.Warn("partner API slow for a mix while a transaction is open; aborting it and waiting outside any transaction",
+					"mix_ids", tooLong.mixIDs, "max_txn_wait", o.MaxTxnWait)
+				if err := end(ctx, kgo.TryAbort); err != nil {
+					return err
+				}
+				for _, id := range tooLong.mixIDs {
+					if _, err := e.cache.Get(ctx, id); err != nil && !errors.Is(err, ErrUnknownMix) && ctx.Err() == nil {
+						return err
+					}
+				}
+				continue
+			case err != nil:
+				if ctx.Err() != nil {
+					// Shutdown while waiting for a mix: these records were
+					// polled but not produced, so abort.
+					return e.shutdown(ctx, end, kgo.TryAbort)
+				}
+				return err
+			}
+			for _, r := range out {
+				sess.Produce(ctx, r, p.promise)
+			}
+			inTxn += len(recs)
+			produced = produced || len(out) > 0
+			if e.testHookProduced != nil {
+				e.testHookProduced(sess.Client())
+			}
+		}
+		if open && (inTxn >= o.TxnRecords || time.Since(started) >= o.TxnInterval) {
+			if err := end(ctx, kgo.TryCommit); err != nil {
+				if ctx.Err() != nil {
+					continue
+				}
+				return err
+			}
+		}
+	}
+}
+
+// processor turns polled event records into output records. It owns the
+// per-transaction arenas (records and bytes), reused after each End.
+type processor struct {
+	cache    *MixCache
+	topics   kafkax.Topics
+	validate schemas.ValidateOptions
+	split    SplitOptions
+	conc     int
+	tracer   trace.Tracer
+
+	items []item
+	plays []schemas.TrackPlay
+	arena [][]kgo.Record // chunks of output records of the open transaction; never reallocated, as the producer holds pointers into them
+	used  int
+	buf   []byte
+	out   []*kgo.Record
+
+	errMu   sync.Mutex
+	prodErr error
+
+	pending   Stats // counts of the open transaction
+	statsMu   sync.Mutex
+	committed Stats
+
+	mEvents, mPlays, mBelow metric.Int64Counter
+	mRejected               metric.Int64Counter
+	rejectedByReason        map[string]int64
+}
+
+type item struct {
+	rec     *kgo.Record
+	ev      schemas.PlayerEvent
+	vs      []schemas.Violation
+	listing *Listing
+}
+
+func newProcessor(cache *MixCache, topics kafkax.Topics, v schemas.ValidateOptions, split SplitOptions, conc int) *processor {
+	if conc <= 0 {
+		conc = 8
+	}
+	return &processor{cache: cache, topics: topics, validate: v, split: split, conc: conc,
+		tracer: otel.Tracer(instrumentationName), rejectedByReason: map[string]int64{}}
+}
+
+func (p *processor) initMetrics(m metric.Meter) error {
+	var errs []error
+	var err error
+	p.mEvents, err = m.Int64Counter("playpipe.events.in", metric.WithDescription("player events consumed and committed by the enricher"))
+	errs = append(errs, err)
+	p.mPlays, err = m.Int64Counter("playpipe.plays.derived", metric.WithDescription("track plays derived and committed (below-minimum plays included)"))
+	errs = append(errs, err)
+	p.mBelow, err = m.Int64Counter("playpipe.plays.below_minimum", metric.WithDescription("derived plays shorter than the minimum play length (counted, not posted)"))
+	errs = append(errs, err)
+	p.mRejected, err = m.Int64Counter("playpipe.events.rejected", metric.WithDescription("events sent to the rejected topic, by reason"))
+	errs = append(errs, err)
+	return errors.Join(errs...)
+}
+
+// promise records the first produce error of the transaction.
+func (p *processor) promise(_ *kgo.Record, err error) {
+	if err != nil {
+		p.errMu.Lock()
+		if p.prodErr == nil {
+			p.prodErr = err
+		}
+		p.errMu.Unlock()
+	}
+}
+
+func (p *processor) produceErr() error {
+	p.errMu.Lock()
+	defer p.errMu.Unlock()
+	return p.prodErr
+}
+
+// endTxn resets the arenas and moves the pending counts to the committed
+// ones when the transaction committed.
+func (p *processor) endTxn(committed bool) {
+	p.errMu.Lock()
+	p.prodErr = nil
+	p.errMu.Unlock()
+	p.used = 0
+	p.buf = p.buf[:0]
+	pend := p.pending
+	p.pending = Stats{}
+	reasons := p.rejectedByReason
+	p.statsMu.Lock()
+	if committed {
+		p.committed.Events += pend.Events
+		p.committed.Plays += pend.Plays
+		p.committed.BelowMinimum += pend.BelowMinimum
+		p.committed.Rejected += pend.Rejected
+		p.committed.Commits++
+	} else {
+		p.committed.Aborts++
+	}
+	p.statsMu.Unlock()
+	if committed && p.mEvents != nil {
+		ctx := context.Background()
+		p.mEvents.Add(ctx, pend.Events)
+		p.mPlays.Add(ctx, pend.Plays)
+		p.mBelow.Add(ctx, pend.BelowMinimum)
+		for r, n := range reasons {
+			p.mRejected.Add(ctx, n, metric.WithAttributes(attribute.String("reason", r)))
+		}
+	}
+	clear(p.rejectedByReason)
+}
+
+func (p *processor) newRecord(topic string) *kgo.Record {
+	const chunk = 1024
+	c, i := p.used/chunk, p.used%chunk
+	if c == len(p.arena) {
+		p.arena = append(p.arena, make([]kgo.Record, chunk))
+	}
+	r := &p.arena[c][i]
+	p.used++
+	*r = kgo.Record{Topic: topic}
+	return r
+}
+
+// process validates, splits and encodes recs. waitCtx bounds waiting for
+// mixes; when it ends first, process returns *errWaitTooLong and nothing is
+// produced for recs. The returned records are valid until the transaction ends.
+func (p *processor) process(ctx, waitCtx context.Context, recs []*kgo.Record, nowMS int64) ([]*kgo.Record, error) {
+	p.items = p.items[:0]
+	var missing []int64
+	for _, r := range recs {
+		p.items = append(p.items, item{rec: r})
+		it := &p.items[len(p.items)-1]
+		it.ev, it.vs = schemas.ParseEvent(r.Value, p.validate)
+		if it.vs != nil {
+			continue
+		}
+		l, err := p.cache.Lookup(it.ev.MixID)
+		switch {
+		case err != nil:
+			it.vs = unknownMix(it.ev.MixID)
+		case l != nil:
+			it.listing = l
+		default:
+			if !containsID(missing, it.ev.MixID) {
+				missing = append(missing, it.ev.MixID)
+			}
+		}
+	}
+	if len(missing) > 0 {
+		if err := p.resolve(waitCtx, missing); err != nil {
+			return nil, err
+		}
+		for i := range p.items {
+			it := &p.items[i]
+			if it.vs != nil || it.listing != nil {
+				continue
+			}
+			l, err := p.cache.Lookup(it.ev.MixID)
+			switch {
+			case errors.Is(err, ErrUnknownMix):
+				it.vs = unknownMix(it.ev.MixID)
+			case l != nil:
+				it.listing = l
+			default:
+				// Resolved moments ago but already evicted or expired (a
+				// tiny cache or TTL): fetch once more, waiting as needed.
+				l, err := p.cache.Get(waitCtx, it.ev.MixID)
+				if errors.Is(err, ErrUnknownMix) {
+					it.vs = unknownMix(it.ev.MixID)
+				} else if err != nil {
+					return nil, p.waitErr(waitCtx, err, []int64{it.ev.MixID})
+				} else {
+					it.listing = l
+				}
+			}
+		}
+	}
+
+	p.out = p.out[:0]
+	split := p.split
+	split.DerivedAt = nowMS
+	for i := range p.items {
+		it := &p.items[i]
+		ectx := telemetry.Extract(ctx, it.rec)
+		ectx, span := p.tracer.Start(ectx, "enrich", trace.WithSpanKind(trace.SpanKindConsumer))
+		p.pending.Events++
+		if it.vs == nil {
+			var v *schemas.Violation
+			p.plays, v = Split(p.plays[:0], &it.ev, it.listing, split)
+			if v != nil {
+				it.vs = []schemas.Violation{*v}
+			}
+		}
+		if it.vs != nil {
+			p.reject(ectx, it, nowMS)
+			if span.IsRecording() {
+				span.SetAttributes(attribute.String("playpipe.event_id", it.ev.EventID), attribute.String("playpipe.rejected", it.vs[0].Reason))
+			}
+			span.End()
+			continue
+		}
+		for j := range p.plays {
+			pl := &p.plays[j]
+			r := p.newRecord(p.topics.Reports)
+			start := len(p.buf)
+			p.buf = append(p.buf, pl.ReportID...)
+			mid := len(p.buf)
+			p.buf = AppendTrackPlay(p.buf, pl)
+			r.Key = p.buf[start:mid:mid]
+			r.Value = p.buf[mid:len(p.buf):len(p.buf)]
+			telemetry.Inject(ectx, r)
+			p.out = append(p.out, r)
+			p.pending.Plays++
+			if pl.BelowMinimum {
+				p.pending.BelowMinimum++
+			}
+		}
+		if span.IsRecording() {
+			span.SetAttributes(attribute.String("playpipe.event_id", it.ev.EventID), attribute.Int64("playpipe.mix_id", it.ev.MixID),
+				attribute.Int("playpipe.plays", len(p.plays)))
+		}
+		span.End()
+	}
+	return p.out, nil
+}
+
+func (p *processor) reject(ctx context.Context, it *item, nowMS int64) {
+	src := schemas.Source{Topic: it.rec.Topic, Partition: it.rec.Partition, Offset: it.rec.Offset}
+	rej := schemas.NewRejection(it.rec.Value, it.ev.EventID, it.vs, src, nowMS)
+	if rej.EventID == "" {
+		rej.EventID = bestEffortEventID(it.rec.Value)
+	}
+	b, err := json.Marshal(rej)
+	if err != nil { // cannot happen: plain strings and integers
+		b = []byte(`{"v":1,"reason":"` + rej.Reason + `"}`)
+	}
+	r := p.newRecord(p.topics.Rejected)
+	r.Key = it.rec.Key
+	r.Value = b
+	telemetry.Inject(ctx, r)
+	p.out = append(p.out, r)
+	p.pending.Rejected++
+	p.rejectedByReason[rej.Reason]++
+}
+
+// bestEffortEventID reads event_id from an event that failed validation, so
+// the ledger can name it; "" when it has none usable.
+func bestEffortEventID(raw []byte) string {
+	var v struct {
+		EventID any `json:"event_id"`
+	}
+	if json.Unmarshal(raw, &v) != nil {
+		return ""
+	}
+	if s, ok := v.EventID.(string); ok && len(s) <= schemas.MaxEventIDLen {
+		return s
+	}
+	return ""
+}
+
+// resolve fetches the missing mixes (at most conc at once), waiting until
+// waitCtx ends. A 404 is remembered by the cache and is not an error here.
+func (p *processor) resolve(waitCtx context.Context, ids []int64) error {
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		failed []int64
+		first  error
+	)
+	sem := make(chan struct{}, p.conc)
+	for _, id := range ids {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if _, err := p.cache.Get(waitCtx, id); err != nil && !errors.Is(err, ErrUnknownMix) {
+				mu.Lock()
+				failed = append(failed, id)
+				if first == nil || errors.Is(err, ErrMisconfigured) {
+					first = err
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if first != nil {
+		return p.waitErr(waitCtx, first, failed)
+	}
+	return nil
+}
+
+func (p *processor) waitErr(waitCtx context.Context, err error, ids []int64) error {
+	if errors.Is(err, ErrMisconfigured) {
+		return err
+	}
+	if waitCtx.Err() != nil {
+		return &errWaitTooLong{mixIDs: ids}
+	}
+	return err
+}
+
+func unknownMix(id int64) []schemas.Violation {
+	return []schemas.Violation{{Field: "mix_id", Reason: schemas.ReasonUnknownMix,
+		Detail: fmt.Sprintf("the partner API answered 404 for mix %d", id)}}
+}
+
+func containsID(ids []int64, id int64) bool {
+	for _, x := range ids {
+		if x == id {
+			return true
+		}
+	}
+	return false
+}
