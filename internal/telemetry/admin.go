@@ -23,7 +23,6 @@ var DefaultAdminAddrs = map[string]string{
 	"consume": "127.0.0.1:9462",
 	"report":  "127.0.0.1:9463",
 	"sink":    "127.0.0.1:9464",
-	"sandbox": "127.0.0.1:9465",
 	"demo":    "127.0.0.1:9460",
 }
 

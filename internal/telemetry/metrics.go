@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -67,7 +68,21 @@ type Metrics struct {
 	sinkRows        metric.Int64Counter
 	sinkInsert      metric.Float64Histogram
 
-	attrs sync.Map // attribute.KeyValue → metric.MeasurementOption
+	attrMu sync.Mutex                             // serialises writers of attrs
+	attrs  atomic.Pointer[map[attrKey]attrOption] // copy on write: readers take no lock
+}
+
+type attrKey struct {
+	k attribute.Key
+	v string
+}
+
+// attrOption is a cached measurement option, also as a one-element slice so
+// the variadic call does not allocate.
+type attrOption struct {
+	opt  metric.MeasurementOption
+	opts []metric.AddOption
+	recs []metric.RecordOption
 }
 
 // NewMetrics creates the instruments on m.
@@ -108,12 +123,31 @@ func NewMetrics(m metric.Meter) (*Metrics, error) {
 	return ms, nil
 }
 
-func (m *Metrics) attr(kv attribute.KeyValue) metric.MeasurementOption {
-	if o, ok := m.attrs.Load(kv); ok {
-		return o.(metric.MeasurementOption)
+func (m *Metrics) attr(k attribute.Key, v string) attrOption {
+	key := attrKey{k, v}
+	if cur := m.attrs.Load(); cur != nil {
+		if o, ok := (*cur)[key]; ok {
+			return o
+		}
 	}
-	o := metric.WithAttributeSet(attribute.NewSet(kv))
-	m.attrs.Store(kv, o)
+	m.attrMu.Lock()
+	defer m.attrMu.Unlock()
+	cur := m.attrs.Load()
+	if cur != nil {
+		if o, ok := (*cur)[key]; ok {
+			return o
+		}
+	}
+	next := make(map[attrKey]attrOption, 1)
+	if cur != nil {
+		for kk, vv := range *cur {
+			next[kk] = vv
+		}
+	}
+	opt := metric.WithAttributeSet(attribute.NewSet(k.String(v)))
+	o := attrOption{opt: opt, opts: []metric.AddOption{opt}, recs: []metric.RecordOption{opt}}
+	next[key] = o
+	m.attrs.Store(&next)
 	return o
 }
 
@@ -127,7 +161,7 @@ func (m *Metrics) EventsIn(ctx context.Context, n int) {
 // Rejected counts one event rejected for reason (a schemas reason code).
 func (m *Metrics) Rejected(ctx context.Context, reason string) {
 	if m != nil {
-		m.eventsRejected.Add(ctx, 1, m.attr(AttrReason.String(reason)))
+		m.eventsRejected.Add(ctx, 1, m.attr(AttrReason, reason).opts...)
 	}
 }
 
@@ -149,9 +183,9 @@ func (m *Metrics) PlaysBelowMinimum(ctx context.Context, n int) {
 // rejected, blocked, failed) and the attempt's latency.
 func (m *Metrics) Delivery(ctx context.Context, outcome string, latency time.Duration) {
 	if m != nil {
-		o := m.attr(AttrOutcome.String(outcome))
-		m.deliveries.Add(ctx, 1, o)
-		m.deliveryLatency.Record(ctx, latency.Seconds(), o)
+		o := m.attr(AttrOutcome, outcome)
+		m.deliveries.Add(ctx, 1, o.opts...)
+		m.deliveryLatency.Record(ctx, latency.Seconds(), o.recs...)
 	}
 }
 
@@ -159,7 +193,7 @@ func (m *Metrics) Delivery(ctx context.Context, outcome string, latency time.Dur
 // network, standby_replay, …).
 func (m *Metrics) Retry(ctx context.Context, reason string) {
 	if m != nil {
-		m.retries.Add(ctx, 1, m.attr(AttrReason.String(reason)))
+		m.retries.Add(ctx, 1, m.attr(AttrReason, reason).opts...)
 	}
 }
 
@@ -193,9 +227,9 @@ func (m *Metrics) MixCache(ctx context.Context, hit bool) {
 // SinkInsert records one ClickHouse batch insert of rows into table that took d.
 func (m *Metrics) SinkInsert(ctx context.Context, table string, rows int, d time.Duration) {
 	if m != nil {
-		o := m.attr(AttrTable.String(table))
-		m.sinkRows.Add(ctx, int64(rows), o)
-		m.sinkInsert.Record(ctx, d.Seconds(), o)
+		o := m.attr(AttrTable, table)
+		m.sinkRows.Add(ctx, int64(rows), o.opts...)
+		m.sinkInsert.Record(ctx, d.Seconds(), o.recs...)
 	}
 }
 

@@ -17,8 +17,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
@@ -520,3 +522,60 @@ func TestPathTemplate(t *testing.T) {
 		}
 	}
 }
+
+func TestConsumerLagGauge(t *testing.T) {
+	clearEnv(t)
+	setup(t, Options{})
+	k := testenv.StartKafka(t, 2)
+	topic := k.Config.Topics().Reports
+	cl := k.Client(t, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	for i := 0; i < 10; i++ {
+		r := &kgo.Record{Topic: topic, Partition: int32(i % 2), Value: []byte("x")}
+		if err := cl.ProduceSync(context.Background(), r).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	adm := kadm.NewClient(cl)
+	// The group has committed 2 records of partition 0 and none of partition 1.
+	offs := kadm.Offsets{}
+	offs.Add(kadm.Offset{Topic: topic, Partition: 0, At: 2, LeaderEpoch: -1})
+	if _, err := adm.CommitOffsets(context.Background(), "lag-g", offs); err != nil {
+		t.Fatal(err)
+	}
+	reg, err := RegisterConsumerLag(otel.Meter("github.com/playpipe/playpipe/internal/telemetry/test"), adm, "lag-g",
+		ConsumerLagOptions{Topics: []string{topic}, MinInterval: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reg.Unregister() //nolint:errcheck
+
+	srv := httptest.NewServer(MetricsHandler())
+	defer srv.Close()
+	resp, err := http.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	p0 := sumSamples(t, bytes.NewReader(body), "playpipe_consumer_lag", `partition="0"`)
+	p1 := sumSamples(t, bytes.NewReader(body), "playpipe_consumer_lag", `partition="1"`)
+	if p0 != 3 || p1 != 5 || !strings.Contains(string(body), `group="lag-g"`) {
+		t.Fatalf("lag p0=%v p1=%v, want 3 and 5:\n%s", p0, p1, grep(string(body), "playpipe_consumer_lag"))
+	}
+
+	if _, err := RegisterConsumerLag(otel.Meter("x"), nil, "", ConsumerLagOptions{}); !errors.Is(err, ErrConfig) {
+		t.Fatalf("missing client: %v", err)
+	}
+}
+
+func grep(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+func pkgMeter() metric.Meter { return otel.Meter("github.com/playpipe/playpipe/internal/telemetry/test") }
