@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"time"
 
 	"github.com/playpipe/playpipe/internal/kafkax"
@@ -158,17 +159,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.Concurrency, "concurrency", DefaultConcurrency, "reports in flight (posts at once, keep-alive connections)")
 	fs.Float64Var(&c.Rate, "rate", 0, "client-side rate limit in reports/s (0: unlimited)")
 	fs.IntVar(&c.Burst, "rate-burst", 0, "burst of the rate limit (0: --concurrency)")
-	fs.Func("live-bypass-delivered", "count a 200 served by live-bypass as delivered (true) or replay it like standby (false) (default true)", func(s string) error {
-		switch s {
-		case "true", "1":
-			c.LiveBypassNotDelivered = false
-		case "false", "0":
-			c.LiveBypassNotDelivered = true
-		default:
-			return fmt.Errorf("accepted: true, false")
-		}
-		return nil
-	})
+	fs.Var(notBool{&c.LiveBypassNotDelivered}, "live-bypass-delivered", "count a 200 served by live-bypass as delivered; --live-bypass-delivered=false replays it like a standby answer")
 	fs.DurationVar(&c.BackoffInitial, "backoff-initial", DefaultBackoffInitial, "first retry delay of a transient failure (doubles per failure, with jitter)")
 	fs.DurationVar(&c.BackoffMax, "backoff-max", DefaultBackoffMax, "largest retry delay of a transient failure")
 	fs.DurationVar(&c.RetryAfterMax, "retry-after-max", DefaultRetryAfterMax, "longest server Retry-After honoured")
@@ -178,3 +169,24 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxPending, "max-pending", DefaultMaxPending, "records held between the commit point and the newest fetched record (fetching pauses beyond)")
 	fs.IntVar(&c.RecentWindow, "dedupe-window", DefaultRecentWindow, "report ids with a final outcome remembered to skip duplicates (-1: off)")
 }
+
+// notBool is a boolean flag bound to the negation of *p (default true).
+type notBool struct{ p *bool }
+
+func (b notBool) String() string {
+	if b.p == nil || !*b.p {
+		return "true"
+	}
+	return "false"
+}
+
+func (b notBool) Set(s string) error {
+	v, err := strconv.ParseBool(s)
+	if err != nil {
+		return errors.New("accepted: true, false")
+	}
+	*b.p = !v
+	return nil
+}
+
+func (b notBool) IsBoolFlag() bool { return true }
