@@ -578,4 +578,6 @@ func grep(s, sub string) string {
 	return strings.Join(out, "\n")
 }
 
-func pkgMeter() metric.Meter { return otel.Meter("github.com/playpipe/playpipe/internal/telemetry/test") }
+func pkgMeter() metric.Meter {
+	return otel.Meter("github.com/playpipe/playpipe/internal/telemetry/test")
+}
