@@ -1,0 +1,383 @@
+package producer
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"mime"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/time/rate"
+
+	"github.com/playpipe/playpipe/schemas"
+)
+
+// IngestSource is Source.Topic of the rejections the gateway publishes for
+// events it refused before they reached Kafka (partition and offset are -1).
+const IngestSource = "ingest"
+
+// GatewayConfig configures the HTTP ingest gateway. Zero values take the
+// defaults named in the comments; NewGateway validates it once.
+type GatewayConfig struct {
+	// Publisher sends the events; required. The gateway does not close it.
+	Publisher *Publisher
+	// RejectedTopic receives a schemas.Rejection for every refused event;
+	// defaults to the rejected topic of the Publisher's Kafka configuration.
+	RejectedTopic string
+	// Keys are the fleets' API keys (hashes); at least one is required.
+	Keys []FleetKey
+	// MaxBodyBytes bounds a request body; larger ones get 413. Defaults to 4 MiB.
+	MaxBodyBytes int64
+	// MaxEvents bounds the events of one request; more get 413. Defaults to 5000.
+	MaxEvents int
+	// RatePerKey is the sustained events per second allowed per API key;
+	// defaults to 20000. Burst is the events a key may send at once; defaults
+	// to max(MaxEvents, RatePerKey) and must be ≥ MaxEvents (so that every
+	// allowed batch can pass).
+	RatePerKey float64
+	Burst      int
+	// Logger defaults to slog.Default(). API keys are never logged.
+	Logger *slog.Logger
+}
+
+func (c *GatewayConfig) setDefaults() {
+	if c.RejectedTopic == "" && c.Publisher != nil {
+		c.RejectedTopic = c.Publisher.cfg.Kafka.Topics().Rejected
+	}
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = 4 << 20
+	}
+	if c.MaxEvents == 0 {
+		c.MaxEvents = 5000
+	}
+	if c.RatePerKey == 0 {
+		c.RatePerKey = 20000
+	}
+	if c.Burst == 0 {
+		c.Burst = max(c.MaxEvents, int(math.Ceil(c.RatePerKey)))
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+func (c *GatewayConfig) validate() error {
+	switch {
+	case c.Publisher == nil:
+		return errors.New("producer: GatewayConfig.Publisher is required")
+	case c.MaxBodyBytes < 1:
+		return fmt.Errorf("producer: GatewayConfig.MaxBodyBytes (--max-body) must be ≥ 1, got %d", c.MaxBodyBytes)
+	case c.MaxEvents < 1:
+		return fmt.Errorf("producer: GatewayConfig.MaxEvents (--max-events) must be ≥ 1, got %d", c.MaxEvents)
+	case c.RatePerKey < 0 || math.IsNaN(c.RatePerKey) || math.IsInf(c.RatePerKey, 0):
+		return fmt.Errorf("producer: GatewayConfig.RatePerKey (--rate) must be > 0 events/s, got %v", c.RatePerKey)
+	case c.Burst < c.MaxEvents:
+		return fmt.Errorf("producer: GatewayConfig.Burst (--burst) %d must be ≥ MaxEvents (--max-events) %d, or a full batch could never pass", c.Burst, c.MaxEvents)
+	}
+	return nil
+}
+
+// Gateway is the HTTP ingest gateway. Routes:
+//
+//	POST /v1/events  a JSON array or NDJSON batch of player events
+//	GET  /healthz    200 while the process serves
+//	GET  /readyz     200 when a Kafka broker answers and the gateway is not draining
+type Gateway struct {
+	cfg      GatewayConfig
+	keys     *keyring
+	limiters []*rate.Limiter // one per configured key
+	draining atomic.Bool
+	handler  http.Handler
+
+	requests metric.Int64Counter
+}
+
+// NewGateway builds a gateway from a validated configuration.
+func NewGateway(cfg GatewayConfig) (*Gateway, error) {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	kr, err := newKeyring(cfg.Keys)
+	if err != nil {
+		return nil, err
+	}
+	g := &Gateway{cfg: cfg, keys: kr}
+	for range cfg.Keys {
+		g.limiters = append(g.limiters, rate.NewLimiter(rate.Limit(cfg.RatePerKey), cfg.Burst))
+	}
+	g.requests, _ = meter.Int64Counter("playpipe.ingest.requests",
+		metric.WithDescription("Requests to POST /v1/events, by HTTP status code."))
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/events", g.postEvents)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, map[string]string{"status": "ok"}) })
+	mux.HandleFunc("GET /readyz", g.readyz)
+	g.handler = otelhttp.NewHandler(mux, "ingest", otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string {
+		return r.Method + " " + r.URL.Path
+	}))
+	return g, nil
+}
+
+// ServeHTTP serves the gateway's routes.
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) { g.handler.ServeHTTP(w, r) }
+
+// SetDraining makes /readyz answer 503 (call it when shutdown begins, so load
+// balancers stop sending before the listener closes).
+func (g *Gateway) SetDraining() { g.draining.Store(true) }
+
+func (g *Gateway) readyz(w http.ResponseWriter, r *http.Request) {
+	if g.draining.Load() {
+		writeJSON(w, http.StatusServiceUnavailable, ErrorResponse{Error: "shutting down", Code: "draining"})
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	if err := g.cfg.Publisher.Ping(ctx); err != nil {
+		writeJSON(w, http.StatusServiceUnavailable, ErrorResponse{Error: "kafka unreachable", Code: "kafka_unavailable"})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+}
+
+// ErrorResponse is the body of a request refused as a whole.
+type ErrorResponse struct {
+	Error string `json:"error"`
+	// Code is machine-readable: unauthorized, rate_limited, body_too_large,
+	// too_many_events, malformed_batch, empty_batch, unsupported_media_type,
+	// unsupported_encoding, kafka_unavailable, draining.
+	Code string `json:"code"`
+}
+
+// IngestResponse is the body of an answer to POST /v1/events that got as far
+// as publishing: 202 when every event is accepted or refused (with its
+// rejection recorded), 503 when some are not on Kafka.
+type IngestResponse struct {
+	Accepted int           `json:"accepted"`
+	Refused  int           `json:"refused"`
+	Failed   int           `json:"failed"`
+	Events   []EventAnswer `json:"events"`
+	Error    string        `json:"error,omitempty"`
+}
+
+// EventAnswer is the answer for one event of a batch.
+type EventAnswer struct {
+	Index   int    `json:"index"`
+	EventID string `json:"event_id,omitempty"`
+	// Status: accepted (on the events topic), refused (broke a rule: do not
+	// retry; Reasons says why) or failed (not on Kafka: retry it).
+	Status    Status              `json:"status"`
+	Partition *int32              `json:"partition,omitempty"`
+	Offset    *int64              `json:"offset,omitempty"`
+	Reasons   []schemas.Violation `json:"reasons,omitempty"`
+	Error     string              `json:"error,omitempty"`
+}
+
+func (g *Gateway) postEvents(w http.ResponseWriter, r *http.Request) {
+	status := g.serveEvents(w, r)
+	g.requests.Add(r.Context(), 1, metric.WithAttributes(attribute.Int("code", status)))
+}
+
+func (g *Gateway) serveEvents(w http.ResponseWriter, r *http.Request) int {
+	fail := func(status int, code, msg string) int {
+		writeJSON(w, status, ErrorResponse{Error: msg, Code: code})
+		return status
+	}
+	ki := g.keys.match(presentedKey(r))
+	if ki < 0 {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="playpipe-ingest"`)
+		g.cfg.Logger.Debug("ingest: request without a valid API key", "remote", r.RemoteAddr)
+		return fail(http.StatusUnauthorized, "unauthorized", "a valid fleet API key is required (Authorization: Bearer <key> or X-API-Key)")
+	}
+	fleet := g.cfg.Keys[ki].Fleet
+	trace.SpanFromContext(r.Context()).SetAttributes(attribute.String("playpipe.fleet", fleet))
+	lim := g.limiters[ki]
+	if lim.Tokens() < 1 { // refuse before reading the body
+		return g.tooMany(w, lim.Reserve())
+	}
+	if ce := r.Header.Get("Content-Encoding"); ce != "" && ce != "identity" {
+		return fail(http.StatusUnsupportedMediaType, "unsupported_encoding", "Content-Encoding "+strconv.Quote(ce)+" is not supported; send the body uncompressed")
+	}
+	ndjson, known := bodyKind(r.Header.Get("Content-Type"))
+	if !known {
+		return fail(http.StatusUnsupportedMediaType, "unsupported_media_type", "Content-Type must be application/json (an array) or application/x-ndjson (one event per line)")
+	}
+	if r.ContentLength > g.cfg.MaxBodyBytes {
+		return fail(http.StatusRequestEntityTooLarge, "body_too_large", fmt.Sprintf("body of %d bytes exceeds the limit of %d bytes", r.ContentLength, g.cfg.MaxBodyBytes))
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.cfg.MaxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return fail(http.StatusRequestEntityTooLarge, "body_too_large", fmt.Sprintf("body exceeds the limit of %d bytes", g.cfg.MaxBodyBytes))
+		}
+		return fail(http.StatusBadRequest, "malformed_batch", "could not read the body")
+	}
+	events, err := splitBatch(body, ndjson, g.cfg.MaxEvents)
+	switch {
+	case errors.Is(err, errTooManyEvents):
+		return fail(http.StatusRequestEntityTooLarge, "too_many_events", fmt.Sprintf("more than %d events in one request; split the batch", g.cfg.MaxEvents))
+	case err != nil:
+		return fail(http.StatusBadRequest, "malformed_batch", err.Error())
+	case len(events) == 0:
+		return fail(http.StatusBadRequest, "empty_batch", "the batch holds no event")
+	}
+	now := time.Now()
+	if res := lim.ReserveN(now, len(events)); res.DelayFrom(now) > 0 {
+		return g.tooMany(w, res)
+	}
+
+	results, pubErr := g.cfg.Publisher.Publish(r.Context(), events,
+		WithHeaders(kgo.RecordHeader{Key: "fleet", Value: []byte(fleet)}),
+		WithRejections(g.cfg.RejectedTopic, IngestSource))
+	resp := IngestResponse{Events: make([]EventAnswer, len(results))}
+	rejectionLost := 0
+	for i := range results {
+		res := &results[i]
+		a := EventAnswer{Index: res.Index, EventID: res.EventID, Status: res.Status}
+		switch res.Status {
+		case StatusAccepted:
+			resp.Accepted++
+			p, o := res.Partition, res.Offset
+			a.Partition, a.Offset = &p, &o
+		case StatusRefused:
+			resp.Refused++
+			a.Reasons = res.Violations
+			if res.RejectionErr != nil {
+				rejectionLost++
+				a.Error = "refused, but its rejection record could not be written to Kafka"
+			}
+		default:
+			resp.Failed++
+			a.Error = "not acknowledged by Kafka; retry this event"
+		}
+		resp.Events[i] = a
+	}
+	log := g.cfg.Logger.With("fleet", fleet, "events", len(events), "accepted", resp.Accepted, "refused", resp.Refused, "failed", resp.Failed)
+	if pubErr != nil || rejectionLost > 0 {
+		resp.Error = "Kafka did not acknowledge every record of the batch: retry the events not accepted"
+		log.Warn("ingest: batch not fully on Kafka", "err", pubErr, "rejections_lost", rejectionLost)
+		w.Header().Set("Retry-After", "1")
+		writeJSON(w, http.StatusServiceUnavailable, resp)
+		return http.StatusServiceUnavailable
+	}
+	log.Debug("ingest: batch published")
+	writeJSON(w, http.StatusAccepted, resp)
+	return http.StatusAccepted
+}
+
+func (g *Gateway) tooMany(w http.ResponseWriter, res *rate.Reservation) int {
+	now := time.Now()
+	delay := res.DelayFrom(now)
+	res.CancelAt(now)
+	secs := int(math.Ceil(delay.Seconds()))
+	if secs < 1 {
+		secs = 1
+	}
+	w.Header().Set("Retry-After", strconv.Itoa(secs))
+	writeJSON(w, http.StatusTooManyRequests, ErrorResponse{Code: "rate_limited",
+		Error: fmt.Sprintf("rate limit of this API key exceeded (%g events/s, burst %d); retry after %d s", g.cfg.RatePerKey, g.cfg.Burst, secs)})
+	return http.StatusTooManyRequests
+}
+
+// bodyKind maps a Content-Type to the body format: ndjson true for the
+// NDJSON types, false for JSON and the generic types (sniffed: a body
+// starting with '[' is an array, anything else NDJSON); known is false for
+// types the gateway does not take.
+func bodyKind(contentType string) (ndjson, known bool) {
+	if contentType == "" {
+		return false, true
+	}
+	mt, _, err := mime.ParseMediaType(contentType)
+	if err != nil {
+		return false, false
+	}
+	switch mt {
+	case "application/x-ndjson", "application/ndjson", "application/jsonl", "application/x-jsonlines", "application/jsonlines":
+		return true, true
+	case "application/json", "text/plain", "application/octet-stream":
+		return false, true
+	}
+	return false, false
+}
+
+var errTooManyEvents = errors.New("too many events")
+
+// splitBatch splits a body into raw events: a JSON array (unless ndjson),
+// else one event per non-blank line. Each element is returned verbatim; an
+// element that is not a valid event is left to ParseEvent to refuse, but a
+// JSON array that does not parse is an error for the whole batch.
+func splitBatch(body []byte, ndjson bool, maxEvents int) ([][]byte, error) {
+	trimmed := bytes.TrimLeft(body, " \t\r\n")
+	if !ndjson && len(trimmed) > 0 && trimmed[0] == '[' {
+		return splitArray(trimmed, maxEvents)
+	}
+	if bytes.Count(body, []byte{'\n'}) >= maxEvents { // cheap upper bound before splitting
+		n := 0
+		for _, line := range bytes.Split(body, []byte{'\n'}) {
+			if len(bytes.TrimSpace(line)) > 0 {
+				n++
+			}
+		}
+		if n > maxEvents {
+			return nil, errTooManyEvents
+		}
+	}
+	var out [][]byte
+	for len(body) > 0 {
+		line := body
+		if i := bytes.IndexByte(body, '\n'); i >= 0 {
+			line, body = body[:i], body[i+1:]
+		} else {
+			body = nil
+		}
+		if line = bytes.TrimSpace(line); len(line) > 0 {
+			out = append(out, line)
+		}
+	}
+	return out, nil
+}
+
+func splitArray(body []byte, maxEvents int) ([][]byte, error) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if _, err := dec.Token(); err != nil {
+		return nil, fmt.Errorf("the body is not a JSON array: %w", err)
+	}
+	var out [][]byte
+	for dec.More() {
+		if len(out) == maxEvents {
+			return nil, errTooManyEvents
+		}
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return nil, fmt.Errorf("malformed JSON array at element %d: %w", len(out), err)
+		}
+		out = append(out, raw)
+	}
+	if _, err := dec.Token(); err != nil {
+		return nil, fmt.Errorf("malformed JSON array: %w", err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, errors.New("malformed JSON array: data after the closing ]")
+	}
+	return out, nil
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
