@@ -123,7 +123,9 @@ func NewGateway(cfg GatewayConfig) (*Gateway, error) {
 		metric.WithDescription("Requests to POST /v1/events, by HTTP status code."))
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/events", g.postEvents)
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, map[string]string{"status": "ok"}) })
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
 	mux.HandleFunc("GET /readyz", g.readyz)
 	g.handler = otelhttp.NewHandler(mux, "ingest", otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string {
 		return r.Method + " " + r.URL.Path
