@@ -25,7 +25,7 @@ const (
 	MetricDeliveries         = "playpipe.deliveries"           // counter {report}, outcome
 	MetricDeliveryRetries    = "playpipe.delivery.retries"     // counter {retry}, reason
 	MetricDeliveryLatency    = "playpipe.delivery.latency"     // histogram s, outcome
-	MetricStandbyActive      = "playpipe.standby.active"       // gauge 0/1
+	MetricStandbyActive      = "playpipe.standby.active"       // up-down counter 0/1
 	MetricStandbyEpisodes    = "playpipe.standby.episodes"     // counter {episode}
 	MetricMixCacheHits       = "playpipe.mixcache.hits"        // counter {lookup}
 	MetricMixCacheMisses     = "playpipe.mixcache.misses"      // counter {lookup}
@@ -45,7 +45,9 @@ const (
 )
 
 // LatencyBuckets are the bucket boundaries (seconds) of the delivery latency
-// and sink insert histograms: 1 ms to 30 s.
+// and sink insert histograms: 1 ms to 30 s. Setup's meter provider applies
+// them to every playpipe.* histogram in seconds, so an instrument created
+// without explicit boundaries does not get the SDK's millisecond defaults.
 var LatencyBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}
 
 // Metrics holds the playpipe instruments. Create one per role with
@@ -61,7 +63,7 @@ type Metrics struct {
 	deliveries      metric.Int64Counter
 	retries         metric.Int64Counter
 	deliveryLatency metric.Float64Histogram
-	standbyActive   metric.Int64Gauge
+	standbyActive   metric.Int64UpDownCounter
 	standbyEpisodes metric.Int64Counter
 	mixHits         metric.Int64Counter
 	mixMisses       metric.Int64Counter
@@ -104,8 +106,8 @@ func NewMetrics(m metric.Meter) (*Metrics, error) {
 		eventsRejected:  c(MetricEventsRejected, "{event}", "Events sent to the rejected topic, by machine-readable reason."),
 		playsDerived:    c(MetricPlaysDerived, "{play}", "Track plays derived from events and written to the reports topic."),
 		playsBelowMin:   c(MetricPlaysBelowMin, "{play}", "Track plays shorter than the minimum play length: counted, not reported."),
-		deliveries:      c(MetricDeliveries, "{report}", "Delivery answers by outcome: delivered, standby, rejected, blocked, failed."),
-		retries:         c(MetricDeliveryRetries, "{retry}", "Delivery attempts retried, by reason: 401, 500, 503, timeout, network, standby_replay."),
+		deliveries:      c(MetricDeliveries, "{report}", "Answers of the partner API to play reports, by outcome: delivered, rejected, standby, retry, blocked."),
+		retries:         c(MetricDeliveryRetries, "{retry}", "Report posts to be retried, by reason: http_500, http_503, timeout, connection, unauthorized."),
 		deliveryLatency: h(MetricDeliveryLatency, "Latency of one delivery attempt (POST royalty-tracking), by outcome."),
 		standbyEpisodes: c(MetricStandbyEpisodes, "{episode}", "Times the reporter entered standby mode (a report answered by standby)."),
 		mixHits:         c(MetricMixCacheHits, "{lookup}", "Mix look-ups served from the mix cache."),
@@ -113,7 +115,7 @@ func NewMetrics(m metric.Meter) (*Metrics, error) {
 		sinkRows:        c(MetricSinkRows, "{row}", "Rows inserted into ClickHouse by the sink, by table."),
 		sinkInsert:      h(MetricSinkInsertDuration, "Duration of one ClickHouse batch insert, by table."),
 	}
-	g, err := m.Int64Gauge(MetricStandbyActive, metric.WithUnit("1"),
+	g, err := m.Int64UpDownCounter(MetricStandbyActive,
 		metric.WithDescription("1 while the reporter is in standby mode (not dispatching, probing the API), else 0."))
 	errs = append(errs, err)
 	ms.standbyActive = g
@@ -179,8 +181,8 @@ func (m *Metrics) PlaysBelowMinimum(ctx context.Context, n int) {
 	}
 }
 
-// Delivery records one delivery answer: its outcome (delivered, standby,
-// rejected, blocked, failed) and the attempt's latency.
+// Delivery records one delivery answer: its outcome (schemas.Outcome*:
+// delivered, rejected, standby, retry, blocked) and the attempt's latency.
 func (m *Metrics) Delivery(ctx context.Context, outcome string, latency time.Duration) {
 	if m != nil {
 		o := m.attr(AttrOutcome, outcome)
@@ -189,26 +191,27 @@ func (m *Metrics) Delivery(ctx context.Context, outcome string, latency time.Dur
 	}
 }
 
-// Retry counts one delivery retry for reason (401, 500, 503, timeout,
-// network, standby_replay, …).
+// Retry counts one delivery retry for reason (reporter.Reason*: http_500,
+// http_503, timeout, connection, unauthorized).
 func (m *Metrics) Retry(ctx context.Context, reason string) {
 	if m != nil {
 		m.retries.Add(ctx, 1, m.attr(AttrReason, reason).opts...)
 	}
 }
 
-// StandbyEntered sets the standby gauge to 1 and counts an episode.
+// StandbyEntered raises the standby gauge by 1 and counts an episode; pair
+// every call with one StandbyLeft.
 func (m *Metrics) StandbyEntered(ctx context.Context) {
 	if m != nil {
-		m.standbyActive.Record(ctx, 1)
+		m.standbyActive.Add(ctx, 1)
 		m.standbyEpisodes.Add(ctx, 1)
 	}
 }
 
-// StandbyLeft sets the standby gauge to 0 (live service is back).
+// StandbyLeft lowers the standby gauge by 1 (live service is back).
 func (m *Metrics) StandbyLeft(ctx context.Context) {
 	if m != nil {
-		m.standbyActive.Record(ctx, 0)
+		m.standbyActive.Add(ctx, -1)
 	}
 }
 

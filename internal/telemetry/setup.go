@@ -234,7 +234,12 @@ func ensureMeterProvider(ctx context.Context, res *resource.Resource, otlp bool)
 	if err != nil {
 		return nil, fmt.Errorf("telemetry: prometheus exporter: %w", err)
 	}
-	mopts := []sdkmetric.Option{sdkmetric.WithResource(res), sdkmetric.WithReader(prom)}
+	mopts := []sdkmetric.Option{sdkmetric.WithResource(res), sdkmetric.WithReader(prom),
+		// Seconds histograms get second-scale buckets (the SDK default is for ms).
+		sdkmetric.WithView(sdkmetric.NewView(
+			sdkmetric.Instrument{Name: "playpipe.*", Unit: "s"},
+			sdkmetric.Stream{Aggregation: sdkmetric.AggregationExplicitBucketHistogram{Boundaries: LatencyBuckets}},
+		))}
 	var otlpReader sdkmetric.Reader
 	if otlp {
 		otlpReader, err = autoexport.NewMetricReader(ctx)

@@ -581,3 +581,59 @@ func grep(s, sub string) string {
 func pkgMeter() metric.Meter {
 	return otel.Meter("github.com/playpipe/playpipe/internal/telemetry/test")
 }
+
+// TestPrometheusNames pins the names docs/operating.md and the alert rules
+// use: each helper moves the series it is documented to move.
+func TestPrometheusNames(t *testing.T) {
+	clearEnv(t)
+	setup(t, Options{})
+	m, err := NewMetrics(pkgMeter())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A histogram made elsewhere without boundaries gets LatencyBuckets.
+	other, err := otel.Meter("github.com/playpipe/playpipe/other").Float64Histogram("playpipe.other.duration", metric.WithUnit("s"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(MetricsHandler())
+	defer srv.Close()
+	ctx := context.Background()
+	steps := []struct {
+		series string
+		filter string
+		do     func()
+		want   float64
+	}{
+		{"playpipe_events_in_total", "", func() { m.EventsIn(ctx, 2) }, 2},
+		{"playpipe_events_rejected_total", `reason="missing_user_id"`, func() { m.Rejected(ctx, "missing_user_id") }, 1},
+		{"playpipe_plays_derived_total", "", func() { m.PlaysDerived(ctx, 4) }, 4},
+		{"playpipe_plays_below_minimum_total", "", func() { m.PlaysBelowMinimum(ctx, 1) }, 1},
+		{"playpipe_deliveries_total", `outcome="delivered"`, func() { m.Delivery(ctx, "delivered", time.Second) }, 1},
+		{"playpipe_delivery_latency_seconds_count", `outcome="standby"`, func() { m.Delivery(ctx, "standby", time.Second) }, 1},
+		{"playpipe_delivery_retries_total", `reason="http_503"`, func() { m.Retry(ctx, "http_503") }, 1},
+		{"playpipe_standby_episodes_total", "", func() { m.StandbyEntered(ctx) }, 1},
+		{"playpipe_standby_active", "", func() { m.StandbyEntered(ctx) }, 1},
+		{"playpipe_standby_active", "", func() { m.StandbyLeft(ctx) }, -1},
+		{"playpipe_mixcache_hits_total", "", func() { m.MixCache(ctx, true) }, 1},
+		{"playpipe_mixcache_misses_total", "", func() { m.MixCache(ctx, false) }, 1},
+		{"playpipe_sink_rows_total", `table="deliveries"`, func() { m.SinkInsert(ctx, "deliveries", 10, 50*time.Millisecond) }, 10},
+		{"playpipe_sink_insert_duration_seconds_bucket", `le="0.05"`, func() { m.SinkInsert(ctx, "deliveries", 1, 40*time.Millisecond) }, 1},
+		{"playpipe_other_duration_seconds_bucket", `le="0.25"`, func() { other.Record(ctx, 0.2) }, 1},
+	}
+	read := func(series, filter string) float64 {
+		resp, err := http.Get(srv.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		return sumSamples(t, resp.Body, series, filter)
+	}
+	for _, s := range steps {
+		before := read(s.series, s.filter)
+		s.do()
+		if got := read(s.series, s.filter) - before; got != s.want {
+			t.Errorf("%s{%s} moved by %v, want %v", s.series, s.filter, got, s.want)
+		}
+	}
+}
