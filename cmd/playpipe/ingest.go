@@ -1,0 +1,232 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/playpipe/playpipe/internal/kafkax"
+	"github.com/playpipe/playpipe/producer"
+	"github.com/playpipe/playpipe/schemas"
+)
+
+func init() {
+	register(command{
+		name:    "ingest",
+		summary: "HTTP gateway for fleets that do not speak Kafka: POST /v1/events → plays.events",
+		run:     runIngest,
+	})
+}
+
+const ingestSynopsis = `Accepts batches of player events (a JSON array, or NDJSON: one event per line) on
+POST /v1/events, validates every event, publishes the valid ones to <prefix>.events and
+answers 202 with a per-event answer only after Kafka acknowledged the batch. Refused events
+are answered with their reasons and also published to <prefix>.rejected (source "ingest").
+Each request needs a fleet API key: "Authorization: Bearer <key>" or "X-API-Key: <key>".
+Keys are configured as SHA-256 hashes, fleet-name:hexsha256. Guide: docs/producer.md.
+
+Make a key and its configuration line:
+  playpipe ingest --new-key acme          # prints the key (give it to the fleet) and acme:<hash>
+  printf %s "$KEY" | playpipe ingest --hash-key   # the hash of an existing key`
+
+func runIngest(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return runIngestWith(ctx, args, os.Stdin, stdout, stderr, nil)
+}
+
+// runIngestWith is runIngest with its stdin, and a hook told the listen
+// address once the gateway serves (tests).
+func runIngestWith(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, ready func(addr string)) error {
+	fs := newFlagSet("ingest", stderr, ingestSynopsis)
+	var (
+		lf        logFlags
+		kcfg      kafkax.Config
+		keySpecs  []string
+		addr      = fs.String("addr", envDefault("PLAYPIPE_INGEST_ADDR", "127.0.0.1:8090"), "listen address (env PLAYPIPE_INGEST_ADDR); use :8090 to serve other hosts")
+		keysFile  = fs.String("api-keys-file", os.Getenv("PLAYPIPE_INGEST_API_KEYS_FILE"), "file of fleet API keys, one fleet-name:hexsha256 per line, # comments (env PLAYPIPE_INGEST_API_KEYS_FILE)")
+		hashKey   = fs.Bool("hash-key", false, "read an API key from stdin, print its SHA-256 (hex) and exit")
+		newKey    = fs.String("new-key", "", "make a random API key for the named fleet, print it and its configuration line, and exit")
+		maxBody   = fs.Int64("max-body", 4<<20, "largest request body in bytes (larger: 413)")
+		maxEvents = fs.Int("max-events", 5000, "most events in one request (more: 413)")
+		ratePer   = fs.Float64("rate", 20000, "sustained events per second allowed per API key (more: 429 with Retry-After)")
+		burst     = fs.Int("burst", 0, "events an API key may send at once; 0: max(--max-events, --rate); must be ≥ --max-events")
+		linger    = fs.Duration("linger", 5*time.Millisecond, "how long a Kafka partition batch waits to fill")
+		delivery  = fs.Duration("delivery-timeout", 30*time.Second, "how long an event may wait for Kafka's acknowledgement before the request answers 503")
+		allowNoU  = fs.Bool("allow-missing-user-id", false, "accept events without user_id (must match the consumer's policy)")
+		defVendor = fs.String("default-vendor", "", "vendor for events without one (must match the consumer's policy); empty: vendor is required")
+		shutdownT = fs.Duration("shutdown-timeout", 30*time.Second, "how long shutdown waits for requests in flight")
+	)
+	fs.Func("api-key", "a fleet API key as fleet-name:hexsha256 (repeatable; env PLAYPIPE_INGEST_API_KEYS, comma separated)", func(s string) error {
+		keySpecs = append(keySpecs, s)
+		return nil
+	})
+	kcfg.RegisterFlags(fs)
+	lf.register(fs.StringVar)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *hashKey {
+		return printKeyHash(stdin, stdout, stderr)
+	}
+	if *newKey != "" {
+		return printNewKey(*newKey, stdout, stderr)
+	}
+	log, err := lf.logger(stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return errUsage
+	}
+	if v := os.Getenv("PLAYPIPE_INGEST_API_KEYS"); v != "" && len(keySpecs) == 0 {
+		keySpecs = strings.Split(v, ",")
+	}
+	keys, err := loadFleetKeys(keySpecs, *keysFile)
+	if err != nil {
+		return err
+	}
+	if len(keys) == 0 {
+		fmt.Fprintln(stderr, "playpipe ingest: no fleet API key configured: pass --api-key fleet:hexsha256, --api-keys-file or PLAYPIPE_INGEST_API_KEYS (make one with --new-key <fleet>)")
+		return errUsage
+	}
+	vopts := schemas.ValidateOptions{AllowMissingUserID: *allowNoU}
+	if *defVendor != "" {
+		v, err := strconv.ParseInt(*defVendor, 10, 64)
+		if err != nil {
+			fmt.Fprintf(stderr, "--default-vendor %q: an integer is required\n", *defVendor)
+			return errUsage
+		}
+		vopts.DefaultVendor = &v
+	}
+
+	kcfg, stopKafka, err := kafkaOrEmbedded(kcfg, log)
+	if err != nil {
+		return err
+	}
+	defer stopKafka()
+	ectx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	err = ensureTopics(ectx, kcfg)
+	cancel()
+	if err != nil {
+		return err
+	}
+	pub, err := producer.NewPublisher(ctx, producer.PublisherConfig{Kafka: kcfg, Validate: vopts, Linger: *linger, DeliveryTimeout: *delivery})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), *shutdownT)
+		defer cancel()
+		if err := pub.Close(cctx); err != nil {
+			log.Warn("ingest: closing the Kafka producer", "err", err)
+		}
+	}()
+	gw, err := producer.NewGateway(producer.GatewayConfig{
+		Publisher: pub, Keys: keys, MaxBodyBytes: *maxBody, MaxEvents: *maxEvents,
+		RatePerKey: *ratePer, Burst: *burst, Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return fmt.Errorf("--addr %s: %w", *addr, err)
+	}
+	hs := &http.Server{
+		Handler:           gw,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       time.Minute,
+		WriteTimeout:      *delivery + time.Minute, // a request waits for Kafka's acknowledgement
+		IdleTimeout:       2 * time.Minute,
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	fleets := map[string]bool{}
+	for _, k := range keys {
+		fleets[k.Fleet] = true
+	}
+	log.Info("ingest listening", "url", "http://"+ln.Addr().String()+"/v1/events", "topic", pub.Topic(),
+		"fleets", len(fleets), "keys", len(keys), "rate_per_key", *ratePer, "max_events", *maxEvents, "max_body", *maxBody)
+	if ready != nil {
+		ready(ln.Addr().String())
+	}
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case err := <-errc:
+		runErr = fmt.Errorf("serve: %w", err)
+	}
+	gw.SetDraining()
+	log.Info("ingest shutting down: finishing requests in flight", "timeout", *shutdownT)
+	sctx, scancel := context.WithTimeout(context.Background(), *shutdownT)
+	defer scancel()
+	if err := hs.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		log.Warn("ingest: requests still in flight at the shutdown timeout", "err", err)
+		_ = hs.Close()
+	}
+	return runErr
+}
+
+// loadFleetKeys merges --api-key entries and the key file. Errors never
+// repeat an entry: a raw key pasted by mistake must not reach the logs.
+func loadFleetKeys(specs []string, file string) ([]producer.FleetKey, error) {
+	var keys []producer.FleetKey
+	for i, s := range specs {
+		if strings.TrimSpace(s) == "" {
+			continue
+		}
+		k, err := producer.ParseFleetKey(s)
+		if err != nil {
+			return nil, fmt.Errorf("--api-key #%d: %w", i+1, err)
+		}
+		keys = append(keys, k)
+	}
+	if file != "" {
+		f, err := os.Open(file)
+		if err != nil {
+			return nil, fmt.Errorf("--api-keys-file: %w", err)
+		}
+		defer f.Close()
+		fk, err := producer.ParseFleetKeys(f)
+		if err != nil {
+			return nil, fmt.Errorf("--api-keys-file %s: %w", file, err)
+		}
+		keys = append(keys, fk...)
+	}
+	return keys, nil
+}
+
+func printKeyHash(stdin io.Reader, stdout, stderr io.Writer) error {
+	line, err := bufio.NewReader(io.LimitReader(stdin, 4096)).ReadString('\n')
+	if err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("--hash-key: read stdin: %w", err)
+	}
+	key := strings.TrimRight(line, "\r\n")
+	if key == "" {
+		fmt.Fprintln(stderr, "playpipe ingest --hash-key: no key on stdin")
+		return errUsage
+	}
+	_, err = fmt.Fprintln(stdout, producer.HashKey(key))
+	return err
+}
+
+func printNewKey(fleet string, stdout, stderr io.Writer) error {
+	if _, err := producer.ParseFleetKey(fleet + ":" + producer.HashKey("")); err != nil || strings.Contains(fleet, ":") {
+		fmt.Fprintf(stderr, "playpipe ingest --new-key %q: a fleet name without spaces or ':' is required\n", fleet)
+		return errUsage
+	}
+	var b [32]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return fmt.Errorf("--new-key: %w", err)
+	}
+	key := "pp_" + base64.RawURLEncoding.EncodeToString(b[:])
+	_, err := fmt.Fprintf(stdout, "key:    %s\n--api-key %s:%s\n", key, fleet, producer.HashKey(key))
+	return err
+}
