@@ -1,6 +1,8 @@
 package consumer
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"strconv"
 	"unicode/utf8"
 
@@ -13,10 +15,16 @@ import (
 // omitempty rules and string escaping, HTML characters included); the tests
 // hold it to that. It allocates only when dst must grow.
 func AppendTrackPlay(dst []byte, p *schemas.TrackPlay) []byte {
+	return appendTrackPlay(dst, p, p.ReportID)
+}
+
+// appendTrackPlay encodes p with reportID in place of p.ReportID (the hot
+// path keeps the id in its byte arena instead of a string per play).
+func appendTrackPlay[ID []byte | string](dst []byte, p *schemas.TrackPlay, reportID ID) []byte {
 	dst = append(dst, `{"v":`...)
 	dst = strconv.AppendInt(dst, int64(p.V), 10)
 	dst = append(dst, `,"report_id":`...)
-	dst = appendString(dst, p.ReportID)
+	dst = appendString(dst, reportID)
 	dst = append(dst, `,"event_id":`...)
 	dst = appendString(dst, p.EventID)
 	dst = append(dst, `,"mix_id":`...)
@@ -106,7 +114,7 @@ var plainASCII = func() (t [utf8.RuneSelf]bool) {
 // '"' and '\\' backslash-escaped; \b \f \n \r \t short-escaped; other
 // control bytes, '<', '>' and '&' as \u00XX; invalid UTF-8 as \ufffd;
 // U+2028 and U+2029 as \u2028 and \u2029; everything else verbatim.
-func appendString(dst []byte, s string) []byte {
+func appendString[S []byte | string](dst []byte, s S) []byte {
 	dst = append(dst, '"')
 	start := 0
 	for i := 0; i < len(s); {
@@ -137,7 +145,14 @@ func appendString(dst []byte, s string) []byte {
 			start = i
 			continue
 		}
-		c, size := utf8.DecodeRuneInString(s[i:])
+		var c rune
+		var size int
+		switch v := any(s).(type) {
+		case string:
+			c, size = utf8.DecodeRuneInString(v[i:])
+		case []byte:
+			c, size = utf8.DecodeRune(v[i:])
+		}
 		if c == utf8.RuneError && size == 1 {
 			dst = append(dst, s[start:i]...)
 			dst = append(dst, `\ufffd`...)
@@ -156,4 +171,19 @@ func appendString(dst []byte, s string) []byte {
 	}
 	dst = append(dst, s[start:]...)
 	return append(dst, '"')
+}
+
+// appendReportID appends schemas.ReportID(eventID, position) as hex bytes,
+// without allocating; the tests hold the two equal.
+func appendReportID(dst []byte, eventID string, position int) []byte {
+	var buf [schemas.MaxEventIDLen + 24]byte
+	var sum [sha256.Size]byte
+	if len(eventID) > schemas.MaxEventIDLen {
+		return append(dst, schemas.ReportID(eventID, position)...)
+	}
+	b := append(buf[:0], eventID...)
+	b = append(b, 0)
+	b = strconv.AppendInt(b, int64(position), 10)
+	sum = sha256.Sum256(b)
+	return hex.AppendEncode(dst, sum[:16])
 }

@@ -84,6 +84,9 @@ func FuzzAppendString(f *testing.F) {
 		if got := appendString(nil, s); !bytes.Equal(got, want) {
 			t.Fatalf("%q: got %s want %s", s, got, want)
 		}
+		if got := appendString(nil, []byte(s)); !bytes.Equal(got, want) {
+			t.Fatalf("[]byte %q: got %s want %s", s, got, want)
+		}
 	})
 }
 
@@ -92,5 +95,30 @@ func TestAppendTrackPlayNoAllocs(t *testing.T) {
 	buf := make([]byte, 0, 4096)
 	if n := testing.AllocsPerRun(100, func() { buf = AppendTrackPlay(buf[:0], &p) }); n != 0 {
 		t.Fatalf("AppendTrackPlay allocates %v times per call", n)
+	}
+}
+
+func TestAppendReportIDMatchesSchemas(t *testing.T) {
+	long := string(bytes.Repeat([]byte("x"), 300))
+	for _, id := range append(trickyStrings, long, "e", "ev-1-000001") {
+		for _, pos := range []int{0, 1, 9, 10, 123, 1 << 20} {
+			if got, want := string(appendReportID(nil, id, pos)), schemas.ReportID(id, pos); got != want {
+				t.Fatalf("%q/%d: %s != %s", id, pos, got, want)
+			}
+		}
+	}
+	buf := make([]byte, 0, 64)
+	if n := testing.AllocsPerRun(100, func() { buf = appendReportID(buf[:0], "ev-1-000001", 3) }); n != 0 {
+		t.Fatalf("appendReportID allocates %v times", n)
+	}
+}
+
+func TestAppendTrackPlayWithByteID(t *testing.T) {
+	p := schemas.TrackPlay{V: 1, ReportID: schemas.ReportID("e", 2), EventID: "e", Report: partnerapi.PlayReport{ISRC: "X"}}
+	want := AppendTrackPlay(nil, &p)
+	id := []byte(p.ReportID)
+	p.ReportID = ""
+	if got := appendTrackPlay(nil, &p, id); !bytes.Equal(got, want) {
+		t.Fatalf("got %s want %s", got, want)
 	}
 }

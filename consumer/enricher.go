@@ -413,6 +413,7 @@ type processor struct {
 	split    SplitOptions
 	conc     int
 	tracer   trace.Tracer
+	spanOpts []trace.SpanStartOption
 
 	items []item
 	plays []schemas.TrackPlay
@@ -445,7 +446,7 @@ func newProcessor(cache *MixCache, topics kafkax.Topics, v schemas.ValidateOptio
 		conc = 8
 	}
 	return &processor{cache: cache, topics: topics, validate: v, split: split, conc: conc,
-		tracer: otel.Tracer(instrumentationName), rejectedByReason: map[string]int64{}}
+		tracer: otel.Tracer(instrumentationName), spanOpts: []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer)}, rejectedByReason: map[string]int64{}}
 }
 
 func (p *processor) initMetrics(m metric.Meter) error {
@@ -583,10 +584,15 @@ func (p *processor) process(ctx, waitCtx context.Context, recs []*kgo.Record, no
 	p.out = p.out[:0]
 	split := p.split
 	split.DerivedAt = nowMS
+	split.OmitReportID = true
 	for i := range p.items {
 		it := &p.items[i]
-		ectx := telemetry.Extract(ctx, it.rec)
-		ectx, span := p.tracer.Start(ectx, "enrich", trace.WithSpanKind(trace.SpanKindConsumer))
+		ectx := ctx
+		if len(it.rec.Headers) > 0 {
+			ectx = telemetry.Extract(ctx, it.rec)
+		}
+		ectx, span := p.tracer.Start(ectx, "enrich", p.spanOpts...)
+		traced := trace.SpanContextFromContext(ectx).IsValid()
 		p.pending.Events++
 		if it.vs == nil {
 			var v *schemas.Violation
@@ -607,12 +613,14 @@ func (p *processor) process(ctx, waitCtx context.Context, recs []*kgo.Record, no
 			pl := &p.plays[j]
 			r := p.newRecord(p.topics.Reports)
 			start := len(p.buf)
-			p.buf = append(p.buf, pl.ReportID...)
+			p.buf = appendReportID(p.buf, it.ev.EventID, pl.Position)
 			mid := len(p.buf)
-			p.buf = AppendTrackPlay(p.buf, pl)
+			p.buf = appendTrackPlay(p.buf, pl, p.buf[start:mid])
 			r.Key = p.buf[start:mid:mid]
 			r.Value = p.buf[mid:len(p.buf):len(p.buf)]
-			telemetry.Inject(ectx, r)
+			if traced {
+				telemetry.Inject(ectx, r)
+			}
 			p.out = append(p.out, r)
 			p.pending.Plays++
 			if pl.BelowMinimum {

@@ -106,6 +106,7 @@ func (c *fakeClock) Advance(d time.Duration) {
 
 func fastRetry(o CacheOptions) CacheOptions {
 	o.RetryMin, o.RetryMax = time.Millisecond, 5*time.Millisecond
+	o.Logger = quietLogger()
 	return o
 }
 

@@ -86,6 +86,9 @@ type SplitOptions struct {
 	MinPlayMS int64
 	// DerivedAt is stamped on every play (epoch ms).
 	DerivedAt int64
+	// OmitReportID leaves TrackPlay.ReportID empty (the enricher computes
+	// the same id into its byte arena, saving two allocations per play).
+	OmitReportID bool
 }
 
 // Split applies the split rule to one valid event and the listing of its
@@ -136,9 +139,13 @@ func Split(dst []schemas.TrackPlay, ev *schemas.PlayerEvent, l *Listing, opts Sp
 		if overlap <= 0 {
 			continue
 		}
+		var id string
+		if !opts.OmitReportID {
+			id = schemas.ReportID(ev.EventID, t.Position)
+		}
 		dst = append(dst, schemas.TrackPlay{
 			V:              schemas.TrackPlayVersion,
-			ReportID:       schemas.ReportID(ev.EventID, t.Position),
+			ReportID:       id,
 			EventID:        ev.EventID,
 			MixID:          ev.MixID,
 			Position:       t.Position,

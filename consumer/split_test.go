@@ -228,6 +228,11 @@ func TestSplitMisc(t *testing.T) {
 	if len(plays) != 2 || plays[0].ReportID != plays[1].ReportID {
 		t.Fatalf("append: %d plays", len(plays))
 	}
+	// OmitReportID leaves only the id out.
+	omitted, _ := Split(nil, &ev, l, SplitOptions{OmitReportID: true})
+	if omitted[0].ReportID != "" || omitted[0].Report != plays[0].Report {
+		t.Fatalf("OmitReportID: %+v", omitted[0])
+	}
 	// An empty listing yields no play and no violation.
 	empty := PrepareListing(partnerapi.Mix{ID: 1, Length: "00:01:00"}, partnerapi.Meta{})
 	if plays, v := Split(nil, &ev, empty, SplitOptions{}); len(plays) != 0 || v != nil {
