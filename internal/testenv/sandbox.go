@@ -46,13 +46,14 @@ func StartSandbox(t testing.TB, opts ...func(*sandbox.Options)) *Sandbox {
 	if sb.Email == "" {
 		sb.Email = sandbox.DefaultEmail
 	}
-	sb.URL = serve(t, srv.Handler())
-	sb.AdminURL = serve(t, srv.AdminHandler())
+	sb.URL = ServeHandler(t, srv.Handler())
+	sb.AdminURL = ServeHandler(t, srv.AdminHandler())
 	return sb
 }
 
-// serve serves h on a free loopback port until the test ends.
-func serve(t testing.TB, h http.Handler) string {
+// ServeHandler serves h on a free 127.0.0.1 port until the test ends and
+// returns its base URL ("http://127.0.0.1:port").
+func ServeHandler(t testing.TB, h http.Handler) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

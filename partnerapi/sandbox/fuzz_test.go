@@ -36,7 +36,7 @@ func FuzzReportValidation(f *testing.F) {
 		if json.Unmarshal(m["country"], &country) != nil || country != r.Country || len(country) != 2 {
 			t.Fatalf("country %q vs %s", r.Country, m["country"])
 		}
-		_ = canonical(&r)
+		_ = canonical(nil, &r)
 		_ = qualityFlags(&r, &Catalog{trackByID: map[int64]*Track{r.TrackID: {ID: r.TrackID, LengthSec: 10}}})
 	})
 }

@@ -108,9 +108,9 @@ type ledger struct {
 
 type ledgerShard struct {
 	mu       sync.Mutex
-	accepted []LedgerEntry
-	standby  []StandbyEntry
-	rejected []RejectedEntry
+	accepted chunked[LedgerEntry]
+	standby  chunked[StandbyEntry]
+	rejected chunked[RejectedEntry]
 	seen     map[[2]uint64]struct{}
 	_        [64]byte // keep shards on separate cache lines
 }
@@ -136,7 +136,8 @@ func (l *ledger) keep() bool {
 func (l *ledger) addAccepted(e LedgerEntry) {
 	e.Seq = l.seq.Add(1)
 	l.accepted.Add(1)
-	canon := canonical(&e.Report)
+	var buf [256]byte
+	canon := canonical(buf[:0], &e.Report)
 	key := [2]uint64{maphash.Bytes(l.seed1, canon), maphash.Bytes(l.seed2, canon)}
 	sh := &l.shards[key[0]%ledgerShards]
 	keep := l.keep()
@@ -147,7 +148,7 @@ func (l *ledger) addAccepted(e LedgerEntry) {
 		sh.seen[key] = struct{}{}
 	}
 	if keep {
-		sh.accepted = append(sh.accepted, e)
+		sh.accepted.add(e)
 	}
 	sh.mu.Unlock()
 	if e.Duplicate {
@@ -163,7 +164,7 @@ func (l *ledger) addStandby(e StandbyEntry) {
 	}
 	sh := &l.shards[e.Seq%ledgerShards]
 	sh.mu.Lock()
-	sh.standby = append(sh.standby, e)
+	sh.standby.add(e)
 	sh.mu.Unlock()
 }
 
@@ -175,7 +176,7 @@ func (l *ledger) addRejected(e RejectedEntry) {
 	}
 	sh := &l.shards[e.Seq%ledgerShards]
 	sh.mu.Lock()
-	sh.rejected = append(sh.rejected, e)
+	sh.rejected.add(e)
 	sh.mu.Unlock()
 }
 
@@ -184,21 +185,21 @@ func (l *ledger) snapshot(since uint64) LedgerSnapshot {
 	for i := range l.shards {
 		sh := &l.shards[i]
 		sh.mu.Lock()
-		for _, e := range sh.accepted {
+		sh.accepted.each(func(e *LedgerEntry) {
 			if e.Seq > since {
-				s.Accepted = append(s.Accepted, e)
+				s.Accepted = append(s.Accepted, *e)
 			}
-		}
-		for _, e := range sh.standby {
+		})
+		sh.standby.each(func(e *StandbyEntry) {
 			if e.Seq > since {
-				s.Standby = append(s.Standby, e)
+				s.Standby = append(s.Standby, *e)
 			}
-		}
-		for _, e := range sh.rejected {
+		})
+		sh.rejected.each(func(e *RejectedEntry) {
 			if e.Seq > since {
-				s.Rejected = append(s.Rejected, e)
+				s.Rejected = append(s.Rejected, *e)
 			}
-		}
+		})
 		sh.mu.Unlock()
 	}
 	slices.SortFunc(s.Accepted, func(a, b LedgerEntry) int { return cmpU(a.Seq, b.Seq) })
@@ -213,7 +214,7 @@ func (l *ledger) reset() {
 	for i := range l.shards {
 		sh := &l.shards[i]
 		sh.mu.Lock()
-		sh.accepted, sh.standby, sh.rejected = nil, nil, nil
+		sh.accepted, sh.standby, sh.rejected = chunked[LedgerEntry]{}, chunked[StandbyEntry]{}, chunked[RejectedEntry]{}
 		clear(sh.seen)
 		sh.mu.Unlock()
 	}
@@ -223,6 +224,29 @@ func (l *ledger) reset() {
 	l.rejected.Store(0)
 	l.dups.Store(0)
 	l.dropped.Store(0)
+}
+
+// chunked is an append-only list in fixed-size chunks: appending never
+// copies what is already stored.
+type chunked[T any] struct{ chunks [][]T }
+
+const chunkSize = 512
+
+func (c *chunked[T]) add(v T) {
+	n := len(c.chunks)
+	if n == 0 || len(c.chunks[n-1]) == chunkSize {
+		c.chunks = append(c.chunks, make([]T, 0, chunkSize))
+		n++
+	}
+	c.chunks[n-1] = append(c.chunks[n-1], v)
+}
+
+func (c *chunked[T]) each(fn func(*T)) {
+	for _, ch := range c.chunks {
+		for i := range ch {
+			fn(&ch[i])
+		}
+	}
 }
 
 func cmpU(a, b uint64) int {
@@ -237,8 +261,7 @@ func cmpU(a, b uint64) int {
 
 // canonical is the canonical body of a report: every known field in table
 // order, absent optional fields marked absent.
-func canonical(r *Report) []byte {
-	b := make([]byte, 0, 160)
+func canonical(b []byte, r *Report) []byte {
 	b = strconv.AppendInt(b, r.TrackID, 10)
 	b = append(b, 0)
 	b = strconv.AppendInt(b, r.PlayedAt, 10)

@@ -1,7 +1,6 @@
 package sandbox
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"strconv"
@@ -94,32 +93,37 @@ const requiredFields = 1<<fTrackID | 1<<fPlayedAt | 1<<fPlayLength | 1<<fSourceS
 //
 // A failure is a *ReportError listing every offending field.
 func ValidateReport(body []byte) (Report, error) {
+	return validateReport(body, string(body))
+}
+
+// validateReport validates body; s is the same bytes as a string, so that the
+// decoded strings share its memory (no copy per field).
+func validateReport(body []byte, s string) (Report, error) {
 	var r Report
 	var seen, bad uint16
-	var raws [numReportFields][]byte
-	var legacy []byte
-	if !json.Valid(body) || !scanObject(body, func(key string, val []byte) {
-		if key == "playLength" {
-			legacy = val
-			return
-		}
-		for i, n := range reportFieldNames {
-			if n == key {
-				raws[i] = val
-				seen |= 1 << i
-				return
-			}
+	var raws [numReportFields]string
+	var legacy string
+	var legacySeen bool
+	if !json.Valid(body) || !scanObject(s, func(key string, val string) {
+		i := fieldIndex(key)
+		switch {
+		case i >= 0:
+			raws[i] = val
+			seen |= 1 << i
+		case key == "playLength":
+			legacy, legacySeen = val, true
 		}
 	}) {
 		return r, &ReportError{Fields: fieldList(requiredFields)}
 	}
-	if seen&(1<<fPlayLength) == 0 && legacy != nil {
+	if seen&(1<<fPlayLength) == 0 && legacySeen {
 		raws[fPlayLength] = legacy
+		seen |= 1 << fPlayLength
 		r.LegacyPlayLength = true
 	}
 	for i := range raws {
 		v := raws[i]
-		if v == nil || string(v) == "null" {
+		if seen&(1<<i) == 0 || v == "null" {
 			if requiredFields&(1<<i) != 0 {
 				bad |= 1 << i
 			}
@@ -159,16 +163,16 @@ func ValidateReport(body []byte) (Report, error) {
 			r.Country, ok = jsonString(v)
 			ok = ok && len(r.Country) == 2 && isLetter(r.Country[0]) && isLetter(r.Country[1])
 		case fUserID:
-			var s string
-			s, ok = jsonString(v)
-			r.UserID = &s
+			var str string
+			str, ok = jsonString(v)
+			r.UserID = &str
 		case fISRC:
-			var s string
-			s, ok = jsonString(v)
-			r.ISRC = &s
+			var str string
+			str, ok = jsonString(v)
+			r.ISRC = &str
 		case fCachedPlay, fJumpForward:
-			b := string(v) == "true"
-			ok = b || string(v) == "false"
+			b := v == "true"
+			ok = b || v == "false"
 			if i == fCachedPlay {
 				r.CachedPlay = &b
 			} else {
@@ -185,6 +189,40 @@ func ValidateReport(body []byte) (Report, error) {
 	return r, nil
 }
 
+func fieldIndex(key string) int {
+	switch key {
+	case "trackid":
+		return fTrackID
+	case "playedat":
+		return fPlayedAt
+	case "playlength":
+		return fPlayLength
+	case "sourcestream":
+		return fSourceStream
+	case "sourcedetail":
+		return fSourceDetail
+	case "os":
+		return fOS
+	case "device":
+		return fDevice
+	case "country":
+		return fCountry
+	case "vendor":
+		return fVendor
+	case "userid":
+		return fUserID
+	case "isrc":
+		return fISRC
+	case "endreason":
+		return fEndReason
+	case "cachedplay":
+		return fCachedPlay
+	case "jumpforward":
+		return fJumpForward
+	}
+	return -1
+}
+
 func fieldList(set uint16) []string {
 	var out []string
 	for i, n := range reportFieldNames {
@@ -199,7 +237,7 @@ func isLetter(c byte) bool { return c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z'
 
 // jsonInt parses a JSON number written as an integer: -?digits, no fraction,
 // no exponent, within int64.
-func jsonInt(v []byte) (int64, bool) {
+func jsonInt(v string) (int64, bool) {
 	d := v
 	if len(d) > 0 && d[0] == '-' {
 		d = d[1:]
@@ -212,20 +250,20 @@ func jsonInt(v []byte) (int64, bool) {
 			return 0, false
 		}
 	}
-	n, err := strconv.ParseInt(string(v), 10, 64)
+	n, err := strconv.ParseInt(v, 10, 64)
 	return n, err == nil
 }
 
 // jsonString decodes a JSON string value.
-func jsonString(v []byte) (string, bool) {
+func jsonString(v string) (string, bool) {
 	if len(v) < 2 || v[0] != '"' || v[len(v)-1] != '"' {
 		return "", false
 	}
-	if bytes.IndexByte(v, '\\') < 0 {
-		return string(v[1 : len(v)-1]), true
+	if strings.IndexByte(v, '\\') < 0 {
+		return v[1 : len(v)-1], true
 	}
 	var s string
-	if json.Unmarshal(v, &s) != nil {
+	if json.Unmarshal([]byte(v), &s) != nil {
 		return "", false
 	}
 	return s, true
@@ -233,7 +271,7 @@ func jsonString(v []byte) (string, bool) {
 
 // scanObject calls fn for each member of the JSON object b, which must
 // already be known valid JSON. It returns false when b is not an object.
-func scanObject(b []byte, fn func(key string, val []byte)) bool {
+func scanObject(b string, fn func(key string, val string)) bool {
 	i := skipWS(b, 0)
 	if i >= len(b) || b[i] != '{' {
 		return false
@@ -275,7 +313,7 @@ func scanObject(b []byte, fn func(key string, val []byte)) bool {
 	}
 }
 
-func skipWS(b []byte, i int) int {
+func skipWS(b string, i int) int {
 	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
 		i++
 	}
@@ -283,7 +321,7 @@ func skipWS(b []byte, i int) int {
 }
 
 // endString returns the index after the string starting at b[i] ('"'), or -1.
-func endString(b []byte, i int) int {
+func endString(b string, i int) int {
 	for j := i + 1; j < len(b); j++ {
 		switch b[j] {
 		case '\\':
@@ -296,7 +334,7 @@ func endString(b []byte, i int) int {
 }
 
 // endValue returns the index after the value starting at b[i], or -1.
-func endValue(b []byte, i int) int {
+func endValue(b string, i int) int {
 	if i >= len(b) {
 		return -1
 	}

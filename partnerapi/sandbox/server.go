@@ -537,12 +537,13 @@ func (s *Server) serveReport(w http.ResponseWriter, r *http.Request, mode Mode) 
 		s.writeJSON(w, epReport, http.StatusOK, bodyReportOK)
 		return
 	}
-	rep, err := ValidateReport(body)
+	raw := string(body) // kept in the ledger; the decoded strings share it
+	rep, err := validateReport(body, raw)
 	if err != nil {
 		var re *ReportError
 		errors.As(err, &re)
 		msg := re.Message()
-		s.ledger.addRejected(RejectedEntry{Arrival: now, Raw: string(body), Message: msg})
+		s.ledger.addRejected(RejectedEntry{Arrival: now, Raw: raw, Message: msg})
 		b, _ := json.Marshal(struct {
 			Error   bool   `json:"error"`
 			Message string `json:"message"`
@@ -551,7 +552,7 @@ func (s *Server) serveReport(w http.ResponseWriter, r *http.Request, mode Mode) 
 		return
 	}
 	s.ledger.addAccepted(LedgerEntry{
-		Arrival: now, Raw: string(body), Report: rep, Flags: qualityFlags(&rep, s.cat),
+		Arrival: now, Raw: raw, Report: rep, Flags: qualityFlags(&rep, s.cat),
 		ServedBy: mode.servedBy(), TraceParent: r.Header.Get("Traceparent"),
 	})
 	s.writeJSON(w, epReport, http.StatusOK, bodyReportOK)
