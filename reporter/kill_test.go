@@ -1,0 +1,174 @@
+package reporter
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/playpipe/playpipe/internal/kafkax"
+	"github.com/playpipe/playpipe/partnerapi"
+)
+
+// Environment of the reporter child process (TestReporterProcess).
+const (
+	envChild       = "PLAYPIPE_REPORTER_CHILD"
+	envChildBroker = "PLAYPIPE_REPORTER_CHILD_BROKERS"
+	envChildAPI    = "PLAYPIPE_REPORTER_CHILD_API"
+	envChildGroup  = "PLAYPIPE_REPORTER_CHILD_GROUP"
+	envChildRate   = "PLAYPIPE_REPORTER_CHILD_RATE"
+	envChildConc   = "PLAYPIPE_REPORTER_CHILD_CONCURRENCY"
+)
+
+// TestReporterProcess is not a test on its own: it is the reporter process
+// that TestKillAndRestart (and the backlog memory run) start as a child of
+// the test binary and kill. It runs until SIGTERM and exits 0 on a clean stop.
+func TestReporterProcess(t *testing.T) {
+	if os.Getenv(envChild) == "" {
+		t.Skip("helper process, run by TestKillAndRestart")
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	rate, _ := strconv.ParseFloat(os.Getenv(envChildRate), 64)
+	conc, _ := strconv.Atoi(os.Getenv(envChildConc))
+	log := testLogger(t)
+	api, err := partnerapi.New(partnerapi.Config{
+		BaseURL:     os.Getenv(envChildAPI),
+		Credentials: partnerapi.Credentials{ClientID: "playpipe01", ClientSignature: "SANDBOX-ONLY-signature-not-a-real-secret"},
+		UserAgent:   testUA, MaxConns: max(conc, 16), RequestTimeout: 5 * time.Second, Logger: log,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer api.Close()
+	r, err := New(Config{
+		Kafka:       kafkax.Config{Brokers: strings.Split(os.Getenv(envChildBroker), ","), TopicPrefix: kafkax.DefaultTopicPrefix, Partitions: 1, ReplicationFactor: -1},
+		Group:       os.Getenv(envChildGroup),
+		Concurrency: conc, Rate: rate,
+		Logger: log,
+	}, api)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.kgoOpts = testGroupOpts
+	if err := r.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// child is a reporter running in a child process.
+type child struct {
+	cmd *exec.Cmd
+	out *lockedBuffer
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func (e *e2e) startChild(rate float64, conc int, extraEnv ...string) *child {
+	e.t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestReporterProcess$", "-test.count=1")
+	cmd.Env = append(os.Environ(),
+		envChild+"=1",
+		envChildBroker+"="+strings.Join(e.kafka.Config.Brokers, ","),
+		envChildAPI+"="+e.sb.URL,
+		envChildGroup+"="+e.group,
+		envChildRate+"="+fmt.Sprint(rate),
+		envChildConc+"="+strconv.Itoa(conc),
+	)
+	cmd.Env = append(cmd.Env, extraEnv...)
+	c := &child{cmd: cmd, out: &lockedBuffer{}}
+	cmd.Stdout, cmd.Stderr = c.out, c.out
+	if err := cmd.Start(); err != nil {
+		e.t.Fatalf("start reporter process: %v", err)
+	}
+	e.t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	})
+	return c
+}
+
+// TestKillAndRestart: the reporter process is killed with SIGKILL mid-run
+// and started again. Every report ends in the ledger; the only reports sent
+// twice are those in flight (posted, not yet committed) at the kill, and
+// the test reports how many.
+func TestKillAndRestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts child processes")
+	}
+	const (
+		n    = 3000
+		rate = 2000.0
+		conc = 16
+	)
+	e := newE2E(t, 3)
+	e.group = "reporter-kill"
+	e.publish("kill", n, 0, 0)
+	first := e.startChild(rate, conc)
+	waitFor(t, 60*time.Second, func() bool { return e.sb.Ledger().AcceptedCount >= n/3 })
+	if err := first.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = first.cmd.Wait()
+	atKill := e.sb.Ledger().AcceptedCount
+	committedAtKill, _ := e.committed()
+	var sum int64
+	for _, o := range committedAtKill {
+		sum += o
+	}
+	t.Logf("killed (SIGKILL) after %d reports accepted; %d committed", atKill, sum)
+	if sum == 0 {
+		t.Error("nothing committed before the kill: the reporter must commit as it goes")
+	}
+
+	second := e.startChild(rate, conc)
+	e.waitLedger(90 * time.Second)
+	if err := second.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := second.cmd.Wait(); err != nil {
+		t.Fatalf("restarted reporter did not stop cleanly: %v\n%s", err, second.out.String())
+	}
+	dups := e.checkExactlyOnce(true)
+	e.checkAllCommitted()
+	e.checkDeliveries(false)
+	// Sent twice = in flight at the kill: posted (≤ concurrency) or final
+	// but not yet committed (about one produce + commit round trip at the
+	// rate). 100 ms of finality lag at 2000/s is 200 reports.
+	bound := int(conc + rate*0.1)
+	t.Logf("kill -9 then restart: %d of %d reports sent twice (bound %d = concurrency %d + 100ms at %.0f/s)", dups, n, bound, conc, rate)
+	if int64(dups) != int64(e.sb.Ledger().Duplicates) {
+		t.Errorf("ledger duplicates %d, counted %d", e.sb.Ledger().Duplicates, dups)
+	}
+	if dups > bound {
+		t.Errorf("%d reports sent twice, more than in flight (bound %d)", dups, bound)
+	}
+	if t.Failed() {
+		t.Logf("first process output:\n%s\nsecond process output:\n%s", first.out.String(), second.out.String())
+	}
+}
