@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -63,10 +64,10 @@ type Client struct {
 	base      string
 	hc        *http.Client
 	transport *http.Transport // own transport, nil when Config.HTTPClient was given
-	ctxTimout bool            // apply RequestTimeout through the context (foreign HTTPClient)
 	uaHeader  []string
 	log       *slog.Logger
 	reportURL string
+	reportReq *http.Request // template of the play report POST (own transport)
 
 	main *slot // POST /partners/session: every endpoint
 	user *slot // POST /partners/session/with-user: the restricted catalog, when Email is set
@@ -99,10 +100,15 @@ func New(cfg Config) (*Client, error) {
 	c.reportURL = c.base + PathRoyaltyTracking
 	if cfg.HTTPClient != nil {
 		c.hc = cfg.HTTPClient
-		c.ctxTimout = true
 	} else {
-		c.transport = newTransport(cfg.MaxConns)
-		c.hc = &http.Client{Transport: c.transport, Timeout: cfg.RequestTimeout}
+		c.transport = newTransport(cfg.MaxConns, cfg.RequestTimeout)
+		c.hc = &http.Client{Transport: c.transport}
+		req, err := http.NewRequest(http.MethodPost, c.reportURL, nil)
+		if err != nil {
+			return nil, fmt.Errorf("partnerapi: invalid config: Config.BaseURL (--api-url): %w", err)
+		}
+		req.Header = nil
+		c.reportReq = req
 	}
 	c.root, c.cancel = context.WithCancel(context.Background())
 	c.main = &slot{c: c, path: PathSession, op: "POST " + PathSession}
@@ -119,7 +125,7 @@ func New(cfg Config) (*Client, error) {
 // newTransport is the client's own keep-alive transport: as many idle
 // connections kept per host as are allowed, so that MaxConns concurrent
 // callers never dial again after warm-up.
-func newTransport(maxConns int) *http.Transport {
+func newTransport(maxConns int, responseHeaderTimeout time.Duration) *http.Transport {
 	return &http.Transport{
 		Proxy: http.ProxyFromEnvironment,
 		DialContext: (&net.Dialer{
@@ -133,6 +139,7 @@ func newTransport(maxConns int) *http.Transport {
 		IdleConnTimeout:       90 * time.Second,
 		TLSHandshakeTimeout:   10 * time.Second,
 		ExpectContinueTimeout: time.Second,
+		ResponseHeaderTimeout: responseHeaderTimeout,
 	}
 }
 
@@ -183,7 +190,7 @@ func (c *Client) send(ctx context.Context, op, method, url string, auth []string
 	if c.closed.Load() {
 		return Meta{}, nil, ErrClosed
 	}
-	if c.ctxTimout && c.cfg.RequestTimeout > 0 {
+	if c.cfg.RequestTimeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, c.cfg.RequestTimeout)
 		defer cancel()

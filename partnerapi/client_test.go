@@ -529,3 +529,38 @@ func TestRestrictedCatalogUsesWithUserAndCountry(t *testing.T) {
 		t.Fatalf("requests: %v %v", reqs[0].URL.Path, reqs[1].Header)
 	}
 }
+
+func TestReportTimeoutIsTransient(t *testing.T) {
+	for _, foreign := range []bool{false, true} {
+		t.Run(fmt.Sprint("foreign=", foreign), func(t *testing.T) {
+			release := make(chan struct{})
+			var calls atomic.Int32
+			f := newFake(t, func(w http.ResponseWriter, r *http.Request) {
+				if calls.Add(1) > 1 {
+					fmt.Fprint(w, `{"error":false,"message":"ok"}`)
+					return
+				}
+				select {
+				case <-release:
+				case <-r.Context().Done():
+				}
+			})
+			defer close(release)
+			c := f.client(t, func(c *Config) {
+				c.RequestTimeout = 100 * time.Millisecond
+				if foreign {
+					c.HTTPClient = &http.Client{}
+				}
+			})
+			start := time.Now()
+			_, err := c.ReportPlay(context.Background(), PlayReport{TrackID: 1})
+			if KindOf(err) != KindTransient || time.Since(start) > 5*time.Second {
+				t.Fatalf("err = %v after %v, want a transient timeout", err, time.Since(start))
+			}
+			// A healthy answer through the same path still works.
+			if res, err := c.ReportPlay(context.Background(), PlayReport{TrackID: 1}); err != nil || res.Message != "ok" {
+				t.Fatal(res, err)
+			}
+		})
+	}
+}

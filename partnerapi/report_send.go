@@ -40,20 +40,8 @@ func (c *Client) ReportPlayJSON(ctx context.Context, body []byte) (ReportResult,
 	if err != nil {
 		return ReportResult{}, err
 	}
-	if c.ctxTimout && c.cfg.RequestTimeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, c.cfg.RequestTimeout)
-		defer cancel()
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.reportURL, bytes.NewReader(body))
-	if err != nil {
-		return ReportResult{}, &Error{Kind: KindRejected, Op: opReport, Reason: "cannot build request", Err: err}
-	}
-	req.Header["User-Agent"] = c.uaHeader
-	req.Header["Authorization"] = tok.hdr
-	req.Header["Content-Type"] = jsonHeader
 	start := time.Now()
-	resp, err := c.hc.Do(req)
+	resp, err := c.postReport(ctx, tok, body)
 	if err != nil {
 		return ReportResult{}, &Error{Kind: KindTransient, Op: opReport, Err: err}
 	}
@@ -74,6 +62,70 @@ func (c *Client) ReportPlayJSON(ctx context.Context, body []byte) (ReportResult,
 		c.main.drop(tok)
 	}
 	return ReportResult{}, c.statusError(opReport, meta, resp.Header, data)
+}
+
+// postReport sends one report. With the client's own transport it goes
+// straight to Transport.RoundTrip from a pre-parsed request template: no
+// redirect or header-copy machinery, no per-request timer (the attempt is
+// bounded by the dial timeout, ResponseHeaderTimeout = RequestTimeout, the
+// size bound of the answer, and ctx). With a caller's HTTPClient it goes
+// through HTTPClient.Do with RequestTimeout on the context.
+func (c *Client) postReport(ctx context.Context, tok *token, body []byte) (*http.Response, error) {
+	if c.transport == nil {
+		if c.cfg.RequestTimeout > 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, c.cfg.RequestTimeout)
+			// The answer is read after we return: cancel when it is closed.
+			resp, err := c.postReportDo(ctx, tok, body)
+			if err != nil {
+				cancel()
+				return nil, err
+			}
+			resp.Body = &cancelBody{ReadCloser: resp.Body, cancel: cancel}
+			return resp, nil
+		}
+		return c.postReportDo(ctx, tok, body)
+	}
+	req := c.reportReq.WithContext(ctx)
+	req.Header = http.Header{"User-Agent": c.uaHeader, "Authorization": tok.hdr, "Content-Type": jsonHeader}
+	rb := new(bodyReader)
+	rb.Reset(body)
+	req.Body = rb
+	req.ContentLength = int64(len(body))
+	req.GetBody = func() (io.ReadCloser, error) {
+		rb := new(bodyReader)
+		rb.Reset(body)
+		return rb, nil
+	}
+	return c.transport.RoundTrip(req)
+}
+
+func (c *Client) postReportDo(ctx context.Context, tok *token, body []byte) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.reportURL, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header["User-Agent"] = c.uaHeader
+	req.Header["Authorization"] = tok.hdr
+	req.Header["Content-Type"] = jsonHeader
+	return c.hc.Do(req)
+}
+
+// bodyReader is a request body over a byte slice in one allocation.
+type bodyReader struct{ bytes.Reader }
+
+func (*bodyReader) Close() error { return nil }
+
+// cancelBody cancels the attempt's context when the answer is closed.
+type cancelBody struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (b *cancelBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.cancel()
+	return err
 }
 
 var readPool = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}

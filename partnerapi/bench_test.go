@@ -1,0 +1,125 @@
+package partnerapi_test
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"testing"
+
+	"github.com/playpipe/playpipe/internal/testenv"
+	"github.com/playpipe/playpipe/internal/version"
+	"github.com/playpipe/playpipe/partnerapi"
+)
+
+// The play-report path against the real sandbox on loopback, next to a plain
+// net/http client posting the same bytes to the same sandbox, so that the
+// ratio is measured in one run:
+//
+//	go test -run '^$' -bench 'ReportPlay|RawPOST' -benchtime 2s -count 3 ./partnerapi/
+//
+// Both run 32 requests in flight (SetParallelism 16 × GOMAXPROCS 2).
+
+const benchParallelism = 16
+
+func benchReport(b *testing.B) (*testenv.Sandbox, partnerapi.PlayReport) {
+	sb := testenv.StartSandbox(b)
+	m := &sb.Catalog().Mixes[0]
+	return sb, goodReport(m, 0)
+}
+
+func benchClient(b *testing.B, sb *testenv.Sandbox) *partnerapi.Client {
+	c, err := partnerapi.New(partnerapi.Config{
+		BaseURL:     sb.URL,
+		Credentials: partnerapi.Credentials{ClientID: sb.ClientID, ClientSignature: sb.ClientSignature},
+		Logger:      slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(c.Close)
+	if _, err := c.Session(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	return c
+}
+
+// BenchmarkReportPlay: Client.ReportPlay (encoding included), parallel.
+func BenchmarkReportPlay(b *testing.B) {
+	sb, r := benchReport(b)
+	c := benchClient(b, sb)
+	ctx := context.Background()
+	b.SetParallelism(benchParallelism)
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, err := c.ReportPlay(ctx, r); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "reports/s")
+}
+
+// BenchmarkReportPlayJSON: Client.ReportPlayJSON with a pre-encoded body.
+func BenchmarkReportPlayJSON(b *testing.B) {
+	sb, r := benchReport(b)
+	c := benchClient(b, sb)
+	body := partnerapi.AppendReportJSON(nil, &r)
+	ctx := context.Background()
+	b.SetParallelism(benchParallelism)
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, err := c.ReportPlayJSON(ctx, body); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "reports/s")
+}
+
+// BenchmarkRawPOST: the ceiling. A plain net/http client with a keep-alive
+// transport sized like the client's, posting the same bytes with the same
+// headers, reading and discarding the answer, checking only the status.
+func BenchmarkRawPOST(b *testing.B) {
+	sb, r := benchReport(b)
+	body := partnerapi.AppendReportJSON(nil, &r)
+	tok := sb.MintToken(0, false)
+	tr := &http.Transport{MaxIdleConns: 64, MaxIdleConnsPerHost: 64, MaxConnsPerHost: 64}
+	b.Cleanup(tr.CloseIdleConnections)
+	hc := &http.Client{Transport: tr}
+	url := sb.URL + partnerapi.PathRoyaltyTracking
+	ua := version.UserAgent()
+	b.SetParallelism(benchParallelism)
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+			req.Header.Set("User-Agent", ua)
+			req.Header.Set("Authorization", tok)
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := hc.Do(req)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				b.Errorf("status %d", resp.StatusCode)
+				return
+			}
+		}
+	})
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "reports/s")
+}
