@@ -637,3 +637,39 @@ func TestPrometheusNames(t *testing.T) {
 		}
 	}
 }
+
+func TestStartRole(t *testing.T) {
+	clearEnv(t)
+	tel, err := StartRole(context.Background(), "consume", "127.0.0.1:0", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tel.AddReadyCheck("never", func(context.Context) error { return errors.New("not yet") })
+	resp, err := http.Get("http://" + tel.Admin.Addr() + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("/readyz = %d", resp.StatusCode)
+	}
+	addr := tel.Admin.Addr()
+	if err := tel.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := tel.Close(context.Background()); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	if _, err := http.Get("http://" + addr + "/healthz"); err == nil {
+		t.Fatal("admin server still serving after Close")
+	}
+
+	off, err := StartRole(context.Background(), "sink", "off", nil)
+	if err != nil || off.Admin != nil {
+		t.Fatalf("off: %v %v", err, off.Admin)
+	}
+	off.AddReadyCheck("x", nil)
+	if err := off.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
