@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -116,7 +117,7 @@ func (s *slot) startLocked() *flight {
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
-		tok, _, err := c.createSession(c.root, s, c.cfg.MaxAttempts)
+		tok, _, err := c.createSession(c.root, s, c.cfg.MaxAttempts, false)
 		s.mu.Lock()
 		if err == nil {
 			s.cur.Store(tok)
@@ -134,7 +135,7 @@ func (s *slot) startLocked() *flight {
 // standby answered: the reporter uses it as its live-service probe. A
 // standby-minted token is used for at most StandbyTokenTTL.
 func (c *Client) Session(ctx context.Context) (Meta, error) {
-	tok, meta, err := c.createSession(ctx, c.main, 1)
+	tok, meta, err := c.createSession(ctx, c.main, 1, true)
 	if err != nil {
 		return meta, err
 	}
@@ -143,8 +144,13 @@ func (c *Client) Session(ctx context.Context) (Meta, error) {
 }
 
 // createSession calls the session endpoint of s, retrying transient errors up
-// to attempts times.
-func (c *Client) createSession(ctx context.Context, s *slot, attempts int) (*token, Meta, error) {
+// to attempts times. A probe (Session) logs at debug level only: the reporter
+// may probe every few seconds through a whole standby episode.
+func (c *Client) createSession(ctx context.Context, s *slot, attempts int, probe bool) (*token, Meta, error) {
+	okLevel, failLevel := slog.LevelInfo, slog.LevelWarn
+	if probe {
+		okLevel, failLevel = slog.LevelDebug, slog.LevelDebug
+	}
 	ctx, span := c.tracer.Start(ctx, s.op, trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(attribute.String("http.request.method", "POST"), attribute.String("url.path", s.path)))
 	defer span.End()
@@ -193,12 +199,12 @@ func (c *Client) createSession(ctx context.Context, s *slot, attempts int) (*tok
 		span.SetStatus(codes.Error, err.Error())
 		c.sessions.Add(context.Background(), 1, metric.WithAttributes(attribute.String("served_by", served), attribute.String("outcome", KindOf(err).String())))
 		if !errors.Is(err, context.Canceled) {
-			c.log.Warn("partner API session failed", "endpoint", s.path, "error", err)
+			c.log.Log(ctx, failLevel, "partner API session failed", "endpoint", s.path, "error", err)
 		}
 		return nil, meta, err
 	}
 	c.sessions.Add(context.Background(), 1, metric.WithAttributes(attribute.String("served_by", served), attribute.String("outcome", "ok")))
-	c.log.Info("partner API session created", "endpoint", s.path, "served_by", served,
+	c.log.Log(ctx, okLevel, "partner API session created", "endpoint", s.path, "served_by", served,
 		"standby_minted", tok.standby, "renew_in", time.Until(tok.renewAt).Round(time.Second))
 	return tok, meta, nil
 }
