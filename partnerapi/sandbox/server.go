@@ -422,8 +422,7 @@ func (s *Server) serveSession(w http.ResponseWriter, r *http.Request, ep endpoin
 		s.bodyError(w, ep, err)
 		return
 	}
-	var req wireSessionRequest
-	_ = json.Unmarshal(body, &req) // an undecodable body is a body without credentials
+	req := decodeSessionRequest(body)
 	now := s.opts.Now()
 	if mode == ModeStandby {
 		// Standby: no credential check, a short-lived token, the flat shape.
@@ -462,6 +461,26 @@ func (s *Server) serveSession(w http.ResponseWriter, r *http.Request, ep endpoin
 	var out wireSessionFlat
 	out.Session.Token = s.signer.mint(c)
 	s.writeJSON(w, ep, http.StatusOK, mustJSON(out))
+}
+
+// decodeSessionRequest reads the three fields by their exact (case-sensitive)
+// names; a field that is absent, null or not a string is nil, and a body that
+// is not a JSON object has no fields at all.
+func decodeSessionRequest(body []byte) wireSessionRequest {
+	var req wireSessionRequest
+	var m map[string]json.RawMessage
+	if json.Unmarshal(body, &m) != nil {
+		return req
+	}
+	str := func(k string) *string {
+		var v string
+		if raw, ok := m[k]; ok && json.Unmarshal(raw, &v) == nil && raw[0] == '"' {
+			return &v
+		}
+		return nil
+	}
+	req.ClientID, req.ClientSignature, req.Email = str("client_id"), str("client_signature"), str("email")
+	return req
 }
 
 func (s *Server) credentialsOK(id, sig string) bool {

@@ -57,6 +57,7 @@ func TestSessionLiveShapeAndErrors(t *testing.T) {
 		"empty strings":   map[string]string{"client_id": "", "client_signature": ""},
 		"signature null":  `{"client_id":"playpipe01","client_signature":null}`,
 		"wrong type (id)": `{"client_id":42,"client_signature":"` + sb.ClientSignature + `"}`,
+		"upper-case keys": `{"CLIENT_ID":"playpipe01","Client_Signature":"` + sb.ClientSignature + `"}`,
 	} {
 		t.Run(name, func(t *testing.T) {
 			wantEnvelope(t, a.do("POST", "/partners/session", "", body), 401, missing)

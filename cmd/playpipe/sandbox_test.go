@@ -1,0 +1,104 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"io"
+	"net/http"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+func TestSandboxHelpDocumentsFlagsAndAdminAPI(t *testing.T) {
+	var out syncBuffer
+	err := runSandbox(context.Background(), []string{"--help"}, &out, &out)
+	if !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("help: err %v\n%s", err, out.String())
+	}
+	for _, want := range []string{"-addr", "-admin-addr", "-seed", "-client-signature", "-live-token-ttl", "-standby-token-ttl", "PUT    /admin/mode", "/admin/faults", "/admin/ledger", "/admin/reset", "/admin/counters"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("help lacks %q", want)
+		}
+	}
+}
+
+func TestSandboxRefusesPublicAdminWithoutFlag(t *testing.T) {
+	var out syncBuffer
+	err := runSandbox(context.Background(), []string{"--addr", "127.0.0.1:0", "--admin-addr", "0.0.0.0:0"}, &out, &out)
+	if !errors.Is(err, errUsage) || !strings.Contains(out.String(), "--admin-public") {
+		t.Fatalf("err %v, output %s", err, out.String())
+	}
+	err = runSandbox(context.Background(), []string{"--client-id", "short"}, &out, &out)
+	if err == nil || !strings.Contains(err.Error(), "ClientID") {
+		t.Fatalf("short client id: %v", err)
+	}
+}
+
+func TestSandboxServesUntilCancelled(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out syncBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- runSandbox(ctx, []string{"--addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--seed", "3", "--mode", "standby"}, &out, &out)
+	}()
+	re := regexp.MustCompile(`listener=(api|admin) url=(http://[0-9.:]+)`)
+	urls := map[string]string{}
+	for deadline := time.Now().Add(10 * time.Second); len(urls) < 2; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no listen lines in %s", out.String())
+		}
+		for _, m := range re.FindAllStringSubmatch(out.String(), -1) {
+			urls[m[1]] = m[2]
+		}
+	}
+	req, _ := http.NewRequest("POST", urls["api"]+"/partners/session", strings.NewReader(`{}`))
+	req.Header.Set("User-Agent", "playpipe-test/1 (partner integration)")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != 200 || res.Header.Get("X-Service-Served-By") != "standby" || !strings.Contains(string(body), `"session":{"token":"`) {
+		t.Fatalf("standby session: %d %s", res.StatusCode, body)
+	}
+	res, err = http.Get(urls["admin"] + "/admin/mode")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(res.Body)
+	res.Body.Close()
+	if !strings.Contains(string(body), `"standby"`) {
+		t.Fatalf("admin mode %s", body)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("run: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("sandbox did not stop")
+	}
+	if strings.Contains(out.String(), "SANDBOX-ONLY-signature") {
+		t.Fatal("the client signature appears in the logs")
+	}
+}
