@@ -299,6 +299,11 @@ func (e *Enricher) loop(ctx context.Context, sess *kgo.GroupTransactSession) err
 			return nil
 		}
 		open = false
+		// Ending is not cut short by shutdown: a cancelled End may have
+		// committed on the broker without our knowing. It is bounded by
+		// the transaction timeout instead.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.TransactionTimeout)
+		defer cancel()
 		if commit {
 			if err := sess.Client().Flush(ctx); err != nil {
 				return fmt.Errorf("consumer: flush: %w", err)

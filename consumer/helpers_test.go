@@ -143,7 +143,9 @@ type genEvent struct {
 
 // genEvents makes n events over mixes: mostly valid ones (segments inside,
 // across and past the end of tracks, with and without the optional fields),
-// and about 1 in 8 bad ones of several kinds, each with its expected reason.
+// and about 6 in 16 bad ones of six kinds (malformed JSON, missing field,
+// bad country, missing user_id, unknown mix, offset beyond the mix), each
+// with its expected reason.
 func genEvents(seed uint64, n int, mixes []refMix, unknownMixID int64) []genEvent {
 	rng := rand.New(rand.NewPCG(seed, 7))
 	countries := []string{"DE", "us", "GB", "fr", "JP"}

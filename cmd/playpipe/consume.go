@@ -1,0 +1,183 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"time"
+
+	"github.com/playpipe/playpipe/consumer"
+	"github.com/playpipe/playpipe/internal/kafkax"
+	"github.com/playpipe/playpipe/partnerapi"
+	"github.com/playpipe/playpipe/partnerapi/sandbox"
+)
+
+func init() {
+	register(command{
+		name:    "consume",
+		summary: "enrich <prefix>.events into per-track plays on <prefix>.reports (bad events to <prefix>.rejected), exactly once",
+		run:     runConsume,
+	})
+}
+
+const consumeSynopsis = `Consumes player events from <prefix>.events in a consumer group, splits every listening
+segment into per-track plays with the mix's track listing (GET /partners/mix/{id}, cached),
+and writes them to <prefix>.reports, or the event with its reasons to <prefix>.rejected,
+in Kafka transactions together with the offset commit: a crash or rebalance never loses
+or doubles a track play for read_committed readers. A 404 mix rejects the event as
+unknown_mix; 500/503/network errors are retried while the partition waits. A blocked
+User-Agent stops it with exit status 78. Full guide: docs/consumer.md.
+
+Example (brokers and API from flags; the signature never on the command line):
+  PLAYPIPE_API_CLIENT_SIGNATURE=... playpipe consume --brokers kafka:9092 \
+    --api-url https://api.example.com --api-client-id abcdefghij \
+    --transactional-id playpipe-enrich-0 --min-play-length 1s
+
+Without --brokers an embedded in-memory broker is started; without --api-url a built-in
+sandbox of the partner API is started on loopback.`
+
+// consumeFlags are the enrich role's own flags.
+type consumeFlags struct {
+	group, txnID       string
+	allowMissingUserID bool
+	defaultVendor      string
+	minPlay            time.Duration
+	cacheSize          int
+	cacheTTL           time.Duration
+	standbyTTL         time.Duration
+	notFoundTTL        time.Duration
+	txnRecords         int
+	txnInterval        time.Duration
+	maxTxnWait         time.Duration
+	txnTimeout         time.Duration
+}
+
+func (c *consumeFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&c.group, "group", envDefault("PLAYPIPE_CONSUME_GROUP", consumer.DefaultGroup), "consumer group (env PLAYPIPE_CONSUME_GROUP)")
+	fs.StringVar(&c.txnID, "transactional-id", envDefault("PLAYPIPE_TRANSACTIONAL_ID", ""),
+		"transactional id of this instance: stable across its restarts, unique among running instances (env PLAYPIPE_TRANSACTIONAL_ID; default playpipe-enrich-<hostname>)")
+	fs.BoolVar(&c.allowMissingUserID, "allow-missing-user-id", envDefault("PLAYPIPE_ALLOW_MISSING_USER_ID", "") == "true",
+		"let events without user_id through (their plays are flagged no_user_id); by default they are rejected as missing_user_id (env PLAYPIPE_ALLOW_MISSING_USER_ID=true)")
+	fs.StringVar(&c.defaultVendor, "default-vendor", envDefault("PLAYPIPE_DEFAULT_VENDOR", ""),
+		"vendor (integer) used for events without one; empty: such events are rejected as missing_field (env PLAYPIPE_DEFAULT_VENDOR)")
+	fs.DurationVar(&c.minPlay, "min-play-length", time.Second, "shortest play that is posted; shorter plays are derived with below_minimum and counted, never posted (0s disables)")
+	fs.IntVar(&c.cacheSize, "mix-cache-size", 10000, "most mix listings kept in memory (least recently used evicted)")
+	fs.DurationVar(&c.cacheTTL, "mix-cache-ttl", 10*time.Minute, "how long a listing served by live service is used")
+	fs.DurationVar(&c.standbyTTL, "mix-cache-standby-ttl", 30*time.Second, "how long a listing served by the API's standby layer is used")
+	fs.DurationVar(&c.notFoundTTL, "mix-cache-notfound-ttl", 30*time.Second, "how long a 404 for a mix is remembered")
+	fs.IntVar(&c.txnRecords, "txn-records", 1000, "events per transaction (a transaction ends at this many events or --txn-interval)")
+	fs.DurationVar(&c.txnInterval, "txn-interval", 100*time.Millisecond, "longest a transaction stays open collecting events")
+	fs.DurationVar(&c.maxTxnWait, "max-txn-wait", 10*time.Second, "longest an open transaction waits for the partner API; past it the transaction is aborted and the events read again once the mix is served")
+	fs.DurationVar(&c.txnTimeout, "txn-timeout", 60*time.Second, "broker-side transaction timeout (≥ 2 × --max-txn-wait)")
+}
+
+// options turns the flags into consumer options; errors name the flag.
+func (c *consumeFlags) options() (consumer.Options, error) {
+	o := consumer.Options{
+		Group: c.group, TransactionalID: c.txnID,
+		TxnRecords: c.txnRecords, TxnInterval: c.txnInterval, MaxTxnWait: c.maxTxnWait, TransactionTimeout: c.txnTimeout,
+		CacheOptions: consumer.CacheOptions{Size: c.cacheSize, TTL: c.cacheTTL, StandbyTTL: c.standbyTTL, NotFoundTTL: c.notFoundTTL},
+	}
+	o.Events.AllowMissingUserID = c.allowMissingUserID
+	if c.defaultVendor != "" {
+		v, err := strconv.ParseInt(c.defaultVendor, 10, 64)
+		if err != nil {
+			return o, fmt.Errorf("--default-vendor %q: accepted: an integer, or empty for none", c.defaultVendor)
+		}
+		o.Events.DefaultVendor = &v
+	}
+	switch {
+	case c.minPlay < 0:
+		return o, fmt.Errorf("--min-play-length must be ≥ 0, got %s", c.minPlay)
+	case c.minPlay == 0:
+		o.MinPlayLength = -1 // disabled
+	default:
+		o.MinPlayLength = c.minPlay
+	}
+	if c.maxTxnWait*2 > c.txnTimeout {
+		return o, fmt.Errorf("--max-txn-wait (%s) must be at most half of --txn-timeout (%s)", c.maxTxnWait, c.txnTimeout)
+	}
+	for name, v := range map[string]int{"--mix-cache-size": c.cacheSize, "--txn-records": c.txnRecords} {
+		if v < 1 {
+			return o, fmt.Errorf("%s must be ≥ 1, got %d", name, v)
+		}
+	}
+	for name, v := range map[string]time.Duration{"--mix-cache-ttl": c.cacheTTL, "--mix-cache-standby-ttl": c.standbyTTL,
+		"--mix-cache-notfound-ttl": c.notFoundTTL, "--txn-interval": c.txnInterval, "--max-txn-wait": c.maxTxnWait, "--txn-timeout": c.txnTimeout} {
+		if v <= 0 {
+			return o, fmt.Errorf("%s must be > 0, got %s", name, v)
+		}
+	}
+	return o, nil
+}
+
+func runConsume(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("consume", stderr, consumeSynopsis)
+	var (
+		lf   logFlags
+		kcfg kafkax.Config
+		acfg partnerapi.Config
+		cf   consumeFlags
+	)
+	kcfg.RegisterFlags(fs)
+	acfg.RegisterFlags(fs)
+	cf.register(fs)
+	lf.register(fs.StringVar)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	log, err := lf.logger(stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return errUsage
+	}
+	opts, err := cf.options()
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return errUsage
+	}
+	kcfg, stopKafka, err := kafkaOrEmbedded(kcfg, log)
+	if err != nil {
+		return err
+	}
+	defer stopKafka()
+	if err := ensureTopics(ctx, kcfg); err != nil {
+		return err
+	}
+	if acfg.BaseURL == "" {
+		url, stopSandbox, err := builtinSandbox(log)
+		if err != nil {
+			return err
+		}
+		defer stopSandbox()
+		acfg.BaseURL = url
+		acfg.Credentials = partnerapi.Credentials{ClientID: sandbox.DefaultClientID, ClientSignature: sandbox.DefaultClientSignature}
+	}
+	acfg.Logger = log
+	api, err := partnerapi.New(acfg)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return errUsage
+	}
+	defer api.Close()
+	opts.Kafka = kcfg
+	opts.Source = api
+	opts.Logger = log
+	enr, err := consumer.New(opts)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return errUsage
+	}
+	err = enr.Run(ctx)
+	st := enr.Stats()
+	cs := enr.Cache().Stats()
+	fmt.Fprintf(stdout, "consume: %d events committed: %d track plays (%d below the minimum), %d rejected; %d transactions, %d aborted; mix cache %d hits, %d misses, %d fetches\n",
+		st.Events, st.Plays, st.BelowMinimum, st.Rejected, st.Commits, st.Aborts, cs.Hits, cs.Misses, cs.Fetches)
+	if errors.Is(err, consumer.ErrMisconfigured) {
+		return configExit{err}
+	}
+	return err
+}

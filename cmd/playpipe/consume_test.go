@@ -1,0 +1,100 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/playpipe/playpipe/internal/testenv"
+	"github.com/playpipe/playpipe/partnerapi"
+	"github.com/playpipe/playpipe/schemas"
+)
+
+func TestConsumeFlagErrors(t *testing.T) {
+	for _, args := range [][]string{
+		{"--default-vendor", "seven"},
+		{"--min-play-length", "-1s"},
+		{"--txn-records", "0"},
+		{"--mix-cache-ttl", "0s"},
+		{"--max-txn-wait", "40s", "--txn-timeout", "60s"},
+	} {
+		var errOut bytes.Buffer
+		err := runConsume(context.Background(), append([]string{"--brokers", "127.0.0.1:1", "--api-url", "http://127.0.0.1:1"}, args...), io.Discard, &errOut)
+		if !errors.Is(err, errUsage) {
+			t.Errorf("%v: err %v, want a usage error", args, err)
+			continue
+		}
+		if !strings.Contains(errOut.String(), strings.TrimLeft(args[0], "-")) {
+			t.Errorf("%v: the message does not name the flag: %s", args, errOut.String())
+		}
+	}
+}
+
+// TestConsumeCommand runs `playpipe consume` against a broker and the
+// sandbox: a few events become plays on the reports topic, a bad one and an
+// unknown mix land on the rejected topic, and the summary is printed at stop.
+func TestConsumeCommand(t *testing.T) {
+	k := testenv.StartKafka(t, 2)
+	sb := testenv.StartSandbox(t)
+	t.Setenv(partnerapi.EnvClientSignature, sb.ClientSignature)
+	mix := sb.Catalog().Mixes[0]
+	topics := k.Config.Topics()
+	var recs []*kgo.Record
+	for i := 0; i < 20; i++ {
+		v := fmt.Sprintf(`{"event_id":"cmd-%d","mix_id":%d,"started_at":1700000000000,"offset_ms":%d,"duration_ms":200000,"user_id":"u","country":"no","os":"iOS","device":"phone"}`,
+			i, mix.ID, i*1000)
+		recs = append(recs, &kgo.Record{Topic: topics.Events, Key: []byte(fmt.Sprint(i)), Value: []byte(v)})
+	}
+	recs = append(recs,
+		&kgo.Record{Topic: topics.Events, Value: []byte(`{"event_id":"cmd-bad"`)},
+		&kgo.Record{Topic: topics.Events, Value: []byte(`{"event_id":"cmd-unknown","mix_id":987654321,"started_at":1700000000000,"offset_ms":0,"duration_ms":1000,"user_id":"u","country":"NO","os":"iOS","device":"phone"}`)})
+	if err := k.Client(t).ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out, errOut bytes.Buffer
+	done := make(chan error, 1)
+	go func() {
+		done <- runConsume(ctx, []string{"--brokers", strings.Join(k.Config.Brokers, ","), "--api-url", sb.URL,
+			"--api-client-id", sb.ClientID, "--default-vendor", "9", "--transactional-id", "cmd-test", "--log-level", "warn"}, &out, &errOut)
+	}()
+	reader := k.Client(t, kgo.ConsumeTopics(topics.Reports, topics.Rejected), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	var reports, rejected int
+	deadline := time.Now().Add(30 * time.Second)
+	for (reports == 0 || rejected < 2) && time.Now().Before(deadline) {
+		pctx, pcancel := context.WithTimeout(ctx, time.Second)
+		reader.PollFetches(pctx).EachRecord(func(r *kgo.Record) {
+			if r.Topic == topics.Rejected {
+				rejected++
+				return
+			}
+			reports++
+			var tp schemas.TrackPlay
+			if err := json.Unmarshal(r.Value, &tp); err != nil || tp.Report.Vendor != 9 || tp.Report.Country != "NO" {
+				t.Errorf("report %s (%v)", r.Value, err)
+			}
+		})
+		pcancel()
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("consume: %v\n%s", err, errOut.String())
+	}
+	if reports == 0 || rejected != 2 {
+		t.Fatalf("reports %d, rejected %d (want > 0 and 2)\n%s", reports, rejected, errOut.String())
+	}
+	if !strings.Contains(out.String(), "22 events committed") {
+		t.Fatalf("summary: %q\n%s", out.String(), errOut.String())
+	}
+}
