@@ -23,6 +23,8 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
+	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/playpipe/playpipe/internal/testenv"
 )
@@ -671,5 +673,70 @@ func TestStartRole(t *testing.T) {
 	off.AddReadyCheck("x", nil)
 	if err := off.Close(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestOTLPExportFromEnv configures export only through the standard
+// variables and checks that an OTLP/HTTP receiver on loopback gets the span.
+func TestOTLPExportFromEnv(t *testing.T) {
+	clearEnv(t)
+	got := make(chan *coltracepb.ExportTraceServiceRequest, 4)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/metrics" { // pushed too when this test runs first
+			w.Header().Set("Content-Type", "application/x-protobuf")
+			return
+		}
+		if r.URL.Path != "/v1/traces" {
+			w.WriteHeader(http.StatusNotFound)
+			return
+		}
+		body, _ := io.ReadAll(r.Body)
+		var req coltracepb.ExportTraceServiceRequest
+		if err := proto.Unmarshal(body, &req); err != nil {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		got <- &req
+		w.Header().Set("Content-Type", "application/x-protobuf")
+		b, _ := proto.Marshal(&coltracepb.ExportTraceServiceResponse{})
+		_, _ = w.Write(b)
+	}))
+	defer srv.Close()
+	t.Setenv(EnvOTLPEndpoint, srv.URL)
+	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+	t.Setenv("OTEL_SERVICE_NAME", "playpipe-otlp-test")
+
+	shutdown, err := Setup(context.Background(), Options{ServiceName: "ignored"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, span := pkgTracer.Start(context.Background(), "deliver")
+	span.End()
+	if err := shutdown(context.Background()); err != nil { // flushes the batch
+		t.Fatal(err)
+	}
+	select {
+	case req := <-got:
+		var found bool
+		for _, rs := range req.ResourceSpans {
+			var svc string
+			for _, a := range rs.Resource.Attributes {
+				if a.Key == "service.name" {
+					svc = a.Value.GetStringValue()
+				}
+			}
+			for _, ss := range rs.ScopeSpans {
+				for _, s := range ss.Spans {
+					if s.Name == "deliver" && trace.TraceID(s.TraceId) == span.SpanContext().TraceID() && svc == "playpipe-otlp-test" {
+						found = true
+					}
+				}
+			}
+		}
+		if !found {
+			t.Fatalf("exported request lacks the span: %v", req)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("nothing exported to the OTLP endpoint")
 	}
 }
