@@ -564,3 +564,30 @@ func TestReportTimeoutIsTransient(t *testing.T) {
 		})
 	}
 }
+
+func TestBackgroundRenewalBacksOffWhenSessionsFail(t *testing.T) {
+	f := newFake(t, func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, `{"error":false,"message":"ok"}`) })
+	var fail atomic.Bool
+	f.session = func(w http.ResponseWriter, r *http.Request) {
+		if fail.Load() {
+			w.WriteHeader(500)
+			return
+		}
+		fmt.Fprint(w, `{"session":{"token":{"token":"tokA","error":null}}}`)
+	}
+	c := f.client(t, func(c *Config) { c.LiveTokenTTL = 3 * time.Second; c.RenewBefore = time.Second; c.MaxAttempts = 1 })
+	if _, err := c.Session(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	fail.Store(true)
+	time.Sleep(2100 * time.Millisecond) // in the renewal window
+	before := f.sessions.Load()
+	for range 300 {
+		if _, err := c.ReportPlay(context.Background(), PlayReport{TrackID: 1}); err != nil {
+			t.Fatal(err) // the old token is still valid: reports go on
+		}
+	}
+	if n := f.sessions.Load() - before; n < 1 || n > 2 {
+		t.Fatalf("%d session calls during 300 reports with a failing session endpoint, want 1 (then back off)", n)
+	}
+}

@@ -41,8 +41,9 @@ type slot struct {
 
 	cur atomic.Pointer[token]
 
-	mu     sync.Mutex
-	flight *flight
+	mu      sync.Mutex
+	flight  *flight
+	retryAt time.Time // no background renewal before this (after one failed)
 }
 
 type flight struct {
@@ -74,9 +75,13 @@ func (s *slot) drop(t *token) {
 	s.cur.CompareAndSwap(t, nil)
 }
 
+// renewAsync starts a background renewal of stale unless one is in flight,
+// another token took its place, or a failed one is backing off (without
+// this, every call in the renewal window would start a session call while
+// the session endpoint is down).
 func (s *slot) renewAsync(stale *token) {
 	s.mu.Lock()
-	if s.flight == nil && s.cur.Load() == stale {
+	if s.flight == nil && s.cur.Load() == stale && !time.Now().Before(s.retryAt) {
 		s.startLocked()
 	}
 	s.mu.Unlock()
@@ -121,6 +126,9 @@ func (s *slot) startLocked() *flight {
 		s.mu.Lock()
 		if err == nil {
 			s.cur.Store(tok)
+			s.retryAt = time.Time{}
+		} else {
+			s.retryAt = time.Now().Add(max(c.cfg.MaxBackoff, time.Second))
 		}
 		s.flight = nil
 		s.mu.Unlock()
