@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"time"
 
+	"go.opentelemetry.io/otel"
+
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
 )
 
@@ -94,6 +96,14 @@ func runSandbox(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return fmt.Errorf("%w (check the matching flag)", err)
 	}
+
+	// Observable instruments on the global meter: a later pass's exporter
+	// (or the default no-op provider) reads the sandbox's own counters.
+	reg, err := srv.RegisterMetrics(otel.Meter("github.com/playpipe/playpipe/partnerapi/sandbox"))
+	if err != nil {
+		return err
+	}
+	defer func() { _ = reg.Unregister() }()
 
 	var servers []*http.Server
 	errc := make(chan error, 2)

@@ -34,6 +34,11 @@ func TestStandbySwitch(t *testing.T) {
 		}
 	}
 	stb := tokenOf(t, a.do("POST", "/partners/session", "", "").body)
+	r0 := a.do("POST", "/partners/session/with-user", "", map[string]string{"email": "whoever@example.com"})
+	wantStatus(t, r0, 200)
+	if _, ok := r0.json(t)["session"].(map[string]any)["token"].(string); !ok || r0.header.Get("X-Service-Served-By") != "standby" {
+		t.Fatalf("standby with-user session: %s", r0.body)
+	}
 
 	// Every response carries the header, errors included; live tokens still work.
 	for _, tok := range []string{live, stb} {
