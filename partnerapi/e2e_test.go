@@ -649,3 +649,42 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	defer l.mu.Unlock()
 	return l.w.Write(p)
 }
+
+func TestE2ESessionWithUserErrors(t *testing.T) {
+	ctx := context.Background()
+	e := start(t, func(c *partnerapi.Config) {
+		c.Credentials.Email = "integration@playpipe.example"
+		c.Credentials.ClientSignature = strings.Repeat("y", 40)
+	})
+	_, _, err := e.c.RestrictedCatalog(ctx, "")
+	wantErr(t, err, partnerapi.KindRejected, 400, "credentials invalid")
+
+	e = start(t, func(c *partnerapi.Config) { c.Credentials.Email = "integration@playpipe.example" })
+	e.rec.setRewrite(func(r *http.Request) {
+		if r.URL.Path == partnerapi.PathSessionWithUser {
+			r.Body = io.NopCloser(strings.NewReader(`{"email":"integration@playpipe.example"}`))
+			r.ContentLength = -1
+		}
+	})
+	_, _, err = e.c.RestrictedCatalog(ctx, "")
+	wantErr(t, err, partnerapi.KindUnauthorized, 401, "please provide user information to create session: email, client_id, client_signature")
+}
+
+func TestE2EStandbyUpstreamError(t *testing.T) {
+	e := start(t, nil, func(o *sandbox.Options) { o.Mode = sandbox.ModeStandby })
+	ctx := context.Background()
+	mix := &e.sb.Catalog().Mixes[0]
+	if _, err := e.c.Session(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.sb.SetFaults(sandbox.Faults{Report: sandbox.GroupFaults{FailNext: 1, FailNextStatus: 503}, Mix: sandbox.GroupFaults{FailNext: 1, FailNextStatus: 503}})
+	_, err := e.c.ReportPlay(ctx, goodReport(mix, 0))
+	pe := wantErr(t, err, partnerapi.KindTransient, 503, "standby upstream error")
+	if pe.ServedBy != partnerapi.ServedStandby {
+		t.Fatalf("ServedBy %q", pe.ServedBy)
+	}
+	// GETs retry the standby 503 by themselves.
+	if _, meta, err := e.c.Mix(ctx, mix.ID); err != nil || !meta.Standby() || e.count("mix", 503) != 1 {
+		t.Fatalf("%+v %v %v", meta, err, e.sb.Ledger().Counters["mix"])
+	}
+}
