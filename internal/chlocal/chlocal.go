@@ -453,6 +453,9 @@ func (s *Server) writeConfig() error {
     <profiles>
         <default>
             <log_queries>0</log_queries>
+            <!-- An idle native connection checks for shutdown every poll_interval
+                 seconds (default 10): 1 makes a stop take about a second. -->
+            <poll_interval>1</poll_interval>
         </default>
     </profiles>
     <users>

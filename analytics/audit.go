@@ -1,0 +1,394 @@
+package analytics
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+)
+
+// AuditOptions select the window of an audit.
+type AuditOptions struct {
+	// From and To bound the window [From, To) on the Kafka timestamps of the
+	// records: events and rejections by their own record time, track plays by
+	// theirs. Outcomes of the plays in the window count whenever they were
+	// recorded (up to now), so a play reported after To is delivered, not pending.
+	From, To time.Time
+	// PendingThreshold: a pending play whose record is older than this
+	// (relative to Now) is overdue. Defaults to 10 minutes.
+	PendingThreshold time.Duration
+	// Now defaults to time.Now().
+	Now time.Time
+}
+
+func (o AuditOptions) withDefaults() AuditOptions {
+	if o.Now.IsZero() {
+		o.Now = time.Now()
+	}
+	if o.To.IsZero() {
+		o.To = o.Now
+	}
+	if o.PendingThreshold == 0 {
+		o.PendingThreshold = 10 * time.Minute
+	}
+	return o
+}
+
+// Validate checks the window.
+func (o AuditOptions) Validate() error {
+	o = o.withDefaults()
+	if !o.From.Before(o.To) {
+		return fmt.Errorf("analytics: audit: --from (%s) must be before --to (%s)", o.From.Format(time.RFC3339), o.To.Format(time.RFC3339))
+	}
+	if o.PendingThreshold < 0 {
+		return fmt.Errorf("analytics: audit: --pending-threshold must be ≥ 0, got %v", o.PendingThreshold)
+	}
+	return nil
+}
+
+// Count is one keyed number (a reason, a message, a topic).
+type Count struct {
+	Key string `json:"key"`
+	N   uint64 `json:"n"`
+}
+
+// Delay is the end-to-end delay from an event's record time to the first
+// `delivered` answer of each of its plays, in milliseconds.
+type Delay struct {
+	Plays uint64  `json:"plays"` // delivered plays whose event is in the ledger
+	P50MS float64 `json:"p50_ms"`
+	P90MS float64 `json:"p90_ms"`
+	P99MS float64 `json:"p99_ms"`
+	MaxMS float64 `json:"max_ms"`
+}
+
+// Report is the audit of a window: finance's numbers. Every play counted is
+// a distinct report id; every event or rejection a distinct Kafka record
+// (re-inserted rows are never counted twice).
+type Report struct {
+	From             time.Time `json:"from"`
+	To               time.Time `json:"to"`
+	GeneratedAt      time.Time `json:"generated_at"`
+	PendingThreshold string    `json:"pending_threshold"`
+
+	EventsReceived   uint64  `json:"events_received"`    // records of the events topic
+	EventsNotJSON    uint64  `json:"events_not_json"`    // of which not a JSON object
+	EventsRejected   uint64  `json:"events_rejected"`    // distinct event records rejected
+	RejectedByReason []Count `json:"rejected_by_reason"` // by the first violation's reason
+
+	PlayRecords       uint64 `json:"play_records"`        // records of the reports topic (re-derivations included)
+	PlaysDerived      uint64 `json:"plays_derived"`       // distinct report ids
+	PlaysBelowMinimum uint64 `json:"plays_below_minimum"` // derived, not reportable (too short)
+	PlaysReportable   uint64 `json:"plays_reportable"`
+
+	Delivered              uint64  `json:"delivered"`       // reportable plays with a `delivered` answer
+	RejectedByAPI          uint64  `json:"rejected_by_api"` // reportable plays rejected (400), never delivered
+	RejectedByAPIByMessage []Count `json:"rejected_by_api_by_message"`
+	StandbyAnswered        uint64  `json:"standby_answered"`           // plays answered by standby at least once
+	StandbyThenDelivered   uint64  `json:"standby_then_delivered"`     // … and delivered later
+	Pending                uint64  `json:"pending"`                    // reportable, no final outcome yet
+	PendingOverdue         uint64  `json:"pending_overdue"`            // pending, derived longer ago than the threshold
+	DeliveredTwice         uint64  `json:"delivered_more_than_once"`   // more than one distinct `delivered` record
+	BelowMinimumDelivered  uint64  `json:"below_minimum_delivered"`    // should never happen
+	Malformed              []Count `json:"malformed_records_by_topic"` // records not decodable, by topic
+
+	Delay Delay `json:"delay"`
+}
+
+// Problems lists what should fail a cron or CI check: overdue pending plays,
+// plays delivered more than once, and plays below the minimum that were
+// delivered. Empty means the window is clean.
+func (r Report) Problems() []string {
+	var out []string
+	if r.PendingOverdue > 0 {
+		out = append(out, fmt.Sprintf("%d plays pending for longer than %s (--list pending-overdue)", r.PendingOverdue, r.PendingThreshold))
+	}
+	if r.DeliveredTwice > 0 {
+		out = append(out, fmt.Sprintf("%d plays delivered more than once (--list delivered-twice)", r.DeliveredTwice))
+	}
+	if r.BelowMinimumDelivered > 0 {
+		out = append(out, fmt.Sprintf("%d plays below the minimum length were delivered (--list below-minimum-delivered)", r.BelowMinimumDelivered))
+	}
+	return out
+}
+
+// Auditor runs the audit queries on a ledger database.
+type Auditor struct {
+	conn driver.Conn
+	db   string
+}
+
+// NewAuditor returns an auditor of the ledger in database db.
+func NewAuditor(conn driver.Conn, db string) (*Auditor, error) {
+	if !identRE.MatchString(db) {
+		return nil, fmt.Errorf("analytics: audit: database %q is not an identifier", db)
+	}
+	return &Auditor{conn: conn, db: db}, nil
+}
+
+// window is the SQL condition of [From, To) on kafka_time_ms. Only integers
+// formatted here enter the SQL text.
+func window(o AuditOptions) string {
+	return "kafka_time_ms >= " + strconv.FormatInt(max(0, o.From.UnixMilli()), 10) +
+		" AND kafka_time_ms < " + strconv.FormatInt(max(0, o.To.UnixMilli()), 10)
+}
+
+// perReport is one row per play of the window with its outcomes:
+// report_id, event_id, below, derived_ms, delivered_n, rejected_n,
+// standby_n, delivered_ms, last_outcome, message, trace_ids.
+func (a *Auditor) perReport(o AuditOptions) string {
+	w := window(o)
+	return `(SELECT report_id, any(event_id) AS event_id, max(below_minimum) AS below, min(kafka_time_ms) AS derived_ms
+     FROM ` + a.db + `.plays WHERE ` + w + ` GROUP BY report_id)
+ANY LEFT JOIN
+    (SELECT report_id,
+        uniqExactIf(kafka_topic, kafka_partition, kafka_offset, outcome = 'delivered') AS delivered_n,
+        countIf(outcome = 'rejected') AS rejected_n,
+        countIf(outcome = 'standby') AS standby_n,
+        minIf(at_ms, outcome = 'delivered') AS delivered_ms,
+        argMax(outcome, at_ms) AS last_outcome,
+        anyIf(message, outcome = 'rejected') AS message,
+        groupUniqArrayIf(trace_id, trace_id != '') AS trace_ids,
+        groupUniqArrayIf(trace_id, trace_id != '' AND outcome = 'delivered') AS delivered_trace_ids
+     FROM ` + a.db + `.deliveries
+     WHERE report_id IN (SELECT report_id FROM ` + a.db + `.plays WHERE ` + w + `)
+     GROUP BY report_id)
+USING report_id`
+}
+
+// Outcome conditions over perReport's columns. A `delivered` answer is
+// final and wins over a `rejected` one; standby and retry are intermediate.
+const (
+	condReportable = "below = 0"
+	condDelivered  = "below = 0 AND delivered_n > 0"
+	condRejected   = "below = 0 AND delivered_n = 0 AND rejected_n > 0"
+	condPending    = "below = 0 AND delivered_n = 0 AND rejected_n = 0"
+	condStandby    = "below = 0 AND standby_n > 0"
+	condStandbyDel = "below = 0 AND standby_n > 0 AND delivered_n > 0"
+	condTwice      = "delivered_n > 1"
+	condBelowDel   = "below = 1 AND delivered_n > 0"
+)
+
+func (o AuditOptions) overdueCutoff() string {
+	return strconv.FormatInt(o.Now.Add(-o.PendingThreshold).UnixMilli(), 10)
+}
+
+// Audit computes the report of a window.
+func (a *Auditor) Audit(ctx context.Context, o AuditOptions) (*Report, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	o = o.withDefaults()
+	r := &Report{From: o.From.UTC(), To: o.To.UTC(), GeneratedAt: o.Now.UTC(), PendingThreshold: o.PendingThreshold.String()}
+	w := window(o)
+
+	if err := a.row(ctx, `SELECT uniqExact(kafka_topic, kafka_partition, kafka_offset), uniqExactIf(kafka_topic, kafka_partition, kafka_offset, parsed = 0)
+FROM `+a.db+`.events WHERE `+w, &r.EventsReceived, &r.EventsNotJSON); err != nil {
+		return nil, fmt.Errorf("analytics: audit events: %w", err)
+	}
+	// A rejection is counted once per rejected event record (its source
+	// location), however many times it was published.
+	var err error
+	if r.RejectedByReason, err = a.counts(ctx, `SELECT reason, uniqExact(src_topic, src_partition, src_offset) AS n
+FROM `+a.db+`.rejections WHERE `+w+` GROUP BY reason ORDER BY n DESC, reason`); err != nil {
+		return nil, fmt.Errorf("analytics: audit rejections: %w", err)
+	}
+	if err := a.row(ctx, `SELECT uniqExact(src_topic, src_partition, src_offset) FROM `+a.db+`.rejections WHERE `+w, &r.EventsRejected); err != nil {
+		return nil, fmt.Errorf("analytics: audit rejections: %w", err)
+	}
+	if err := a.row(ctx, `SELECT uniqExact(kafka_topic, kafka_partition, kafka_offset) FROM `+a.db+`.plays WHERE `+w, &r.PlayRecords); err != nil {
+		return nil, fmt.Errorf("analytics: audit plays: %w", err)
+	}
+	cutoff := o.overdueCutoff()
+	if err := a.row(ctx, `SELECT count(), countIf(below = 1), countIf(`+condReportable+`),
+    countIf(`+condDelivered+`), countIf(`+condRejected+`), countIf(`+condStandby+`), countIf(`+condStandbyDel+`),
+    countIf(`+condPending+`), countIf(`+condPending+` AND derived_ms < `+cutoff+`), countIf(`+condTwice+`), countIf(`+condBelowDel+`)
+FROM `+a.perReport(o),
+		&r.PlaysDerived, &r.PlaysBelowMinimum, &r.PlaysReportable, &r.Delivered, &r.RejectedByAPI, &r.StandbyAnswered,
+		&r.StandbyThenDelivered, &r.Pending, &r.PendingOverdue, &r.DeliveredTwice, &r.BelowMinimumDelivered); err != nil {
+		return nil, fmt.Errorf("analytics: audit plays: %w", err)
+	}
+	if r.RejectedByAPIByMessage, err = a.counts(ctx, `SELECT message, count() AS n FROM `+a.perReport(o)+`
+WHERE `+condRejected+` GROUP BY message ORDER BY n DESC, message`); err != nil {
+		return nil, fmt.Errorf("analytics: audit rejected by API: %w", err)
+	}
+	if r.Malformed, err = a.counts(ctx, `SELECT kafka_topic, uniqExact(kafka_topic, kafka_partition, kafka_offset) AS n
+FROM `+a.db+`.malformed WHERE `+w+` GROUP BY kafka_topic ORDER BY kafka_topic`); err != nil {
+		return nil, fmt.Errorf("analytics: audit malformed: %w", err)
+	}
+	if r.Delay, err = a.delay(ctx, o); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+func (a *Auditor) delay(ctx context.Context, o AuditOptions) (Delay, error) {
+	w := window(o)
+	q := `SELECT count(), quantilesExact(0.5, 0.9, 0.99)(delay), max(delay) FROM (
+    SELECT toFloat64(toInt64(delivered_ms) - toInt64(event_ms)) AS delay FROM (
+        SELECT event_id, delivered_ms FROM ` + a.perReport(o) + ` WHERE ` + condDelivered + `
+    ) ANY INNER JOIN (
+        SELECT event_id, min(kafka_time_ms) AS event_ms FROM ` + a.db + `.events
+        WHERE event_id != '' AND event_id IN (SELECT event_id FROM ` + a.db + `.plays WHERE ` + w + `)
+        GROUP BY event_id
+    ) USING event_id
+)`
+	var d Delay
+	var qs []float64
+	if err := a.row(ctx, q, &d.Plays, &qs, &d.MaxMS); err != nil {
+		return d, fmt.Errorf("analytics: audit delay: %w", err)
+	}
+	if d.Plays > 0 && len(qs) == 3 {
+		d.P50MS, d.P90MS, d.P99MS = qs[0], qs[1], qs[2]
+	} else {
+		d.MaxMS = 0
+	}
+	return d, nil
+}
+
+func (a *Auditor) row(ctx context.Context, q string, dest ...any) error {
+	return a.conn.QueryRow(ctx, q).Scan(dest...)
+}
+
+func (a *Auditor) counts(ctx context.Context, q string) ([]Count, error) {
+	rows, err := a.conn.Query(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := []Count{}
+	for rows.Next() {
+		var c Count
+		if err := rows.Scan(&c.Key, &c.N); err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, rows.Err()
+}
+
+// ListRow is one record behind a number of the audit.
+type ListRow struct {
+	ReportID string    `json:"report_id,omitempty"`
+	EventID  string    `json:"event_id,omitempty"`
+	At       time.Time `json:"at"`               // record time of the play, event or rejection
+	Detail   string    `json:"detail,omitempty"` // last outcome, API message, rejection reason, decode error
+	// Delivered is the number of distinct `delivered` records of the play.
+	Delivered uint64   `json:"delivered,omitempty"`
+	TraceIDs  []string `json:"trace_ids,omitempty"` // trace ids of the play's deliveries
+	Kafka     string   `json:"kafka,omitempty"`     // topic/partition@offset of an event-level record
+}
+
+// ErrUnknownList is returned by List for a metric it does not know.
+var ErrUnknownList = errors.New("unknown list")
+
+// listConds are the play-level lists: metric → condition over perReport.
+var listConds = map[string]string{
+	"derived":                 "1",
+	"below-minimum":           "below = 1",
+	"reportable":              condReportable,
+	"delivered":               condDelivered,
+	"rejected-by-api":         condRejected,
+	"standby":                 condStandby,
+	"standby-delivered":       condStandbyDel,
+	"pending":                 condPending,
+	"pending-overdue":         condPending, // plus the cutoff
+	"delivered-twice":         condTwice,
+	"below-minimum-delivered": condBelowDel,
+}
+
+// eventLists are the record-level lists.
+var eventLists = []string{"received", "not-json", "rejected", "malformed"}
+
+// ListNames returns the metrics List accepts, sorted.
+func ListNames() []string {
+	out := append([]string(nil), eventLists...)
+	for k := range listConds {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// List returns the records behind one number of the audit (see ListNames):
+// report ids with their trace ids for play-level numbers, event records for
+// event-level ones. limit ≤ 0 means no limit.
+func (a *Auditor) List(ctx context.Context, o AuditOptions, metric string, limit int) ([]ListRow, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	o = o.withDefaults()
+	lim := ""
+	if limit > 0 {
+		lim = " LIMIT " + strconv.Itoa(limit)
+	}
+	w := window(o)
+	var q string
+	play := false
+	switch metric {
+	case "received", "not-json":
+		cond := ""
+		if metric == "not-json" {
+			cond = " AND parsed = 0"
+		}
+		q = `SELECT '', event_id, kafka_time_ms, if(parsed = 1, '', 'not JSON'), kafka_topic, kafka_partition, kafka_offset FROM ` + a.db + `.events
+WHERE ` + w + cond + ` ORDER BY kafka_time_ms, kafka_topic, kafka_partition, kafka_offset LIMIT 1 BY kafka_topic, kafka_partition, kafka_offset` + lim
+	case "rejected":
+		q = `SELECT '', event_id, kafka_time_ms, reason, src_topic, src_partition, src_offset FROM ` + a.db + `.rejections
+WHERE ` + w + ` ORDER BY kafka_time_ms, src_topic, src_partition, src_offset LIMIT 1 BY src_topic, src_partition, src_offset` + lim
+	case "malformed":
+		q = `SELECT '', '', kafka_time_ms, error, kafka_topic, kafka_partition, kafka_offset FROM ` + a.db + `.malformed
+WHERE ` + w + ` ORDER BY kafka_time_ms, kafka_topic, kafka_partition, kafka_offset LIMIT 1 BY kafka_topic, kafka_partition, kafka_offset` + lim
+	default:
+		cond, ok := listConds[metric]
+		if !ok {
+			return nil, fmt.Errorf("analytics: --list %q: %w; accepted: %s", metric, ErrUnknownList, strings.Join(ListNames(), ", "))
+		}
+		if metric == "pending-overdue" {
+			cond += " AND derived_ms < " + o.overdueCutoff()
+		}
+		detail := "last_outcome"
+		traces := "trace_ids"
+		switch metric {
+		case "rejected-by-api":
+			detail = "message"
+		case "delivered-twice", "delivered":
+			traces = "delivered_trace_ids"
+		}
+		q = `SELECT report_id, event_id, derived_ms, ` + detail + `, delivered_n, ` + traces + ` FROM ` + a.perReport(o) + `
+WHERE ` + cond + ` ORDER BY derived_ms, report_id` + lim
+		play = true
+	}
+	rows, err := a.conn.Query(ctx, q)
+	if err != nil {
+		return nil, fmt.Errorf("analytics: audit list %s: %w", metric, err)
+	}
+	defer rows.Close()
+	out := []ListRow{}
+	for rows.Next() {
+		var r ListRow
+		var ms uint64
+		if play {
+			if err := rows.Scan(&r.ReportID, &r.EventID, &ms, &r.Detail, &r.Delivered, &r.TraceIDs); err != nil {
+				return nil, fmt.Errorf("analytics: audit list %s: %w", metric, err)
+			}
+			sort.Strings(r.TraceIDs)
+		} else {
+			var topic string
+			var part int32
+			var off int64
+			if err := rows.Scan(&r.ReportID, &r.EventID, &ms, &r.Detail, &topic, &part, &off); err != nil {
+				return nil, fmt.Errorf("analytics: audit list %s: %w", metric, err)
+			}
+			r.Kafka = topic + "/" + strconv.Itoa(int(part)) + "@" + strconv.FormatInt(off, 10)
+		}
+		r.At = time.UnixMilli(int64(ms)).UTC()
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}

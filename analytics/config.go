@@ -1,0 +1,180 @@
+package analytics
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+
+	"github.com/playpipe/playpipe/internal/chlocal"
+)
+
+// Environment variables read by Config.RegisterFlags (as flag defaults).
+const (
+	EnvAddr     = "PLAYPIPE_CLICKHOUSE_ADDR"
+	EnvDatabase = "PLAYPIPE_CLICKHOUSE_DATABASE"
+	EnvUser     = "PLAYPIPE_CLICKHOUSE_USER"
+	EnvPassword = "PLAYPIPE_CLICKHOUSE_PASSWORD" // env only: never a flag
+	EnvTLS      = "PLAYPIPE_CLICKHOUSE_TLS"
+	EnvDataDir  = "PLAYPIPE_CLICKHOUSE_DATA"
+)
+
+// Defaults of Config.
+const (
+	DefaultDatabase = "playpipe"
+	DefaultUser     = "default"
+	DefaultDataDir  = ".playpipe/clickhouse"
+)
+
+// Config is the ClickHouse connection of the sink, the audit and the demo.
+type Config struct {
+	// Addr is the native-protocol address(es), host:port, comma separated.
+	// Empty means: start (or reuse) a local server in DataDir (LocalOrConfigured).
+	Addr string
+	// Database holds the ledger tables; defaults to "playpipe". Created by
+	// the migrations when missing.
+	Database string
+	// User defaults to "default".
+	User string
+	// Password is a secret: read from PLAYPIPE_CLICKHOUSE_PASSWORD only, never
+	// logged or put in errors.
+	Password string
+	// TLS connects with TLS (system roots).
+	TLS bool
+	// DataDir is the folder of the local server started when Addr is empty;
+	// defaults to ".playpipe/clickhouse".
+	DataDir string
+	// DialTimeout defaults to 5 s.
+	DialTimeout time.Duration
+}
+
+// RegisterFlags binds the --clickhouse-* flags to fs; defaults come from the
+// environment variables named in each flag's help.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.Addr, "clickhouse-addr", os.Getenv(EnvAddr), "ClickHouse native address host:port, comma separated (env "+EnvAddr+"); empty: a local clickhouse-server in --clickhouse-data")
+	fs.StringVar(&c.Database, "clickhouse-db", envOr(EnvDatabase, DefaultDatabase), "ClickHouse database of the ledger (env "+EnvDatabase+")")
+	fs.StringVar(&c.User, "clickhouse-user", envOr(EnvUser, DefaultUser), "ClickHouse user (env "+EnvUser+"; the password is read from "+EnvPassword+" only)")
+	c.Password = os.Getenv(EnvPassword)
+	fs.BoolVar(&c.TLS, "clickhouse-tls", os.Getenv(EnvTLS) == "true", "connect to ClickHouse with TLS (env "+EnvTLS+"=true)")
+	fs.StringVar(&c.DataDir, "clickhouse-data", envOr(EnvDataDir, DefaultDataDir), "data folder of the local ClickHouse server used when no --clickhouse-addr is set (env "+EnvDataDir+")")
+}
+
+var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
+
+// withDefaults fills the defaults of unset fields.
+func (c Config) withDefaults() Config {
+	if c.Database == "" {
+		c.Database = DefaultDatabase
+	}
+	if c.User == "" {
+		c.User = DefaultUser
+	}
+	if c.DataDir == "" {
+		c.DataDir = DefaultDataDir
+	}
+	if c.DialTimeout <= 0 {
+		c.DialTimeout = 5 * time.Second
+	}
+	return c
+}
+
+// Validate checks the configuration once; errors name the flag.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	if !identRE.MatchString(c.Database) {
+		return fmt.Errorf("analytics: --clickhouse-db %q must be an identifier: a letter or _, then letters, digits or _ (at most 63)", c.Database)
+	}
+	for _, a := range c.addrs() {
+		if !strings.Contains(a, ":") {
+			return fmt.Errorf("analytics: --clickhouse-addr %q must be host:port (the native port, 9000 by default)", a)
+		}
+	}
+	return nil
+}
+
+func (c Config) addrs() []string {
+	var out []string
+	for _, p := range strings.Split(c.Addr, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// Open returns a pooled native-protocol connection (lazy: it dials on first
+// use). Table names in playpipe's queries are always qualified with the
+// database, so the connection's default database is left to the server.
+func (c Config) Open() (driver.Conn, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	c = c.withDefaults()
+	if c.Addr == "" {
+		return nil, errors.New("analytics: no ClickHouse address configured (--clickhouse-addr)")
+	}
+	opts := &clickhouse.Options{
+		Addr:            c.addrs(),
+		Auth:            clickhouse.Auth{Username: c.User, Password: c.Password},
+		DialTimeout:     c.DialTimeout,
+		MaxOpenConns:    8,
+		MaxIdleConns:    4,
+		ConnMaxLifetime: time.Hour,
+	}
+	if c.TLS {
+		opts.TLS = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	conn, err := clickhouse.Open(opts)
+	if err != nil {
+		return nil, fmt.Errorf("analytics: clickhouse %s: %w", c.Addr, err)
+	}
+	return conn, nil
+}
+
+// LocalOrConfigured returns cfg unchanged when an address is configured.
+// With none it starts a local ClickHouse server in cfg.DataDir (or reuses
+// the one another playpipe process runs there), says so, and returns a
+// config pointing at it plus a stop function that stops the server in order
+// (a no-op for a reused one).
+func LocalOrConfigured(ctx context.Context, cfg Config, log *slog.Logger) (Config, func(), error) {
+	if err := cfg.Validate(); err != nil {
+		return cfg, func() {}, err
+	}
+	cfg = cfg.withDefaults()
+	if cfg.Addr != "" {
+		return cfg, func() {}, nil
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	s, err := chlocal.Start(ctx, chlocal.Options{Dir: cfg.DataDir, Reuse: true, Logger: log})
+	if err != nil {
+		return cfg, func() {}, fmt.Errorf("analytics: no --clickhouse-addr configured and the local server did not start: %w", err)
+	}
+	cfg.Addr, cfg.User, cfg.Password, cfg.TLS = s.Addr(), "default", "", false
+	if s.Owned() {
+		log.Warn("no --clickhouse-addr configured: started a local ClickHouse server (data kept in the folder)", "dir", s.Dir(), "addr", cfg.Addr)
+	}
+	stop := func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		_ = s.Stop(sctx)
+	}
+	return cfg, stop, nil
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}

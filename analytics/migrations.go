@@ -1,0 +1,271 @@
+package analytics
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+)
+
+// Migration is one versioned schema change. Statements use {db} for the
+// database name. Every statement must be safe to run again (CREATE … IF NOT
+// EXISTS): a crash between a statement and the record of its version re-runs
+// the migration.
+//
+// Portability: the DDL runs unchanged on ClickHouse 18.16 and on current
+// releases, so: no DateTime64 (DateTime plus an exact epoch-ms UInt64), no
+// TTL, no JSON/Map/LowCardinality types, old-style-free MergeTree syntax
+// (PARTITION BY / ORDER BY), and no `ADD COLUMN IF NOT EXISTS`.
+type Migration struct {
+	Version    uint32
+	Name       string
+	Statements []string
+}
+
+// Migrations is the schema of the ledger, in version order.
+//
+// Every ledger row carries the Kafka location of the record it came from
+// (kafka_topic, kafka_partition, kafka_offset) and the record's timestamp
+// (kafka_time DateTime for partitioning, kafka_time_ms UInt64 exact). The
+// engines are ReplacingMergeTree with the location inside the sorting key,
+// so a batch re-inserted after a sink crash converges to one row per Kafka
+// record; the audit queries do not wait for that: they count distinct
+// locations (see docs/audit.md, "Idempotency").
+var Migrations = []Migration{
+	{Version: 1, Name: "ledger tables", Statements: []string{
+		// Raw player events, one row per record of <prefix>.events, valid or
+		// not: raw holds the bytes verbatim; parsed = 1 when they are a JSON
+		// object (the typed columns are then filled where present).
+		`CREATE TABLE IF NOT EXISTS {db}.events (
+    kafka_topic String,
+    kafka_partition Int32,
+    kafka_offset Int64,
+    kafka_time DateTime,
+    kafka_time_ms UInt64,
+    inserted_at DateTime DEFAULT now(),
+    kafka_key String,
+    trace_id String,
+    parsed UInt8,
+    event_id String,
+    mix_id Int64,
+    started_at_ms Int64,
+    offset_ms Int64,
+    duration_ms Int64,
+    user_id String,
+    country String,
+    raw String
+) ENGINE = ReplacingMergeTree
+PARTITION BY toYYYYMM(kafka_time)
+ORDER BY (kafka_time_ms, kafka_topic, kafka_partition, kafka_offset)`,
+		// Track plays derived by the consumer (<prefix>.reports).
+		`CREATE TABLE IF NOT EXISTS {db}.plays (
+    kafka_topic String,
+    kafka_partition Int32,
+    kafka_offset Int64,
+    kafka_time DateTime,
+    kafka_time_ms UInt64,
+    inserted_at DateTime DEFAULT now(),
+    trace_id String,
+    v Int32,
+    report_id String,
+    event_id String,
+    mix_id Int64,
+    position Int32,
+    overlap_ms Int64,
+    below_minimum UInt8,
+    no_user_id UInt8,
+    standby_listing UInt8,
+    derived_at_ms Int64,
+    track_id Int64,
+    played_at_ms Int64,
+    play_length Int64,
+    user_id String,
+    country String,
+    os String,
+    device String,
+    vendor Int64,
+    source_stream String,
+    source_detail String,
+    isrc String,
+    report_json String
+) ENGINE = ReplacingMergeTree
+PARTITION BY toYYYYMM(kafka_time)
+ORDER BY (report_id, kafka_topic, kafka_partition, kafka_offset)`,
+		// Answers of the partner API and final outcomes (<prefix>.deliveries).
+		`CREATE TABLE IF NOT EXISTS {db}.deliveries (
+    kafka_topic String,
+    kafka_partition Int32,
+    kafka_offset Int64,
+    kafka_time DateTime,
+    kafka_time_ms UInt64,
+    inserted_at DateTime DEFAULT now(),
+    v Int32,
+    report_id String,
+    event_id String,
+    outcome String,
+    attempt Int32,
+    http_status Int32,
+    served_by String,
+    message String,
+    fields Array(String),
+    retry_reason String,
+    latency_us Int64,
+    trace_id String,
+    replay UInt8,
+    at_ms Int64
+) ENGINE = ReplacingMergeTree
+PARTITION BY toYYYYMM(kafka_time)
+ORDER BY (report_id, kafka_topic, kafka_partition, kafka_offset)`,
+		// Events that broke a rule (<prefix>.rejected); raw holds the event's
+		// bytes (base64 decoded when the record carried them so), src_* the
+		// event record's location.
+		`CREATE TABLE IF NOT EXISTS {db}.rejections (
+    kafka_topic String,
+    kafka_partition Int32,
+    kafka_offset Int64,
+    kafka_time DateTime,
+    kafka_time_ms UInt64,
+    inserted_at DateTime DEFAULT now(),
+    trace_id String,
+    v Int32,
+    event_id String,
+    reason String,
+    violation_reasons Array(String),
+    violation_fields Array(String),
+    violations_json String,
+    src_topic String,
+    src_partition Int32,
+    src_offset Int64,
+    at_ms Int64,
+    raw String
+) ENGINE = ReplacingMergeTree
+PARTITION BY toYYYYMM(kafka_time)
+ORDER BY (kafka_time_ms, kafka_topic, kafka_partition, kafka_offset)`,
+		// Records of the reports, deliveries and rejected topics that are not
+		// the JSON their topic promises: kept with their bytes, never dropped.
+		`CREATE TABLE IF NOT EXISTS {db}.malformed (
+    kafka_topic String,
+    kafka_partition Int32,
+    kafka_offset Int64,
+    kafka_time DateTime,
+    kafka_time_ms UInt64,
+    inserted_at DateTime DEFAULT now(),
+    kafka_key String,
+    error String,
+    raw String
+) ENGINE = ReplacingMergeTree
+PARTITION BY toYYYYMM(kafka_time)
+ORDER BY (kafka_topic, kafka_partition, kafka_offset)`,
+	}},
+}
+
+// MigrationsTable records the applied versions.
+const MigrationsTable = "schema_migrations"
+
+// Migrate creates the database when missing and applies the migrations not
+// yet recorded in {db}.schema_migrations, in version order. It returns the
+// versions it applied (none when the schema is current). Running it twice, or
+// from two processes at once, is safe.
+func Migrate(ctx context.Context, conn driver.Conn, db string) ([]uint32, error) {
+	return migrate(ctx, conn, db, Migrations)
+}
+
+func migrate(ctx context.Context, conn driver.Conn, db string, list []Migration) ([]uint32, error) {
+	if !identRE.MatchString(db) {
+		return nil, fmt.Errorf("analytics: migrate: database %q is not an identifier", db)
+	}
+	if err := conn.Exec(ctx, "CREATE DATABASE IF NOT EXISTS "+db); err != nil {
+		return nil, fmt.Errorf("analytics: migrate: create database %s: %w", db, err)
+	}
+	if err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+db+`.`+MigrationsTable+` (
+    version UInt32,
+    name String,
+    applied_at DateTime
+) ENGINE = ReplacingMergeTree ORDER BY version`); err != nil {
+		return nil, fmt.Errorf("analytics: migrate: create %s.%s: %w", db, MigrationsTable, err)
+	}
+	applied, err := AppliedVersions(ctx, conn, db)
+	if err != nil {
+		return nil, err
+	}
+	done := make(map[uint32]bool, len(applied))
+	for _, v := range applied {
+		done[v] = true
+	}
+	sorted := append([]Migration(nil), list...)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Version < sorted[j].Version })
+	var out []uint32
+	for _, m := range sorted {
+		if done[m.Version] {
+			continue
+		}
+		for i, st := range m.Statements {
+			if err := conn.Exec(ctx, strings.ReplaceAll(st, "{db}", db)); err != nil {
+				return out, fmt.Errorf("analytics: migration %d (%s), statement %d: %w", m.Version, m.Name, i+1, err)
+			}
+		}
+		if err := recordMigration(ctx, conn, db, m); err != nil {
+			return out, fmt.Errorf("analytics: record migration %d: %w", m.Version, err)
+		}
+		out = append(out, m.Version)
+	}
+	return out, nil
+}
+
+// recordMigration inserts the version row. Inserts go through a prepared
+// batch: 18.16 does not accept an INSERT … VALUES sent as a plain query by
+// the native protocol client.
+func recordMigration(ctx context.Context, conn driver.Conn, db string, m Migration) error {
+	b, err := conn.PrepareBatch(ctx, `INSERT INTO `+db+`.`+MigrationsTable+` (version, name, applied_at)`)
+	if err != nil {
+		return err
+	}
+	if err := b.Append(m.Version, m.Name, time.Now().Truncate(time.Second)); err != nil {
+		_ = b.Abort()
+		return err
+	}
+	return b.Send()
+}
+
+// AppliedVersions returns the versions recorded in {db}.schema_migrations, ascending.
+func AppliedVersions(ctx context.Context, conn driver.Conn, db string) ([]uint32, error) {
+	rows, err := conn.Query(ctx, `SELECT DISTINCT version FROM `+db+`.`+MigrationsTable+` ORDER BY version`)
+	if err != nil {
+		return nil, fmt.Errorf("analytics: read %s.%s: %w", db, MigrationsTable, err)
+	}
+	defer rows.Close()
+	var out []uint32
+	for rows.Next() {
+		var v uint32
+		if err := rows.Scan(&v); err != nil {
+			return nil, fmt.Errorf("analytics: read %s.%s: %w", db, MigrationsTable, err)
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
+}
+
+// LatestVersion is the version the migrations bring the schema to.
+func LatestVersion() uint32 {
+	var v uint32
+	for _, m := range Migrations {
+		v = max(v, m.Version)
+	}
+	return v
+}
+
+// errSchemaMissing tells whether err says a table or database is missing
+// (ClickHouse exception codes 60 UNKNOWN_TABLE and 81 UNKNOWN_DATABASE):
+// the sink then re-applies the migrations (a server whose data was wiped).
+func errSchemaMissing(err error) bool {
+	var ex *clickhouse.Exception
+	if errors.As(err, &ex) {
+		return ex.Code == 60 || ex.Code == 81
+	}
+	return false
+}

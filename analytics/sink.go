@@ -1,0 +1,459 @@
+package analytics
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/playpipe/playpipe/internal/kafkax"
+)
+
+// SinkConfig configures the sink role. Zero values take the defaults named
+// in each field's comment.
+type SinkConfig struct {
+	Kafka      kafkax.Config
+	ClickHouse Config
+	// Group is the Kafka consumer group; defaults to "playpipe-sink".
+	Group string
+	// BatchRows is the most records per insert; defaults to 10000 (the
+	// native protocol's sweet spot: 1k-row batches cost the server ~8× more per row).
+	BatchRows int
+	// Linger is the longest a non-empty batch waits for more records;
+	// defaults to 1 s.
+	Linger time.Duration
+	// QueueBatches is the bound of the queue of full batches between the
+	// reader and the writer; when it is full the reader blocks (it never
+	// drops). Defaults to 2. Memory is bounded by about
+	// (QueueBatches + 2) × BatchRows records.
+	QueueBatches int
+	// RetryMin and RetryMax bound the exponential backoff (with jitter)
+	// between insert attempts while ClickHouse fails; defaults 200 ms and 5 s.
+	RetryMin, RetryMax time.Duration
+	// InsertTimeout bounds one insert attempt; defaults to 60 s.
+	InsertTimeout time.Duration
+	// ShutdownTimeout bounds the final drain (insert + commit of what was
+	// read) when Run's context ends; defaults to 10 s. Records not inserted
+	// by then are not committed: the next sink reads them again.
+	ShutdownTimeout time.Duration
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+
+	// afterInsert, when set (tests), runs after a batch is in ClickHouse and
+	// before its offsets are committed; an error ends Run at once without
+	// committing, like a crash at the worst moment.
+	afterInsert func(rows int) error
+}
+
+func (c SinkConfig) withDefaults() SinkConfig {
+	if c.Group == "" {
+		c.Group = "playpipe-sink"
+	}
+	if c.BatchRows == 0 {
+		c.BatchRows = 10000
+	}
+	if c.Linger == 0 {
+		c.Linger = time.Second
+	}
+	if c.QueueBatches == 0 {
+		c.QueueBatches = 2
+	}
+	if c.RetryMin == 0 {
+		c.RetryMin = 200 * time.Millisecond
+	}
+	if c.RetryMax == 0 {
+		c.RetryMax = 5 * time.Second
+	}
+	if c.InsertTimeout == 0 {
+		c.InsertTimeout = 60 * time.Second
+	}
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = 10 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	c.ClickHouse = c.ClickHouse.withDefaults()
+	return c
+}
+
+// Validate checks the configuration once; errors name the field's flag.
+func (c SinkConfig) Validate() error {
+	c = c.withDefaults()
+	switch {
+	case c.BatchRows < 1 || c.BatchRows > 1_000_000:
+		return fmt.Errorf("analytics: --batch-rows must be 1…1000000, got %d", c.BatchRows)
+	case c.Linger < 0:
+		return fmt.Errorf("analytics: --linger must be ≥ 0, got %v", c.Linger)
+	case c.QueueBatches < 1:
+		return fmt.Errorf("analytics: SinkConfig.QueueBatches must be ≥ 1, got %d", c.QueueBatches)
+	case c.RetryMin <= 0 || c.RetryMax < c.RetryMin:
+		return fmt.Errorf("analytics: retry backoff must satisfy 0 < RetryMin (%v) ≤ RetryMax (%v)", c.RetryMin, c.RetryMax)
+	case c.ShutdownTimeout < 0:
+		return fmt.Errorf("analytics: --shutdown-timeout must be ≥ 0, got %v", c.ShutdownTimeout)
+	}
+	if len(c.Kafka.Brokers) == 0 {
+		return errors.New("analytics: sink: no Kafka brokers configured")
+	}
+	if err := c.Kafka.Validate(); err != nil {
+		return err
+	}
+	if c.ClickHouse.Addr == "" {
+		return errors.New("analytics: sink: no ClickHouse address configured (--clickhouse-addr; LocalOrConfigured starts a local server)")
+	}
+	return c.ClickHouse.Validate()
+}
+
+// Sink copies the four topics into the ledger tables. See the package
+// documentation for its guarantees.
+type Sink struct {
+	cfg    SinkConfig
+	log    *slog.Logger
+	tracer trace.Tracer
+	rows   metric.Int64Counter
+	insDur metric.Float64Histogram
+	retry  metric.Int64Counter
+}
+
+// NewSink validates cfg and returns a sink; Run starts it.
+func NewSink(cfg SinkConfig) (*Sink, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	m := otel.Meter("github.com/playpipe/playpipe/analytics")
+	s := &Sink{cfg: cfg, log: cfg.Logger.With("role", "sink"), tracer: otel.Tracer("github.com/playpipe/playpipe/analytics")}
+	var err error
+	if s.rows, err = m.Int64Counter("playpipe.sink.rows", metric.WithDescription("rows inserted into the ledger, by table")); err != nil {
+		return nil, fmt.Errorf("analytics: metric: %w", err)
+	}
+	if s.insDur, err = m.Float64Histogram("playpipe.sink.insert.duration", metric.WithUnit("s"), metric.WithDescription("duration of one successful insert of a batch into one table")); err != nil {
+		return nil, fmt.Errorf("analytics: metric: %w", err)
+	}
+	if s.retry, err = m.Int64Counter("playpipe.sink.insert.retries", metric.WithDescription("failed insert attempts that will be retried")); err != nil {
+		return nil, fmt.Errorf("analytics: metric: %w", err)
+	}
+	return s, nil
+}
+
+// Run consumes until ctx ends, then drains what it has read (insert and
+// commit) within ShutdownTimeout and returns nil; it returns an error only
+// when it cannot run (bad Kafka settings) or the drain did not finish.
+// ClickHouse being down is not an error: Run waits and retries.
+func (s *Sink) Run(ctx context.Context) error {
+	conn, err := s.cfg.ClickHouse.Open()
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if err := s.migrate(ctx, conn); err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped before ClickHouse answered: nothing was read
+		}
+		return err
+	}
+
+	topics := s.cfg.Kafka.Topics()
+	opts, err := s.cfg.Kafka.ClientOpts()
+	if err != nil {
+		return err
+	}
+	opts = append(opts,
+		kgo.ConsumerGroup(s.cfg.Group),
+		kgo.ConsumeTopics(topics.All()...),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.DisableAutoCommit(),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.ClientID("playpipe-sink"),
+		// An idle fetch returns within this bound even when the broker does not
+		// wake it on new data (the embedded broker): it bounds the ledger lag.
+		kgo.FetchMaxWait(500*time.Millisecond),
+	)
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return fmt.Errorf("analytics: sink: kafka client: %w", err)
+	}
+	defer cl.Close()
+	s.log.Info("sink started", "group", s.cfg.Group, "topics", topics.All(), "clickhouse", s.cfg.ClickHouse.Addr,
+		"database", s.cfg.ClickHouse.Database, "batch_rows", s.cfg.BatchRows, "linger", s.cfg.Linger)
+
+	queue := make(chan *batch, s.cfg.QueueBatches)
+	rctx, stopReader := context.WithCancel(ctx)
+	defer stopReader()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { // owner: Run; ends when rctx ends (then closes queue)
+		defer wg.Done()
+		s.read(rctx, cl, topics, queue)
+	}()
+
+	werr := s.write(ctx, conn, cl, queue)
+	// When the writer gave up early (drain timeout, crash hook) the reader
+	// may still run or be blocked on a full queue: stop it and empty the queue.
+	stopReader()
+	go func() { // owner: Run; ends when the reader closes queue
+		for range queue {
+		}
+	}()
+	wg.Wait()
+	return werr
+}
+
+// migrate applies the migrations, retrying while ClickHouse is unreachable.
+func (s *Sink) migrate(ctx context.Context, conn driver.Conn) error {
+	for attempt := 1; ; attempt++ {
+		mctx, cancel := context.WithTimeout(ctx, s.cfg.InsertTimeout)
+		applied, err := Migrate(mctx, conn, s.cfg.ClickHouse.Database)
+		cancel()
+		if err == nil {
+			if len(applied) > 0 {
+				s.log.Info("ledger schema migrated", "applied", applied, "version", LatestVersion())
+			}
+			return nil
+		}
+		s.log.Warn("clickhouse: cannot apply the ledger schema; retrying", "attempt", attempt, "err", err)
+		if !sleep(ctx, s.backoff(attempt)) {
+			return ctx.Err()
+		}
+	}
+}
+
+// read polls records, decodes them into batches of at most BatchRows that
+// are closed after Linger, and hands full batches to the writer. It blocks
+// when the queue is full. It closes queue when ctx ends, after handing over
+// the partial batch it holds.
+func (s *Sink) read(ctx context.Context, cl *kgo.Client, topics kafkax.Topics, queue chan<- *batch) {
+	defer close(queue)
+	var cur *batch
+	var deadline time.Time
+	send := func() bool {
+		if cur == nil {
+			return true
+		}
+		select {
+		case queue <- cur:
+			cur = nil
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	for {
+		pctx, cancel := ctx, context.CancelFunc(func() {})
+		if cur != nil {
+			pctx, cancel = context.WithDeadline(ctx, deadline)
+		}
+		want := s.cfg.BatchRows
+		if cur != nil {
+			want -= cur.records
+		}
+		fs := cl.PollRecords(pctx, want)
+		cancel()
+		if ctx.Err() != nil {
+			// Hand over what was read; the writer drains it.
+			if cur != nil {
+				queue <- cur // the writer reads until the queue is closed
+			}
+			return
+		}
+		fs.EachError(func(t string, p int32, err error) {
+			if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+				s.log.Warn("kafka: fetch error", "topic", t, "partition", p, "err", err)
+			}
+		})
+		fs.EachRecord(func(r *kgo.Record) {
+			if cur == nil {
+				cur = newBatch(topics)
+				deadline = time.Now().Add(s.cfg.Linger)
+			}
+			cur.add(r)
+		})
+		if cur != nil && (cur.records >= s.cfg.BatchRows || !time.Now().Before(deadline)) {
+			if !send() {
+				return
+			}
+		}
+	}
+}
+
+// write inserts each batch (retrying until it succeeds), then commits its
+// offsets. When queue closes (ctx ended) it drains the rest within
+// ShutdownTimeout.
+func (s *Sink) write(ctx context.Context, conn driver.Conn, cl *kgo.Client, queue <-chan *batch) error {
+	var dctx context.Context
+	var dcancel context.CancelFunc = func() {}
+	defer func() { dcancel() }()
+	// opCtx is ctx while it lives, then the drain context.
+	opCtx := func() context.Context {
+		if ctx.Err() == nil {
+			return ctx
+		}
+		if dctx == nil {
+			dctx, dcancel = context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ShutdownTimeout)
+		}
+		return dctx
+	}
+	uncommitted := map[string]map[int32]kgo.EpochOffset{}
+	for b := range queue {
+		for {
+			ictx := opCtx()
+			err := s.insert(ictx, conn, b)
+			if err == nil {
+				break
+			}
+			if ictx == ctx && ctx.Err() != nil {
+				continue // stopped mid-insert: go on under the drain deadline
+			}
+			return fmt.Errorf("analytics: sink: drain at shutdown: %d records not inserted (nor committed: the next sink reads them again): %w", b.records, err)
+		}
+		if s.cfg.afterInsert != nil {
+			if err := s.cfg.afterInsert(b.records); err != nil {
+				return err
+			}
+		}
+		mergeOffsets(uncommitted, b.next)
+		s.commit(opCtx(), cl, uncommitted)
+	}
+	if len(uncommitted) > 0 {
+		s.commit(opCtx(), cl, uncommitted)
+	}
+	if dctx != nil {
+		s.log.Info("sink drained and stopped")
+	}
+	return nil
+}
+
+func mergeOffsets(dst, src map[string]map[int32]kgo.EpochOffset) {
+	for t, ps := range src {
+		d := dst[t]
+		if d == nil {
+			d = map[int32]kgo.EpochOffset{}
+			dst[t] = d
+		}
+		for p, o := range ps {
+			if cur, ok := d[p]; !ok || o.Offset > cur.Offset {
+				d[p] = o
+			}
+		}
+	}
+}
+
+// commit commits the offsets of inserted records. A failed commit is not
+// retried here: the offsets stay pending and go with the next commit; a
+// crash before then makes the next sink re-insert rows that the ledger
+// recognises by their Kafka location.
+func (s *Sink) commit(ctx context.Context, cl *kgo.Client, offs map[string]map[int32]kgo.EpochOffset) {
+	if len(offs) == 0 {
+		return
+	}
+	var cerr error
+	cl.CommitOffsetsSync(ctx, offs, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+		if err != nil {
+			cerr = err
+			return
+		}
+		for _, t := range resp.Topics {
+			for _, p := range t.Partitions {
+				if p.ErrorCode != 0 && cerr == nil {
+					cerr = fmt.Errorf("commit %s[%d]: error code %d", t.Topic, p.Partition, p.ErrorCode)
+				}
+			}
+		}
+	})
+	if cerr != nil {
+		s.log.Warn("kafka: offset commit failed; will commit with the next batch", "err", cerr)
+		return
+	}
+	clear(offs)
+}
+
+// insert writes every table of b, retrying with backoff until all are in
+// or ctx ends. A table already written is not written again.
+func (s *Sink) insert(ctx context.Context, conn driver.Conn, b *batch) error {
+	ctx, span := s.tracer.Start(ctx, "sink.insert", trace.WithAttributes(attribute.Int("playpipe.sink.records", b.records)))
+	defer span.End()
+	done := make(map[string]bool)
+	for attempt := 1; ; attempt++ {
+		var err error
+		for _, t := range b.tables() {
+			if t.n() == 0 || done[t.name()] {
+				continue
+			}
+			start := time.Now()
+			if err = s.insertTable(ctx, conn, t); err != nil {
+				err = fmt.Errorf("insert %d rows into %s.%s: %w", t.n(), s.cfg.ClickHouse.Database, t.name(), err)
+				break
+			}
+			done[t.name()] = true
+			attr := metric.WithAttributes(attribute.String("table", t.name()))
+			s.rows.Add(ctx, int64(t.n()), attr)
+			s.insDur.Record(ctx, time.Since(start).Seconds(), attr)
+		}
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			span.RecordError(err)
+			return err
+		}
+		s.retry.Add(ctx, 1)
+		wait := s.backoff(attempt)
+		s.log.Warn("clickhouse: insert failed; retrying (nothing is committed until it succeeds)", "attempt", attempt, "in", wait.Round(time.Millisecond), "err", err)
+		if errSchemaMissing(err) {
+			if _, merr := Migrate(ctx, conn, s.cfg.ClickHouse.Database); merr != nil {
+				s.log.Warn("clickhouse: re-applying the ledger schema failed", "err", merr)
+			}
+		}
+		if !sleep(ctx, wait) {
+			return fmt.Errorf("%w (last: %v)", ctx.Err(), err)
+		}
+	}
+}
+
+func (s *Sink) insertTable(ctx context.Context, conn driver.Conn, t table) error {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.InsertTimeout)
+	defer cancel()
+	bt, err := conn.PrepareBatch(ctx, "INSERT INTO "+s.cfg.ClickHouse.Database+"."+t.name()+" ("+t.columns()+")")
+	if err != nil {
+		return err
+	}
+	for i, col := range t.values() {
+		if err := bt.Column(i).Append(col); err != nil {
+			_ = bt.Abort()
+			return fmt.Errorf("column %d: %w", i, err)
+		}
+	}
+	return bt.Send()
+}
+
+// backoff is exponential from RetryMin to RetryMax with ±25 % jitter.
+func (s *Sink) backoff(attempt int) time.Duration {
+	d := s.cfg.RetryMin
+	for i := 1; i < attempt && d < s.cfg.RetryMax; i++ {
+		d *= 2
+	}
+	d = min(d, s.cfg.RetryMax)
+	return time.Duration(float64(d) * (0.75 + 0.5*rand.Float64()))
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
