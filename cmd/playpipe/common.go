@@ -8,6 +8,7 @@ import (
 	"os"
 
 	"github.com/playpipe/playpipe/internal/kafkax"
+	"github.com/playpipe/playpipe/internal/telemetry"
 )
 
 // kafkaOrEmbedded returns cfg unchanged when brokers are configured; with
@@ -49,20 +50,15 @@ func (l *logFlags) register(fsRegister func(p *string, name, value, usage string
 	fsRegister(&l.level, "log-level", envDefault("PLAYPIPE_LOG_LEVEL", "info"), "log level: debug, info, warn or error (env PLAYPIPE_LOG_LEVEL)")
 }
 
-// logger builds the slog logger the flags ask for, writing to w.
+// logger builds the slog logger the flags ask for, writing to w: records
+// logged with a traced context carry trace_id and span_id, and attributes
+// named like secrets are redacted.
 func (l *logFlags) logger(w io.Writer) (*slog.Logger, error) {
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(l.level)); err != nil {
-		return nil, fmt.Errorf("--log-level %q: accepted: debug, info, warn, error", l.level)
+	log, err := telemetry.NewLogger(w, l.format, l.level)
+	if err != nil {
+		return nil, fmt.Errorf("%w (--log-format: text, json; --log-level: debug, info, warn, error)", err)
 	}
-	opts := &slog.HandlerOptions{Level: level}
-	switch l.format {
-	case "text":
-		return slog.New(slog.NewTextHandler(w, opts)), nil
-	case "json":
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
-	}
-	return nil, fmt.Errorf("--log-format %q: accepted: text, json", l.format)
+	return log, nil
 }
 
 func envDefault(k, def string) string {
