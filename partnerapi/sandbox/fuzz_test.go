@@ -15,6 +15,22 @@ func FuzzReportValidation(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
+		// The member scanner agrees with encoding/json on every valid object.
+		var m map[string]json.RawMessage
+		if json.Valid(body) && json.Unmarshal(body, &m) == nil && m != nil {
+			got := map[string]string{}
+			if !scanObject(string(body), func(k, v string) { got[k] = v }) {
+				t.Fatalf("scanner refused a valid object %q", body)
+			}
+			if len(got) != len(m) {
+				t.Fatalf("scanner found %d members, encoding/json %d: %q", len(got), len(m), body)
+			}
+			for k, v := range m {
+				if got[k] != string(v) {
+					t.Fatalf("member %q: scanner %q, encoding/json %q", k, got[k], v)
+				}
+			}
+		}
 		r, err := ValidateReport(body)
 		if err != nil {
 			re, ok := err.(*ReportError)
@@ -24,7 +40,6 @@ func FuzzReportValidation(f *testing.F) {
 			return
 		}
 		// Accepted: the body is a JSON object whose fields agree with encoding/json.
-		var m map[string]json.RawMessage
 		if json.Unmarshal(body, &m) != nil {
 			t.Fatalf("accepted a body encoding/json rejects: %q", body)
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // Report is a play report as the sandbox decoded it: the fields of the spec's
@@ -259,9 +260,10 @@ func jsonString(v string) (string, bool) {
 	if len(v) < 2 || v[0] != '"' || v[len(v)-1] != '"' {
 		return "", false
 	}
-	if strings.IndexByte(v, '\\') < 0 {
-		return v[1 : len(v)-1], true
+	if inner := v[1 : len(v)-1]; strings.IndexByte(inner, '\\') < 0 && utf8.ValidString(inner) {
+		return inner, true // no escapes: share the body's memory
 	}
+	// Escapes or invalid UTF-8 (replaced by U+FFFD, as encoding/json does).
 	var s string
 	if json.Unmarshal([]byte(v), &s) != nil {
 		return "", false
