@@ -95,7 +95,7 @@ func TestGatewayAuth(t *testing.T) {
 			t.Errorf("%s: %d %s", name, resp.StatusCode, b)
 		}
 	}
-	if n := len(e.k.ReadAll(t, e.k.Config.Topics().Events, 200*time.Millisecond)); n != 0 {
+	if n := len(readTopic(t, e.k, e.k.Config.Topics().Events, 0)); n != 0 {
 		t.Fatalf("unauthorized requests put %d events on the topic", n)
 	}
 	for name, hdr := range map[string][]string{
@@ -107,7 +107,7 @@ func TestGatewayAuth(t *testing.T) {
 			t.Errorf("%s: %d %s", name, resp.StatusCode, b)
 		}
 	}
-	recs := e.k.ReadAll(t, e.k.Config.Topics().Events, 300*time.Millisecond)
+	recs := readTopic(t, e.k, e.k.Config.Topics().Events, 2)
 	fleets := map[string]string{}
 	for _, r := range recs {
 		fleets[string(r.Key)] = headerValue(r, "fleet")
@@ -156,7 +156,7 @@ func TestGatewayRateLimit(t *testing.T) {
 		t.Fatalf("empty bucket: %d", resp.StatusCode)
 	}
 	keys := map[string]bool{}
-	for _, r := range e.k.ReadAll(t, e.k.Config.Topics().Events, 300*time.Millisecond) {
+	for _, r := range readTopic(t, e.k, e.k.Config.Topics().Events, 8) {
 		keys[string(r.Key)] = true
 	}
 	if len(keys) != 8 || keys["b-0"] || keys["e-0"] {
@@ -284,7 +284,7 @@ func TestGatewayMixedBatch(t *testing.T) {
 	refusedRaw = []string{badCountry, "42", `{"event_id":"broken",`, noUser}
 
 	var onTopic []string
-	for _, r := range e.k.ReadAll(t, topics.Events, 300*time.Millisecond) {
+	for _, r := range readTopic(t, e.k, topics.Events, len(acceptedIDs)) {
 		var ev schemas.PlayerEvent
 		if err := json.Unmarshal(r.Value, &ev); err != nil || ev.EventID != string(r.Key) {
 			t.Errorf("record %s: %v", r.Value, err)
@@ -297,7 +297,7 @@ func TestGatewayMixedBatch(t *testing.T) {
 		t.Errorf("events topic holds %v, want exactly %v", onTopic, acceptedIDs)
 	}
 	var rejected []string
-	for _, r := range e.k.ReadAll(t, topics.Rejected, 300*time.Millisecond) {
+	for _, r := range readTopic(t, e.k, topics.Rejected, len(refusedRaw)) {
 		var rej schemas.Rejection
 		if err := json.Unmarshal(r.Value, &rej); err != nil {
 			t.Fatal(err)
@@ -333,7 +333,7 @@ func TestGatewayProduceFailure(t *testing.T) {
 		ir.Events[1].Status != StatusRefused || ir.Error == "" {
 		t.Fatalf("answer %s", b)
 	}
-	if n := len(e.k.ReadAll(t, e.k.Config.Topics().Events, 300*time.Millisecond)); n != 0 {
+	if n := len(readTopic(t, e.k, e.k.Config.Topics().Events, 0)); n != 0 {
 		t.Fatalf("%d events on the topic after a failed produce", n)
 	}
 }
