@@ -230,12 +230,18 @@ func (l *ledger) reset() {
 // copies what is already stored.
 type chunked[T any] struct{ chunks [][]T }
 
-const chunkSize = 512
+// Chunks start small (a sandbox in a unit test holds a few entries) and
+// double up to maxChunk.
+const minChunk, maxChunk = 8, 1024
 
 func (c *chunked[T]) add(v T) {
 	n := len(c.chunks)
-	if n == 0 || len(c.chunks[n-1]) == chunkSize {
-		c.chunks = append(c.chunks, make([]T, 0, chunkSize))
+	if n == 0 || len(c.chunks[n-1]) == cap(c.chunks[n-1]) {
+		size := minChunk
+		if n > 0 {
+			size = min(2*cap(c.chunks[n-1]), maxChunk)
+		}
+		c.chunks = append(c.chunks, make([]T, 0, size))
 		n++
 	}
 	c.chunks[n-1] = append(c.chunks[n-1], v)
