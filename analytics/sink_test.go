@@ -1,6 +1,7 @@
 package analytics
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"reflect"
@@ -150,6 +151,22 @@ func TestSinkEndToEndAudit(t *testing.T) {
 	})
 	if err := s.stop(t); err != nil {
 		t.Fatalf("Run: %v", err)
+	}
+	var table bytes.Buffer
+	if err := WriteReport(&table, got, FormatTable); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("audit:\n%s", table.String())
+	for _, want := range []string{"missing_user_id", "isrc is invalid", "--list delivered-twice", "RESULT: FAIL"} {
+		if !strings.Contains(table.String(), want) {
+			t.Errorf("table output lacks %q", want)
+		}
+	}
+	for _, f := range []string{FormatCSV, FormatJSON} {
+		var b bytes.Buffer
+		if err := WriteReport(&b, got, f); err != nil || b.Len() == 0 {
+			t.Errorf("%s output: %v", f, err)
+		}
 	}
 	if len(got.Problems()) != 2 {
 		t.Fatalf("problems %q: want the overdue pending play and the double delivery", got.Problems())

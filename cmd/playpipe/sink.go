@@ -1,0 +1,89 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/playpipe/playpipe/analytics"
+	"github.com/playpipe/playpipe/internal/kafkax"
+)
+
+func init() {
+	register(command{
+		name:    "sink",
+		summary: "copy the four topics into the ClickHouse audit ledger (batched, idempotent)",
+		run:     runSink,
+	})
+}
+
+const sinkSynopsis = `Consumes <prefix>.events, .reports, .rejected and .deliveries (consumer group,
+read_committed) and inserts every record into the ledger tables in batches; offsets are
+committed only after ClickHouse confirmed the insert, and re-inserted rows after a crash
+are recognised by their Kafka topic/partition/offset. While ClickHouse is down the sink
+waits and retries; it never drops a record. Applies the schema migrations at start-up.
+Full guide: docs/audit.md.
+
+Example (the password from the environment only):
+  PLAYPIPE_CLICKHOUSE_PASSWORD=... playpipe sink --brokers kafka:9092 \
+    --clickhouse-addr clickhouse:9000 --clickhouse-user playpipe --batch-rows 10000 --linger 1s
+
+Without --brokers an embedded in-memory broker is started (only useful for a try-out);
+without --clickhouse-addr a local clickhouse-server is started (or reused) in --clickhouse-data.`
+
+func runSink(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("sink", stderr, sinkSynopsis)
+	var (
+		lf   logFlags
+		kcfg kafkax.Config
+		sc   analytics.SinkConfig
+	)
+	kcfg.RegisterFlags(fs)
+	sc.ClickHouse.RegisterFlags(fs)
+	lf.register(fs.StringVar)
+	fs.StringVar(&sc.Group, "group", envDefault("PLAYPIPE_SINK_GROUP", "playpipe-sink"), "consumer group of the sink (env PLAYPIPE_SINK_GROUP)")
+	fs.IntVar(&sc.BatchRows, "batch-rows", 10000, "most records per insert (10k-row batches are the sweet spot; small batches cost the server much more per row)")
+	fs.DurationVar(&sc.Linger, "linger", time.Second, "longest a non-empty batch waits for more records before it is inserted")
+	fs.DurationVar(&sc.ShutdownTimeout, "shutdown-timeout", 10*time.Second, "on SIGTERM, how long to keep inserting and committing what was read")
+	fs.DurationVar(&sc.RetryMax, "retry-max", 5*time.Second, "longest wait between insert attempts while ClickHouse fails")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	log, err := lf.logger(stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return errUsage
+	}
+	// Check the flags before starting anything.
+	check := sc
+	check.Kafka, check.ClickHouse.Addr = kcfg, "127.0.0.1:0"
+	if len(check.Kafka.Brokers) == 0 {
+		check.Kafka.Brokers = []string{"127.0.0.1:0"}
+	}
+	if err := check.Validate(); err != nil {
+		fmt.Fprintln(stderr, err)
+		return errUsage
+	}
+	kcfg, stopKafka, err := kafkaOrEmbedded(kcfg, log)
+	if err != nil {
+		return err
+	}
+	defer stopKafka()
+	if err := ensureTopics(ctx, kcfg); err != nil {
+		return err
+	}
+	chcfg, stopCH, err := analytics.LocalOrConfigured(ctx, sc.ClickHouse, log)
+	if err != nil {
+		return err
+	}
+	defer stopCH()
+	sc.ClickHouse = chcfg
+	sc.Kafka, sc.Logger = kcfg, log
+	s, err := analytics.NewSink(sc)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return errUsage
+	}
+	return s.Run(ctx)
+}
