@@ -70,6 +70,9 @@ func TestLedgerLimitDropsEntriesKeepsCounts(t *testing.T) {
 		wantStatus(t, a.do("POST", "/partners/royalty-tracking", tok, with(validReport(sb), "playedat", 1_763_000_000_000+i%2)), 200)
 	}
 	l := sb.Ledger()
+	if c := sb.Counts(); c != (sandbox.LedgerCounts{Accepted: 5, Dropped: 2, Duplicates: 3}) {
+		t.Fatalf("counts %+v", c)
+	}
 	if len(l.Accepted) != 3 || l.AcceptedCount != 5 || l.Dropped != 2 || l.Duplicates != 3 {
 		t.Fatalf("kept %d, count %d, dropped %d, duplicates %d", len(l.Accepted), l.AcceptedCount, l.Dropped, l.Duplicates)
 	}

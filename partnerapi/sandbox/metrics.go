@@ -56,3 +56,17 @@ func (s *Server) LedgerSince(seq uint64) LedgerSnapshot {
 	l.Counters = s.counts.snapshot()
 	return l
 }
+
+// LedgerCounts are the ledger's totals, without entries.
+type LedgerCounts struct {
+	Accepted, Standby, Rejected, Duplicates, Dropped int64
+}
+
+// Counts returns the ledger's totals from atomic counters: O(1), no copy,
+// cheap enough to poll in a wait loop (Ledger copies every entry).
+func (s *Server) Counts() LedgerCounts {
+	return LedgerCounts{
+		Accepted: s.ledger.accepted.Load(), Standby: s.ledger.standby.Load(), Rejected: s.ledger.rejected.Load(),
+		Duplicates: s.ledger.dups.Load(), Dropped: s.ledger.dropped.Load(),
+	}
+}
