@@ -115,8 +115,8 @@ type ledgerShard struct {
 	_        [64]byte // keep shards on separate cache lines
 }
 
-func newLedger(max int) *ledger {
-	l := &ledger{max: int64(max), seed1: maphash.MakeSeed(), seed2: maphash.MakeSeed()}
+func newLedger(limit int) *ledger {
+	l := &ledger{max: int64(limit), seed1: maphash.MakeSeed(), seed2: maphash.MakeSeed()}
 	for i := range l.shards {
 		l.shards[i].seen = map[[2]uint64]struct{}{}
 	}

@@ -269,9 +269,9 @@ func (s *Server) writeFault(w http.ResponseWriter, ep endpoint, status int, mode
 var errBodyTooLarge = errors.New("sandbox: request body too large")
 
 func (s *Server) readBody(r *http.Request) ([]byte, error) {
-	max := s.opts.MaxBodyBytes
+	limit := s.opts.MaxBodyBytes
 	if n := r.ContentLength; n >= 0 {
-		if n > max {
+		if n > limit {
 			return nil, errBodyTooLarge
 		}
 		b := make([]byte, n)
@@ -280,11 +280,11 @@ func (s *Server) readBody(r *http.Request) ([]byte, error) {
 		}
 		return b, nil
 	}
-	b, err := io.ReadAll(io.LimitReader(r.Body, max+1))
+	b, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: reading body: %w", err)
 	}
-	if int64(len(b)) > max {
+	if int64(len(b)) > limit {
 		return nil, errBodyTooLarge
 	}
 	return b, nil
