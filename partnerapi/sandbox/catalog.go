@@ -265,7 +265,8 @@ func newCatalog(o Options) *Catalog {
 		slots += counts[i]
 	}
 	// A pool smaller than the slots, so that some tracks recur across mixes.
-	pool := make([]Track, max(slots*3/4, 32))
+	// At least 25 tracks, so that any mix can be filled without repeats.
+	pool := make([]Track, max(slots*3/4, 25))
 	for i := range pool {
 		pool[i] = Track{
 			ID:        int64(trackIDBase + 1 + i),
@@ -276,10 +277,13 @@ func newCatalog(o Options) *Catalog {
 		}
 		pool[i].Artist = strings.TrimSpace(pool[i].Artist)
 	}
-	// The quirks, spread over the pool (so they land in different mixes).
+	// The quirks, spread over the part of the pool that the in-order walk
+	// below hands out (so every quirk is in some mix, in different mixes
+	// when there are several).
 	quirks := []ISRCQuirk{QuirkLowercase, QuirkHyphenated, QuirkTrailingSpace, QuirkShared, QuirkShared, QuirkEmpty}
+	used := min(len(pool), slots)
 	for q, kind := range quirks {
-		t := &pool[(q*len(pool))/len(quirks)+1]
+		t := &pool[(q*used)/len(quirks)]
 		t.Quirk = kind
 		switch kind {
 		case QuirkLowercase:

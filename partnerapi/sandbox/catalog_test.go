@@ -373,3 +373,27 @@ func TestRestrictedCatalog(t *testing.T) {
 		t.Fatalf("plain catalog filtered by country: %v", got)
 	}
 }
+
+func TestTinyAndLargeCatalogsKeepEveryFixture(t *testing.T) {
+	for _, o := range []sandbox.Options{{Pages: 1, ListsPerPage: 1, MixesPerList: 1}, {Pages: 1, ListsPerPage: 2, MixesPerList: 1}, {Pages: 20, ListsPerPage: 10, MixesPerList: 10, Seed: 99}} {
+		srv, err := sandbox.New(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cat := srv.Catalog()
+		for _, q := range []sandbox.ISRCQuirk{sandbox.QuirkLowercase, sandbox.QuirkHyphenated, sandbox.QuirkTrailingSpace, sandbox.QuirkShared, sandbox.QuirkEmpty} {
+			tracks := cat.TracksWithQuirk(q)
+			if len(tracks) == 0 {
+				t.Fatalf("%+v: no %s track", o, q)
+			}
+			for _, tr := range tracks {
+				if _, _, ok := cat.MixContaining(tr.ID); !ok {
+					t.Fatalf("%+v: %s track %d in no mix", o, q, tr.ID)
+				}
+			}
+		}
+		if len(cat.Pages) != o.Pages+1 || len(cat.Mixes) != o.Pages*o.ListsPerPage*o.MixesPerList {
+			t.Fatalf("%+v: %d pages, %d mixes", o, len(cat.Pages), len(cat.Mixes))
+		}
+	}
+}
