@@ -47,6 +47,7 @@ func sandboxClient(t *testing.T, sb *testenv.Sandbox) *partnerapi.Client {
 // client against the sandbox; the topics then hold exactly what the
 // reference computation expects from the catalog.
 func TestEndToEndWithSandbox(t *testing.T) {
+	t.Parallel()
 	k := testenv.StartKafka(t, 3)
 	sb := testenv.StartSandbox(t)
 	refs, unknown := sandboxRefs(sb.Catalog())
@@ -156,6 +157,7 @@ func quirkEvents(cat *sandbox.Catalog, refs []refMix) []genEvent {
 // request 503, nothing is rejected as unknown_mix and no play is derived;
 // once the storm ends, everything is, exactly.
 func TestEndToEnd503StormWithSandbox(t *testing.T) {
+	t.Parallel()
 	k := testenv.StartKafka(t, 3)
 	sb := testenv.StartSandbox(t)
 	refs, unknown := sandboxRefs(sb.Catalog())

@@ -91,6 +91,7 @@ func newTestEnricher(t *testing.T, k *testenv.Kafka, src MixSource, mod func(*Op
 }
 
 func TestEnricherExactOutputOverKafka(t *testing.T) {
+	t.Parallel()
 	k := testenv.StartKafka(t, 3)
 	mixes := fakeMixes()
 	src := newFakeSource(mixes...)
@@ -120,15 +121,27 @@ func TestEnricherExactOutputOverKafka(t *testing.T) {
 }
 
 func TestEnricherKillAndRestartNoLossNoDuplicate(t *testing.T) {
+	t.Parallel()
+	// The replacement either reuses the dead instance's transactional id (a
+	// restarted pod: the dangling transaction is fenced at once) or has its
+	// own (another pod: it waits until the broker times the dangling
+	// transaction out, as its pending offsets are unstable until then).
+	t.Run("same transactional id", func(t *testing.T) { t.Parallel(); testKillAndRestart(t, "enrich-restart", 60*time.Second) })
+	t.Run("new transactional id", func(t *testing.T) { t.Parallel(); testKillAndRestart(t, "enrich-other-pod", 3*time.Second) })
+}
+
+func testKillAndRestart(t *testing.T, replacementID string, killedTxnTimeout time.Duration) {
 	k := testenv.StartKafka(t, 3)
 	mixes := fakeMixes()
-	evs := genEvents(2, 6000, refMixes(mixes), 999_999)
+	evs := genEvents(2, 4000, refMixes(mixes), 999_999)
 	publish(t, k, k.Config.Topics().Events, evs)
 
 	// A slow first instance with small transactions, killed mid-stream.
 	slow := newFakeSource(mixes...)
 	a := newTestEnricher(t, k, slow, func(o *Options) {
 		o.TransactionalID = "enrich-restart"
+		o.TransactionTimeout = killedTxnTimeout
+		o.MaxTxnWait = killedTxnTimeout / 2
 		o.TxnRecords = 100
 		o.TxnInterval = 20 * time.Millisecond
 		// Listings expire at once, so every event waits ~1ms for a fetch.
@@ -138,7 +151,7 @@ func TestEnricherKillAndRestartNoLossNoDuplicate(t *testing.T) {
 	// transaction on the broker: no End, no clean leave.
 	killed := make(chan struct{})
 	a.testHookProduced = func(cl *kgo.Client) {
-		if a.Stats().Events < 1500 || isClosed(killed) {
+		if a.Stats().Events < 1000 || isClosed(killed) {
 			return
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -157,6 +170,7 @@ func TestEnricherKillAndRestartNoLossNoDuplicate(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the first instance never reached the kill point")
 	}
+	killedAt := time.Now()
 	select {
 	case err := <-errA:
 		t.Logf("killed instance returned: %v", err)
@@ -169,9 +183,14 @@ func TestEnricherKillAndRestartNoLossNoDuplicate(t *testing.T) {
 	}
 
 	// The replacement: same group, same transactional id (a restarted pod).
-	b := newTestEnricher(t, k, newFakeSource(mixes...), func(o *Options) { o.TransactionalID = "enrich-restart" })
+	b := newTestEnricher(t, k, newFakeSource(mixes...), func(o *Options) { o.TransactionalID = replacementID })
 	stop := runEnricher(t, b)
 	waitGroupDone(t, k, DefaultGroup, 40*time.Second)
+	if replacementID != "enrich-restart" {
+		// Read-committed readers see nothing past the dangling transaction
+		// until the broker aborts it at its timeout.
+		time.Sleep(time.Until(killedAt.Add(killedTxnTimeout + time.Second)))
+	}
 	if err := stop(); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
@@ -213,7 +232,7 @@ func TestEnricher503StormNothingRejected(t *testing.T) {
 
 	e := newTestEnricher(t, k, storm, func(o *Options) {
 		o.TxnRecords = 100_000
-		o.TxnInterval = 3 * time.Second
+		o.TxnInterval = 2 * time.Second
 		o.MaxTxnWait = 200 * time.Millisecond
 	})
 	stop := runEnricher(t, e)
@@ -347,5 +366,31 @@ func isClosed(c chan struct{}) bool {
 		return true
 	default:
 		return false
+	}
+}
+
+func TestEnricherStopsOnEdgeBlock(t *testing.T) {
+	t.Parallel()
+	k := testenv.StartKafka(t, 1)
+	src := newFakeSource(fakeMixes()...)
+	src.byID[42] = true
+	src.failErr = &partnerapi.Error{Kind: partnerapi.KindEdgeBlocked, Status: 403, Reason: "error code: 1010"}
+	publish(t, k, k.Config.Topics().Events, genEvents(8, 50, refMixes(fakeMixes()[:1]), 999_999))
+	e := newTestEnricher(t, k, src, nil)
+	errc := make(chan error, 1)
+	go func() { errc <- e.Run(context.Background()) }()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, ErrMisconfigured) {
+			t.Fatalf("Run returned %v, want ErrMisconfigured", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Run did not stop on an edge block")
+	}
+	if st := e.Stats(); st.Events != 0 || st.Commits != 0 {
+		t.Fatalf("committed work despite the configuration error: %+v", st)
+	}
+	if n := len(k.ReadAll(t, k.Config.Topics().Rejected, 300*time.Millisecond)); n != 0 {
+		t.Fatalf("%d rejections written", n)
 	}
 }
