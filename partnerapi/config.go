@@ -68,8 +68,12 @@ type Config struct {
 	// keep-alive connections are reused by up to MaxConns concurrent callers.
 	// Flag --api-max-conns, env PLAYPIPE_API_MAX_CONNS.
 	MaxConns int
-	// RequestTimeout bounds one attempt of one request (dial to last byte of
-	// the answer). Defaults to 30s. Flag --api-timeout, env PLAYPIPE_API_TIMEOUT.
+	// RequestTimeout bounds one attempt of one request: GETs and session
+	// calls from dial to the last byte of the answer; play reports (hot path,
+	// no per-request timer) through the transport's ResponseHeaderTimeout,
+	// the answer being small and size-bounded. Pass a context deadline to
+	// bound a report attempt as a whole. Defaults to 30s. Flag --api-timeout,
+	// env PLAYPIPE_API_TIMEOUT.
 	RequestTimeout time.Duration
 	// MaxAttempts bounds the attempts of one GET or session call on
 	// transient errors (500, 503, timeout, connection). Defaults to 4; 1
