@@ -23,10 +23,7 @@ import (
 
 const instrumentation = "github.com/playpipe/playpipe/producer"
 
-var (
-	tracer = otel.Tracer(instrumentation)
-	meter  = otel.Meter(instrumentation)
-)
+var meter = otel.Meter(instrumentation)
 
 // Errors of Publish. Use errors.Is.
 var (
@@ -92,6 +89,10 @@ type PublisherConfig struct {
 	// DeliveryTimeout is how long an event may wait for Kafka's
 	// acknowledgement before it fails with ErrNotPublished; defaults to 30 s.
 	DeliveryTimeout time.Duration
+	// TracerProvider makes the producer spans (one per batch, one per event,
+	// whose context goes into the record's headers); defaults to the global
+	// provider (otel.GetTracerProvider).
+	TracerProvider trace.TracerProvider
 	// ClientOpts are extra franz-go options, applied last (tuning, tests).
 	ClientOpts []kgo.Opt
 }
@@ -111,6 +112,9 @@ func (c *PublisherConfig) setDefaults() {
 	}
 	if c.DeliveryTimeout == 0 {
 		c.DeliveryTimeout = 30 * time.Second
+	}
+	if c.TracerProvider == nil {
+		c.TracerProvider = otel.GetTracerProvider()
 	}
 }
 
@@ -136,8 +140,9 @@ func (c *PublisherConfig) validate() error {
 // Publisher validates player events and publishes them to Kafka (franz-go,
 // idempotent producer, acks from all in-sync replicas). Safe for concurrent use.
 type Publisher struct {
-	cfg PublisherConfig
-	cl  *kgo.Client
+	cfg    PublisherConfig
+	cl     *kgo.Client
+	tracer trace.Tracer
 
 	mu       sync.Mutex
 	closed   bool
@@ -174,7 +179,7 @@ func NewPublisher(ctx context.Context, cfg PublisherConfig) (*Publisher, error) 
 	events, _ := meter.Int64Counter("playpipe.producer.events",
 		metric.WithDescription("Events handed to the producer, by outcome: accepted (on the topic), refused (invalid), failed (not acknowledged)."))
 	_ = ctx // reserved: the client connects lazily
-	return &Publisher{cfg: cfg, cl: cl, events: events}, nil
+	return &Publisher{cfg: cfg, cl: cl, events: events, tracer: cfg.TracerProvider.Tracer(instrumentation)}, nil
 }
 
 // Topic returns the topic valid events are published to.
@@ -265,7 +270,7 @@ func (p *Publisher) Publish(ctx context.Context, events [][]byte, opts ...Publis
 	p.mu.Unlock()
 	defer p.inflight.Done()
 
-	ctx, span := tracer.Start(ctx, "publish "+p.cfg.Topic, trace.WithSpanKind(trace.SpanKindProducer),
+	ctx, span := p.tracer.Start(ctx, "publish "+p.cfg.Topic, trace.WithSpanKind(trace.SpanKindProducer),
 		trace.WithAttributes(attribute.String("messaging.system", "kafka"),
 			attribute.String("messaging.destination.name", p.cfg.Topic),
 			attribute.Int("messaging.batch.message_count", len(events))))
@@ -300,7 +305,7 @@ func (p *Publisher) Publish(ctx context.Context, events [][]byte, opts ...Publis
 			continue
 		}
 		res.EventID = ev.EventID
-		rctx, rspan := tracer.Start(ctx, "send "+p.cfg.Topic, trace.WithSpanKind(trace.SpanKindProducer))
+		rctx, rspan := p.tracer.Start(ctx, "send "+p.cfg.Topic, trace.WithSpanKind(trace.SpanKindProducer))
 		rec := &kgo.Record{Topic: p.cfg.Topic, Key: []byte(ev.EventID), Value: raw}
 		telemetry.Inject(rctx, rec)
 		rec.Headers = append(rec.Headers, o.headers...)
