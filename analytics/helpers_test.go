@@ -26,7 +26,7 @@ type env struct {
 	cfg    SinkConfig
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t testing.TB) *env {
 	t.Helper()
 	k := testenv.StartKafka(t, 3)
 	ch := testenv.StartClickHouse(t)
@@ -52,7 +52,7 @@ func testLogger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 }
 
-func (e *env) produce(t *testing.T, recs ...*kgo.Record) {
+func (e *env) produce(t testing.TB, recs ...*kgo.Record) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -62,7 +62,9 @@ var Migrations = []Migration{
 ) ENGINE = ReplacingMergeTree
 PARTITION BY toYYYYMM(kafka_time)
 ORDER BY (kafka_time_ms, kafka_topic, kafka_partition, kafka_offset)`,
-		// Track plays derived by the consumer (<prefix>.reports).
+		// Track plays derived by the consumer (<prefix>.reports): the columns
+		// the audit and finance filter on; record holds the record's exact
+		// bytes, the posted body included (visitParamExtract… reads the rest).
 		`CREATE TABLE IF NOT EXISTS {db}.plays (
     kafka_topic String,
     kafka_partition Int32,
@@ -86,13 +88,8 @@ ORDER BY (kafka_time_ms, kafka_topic, kafka_partition, kafka_offset)`,
     play_length Int64,
     user_id String,
     country String,
-    os String,
-    device String,
-    vendor Int64,
-    source_stream String,
-    source_detail String,
     isrc String,
-    report_json String
+    record String
 ) ENGINE = ReplacingMergeTree
 PARTITION BY toYYYYMM(kafka_time)
 ORDER BY (report_id, kafka_topic, kafka_partition, kafka_offset)`,
@@ -137,7 +134,7 @@ ORDER BY (report_id, kafka_topic, kafka_partition, kafka_offset)`,
     reason String,
     violation_reasons Array(String),
     violation_fields Array(String),
-    violations_json String,
+    violation_details Array(String),
     src_topic String,
     src_partition Int32,
     src_offset Int64,

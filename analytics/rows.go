@@ -54,6 +54,7 @@ type table interface {
 	columns() string // the INSERT column list
 	values() []any   // one slice per column, in columns() order
 	n() int
+	reset() // empty, keeping capacity
 }
 
 type eventsRows struct {
@@ -111,35 +112,50 @@ func (t *eventsRows) add(r *kgo.Record) {
 
 type playsRows struct {
 	loc
-	traceID                                    []string
-	v                                          []int32
-	reportID, eventID                          []string
-	mixID                                      []int64
-	position                                   []int32
-	overlapMS                                  []int64
-	belowMin, noUserID, standbyListing         []uint8
-	derivedAt, trackID, playedAt, playLength   []int64
-	userID, country, os, device                []string
-	vendor                                     []int64
-	sourceStream, sourceDetail, isrc, reportJS []string
+	traceID                                  []string
+	v                                        []int32
+	reportID, eventID                        []string
+	mixID                                    []int64
+	position                                 []int32
+	overlapMS                                []int64
+	belowMin, noUserID, standbyListing       []uint8
+	derivedAt, trackID, playedAt, playLength []int64
+	userID, country, isrc, record            []string
 }
 
 func (t *playsRows) name() string { return TablePlays }
 func (t *playsRows) columns() string {
-	return locCols + ", trace_id, v, report_id, event_id, mix_id, position, overlap_ms, below_minimum, no_user_id, standby_listing, derived_at_ms, track_id, played_at_ms, play_length, user_id, country, os, device, vendor, source_stream, source_detail, isrc, report_json"
+	return locCols + ", trace_id, v, report_id, event_id, mix_id, position, overlap_ms, below_minimum, no_user_id, standby_listing, derived_at_ms, track_id, played_at_ms, play_length, user_id, country, isrc, record"
 }
 func (t *playsRows) values() []any {
 	return append(t.cols(), t.traceID, t.v, t.reportID, t.eventID, t.mixID, t.position, t.overlapMS, t.belowMin, t.noUserID, t.standbyListing,
-		t.derivedAt, t.trackID, t.playedAt, t.playLength, t.userID, t.country, t.os, t.device, t.vendor, t.sourceStream, t.sourceDetail, t.isrc, t.reportJS)
+		t.derivedAt, t.trackID, t.playedAt, t.playLength, t.userID, t.country, t.isrc, t.record)
 }
 
-// playRecord decodes a TrackPlay keeping the report's exact bytes.
+// playRecord is the part of a TrackPlay the ledger's columns take, decoded
+// in one pass (the record's bytes are kept verbatim).
 type playRecord struct {
-	schemas.TrackPlay
-	Report json.RawMessage `json:"report"`
+	V              int    `json:"v"`
+	ReportID       string `json:"report_id"`
+	EventID        string `json:"event_id"`
+	MixID          int64  `json:"mix_id"`
+	Position       int    `json:"position"`
+	OverlapMS      int64  `json:"overlap_ms"`
+	BelowMinimum   bool   `json:"below_minimum"`
+	NoUserID       bool   `json:"no_user_id"`
+	StandbyListing bool   `json:"standby_listing"`
+	DerivedAt      int64  `json:"derived_at"`
+	Report         struct {
+		TrackID    int64  `json:"trackid"`
+		PlayedAt   int64  `json:"playedat"`
+		PlayLength int64  `json:"playlength"`
+		Country    string `json:"country"`
+		UserID     string `json:"userid"`
+		ISRC       string `json:"isrc"`
+	} `json:"report"`
 }
 
-func (t *playsRows) add(r *kgo.Record, p *playRecord, rep *reportFields) {
+func (t *playsRows) add(r *kgo.Record, p *playRecord) {
 	t.loc.add(r)
 	t.traceID = append(t.traceID, traceIDOf(r))
 	t.v = append(t.v, int32(p.V))
@@ -152,34 +168,13 @@ func (t *playsRows) add(r *kgo.Record, p *playRecord, rep *reportFields) {
 	t.noUserID = append(t.noUserID, b2u(p.NoUserID))
 	t.standbyListing = append(t.standbyListing, b2u(p.StandbyListing))
 	t.derivedAt = append(t.derivedAt, p.DerivedAt)
-	t.trackID = append(t.trackID, rep.TrackID)
-	t.playedAt = append(t.playedAt, rep.PlayedAt)
-	t.playLength = append(t.playLength, rep.PlayLength)
-	t.userID = append(t.userID, rep.UserID)
-	t.country = append(t.country, rep.Country)
-	t.os = append(t.os, rep.OS)
-	t.device = append(t.device, rep.Device)
-	t.vendor = append(t.vendor, rep.Vendor)
-	t.sourceStream = append(t.sourceStream, rep.SourceStream)
-	t.sourceDetail = append(t.sourceDetail, rep.SourceDetail)
-	t.isrc = append(t.isrc, rep.ISRC)
-	t.reportJS = append(t.reportJS, string(p.Report))
-}
-
-// reportFields are the columns taken from the report body (lenient: a field
-// of the wrong type is left empty, the body itself is kept verbatim).
-type reportFields struct {
-	TrackID      int64  `json:"trackid"`
-	PlayedAt     int64  `json:"playedat"`
-	PlayLength   int64  `json:"playlength"`
-	SourceStream string `json:"sourcestream"`
-	SourceDetail string `json:"sourcedetail"`
-	OS           string `json:"os"`
-	Device       string `json:"device"`
-	Country      string `json:"country"`
-	Vendor       int64  `json:"vendor"`
-	UserID       string `json:"userid"`
-	ISRC         string `json:"isrc"`
+	t.trackID = append(t.trackID, p.Report.TrackID)
+	t.playedAt = append(t.playedAt, p.Report.PlayedAt)
+	t.playLength = append(t.playLength, p.Report.PlayLength)
+	t.userID = append(t.userID, p.Report.UserID)
+	t.country = append(t.country, p.Report.Country)
+	t.isrc = append(t.isrc, p.Report.ISRC)
+	t.record = append(t.record, string(r.Value))
 }
 
 type deliveriesRows struct {
@@ -236,7 +231,7 @@ type rejectionsRows struct {
 	v                 []int32
 	eventID, reason   []string
 	vReasons, vFields [][]string
-	violationsJSON    []string
+	vDetails          [][]string
 	srcTopic          []string
 	srcPart           []int32
 	srcOffset, atMS   []int64
@@ -245,33 +240,26 @@ type rejectionsRows struct {
 
 func (t *rejectionsRows) name() string { return TableRejections }
 func (t *rejectionsRows) columns() string {
-	return locCols + ", trace_id, v, event_id, reason, violation_reasons, violation_fields, violations_json, src_topic, src_partition, src_offset, at_ms, raw"
+	return locCols + ", trace_id, v, event_id, reason, violation_reasons, violation_fields, violation_details, src_topic, src_partition, src_offset, at_ms, raw"
 }
 func (t *rejectionsRows) values() []any {
-	return append(t.cols(), t.traceID, t.v, t.eventID, t.reason, t.vReasons, t.vFields, t.violationsJSON, t.srcTopic, t.srcPart, t.srcOffset, t.atMS, t.raw)
+	return append(t.cols(), t.traceID, t.v, t.eventID, t.reason, t.vReasons, t.vFields, t.vDetails, t.srcTopic, t.srcPart, t.srcOffset, t.atMS, t.raw)
 }
 
-// rejectionRecord keeps the violations' exact JSON.
-type rejectionRecord struct {
-	schemas.Rejection
-	ViolationsRaw json.RawMessage `json:"violations"`
-}
-
-func (t *rejectionsRows) add(r *kgo.Record, j *rejectionRecord) {
+func (t *rejectionsRows) add(r *kgo.Record, j *schemas.Rejection) {
 	t.loc.add(r)
 	t.traceID = append(t.traceID, traceIDOf(r))
 	t.v = append(t.v, int32(j.V))
 	t.eventID = append(t.eventID, j.EventID)
 	t.reason = append(t.reason, j.Reason)
-	var vs []schemas.Violation
-	_ = json.Unmarshal(j.ViolationsRaw, &vs)
-	reasons, fields := make([]string, len(vs)), make([]string, len(vs))
-	for i, v := range vs {
-		reasons[i], fields[i] = v.Reason, v.Field
+	n := len(j.Violations)
+	reasons, fields, details := make([]string, n), make([]string, n), make([]string, n)
+	for i, v := range j.Violations {
+		reasons[i], fields[i], details[i] = v.Reason, v.Field, v.Detail
 	}
 	t.vReasons = append(t.vReasons, reasons)
 	t.vFields = append(t.vFields, fields)
-	t.violationsJSON = append(t.violationsJSON, string(j.ViolationsRaw))
+	t.vDetails = append(t.vDetails, details)
 	t.srcTopic = append(t.srcTopic, j.Source.Topic)
 	t.srcPart = append(t.srcPart, j.Source.Partition)
 	t.srcOffset = append(t.srcOffset, j.Source.Offset)
@@ -319,6 +307,67 @@ func newBatch(t kafkax.Topics) *batch {
 	return &batch{topics: t, next: map[string]map[int32]kgo.EpochOffset{}}
 }
 
+// reset empties b for reuse, keeping the columns' capacity.
+func (b *batch) reset() {
+	for _, t := range b.tables() {
+		t.reset()
+	}
+	b.records = 0
+	clear(b.next)
+}
+
+// trunc empties the column slices, keeping their capacity.
+func trunc[T any](cols ...*[]T) {
+	for _, c := range cols {
+		*c = (*c)[:0]
+	}
+}
+
+func (l *loc) reset() {
+	trunc(&l.topic)
+	trunc(&l.part)
+	trunc(&l.offset)
+	trunc(&l.ts)
+	trunc(&l.tsMS)
+}
+
+func (t *eventsRows) reset() {
+	t.loc.reset()
+	trunc(&t.key, &t.traceID, &t.eventID, &t.userID, &t.country, &t.raw)
+	trunc(&t.parsed)
+	trunc(&t.mixID, &t.startedAt, &t.offsetMS, &t.durationMS)
+}
+
+func (t *playsRows) reset() {
+	t.loc.reset()
+	trunc(&t.traceID, &t.reportID, &t.eventID, &t.userID, &t.country, &t.isrc, &t.record)
+	trunc(&t.v, &t.position)
+	trunc(&t.mixID, &t.overlapMS, &t.derivedAt, &t.trackID, &t.playedAt, &t.playLength)
+	trunc(&t.belowMin, &t.noUserID, &t.standbyListing)
+}
+
+func (t *deliveriesRows) reset() {
+	t.loc.reset()
+	trunc(&t.reportID, &t.eventID, &t.outcome, &t.servedBy, &t.message, &t.retryReason, &t.traceID)
+	trunc(&t.v, &t.attempt, &t.httpStatus)
+	trunc(&t.fields)
+	trunc(&t.latencyUS, &t.atMS)
+	trunc(&t.replay)
+}
+
+func (t *rejectionsRows) reset() {
+	t.loc.reset()
+	trunc(&t.traceID, &t.eventID, &t.reason, &t.srcTopic, &t.raw)
+	trunc(&t.vReasons, &t.vFields, &t.vDetails)
+	trunc(&t.v, &t.srcPart)
+	trunc(&t.srcOffset, &t.atMS)
+}
+
+func (t *malformedRows) reset() {
+	t.loc.reset()
+	trunc(&t.key, &t.errText, &t.raw)
+}
+
 func (b *batch) tables() []table {
 	return []table{&b.events, &b.plays, &b.deliveries, &b.rejections, &b.malformed}
 }
@@ -341,7 +390,7 @@ func (b *batch) add(r *kgo.Record) {
 		b.events.add(r)
 	case b.topics.Reports:
 		var p playRecord
-		if err := json.Unmarshal(r.Value, &p); err != nil {
+		if err := decode(r.Value, &p); err != nil {
 			b.malformed.add(r, err)
 			return
 		}
@@ -349,12 +398,10 @@ func (b *batch) add(r *kgo.Record) {
 			b.malformed.add(r, errors.New("track play without report_id"))
 			return
 		}
-		var rep reportFields
-		_ = json.Unmarshal(p.Report, &rep) // lenient: the body is kept verbatim
-		b.plays.add(r, &p, &rep)
+		b.plays.add(r, &p)
 	case b.topics.Deliveries:
 		var d schemas.Delivery
-		if err := json.Unmarshal(r.Value, &d); err != nil {
+		if err := decode(r.Value, &d); err != nil {
 			b.malformed.add(r, err)
 			return
 		}
@@ -364,8 +411,8 @@ func (b *batch) add(r *kgo.Record) {
 		}
 		b.deliveries.add(r, &d)
 	case b.topics.Rejected:
-		var j rejectionRecord
-		if err := json.Unmarshal(r.Value, &j); err != nil {
+		var j schemas.Rejection
+		if err := decode(r.Value, &j); err != nil {
 			b.malformed.add(r, err)
 			return
 		}
@@ -373,6 +420,18 @@ func (b *batch) add(r *kgo.Record) {
 	default:
 		b.malformed.add(r, errors.New("record of a topic the sink does not know"))
 	}
+}
+
+// decode unmarshals a JSON object leniently: a field of the wrong type is
+// left at its zero value (the record's bytes are kept verbatim anyway); only
+// bytes that are not a JSON object are an error.
+func decode(b []byte, v any) error {
+	err := json.Unmarshal(b, v)
+	var typeErr *json.UnmarshalTypeError
+	if err != nil && errors.As(err, &typeErr) {
+		return nil
+	}
+	return err
 }
 
 // traceIDOf returns the trace id of a W3C traceparent header

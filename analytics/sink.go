@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/playpipe/playpipe/internal/kafkax"
 )
@@ -189,16 +190,19 @@ func (s *Sink) Run(ctx context.Context) error {
 		"database", s.cfg.ClickHouse.Database, "batch_rows", s.cfg.BatchRows, "linger", s.cfg.Linger)
 
 	queue := make(chan *batch, s.cfg.QueueBatches)
+	// free holds emptied batches for reuse (their columns keep capacity):
+	// the queue, the reader's and the writer's batch bound the memory.
+	free := make(chan *batch, s.cfg.QueueBatches+2)
 	rctx, stopReader := context.WithCancel(ctx)
 	defer stopReader()
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { // owner: Run; ends when rctx ends (then closes queue)
 		defer wg.Done()
-		s.read(rctx, cl, topics, queue)
+		s.read(rctx, cl, topics, queue, free)
 	}()
 
-	werr := s.write(ctx, conn, cl, queue)
+	werr := s.write(ctx, conn, cl, queue, free)
 	// When the writer gave up early (drain timeout, crash hook) the reader
 	// may still run or be blocked on a full queue: stop it and empty the queue.
 	stopReader()
@@ -233,7 +237,7 @@ func (s *Sink) migrate(ctx context.Context, conn driver.Conn) error {
 // are closed after Linger, and hands full batches to the writer. It blocks
 // when the queue is full. It closes queue when ctx ends, after handing over
 // the partial batch it holds.
-func (s *Sink) read(ctx context.Context, cl *kgo.Client, topics kafkax.Topics, queue chan<- *batch) {
+func (s *Sink) read(ctx context.Context, cl *kgo.Client, topics kafkax.Topics, queue chan<- *batch, free <-chan *batch) {
 	defer close(queue)
 	var cur *batch
 	var deadline time.Time
@@ -274,7 +278,11 @@ func (s *Sink) read(ctx context.Context, cl *kgo.Client, topics kafkax.Topics, q
 		})
 		fs.EachRecord(func(r *kgo.Record) {
 			if cur == nil {
-				cur = newBatch(topics)
+				select {
+				case cur = <-free:
+				default:
+					cur = newBatch(topics)
+				}
 				deadline = time.Now().Add(s.cfg.Linger)
 			}
 			cur.add(r)
@@ -290,7 +298,7 @@ func (s *Sink) read(ctx context.Context, cl *kgo.Client, topics kafkax.Topics, q
 // write inserts each batch (retrying until it succeeds), then commits its
 // offsets. When queue closes (ctx ended) it drains the rest within
 // ShutdownTimeout.
-func (s *Sink) write(ctx context.Context, conn driver.Conn, cl *kgo.Client, queue <-chan *batch) error {
+func (s *Sink) write(ctx context.Context, conn driver.Conn, cl *kgo.Client, queue <-chan *batch, free chan<- *batch) error {
 	var dctx context.Context
 	var dcancel context.CancelFunc = func() {}
 	defer func() { dcancel() }()
@@ -324,6 +332,11 @@ func (s *Sink) write(ctx context.Context, conn driver.Conn, cl *kgo.Client, queu
 		}
 		mergeOffsets(uncommitted, b.next)
 		s.commit(opCtx(), cl, uncommitted)
+		b.reset()
+		select {
+		case free <- b:
+		default:
+		}
 	}
 	if len(uncommitted) > 0 {
 		s.commit(opCtx(), cl, uncommitted)
@@ -383,23 +396,35 @@ func (s *Sink) commit(ctx context.Context, cl *kgo.Client, offs map[string]map[i
 func (s *Sink) insert(ctx context.Context, conn driver.Conn, b *batch) error {
 	ctx, span := s.tracer.Start(ctx, "sink.insert", trace.WithAttributes(attribute.Int("playpipe.sink.records", b.records)))
 	defer span.End()
+	// The tables are inserted concurrently: each insert writes a new part
+	// (files synced to disk), so the waits overlap. A table already in is
+	// not inserted again when another one failed.
+	var mu sync.Mutex
 	done := make(map[string]bool)
 	for attempt := 1; ; attempt++ {
-		var err error
+		var g errgroup.Group
 		for _, t := range b.tables() {
-			if t.n() == 0 || done[t.name()] {
+			mu.Lock()
+			skip := t.n() == 0 || done[t.name()]
+			mu.Unlock()
+			if skip {
 				continue
 			}
-			start := time.Now()
-			if err = s.insertTable(ctx, conn, t); err != nil {
-				err = fmt.Errorf("insert %d rows into %s.%s: %w", t.n(), s.cfg.ClickHouse.Database, t.name(), err)
-				break
-			}
-			done[t.name()] = true
-			attr := metric.WithAttributes(attribute.String("table", t.name()))
-			s.rows.Add(ctx, int64(t.n()), attr)
-			s.insDur.Record(ctx, time.Since(start).Seconds(), attr)
+			g.Go(func() error {
+				start := time.Now()
+				if err := s.insertTable(ctx, conn, t); err != nil {
+					return fmt.Errorf("insert %d rows into %s.%s: %w", t.n(), s.cfg.ClickHouse.Database, t.name(), err)
+				}
+				mu.Lock()
+				done[t.name()] = true
+				mu.Unlock()
+				attr := metric.WithAttributes(attribute.String("table", t.name()))
+				s.rows.Add(ctx, int64(t.n()), attr)
+				s.insDur.Record(ctx, time.Since(start).Seconds(), attr)
+				return nil
+			})
 		}
+		err := g.Wait()
 		if err == nil {
 			return nil
 		}

@@ -30,7 +30,7 @@ type ClickHouse struct {
 }
 
 // StartClickHouse starts a local ClickHouse server in a temporary folder
-// (internal/chlocal) and creates a fresh database for the test; the server is
+// (internal/chlocal; in /dev/shm when it exists) and creates a fresh database for the test; the server is
 // killed when the test ends. With PLAYPIPE_CLICKHOUSE_ADDR set it uses that
 // server instead (PLAYPIPE_CLICKHOUSE_USER / _PASSWORD), where Stop and
 // Restart skip the test. Without a ClickHouse binary the test is skipped,
@@ -48,7 +48,7 @@ func StartClickHouse(t testing.TB) *ClickHouse {
 		}
 		c.Password = os.Getenv("PLAYPIPE_CLICKHOUSE_PASSWORD")
 	} else {
-		dir := t.TempDir()
+		dir := clickHouseDir(t)
 		s, err := chlocal.Start(ctx, chlocal.Options{Dir: dir})
 		if errors.Is(err, chlocal.ErrNotInstalled) && os.Getenv("PLAYPIPE_REQUIRE_CLICKHOUSE") != "1" {
 			t.Skipf("testenv: %v", err)
@@ -72,6 +72,26 @@ func StartClickHouse(t testing.TB) *ClickHouse {
 		})
 	}
 	return c
+}
+
+// clickHouseDir is the test's data folder: in RAM (/dev/shm) when possible,
+// because every insert creates a part of a few dozen files, which a busy
+// disk makes 30–100× slower; else the test's temp dir.
+// PLAYPIPE_CLICKHOUSE_TMP chooses another parent folder.
+func clickHouseDir(t testing.TB) string {
+	parent := os.Getenv("PLAYPIPE_CLICKHOUSE_TMP")
+	if parent == "" {
+		if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
+			parent = "/dev/shm"
+		}
+	}
+	if parent != "" {
+		if dir, err := os.MkdirTemp(parent, "playpipe-clickhouse-"); err == nil {
+			t.Cleanup(func() { _ = os.RemoveAll(dir) })
+			return dir
+		}
+	}
+	return t.TempDir()
 }
 
 func testDatabaseName(t testing.TB) string {
