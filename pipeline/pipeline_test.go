@@ -1,0 +1,263 @@
+package pipeline_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/playpipe/playpipe/analytics"
+	"github.com/playpipe/playpipe/consumer"
+	"github.com/playpipe/playpipe/internal/testenv"
+	"github.com/playpipe/playpipe/partnerapi/sandbox"
+	"github.com/playpipe/playpipe/pipeline"
+	"github.com/playpipe/playpipe/producer"
+	"github.com/playpipe/playpipe/reporter"
+)
+
+// play is the identity of one posted report, as the sandbox decoded it.
+type play struct {
+	TrackID, PlayedAt, PlayLength int64
+	UserID, Device, ISRC          string
+}
+
+// expectedPlays computes, independently of the consumer, the reports the
+// valid simulated events must yield, from the sandbox's own catalog.
+func expectedPlays(t *testing.T, cat *sandbox.Catalog, msgs []producer.SimMessage) (posted map[play]int, belowMin, validEvents, badEvents int) {
+	t.Helper()
+	posted = map[play]int{}
+	for _, m := range msgs {
+		if m.Kind != producer.SimValid {
+			badEvents++
+			continue
+		}
+		validEvents++
+		var ev struct {
+			MixID      int64  `json:"mix_id"`
+			StartedAt  int64  `json:"started_at"`
+			OffsetMS   int64  `json:"offset_ms"`
+			DurationMS int64  `json:"duration_ms"`
+			UserID     string `json:"user_id"`
+			Device     string `json:"device"`
+		}
+		if err := json.Unmarshal(m.Value, &ev); err != nil {
+			t.Fatalf("valid simulated event does not decode: %v", err)
+		}
+		mix, ok := cat.Mix(ev.MixID)
+		if !ok {
+			t.Fatalf("valid event of unknown mix %d", ev.MixID)
+		}
+		end := min(ev.OffsetMS+ev.DurationMS, int64(mix.LengthSec)*1000)
+		for _, tr := range mix.Tracks {
+			s := int64(tr.StartSec) * 1000
+			e := s + int64(tr.LengthSec)*1000
+			overlap := min(e, end) - max(s, ev.OffsetMS)
+			if overlap <= 0 {
+				continue
+			}
+			if overlap < 1000 {
+				belowMin++
+				continue
+			}
+			posted[play{tr.ID, ev.StartedAt + max(0, s-ev.OffsetMS), overlap / 1000, ev.UserID, ev.Device, tr.ISRC}]++
+		}
+	}
+	return posted, belowMin, validEvents, badEvents
+}
+
+// TestPipelineEndToEnd runs the whole pipeline over real parts — the
+// embedded Kafka-protocol broker, the sandbox over HTTP, a real ClickHouse
+// server — while the simulator publishes through kafka-go and the sandbox
+// goes through a 500 storm and a standby window, the sink is stopped and
+// restarted, and ClickHouse is stopped for a while. At the end the audit's
+// numbers must equal the sandbox's ledger and the independently expected plays.
+func TestPipelineEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end")
+	}
+	k := testenv.StartKafka(t, 3)
+	ch := testenv.StartClickHouse(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+
+	p, err := pipeline.Start(ctx, pipeline.Options{
+		Kafka:      k.Config,
+		Sandbox:    sandbox.Options{Seed: 11, Pages: 2, ListsPerPage: 2, MixesPerList: 5},
+		ClickHouse: analytics.Config{Addr: ch.Addr, Database: ch.Database, User: ch.User, Password: ch.Password},
+		Consumer:   consumer.Options{TransactionalID: "e2e-enrich"},
+		Reporter:   reporter.Config{Concurrency: 16, ProbeInterval: 100 * time.Millisecond, BackoffMax: 300 * time.Millisecond},
+		Sink:       analytics.SinkConfig{BatchRows: 2000, Linger: 200 * time.Millisecond, RetryMax: 500 * time.Millisecond},
+		Logger:     testenv.Logger(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+
+	mixes, err := producer.CatalogFromAPI(ctx, p.API, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sim := producer.SimConfig{Kafka: p.Kafka, Mixes: mixes, Events: 3000, Rate: 1500, Devices: 60, BadShare: 0.08, Seed: 5}
+	gen, err := producer.NewSimGenerator(sim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var msgs []producer.SimMessage
+	for m, ok := gen.Next(); ok; m, ok = gen.Next() {
+		msgs = append(msgs, m)
+	}
+	want, wantBelow, validEvents, badEvents := expectedPlays(t, p.Sandbox.Catalog(), msgs)
+	wantReports := 0
+	for _, n := range want {
+		wantReports += n
+	}
+	t.Logf("simulation: %d events (%d valid, %d bad) → %d reports to post, %d below the minimum", len(msgs), validEvents, badEvents, wantReports, wantBelow)
+
+	simDone := make(chan error, 1)
+	go func() {
+		st, err := producer.Simulate(ctx, sim)
+		if err == nil && st.Sent != len(msgs) {
+			err = fmt.Errorf("simulator sent %d of %d", st.Sent, len(msgs))
+		}
+		simDone <- err
+	}()
+
+	// The faults, while events flow.
+	step := func(d time.Duration, what string, f func()) {
+		select {
+		case <-time.After(d):
+		case err := <-p.Errors():
+			t.Fatalf("a role failed: %v", err)
+		}
+		t.Log(what)
+		f()
+	}
+	step(400*time.Millisecond, "500 storm: 30% of play reports", func() {
+		p.Sandbox.SetFaults(sandbox.Faults{Report: sandbox.GroupFaults{Rate500: 0.3}})
+	})
+	step(time.Second, "sink stopped", func() {
+		if err := p.StopRole(pipeline.RoleSink); err != nil {
+			t.Errorf("stop sink: %v", err)
+		}
+	})
+	step(200*time.Millisecond, "storm over; standby window opens", func() {
+		p.Sandbox.SetFaults(sandbox.Faults{})
+		p.Sandbox.SetMode(sandbox.ModeStandby)
+	})
+	step(300*time.Millisecond, "sink restarted; ClickHouse stopped", func() {
+		if err := p.StartRole(pipeline.RoleSink); err != nil {
+			t.Fatal(err)
+		}
+		ch.Stop(t)
+	})
+	step(1200*time.Millisecond, "standby window closes", func() { p.Sandbox.SetMode(sandbox.ModeLive) })
+	step(1500*time.Millisecond, "ClickHouse restarted", func() { ch.Restart(t) })
+	if err := <-simDone; err != nil {
+		t.Fatal(err)
+	}
+
+	// Wait for the ledger to settle: everything delivered and audited.
+	conn := ch.Conn(t)
+	auditor, err := analytics.NewAuditor(conn, ch.Database)
+	if err != nil {
+		t.Fatal(err)
+	}
+	window := analytics.AuditOptions{From: time.Now().Add(-time.Hour), To: time.Now().Add(time.Hour)}
+	var rep *analytics.Report
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		select {
+		case err := <-p.Errors():
+			t.Fatalf("a role failed: %v", err)
+		default:
+		}
+		rep, err = auditor.Audit(ctx, window)
+		if err == nil && rep.EventsReceived == uint64(len(msgs)) && rep.PlaysDerived == uint64(wantReports+wantBelow) &&
+			rep.Pending == 0 && rep.Delivered == uint64(wantReports) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pipeline did not settle: audit %+v (err %v), sandbox %+v", rep, err, p.Sandbox.Counts())
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+
+	// The sandbox's ledger: exactly the expected reports, each once.
+	led := p.Sandbox.Ledger()
+	got := map[play]int{}
+	for _, e := range led.Accepted {
+		r := e.Report
+		got[play{r.TrackID, r.PlayedAt, r.PlayLength, deref(r.UserID), r.Device, deref(r.ISRC)}]++
+	}
+	if led.Duplicates != 0 {
+		t.Errorf("sandbox counted %d duplicate reports", led.Duplicates)
+	}
+	if missing, extra := diff(want, got); len(missing)+len(extra) > 0 {
+		t.Errorf("delivered reports differ from the expected plays: %d missing (e.g. %v), %d unexpected (e.g. %v)", len(missing), first(missing), len(extra), first(extra))
+	}
+	if led.StandbyCount == 0 {
+		t.Errorf("the standby window answered no report: the test did not exercise replay")
+	}
+
+	// The audit agrees with the sandbox and with the expectation.
+	checks := []struct {
+		name      string
+		got, want uint64
+	}{
+		{"events received", rep.EventsReceived, uint64(len(msgs))},
+		{"events rejected", rep.EventsRejected, uint64(badEvents)},
+		{"plays derived", rep.PlaysDerived, uint64(wantReports + wantBelow)},
+		{"plays below minimum", rep.PlaysBelowMinimum, uint64(wantBelow)},
+		{"delivered", rep.Delivered, uint64(wantReports)},
+		{"delivered (sandbox ledger)", rep.Delivered, uint64(led.AcceptedCount)},
+		{"delivered more than once", rep.DeliveredTwice, 0},
+		{"pending", rep.Pending, 0},
+		{"rejected by the API", rep.RejectedByAPI, 0},
+	}
+	for _, c := range checks {
+		if c.got != c.want {
+			t.Errorf("audit %s = %d, want %d", c.name, c.got, c.want)
+		}
+	}
+	if rep.StandbyAnswered == 0 || rep.StandbyThenDelivered != rep.StandbyAnswered {
+		t.Errorf("audit standby answered %d, then delivered %d: want equal and > 0", rep.StandbyAnswered, rep.StandbyThenDelivered)
+	}
+	if problems := rep.Problems(); len(problems) > 0 {
+		t.Errorf("audit reports problems: %v", problems)
+	}
+	t.Logf("audit: %d events, %d rejected, %d plays, %d delivered, %d standby-then-delivered; sandbox accepted %d, standby %d",
+		rep.EventsReceived, rep.EventsRejected, rep.PlaysDerived, rep.Delivered, rep.StandbyThenDelivered, led.AcceptedCount, led.StandbyCount)
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+func diff(want, got map[play]int) (missing, extra []play) {
+	for p, n := range want {
+		for i := got[p]; i < n; i++ {
+			missing = append(missing, p)
+		}
+	}
+	for p, n := range got {
+		for i := want[p]; i < n; i++ {
+			extra = append(extra, p)
+		}
+	}
+	sort.Slice(missing, func(i, j int) bool { return missing[i].PlayedAt < missing[j].PlayedAt })
+	sort.Slice(extra, func(i, j int) bool { return extra[i].PlayedAt < extra[j].PlayedAt })
+	return missing, extra
+}
+
+func first(ps []play) any {
+	if len(ps) == 0 {
+		return nil
+	}
+	return ps[0]
+}
