@@ -49,6 +49,10 @@ type GatewayConfig struct {
 	// allowed batch can pass).
 	RatePerKey float64
 	Burst      int
+	// MaxConcurrent bounds the POST /v1/events requests served at once (and
+	// so the memory held by their bodies, up to MaxConcurrent × MaxBodyBytes);
+	// beyond it a request gets 503 with Retry-After at once. Defaults to 64.
+	MaxConcurrent int
 	// Logger defaults to slog.Default(). API keys are never logged.
 	Logger *slog.Logger
 }
@@ -69,6 +73,9 @@ func (c *GatewayConfig) setDefaults() {
 	if c.Burst == 0 {
 		c.Burst = max(c.MaxEvents, int(math.Ceil(c.RatePerKey)))
 	}
+	if c.MaxConcurrent == 0 {
+		c.MaxConcurrent = 64
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -84,6 +91,8 @@ func (c *GatewayConfig) validate() error {
 		return fmt.Errorf("producer: GatewayConfig.MaxEvents (--max-events) must be ≥ 1, got %d", c.MaxEvents)
 	case c.RatePerKey < 0 || math.IsNaN(c.RatePerKey) || math.IsInf(c.RatePerKey, 0):
 		return fmt.Errorf("producer: GatewayConfig.RatePerKey (--rate) must be > 0 events/s, got %v", c.RatePerKey)
+	case c.MaxConcurrent < 1:
+		return fmt.Errorf("producer: GatewayConfig.MaxConcurrent (--max-concurrent) must be ≥ 1, got %d", c.MaxConcurrent)
 	case c.Burst < c.MaxEvents:
 		return fmt.Errorf("producer: GatewayConfig.Burst (--burst) %d must be ≥ MaxEvents (--max-events) %d, or a full batch could never pass", c.Burst, c.MaxEvents)
 	}
@@ -101,6 +110,7 @@ type Gateway struct {
 	limiters []*rate.Limiter // one per configured key
 	draining atomic.Bool
 	handler  http.Handler
+	slots    chan struct{} // one per request being served
 
 	requests metric.Int64Counter
 }
@@ -115,7 +125,7 @@ func NewGateway(cfg GatewayConfig) (*Gateway, error) {
 	if err != nil {
 		return nil, err
 	}
-	g := &Gateway{cfg: cfg, keys: kr}
+	g := &Gateway{cfg: cfg, keys: kr, slots: make(chan struct{}, cfg.MaxConcurrent)}
 	for range cfg.Keys {
 		g.limiters = append(g.limiters, rate.NewLimiter(rate.Limit(cfg.RatePerKey), cfg.Burst))
 	}
@@ -159,7 +169,7 @@ type ErrorResponse struct {
 	Error string `json:"error"`
 	// Code is machine-readable: unauthorized, rate_limited, body_too_large,
 	// too_many_events, malformed_batch, empty_batch, unsupported_media_type,
-	// unsupported_encoding, kafka_unavailable, draining.
+	// unsupported_encoding, overloaded, kafka_unavailable, draining.
 	Code string `json:"code"`
 }
 
@@ -205,6 +215,14 @@ func (g *Gateway) serveEvents(w http.ResponseWriter, r *http.Request) int {
 	}
 	fleet := g.cfg.Keys[ki].Fleet
 	trace.SpanFromContext(r.Context()).SetAttributes(attribute.String("playpipe.fleet", fleet))
+	select {
+	case g.slots <- struct{}{}:
+		defer func() { <-g.slots }()
+	default:
+		w.Header().Set("Retry-After", "1")
+		g.cfg.Logger.Warn("ingest: too many requests in flight; answering 503", "fleet", fleet, "max_concurrent", g.cfg.MaxConcurrent)
+		return fail(http.StatusServiceUnavailable, "overloaded", fmt.Sprintf("the gateway is serving %d requests already; retry shortly", g.cfg.MaxConcurrent))
+	}
 	lim := g.limiters[ki]
 	if lim.Tokens() < 1 { // refuse before reading the body
 		return g.tooMany(w, lim.Reserve())

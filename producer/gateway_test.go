@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kmsg"
+
 	"github.com/playpipe/playpipe/internal/testenv"
 	"github.com/playpipe/playpipe/schemas"
 )
@@ -411,5 +413,52 @@ func TestParseFleetKeys(t *testing.T) {
 	}
 	if _, err := ParseFleetKeys(strings.NewReader("")); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestGatewayOverloaded fills the request slots with requests stuck in
+// Kafka (produce requests are held by the broker) and checks that the next
+// request is answered 503 "overloaded" at once, and that the slot is
+// released afterwards.
+func TestGatewayOverloaded(t *testing.T) {
+	e := startGateway(t, GatewayConfig{MaxConcurrent: 1}, PublisherConfig{DeliveryTimeout: 3 * time.Second})
+	hold, held := make(chan struct{}), make(chan struct{}, 1)
+	c := e.k.Cluster()
+	c.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.DropControl() // hold the first produce request only
+		held <- struct{}{}
+		select {
+		case <-hold:
+		case <-time.After(5 * time.Second):
+		}
+		return nil, nil, false // then handle it normally
+	})
+	first := make(chan int, 1)
+	go func() {
+		req, _ := http.NewRequest(http.MethodPost, e.srv.URL+"/v1/events", bytes.NewReader(validEvent("slow")))
+		req.Header.Set("X-API-Key", acmeKey)
+		resp, err := e.srv.Client().Do(req)
+		if err != nil {
+			first <- 0
+			return
+		}
+		resp.Body.Close()
+		first <- resp.StatusCode
+	}()
+	select { // the first request is now waiting for Kafka, holding the only slot
+	case <-held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first request never reached Kafka")
+	}
+	resp, b := e.post(t, "", validEvent("second"), bearer...)
+	close(hold)
+	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(b), `"overloaded"`) || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("while the slot is taken: %d %s", resp.StatusCode, b)
+	}
+	if s := <-first; s != http.StatusAccepted {
+		t.Fatalf("the slow request: %d", s)
+	}
+	if resp, b := e.post(t, "", validEvent("third"), bearer...); resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("after the slot was released: %d %s", resp.StatusCode, b)
 	}
 }

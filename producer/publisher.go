@@ -291,7 +291,10 @@ func (p *Publisher) Publish(ctx context.Context, events [][]byte, opts ...Publis
 					res.RejectionErr = fmt.Errorf("producer: encode rejection: %w", err)
 					continue
 				}
-				rec := &kgo.Record{Topic: o.rejectTopic, Key: []byte(res.EventID), Value: val}
+				rec := &kgo.Record{Topic: o.rejectTopic, Value: val}
+				if res.EventID != "" {
+					rec.Key = []byte(res.EventID) // without one, spread over partitions
+				}
 				telemetry.Inject(ctx, rec)
 				rec.Headers = append(rec.Headers, o.headers...)
 				wg.Add(1)

@@ -63,6 +63,7 @@ func runIngestWith(ctx context.Context, args []string, stdin io.Reader, stdout, 
 		delivery  = fs.Duration("delivery-timeout", 30*time.Second, "how long an event may wait for Kafka's acknowledgement before the request answers 503")
 		allowNoU  = fs.Bool("allow-missing-user-id", false, "accept events without user_id (must match the consumer's policy)")
 		defVendor = fs.String("default-vendor", "", "vendor for events without one (must match the consumer's policy); empty: vendor is required")
+		maxConc   = fs.Int("max-concurrent", 64, "POST requests served at once (bounds memory to about this × --max-body); more: 503 with Retry-After")
 		shutdownT = fs.Duration("shutdown-timeout", 30*time.Second, "how long shutdown waits for requests in flight")
 	)
 	fs.Func("api-key", "a fleet API key as fleet-name:hexsha256 (repeatable; env PLAYPIPE_INGEST_API_KEYS, comma separated)", func(s string) error {
@@ -130,7 +131,7 @@ func runIngestWith(ctx context.Context, args []string, stdin io.Reader, stdout, 
 	}()
 	gw, err := producer.NewGateway(producer.GatewayConfig{
 		Publisher: pub, Keys: keys, MaxBodyBytes: *maxBody, MaxEvents: *maxEvents,
-		RatePerKey: *ratePer, Burst: *burst, Logger: log,
+		RatePerKey: *ratePer, Burst: *burst, MaxConcurrent: *maxConc, Logger: log,
 	})
 	if err != nil {
 		return err
