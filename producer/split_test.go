@@ -24,7 +24,7 @@ func TestSplitBatch(t *testing.T) {
 		{body: `[`, err: true},
 		{body: `[1,]`, err: true},
 		{body: `[1] [2]`, err: true},
-		{body: `[1,2,3,4]`, err: true},     // more than 3
+		{body: `[1,2,3,4]`, err: true},      // more than 3
 		{body: "1\n2\n3\n\n4\n", err: true}, // more than 3
 		{body: "1\n2\n3\n\n\n", want: []string{"1", "2", "3"}},
 	}
