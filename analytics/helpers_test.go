@@ -63,6 +63,7 @@ func (e *env) produce(t testing.TB, recs ...*kgo.Record) {
 
 // running is a sink started in the background.
 type running struct {
+	sink   *Sink
 	cancel context.CancelFunc
 	done   chan error
 	once   sync.Once
@@ -76,7 +77,7 @@ func (e *env) startSink(t *testing.T, cfg SinkConfig) *running {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &running{cancel: cancel, done: make(chan error, 1)}
+	r := &running{cancel: cancel, done: make(chan error, 1), sink: s}
 	go func() { r.done <- s.Run(ctx) }()
 	t.Cleanup(func() { r.stop(t) })
 	return r

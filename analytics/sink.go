@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
@@ -125,6 +126,29 @@ type Sink struct {
 	rows   metric.Int64Counter
 	insDur metric.Float64Histogram
 	retry  metric.Int64Counter
+
+	stats struct {
+		records, batches, retries, committed atomic.Int64
+		lastInsertMS                         atomic.Int64
+	}
+}
+
+// SinkStats are counters of a running sink (for progress displays).
+type SinkStats struct {
+	Records       int64     // records inserted into ClickHouse (re-inserts included)
+	Batches       int64     // batches inserted
+	InsertRetries int64     // failed insert attempts
+	Committed     int64     // batches whose offsets were committed
+	LastInsert    time.Time // zero before the first insert
+}
+
+// Stats returns the sink's counters; safe to call while Run runs.
+func (s *Sink) Stats() SinkStats {
+	st := SinkStats{Records: s.stats.records.Load(), Batches: s.stats.batches.Load(), InsertRetries: s.stats.retries.Load(), Committed: s.stats.committed.Load()}
+	if ms := s.stats.lastInsertMS.Load(); ms > 0 {
+		st.LastInsert = time.UnixMilli(ms)
+	}
+	return st
 }
 
 // NewSink validates cfg and returns a sink; Run starts it.
@@ -325,6 +349,9 @@ func (s *Sink) write(ctx context.Context, conn driver.Conn, cl *kgo.Client, queu
 			}
 			return fmt.Errorf("analytics: sink: drain at shutdown: %d records not inserted (nor committed: the next sink reads them again): %w", b.records, err)
 		}
+		s.stats.records.Add(int64(b.records))
+		s.stats.batches.Add(1)
+		s.stats.lastInsertMS.Store(time.Now().UnixMilli())
 		if s.cfg.afterInsert != nil {
 			if err := s.cfg.afterInsert(b.records); err != nil {
 				return err
@@ -389,6 +416,7 @@ func (s *Sink) commit(ctx context.Context, cl *kgo.Client, offs map[string]map[i
 		return
 	}
 	clear(offs)
+	s.stats.committed.Add(1)
 }
 
 // insert writes every table of b, retrying with backoff until all are in
@@ -433,6 +461,7 @@ func (s *Sink) insert(ctx context.Context, conn driver.Conn, b *batch) error {
 			return err
 		}
 		s.retry.Add(ctx, 1)
+		s.stats.retries.Add(1)
 		wait := s.backoff(attempt)
 		s.log.Warn("clickhouse: insert failed; retrying (nothing is committed until it succeeds)", "attempt", attempt, "in", wait.Round(time.Millisecond), "err", err)
 		if errSchemaMissing(err) {

@@ -340,6 +340,10 @@ func TestSinkWaitsForClickHouseAndCatchesUp(t *testing.T) {
 	}
 	e.ch.Restart(t)
 	wantBulk(t, a, 1000, now, 60*time.Second)
+	sinkStats := s.sink.Stats()
+	if sinkStats.InsertRetries == 0 || sinkStats.Records < 3000 {
+		t.Fatalf("stats after an outage: %+v; want retries > 0 and ≥ 3000 records", sinkStats)
+	}
 	if err := s.stop(t); err != nil {
 		t.Fatal(err)
 	}
@@ -365,5 +369,36 @@ func TestSinkConfigValidate(t *testing.T) {
 		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), name) {
 			t.Errorf("%s: error %v, want one naming it", name, err)
 		}
+	}
+}
+
+func TestSinkShutdownWithClickHouseDownCommitsNothingItDidNotInsert(t *testing.T) {
+	e := newEnv(t)
+	now := time.Now()
+	a := e.auditor(t)
+	cfg := e.cfg
+	cfg.ShutdownTimeout = 500 * time.Millisecond
+	s1 := e.startSink(t, cfg)
+	bulk(t, e, 0, 100, now)
+	wantBulk(t, a, 100, now, 30*time.Second)
+
+	e.ch.Stop(t)
+	bulk(t, e, 100, 100, now)
+	time.Sleep(time.Second) // the sink reads them and cannot insert them
+	start := time.Now()
+	err := s1.stop(t)
+	if err == nil {
+		t.Fatal("Run returned nil although its last batch could not be inserted")
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("shutdown took %v with a 500ms drain deadline", d)
+	}
+	t.Logf("shutdown error (expected): %v", err)
+
+	e.ch.Restart(t)
+	s2 := e.startSink(t, e.cfg)
+	wantBulk(t, a, 200, now, 30*time.Second)
+	if err := s2.stop(t); err != nil {
+		t.Fatal(err)
 	}
 }
