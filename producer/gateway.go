@@ -16,12 +16,12 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
-	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/time/rate"
 
+	"github.com/playpipe/playpipe/internal/telemetry"
 	"github.com/playpipe/playpipe/schemas"
 )
 
@@ -137,9 +137,7 @@ func NewGateway(cfg GatewayConfig) (*Gateway, error) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	mux.HandleFunc("GET /readyz", g.readyz)
-	g.handler = otelhttp.NewHandler(mux, "ingest", otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string {
-		return r.Method + " " + r.URL.Path
-	}))
+	g.handler = telemetry.HTTPHandler(mux, "ingest")
 	return g, nil
 }
 
@@ -327,7 +325,8 @@ func bodyKind(contentType string) (ndjson, known bool) {
 	switch mt {
 	case "application/x-ndjson", "application/ndjson", "application/jsonl", "application/x-jsonlines", "application/jsonlines":
 		return true, true
-	case "application/json", "text/plain", "application/octet-stream":
+	case "application/json", "text/plain", "application/octet-stream",
+		"application/x-www-form-urlencoded": // curl -d's default: the body is sniffed
 		return false, true
 	}
 	return false, false

@@ -187,6 +187,7 @@ func TestGatewayRefusesWholeRequests(t *testing.T) {
 		{"empty array", "application/json", []byte(" [ ] "), nil, 400, "empty_batch"},
 		{"blank lines", "application/x-ndjson", []byte("\n \n"), nil, 400, "empty_batch"},
 		{"xml", "application/xml", []byte("<e/>"), nil, 415, "unsupported_media_type"},
+		{"form type is sniffed (curl -d)", "application/x-www-form-urlencoded", []byte("[]"), nil, 400, "empty_batch"},
 		{"gzip", "application/json", []byte("[]"), []string{"Content-Encoding", "gzip"}, 415, "unsupported_encoding"},
 	}
 	for _, tt := range tests {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/playpipe/playpipe/internal/kafkax"
+	"github.com/playpipe/playpipe/internal/telemetry"
 	"github.com/playpipe/playpipe/producer"
 	"github.com/playpipe/playpipe/schemas"
 )
@@ -64,6 +65,7 @@ func runIngestWith(ctx context.Context, args []string, stdin io.Reader, stdout, 
 		allowNoU  = fs.Bool("allow-missing-user-id", false, "accept events without user_id (must match the consumer's policy)")
 		defVendor = fs.String("default-vendor", "", "vendor for events without one (must match the consumer's policy); empty: vendor is required")
 		maxConc   = fs.Int("max-concurrent", 64, "POST requests served at once (bounds memory to about this × --max-body); more: 503 with Retry-After")
+		adminAddr = telemetry.AdminAddrFlag(fs, "ingest")
 		shutdownT = fs.Duration("shutdown-timeout", 30*time.Second, "how long shutdown waits for requests in flight")
 	)
 	fs.Func("api-key", "a fleet API key as fleet-name:hexsha256 (repeatable; env PLAYPIPE_INGEST_API_KEYS, comma separated)", func(s string) error {
@@ -107,6 +109,17 @@ func runIngestWith(ctx context.Context, args []string, stdin io.Reader, stdout, 
 		vopts.DefaultVendor = &v
 	}
 
+	tel, err := telemetry.StartRole(ctx, "ingest", *adminAddr, log)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := tel.Close(cctx); err != nil {
+			log.Warn("ingest: stopping telemetry", "err", err)
+		}
+	}()
 	kcfg, stopKafka, err := kafkaOrEmbedded(kcfg, log)
 	if err != nil {
 		return err
@@ -129,6 +142,7 @@ func runIngestWith(ctx context.Context, args []string, stdin io.Reader, stdout, 
 			log.Warn("ingest: closing the Kafka producer", "err", err)
 		}
 	}()
+	tel.AddReadyCheck("kafka", pub.Ping)
 	gw, err := producer.NewGateway(producer.GatewayConfig{
 		Publisher: pub, Keys: keys, MaxBodyBytes: *maxBody, MaxEvents: *maxEvents,
 		RatePerKey: *ratePer, Burst: *burst, MaxConcurrent: *maxConc, Logger: log,

@@ -65,7 +65,7 @@ func TestIngestCommandServesAndShutsDown(t *testing.T) {
 	var logs bytes.Buffer
 	go func() {
 		done <- runIngestWith(ctx, []string{"--addr", "127.0.0.1:0", "--brokers", strings.Join(k.Config.Brokers, ","),
-			"--api-key", "acme:" + producer.HashKey(key), "--log-level", "debug"}, nil, io.Discard, &ingestLogBuffer{b: &logs}, func(a string) { addrc <- a })
+			"--api-key", "acme:" + producer.HashKey(key), "--log-level", "debug", "--admin-addr", "127.0.0.1:0"}, nil, io.Discard, &ingestLogBuffer{b: &logs}, func(a string) { addrc <- a })
 	}()
 	var addr string
 	select {
