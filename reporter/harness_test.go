@@ -118,7 +118,11 @@ func (e *e2e) client(ua string) *partnerapi.Client {
 
 func testLogger(t testing.TB) *slog.Logger {
 	level := slog.LevelWarn
-	if os.Getenv("PLAYPIPE_TEST_LOG") != "" {
+	switch os.Getenv("PLAYPIPE_TEST_LOG") {
+	case "":
+	case "stderr": // unbuffered, for runs that hang
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	default:
 		level = slog.LevelDebug
 	}
 	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: level}))

@@ -174,7 +174,7 @@ type run struct {
 	postCtx     context.Context // cancelled to abandon posts in flight
 	cancelPosts context.CancelFunc
 
-	fetchCh   chan []*kgo.Record
+	fetchCh   chan []fetched
 	revokeCh  chan revokeReq
 	mb        *mailbox
 	workCh    chan *job
@@ -214,7 +214,7 @@ func (r *Reporter) Run(ctx context.Context) error {
 	rn := &run{
 		Reporter: r, topics: r.cfg.Kafka.Topics(),
 		postCtx: postCtx, cancelPosts: cancelPosts,
-		fetchCh:   make(chan []*kgo.Record),
+		fetchCh:   make(chan []fetched),
 		revokeCh:  make(chan revokeReq),
 		mb:        newMailbox(),
 		workCh:    make(chan *job, r.cfg.Concurrency),
@@ -310,8 +310,14 @@ func (rn *run) poll(ctx context.Context) {
 		recs := fs.Records()
 		if len(recs) > 0 {
 			rn.pending.Add(int64(len(recs)))
+			// Decode here, off the coordinator's serial path.
+			batch := make([]fetched, len(recs))
+			for i, rec := range recs {
+				batch[i].rec = rec
+				batch[i].err = json.Unmarshal(rec.Value, &batch[i].tp)
+			}
 			select {
-			case rn.fetchCh <- recs:
+			case rn.fetchCh <- batch:
 			case <-rn.coordDone:
 				rn.cl.AllowRebalance()
 				return
@@ -448,18 +454,26 @@ type wireTrackPlay struct {
 	Report       json.RawMessage `json:"report"`
 }
 
+// fetched is a record with its decoded track play.
+type fetched struct {
+	rec *kgo.Record
+	tp  wireTrackPlay
+	err error
+}
+
 // intake adds fetched records to their partitions' trackers and queues them.
-func (rn *run) intake(recs []*kgo.Record) {
-	for _, rec := range recs {
+func (rn *run) intake(batch []fetched) {
+	var ps *partState
+	for i := range batch {
+		rec, tp, err := batch[i].rec, &batch[i].tp, batch[i].err
 		key := tpKey{rec.Topic, rec.Partition}
-		ps := rn.parts[key]
-		if ps == nil {
-			ps = &partState{key: key}
-			rn.parts[key] = ps
+		if ps == nil || ps.key != key {
+			if ps = rn.parts[key]; ps == nil {
+				ps = &partState{key: key}
+				rn.parts[key] = ps
+			}
 		}
 		seq := ps.wm.add(rec.Offset, rec.LeaderEpoch)
-		var tp wireTrackPlay
-		err := json.Unmarshal(rec.Value, &tp)
 		switch {
 		case err == nil && tp.ReportID != "" && tp.BelowMinimum:
 			// Shorter than the minimum play length: counted in the ledger,
@@ -533,11 +547,7 @@ func (rn *run) post(j *job) {
 	}
 	j.attempt++
 	ctx := telemetry.Extract(rn.postCtx, j.rec)
-	ctx, span := tracer.Start(ctx, "playpipe.report.deliver", trace.WithAttributes(
-		attribute.String("playpipe.report_id", j.id),
-		attribute.Int("playpipe.delivery.attempt", j.attempt),
-		attribute.Bool("playpipe.delivery.replay", j.replay),
-	))
+	ctx, span := tracer.Start(ctx, "playpipe.report.deliver")
 	start := time.Now()
 	res, err := rn.api.ReportPlayJSON(ctx, j.body)
 	lat := res.Latency
@@ -547,6 +557,9 @@ func (rn *run) post(j *job) {
 	d := Classify(res, err, !rn.cfg.LiveBypassNotDelivered)
 	if span.IsRecording() {
 		span.SetAttributes(
+			attribute.String("playpipe.report_id", j.id),
+			attribute.Int("playpipe.delivery.attempt", j.attempt),
+			attribute.Bool("playpipe.delivery.replay", j.replay),
 			attribute.Int("http.response.status_code", d.Status),
 			attribute.String("playpipe.served_by", string(d.ServedBy)),
 			attribute.String("playpipe.delivery.outcome", d.Outcome),
