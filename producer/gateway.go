@@ -335,7 +335,7 @@ func bodyKind(contentType string) (ndjson, known bool) {
 var errTooManyEvents = errors.New("too many events")
 
 // splitBatch splits a body into raw events: a JSON array (unless ndjson),
-// else one event per non-blank line. Each element is returned verbatim; an
+// else one event per non-blank line (without its \n or \r\n). Each element is returned verbatim; an
 // element that is not a valid event is left to ParseEvent to refuse, but a
 // JSON array that does not parse is an error for the whole batch.
 func splitBatch(body []byte, ndjson bool, maxEvents int) ([][]byte, error) {
@@ -362,7 +362,10 @@ func splitBatch(body []byte, ndjson bool, maxEvents int) ([][]byte, error) {
 		} else {
 			body = nil
 		}
-		if line = bytes.TrimSpace(line); len(line) > 0 {
+		// Only the line terminator goes: the event's bytes stay verbatim (a
+		// refused one is recorded byte for byte). Blank lines are skipped.
+		line = bytes.TrimSuffix(line, []byte{'\r'})
+		if len(bytes.TrimSpace(line)) > 0 {
 			out = append(out, line)
 		}
 	}

@@ -17,7 +17,7 @@ func TestSplitBatch(t *testing.T) {
 	}{
 		{body: `[{"a":1}, {"b":[1,2]} ,3]`, want: []string{`{"a":1}`, `{"b":[1,2]}`, `3`}},
 		{body: " \n[\n{\"a\":1}\n]\n", want: []string{`{"a":1}`}},
-		{body: "{\"a\":1}\r\n\n  {\"b\":2}  \n{bad", want: []string{`{"a":1}`, `{"b":2}`, `{bad`}},
+		{body: "{\"a\":1}\r\n\n \t\n  {\"b\":2}  \n{bad", want: []string{`{"a":1}`, `  {"b":2}  `, `{bad`}},
 		{body: `[{"a":1}]`, ndjson: true, want: []string{`[{"a":1}]`}}, // declared NDJSON: one (malformed) event
 		{body: `{"a":1}`, want: []string{`{"a":1}`}},
 		{body: "", want: nil},
