@@ -19,6 +19,9 @@ import (
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/sasl"
 	"github.com/segmentio/kafka-go/sasl/plain"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/time/rate"
 
 	"github.com/playpipe/playpipe/internal/kafkax"
@@ -89,6 +92,10 @@ type SimConfig struct {
 	// Record, when set, receives one JSON line per message acknowledged by
 	// Kafka: {"kind":…,"key":…,"value":…} (value as a string).
 	Record io.Writer
+	// TracerProvider makes one producer span per message, whose W3C trace
+	// context goes into the message headers (as the Publisher does); defaults
+	// to the global provider.
+	TracerProvider trace.TracerProvider
 }
 
 // DefaultSimStartMS is 2024-01-01T00:00:00Z.
@@ -115,6 +122,9 @@ func (c *SimConfig) setDefaults() {
 	}
 	if c.Kafka.Partitions == 0 {
 		c.Kafka.Partitions = 6
+	}
+	if c.TracerProvider == nil {
+		c.TracerProvider = otel.GetTracerProvider()
 	}
 }
 
@@ -475,6 +485,20 @@ func Simulate(ctx context.Context, cfg SimConfig) (stats SimStats, err error) {
 	if cfg.Record != nil {
 		rec = json.NewEncoder(cfg.Record)
 	}
+	tracer := cfg.TracerProvider.Tracer(instrumentation)
+	prop := otel.GetTextMapPropagator()
+	spans := make([]trace.Span, 0, chunk)
+	endSpans := func(err error) {
+		for _, sp := range spans {
+			if err != nil {
+				sp.RecordError(err)
+				sp.SetStatus(codes.Error, "not published")
+			}
+			sp.End()
+		}
+		spans = spans[:0]
+	}
+	defer func() { endSpans(err) }()
 	for {
 		msgs, kinds = msgs[:0], kinds[:0]
 		for len(msgs) < chunk {
@@ -482,7 +506,11 @@ func Simulate(ctx context.Context, cfg SimConfig) (stats SimStats, err error) {
 			if !ok {
 				break
 			}
-			msgs = append(msgs, kafka.Message{Key: m.Key, Value: m.Value})
+			sctx, span := tracer.Start(ctx, "send "+cfg.Topic, trace.WithSpanKind(trace.SpanKindProducer))
+			msg := kafka.Message{Key: m.Key, Value: m.Value}
+			prop.Inject(sctx, messageCarrier{&msg})
+			spans = append(spans, span)
+			msgs = append(msgs, msg)
 			kinds = append(kinds, m.Kind)
 		}
 		if len(msgs) == 0 {
@@ -499,6 +527,7 @@ func Simulate(ctx context.Context, cfg SimConfig) (stats SimStats, err error) {
 			}
 			return stats, fmt.Errorf("producer: simulate: write to %s after %d events: %w", cfg.Topic, stats.Sent, err)
 		}
+		endSpans(nil)
 		for i, m := range msgs {
 			stats.Sent++
 			stats.ByKind[kinds[i]]++
@@ -516,6 +545,36 @@ func ctxErr(ctx context.Context, err error) error {
 		return ctx.Err()
 	}
 	return err
+}
+
+// messageCarrier is a propagation.TextMapCarrier over a kafka-go message's headers.
+type messageCarrier struct{ m *kafka.Message }
+
+func (c messageCarrier) Get(key string) string {
+	for _, h := range c.m.Headers {
+		if h.Key == key {
+			return string(h.Value)
+		}
+	}
+	return ""
+}
+
+func (c messageCarrier) Set(key, value string) {
+	for i, h := range c.m.Headers {
+		if h.Key == key {
+			c.m.Headers[i].Value = []byte(value)
+			return
+		}
+	}
+	c.m.Headers = append(c.m.Headers, kafka.Header{Key: key, Value: []byte(value)})
+}
+
+func (c messageCarrier) Keys() []string {
+	keys := make([]string, len(c.m.Headers))
+	for i, h := range c.m.Headers {
+		keys[i] = h.Key
+	}
+	return keys
 }
 
 // simRecord is one line of SimConfig.Record.

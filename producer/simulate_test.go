@@ -14,6 +14,9 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/playpipe/playpipe/internal/telemetry"
 	"github.com/playpipe/playpipe/internal/testenv"
 	"github.com/playpipe/playpipe/partnerapi"
 	"github.com/playpipe/playpipe/schemas"
@@ -206,6 +209,9 @@ func TestSimulateThroughKafka(t *testing.T) {
 		}
 		if _, vs := schemas.ParseEvent(r.Value, schemas.ValidateOptions{}); vs == nil {
 			valid++
+		}
+		if sc := trace.SpanContextFromContext(telemetry.Extract(context.Background(), r)); !sc.IsValid() {
+			t.Fatalf("record %s has no trace context in its headers: %v", r.Key, r.Headers)
 		}
 	}
 	var sent []string

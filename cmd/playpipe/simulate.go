@@ -5,12 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/playpipe/playpipe/internal/kafkax"
+	"github.com/playpipe/playpipe/internal/telemetry"
 	"github.com/playpipe/playpipe/partnerapi"
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
 	"github.com/playpipe/playpipe/producer"
@@ -67,6 +71,15 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		fmt.Fprintln(stderr, err)
 		return errUsage
 	}
+	tel, err := telemetry.StartRole(ctx, "simulate", "off", log) // OTEL_* export of the simulator's spans; no admin port
+	if err != nil {
+		return err
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = tel.Close(cctx)
+	}()
 	if len(kcfg.Brokers) == 0 {
 		fmt.Fprintln(stderr, "playpipe simulate: --brokers is required (env PLAYPIPE_BROKERS): the simulator publishes to a running Kafka, e.g. the one of docker compose or playpipe demo")
 		return errUsage
@@ -84,7 +97,7 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		}
 	} else {
 		if acfg.BaseURL == "" {
-			url, stop, err := builtinSandbox(log)
+			url, stop, err := catalogSandbox(log)
 			if err != nil {
 				return err
 			}
@@ -137,6 +150,33 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return err
 	}
 	return nil
+}
+
+// catalogSandbox serves a seed-1 sandbox on a free loopback port, only to
+// read its catalog.
+func catalogSandbox(log *slog.Logger) (string, func(), error) {
+	srv, err := sandbox.New(sandbox.Options{Seed: 1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		return "", nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, fmt.Errorf("built-in sandbox: listen: %w", err)
+	}
+	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = hs.Serve(ln)
+	}()
+	url := "http://" + ln.Addr().String()
+	log.Info("simulate: no --mixes or --api-url: reading the catalog of a built-in sandbox (seed 1)", "url", url)
+	return url, func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = hs.Shutdown(sctx)
+		<-done
+	}, nil
 }
 
 // parseMixes parses id:length[@start/start/…],… (lengths and starts in ms
