@@ -214,6 +214,7 @@ func (c *Client) send(ctx context.Context, op, method, url string, auth []string
 	if country != "" {
 		req.Header[headerCountry] = []string{country}
 	}
+	injectTrace(ctx, req.Header)
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		return Meta{}, nil, &Error{Kind: KindTransient, Op: op, Err: err}

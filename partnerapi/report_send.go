@@ -9,7 +9,22 @@ import (
 	"sync"
 	"time"
 	"unicode/utf8"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 )
+
+// injectTrace puts the W3C trace context of ctx (traceparent, tracestate)
+// into h when ctx carries a sampled span, so the partner API (and the
+// sandbox's ledger) can join the trace. Nothing is added otherwise.
+func injectTrace(ctx context.Context, h http.Header) {
+	if trace.SpanContextFromContext(ctx).IsSampled() {
+		otel.GetTextMapPropagator().Inject(ctx, propagation.HeaderCarrier(h))
+	}
+}
 
 const opReport = "POST " + PathRoyaltyTracking
 
@@ -40,12 +55,33 @@ func (c *Client) ReportPlayJSON(ctx context.Context, body []byte) (ReportResult,
 	if err != nil {
 		return ReportResult{}, err
 	}
+	// The HTTP client span exists only when the caller's trace is sampled:
+	// with tracing off the hot path stays free of span work.
+	var span trace.Span
+	if trace.SpanContextFromContext(ctx).IsSampled() {
+		ctx, span = c.tracer.Start(ctx, opReport, trace.WithSpanKind(trace.SpanKindClient),
+			trace.WithAttributes(attribute.String("http.request.method", http.MethodPost),
+				attribute.String("url.path", PathRoyaltyTracking), attribute.String("url.full", c.reportURL)))
+		defer span.End()
+	}
 	start := time.Now()
 	resp, err := c.postReport(ctx, tok, body)
 	if err != nil {
+		if span != nil {
+			span.SetStatus(codes.Error, "no answer")
+		}
 		return ReportResult{}, &Error{Kind: KindTransient, Op: opReport, Err: err}
 	}
 	meta := Meta{Status: resp.StatusCode, ServedBy: servedBy(resp.Header)}
+	if span != nil {
+		span.SetAttributes(attribute.Int("http.response.status_code", meta.Status))
+		if meta.ServedBy != ServedLive {
+			span.SetAttributes(attribute.String("partnerapi.served_by", string(meta.ServedBy)))
+		}
+		if meta.Status >= 400 {
+			span.SetStatus(codes.Error, http.StatusText(meta.Status))
+		}
+	}
 	bp := readPool.Get().(*[]byte)
 	defer readPool.Put(bp)
 	data, err := readInto((*bp)[:0], resp.Body, maxSmallBody)
@@ -88,6 +124,7 @@ func (c *Client) postReport(ctx context.Context, tok *token, body []byte) (*http
 	}
 	req := c.reportReq.WithContext(ctx)
 	req.Header = http.Header{"User-Agent": c.uaHeader, "Authorization": tok.hdr, "Content-Type": jsonHeader}
+	injectTrace(ctx, req.Header)
 	// io.NopCloser(*bytes.Reader) is a body net/http knows to be in memory:
 	// headers and body then leave in one write (with any other wrapper the
 	// transport flushes the headers first: a second syscall per report).
@@ -105,6 +142,7 @@ func (c *Client) postReportDo(ctx context.Context, tok *token, body []byte) (*ht
 	req.Header["User-Agent"] = c.uaHeader
 	req.Header["Authorization"] = tok.hdr
 	req.Header["Content-Type"] = jsonHeader
+	injectTrace(ctx, req.Header)
 	return c.hc.Do(req)
 }
 
