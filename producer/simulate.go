@@ -83,7 +83,7 @@ type SimConfig struct {
 	// StartMS is the simulated clock's start (epoch ms); defaults to
 	// 2024-01-01T00:00:00Z so that a seed alone fixes the events.
 	StartMS int64
-	// BatchSize is the messages per synchronous write; defaults to 500.
+	// BatchSize is the messages per synchronous write; defaults to 2000.
 	// BatchTimeout is kafka-go's Writer.BatchTimeout, set deliberately:
 	// kafka-go's 1 s default would make every synchronous write wait a
 	// second for a partition batch to fill. Defaults to 2 ms.
@@ -115,7 +115,7 @@ func (c *SimConfig) setDefaults() {
 		c.StartMS = DefaultSimStartMS
 	}
 	if c.BatchSize == 0 {
-		c.BatchSize = 500
+		c.BatchSize = 2000
 	}
 	if c.BatchTimeout == 0 {
 		c.BatchTimeout = 2 * time.Millisecond

@@ -57,7 +57,7 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		mixes    = fs.String("mixes", "", "the catalog without the partner API: id:length[@start/start/…],… with length and track starts in ms or as Go durations (101:60m@0/4m/9m30s)")
 		maxMixes = fs.Int("max-mixes", 0, "use at most this many mixes of the partner API's catalog; 0: all")
 		record   = fs.String("record", "", "write every message Kafka acknowledged to this file, one JSON line each: {kind, key, value}")
-		batch    = fs.Int("batch-size", 500, "messages per synchronous kafka-go write")
+		batch    = fs.Int("batch-size", 2000, "messages per synchronous kafka-go write (each write waits up to --batch-timeout for partition batches to fill)")
 		batchTO  = fs.Duration("batch-timeout", 2*time.Millisecond, "kafka-go Writer.BatchTimeout: how long a partition batch waits to fill (kafka-go's own default, 1s, makes synchronous writes crawl)")
 	)
 	kcfg.RegisterFlags(fs)
