@@ -2,42 +2,8 @@ package reporter
 
 import (
 	"container/heap"
-	"sync"
 	"time"
 )
-
-// mailbox is an unbounded multi-producer queue drained by one consumer. Its
-// producers (workers, Kafka produce callbacks, the standby prober) never
-// block on it, so none of them can deadlock against the coordinator. Its
-// size is bounded by the reporter's bounds: at most two events per pending
-// record (posted, persisted) plus one per probe.
-type mailbox struct {
-	mu     sync.Mutex
-	items  []event
-	signal chan struct{} // capacity 1: "there is something to drain"
-}
-
-func newMailbox() *mailbox { return &mailbox{signal: make(chan struct{}, 1)} }
-
-func (m *mailbox) push(e event) {
-	m.mu.Lock()
-	m.items = append(m.items, e)
-	m.mu.Unlock()
-	select {
-	case m.signal <- struct{}{}:
-	default:
-	}
-}
-
-// drain swaps the queued events into buf (reset to length 0) and returns them.
-func (m *mailbox) drain(buf []event) []event {
-	clear(buf)
-	buf = buf[:0]
-	m.mu.Lock()
-	m.items, buf = buf, m.items
-	m.mu.Unlock()
-	return buf
-}
 
 // fifo is a slice-backed FIFO of jobs.
 type fifo struct {

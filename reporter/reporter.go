@@ -121,23 +121,6 @@ type partState struct {
 	dirty    bool // commit point moved since the last commit
 }
 
-type evKind int
-
-const (
-	evPosted    evKind = iota + 1 // a worker finished a post (job.dec set)
-	evPersisted                   // the final Delivery record of job is in Kafka (or err)
-	evProbe                       // the standby prober finished (err: fatal)
-	evProduce                     // a non-final Delivery record failed to publish
-	evCommitted                   // a periodic commit ended (offs: what failed)
-)
-
-type event struct {
-	kind evKind
-	job  *job
-	err  error
-	offs map[string]map[int32]kgo.EpochOffset
-}
-
 type revocation struct {
 	parts    []*partState
 	lost     bool
@@ -174,16 +157,24 @@ type run struct {
 	postCtx     context.Context // cancelled to abandon posts in flight
 	cancelPosts context.CancelFunc
 
-	fetchCh   chan []fetched
 	revokeCh  chan revokeReq
-	mb        *mailbox
-	workCh    chan *job
+	wake      chan struct{} // capacity 1: the housekeeper has something to look at
 	room      chan struct{} // capacity 1: pending dropped, the poller may fetch
 	pending   atomic.Int64  // records held by the partition trackers
 	coordDone chan struct{}
 	bg        sync.WaitGroup // prober goroutines
+	// publishing counts answers applied whose Delivery record is not handed
+	// to the Kafka client yet.
+	publishing sync.WaitGroup
 
-	// Owned by the coordinator goroutine.
+	// The state below is guarded by mu. Workers apply their own answers and
+	// take their next report under it, so a report costs no goroutine
+	// hand-off; idle workers wait on cond.
+	mu             sync.Mutex
+	cond           *sync.Cond
+	idle           int  // workers waiting on cond
+	exiting        bool // workers return
+	retryAt        time.Time
 	parts          map[tpKey]*partState
 	fresh          fifo
 	ready          fifo // retries and replays: dispatched before fresh records
@@ -214,16 +205,15 @@ func (r *Reporter) Run(ctx context.Context) error {
 	rn := &run{
 		Reporter: r, topics: r.cfg.Kafka.Topics(),
 		postCtx: postCtx, cancelPosts: cancelPosts,
-		fetchCh:   make(chan []fetched),
 		revokeCh:  make(chan revokeReq),
-		mb:        newMailbox(),
-		workCh:    make(chan *job, r.cfg.Concurrency),
+		wake:      make(chan struct{}, 1),
 		room:      make(chan struct{}, 1),
 		coordDone: make(chan struct{}),
 		parts:     map[tpKey]*partState{},
 		active:    map[string]*job{},
 		recent:    newRecentSet(r.cfg.RecentWindow),
 	}
+	rn.cond = sync.NewCond(&rn.mu)
 	base, err := r.cfg.Kafka.ClientOpts()
 	if err != nil {
 		return fmt.Errorf("reporter: %w", err)
@@ -253,11 +243,7 @@ func (r *Reporter) Run(ctx context.Context) error {
 
 	var workers sync.WaitGroup
 	for range r.cfg.Concurrency {
-		workers.Go(func() {
-			for j := range rn.workCh {
-				rn.post(j)
-			}
-		})
+		workers.Go(rn.worker)
 	}
 	pollCtx, stopPoll := context.WithCancel(ctx)
 	var poller sync.WaitGroup
@@ -268,7 +254,10 @@ func (r *Reporter) Run(ctx context.Context) error {
 
 	stopPoll()
 	poller.Wait()
-	close(rn.workCh)
+	rn.mu.Lock()
+	rn.exiting = true
+	rn.cond.Broadcast()
+	rn.mu.Unlock()
 	workers.Wait()
 	cancelPosts()
 	rn.bg.Wait()
@@ -281,10 +270,10 @@ func (r *Reporter) Run(ctx context.Context) error {
 	return runErr
 }
 
-// poll fetches records while the trackers have room and hands them to the
-// coordinator. With BlockRebalanceOnPoll, a rebalance cannot slip between a
-// poll and the hand-off, so the coordinator never sees a record of a
-// partition that was already revoked.
+// poll fetches records while the trackers have room and adds them to the
+// state. With BlockRebalanceOnPoll, a rebalance cannot slip between a poll
+// and the intake, so the state never holds a record of a partition that was
+// already revoked.
 func (rn *run) poll(ctx context.Context) {
 	maxPending := int64(rn.cfg.MaxPending)
 	for {
@@ -310,17 +299,19 @@ func (rn *run) poll(ctx context.Context) {
 		recs := fs.Records()
 		if len(recs) > 0 {
 			rn.pending.Add(int64(len(recs)))
-			// Decode here, off the coordinator's serial path.
+			// Decode outside the lock.
 			batch := make([]fetched, len(recs))
 			for i, rec := range recs {
 				batch[i].rec = rec
 				batch[i].err = json.Unmarshal(rec.Value, &batch[i].tp)
 			}
-			select {
-			case rn.fetchCh <- batch:
-			case <-rn.coordDone:
-				rn.cl.AllowRebalance()
-				return
+			rn.mu.Lock()
+			invalid := rn.intake(batch)
+			rn.mu.Unlock()
+			for _, j := range invalid {
+				rn.cl.Produce(context.Background(), rn.deliveryRecord(context.Background(), j), func(_ *kgo.Record, err error) {
+					rn.persistedLocked(j, err)
+				})
 			}
 		}
 		rn.cl.AllowRebalance()
@@ -355,60 +346,86 @@ func (rn *run) onRevoked(ctx context.Context, cl *kgo.Client, m map[string][]int
 	})
 }
 
-// coordinate is the single owner of the reporter's state: it takes fetched
-// records, dispatches posts, applies decisions, runs standby episodes,
-// handles revocations and commits.
+// coordinate does the housekeeping that no worker does: retry timers,
+// commits, revocations, shutdown. It returns once the run is over and every
+// final offset that may be committed is committed.
 func (rn *run) coordinate(ctx context.Context) error {
 	commitTick := time.NewTicker(rn.cfg.CommitInterval)
 	defer commitTick.Stop()
 	retryTimer := time.NewTimer(time.Hour)
 	retryTimer.Stop()
-	var retryAt time.Time
 	var deadline <-chan time.Time
-	var events []event
 	done := ctx.Done()
 
 	for {
-		rn.dispatch()
+		rn.mu.Lock()
 		rn.checkRevocations(time.Now())
-		if !rn.stopping {
-			rn.commit(ctx)
-		}
 		if rn.stopping && rn.inflight == 0 {
+			rn.mu.Unlock()
 			return rn.finish()
 		}
-		if next := rn.delayed.next(); !next.IsZero() && !next.Equal(retryAt) {
-			retryAt = next
+		if next := rn.delayed.next(); !next.IsZero() && !next.Equal(rn.retryAt) {
+			rn.retryAt = next
 			retryTimer.Reset(max(time.Until(next), 0))
+		}
+		var offs map[string]map[int32]kgo.EpochOffset
+		if !rn.stopping {
+			offs = rn.commitOffsets()
+		}
+		rn.mu.Unlock()
+		if offs != nil {
+			rn.cl.CommitOffsets(ctx, offs, func(_ *kgo.Client, _ *kmsgCommitReq, resp *kmsgCommitResp, err error) {
+				failed := rn.logCommit("periodic", offs, resp, err)
+				rn.mu.Lock()
+				rn.committed(failed)
+				rn.mu.Unlock()
+			})
 		}
 
 		select {
-		case <-rn.mb.signal:
-			events = rn.mb.drain(events)
-			for _, e := range events {
-				rn.handle(e)
-			}
-		case recs := <-rn.fetchCh:
-			rn.intake(recs)
+		case <-rn.wake:
 		case req := <-rn.revokeCh:
+			rn.mu.Lock()
 			rn.startRevocation(req)
+			rn.mu.Unlock()
 		case <-retryTimer.C:
-			retryAt = time.Time{}
+			rn.mu.Lock()
+			rn.retryAt = time.Time{}
 			rn.delayed.due(time.Now(), &rn.ready)
+			rn.jobsReady()
+			rn.mu.Unlock()
 		case <-commitTick.C:
-			rn.commit(ctx)
 		case <-done:
 			done = nil
-			rn.stopping = true
 			deadline = time.After(rn.cfg.ShutdownTimeout)
+			rn.mu.Lock()
+			rn.stopping = true
 			rn.log.Info("reporter shutting down: no new posts; waiting for posts in flight",
 				"in_flight", rn.inflight, "timeout", rn.cfg.ShutdownTimeout)
+			rn.mu.Unlock()
 		case <-deadline:
 			deadline = nil
+			rn.mu.Lock()
 			rn.log.Warn("shutdown timeout: abandoning posts in flight (their reports stay uncommitted and are posted again on restart)",
 				"in_flight", rn.inflight)
+			rn.mu.Unlock()
 			rn.cancelPosts()
 		}
+	}
+}
+
+// poke wakes the housekeeper (never blocks).
+func (rn *run) poke() {
+	select {
+	case rn.wake <- struct{}{}:
+	default:
+	}
+}
+
+// jobsReady wakes idle workers after jobs were queued (mu held).
+func (rn *run) jobsReady() {
+	if rn.idle > 0 {
+		rn.cond.Broadcast()
 	}
 }
 
@@ -416,33 +433,38 @@ func (rn *run) coordinate(ctx context.Context) error {
 // reach Kafka, then commits every final offset (unless a configuration error
 // forbids committing).
 func (rn *run) finish() error {
+	rn.publishing.Wait()
 	flushCtx, cancel := context.WithTimeout(context.Background(), rn.cfg.ShutdownTimeout)
 	err := rn.cl.Flush(flushCtx)
 	cancel()
 	if err != nil {
 		rn.log.Warn("flushing delivery records", "err", err)
 	}
-	for _, e := range rn.mb.drain(nil) {
-		rn.handle(e)
-	}
+	rn.mu.Lock()
 	if rn.standby != nil {
 		rn.log.Warn("reporter stopped during a standby episode: the reports standby answered stay uncommitted and are replayed on restart",
 			"held", len(rn.held))
 		rn.endEpisode(len(rn.held), "reporter stopped during standby")
 	}
+	var offs map[string]map[int32]kgo.EpochOffset
 	if !rn.noCommit {
-		offs := rn.dirtyOffsets()
-		if len(offs) > 0 {
-			ctx, cancel := context.WithTimeout(context.Background(), rn.cfg.ShutdownTimeout)
-			rn.cl.CommitOffsetsSync(ctx, offs, func(_ *kgo.Client, _ *kmsgCommitReq, resp *kmsgCommitResp, err error) {
-				if failed := rn.logCommit("shutdown", offs, resp, err); failed == nil {
-					rn.log.Info("final offsets committed", "offsets", offs)
-				}
-			})
-			cancel()
+		for _, ps := range rn.parts {
+			ps.dirty = true // all of them: a periodic commit in flight may fail
 		}
+		offs = rn.dirtyOffsets()
 	}
-	return rn.fatal
+	fatal := rn.fatal
+	rn.mu.Unlock()
+	if len(offs) > 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), rn.cfg.ShutdownTimeout)
+		rn.cl.CommitOffsetsSync(ctx, offs, func(_ *kgo.Client, _ *kmsgCommitReq, resp *kmsgCommitResp, err error) {
+			if failed := rn.logCommit("shutdown", offs, resp, err); failed == nil {
+				rn.log.Info("final offsets committed", "offsets", offs)
+			}
+		})
+		cancel()
+	}
+	return fatal
 }
 
 // wireTrackPlay is the part of schemas.TrackPlay the reporter reads; the
@@ -461,8 +483,11 @@ type fetched struct {
 	err error
 }
 
-// intake adds fetched records to their partitions' trackers and queues them.
-func (rn *run) intake(batch []fetched) {
+// intake adds fetched records to their partitions' trackers and queues them
+// (mu held). It returns the records that cannot be posted, whose rejected
+// Delivery record the caller publishes outside the lock.
+func (rn *run) intake(batch []fetched) (invalid []*job) {
+	defer rn.jobsReady()
 	var ps *partState
 	for i := range batch {
 		rec, tp, err := batch[i].rec, &batch[i].tp, batch[i].err
@@ -493,23 +518,22 @@ func (rn *run) intake(batch []fetched) {
 			j.dec = Decision{Action: ActRejected, Outcome: schemas.OutcomeRejected, Message: msg}
 			ps.inflight++
 			rn.persisting++
-			rn.cl.Produce(context.Background(), rn.deliveryRecord(context.Background(), j), func(_ *kgo.Record, err error) {
-				rn.mb.push(event{kind: evPersisted, job: j, err: err})
-			})
+			invalid = append(invalid, j)
 		default:
 			rn.fresh.push(&job{ps: ps, seq: seq, rec: rec, id: tp.ReportID, evID: tp.EventID, body: tp.Report})
 		}
 	}
+	return invalid
 }
 
-// dispatch hands ready jobs to the workers while there is a free slot and
-// neither a standby episode nor a shutdown holds dispatching.
-func (rn *run) dispatch() {
+// next takes the next report to post (mu held), or nil while there is none
+// or a standby episode or a shutdown holds dispatching.
+func (rn *run) next() *job {
 	for rn.inflight < rn.cfg.Concurrency && !rn.stopping && rn.standby == nil {
 		j := rn.ready.pop()
 		if j == nil {
 			if j = rn.fresh.pop(); j == nil {
-				return
+				return nil
 			}
 		}
 		if j.ps.revoking || j.ps.dropped {
@@ -532,17 +556,82 @@ func (rn *run) dispatch() {
 		j.gen = rn.gen
 		rn.inflight++
 		j.ps.inflight++
-		rn.workCh <- j // never blocks: capacity is Concurrency ≥ inflight
+		return j
+	}
+	return nil
+}
+
+// worker posts reports one at a time: it applies the answer to the state
+// and takes the next report under one lock, then publishes the answer's
+// Delivery record and posts the next report outside it.
+func (rn *run) worker() {
+	var last *job
+	var rec *kgo.Record
+	for {
+		rn.mu.Lock()
+		if last != nil {
+			rn.inflight--
+			rn.posted(last)
+			if rec != nil {
+				rn.publishing.Add(1) // before inflight can be seen at 0: finish waits for it
+			}
+		}
+		j := rn.next()
+		rn.mu.Unlock()
+		if rec != nil {
+			rn.publish(last, rec)
+			rn.publishing.Done()
+		}
+		last, rec = nil, nil
+		if j == nil {
+			rn.mu.Lock()
+			for j = rn.next(); j == nil && !rn.exiting; j = rn.next() {
+				rn.idle++
+				rn.cond.Wait()
+				rn.idle--
+			}
+			rn.mu.Unlock()
+			if j == nil {
+				return
+			}
+		}
+		last, rec = j, rn.post(j)
 	}
 }
 
-// post runs in a worker: one POST, classified, its Delivery record published.
-func (rn *run) post(j *job) {
+// publish sends the Delivery record of j's last answer. A final answer's
+// offset may be committed only once its record is in Kafka: the ledger
+// never misses the outcome of a committed report.
+func (rn *run) publish(j *job, rec *kgo.Record) {
+	if j.dec.Action.Final() {
+		rn.cl.Produce(context.Background(), rec, func(_ *kgo.Record, err error) { rn.persistedLocked(j, err) })
+		return
+	}
+	rn.cl.Produce(context.Background(), rec, func(_ *kgo.Record, err error) {
+		if err != nil && !errors.Is(err, kgo.ErrClientClosed) {
+			rn.mu.Lock()
+			rn.stop(fmt.Errorf("reporter: publish delivery record: %w", err), false)
+			rn.mu.Unlock()
+		}
+	})
+}
+
+func (rn *run) persistedLocked(j *job, err error) {
+	rn.mu.Lock()
+	rn.persisted(j, err)
+	if len(rn.revocations) > 0 {
+		rn.poke()
+	}
+	rn.mu.Unlock()
+}
+
+// post runs in a worker, outside the lock: one POST, classified. It returns
+// the Delivery record to publish (nil for an abandoned post).
+func (rn *run) post(j *job) *kgo.Record {
 	if rn.limiter != nil {
 		if err := rn.limiter.Wait(rn.postCtx); err != nil {
 			j.dec = Decision{Action: ActAbandon, Err: err}
-			rn.mb.push(event{kind: evPosted, job: j})
-			return
+			return nil
 		}
 	}
 	j.attempt++
@@ -578,25 +667,10 @@ func (rn *run) post(j *job) {
 		j.traceID = sc.TraceID().String()
 	}
 	if d.Action == ActAbandon {
-		rn.mb.push(event{kind: evPosted, job: j})
-		return
+		return nil
 	}
 	rn.met.record(ctx, d, lat.Seconds())
-	rec := rn.deliveryRecord(ctx, j)
-	rn.mb.push(event{kind: evPosted, job: j})
-	if d.Action.Final() {
-		// The offset may be committed only once this record is in Kafka:
-		// the ledger never misses the outcome of a committed report.
-		rn.cl.Produce(context.Background(), rec, func(_ *kgo.Record, err error) {
-			rn.mb.push(event{kind: evPersisted, job: j, err: err})
-		})
-		return
-	}
-	rn.cl.Produce(context.Background(), rec, func(_ *kgo.Record, err error) {
-		if err != nil {
-			rn.mb.push(event{kind: evProduce, err: err})
-		}
-	})
+	return rn.deliveryRecord(ctx, j)
 }
 
 // deliveryRecord builds the <prefix>.deliveries record of j's last answer.
@@ -621,23 +695,7 @@ func (rn *run) deliveryRecord(ctx context.Context, j *job) *kgo.Record {
 	return rec
 }
 
-// handle applies one mailbox event.
-func (rn *run) handle(e event) {
-	switch e.kind {
-	case evPosted:
-		rn.inflight--
-		rn.posted(e.job)
-	case evPersisted:
-		rn.persisted(e.job, e.err)
-	case evProbe:
-		rn.probed(e.err)
-	case evProduce:
-		rn.stop(fmt.Errorf("reporter: publish delivery record: %w", e.err), false)
-	case evCommitted:
-		rn.committed(e.offs)
-	}
-}
-
+// posted applies the answer of j's post to the state (mu held).
 func (rn *run) posted(j *job) {
 	ps, d := j.ps, j.dec
 	if d.Action.Final() {
@@ -645,6 +703,9 @@ func (rn *run) posted(j *job) {
 		rn.recent.add(j.id)
 		if d.Action == ActRejected {
 			rn.log.Warn("report rejected by the partner API", "report_id", j.id, "status", d.Status, "message", d.Message, "fields", d.Fields)
+		}
+		if rn.stopping {
+			rn.poke()
 		}
 		return // ps.inflight drops when the Delivery record is persisted
 	}
@@ -676,6 +737,9 @@ func (rn *run) posted(j *job) {
 		} else {
 			j.readyAt = time.Now().Add(delay)
 			rn.delayed.add(j)
+			if rn.retryAt.IsZero() || j.readyAt.Before(rn.retryAt) {
+				rn.poke() // the retry timer must fire earlier
+			}
 		}
 	case ActStop:
 		rn.release(j)
@@ -687,6 +751,9 @@ func (rn *run) posted(j *job) {
 			rn.active[j.id] = j
 			rn.ready.push(j)
 		}
+	}
+	if rn.stopping || len(rn.revocations) > 0 {
+		rn.poke()
 	}
 }
 
@@ -702,6 +769,7 @@ func (rn *run) release(j *job) {
 		}
 	}
 	j.followers = nil
+	rn.jobsReady()
 }
 
 func (rn *run) persisted(j *job, err error) {
@@ -765,6 +833,7 @@ func (rn *run) stop(err error, noCommit bool) {
 	}
 	rn.stopping = true
 	rn.cancelPosts()
+	rn.poke()
 }
 
 // dirtyOffsets returns the commit points that moved since the last commit
@@ -789,22 +858,18 @@ func (rn *run) dirtyOffsets() map[string]map[int32]kgo.EpochOffset {
 	return offs
 }
 
-// commit issues an asynchronous commit of the moved commit points: one
-// commit in flight at a time, at most one per CommitInterval, so the commit
-// point trails finality by about one commit round trip.
-func (rn *run) commit(ctx context.Context) {
+// commitOffsets returns the moved commit points to commit now (mu held):
+// one commit in flight at a time, at most one per CommitInterval, so the
+// commit point trails finality by about one commit round trip.
+func (rn *run) commitOffsets() map[string]map[int32]kgo.EpochOffset {
 	if rn.noCommit || rn.commitInFlight || time.Since(rn.lastCommit) < rn.cfg.CommitInterval {
-		return
+		return nil
 	}
 	offs := rn.dirtyOffsets()
-	if len(offs) == 0 {
-		return
+	if len(offs) > 0 {
+		rn.commitInFlight, rn.lastCommit = true, time.Now()
 	}
-	rn.commitInFlight, rn.lastCommit = true, time.Now()
-	rn.cl.CommitOffsets(ctx, offs, func(_ *kgo.Client, _ *kmsgCommitReq, resp *kmsgCommitResp, err error) {
-		failed := rn.logCommit("periodic", offs, resp, err)
-		rn.mb.push(event{kind: evCommitted, offs: failed})
-	})
+	return offs
 }
 
 // committed handles the end of a periodic commit: partitions whose commit
@@ -961,7 +1026,7 @@ func (rn *run) probe(ep *episode) {
 		switch {
 		case err == nil && !meta.Standby():
 			rn.log.Info("standby probe: live service is back", "probes", n)
-			rn.mb.push(event{kind: evProbe})
+			rn.probedLocked(nil)
 			return
 		case err == nil:
 			rn.log.Debug("standby probe: still standby", "probes", n)
@@ -970,13 +1035,20 @@ func (rn *run) probe(ep *episode) {
 		default:
 			switch partnerapi.KindOf(err) {
 			case partnerapi.KindEdgeBlocked, partnerapi.KindRejected, partnerapi.KindNotFound:
-				rn.mb.push(event{kind: evProbe, err: err})
+				rn.probedLocked(err)
 				return
 			}
 			rn.log.Debug("standby probe failed", "probes", n, "err", err)
 		}
 		t.Reset(rn.cfg.ProbeInterval)
 	}
+}
+
+func (rn *run) probedLocked(err error) {
+	rn.mu.Lock()
+	rn.probed(err)
+	rn.jobsReady()
+	rn.mu.Unlock()
 }
 
 func (rn *run) probed(err error) {
