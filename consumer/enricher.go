@@ -614,6 +614,14 @@ func (p *processor) process(ctx, waitCtx context.Context, recs []*kgo.Record, no
 			span.End()
 			continue
 		}
+		// A producer span per event for its track plays (only when traced):
+		// the reporter's consume span becomes its child.
+		pctx, send := ectx, trace.Span(nil)
+		if span.IsRecording() {
+			pctx, send = p.tracer.Start(ectx, "send "+p.topics.Reports, trace.WithSpanKind(trace.SpanKindProducer),
+				trace.WithAttributes(attribute.String("messaging.system", "kafka"), attribute.String("messaging.operation.type", "send"),
+					attribute.String("messaging.destination.name", p.topics.Reports), attribute.Int("messaging.batch.message_count", len(p.plays))))
+		}
 		for j := range p.plays {
 			pl := &p.plays[j]
 			r := p.newRecord(p.topics.Reports)
@@ -624,13 +632,16 @@ func (p *processor) process(ctx, waitCtx context.Context, recs []*kgo.Record, no
 			r.Key = p.buf[start:mid:mid]
 			r.Value = p.buf[mid:len(p.buf):len(p.buf)]
 			if traced {
-				telemetry.Inject(ectx, r)
+				telemetry.Inject(pctx, r)
 			}
 			p.out = append(p.out, r)
 			p.pending.Plays++
 			if pl.BelowMinimum {
 				p.pending.BelowMinimum++
 			}
+		}
+		if send != nil {
+			send.End()
 		}
 		if span.IsRecording() {
 			span.SetAttributes(attribute.String("playpipe.event_id", it.ev.EventID), attribute.Int64("playpipe.mix_id", it.ev.MixID),
