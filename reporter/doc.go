@@ -19,7 +19,7 @@
 //     re-sent. Reports already final are recognised by report id.
 //   - Memory is bounded whatever the backlog: at most MaxPending records are
 //     held between the commit points and the newest fetched record, fetches
-//     are capped at 8 MiB, and the duplicate window holds RecentWindow ids.
+//     are capped at 2 MiB, and the duplicate window holds RecentWindow ids.
 //   - A 403 (edge 1010) or a refused credential stops the reporter with an
 //     error wrapping ErrConfiguration and commits nothing more.
 //

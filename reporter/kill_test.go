@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,12 +21,13 @@ import (
 
 // Environment of the reporter child process (TestReporterProcess).
 const (
-	envChild       = "PLAYPIPE_REPORTER_CHILD"
-	envChildBroker = "PLAYPIPE_REPORTER_CHILD_BROKERS"
-	envChildAPI    = "PLAYPIPE_REPORTER_CHILD_API"
-	envChildGroup  = "PLAYPIPE_REPORTER_CHILD_GROUP"
-	envChildRate   = "PLAYPIPE_REPORTER_CHILD_RATE"
-	envChildConc   = "PLAYPIPE_REPORTER_CHILD_CONCURRENCY"
+	envChild         = "PLAYPIPE_REPORTER_CHILD"
+	envChildBroker   = "PLAYPIPE_REPORTER_CHILD_BROKERS"
+	envChildAPI      = "PLAYPIPE_REPORTER_CHILD_API"
+	envChildGroup    = "PLAYPIPE_REPORTER_CHILD_GROUP"
+	envChildRate     = "PLAYPIPE_REPORTER_CHILD_RATE"
+	envChildConc     = "PLAYPIPE_REPORTER_CHILD_CONCURRENCY"
+	envChildHeapProf = "PLAYPIPE_REPORTER_CHILD_HEAPPROFILE"
 )
 
 // TestReporterProcess is not a test on its own: it is the reporter process
@@ -59,6 +61,16 @@ func TestReporterProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.kgoOpts = testGroupOpts
+	if path := os.Getenv(envChildHeapProf); path != "" {
+		// A heap profile mid-run, for the backlog memory measurement.
+		go func() {
+			time.Sleep(8 * time.Second)
+			if f, err := os.Create(path); err == nil {
+				_ = pprof.WriteHeapProfile(f)
+				f.Close()
+			}
+		}()
+	}
 	if err := r.Run(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -1,12 +1,14 @@
 package reporter
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -227,9 +229,9 @@ func (r *Reporter) Run(ctx context.Context) error {
 		kgo.BlockRebalanceOnPoll(),
 		kgo.OnPartitionsRevoked(func(ctx context.Context, cl *kgo.Client, m map[string][]int32) { rn.onRevoked(ctx, cl, m, false) }),
 		kgo.OnPartitionsLost(func(ctx context.Context, cl *kgo.Client, m map[string][]int32) { rn.onRevoked(ctx, cl, m, true) }),
-		// Bounded fetch buffers: at most ~8 MiB fetched ahead, whatever the backlog.
-		kgo.FetchMaxBytes(8<<20),
-		kgo.FetchMaxPartitionBytes(1<<20),
+		// Bounded fetch buffers: at most ~2 MiB (compressed) fetched ahead, whatever the backlog.
+		kgo.FetchMaxBytes(2<<20),
+		kgo.FetchMaxPartitionBytes(512<<10),
 		kgo.DefaultProduceTopic(rn.topics.Deliveries),
 		kgo.ProducerLinger(2*time.Millisecond),
 	)
@@ -476,6 +478,19 @@ type wireTrackPlay struct {
 	Report       json.RawMessage `json:"report"`
 }
 
+// slimRecord copies what the reporter keeps of a fetched record: where it
+// came from and its headers (trace context), not its key and value.
+func slimRecord(r *kgo.Record) *kgo.Record {
+	c := &kgo.Record{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, LeaderEpoch: r.LeaderEpoch}
+	if len(r.Headers) > 0 {
+		c.Headers = make([]kgo.RecordHeader, len(r.Headers))
+		for i, h := range r.Headers {
+			c.Headers[i] = kgo.RecordHeader{Key: strings.Clone(h.Key), Value: bytes.Clone(h.Value)}
+		}
+	}
+	return c
+}
+
 // fetched is a record with its decoded track play.
 type fetched struct {
 	rec *kgo.Record
@@ -499,6 +514,9 @@ func (rn *run) intake(batch []fetched) (invalid []*job) {
 			}
 		}
 		seq := ps.wm.add(rec.Offset, rec.LeaderEpoch)
+		// Keep a small copy of the record: the fetched one shares its memory
+		// with the whole fetched batch, which a pending report would pin.
+		rec = slimRecord(rec)
 		switch {
 		case err == nil && tp.ReportID != "" && tp.BelowMinimum:
 			// Shorter than the minimum play length: counted in the ledger,
