@@ -51,7 +51,7 @@ type Config struct {
 	// TLS connects with TLS (system roots).
 	TLS bool
 	// DataDir is the folder of the local server started when Addr is empty;
-	// defaults to ".playpipe/clickhouse".
+	// defaults to ".playpipe/clickhouse" (the flag leaves it empty when unset).
 	DataDir string
 	// DialTimeout defaults to 5 s.
 	DialTimeout time.Duration
@@ -65,7 +65,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.User, "clickhouse-user", envOr(EnvUser, DefaultUser), "ClickHouse user (env "+EnvUser+"; the password is read from "+EnvPassword+" only)")
 	c.Password = os.Getenv(EnvPassword)
 	fs.BoolVar(&c.TLS, "clickhouse-tls", os.Getenv(EnvTLS) == "true", "connect to ClickHouse with TLS (env "+EnvTLS+"=true)")
-	fs.StringVar(&c.DataDir, "clickhouse-data", envOr(EnvDataDir, DefaultDataDir), "data folder of the local ClickHouse server used when no --clickhouse-addr is set (env "+EnvDataDir+")")
+	// Empty by default (resolved to DefaultDataDir by LocalOrConfigured), so
+	// that a command can tell "not set" and choose its own folder.
+	fs.StringVar(&c.DataDir, "clickhouse-data", os.Getenv(EnvDataDir), "data folder of the local ClickHouse server used when no --clickhouse-addr is set (env "+EnvDataDir+"; empty: "+DefaultDataDir+")")
 }
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
