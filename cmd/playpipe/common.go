@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"time"
 
 	"github.com/playpipe/playpipe/internal/kafkax"
 	"github.com/playpipe/playpipe/internal/telemetry"
@@ -66,4 +67,21 @@ func envDefault(k, def string) string {
 		return v
 	}
 	return def
+}
+
+// startTelemetry sets up OpenTelemetry for a role (OTEL_* export, metrics on
+// the admin port's /metrics, /healthz, /readyz) and returns a stop function
+// that flushes within ten seconds.
+func startTelemetry(ctx context.Context, role, adminAddr string, log *slog.Logger) (*telemetry.Role, func(), error) {
+	tel, err := telemetry.StartRole(ctx, role, adminAddr, log)
+	if err != nil {
+		return nil, nil, fmt.Errorf("telemetry: %w", err)
+	}
+	return tel, func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := tel.Close(cctx); err != nil {
+			log.Warn("stopping telemetry", "role", role, "err", err)
+		}
+	}, nil
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/playpipe/playpipe/consumer"
 	"github.com/playpipe/playpipe/internal/kafkax"
+	"github.com/playpipe/playpipe/internal/telemetry"
 	"github.com/playpipe/playpipe/partnerapi"
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
 )
@@ -126,6 +127,7 @@ func runConsume(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	acfg.RegisterFlags(fs)
 	cf.register(fs)
 	lf.register(fs.StringVar)
+	adminAddr := telemetry.AdminAddrFlag(fs, "consume")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -139,6 +141,11 @@ func runConsume(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		fmt.Fprintln(stderr, err)
 		return errUsage
 	}
+	tel, stopTelemetry, err := startTelemetry(ctx, "consume", *adminAddr, log)
+	if err != nil {
+		return err
+	}
+	defer stopTelemetry()
 	kcfg, stopKafka, err := kafkaOrEmbedded(kcfg, log)
 	if err != nil {
 		return err
@@ -171,6 +178,7 @@ func runConsume(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		fmt.Fprintln(stderr, err)
 		return errUsage
 	}
+	tel.AddReadyCheck("kafka", func(ctx context.Context) error { return kafkax.Ping(ctx, kcfg) })
 	err = enr.Run(ctx)
 	st := enr.Stats()
 	cs := enr.Cache().Stats()

@@ -212,3 +212,20 @@ func envOr(k, def string) string {
 	}
 	return def
 }
+
+// Ping checks that the brokers answer (a metadata request), for readiness probes.
+func Ping(ctx context.Context, c Config) error {
+	opts, err := c.ClientOpts()
+	if err != nil {
+		return err
+	}
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return fmt.Errorf("kafka: ping: %w", err)
+	}
+	defer cl.Close()
+	if err := cl.Ping(ctx); err != nil {
+		return fmt.Errorf("kafka: ping: %w", err)
+	}
+	return nil
+}
