@@ -265,17 +265,12 @@ func (s *Sink) read(ctx context.Context, cl *kgo.Client, topics kafkax.Topics, q
 	defer close(queue)
 	var cur *batch
 	var deadline time.Time
-	send := func() bool {
-		if cur == nil {
-			return true
-		}
-		select {
-		case queue <- cur:
-			cur = nil
-			return true
-		case <-ctx.Done():
-			return false
-		}
+	// send blocks while the queue is full (it never drops): the writer takes
+	// batches until the queue closes, and when the writer has given up Run
+	// empties the queue, so a send always ends.
+	send := func() {
+		queue <- cur
+		cur = nil
 	}
 	for {
 		pctx, cancel := ctx, context.CancelFunc(func() {})
@@ -289,17 +284,21 @@ func (s *Sink) read(ctx context.Context, cl *kgo.Client, topics kafkax.Topics, q
 		fs := cl.PollRecords(pctx, want)
 		cancel()
 		if ctx.Err() != nil {
-			// Hand over what was read; the writer drains it.
 			if cur != nil {
-				queue <- cur // the writer reads until the queue is closed
+				send() // hand over what was read: the writer drains it
 			}
 			return
 		}
+		fetchErr := false
 		fs.EachError(func(t string, p int32, err error) {
 			if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+				fetchErr = true
 				s.log.Warn("kafka: fetch error", "topic", t, "partition", p, "err", err)
 			}
 		})
+		if fetchErr && fs.NumRecords() == 0 && !sleep(ctx, s.cfg.RetryMin) {
+			continue // ctx ended: the next round hands over and returns
+		}
 		fs.EachRecord(func(r *kgo.Record) {
 			if cur == nil {
 				select {
@@ -312,9 +311,7 @@ func (s *Sink) read(ctx context.Context, cl *kgo.Client, topics kafkax.Topics, q
 			cur.add(r)
 		})
 		if cur != nil && (cur.records >= s.cfg.BatchRows || !time.Now().Before(deadline)) {
-			if !send() {
-				return
-			}
+			send()
 		}
 	}
 }

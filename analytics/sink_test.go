@@ -402,3 +402,24 @@ func TestSinkShutdownWithClickHouseDownCommitsNothingItDidNotInsert(t *testing.T
 		t.Fatal(err)
 	}
 }
+
+func TestTwoSinksShareThePartitions(t *testing.T) {
+	e := newEnv(t)
+	now := time.Now()
+	a := e.auditor(t)
+	s1 := e.startSink(t, e.cfg)
+	s2 := e.startSink(t, e.cfg)
+	bulk(t, e, 0, 1500, now)
+	wantBulk(t, a, 1500, now, 60*time.Second)
+	if err := s1.stop(t); err != nil { // s2 takes over s1's partitions
+		t.Fatal(err)
+	}
+	bulk(t, e, 1500, 500, now)
+	wantBulk(t, a, 2000, now, 60*time.Second)
+	if err := s2.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	if r1, r2 := s1.sink.Stats().Records, s2.sink.Stats().Records; r1 == 0 || r2 == 0 {
+		t.Logf("records per sink: %d and %d (one sink got every partition)", r1, r2)
+	}
+}
