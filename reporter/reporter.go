@@ -704,11 +704,7 @@ func (rn *run) deliveryRecord(ctx context.Context, j *job) *kgo.Record {
 	if del.Message == "" && d.Err != nil && d.Action != ActDelivered {
 		del.Message = d.Err.Error()
 	}
-	val, err := json.Marshal(del)
-	if err != nil { // cannot happen: plain struct of strings and numbers
-		panic(fmt.Sprintf("reporter: encode delivery: %v", err))
-	}
-	rec := &kgo.Record{Key: []byte(j.id), Value: val}
+	rec := &kgo.Record{Key: []byte(j.id), Value: appendDelivery(make([]byte, 0, 256), &del)}
 	telemetry.Inject(ctx, rec)
 	return rec
 }

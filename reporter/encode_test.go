@@ -1,0 +1,53 @@
+package reporter
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/playpipe/playpipe/schemas"
+)
+
+func TestAppendDeliveryMatchesEncodingJSON(t *testing.T) {
+	cases := []schemas.Delivery{
+		{},
+		{V: 1, ReportID: "abc", EventID: "e", Outcome: "delivered", Attempt: 1, HTTPStatus: 200, LatencyUS: 812, At: 1700000000000},
+		{V: 1, ReportID: "r", Outcome: "rejected", Attempt: 3, HTTPStatus: 400, Message: "include the required fields: country,os", Fields: []string{"country", "os"}, LatencyUS: 5, TraceID: "0af7651916cd43dd8448eb211c80319c", At: 1},
+		{V: 1, ReportID: "r", Outcome: "standby", ServedBy: "standby", Replay: true, Reason: "http_503", Message: "quote \" back\\slash <html> & \u00e9 \n\t\x01 \u2028", Fields: []string{}, At: -1, LatencyUS: -3},
+		{V: 1, EventID: "\xff invalid utf-8", Message: "partnerapi: POST /partners/royalty-tracking: transient: dial tcp: connection refused"},
+	}
+	for i, d := range cases {
+		want, err := json.Marshal(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := appendDelivery(nil, &d); string(got) != string(want) {
+			t.Errorf("case %d:\n got %s\nwant %s", i, got, want)
+		}
+	}
+}
+
+func FuzzAppendDelivery(f *testing.F) {
+	f.Add("id", "event", "message", "field", 200, int64(5), true)
+	f.Fuzz(func(t *testing.T, id, ev, msg, field string, status int, lat int64, replay bool) {
+		d := schemas.Delivery{V: 1, ReportID: id, EventID: ev, Outcome: "retry", Attempt: 2, HTTPStatus: status, Message: msg, Fields: []string{field}, LatencyUS: lat, Replay: replay, At: lat}
+		want, _ := json.Marshal(d)
+		if got := appendDelivery(nil, &d); string(got) != string(want) {
+			t.Fatalf("got %s\nwant %s", got, want)
+		}
+	})
+}
+
+func BenchmarkDeliveryEncoding(b *testing.B) {
+	d := schemas.Delivery{V: 1, ReportID: "0af7651916cd43dd8448eb211c80319c", EventID: "ev-123456", Outcome: "delivered", Attempt: 1, HTTPStatus: 200, LatencyUS: 812, TraceID: "0af7651916cd43dd8448eb211c80319c", At: 1700000000000}
+	b.Run("encoding/json", func(b *testing.B) {
+		for b.Loop() {
+			_, _ = json.Marshal(d)
+		}
+	})
+	b.Run("appendDelivery", func(b *testing.B) {
+		buf := make([]byte, 0, 512)
+		for b.Loop() {
+			buf = appendDelivery(buf[:0], &d)
+		}
+	})
+}
