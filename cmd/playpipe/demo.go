@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -92,6 +93,14 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		fmt.Fprintf(stderr, "playpipe demo: %v\n", err)
 		return errUsage
 	}
+	// Each run has its own ledger database unless one is named: the embedded
+	// broker starts its topics at offset 0 every time, and the ledger
+	// recognises records by their Kafka location.
+	dbSet := os.Getenv(analytics.EnvDatabase) != ""
+	fs.Visit(func(f *flag.Flag) { dbSet = dbSet || f.Name == "clickhouse-db" })
+	if !dbSet {
+		c.clickhouse.Database = "demo_" + time.Now().UTC().Format("20060102_150405")
+	}
 	return demo(ctx, c, stdout)
 }
 
@@ -128,9 +137,6 @@ func demo(ctx context.Context, c demoConfig, out io.Writer) error {
 	log := slog.New(slog.NewTextHandler(lf, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	if c.clickhouse.Addr == "" && c.clickhouse.DataDir == "" {
 		c.clickhouse.DataDir = filepath.Join(c.dataDir, "clickhouse")
-	}
-	if c.clickhouse.Database == "" {
-		c.clickhouse.Database = "playpipe"
 	}
 
 	fmt.Fprintf(out, "playpipe %s demo — logs in %s\n", version.Version, c.logFile)
@@ -290,6 +296,10 @@ func finishDemo(ctx context.Context, out io.Writer, a *analytics.Auditor, window
 	}
 	fmt.Fprintf(out, "Every play was delivered exactly once: %d plays derived from %d events, %d delivered, 0 pending, 0 twice.\n",
 		r.PlaysReportable, r.EventsReceived, r.Delivered)
+	if p.ClickHouse.DataDir != "" {
+		fmt.Fprintf(out, "\nThe ledger stays in %s; audit it again, or list the report ids behind a number, with:\n  playpipe audit --clickhouse-data %s --clickhouse-db %s --from %s [--list delivered]\n",
+			p.ClickHouse.DataDir, p.ClickHouse.DataDir, p.ClickHouse.Database, start.Add(-time.Minute).UTC().Format(time.RFC3339))
+	}
 	return nil
 }
 
