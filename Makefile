@@ -41,8 +41,16 @@ staticcheck:
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -count 6 $(PKGS)
 
+## fuzz: each fuzz target for FUZZTIME (untrusted input: events, API answers, report bodies).
+FUZZTIME ?= 20s
 fuzz:
-	$(GO) test -run '^$$' -fuzz FuzzParseEvent -fuzztime 30s ./schemas/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseEvent$$' -fuzztime $(FUZZTIME) ./schemas/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecoders$$' -fuzztime $(FUZZTIME) ./partnerapi/
+	$(GO) test -run '^$$' -fuzz '^FuzzAppendReportJSON$$' -fuzztime $(FUZZTIME) ./partnerapi/
+	$(GO) test -run '^$$' -fuzz '^FuzzReportValidation$$' -fuzztime $(FUZZTIME) ./partnerapi/sandbox/
+	$(GO) test -run '^$$' -fuzz '^FuzzSplitBatch$$' -fuzztime $(FUZZTIME) ./producer/
+	$(GO) test -run '^$$' -fuzz '^FuzzAppendString$$' -fuzztime $(FUZZTIME) ./consumer/
+	$(GO) test -run '^$$' -fuzz '^FuzzAppendDelivery$$' -fuzztime $(FUZZTIME) ./reporter/
 
 ## tools: Go tools the checks use.
 tools:
