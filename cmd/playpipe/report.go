@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/playpipe/playpipe/internal/kafkax"
+	"github.com/playpipe/playpipe/internal/telemetry"
 	"github.com/playpipe/playpipe/partnerapi"
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
 	"github.com/playpipe/playpipe/reporter"
@@ -56,6 +57,7 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	acfg.RegisterFlags(fs)
 	rcfg.RegisterFlags(fs)
 	lf.register(fs.StringVar)
+	adminAddr := telemetry.AdminAddrFlag(fs, "report")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -64,6 +66,11 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		fmt.Fprintln(stderr, err)
 		return errUsage
 	}
+	tel, stopTelemetry, err := startTelemetry(ctx, "report", *adminAddr, log)
+	if err != nil {
+		return err
+	}
+	defer stopTelemetry()
 	kcfg, stopKafka, err := kafkaOrEmbedded(kcfg, log)
 	if err != nil {
 		return err
@@ -99,6 +106,7 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		fmt.Fprintln(stderr, err)
 		return errUsage
 	}
+	tel.AddReadyCheck("kafka", func(ctx context.Context) error { return kafkax.Ping(ctx, kcfg) })
 	if err := rep.Run(ctx); err != nil {
 		if errors.Is(err, reporter.ErrConfiguration) {
 			return configExit{err}

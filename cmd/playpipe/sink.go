@@ -8,6 +8,7 @@ import (
 
 	"github.com/playpipe/playpipe/analytics"
 	"github.com/playpipe/playpipe/internal/kafkax"
+	"github.com/playpipe/playpipe/internal/telemetry"
 )
 
 func init() {
@@ -42,6 +43,7 @@ func runSink(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	kcfg.RegisterFlags(fs)
 	sc.ClickHouse.RegisterFlags(fs)
 	lf.register(fs.StringVar)
+	adminAddr := telemetry.AdminAddrFlag(fs, "sink")
 	fs.StringVar(&sc.Group, "group", envDefault("PLAYPIPE_SINK_GROUP", "playpipe-sink"), "consumer group of the sink (env PLAYPIPE_SINK_GROUP)")
 	fs.IntVar(&sc.BatchRows, "batch-rows", 10000, "most records per insert (10k-row batches are the sweet spot; small batches cost the server much more per row)")
 	fs.DurationVar(&sc.Linger, "linger", time.Second, "longest a non-empty batch waits for more records before it is inserted")
@@ -65,6 +67,11 @@ func runSink(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		fmt.Fprintln(stderr, err)
 		return errUsage
 	}
+	tel, stopTelemetry, err := startTelemetry(ctx, "sink", *adminAddr, log)
+	if err != nil {
+		return err
+	}
+	defer stopTelemetry()
 	kcfg, stopKafka, err := kafkaOrEmbedded(kcfg, log)
 	if err != nil {
 		return err
@@ -79,6 +86,15 @@ func runSink(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	defer stopCH()
 	sc.ClickHouse = chcfg
+	tel.AddReadyCheck("kafka", func(ctx context.Context) error { return kafkax.Ping(ctx, kcfg) })
+	tel.AddReadyCheck("clickhouse", func(ctx context.Context) error {
+		conn, err := chcfg.Open()
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		return conn.Ping(ctx)
+	})
 	sc.Kafka, sc.Logger = kcfg, log
 	s, err := analytics.NewSink(sc)
 	if err != nil {
