@@ -265,7 +265,7 @@ func drained(r *analytics.Report, onTopic int64, p *pipeline.Pipeline) bool {
 		return false
 	}
 	st := e.Stats()
-	return st.Events+st.Rejected >= onTopic && r.PlaysDerived == uint64(st.Plays) && r.Pending == 0 &&
+	return st.Events >= onTopic && r.PlaysDerived == uint64(st.Plays) && r.Pending == 0 &&
 		r.Delivered+r.RejectedByAPI == r.PlaysReportable
 }
 
