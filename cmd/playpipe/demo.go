@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -178,11 +179,20 @@ func demo(ctx context.Context, c demoConfig, out io.Writer) error {
 	fmt.Fprintf(out, "fleet: %d devices publish %d segments over %d mixes (%d via kafka-go, %d via the ingest gateway), %.0f%% bad\n",
 		c.devices, c.events, len(mixes), viaKafka, viaIngest, c.badShare*100)
 
+	// The fleet and the fault schedule run in goroutines owned here: on any
+	// return they are cancelled and waited for before the pipeline closes.
 	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var onTopic atomic.Int64 // events on the events topic (Kafka-acknowledged)
+	var wg sync.WaitGroup
+	defer func() {
+		cancel()
+		wg.Wait()
+	}()
+	out = &syncWriter{w: out} // the schedule and the progress line both print
+	var onTopic atomic.Int64  // events on the events topic (Kafka-acknowledged)
 	fleetDone := make(chan error, 2)
+	wg.Add(3)
 	go func() {
+		defer wg.Done()
 		if viaKafka == 0 {
 			fleetDone <- nil
 			return
@@ -192,6 +202,7 @@ func demo(ctx context.Context, c demoConfig, out io.Writer) error {
 		fleetDone <- err
 	}()
 	go func() {
+		defer wg.Done()
 		n, err := gw.send(runCtx, producer.SimConfig{Mixes: mixes, Events: viaIngest, Devices: c.devices, BadShare: c.badShare, Seed: c.seed + 1,
 			Rate: c.rate * float64(viaIngest) / float64(c.events), Kafka: p.Kafka})
 		onTopic.Add(int64(n))
@@ -200,7 +211,10 @@ func demo(ctx context.Context, c demoConfig, out io.Writer) error {
 
 	// The partner API's bad day, on a schedule.
 	faults := newDemoSchedule(c, p.Sandbox, out, start)
-	go faults.run(runCtx)
+	go func() {
+		defer wg.Done()
+		faults.run(runCtx)
+	}()
 
 	var auditor *analytics.Auditor
 	conn, err := p.ClickHouse.Open()
@@ -469,4 +483,16 @@ func (g *demoGateway) send(ctx context.Context, cfg producer.SimConfig) (int, er
 		}
 	}
 	return accepted, flush()
+}
+
+// syncWriter serialises writes from several goroutines.
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
 }
