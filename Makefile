@@ -50,7 +50,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzAppendReportJSON$$' -fuzztime $(FUZZTIME) ./partnerapi/
 	$(GO) test -run '^$$' -fuzz '^FuzzReportValidation$$' -fuzztime $(FUZZTIME) ./partnerapi/sandbox/
 	$(GO) test -run '^$$' -fuzz '^FuzzSplitBatch$$' -fuzztime $(FUZZTIME) ./producer/
-	$(GO) test -run '^$$' -fuzz '^FuzzAppendString$$' -fuzztime $(FUZZTIME) ./consumer/
+	$(GO) test -run '^$$' -fuzz '^FuzzAppendString$$' -fuzztime $(FUZZTIME) ./internal/jsonenc/
 	$(GO) test -run '^$$' -fuzz '^FuzzAppendDelivery$$' -fuzztime $(FUZZTIME) ./reporter/
 
 ## tools: Go tools the checks use.

@@ -49,7 +49,7 @@ func TestAppendTrackPlayMatchesEncodingJSON(t *testing.T) {
 			t.Fatalf("mismatch for %+v\n got: %s\nwant: %s", p, got, want)
 		}
 		wantR, _ := json.Marshal(&p.Report)
-		if gotR := AppendPlayReport(nil, &p.Report); !bytes.Equal(gotR, wantR) {
+		if gotR := partnerapi.AppendReportJSON(nil, &p.Report); !bytes.Equal(gotR, wantR) {
 			t.Fatalf("report mismatch\n got: %s\nwant: %s", gotR, wantR)
 		}
 	}
@@ -74,21 +74,6 @@ func TestISRCRoundTripsByteForByte(t *testing.T) {
 }
 
 func utf8Valid(s string) bool { return bytes.Equal([]byte(s), []byte(string([]rune(s)))) }
-
-func FuzzAppendString(f *testing.F) {
-	for _, s := range trickyStrings {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		want, _ := json.Marshal(s)
-		if got := appendString(nil, s); !bytes.Equal(got, want) {
-			t.Fatalf("%q: got %s want %s", s, got, want)
-		}
-		if got := appendString(nil, []byte(s)); !bytes.Equal(got, want) {
-			t.Fatalf("[]byte %q: got %s want %s", s, got, want)
-		}
-	})
-}
 
 func TestAppendTrackPlayNoAllocs(t *testing.T) {
 	p := schemas.TrackPlay{V: 1, ReportID: schemas.ReportID("e", 1), EventID: "e", Report: partnerapi.PlayReport{ISRC: "X", EndReason: ptr(int64(1))}}

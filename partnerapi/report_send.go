@@ -8,13 +8,14 @@ import (
 	"strconv"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/playpipe/playpipe/internal/jsonenc"
 )
 
 // injectTrace puts the W3C trace context of ctx (traceparent, tracestate)
@@ -199,24 +200,24 @@ func AppendReportJSON(dst []byte, r *PlayReport) []byte {
 	dst = append(dst, `,"playlength":`...)
 	dst = strconv.AppendInt(dst, r.PlayLength, 10)
 	dst = append(dst, `,"sourcestream":`...)
-	dst = appendJSONString(dst, r.SourceStream)
+	dst = jsonenc.AppendString(dst, r.SourceStream)
 	dst = append(dst, `,"sourcedetail":`...)
-	dst = appendJSONString(dst, r.SourceDetail)
+	dst = jsonenc.AppendString(dst, r.SourceDetail)
 	dst = append(dst, `,"os":`...)
-	dst = appendJSONString(dst, r.OS)
+	dst = jsonenc.AppendString(dst, r.OS)
 	dst = append(dst, `,"device":`...)
-	dst = appendJSONString(dst, r.Device)
+	dst = jsonenc.AppendString(dst, r.Device)
 	dst = append(dst, `,"country":`...)
-	dst = appendJSONString(dst, r.Country)
+	dst = jsonenc.AppendString(dst, r.Country)
 	dst = append(dst, `,"vendor":`...)
 	dst = strconv.AppendInt(dst, r.Vendor, 10)
 	if r.UserID != "" {
 		dst = append(dst, `,"userid":`...)
-		dst = appendJSONString(dst, r.UserID)
+		dst = jsonenc.AppendString(dst, r.UserID)
 	}
 	if r.ISRC != "" {
 		dst = append(dst, `,"isrc":`...)
-		dst = appendJSONString(dst, r.ISRC)
+		dst = jsonenc.AppendString(dst, r.ISRC)
 	}
 	if r.EndReason != nil {
 		dst = append(dst, `,"endreason":`...)
@@ -231,59 +232,4 @@ func AppendReportJSON(dst []byte, r *PlayReport) []byte {
 		dst = strconv.AppendBool(dst, *r.JumpForward)
 	}
 	return append(dst, '}')
-}
-
-const hexDigits = "0123456789abcdef"
-
-// appendJSONString escapes s as encoding/json does with HTML escaping on.
-func appendJSONString(dst []byte, s string) []byte {
-	dst = append(dst, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		b := s[i]
-		if b < utf8.RuneSelf {
-			if b >= ' ' && b != '"' && b != '\\' && b != '<' && b != '>' && b != '&' {
-				i++
-				continue
-			}
-			dst = append(dst, s[start:i]...)
-			switch b {
-			case '\\', '"':
-				dst = append(dst, '\\', b)
-			case '\b':
-				dst = append(dst, '\\', 'b')
-			case '\f':
-				dst = append(dst, '\\', 'f')
-			case '\n':
-				dst = append(dst, '\\', 'n')
-			case '\r':
-				dst = append(dst, '\\', 'r')
-			case '\t':
-				dst = append(dst, '\\', 't')
-			default:
-				dst = append(dst, '\\', 'u', '0', '0', hexDigits[b>>4], hexDigits[b&0xF])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, `\ufffd`...)
-			i += size
-			start = i
-			continue
-		}
-		if r == '\u2028' || r == '\u2029' {
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, '\\', 'u', '2', '0', '2', hexDigits[r&0xF])
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	dst = append(dst, s[start:]...)
-	return append(dst, '"')
 }
