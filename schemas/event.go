@@ -118,6 +118,28 @@ func ParseEvent(raw []byte, opts ValidateOptions) (PlayerEvent, []Violation) {
 	if !utf8.Valid(raw) || !looksLikeObject(raw) {
 		return PlayerEvent{}, []Violation{{Reason: ReasonMalformedJSON, Detail: malformedDetail(raw, nil)}}
 	}
+	// The common case, a well-formed event object, takes a reflection-free
+	// single pass (fastevent.go); anything it is not sure about is decided by
+	// encoding/json, with the same results either way.
+	var r rawEvent
+	if fastDecodeEvent(raw, &r) {
+		return validate(&r, opts, nil)
+	}
+	return parseEventJSON(raw, opts)
+}
+
+// parseEventSlow is ParseEvent without the fast path: the reference the fast
+// path is held to by FuzzParseEventFastVsSlow.
+func parseEventSlow(raw []byte, opts ValidateOptions) (PlayerEvent, []Violation) {
+	if !utf8.Valid(raw) || !looksLikeObject(raw) {
+		return PlayerEvent{}, []Violation{{Reason: ReasonMalformedJSON, Detail: malformedDetail(raw, nil)}}
+	}
+	return parseEventJSON(raw, opts)
+}
+
+// parseEventJSON decodes and validates raw, known to be UTF-8 and to start
+// like an object, with encoding/json.
+func parseEventJSON(raw []byte, opts ValidateOptions) (PlayerEvent, []Violation) {
 	var r rawEvent
 	if err := json.Unmarshal(raw, &r); err != nil {
 		var syn *json.SyntaxError
