@@ -111,7 +111,10 @@ func TestMetricsFollowTheLedger(t *testing.T) {
 	}
 
 	// At the end: the counters equal the ledgers.
+	// Counters are cumulative for the process (other tests, -count): compare
+	// what moved since the run began.
 	var m map[string]float64
+	delta := func(name string) float64 { return m[name] - before[name] }
 	var rep *analytics.Report
 	auditor, err := analytics.NewAuditor(ch.Conn(t), ch.Database)
 	if err != nil {
@@ -123,8 +126,8 @@ func TestMetricsFollowTheLedger(t *testing.T) {
 		rep, err = auditor.Audit(ctx, window)
 		st := p.Enricher().Stats()
 		if err == nil && st.Events == events && rep.Pending == 0 && rep.PlaysDerived == uint64(st.Plays) &&
-			m[`playpipe_deliveries_total{outcome="delivered"}`] == float64(p.Sandbox.Counts().Accepted) &&
-			m["playpipe_sink_rows_total"] >= float64(rep.EventsReceived+rep.PlayRecords) {
+			delta(`playpipe_deliveries_total{outcome="delivered"}`) == float64(p.Sandbox.Counts().Accepted) &&
+			delta("playpipe_sink_rows_total") >= float64(rep.EventsReceived+rep.PlayRecords) {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -137,20 +140,20 @@ func TestMetricsFollowTheLedger(t *testing.T) {
 		name      string
 		got, want float64
 	}{
-		{"playpipe_events_in_total", m["playpipe_events_in_total"], float64(events)},
-		{"playpipe_events_rejected_total", m["playpipe_events_rejected_total"], float64(st.Rejected)},
-		{"playpipe_events_rejected_total (ledger)", m["playpipe_events_rejected_total"], float64(rep.EventsRejected)},
-		{"playpipe_plays_derived_total", m["playpipe_plays_derived_total"], float64(rep.PlaysDerived)},
-		{`playpipe_deliveries_total{outcome="delivered"}`, m[`playpipe_deliveries_total{outcome="delivered"}`], float64(led.Accepted)},
-		{`playpipe_deliveries_total{outcome="delivered"} (ledger)`, m[`playpipe_deliveries_total{outcome="delivered"}`], float64(rep.Delivered)},
-		{`playpipe_delivery_retries_total{reason="http_503"}`, m[`playpipe_delivery_retries_total{reason="http_503"}`], 25},
+		{"playpipe_events_in_total", delta("playpipe_events_in_total"), float64(events)},
+		{"playpipe_events_rejected_total", delta("playpipe_events_rejected_total"), float64(st.Rejected)},
+		{"playpipe_events_rejected_total (ledger)", delta("playpipe_events_rejected_total"), float64(rep.EventsRejected)},
+		{"playpipe_plays_derived_total", delta("playpipe_plays_derived_total"), float64(rep.PlaysDerived)},
+		{`playpipe_deliveries_total{outcome="delivered"}`, delta(`playpipe_deliveries_total{outcome="delivered"}`), float64(led.Accepted)},
+		{`playpipe_deliveries_total{outcome="delivered"} (ledger)`, delta(`playpipe_deliveries_total{outcome="delivered"}`), float64(rep.Delivered)},
+		{`playpipe_delivery_retries_total{reason="http_503"}`, delta(`playpipe_delivery_retries_total{reason="http_503"}`), 25},
 	}
 	for _, c := range checks {
 		if c.got != c.want {
 			t.Errorf("%s = %v, want %v", c.name, c.got, c.want)
 		}
 	}
-	if m["playpipe_mixcache_misses_total"] == 0 || m["playpipe_mixcache_hits_total"] == 0 {
+	if delta("playpipe_mixcache_misses_total") == 0 || delta("playpipe_mixcache_hits_total") == 0 {
 		t.Errorf("mix cache metrics did not move: %v", filter(m, "mixcache"))
 	}
 }

@@ -17,10 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
 	"sync"
-	"time"
 
 	"github.com/playpipe/playpipe/analytics"
 	"github.com/playpipe/playpipe/consumer"
@@ -123,12 +120,13 @@ func Start(ctx context.Context, o Options) (p *Pipeline, err error) {
 
 	apiCfg := o.API
 	if apiCfg.BaseURL == "" {
-		url, srv, stop, err := serveSandbox(o.Sandbox)
+		sb, err := sandbox.ServeLoopback(o.Sandbox)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("pipeline: %w", err)
 		}
-		p.closers = append(p.closers, stop)
-		p.Sandbox = srv
+		p.closers = append(p.closers, sb.Close)
+		p.Sandbox = sb.Server
+		url := sb.URL
 		apiCfg.BaseURL = url
 		apiCfg.Credentials = partnerapi.Credentials{ClientID: orDefault(o.Sandbox.ClientID, sandbox.DefaultClientID),
 			ClientSignature: orDefault(o.Sandbox.ClientSignature, sandbox.DefaultClientSignature),
@@ -295,33 +293,6 @@ func (p *Pipeline) Close() error {
 	err := p.stopRoles()
 	p.stopParts()
 	return err
-}
-
-// serveSandbox serves a sandbox on a free loopback port.
-func serveSandbox(o sandbox.Options) (string, *sandbox.Server, func(), error) {
-	srv, err := sandbox.New(o)
-	if err != nil {
-		return "", nil, nil, fmt.Errorf("pipeline: sandbox: %w", err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", nil, nil, fmt.Errorf("pipeline: sandbox listen: %w", err)
-	}
-	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = hs.Serve(ln) // returns http.ErrServerClosed on Shutdown
-	}()
-	stop := func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := hs.Shutdown(ctx); err != nil {
-			_ = hs.Close()
-		}
-		<-done
-	}
-	return "http://" + ln.Addr().String(), srv, stop, nil
 }
 
 func orDefault(v, def string) string {

@@ -10,6 +10,8 @@ import (
 
 	"github.com/playpipe/playpipe/internal/kafkax"
 	"github.com/playpipe/playpipe/internal/telemetry"
+	"github.com/playpipe/playpipe/partnerapi"
+	"github.com/playpipe/playpipe/partnerapi/sandbox"
 )
 
 // kafkaOrEmbedded returns cfg unchanged when brokers are configured; with
@@ -32,12 +34,49 @@ func kafkaOrEmbedded(cfg kafkax.Config, log *slog.Logger) (kafkax.Config, func()
 	return cfg, e.Close, nil
 }
 
-// ensureTopics creates the pipeline's topics when missing.
-func ensureTopics(ctx context.Context, cfg kafkax.Config) error {
-	if err := kafkax.EnsureTopics(ctx, cfg); err != nil {
-		return fmt.Errorf("ensure topics: %w", err)
+// kafkaReady is kafkaOrEmbedded followed by the creation of missing topics
+// (within thirty seconds).
+func kafkaReady(ctx context.Context, cfg kafkax.Config, log *slog.Logger) (kafkax.Config, func(), error) {
+	cfg, stop, err := kafkaOrEmbedded(cfg, log)
+	if err != nil {
+		return cfg, stop, err
 	}
-	return nil
+	ectx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := kafkax.EnsureTopics(ectx, cfg); err != nil {
+		stop()
+		return cfg, func() {}, fmt.Errorf("ensure topics: %w", err)
+	}
+	return cfg, stop, nil
+}
+
+// partnerAPI returns a client of the configured partner API; with no
+// --api-url it serves a built-in sandbox (seed 1, its sandbox-only
+// credentials) on loopback and says so. why ends the warning. A
+// configuration error is a usage error (exit 2).
+func partnerAPI(cfg partnerapi.Config, log *slog.Logger, why string) (*partnerapi.Client, func(), error) {
+	stop := func() {}
+	if cfg.BaseURL == "" {
+		sb, err := sandbox.ServeLoopback(sandbox.Options{Seed: 1, Logger: log})
+		if err != nil {
+			return nil, stop, err
+		}
+		log.Warn("no --api-url configured: using a built-in sandbox of the partner API on loopback ("+why+")", "url", sb.URL)
+		stop = func() {
+			sb.Close()
+			c := sb.Counts()
+			log.Info("built-in sandbox stopped", "accepted", c.Accepted, "standby", c.Standby, "rejected", c.Rejected, "duplicates", c.Duplicates)
+		}
+		cfg.BaseURL = sb.URL
+		cfg.Credentials = partnerapi.Credentials{ClientID: sandbox.DefaultClientID, ClientSignature: sandbox.DefaultClientSignature}
+	}
+	cfg.Logger = log
+	api, err := partnerapi.New(cfg)
+	if err != nil {
+		stop()
+		return nil, func() {}, fmt.Errorf("%w: %v", errUsage, err)
+	}
+	return api, func() { api.Close(); stop() }, nil
 }
 
 // logFlags are the logging flags shared by every subcommand.

@@ -13,7 +13,6 @@ import (
 	"github.com/playpipe/playpipe/internal/kafkax"
 	"github.com/playpipe/playpipe/internal/telemetry"
 	"github.com/playpipe/playpipe/partnerapi"
-	"github.com/playpipe/playpipe/partnerapi/sandbox"
 )
 
 func init() {
@@ -146,30 +145,16 @@ func runConsume(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	defer stopTelemetry()
-	kcfg, stopKafka, err := kafkaOrEmbedded(kcfg, log)
+	kcfg, stopKafka, err := kafkaReady(ctx, kcfg, log)
 	if err != nil {
 		return err
 	}
 	defer stopKafka()
-	if err := ensureTopics(ctx, kcfg); err != nil {
+	api, stopAPI, err := partnerAPI(acfg, log, "mix listings come from the sandbox's catalog")
+	if err != nil {
 		return err
 	}
-	if acfg.BaseURL == "" {
-		url, stopSandbox, err := builtinSandbox(log)
-		if err != nil {
-			return err
-		}
-		defer stopSandbox()
-		acfg.BaseURL = url
-		acfg.Credentials = partnerapi.Credentials{ClientID: sandbox.DefaultClientID, ClientSignature: sandbox.DefaultClientSignature}
-	}
-	acfg.Logger = log
-	api, err := partnerapi.New(acfg)
-	if err != nil {
-		fmt.Fprintln(stderr, err)
-		return errUsage
-	}
-	defer api.Close()
+	defer stopAPI()
 	opts.Kafka = kcfg
 	opts.Source = api
 	opts.Logger = log

@@ -120,17 +120,11 @@ func runIngestWith(ctx context.Context, args []string, stdin io.Reader, stdout, 
 			log.Warn("ingest: stopping telemetry", "err", err)
 		}
 	}()
-	kcfg, stopKafka, err := kafkaOrEmbedded(kcfg, log)
+	kcfg, stopKafka, err := kafkaReady(ctx, kcfg, log)
 	if err != nil {
 		return err
 	}
 	defer stopKafka()
-	ectx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	err = ensureTopics(ectx, kcfg)
-	cancel()
-	if err != nil {
-		return err
-	}
 	pub, err := producer.NewPublisher(ctx, producer.PublisherConfig{Kafka: kcfg, Validate: vopts, Linger: *linger, DeliveryTimeout: *delivery})
 	if err != nil {
 		return err

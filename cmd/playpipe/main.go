@@ -66,6 +66,9 @@ func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case errors.Is(err, flag.ErrHelp):
 		return 0
 	case errors.Is(err, errUsage):
+		if err != errUsage { // a wrapped usage error carries its own message
+			fmt.Fprintf(stderr, "playpipe %s: %v\n", c.name, err)
+		}
 		return 2
 	default:
 		var ec exitCoder

@@ -5,15 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
-	"net"
-	"net/http"
-	"time"
 
 	"github.com/playpipe/playpipe/internal/kafkax"
 	"github.com/playpipe/playpipe/internal/telemetry"
 	"github.com/playpipe/playpipe/partnerapi"
-	"github.com/playpipe/playpipe/partnerapi/sandbox"
 	"github.com/playpipe/playpipe/reporter"
 )
 
@@ -71,34 +66,20 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	defer stopTelemetry()
-	kcfg, stopKafka, err := kafkaOrEmbedded(kcfg, log)
+	kcfg, stopKafka, err := kafkaReady(ctx, kcfg, log)
 	if err != nil {
 		return err
 	}
 	defer stopKafka()
-	if err := ensureTopics(ctx, kcfg); err != nil {
-		return err
-	}
-	if acfg.BaseURL == "" {
-		url, stopSandbox, err := builtinSandbox(log)
-		if err != nil {
-			return err
-		}
-		defer stopSandbox()
-		acfg.BaseURL = url
-		acfg.Credentials = partnerapi.Credentials{ClientID: sandbox.DefaultClientID, ClientSignature: sandbox.DefaultClientSignature}
-	}
 	if acfg.MaxConns < rcfg.Concurrency {
 		// Every post in flight needs its own keep-alive connection.
 		acfg.MaxConns = rcfg.Concurrency
 	}
-	acfg.Logger = log
-	api, err := partnerapi.New(acfg)
+	api, stopAPI, err := partnerAPI(acfg, log, "reports go nowhere real")
 	if err != nil {
-		fmt.Fprintln(stderr, err)
-		return errUsage
+		return err
 	}
-	defer api.Close()
+	defer stopAPI()
 	rcfg.Kafka = kcfg
 	rcfg.Logger = log
 	rep, err := reporter.New(rcfg, api)
@@ -114,32 +95,4 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	return nil
-}
-
-// builtinSandbox serves the partner API sandbox on a free loopback port.
-func builtinSandbox(log *slog.Logger) (string, func(), error) {
-	srv, err := sandbox.New(sandbox.Options{Seed: 1, Logger: log})
-	if err != nil {
-		return "", nil, err
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", nil, fmt.Errorf("built-in sandbox: listen: %w", err)
-	}
-	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = hs.Serve(ln)
-	}()
-	url := "http://" + ln.Addr().String()
-	log.Warn("no --api-url configured: posting to a built-in sandbox of the partner API (reports go nowhere real)", "url", url)
-	return url, func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = hs.Shutdown(sctx)
-		<-done
-		l := srv.Ledger()
-		log.Info("built-in sandbox stopped", "accepted", l.AcceptedCount, "standby", l.StandbyCount, "rejected", l.RejectedCount, "duplicates", l.Duplicates)
-	}, nil
 }

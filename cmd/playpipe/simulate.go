@@ -5,9 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
-	"net"
-	"net/http"
 	"os"
 	"strconv"
 	"strings"
@@ -16,7 +13,6 @@ import (
 	"github.com/playpipe/playpipe/internal/kafkax"
 	"github.com/playpipe/playpipe/internal/telemetry"
 	"github.com/playpipe/playpipe/partnerapi"
-	"github.com/playpipe/playpipe/partnerapi/sandbox"
 	"github.com/playpipe/playpipe/producer"
 )
 
@@ -96,22 +92,11 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			return errUsage
 		}
 	} else {
-		if acfg.BaseURL == "" {
-			url, stop, err := catalogSandbox(log)
-			if err != nil {
-				return err
-			}
-			defer stop()
-			acfg.BaseURL = url
-			acfg.Credentials = partnerapi.Credentials{ClientID: sandbox.DefaultClientID, ClientSignature: sandbox.DefaultClientSignature}
-		}
-		acfg.Logger = log
-		api, err := partnerapi.New(acfg)
+		api, stopAPI, err := partnerAPI(acfg, log, "no --mixes: the simulated fleet listens to the sandbox's catalog, seed 1")
 		if err != nil {
-			fmt.Fprintln(stderr, err)
-			return errUsage
+			return err
 		}
-		defer api.Close()
+		defer stopAPI()
 		wctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 		catalog, err = producer.CatalogFromAPI(wctx, api, *maxMixes)
 		cancel()
@@ -150,33 +135,6 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return err
 	}
 	return nil
-}
-
-// catalogSandbox serves a seed-1 sandbox on a free loopback port, only to
-// read its catalog.
-func catalogSandbox(log *slog.Logger) (string, func(), error) {
-	srv, err := sandbox.New(sandbox.Options{Seed: 1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		return "", nil, err
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", nil, fmt.Errorf("built-in sandbox: listen: %w", err)
-	}
-	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = hs.Serve(ln)
-	}()
-	url := "http://" + ln.Addr().String()
-	log.Info("simulate: no --mixes or --api-url: reading the catalog of a built-in sandbox (seed 1)", "url", url)
-	return url, func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = hs.Shutdown(sctx)
-		<-done
-	}, nil
 }
 
 // parseMixes parses id:length[@start/start/…],… (lengths and starts in ms

@@ -72,14 +72,11 @@ func runSink(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	defer stopTelemetry()
-	kcfg, stopKafka, err := kafkaOrEmbedded(kcfg, log)
+	kcfg, stopKafka, err := kafkaReady(ctx, kcfg, log)
 	if err != nil {
 		return err
 	}
 	defer stopKafka()
-	if err := ensureTopics(ctx, kcfg); err != nil {
-		return err
-	}
 	chcfg, stopCH, err := analytics.LocalOrConfigured(ctx, sc.ClickHouse, log)
 	if err != nil {
 		return err
