@@ -46,6 +46,7 @@ bench:
 FUZZTIME ?= 20s
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseEvent$$' -fuzztime $(FUZZTIME) ./schemas/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseEventFastVsSlow$$' -fuzztime $(FUZZTIME) ./schemas/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecoders$$' -fuzztime $(FUZZTIME) ./partnerapi/
 	$(GO) test -run '^$$' -fuzz '^FuzzAppendReportJSON$$' -fuzztime $(FUZZTIME) ./partnerapi/
 	$(GO) test -run '^$$' -fuzz '^FuzzReportValidation$$' -fuzztime $(FUZZTIME) ./partnerapi/sandbox/
