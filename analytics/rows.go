@@ -90,13 +90,8 @@ type eventFields struct {
 
 func (t *eventsRows) add(r *kgo.Record) {
 	t.loc.add(r)
-	var f eventFields
-	parsed := uint8(0)
-	err := json.Unmarshal(r.Value, &f)
-	var typeErr *json.UnmarshalTypeError
-	if err == nil || errors.As(err, &typeErr) {
-		parsed = 1
-	}
+	raw := string(r.Value) // one copy: the decoded strings are slices of it
+	f, parsed := decodeEvent(r.Value, raw)
 	t.key = append(t.key, string(r.Key))
 	t.traceID = append(t.traceID, traceIDOf(r))
 	t.parsed = append(t.parsed, parsed)
@@ -107,7 +102,28 @@ func (t *eventsRows) add(r *kgo.Record) {
 	t.durationMS = append(t.durationMS, f.DurationMS)
 	t.userID = append(t.userID, f.UserID)
 	t.country = append(t.country, f.Country)
-	t.raw = append(t.raw, string(r.Value))
+	t.raw = append(t.raw, raw)
+}
+
+// decodeEvent returns the columns of an event (raw is string(b)) and
+// whether it parsed: the targeted decoder, else encoding/json.
+func decodeEvent(b []byte, raw string) (eventFields, uint8) {
+	var f eventFields
+	if fastEvent(raw, &f) {
+		return f, 1
+	}
+	return decodeEventJSON(b)
+}
+
+// decodeEventJSON is the reference decoding of an event.
+func decodeEventJSON(b []byte) (eventFields, uint8) {
+	var f eventFields
+	err := json.Unmarshal(b, &f)
+	var typeErr *json.UnmarshalTypeError
+	if err == nil || errors.As(err, &typeErr) {
+		return f, 1
+	}
+	return f, 0
 }
 
 type playsRows struct {
@@ -155,7 +171,7 @@ type playRecord struct {
 	} `json:"report"`
 }
 
-func (t *playsRows) add(r *kgo.Record, p *playRecord) {
+func (t *playsRows) add(r *kgo.Record, p *playRecord, raw string) {
 	t.loc.add(r)
 	t.traceID = append(t.traceID, traceIDOf(r))
 	t.v = append(t.v, int32(p.V))
@@ -174,7 +190,7 @@ func (t *playsRows) add(r *kgo.Record, p *playRecord) {
 	t.userID = append(t.userID, p.Report.UserID)
 	t.country = append(t.country, p.Report.Country)
 	t.isrc = append(t.isrc, p.Report.ISRC)
-	t.record = append(t.record, string(r.Value))
+	t.record = append(t.record, raw)
 }
 
 type deliveriesRows struct {
@@ -389,21 +405,28 @@ func (b *batch) add(r *kgo.Record) {
 	case b.topics.Events:
 		b.events.add(r)
 	case b.topics.Reports:
+		raw := string(r.Value) // one copy: the decoded strings are slices of it
 		var p playRecord
-		if err := decode(r.Value, &p); err != nil {
-			b.malformed.add(r, err)
-			return
+		if !fastPlay(raw, &p) {
+			p = playRecord{}
+			if err := decode(r.Value, &p); err != nil {
+				b.malformed.add(r, err)
+				return
+			}
 		}
 		if p.ReportID == "" {
 			b.malformed.add(r, errors.New("track play without report_id"))
 			return
 		}
-		b.plays.add(r, &p)
+		b.plays.add(r, &p, raw)
 	case b.topics.Deliveries:
 		var d schemas.Delivery
-		if err := decode(r.Value, &d); err != nil {
-			b.malformed.add(r, err)
-			return
+		if !fastDelivery(string(r.Value), &d) {
+			d = schemas.Delivery{}
+			if err := decode(r.Value, &d); err != nil {
+				b.malformed.add(r, err)
+				return
+			}
 		}
 		if d.ReportID == "" {
 			b.malformed.add(r, errors.New("delivery without report_id"))
@@ -412,9 +435,12 @@ func (b *batch) add(r *kgo.Record) {
 		b.deliveries.add(r, &d)
 	case b.topics.Rejected:
 		var j schemas.Rejection
-		if err := decode(r.Value, &j); err != nil {
-			b.malformed.add(r, err)
-			return
+		if !fastRejection(string(r.Value), &j) {
+			j = schemas.Rejection{}
+			if err := decode(r.Value, &j); err != nil {
+				b.malformed.add(r, err)
+				return
+			}
 		}
 		b.rejections.add(r, &j)
 	default:

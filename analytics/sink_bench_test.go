@@ -137,3 +137,23 @@ func BenchmarkSinkEndToEnd(b *testing.B) {
 		b.ReportMetric(float64(n)/el.Seconds(), "rows/s")
 	}
 }
+
+// BenchmarkSinkDecode measures decoding alone as the sink's reader does it:
+// records in the pipeline's proportions into a reused batch (no ClickHouse;
+// per record, with allocations).
+//
+//	go test ./analytics -run '^$' -bench 'SinkDecode$' -benchmem -count 6
+func BenchmarkSinkDecode(b *testing.B) {
+	topics := kafkax.TopicsFor("plays")
+	const rows = 10000
+	recs := benchRecords(b, topics, rows)
+	bt := newBatch(topics)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		if i%rows == 0 {
+			bt.reset()
+		}
+		bt.add(recs[i%rows])
+	}
+}
