@@ -11,9 +11,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/playpipe/playpipe/internal/kafkax"
+	"github.com/playpipe/playpipe/internal/telemetry"
 	"github.com/playpipe/playpipe/internal/testenv"
 	"github.com/playpipe/playpipe/partnerapi"
 	"github.com/playpipe/playpipe/schemas"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 )
 
 // benchRecords are valid events over the fake mixes, as fetched records.
@@ -37,7 +39,21 @@ func benchRecords(n int) ([]*kgo.Record, int) {
 // BenchmarkEnrich measures the enrich step itself with a warm mix cache:
 // parse and validate the event, look up the listing, split, encode every
 // TrackPlay and build the output records; Kafka is not involved.
+// It runs with tracing off (no exporter configured: the default) and on
+// (every span sampled and handed to an exporter), to show what tracing costs.
 func BenchmarkEnrich(b *testing.B) {
+	b.Run("tracing=off", benchEnrich)
+	b.Run("tracing=on", func(b *testing.B) {
+		shutdown, err := telemetry.Setup(context.Background(), telemetry.Options{SpanExporter: tracetest.NewNoopExporter()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer func() { _ = shutdown(context.Background()) }()
+		benchEnrich(b)
+	})
+}
+
+func benchEnrich(b *testing.B) {
 	recs, avg := benchRecords(1000)
 	cache, _ := NewMixCache(newFakeSource(fakeMixes()...), CacheOptions{})
 	p := newProcessor(cache, kafkax.TopicsFor(""), schemas.ValidateOptions{}, SplitOptions{}, 8)
