@@ -444,6 +444,7 @@ type item struct {
 	ev      schemas.PlayerEvent
 	vs      []schemas.Violation
 	listing *Listing
+	fetched bool // the listing was not cached: this batch fetched it
 }
 
 func newProcessor(cache *MixCache, topics kafkax.Topics, v schemas.ValidateOptions, split SplitOptions, conc int) *processor {
@@ -565,6 +566,7 @@ func (p *processor) process(ctx, waitCtx context.Context, recs []*kgo.Record, no
 			if it.vs != nil || it.listing != nil {
 				continue
 			}
+			it.fetched = true
 			l, err := p.cache.Lookup(it.ev.MixID)
 			switch {
 			case errors.Is(err, ErrUnknownMix):
@@ -645,6 +647,7 @@ func (p *processor) process(ctx, waitCtx context.Context, recs []*kgo.Record, no
 		}
 		if span.IsRecording() {
 			span.SetAttributes(attribute.String("playpipe.event_id", it.ev.EventID), attribute.Int64("playpipe.mix_id", it.ev.MixID),
+				attribute.Bool("playpipe.mixcache.hit", !it.fetched),
 				attribute.Int("playpipe.plays", len(p.plays)))
 		}
 		span.End()

@@ -124,6 +124,20 @@ func TestTraceEndToEnd(t *testing.T) {
 			t.Errorf("span %q's parent is %q, want %q", chain[i], parent.Name, chain[i-1])
 		}
 	}
+	if e, ok := inTrace["enrich"]; ok {
+		hit := false
+		for _, a := range e.Attributes {
+			if a.Key == "playpipe.mixcache.hit" {
+				hit = true
+				if a.Value.AsBool() {
+					t.Errorf("the first event of a mix was a mix-cache hit")
+				}
+			}
+		}
+		if !hit {
+			t.Errorf("enrich span lacks playpipe.mixcache.hit: %v", e.Attributes)
+		}
+	}
 	for _, r := range rows {
 		if len(r.TraceIDs) != 1 || r.TraceIDs[0] != traceID.String() {
 			t.Errorf("ClickHouse delivery of %s carries trace ids %v, want [%s]", r.ReportID, r.TraceIDs, traceID)

@@ -12,6 +12,9 @@ import (
 	"github.com/playpipe/playpipe/internal/telemetry"
 	"github.com/playpipe/playpipe/partnerapi"
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel"
 )
 
 // kafkaOrEmbedded returns cfg unchanged when brokers are configured; with
@@ -122,5 +125,29 @@ func startTelemetry(ctx context.Context, role, adminAddr string, log *slog.Logge
 		if err := tel.Close(cctx); err != nil {
 			log.Warn("stopping telemetry", "role", role, "err", err)
 		}
+	}, nil
+}
+
+// exportLag registers the playpipe.consumer.lag gauge of group (per topic
+// and partition, read from Kafka at scrape time) on the role's meter, and
+// returns the function that unregisters it and closes its admin client.
+func exportLag(kcfg kafkax.Config, group string, topics ...string) (func(), error) {
+	opts, err := kcfg.ClientOpts()
+	if err != nil {
+		return nil, err
+	}
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("lag metrics: %w", err)
+	}
+	reg, err := telemetry.RegisterConsumerLag(otel.Meter("github.com/playpipe/playpipe/cmd/playpipe"), kadm.NewClient(cl), group,
+		telemetry.ConsumerLagOptions{Topics: topics})
+	if err != nil {
+		cl.Close()
+		return nil, fmt.Errorf("lag metrics: %w", err)
+	}
+	return func() {
+		_ = reg.Unregister()
+		cl.Close()
 	}, nil
 }

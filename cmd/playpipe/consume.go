@@ -164,6 +164,11 @@ func runConsume(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return errUsage
 	}
 	tel.AddReadyCheck("kafka", func(ctx context.Context) error { return kafkax.Ping(ctx, kcfg) })
+	stopLag, err := exportLag(kcfg, opts.Group, kcfg.Topics().Events)
+	if err != nil {
+		return err
+	}
+	defer stopLag()
 	err = enr.Run(ctx)
 	st := enr.Stats()
 	cs := enr.Cache().Stats()

@@ -88,6 +88,11 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return errUsage
 	}
 	tel.AddReadyCheck("kafka", func(ctx context.Context) error { return kafkax.Ping(ctx, kcfg) })
+	stopLag, err := exportLag(kcfg, rcfg.Group, kcfg.Topics().Reports)
+	if err != nil {
+		return err
+	}
+	defer stopLag()
 	if err := rep.Run(ctx); err != nil {
 		if errors.Is(err, reporter.ErrConfiguration) {
 			return configExit{err}

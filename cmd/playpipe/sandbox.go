@@ -13,6 +13,7 @@ import (
 
 	"go.opentelemetry.io/otel"
 
+	"github.com/playpipe/playpipe/internal/telemetry"
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
 )
 
@@ -97,8 +98,17 @@ func runSandbox(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return fmt.Errorf("%w (check the matching flag)", err)
 	}
 
-	// Observable instruments on the global meter: a later pass's exporter
-	// (or the default no-op provider) reads the sandbox's own counters.
+	// OTEL_* export of server spans and metrics; the sandbox's counters are
+	// also served as /metrics on the admin listener.
+	shutdownTel, err := telemetry.Setup(ctx, telemetry.Options{ServiceName: "playpipe-sandbox"})
+	if err != nil {
+		return fmt.Errorf("telemetry: %w", err)
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = shutdownTel(sctx)
+	}()
 	reg, err := srv.RegisterMetrics(otel.Meter("github.com/playpipe/playpipe/partnerapi/sandbox"))
 	if err != nil {
 		return err
@@ -133,11 +143,14 @@ func runSandbox(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			}
 		}
 	}
-	if err := start("api", *addr, srv.Handler()); err != nil {
+	if err := start("api", *addr, telemetry.HTTPHandler(srv.Handler(), "sandbox")); err != nil {
 		return err
 	}
 	if adminOn {
-		if err := start("admin", *adminAddr, srv.AdminHandler()); err != nil {
+		admin := http.NewServeMux()
+		admin.Handle("/metrics", telemetry.MetricsHandler())
+		admin.Handle("/", srv.AdminHandler())
+		if err := start("admin", *adminAddr, admin); err != nil {
 			shutdown()
 			return err
 		}

@@ -84,6 +84,11 @@ func runSink(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	defer stopCH()
 	sc.ClickHouse = chcfg
 	tel.AddReadyCheck("kafka", func(ctx context.Context) error { return kafkax.Ping(ctx, kcfg) })
+	stopLag, err := exportLag(kcfg, sc.Group, kcfg.Topics().All()...)
+	if err != nil {
+		return err
+	}
+	defer stopLag()
 	tel.AddReadyCheck("clickhouse", func(ctx context.Context) error {
 		conn, err := chcfg.Open()
 		if err != nil {
