@@ -305,7 +305,7 @@ func (rn *run) poll(ctx context.Context) {
 			batch := make([]fetched, len(recs))
 			for i, rec := range recs {
 				batch[i].rec = rec
-				batch[i].err = json.Unmarshal(rec.Value, &batch[i].tp)
+				batch[i].err = decodeTrackPlay(rec.Value, &batch[i].tp)
 			}
 			rn.mu.Lock()
 			invalid := rn.intake(batch)
