@@ -27,7 +27,10 @@ func kafkaOrEmbedded(cfg kafkax.Config, log *slog.Logger) (kafkax.Config, func()
 		}
 		return cfg, func() {}, nil
 	}
-	e, err := kafkax.StartEmbedded(cfg.TopicPrefix, cfg.Partitions)
+	if err := cfg.Validate(); err != nil {
+		return cfg, func() {}, err
+	}
+	e, err := kafkax.StartEmbeddedOn(cfg.TopicPrefix, cfg.Partitions, cfg.EmbeddedPort)
 	if err != nil {
 		return cfg, func() {}, err
 	}

@@ -15,15 +15,22 @@ type Embedded struct {
 	addrs   []string
 }
 
-// StartEmbedded starts an embedded broker with the four topics of prefix
-// created with the given number of partitions. Close stops it.
+// StartEmbedded starts an embedded broker on a free loopback port with the
+// four topics of prefix created with the given number of partitions. Close
+// stops it.
 func StartEmbedded(prefix string, partitions int) (*Embedded, error) {
+	return StartEmbeddedOn(prefix, partitions, 0)
+}
+
+// StartEmbeddedOn is StartEmbedded on a given loopback port (0: a free one),
+// so that other processes can be pointed at it (--brokers 127.0.0.1:port).
+func StartEmbeddedOn(prefix string, partitions, port int) (*Embedded, error) {
 	if partitions < 1 {
 		partitions = 6
 	}
 	c, err := kfake.NewCluster(
 		kfake.NumBrokers(1),
-		kfake.Ports(0),
+		kfake.Ports(port),
 		kfake.SeedTopics(int32(partitions), TopicsFor(prefix).All()...),
 		kfake.AllowAutoTopicCreation(),
 		kfake.DefaultNumPartitions(partitions),

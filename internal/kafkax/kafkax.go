@@ -77,6 +77,9 @@ type Config struct {
 	TLS         bool
 	TLSCAFile   string
 	TLSInsecure bool
+	// EmbeddedPort is the loopback port of the embedded broker started when
+	// no Brokers are configured (0: a free port).
+	EmbeddedPort int
 	// Partitions and ReplicationFactor are used when playpipe creates missing
 	// topics (defaults 6 and -1, the broker default).
 	Partitions        int
@@ -103,6 +106,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.TLS, "kafka-tls", os.Getenv("PLAYPIPE_KAFKA_TLS") == "true", "use TLS to the brokers (env PLAYPIPE_KAFKA_TLS=true)")
 	fs.StringVar(&c.TLSCAFile, "kafka-ca", os.Getenv("PLAYPIPE_KAFKA_CA"), "PEM file of CAs to trust for broker TLS (env PLAYPIPE_KAFKA_CA)")
 	fs.BoolVar(&c.TLSInsecure, "kafka-tls-insecure", false, "skip broker certificate verification (testing only)")
+	fs.IntVar(&c.EmbeddedPort, "embedded-kafka-port", 0, "without --brokers: the loopback port of the embedded broker, so other playpipe processes can use it with --brokers 127.0.0.1:<port> (0: a free port)")
 	fs.IntVar(&c.Partitions, "partitions", 6, "partitions of topics that playpipe creates")
 	fs.IntVar(&c.ReplicationFactor, "replication-factor", -1, "replication factor of topics that playpipe creates (-1: broker default)")
 }
@@ -120,6 +124,9 @@ func (c Config) Validate() error {
 	}
 	if c.Partitions < 1 {
 		return fmt.Errorf("kafka: --partitions must be ≥ 1, got %d", c.Partitions)
+	}
+	if c.EmbeddedPort < 0 || c.EmbeddedPort > 65535 {
+		return fmt.Errorf("kafka: --embedded-kafka-port must be within 0–65535, got %d", c.EmbeddedPort)
 	}
 	for _, b := range c.Brokers {
 		if !strings.Contains(b, ":") {
