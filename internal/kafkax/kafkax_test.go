@@ -1,0 +1,101 @@
+package kafkax
+
+import (
+	"context"
+	"flag"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+func TestTopicsFor(t *testing.T) {
+	if got := TopicsFor("").All(); strings.Join(got, ",") != "plays.events,plays.reports,plays.rejected,plays.deliveries" {
+		t.Fatalf("default topics %v", got)
+	}
+	if got := TopicsFor("acme.eu").Deliveries; got != "acme.eu.deliveries" {
+		t.Fatalf("prefixed topic %q", got)
+	}
+}
+
+func TestValidateNamesTheFlag(t *testing.T) {
+	for _, c := range []struct {
+		cfg  Config
+		flag string
+	}{
+		{Config{Partitions: 1, SASLMechanism: "GSSAPI"}, "--kafka-sasl"},
+		{Config{Partitions: 1, SASLMechanism: "PLAIN"}, "--kafka-user"},
+		{Config{Partitions: 0}, "--partitions"},
+		{Config{Partitions: 1, EmbeddedPort: 70000}, "--embedded-kafka-port"},
+		{Config{Partitions: 1, Brokers: []string{"kafka-1"}}, "host:port"},
+	} {
+		err := c.cfg.Validate()
+		if err == nil || !strings.Contains(err.Error(), c.flag) {
+			t.Errorf("%+v: error %v, want one naming %s", c.cfg, err, c.flag)
+		}
+	}
+	if err := (Config{Partitions: 3, SASLMechanism: "scram-sha-512", SASLUser: "u", Brokers: []string{"k:9092"}}).Validate(); err != nil {
+		t.Errorf("valid config refused: %v", err)
+	}
+}
+
+func TestFlagsNeverTakeThePassword(t *testing.T) {
+	t.Setenv("PLAYPIPE_KAFKA_PASSWORD", "s3cret")
+	t.Setenv("PLAYPIPE_BROKERS", "a:1, b:2")
+	var c Config
+	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	c.RegisterFlags(fs)
+	if fs.Lookup("kafka-password") != nil {
+		t.Fatal("a password flag would put the secret on command lines")
+	}
+	if err := fs.Parse([]string{"--topic-prefix", "p"}); err != nil {
+		t.Fatal(err)
+	}
+	if c.SASLPassword != "s3cret" || strings.Join(c.Brokers, ",") != "a:1,b:2" || c.TopicPrefix != "p" {
+		t.Fatalf("config from env and flags: %+v", c)
+	}
+}
+
+// TestEmbeddedBroker: the embedded broker speaks the protocol on loopback,
+// has the four topics, and EnsureTopics and Ping work against it.
+func TestEmbeddedBroker(t *testing.T) {
+	e, err := StartEmbedded("plays", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	cfg := Config{Brokers: e.Addrs(), TopicPrefix: "plays", Partitions: 2, ReplicationFactor: -1}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := Ping(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := EnsureTopics(ctx, cfg); err != nil { // already there: not an error
+		t.Fatal(err)
+	}
+	other := cfg
+	other.TopicPrefix = "other"
+	if err := EnsureTopics(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	opts, _ := cfg.ClientOpts()
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	md, err := kadm.NewClient(cl).ListTopics(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, topic := range append(cfg.Topics().All(), other.Topics().All()...) {
+		if d, ok := md[topic]; !ok || len(d.Partitions) != 2 {
+			t.Errorf("topic %s: %v", topic, d)
+		}
+	}
+	if err := Ping(ctx, Config{Brokers: []string{"127.0.0.1:1"}, Partitions: 1}); err == nil {
+		t.Error("ping of a closed port succeeded")
+	}
+}
