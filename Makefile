@@ -53,6 +53,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzSplitBatch$$' -fuzztime $(FUZZTIME) ./producer/
 	$(GO) test -run '^$$' -fuzz '^FuzzAppendString$$' -fuzztime $(FUZZTIME) ./internal/jsonenc/
 	$(GO) test -run '^$$' -fuzz '^FuzzAppendDelivery$$' -fuzztime $(FUZZTIME) ./reporter/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeTrackPlay$$' -fuzztime $(FUZZTIME) ./reporter/
 	$(GO) test -run '^$$' -fuzz '^FuzzFastDecode$$' -fuzztime $(FUZZTIME) ./analytics/
 
 ## tools: Go tools the checks use.
