@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/playpipe/playpipe/internal/kafkax"
@@ -48,21 +49,35 @@ func (k *Kafka) Client(t testing.TB, opts ...kgo.Opt) *kgo.Client {
 	return cl
 }
 
-// ReadAll reads every committed record of topic from the start until no new
-// record arrives for quiet (read_committed), and returns them in partition
-// then offset order per partition as fetched.
+// ReadAll reads every committed record of topic from the start
+// (read_committed) and returns them in fetch order. It waits up to 30 s for
+// the first record when the topic is not empty, then reads until no new
+// record arrives for quiet: a slow first fetch on a loaded machine is not
+// mistaken for an empty topic.
 func (k *Kafka) ReadAll(t testing.TB, topic string, quiet time.Duration) []*kgo.Record {
 	t.Helper()
 	cl := k.Client(t, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)
+	cancel()
+	if err != nil {
+		t.Fatalf("testenv: end offsets of %s: %v", topic, err)
+	}
+	empty := true
+	ends.Each(func(o kadm.ListedOffset) { empty = empty && o.Offset <= 0 })
+	if empty {
+		return nil
+	}
 	var out []*kgo.Record
+	firstBy := time.Now().Add(30 * time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), quiet)
 		fs := cl.PollFetches(ctx)
 		cancel()
 		n := 0
 		fs.EachRecord(func(r *kgo.Record) { out = append(out, r); n++ })
-		if n == 0 {
+		if n == 0 && (len(out) > 0 || time.Now().After(firstBy)) {
 			return out
 		}
 	}
