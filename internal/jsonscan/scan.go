@@ -1,0 +1,436 @@
+package jsonscan
+
+import "unicode/utf8"
+
+// MaxDepth bounds the nesting a Scanner follows (encoding/json's own limit
+// is 10 000; deeper input makes the Scanner bad).
+const MaxDepth = 64
+
+// Scanner is a validating JSON reader over s. The first failure makes it
+// bad, after which every method is a no-op (and returns zero values).
+type Scanner[S string | []byte] struct {
+	s     S
+	i     int
+	depth int
+	bad   bool
+}
+
+// New returns a Scanner at the start of s.
+func New[S string | []byte](s S) Scanner[S] {
+	return Scanner[S]{s: s}
+}
+
+// Bad reports whether the scanner gave up.
+func (p *Scanner[S]) Bad() bool { return p.bad }
+
+// Fail makes the scanner give up (for a caller's own checks).
+func (p *Scanner[S]) Fail() { p.bad = true }
+
+// Pos is the offset in the input of the next unread byte.
+func (p *Scanner[S]) Pos() int { return p.i }
+
+func (p *Scanner[S]) ws() {
+	for p.i < len(p.s) {
+		switch p.s[p.i] {
+		case ' ', '\t', '\n', '\r':
+			p.i++
+		default:
+			return
+		}
+	}
+}
+
+// Peek skips white space and returns the next byte, or 0 at the end.
+func (p *Scanner[S]) Peek() byte {
+	p.ws()
+	if p.i < len(p.s) {
+		return p.s[p.i]
+	}
+	return 0
+}
+
+// Open consumes c ('{' or '[') and enters a nesting level.
+func (p *Scanner[S]) Open(c byte) bool {
+	if p.bad || p.Peek() != c {
+		p.bad = true
+		return false
+	}
+	p.i++
+	p.depth++
+	if p.depth > MaxDepth {
+		p.bad = true
+		return false
+	}
+	return true
+}
+
+// More reports whether the container opened with Open has another member,
+// consuming the separator or the closing byte; first must start true:
+//
+//	for first := true; p.More('}', &first); { ... }
+func (p *Scanner[S]) More(closing byte, first *bool) bool {
+	if p.bad {
+		return false
+	}
+	c := p.Peek()
+	if c == closing {
+		p.i++
+		p.depth--
+		return false
+	}
+	if *first {
+		*first = false
+		return true
+	}
+	if c != ',' {
+		p.bad = true
+		return false
+	}
+	p.i++
+	return true
+}
+
+// Key reads a member's key and its colon and returns the key's content. A
+// key with escapes or non-ASCII bytes makes the scanner bad, so a key it
+// returns is plain ASCII.
+func (p *Scanner[S]) Key() S {
+	var zero S
+	if p.bad || p.Peek() != '"' {
+		p.bad = true
+		return zero
+	}
+	start := p.i + 1
+	for j := start; j < len(p.s); j++ {
+		c := p.s[j]
+		if c == '"' {
+			k := p.s[start:j]
+			p.i = j + 1
+			if p.Peek() != ':' {
+				p.bad = true
+				return zero
+			}
+			p.i++
+			return k
+		}
+		if c < 0x20 || c == '\\' || c >= utf8.RuneSelf {
+			break
+		}
+	}
+	p.bad = true
+	return zero
+}
+
+// Once marks a known key as seen in *seen; a second occurrence makes the
+// scanner bad. It reports whether the scanner is still good.
+func (p *Scanner[S]) Once(seen *uint32, bit uint32) bool {
+	if *seen&bit != 0 {
+		p.bad = true
+	}
+	*seen |= bit
+	return !p.bad
+}
+
+// FoldsTo reports whether key k (as Key returns it: ASCII) equals one of
+// names (ASCII) but for case: encoding/json, which matches keys
+// case-insensitively, would take it for that field.
+func FoldsTo[S string | []byte](k S, names ...string) bool {
+	for _, n := range names {
+		if len(n) != len(k) {
+			continue
+		}
+		eq := true
+		for i := 0; i < len(n); i++ {
+			if lower(k[i]) != lower(n[i]) {
+				eq = false
+				break
+			}
+		}
+		if eq {
+			return true
+		}
+	}
+	return false
+}
+
+func lower(c byte) byte {
+	if 'A' <= c && c <= 'Z' {
+		return c + 'a' - 'A'
+	}
+	return c
+}
+
+// Unknown skips the value of a key no field takes; a key that equals one of
+// names but for case makes the scanner bad.
+func (p *Scanner[S]) Unknown(k S, names ...string) {
+	if FoldsTo(k, names...) {
+		p.bad = true
+		return
+	}
+	p.Skip()
+}
+
+// Null consumes a null literal if one comes next and reports whether it did
+// (a null leaves a scalar field as it is); an 'n' starting anything else
+// makes the scanner bad.
+func (p *Scanner[S]) Null() bool {
+	if p.bad || p.Peek() != 'n' {
+		return false
+	}
+	p.literal("null")
+	return !p.bad
+}
+
+// StrToken scans a string (validating its escapes) and returns its token,
+// quotes included, and whether it is plain: no escapes and valid UTF-8, so
+// that the token's content is the string's value.
+func (p *Scanner[S]) StrToken() (tok S, plain bool) {
+	var zero S
+	if p.bad || p.Peek() != '"' {
+		p.bad = true
+		return zero, false
+	}
+	start := p.i
+	ascii, esc := true, false
+	for j := start + 1; j < len(p.s); j++ {
+		c := p.s[j]
+		switch {
+		case c == '"':
+			p.i = j + 1
+			tok = p.s[start:p.i]
+			return tok, !esc && (ascii || validUTF8(tok))
+		case c < 0x20:
+			p.bad = true
+			return zero, false
+		case c == '\\':
+			esc = true
+			j++
+			if j >= len(p.s) {
+				p.bad = true
+				return zero, false
+			}
+			switch p.s[j] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+			case 'u':
+				if j+4 >= len(p.s) || !isHex(p.s[j+1]) || !isHex(p.s[j+2]) || !isHex(p.s[j+3]) || !isHex(p.s[j+4]) {
+					p.bad = true
+					return zero, false
+				}
+				j += 4
+			default:
+				p.bad = true
+				return zero, false
+			}
+		case c >= utf8.RuneSelf:
+			ascii = false
+		}
+	}
+	p.bad = true
+	return zero, false
+}
+
+func validUTF8[S string | []byte](s S) bool {
+	switch v := any(s).(type) {
+	case string:
+		return utf8.ValidString(v)
+	case []byte:
+		return utf8.Valid(v)
+	}
+	return false
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
+// NumToken scans a JSON number and returns its token and whether it is an
+// integer (no fraction, no exponent).
+func (p *Scanner[S]) NumToken() (tok S, integer bool) {
+	var zero S
+	if p.bad {
+		return zero, false
+	}
+	p.ws()
+	start, j := p.i, p.i
+	digits := func() int {
+		k := j
+		for j < len(p.s) && '0' <= p.s[j] && p.s[j] <= '9' {
+			j++
+		}
+		return j - k
+	}
+	if j < len(p.s) && p.s[j] == '-' {
+		j++
+	}
+	n := digits()
+	if n == 0 || n > 1 && p.s[j-n] == '0' {
+		p.bad = true
+		return zero, false
+	}
+	integer = true
+	if j < len(p.s) && p.s[j] == '.' {
+		j++
+		integer = false
+		if digits() == 0 {
+			p.bad = true
+			return zero, false
+		}
+	}
+	if j < len(p.s) && (p.s[j] == 'e' || p.s[j] == 'E') {
+		j++
+		integer = false
+		if j < len(p.s) && (p.s[j] == '+' || p.s[j] == '-') {
+			j++
+		}
+		if digits() == 0 {
+			p.bad = true
+			return zero, false
+		}
+	}
+	p.i = j
+	return p.s[start:j], integer
+}
+
+// Integer reads an integer that fits a signed integer of bits bits (1 to
+// 64); set is false for null (the field stays as it is). Any other value —
+// a fraction, an exponent, out of range, not a number — makes the scanner
+// bad (encoding/json: a type error).
+func (p *Scanner[S]) Integer(bits uint) (v int64, set bool) {
+	if p.Null() || p.bad {
+		return 0, false
+	}
+	tok, isInt := p.NumToken()
+	if p.bad || !isInt {
+		p.bad = true
+		return 0, false
+	}
+	digits := tok
+	neg := digits[0] == '-'
+	if neg {
+		digits = digits[1:]
+	}
+	if len(digits) > 19 {
+		p.bad = true
+		return 0, false
+	}
+	var u uint64
+	for i := 0; i < len(digits); i++ {
+		u = u*10 + uint64(digits[i]-'0')
+	}
+	lim := uint64(1) << (bits - 1) // |min| of a signed integer of that size
+	if neg && u > lim || !neg && u >= lim {
+		p.bad = true
+		return 0, false
+	}
+	if neg {
+		return -int64(u), true
+	}
+	return int64(u), true
+}
+
+// Int64 decodes an int64 into dst (null leaves it).
+func (p *Scanner[S]) Int64(dst *int64) {
+	if v, ok := p.Integer(64); ok {
+		*dst = v
+	}
+}
+
+// Int32 decodes an int32 into dst (null leaves it).
+func (p *Scanner[S]) Int32(dst *int32) {
+	if v, ok := p.Integer(32); ok {
+		*dst = int32(v)
+	}
+}
+
+// Int decodes an int into dst (null leaves it).
+func (p *Scanner[S]) Int(dst *int) {
+	if v, ok := p.Integer(intSize); ok {
+		*dst = int(v)
+	}
+}
+
+const intSize = 32 << (^uint(0) >> 63)
+
+// Bool decodes true or false into dst (null leaves it); any other value
+// makes the scanner bad.
+func (p *Scanner[S]) Bool(dst *bool) {
+	if p.Null() || p.bad {
+		return
+	}
+	switch {
+	case p.hasPrefix("true"):
+		*dst = true
+		p.i += 4
+	case p.hasPrefix("false"):
+		*dst = false
+		p.i += 5
+	default:
+		p.bad = true
+	}
+}
+
+// Skip validates and skips one value of any type.
+func (p *Scanner[S]) Skip() {
+	if p.bad {
+		return
+	}
+	switch c := p.Peek(); {
+	case c == '{':
+		p.Open('{')
+		for first := true; p.More('}', &first); {
+			p.StrToken() // keys of skipped objects may be any string
+			if p.bad || p.Peek() != ':' {
+				p.bad = true
+				return
+			}
+			p.i++
+			p.Skip()
+		}
+	case c == '[':
+		p.Open('[')
+		for first := true; p.More(']', &first); {
+			p.Skip()
+		}
+	case c == '"':
+		p.StrToken()
+	case c == '-' || '0' <= c && c <= '9':
+		p.NumToken()
+	case c == 't':
+		p.literal("true")
+	case c == 'f':
+		p.literal("false")
+	case c == 'n':
+		p.literal("null")
+	default:
+		p.bad = true
+	}
+}
+
+func (p *Scanner[S]) hasPrefix(l string) bool {
+	if len(p.s)-p.i < len(l) {
+		return false
+	}
+	for k := 0; k < len(l); k++ {
+		if p.s[p.i+k] != l[k] {
+			return false
+		}
+	}
+	return true
+}
+
+func (p *Scanner[S]) literal(l string) {
+	if !p.hasPrefix(l) {
+		p.bad = true
+		return
+	}
+	p.i += len(l)
+}
+
+// End reports whether the scanner is good and only white space follows the
+// top-level value.
+func (p *Scanner[S]) End() bool {
+	if p.bad {
+		return false
+	}
+	p.ws()
+	return p.i == len(p.s)
+}
