@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/playpipe/playpipe/internal/backoff"
 	"github.com/playpipe/playpipe/internal/kafkax"
 )
 
@@ -251,7 +252,7 @@ func (s *Sink) migrate(ctx context.Context, conn driver.Conn) error {
 			return nil
 		}
 		s.log.Warn("clickhouse: cannot apply the ledger schema; retrying", "attempt", attempt, "err", err)
-		if !sleep(ctx, s.backoff(attempt)) {
+		if !backoff.Sleep(ctx, s.backoff(attempt)) {
 			return ctx.Err()
 		}
 	}
@@ -296,7 +297,7 @@ func (s *Sink) read(ctx context.Context, cl *kgo.Client, topics kafkax.Topics, q
 				s.log.Warn("kafka: fetch error", "topic", t, "partition", p, "err", err)
 			}
 		})
-		if fetchErr && fs.NumRecords() == 0 && !sleep(ctx, s.cfg.RetryMin) {
+		if fetchErr && fs.NumRecords() == 0 && !backoff.Sleep(ctx, s.cfg.RetryMin) {
 			continue // ctx ended: the next round hands over and returns
 		}
 		fs.EachRecord(func(r *kgo.Record) {
@@ -466,7 +467,7 @@ func (s *Sink) insert(ctx context.Context, conn driver.Conn, b *batch) error {
 				s.log.Warn("clickhouse: re-applying the ledger schema failed", "err", merr)
 			}
 		}
-		if !sleep(ctx, wait) {
+		if !backoff.Sleep(ctx, wait) {
 			return fmt.Errorf("%w (last: %v)", ctx.Err(), err)
 		}
 	}
@@ -490,21 +491,6 @@ func (s *Sink) insertTable(ctx context.Context, conn driver.Conn, t table) error
 
 // backoff is exponential from RetryMin to RetryMax with ±25 % jitter.
 func (s *Sink) backoff(attempt int) time.Duration {
-	d := s.cfg.RetryMin
-	for i := 1; i < attempt && d < s.cfg.RetryMax; i++ {
-		d *= 2
-	}
-	d = min(d, s.cfg.RetryMax)
+	d := backoff.Step(s.cfg.RetryMin, s.cfg.RetryMax, attempt)
 	return time.Duration(float64(d) * (0.75 + 0.5*rand.Float64()))
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }

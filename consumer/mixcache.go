@@ -13,6 +13,7 @@ import (
 
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/playpipe/playpipe/internal/backoff"
 	"github.com/playpipe/playpipe/partnerapi"
 )
 
@@ -217,7 +218,6 @@ func (c *MixCache) Get(ctx context.Context, id int64) (*Listing, error) {
 
 // fetch calls the source until it answers for good or ctx ends.
 func (c *MixCache) fetch(ctx context.Context, id int64) (*Listing, error) {
-	backoff := c.opts.RetryMin
 	for attempt := 1; ; attempt++ {
 		c.fetches.Add(1)
 		m, meta, err := c.src.Mix(ctx, id)
@@ -255,7 +255,7 @@ func (c *MixCache) fetch(ctx context.Context, id int64) (*Listing, error) {
 			c.opts.Logger.Warn("mix refresh failed; using the expired listing meanwhile", "mix_id", id, "err", err)
 			return l, nil
 		}
-		wait := backoff
+		wait := backoff.Step(c.opts.RetryMin, c.opts.RetryMax, attempt)
 		var apiErr *partnerapi.Error
 		if errors.As(err, &apiErr) && apiErr.RetryAfter > wait {
 			wait = min(apiErr.RetryAfter, c.opts.RetryMax)
@@ -271,7 +271,6 @@ func (c *MixCache) fetch(ctx context.Context, id int64) (*Listing, error) {
 			return nil, ctx.Err()
 		case <-t.C:
 		}
-		backoff = min(backoff*2, c.opts.RetryMax)
 	}
 }
 

@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/playpipe/playpipe/internal/backoff"
+
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -305,12 +307,7 @@ func (c *Client) scrub(s string) string {
 // backoff returns the wait before attempt n+1 after n failed attempts:
 // full jitter over an exponential ceiling, or Retry-After when longer.
 func (c *Client) backoff(n int, retryAfter time.Duration) time.Duration {
-	ceil := c.cfg.MaxBackoff
-	if n-1 < 30 {
-		if d := c.cfg.BaseBackoff << (n - 1); d > 0 && d < ceil {
-			ceil = d
-		}
-	}
+	ceil := backoff.Step(c.cfg.BaseBackoff, c.cfg.MaxBackoff, n)
 	var d time.Duration
 	if ceil > 0 {
 		d = rand.N(ceil)
@@ -332,21 +329,6 @@ func (c *Client) retryable(ctx context.Context, e *Error, d time.Duration) bool 
 		return false
 	}
 	return true
-}
-
-// sleep waits d or until ctx is done; it reports whether the wait completed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
 
 // get runs a GET with the session of s: transient errors retried with
@@ -402,7 +384,7 @@ func (c *Client) getLoop(ctx context.Context, op, url string, s *slot, country s
 			return meta, err
 		}
 		d := c.backoff(attempt, e.RetryAfter)
-		if !c.retryable(ctx, e, d) || !sleep(ctx, d) {
+		if !c.retryable(ctx, e, d) || !backoff.Sleep(ctx, d) {
 			return meta, err
 		}
 		attempt++

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/playpipe/playpipe/internal/backoff"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
@@ -193,7 +194,7 @@ func (c *Client) createSession(ctx context.Context, s *slot, attempts int, probe
 			break
 		}
 		d := c.backoff(attempt, e.RetryAfter)
-		if !c.retryable(ctx, e, d) || !sleep(ctx, d) {
+		if !c.retryable(ctx, e, d) || !backoff.Sleep(ctx, d) {
 			break
 		}
 	}

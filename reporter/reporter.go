@@ -52,7 +52,7 @@ type Reporter struct {
 	log     *slog.Logger
 	met     *metrics
 	limiter *rate.Limiter
-	backoff backoff
+	backoff retryPolicy
 	// kgoOpts are appended to the Kafka client options (tests tune group
 	// timeouts with them).
 	kgoOpts []kgo.Opt
@@ -73,7 +73,7 @@ func New(cfg Config, api API) (*Reporter, error) {
 	}
 	r := &Reporter{
 		cfg: cfg, api: api, log: cfg.Logger, met: met,
-		backoff: backoff{Initial: cfg.BackoffInitial, Max: cfg.BackoffMax, RetryAfterMax: cfg.RetryAfterMax},
+		backoff: retryPolicy{Initial: cfg.BackoffInitial, Max: cfg.BackoffMax, RetryAfterMax: cfg.RetryAfterMax},
 	}
 	if cfg.Rate > 0 {
 		r.limiter = rate.NewLimiter(rate.Limit(cfg.Rate), cfg.Burst)

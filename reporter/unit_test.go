@@ -185,7 +185,7 @@ func TestRecentSet(t *testing.T) {
 }
 
 func TestBackoff(t *testing.T) {
-	b := backoff{Initial: 100 * time.Millisecond, Max: time.Second, RetryAfterMax: 5 * time.Second}
+	b := retryPolicy{Initial: 100 * time.Millisecond, Max: time.Second, RetryAfterMax: 5 * time.Second}
 	for n := 1; n <= 10; n++ {
 		step := min(100*time.Millisecond<<(n-1), time.Second)
 		for range 50 {
