@@ -106,17 +106,12 @@ func Start(ctx context.Context, o Options) (p *Pipeline, err error) {
 	if p.Kafka.ReplicationFactor == 0 {
 		p.Kafka.ReplicationFactor = -1
 	}
-	if len(p.Kafka.Brokers) == 0 {
-		e, err := kafkax.StartEmbedded(p.Kafka.TopicPrefix, p.Kafka.Partitions)
-		if err != nil {
-			return nil, err
-		}
-		p.closers = append(p.closers, e.Close)
-		p.Kafka.Brokers = e.Addrs()
-		log.Info("embedded Kafka broker started (in memory, not durable)", "addrs", p.Kafka.Brokers)
-	} else if err := kafkax.EnsureTopics(ctx, p.Kafka); err != nil {
+	kcfg, stopKafka, err := kafkax.Ready(ctx, p.Kafka, log)
+	if err != nil {
 		return nil, err
 	}
+	p.Kafka = kcfg
+	p.closers = append(p.closers, stopKafka)
 
 	apiCfg := o.API
 	if apiCfg.BaseURL == "" {

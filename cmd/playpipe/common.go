@@ -17,45 +17,6 @@ import (
 	"go.opentelemetry.io/otel"
 )
 
-// kafkaOrEmbedded returns cfg unchanged when brokers are configured; with
-// none it starts the embedded in-process broker, announces that it is in
-// memory and not durable, and returns a config pointing at it plus a stop func.
-func kafkaOrEmbedded(cfg kafkax.Config, log *slog.Logger) (kafkax.Config, func(), error) {
-	if len(cfg.Brokers) > 0 {
-		if err := cfg.Validate(); err != nil {
-			return cfg, func() {}, err
-		}
-		return cfg, func() {}, nil
-	}
-	if err := cfg.Validate(); err != nil {
-		return cfg, func() {}, err
-	}
-	e, err := kafkax.StartEmbeddedOn(cfg.TopicPrefix, cfg.Partitions, cfg.EmbeddedPort)
-	if err != nil {
-		return cfg, func() {}, err
-	}
-	cfg.Brokers = e.Addrs()
-	log.Warn("no --brokers configured: started an embedded in-process Kafka broker (in memory, NOT durable: records are lost when this process exits)",
-		"addrs", cfg.Brokers)
-	return cfg, e.Close, nil
-}
-
-// kafkaReady is kafkaOrEmbedded followed by the creation of missing topics
-// (within thirty seconds).
-func kafkaReady(ctx context.Context, cfg kafkax.Config, log *slog.Logger) (kafkax.Config, func(), error) {
-	cfg, stop, err := kafkaOrEmbedded(cfg, log)
-	if err != nil {
-		return cfg, stop, err
-	}
-	ectx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if err := kafkax.EnsureTopics(ectx, cfg); err != nil {
-		stop()
-		return cfg, func() {}, fmt.Errorf("ensure topics: %w", err)
-	}
-	return cfg, stop, nil
-}
-
 // partnerAPI returns a client of the configured partner API; with no
 // --api-url it serves a built-in sandbox (seed 1, its sandbox-only
 // credentials) on loopback and says so. why ends the warning. A

@@ -145,7 +145,7 @@ func runConsume(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	defer stopTelemetry()
-	kcfg, stopKafka, err := kafkaReady(ctx, kcfg, log)
+	kcfg, stopKafka, err := kafkax.Ready(ctx, kcfg, log)
 	if err != nil {
 		return err
 	}

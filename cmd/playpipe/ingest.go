@@ -120,7 +120,7 @@ func runIngestWith(ctx context.Context, args []string, stdin io.Reader, stdout, 
 			log.Warn("ingest: stopping telemetry", "err", err)
 		}
 	}()
-	kcfg, stopKafka, err := kafkaReady(ctx, kcfg, log)
+	kcfg, stopKafka, err := kafkax.Ready(ctx, kcfg, log)
 	if err != nil {
 		return err
 	}

@@ -66,7 +66,7 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	defer stopTelemetry()
-	kcfg, stopKafka, err := kafkaReady(ctx, kcfg, log)
+	kcfg, stopKafka, err := kafkax.Ready(ctx, kcfg, log)
 	if err != nil {
 		return err
 	}

@@ -72,7 +72,7 @@ func runSink(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	defer stopTelemetry()
-	kcfg, stopKafka, err := kafkaReady(ctx, kcfg, log)
+	kcfg, stopKafka, err := kafkax.Ready(ctx, kcfg, log)
 	if err != nil {
 		return err
 	}

@@ -1,7 +1,10 @@
 package kafkax
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
 )
@@ -53,4 +56,31 @@ func (e *Embedded) Close() {
 		e.cluster.Close()
 		e.cluster = nil
 	}
+}
+
+// Ready validates cfg and makes its topics exist. With no Brokers it first
+// starts the embedded broker (on cfg.EmbeddedPort), warns on log that it is
+// in memory and not durable, and points the returned config at it. The
+// returned stop function stops what Ready started (a no-op otherwise).
+func Ready(ctx context.Context, cfg Config, log *slog.Logger) (Config, func(), error) {
+	stop := func() {}
+	if err := cfg.Validate(); err != nil {
+		return cfg, stop, err
+	}
+	if len(cfg.Brokers) == 0 {
+		e, err := StartEmbeddedOn(cfg.TopicPrefix, cfg.Partitions, cfg.EmbeddedPort)
+		if err != nil {
+			return cfg, stop, err
+		}
+		cfg.Brokers, stop = e.Addrs(), e.Close
+		log.Warn("no brokers configured: started an embedded in-process Kafka broker (in memory, NOT durable: records are lost when this process exits)",
+			"addrs", cfg.Brokers)
+	}
+	ectx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := EnsureTopics(ectx, cfg); err != nil {
+		stop()
+		return cfg, func() {}, err
+	}
+	return cfg, stop, nil
 }

@@ -3,6 +3,8 @@ package kafkax
 import (
 	"context"
 	"flag"
+	"io"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -97,5 +99,35 @@ func TestEmbeddedBroker(t *testing.T) {
 	}
 	if err := Ping(ctx, Config{Brokers: []string{"127.0.0.1:1"}, Partitions: 1}); err == nil {
 		t.Error("ping of a closed port succeeded")
+	}
+}
+
+// TestReady: with no brokers Ready starts the embedded broker and the
+// topics exist; with a bad config it refuses before starting anything.
+func TestReady(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if _, _, err := Ready(ctx, Config{Partitions: 0}, log); err == nil || !strings.Contains(err.Error(), "--partitions") {
+		t.Fatalf("bad config: %v", err)
+	}
+	cfg, stop, err := Ready(ctx, Config{TopicPrefix: "r", Partitions: 2, ReplicationFactor: -1}, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	if len(cfg.Brokers) != 1 {
+		t.Fatalf("brokers %v", cfg.Brokers)
+	}
+	if err := Ping(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	again, stop2, err := Ready(ctx, cfg, log) // configured brokers: nothing started, topics already there
+	if err != nil || again.Brokers[0] != cfg.Brokers[0] {
+		t.Fatalf("ready on configured brokers: %v %v", again.Brokers, err)
+	}
+	stop2()
+	if err := Ping(ctx, cfg); err != nil {
+		t.Fatalf("the no-op stop stopped the broker: %v", err)
 	}
 }
