@@ -195,8 +195,7 @@ func (s *Sink) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	opts = append(opts,
-		kgo.ConsumerGroup(s.cfg.Group),
+	opts = append(append(opts, s.cfg.Kafka.GroupOpts(s.cfg.Group)...),
 		kgo.ConsumeTopics(topics.All()...),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.DisableAutoCommit(),

@@ -215,8 +215,7 @@ func (e *Enricher) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	kopts := append(base,
-		kgo.ConsumerGroup(o.Group),
+	kopts := append(append(base, o.Kafka.GroupOpts(o.Group)...),
 		kgo.ConsumeTopics(e.topics.Events),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),

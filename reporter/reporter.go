@@ -220,8 +220,7 @@ func (r *Reporter) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("reporter: %w", err)
 	}
-	opts := append(base,
-		kgo.ConsumerGroup(r.cfg.Group),
+	opts := append(append(base, r.cfg.Kafka.GroupOpts(r.cfg.Group)...),
 		kgo.ConsumeTopics(rn.topics.Reports),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),

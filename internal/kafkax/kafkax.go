@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -84,6 +85,43 @@ type Config struct {
 	// topics (defaults 6 and -1, the broker default).
 	Partitions        int
 	ReplicationFactor int
+	// InstanceID is this process's static group membership id
+	// (group.instance.id, KIP-345): stable across the instance's restarts and
+	// unique among the running instances of a role (a pod name). With it, a
+	// restarted instance takes its partitions back at once, without a
+	// rebalance and without waiting out the session timeout. Empty: dynamic
+	// membership.
+	InstanceID string
+	// SessionTimeout is how long the group coordinator waits for a silent
+	// member before giving its partitions to the others (a killed instance
+	// that does not come back). Defaults to DefaultSessionTimeout.
+	SessionTimeout time.Duration
+}
+
+// DefaultSessionTimeout is the group session timeout of every role: a killed
+// instance's partitions move to the others after at most this long (Kafka's
+// own default, 45 s, would hold them three times as long).
+const DefaultSessionTimeout = 10 * time.Second
+
+// GroupOpts returns the options every group member of the pipeline uses:
+// the group, static membership when InstanceID is set, the session timeout,
+// and the cooperative-sticky balancer (incremental rebalances: partitions
+// that stay with a member are not revoked when another joins or leaves).
+func (c Config) GroupOpts(group string) []kgo.Opt {
+	st := c.SessionTimeout
+	if st <= 0 {
+		st = DefaultSessionTimeout
+	}
+	opts := []kgo.Opt{
+		kgo.ConsumerGroup(group),
+		kgo.SessionTimeout(st),
+		kgo.HeartbeatInterval(min(3*time.Second, st/3)),
+		kgo.Balancers(kgo.CooperativeStickyBalancer()),
+	}
+	if c.InstanceID != "" {
+		opts = append(opts, kgo.InstanceID(c.InstanceID))
+	}
+	return opts
 }
 
 // Topics returns the topic names of this configuration.
@@ -109,6 +147,16 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.EmbeddedPort, "embedded-kafka-port", 0, "without --brokers: the loopback port of the embedded broker, so other playpipe processes can use it with --brokers 127.0.0.1:<port> (0: a free port)")
 	fs.IntVar(&c.Partitions, "partitions", 6, "partitions of topics that playpipe creates")
 	fs.IntVar(&c.ReplicationFactor, "replication-factor", -1, "replication factor of topics that playpipe creates (-1: broker default)")
+	fs.StringVar(&c.InstanceID, "instance-id", os.Getenv("PLAYPIPE_INSTANCE_ID"),
+		"static group membership id of this instance (group.instance.id): stable across its restarts, unique among running instances, e.g. the pod name (env PLAYPIPE_INSTANCE_ID; empty: dynamic membership)")
+	c.SessionTimeout = DefaultSessionTimeout
+	if v := os.Getenv("PLAYPIPE_SESSION_TIMEOUT"); v != "" {
+		if d, err := time.ParseDuration(v); err == nil {
+			c.SessionTimeout = d
+		}
+	}
+	fs.DurationVar(&c.SessionTimeout, "session-timeout", c.SessionTimeout,
+		"group session timeout: how long a silent (killed) instance keeps its partitions (env PLAYPIPE_SESSION_TIMEOUT; 6s–300s)")
 }
 
 // Validate checks the configuration once; errors name the offending setting.
@@ -127,6 +175,12 @@ func (c Config) Validate() error {
 	}
 	if c.EmbeddedPort < 0 || c.EmbeddedPort > 65535 {
 		return fmt.Errorf("kafka: --embedded-kafka-port must be within 0–65535, got %d", c.EmbeddedPort)
+	}
+	if c.SessionTimeout != 0 && (c.SessionTimeout < 6*time.Second || c.SessionTimeout > 300*time.Second) {
+		return fmt.Errorf("kafka: --session-timeout must be within 6s–300s (the brokers' default group.min/max.session.timeout.ms), got %s", c.SessionTimeout)
+	}
+	if len(c.InstanceID) > 249 {
+		return fmt.Errorf("kafka: --instance-id must be at most 249 bytes, got %d", len(c.InstanceID))
 	}
 	for _, b := range c.Brokers {
 		if !strings.Contains(b, ":") {
