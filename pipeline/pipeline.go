@@ -93,9 +93,10 @@ func Start(ctx context.Context, o Options) (p *Pipeline, err error) {
 		log = slog.Default()
 	}
 	p = &Pipeline{opts: o, log: log, roles: map[string]*running{}, errc: make(chan error, 8)}
+	started := p // p itself is nil after `return nil, err`
 	defer func() {
 		if err != nil {
-			p.stopParts()
+			started.stopParts()
 		}
 	}()
 

@@ -140,6 +140,10 @@ func runConsume(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		fmt.Fprintln(stderr, err)
 		return errUsage
 	}
+	if err := kcfg.Validate(); err != nil { // a bad Kafka flag is a usage error (exit 2), checked before anything starts
+		fmt.Fprintln(stderr, err)
+		return errUsage
+	}
 	tel, stopTelemetry, err := startTelemetry(ctx, "consume", *adminAddr, log)
 	if err != nil {
 		return err

@@ -46,7 +46,25 @@ func main() {
 }
 
 func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+	if len(args) == 0 {
+		// No command is a usage error: the usage goes to stderr, exit 2.
+		usage(stderr)
+		return 2
+	}
+	if args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		if len(args) > 1 && args[0] == "help" {
+			// `playpipe help <command>` is `playpipe <command> --help`.
+			c, ok := commands[args[1]]
+			if !ok {
+				fmt.Fprintf(stderr, "playpipe help: unknown command %q; accepted: %s\n", args[1], commandNames())
+				return 2
+			}
+			if err := c.run(ctx, []string{"--help"}, stdout, stdout); err != nil && !errors.Is(err, flag.ErrHelp) {
+				fmt.Fprintf(stderr, "playpipe help %s: %v\n", c.name, err)
+				return 1
+			}
+			return 0
+		}
 		usage(stdout)
 		return 0
 	}
@@ -130,17 +148,44 @@ func newFlagSet(name string, stderr io.Writer, synopsis string) *flag.FlagSet {
 	return fs
 }
 
-// parseFlags parses args and maps a parse failure to errUsage (the flag
-// package has already printed which flag was wrong).
+// hideFlags leaves flags a command registers (through a shared RegisterFlags)
+// but does not support out of its --help.
+func hideFlags(fs *flag.FlagSet, name, synopsis string, hidden ...string) {
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: playpipe %s [flags]\n\n%s\n\nFlags:\n", name, synopsis)
+		shown := flag.NewFlagSet(fs.Name(), flag.ContinueOnError)
+		shown.SetOutput(fs.Output())
+		fs.VisitAll(func(f *flag.Flag) {
+			for _, h := range hidden {
+				if f.Name == h {
+					return
+				}
+			}
+			shown.Var(f.Value, f.Name, f.Usage)
+			shown.Lookup(f.Name).DefValue = f.DefValue
+		})
+		shown.PrintDefaults()
+	}
+}
+
+// parseFlags parses args and maps a parse failure to errUsage. The full
+// usage is printed only for -h/--help; a bad flag or value prints the flag
+// package's one-line message (which names the flag) and where to look.
 func parseFlags(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
+	full := fs.Usage
+	fs.Usage = func() {} // the flag package calls it on every error
+	err := fs.Parse(args)
+	fs.Usage = full
+	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			full()
 			return err
 		}
+		fmt.Fprintf(fs.Output(), "see %s --help\n", fs.Name())
 		return errUsage
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(fs.Output(), "%s: unexpected argument %q\n", fs.Name(), fs.Arg(0))
+		fmt.Fprintf(fs.Output(), "%s: unexpected argument %q; see %s --help\n", fs.Name(), fs.Arg(0), fs.Name())
 		return errUsage
 	}
 	return nil

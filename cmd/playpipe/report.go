@@ -61,6 +61,10 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		fmt.Fprintln(stderr, err)
 		return errUsage
 	}
+	if err := kcfg.Validate(); err != nil { // a bad Kafka flag is a usage error (exit 2), checked before anything starts
+		fmt.Fprintln(stderr, err)
+		return errUsage
+	}
 	tel, stopTelemetry, err := startTelemetry(ctx, "report", *adminAddr, log)
 	if err != nil {
 		return err

@@ -59,6 +59,9 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	kcfg.RegisterFlags(fs)
 	acfg.RegisterFlags(fs)
 	lf.register(fs.StringVar)
+	// The simulator publishes to a running Kafka: it has no embedded broker.
+	fs.Lookup("brokers").Usage = "Kafka seed brokers, comma separated (env PLAYPIPE_BROKERS); required: the simulator publishes to a running Kafka (it starts no embedded broker)"
+	hideFlags(fs, "simulate", simulateSynopsis, "embedded-kafka-port")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
