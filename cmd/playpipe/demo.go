@@ -119,8 +119,25 @@ func (c *demoConfig) validate() error {
 		return fmt.Errorf("--storm-rate must be within 0–1, got %g", c.stormRate)
 	case c.devices < 1:
 		return fmt.Errorf("--devices must be ≥ 1, got %d", c.devices)
+	case c.progressEvery <= 0:
+		return fmt.Errorf("--progress must be > 0, got %s", c.progressEvery)
+	case c.storm < 0:
+		return fmt.Errorf("--storm must be ≥ 0 (0: none), got %s", c.storm)
+	case c.standby < 0:
+		return fmt.Errorf("--standby must be ≥ 0 (0: none), got %s", c.standby)
+	case c.drainTimeout <= 0:
+		return fmt.Errorf("--drain-timeout must be > 0, got %s", c.drainTimeout)
+	case c.concurrency < 1:
+		return fmt.Errorf("--concurrency must be ≥ 1, got %d", c.concurrency)
+	case c.pages < 1 || c.lists < 1 || c.mixes < 1:
+		return fmt.Errorf("--pages, --lists-per-page and --mixes-per-list must be ≥ 1, got %d, %d, %d", c.pages, c.lists, c.mixes)
+	case c.dataDir == "":
+		return errors.New("--data-dir must not be empty")
 	}
-	return nil
+	if err := c.kafka.Validate(); err != nil {
+		return err
+	}
+	return c.clickhouse.Validate()
 }
 
 func demo(ctx context.Context, c demoConfig, out io.Writer) error {

@@ -42,7 +42,8 @@ func TestDemo(t *testing.T) {
 }
 
 func TestDemoFlagErrors(t *testing.T) {
-	for _, args := range [][]string{{"--events", "0"}, {"--bad-share", "2"}, {"--ingest-share", "-1"}, {"--storm-rate", "1.5"}} {
+	for _, args := range [][]string{{"--events", "0"}, {"--bad-share", "2"}, {"--ingest-share", "-1"}, {"--storm-rate", "1.5"},
+		{"--progress", "0"}, {"--standby", "-1s"}, {"--storm", "-1s"}, {"--drain-timeout", "0s"}, {"--kafka-sasl", "NOPE"}} {
 		var errOut bytes.Buffer
 		code := runMain(context.Background(), append([]string{"demo"}, args...), &bytes.Buffer{}, &errOut)
 		if code != 2 || !strings.Contains(errOut.String(), args[0]) {
