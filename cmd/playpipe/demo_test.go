@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"os/exec"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -25,7 +27,7 @@ func TestDemo(t *testing.T) {
 	defer cancel()
 	var out, errOut bytes.Buffer
 	code := runMain(ctx, []string{"demo", "--events", "1500", "--rate", "1500", "--data-dir", t.TempDir(),
-		"--storm-at", "200ms", "--storm", "600ms", "--standby-at", "900ms", "--standby", "700ms", "--progress", "300ms"}, &out, &errOut)
+		"--storm-at", "0.1", "--storm", "300ms", "--standby-at", "0.4", "--standby", "300ms", "--progress", "300ms"}, &out, &errOut)
 	t.Log(out.String())
 	if code != 0 {
 		t.Fatalf("demo exited %d: %s", code, errOut.String())
@@ -38,6 +40,28 @@ func TestDemo(t *testing.T) {
 	}
 	if strings.Contains(out.String(), "NOT every play") {
 		t.Error("demo reports a failed audit")
+	}
+	// The windows are scheduled by progress: standby answered reports, which
+	// were replayed (the sandbox ledger's count in the final line).
+	m := regexp.MustCompile(`(\d+) reports accepted, (\d+) answered by standby and replayed`).FindStringSubmatch(out.String())
+	if m == nil || m[2] == "0" {
+		t.Errorf("standby answered no report (%v): the window missed the traffic", m)
+	}
+	// Every progress line agrees with itself: plays ≥ delivered and
+	// pending = plays − delivered − rejected.
+	re := regexp.MustCompile(`plays +(\d+) +delivered +(\d+) +rejected +(\d+) +pending +(\d+)`)
+	lines := re.FindAllStringSubmatch(out.String(), -1)
+	if len(lines) == 0 {
+		t.Error("no progress line")
+	}
+	for _, l := range lines {
+		plays, _ := strconv.Atoi(l[1])
+		del, _ := strconv.Atoi(l[2])
+		rej, _ := strconv.Atoi(l[3])
+		pend, _ := strconv.Atoi(l[4])
+		if plays < del || pend != plays-del-rej {
+			t.Errorf("inconsistent progress line %q", l[0])
+		}
 	}
 }
 
