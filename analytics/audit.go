@@ -24,6 +24,10 @@ type AuditOptions struct {
 	PendingThreshold time.Duration
 	// Now defaults to time.Now().
 	Now time.Time
+
+	// asOf is the ledger snapshot (unix seconds of inserted_at) every query
+	// of one Audit or List is bounded by; 0: none (set by snapshot).
+	asOf int64
 }
 
 func (o AuditOptions) withDefaults() AuditOptions {
@@ -76,7 +80,12 @@ type Report struct {
 	GeneratedAt      time.Time `json:"generated_at"`
 	PendingThreshold string    `json:"pending_threshold"`
 
-	EventsReceived   uint64  `json:"events_received"`    // records of the events topic
+	// LedgerAsOf is the snapshot every number was read from: rows inserted
+	// into the ledger up to this second (see Auditor.snapshot).
+	LedgerAsOf time.Time `json:"ledger_as_of"`
+
+	EventsReceived   uint64  `json:"events_received"`    // records of the events topic + events refused at the ingest gateway
+	EventsAtGateway  uint64  `json:"events_refused_at_gateway"` // of which refused by the ingest gateway (never on the topic; also in rejected)
 	EventsNotJSON    uint64  `json:"events_not_json"`    // of which not a JSON object
 	EventsRejected   uint64  `json:"events_rejected"`    // distinct event records rejected
 	RejectedByReason []Count `json:"rejected_by_reason"` // by the first violation's reason
@@ -135,7 +144,55 @@ func NewAuditor(conn driver.Conn, db string) (*Auditor, error) {
 // formatted here enter the SQL text.
 func window(o AuditOptions) string {
 	return "kafka_time_ms >= " + strconv.FormatInt(max(0, o.From.UnixMilli()), 10) +
-		" AND kafka_time_ms < " + strconv.FormatInt(max(0, o.To.UnixMilli()), 10)
+		" AND kafka_time_ms < " + strconv.FormatInt(max(0, o.To.UnixMilli()), 10) + asOf(o)
+}
+
+// asOf is the snapshot condition on inserted_at (with a leading AND).
+func asOf(o AuditOptions) string {
+	if o.asOf <= 0 {
+		return ""
+	}
+	return " AND inserted_at <= toDateTime(" + strconv.FormatInt(o.asOf, 10) + ")"
+}
+
+// rejectionKey identifies the rejected event of a rejection row: its record
+// on the events topic, or, for an event the ingest gateway refused before it
+// reached Kafka (source partition -1), the rejection record itself.
+const rejectionKey = "if(src_partition >= 0, tuple(src_topic, src_partition, src_offset), tuple(kafka_topic, kafka_partition, kafka_offset))"
+
+// snapshot fixes the ledger state one Audit or List reads, so that its
+// numbers agree with each other while the sink is still inserting: every
+// query is bounded by inserted_at ≤ the newest second in the ledger, read
+// once at the start. When that second is the server's current one (the
+// ledger is filling), it first waits for the second to end, so no row of it
+// can arrive after the queries start. (A sink insert whose rows took their
+// inserted_at but were not yet visible when the audit started is the one
+// case it cannot see; it is counted by the next audit.)
+func (a *Auditor) snapshot(ctx context.Context, o AuditOptions) (AuditOptions, error) {
+	var newest, now uint32
+	q := `SELECT toUInt32(max(m)), toUInt32(now()) FROM (
+    SELECT max(inserted_at) AS m FROM ` + a.db + `.events
+    UNION ALL SELECT max(inserted_at) AS m FROM ` + a.db + `.plays
+    UNION ALL SELECT max(inserted_at) AS m FROM ` + a.db + `.deliveries
+    UNION ALL SELECT max(inserted_at) AS m FROM ` + a.db + `.rejections
+    UNION ALL SELECT max(inserted_at) AS m FROM ` + a.db + `.malformed)`
+	if err := a.row(ctx, q, &newest, &now); err != nil {
+		return o, fmt.Errorf("analytics: audit snapshot: %w", err)
+	}
+	for newest >= now {
+		t := time.NewTimer(100 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return o, ctx.Err()
+		case <-t.C:
+		}
+		if err := a.row(ctx, `SELECT toUInt32(now())`, &now); err != nil {
+			return o, fmt.Errorf("analytics: audit snapshot: %w", err)
+		}
+	}
+	o.asOf = max(int64(newest), 1) // 1: an empty ledger, nothing inserted yet
+	return o, nil
 }
 
 // perReport is one row per play of the window with its outcomes:
@@ -156,7 +213,7 @@ ANY LEFT JOIN
         groupUniqArrayIf(trace_id, trace_id != '') AS trace_ids,
         groupUniqArrayIf(trace_id, trace_id != '' AND outcome = 'delivered') AS delivered_trace_ids
      FROM ` + a.db + `.deliveries
-     WHERE report_id IN (SELECT report_id FROM ` + a.db + `.plays WHERE ` + w + `)
+     WHERE report_id IN (SELECT report_id FROM ` + a.db + `.plays WHERE ` + w + `)` + asOf(o) + `
      GROUP BY report_id)
 USING report_id`
 }
@@ -184,21 +241,33 @@ func (a *Auditor) Audit(ctx context.Context, o AuditOptions) (*Report, error) {
 		return nil, err
 	}
 	o = o.withDefaults()
-	r := &Report{From: o.From.UTC(), To: o.To.UTC(), GeneratedAt: o.Now.UTC(), PendingThreshold: o.PendingThreshold.String()}
+	o, err := a.snapshot(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	r := &Report{From: o.From.UTC(), To: o.To.UTC(), GeneratedAt: o.Now.UTC(), PendingThreshold: o.PendingThreshold.String(),
+		LedgerAsOf: time.Unix(o.asOf, 0).UTC()}
 	w := window(o)
 
 	if err := a.row(ctx, `SELECT uniqExact(kafka_topic, kafka_partition, kafka_offset), uniqExactIf(kafka_topic, kafka_partition, kafka_offset, parsed = 0)
 FROM `+a.db+`.events WHERE `+w, &r.EventsReceived, &r.EventsNotJSON); err != nil {
 		return nil, fmt.Errorf("analytics: audit events: %w", err)
 	}
-	// A rejection is counted once per rejected event record (its source
-	// location), however many times it was published.
-	var err error
-	if r.RejectedByReason, err = a.counts(ctx, `SELECT reason, uniqExact(src_topic, src_partition, src_offset) AS n
+	// "Received" and "rejected" count the same population: an event the
+	// ingest gateway refused never reached the events topic, so it is added
+	// to the received (as refused at the gateway) as well as rejected.
+	if err := a.row(ctx, `SELECT uniqExact(kafka_topic, kafka_partition, kafka_offset) FROM `+a.db+`.rejections WHERE `+w+` AND src_partition < 0`,
+		&r.EventsAtGateway); err != nil {
+		return nil, fmt.Errorf("analytics: audit rejections: %w", err)
+	}
+	r.EventsReceived += r.EventsAtGateway
+	// A rejection is counted once per rejected event (rejectionKey), however
+	// many times it was published.
+	if r.RejectedByReason, err = a.counts(ctx, `SELECT reason, uniqExact(`+rejectionKey+`) AS n
 FROM `+a.db+`.rejections WHERE `+w+` GROUP BY reason ORDER BY n DESC, reason`); err != nil {
 		return nil, fmt.Errorf("analytics: audit rejections: %w", err)
 	}
-	if err := a.row(ctx, `SELECT uniqExact(src_topic, src_partition, src_offset) FROM `+a.db+`.rejections WHERE `+w, &r.EventsRejected); err != nil {
+	if err := a.row(ctx, `SELECT uniqExact(`+rejectionKey+`) FROM `+a.db+`.rejections WHERE `+w, &r.EventsRejected); err != nil {
 		return nil, fmt.Errorf("analytics: audit rejections: %w", err)
 	}
 	if err := a.row(ctx, `SELECT uniqExact(kafka_topic, kafka_partition, kafka_offset) FROM `+a.db+`.plays WHERE `+w, &r.PlayRecords); err != nil {
@@ -234,7 +303,7 @@ func (a *Auditor) delay(ctx context.Context, o AuditOptions) (Delay, error) {
         SELECT event_id, delivered_ms FROM ` + a.perReport(o) + ` WHERE ` + condDelivered + `
     ) ANY INNER JOIN (
         SELECT event_id, min(kafka_time_ms) AS event_ms FROM ` + a.db + `.events
-        WHERE event_id != '' AND event_id IN (SELECT event_id FROM ` + a.db + `.plays WHERE ` + w + `)
+        WHERE event_id != '' AND event_id IN (SELECT event_id FROM ` + a.db + `.plays WHERE ` + w + `)` + asOf(o) + `
         GROUP BY event_id
     ) USING event_id
 )`
@@ -323,6 +392,10 @@ func (a *Auditor) List(ctx context.Context, o AuditOptions, metric string, limit
 		return nil, err
 	}
 	o = o.withDefaults()
+	o, err := a.snapshot(ctx, o)
+	if err != nil {
+		return nil, err
+	}
 	lim := ""
 	if limit > 0 {
 		lim = " LIMIT " + strconv.Itoa(limit)
@@ -338,9 +411,17 @@ func (a *Auditor) List(ctx context.Context, o AuditOptions, metric string, limit
 		}
 		q = `SELECT '', event_id, kafka_time_ms, if(parsed = 1, '', 'not JSON'), kafka_topic, kafka_partition, kafka_offset FROM ` + a.db + `.events
 WHERE ` + w + cond + ` ORDER BY kafka_time_ms, kafka_topic, kafka_partition, kafka_offset LIMIT 1 BY kafka_topic, kafka_partition, kafka_offset` + lim
+		if metric == "received" { // plus the events refused at the ingest gateway (their rejection records)
+			q = `SELECT * FROM (SELECT '', event_id, kafka_time_ms AS t, if(parsed = 1, '', 'not JSON'), kafka_topic AS kt, kafka_partition AS kp, kafka_offset AS ko FROM ` + a.db + `.events
+WHERE ` + w + ` LIMIT 1 BY kafka_topic, kafka_partition, kafka_offset
+UNION ALL SELECT '', event_id, kafka_time_ms AS t, concat('refused at the ingest gateway: ', reason), kafka_topic AS kt, kafka_partition AS kp, kafka_offset AS ko FROM ` + a.db + `.rejections
+WHERE ` + w + ` AND src_partition < 0 LIMIT 1 BY kafka_topic, kafka_partition, kafka_offset)
+ORDER BY t, kt, kp, ko` + lim
+		}
 	case "rejected":
-		q = `SELECT '', event_id, kafka_time_ms, reason, src_topic, src_partition, src_offset FROM ` + a.db + `.rejections
-WHERE ` + w + ` ORDER BY kafka_time_ms, src_topic, src_partition, src_offset LIMIT 1 BY src_topic, src_partition, src_offset` + lim
+		q = `SELECT '', event_id, kafka_time_ms, reason, if(src_partition >= 0, src_topic, kafka_topic), if(src_partition >= 0, src_partition, kafka_partition),
+    if(src_partition >= 0, src_offset, kafka_offset) FROM ` + a.db + `.rejections
+WHERE ` + w + ` ORDER BY kafka_time_ms, src_topic, src_partition, src_offset LIMIT 1 BY ` + rejectionKey + lim
 	case "malformed":
 		q = `SELECT '', '', kafka_time_ms, error, kafka_topic, kafka_partition, kafka_offset FROM ` + a.db + `.malformed
 WHERE ` + w + ` ORDER BY kafka_time_ms, kafka_topic, kafka_partition, kafka_offset LIMIT 1 BY kafka_topic, kafka_partition, kafka_offset` + lim

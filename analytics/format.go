@@ -39,6 +39,7 @@ func (r *Report) lines() []line {
 	ls := []line{
 		{section: "events", metric: "received", n: r.EventsReceived, list: "received"},
 		{section: "events", metric: "not JSON", n: r.EventsNotJSON, list: "not-json", indent: 1},
+		{section: "events", metric: "refused at the ingest gateway (also rejected)", n: r.EventsAtGateway, indent: 1},
 		{section: "events", metric: "rejected", n: r.EventsRejected, list: "rejected"},
 	}
 	for _, c := range r.RejectedByReason {
@@ -100,8 +101,8 @@ func WriteReport(w io.Writer, r *Report, format string) error {
 		return cw.Error()
 	case FormatTable:
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-		fmt.Fprintf(tw, "playpipe audit  %s → %s  (record times, UTC; generated %s)\n",
-			r.From.Format(time.RFC3339), r.To.Format(time.RFC3339), r.GeneratedAt.Format(time.RFC3339))
+		fmt.Fprintf(tw, "playpipe audit  %s → %s  (record times, UTC; generated %s; ledger as of %s)\n",
+			r.From.Format(time.RFC3339), r.To.Format(time.RFC3339), r.GeneratedAt.Format(time.RFC3339), r.LedgerAsOf.Format(time.RFC3339))
 		section := ""
 		for _, l := range r.lines() {
 			if l.section != section {

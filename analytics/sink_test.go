@@ -88,6 +88,11 @@ func fixture(t *testing.T, e *env, now time.Time) Report {
 	rec(e.topics.Rejected, "bad", mustJSON(t, rej1), t0)
 	rec(e.topics.Rejected, "e5", mustJSON(t, rej2), t0)
 	rec(e.topics.Rejected, "e5", mustJSON(t, rej2), t0) // re-published by a replay: one rejected event
+	// Two events the ingest gateway refused: never on the events topic, their
+	// source is {ingest, -1, -1}; received and rejected both count them.
+	gwSrc := schemas.Source{Topic: "ingest", Partition: -1, Offset: -1}
+	rec(e.topics.Rejected, "g1", mustJSON(t, schemas.NewRejection([]byte(`{"x":1}`), "g1", []schemas.Violation{{Field: "country", Reason: schemas.ReasonBadCountry}}, gwSrc, t0.UnixMilli())), t0)
+	rec(e.topics.Rejected, "g2", mustJSON(t, schemas.NewRejection([]byte(`{"x":2}`), "g2", []schemas.Violation{{Field: "country", Reason: schemas.ReasonBadCountry}}, gwSrc, t0.UnixMilli())), t0)
 
 	r1, p1 := playJSON(t, "e1", 0, false) // delivered once
 	r2, p2 := playJSON(t, "e1", 1, false) // standby, then delivered by the replay
@@ -115,8 +120,8 @@ func fixture(t *testing.T, e *env, now time.Time) Report {
 	e.produce(t, recs...)
 
 	return Report{
-		EventsReceived: 5, EventsNotJSON: 1, EventsRejected: 2,
-		RejectedByReason: []Count{{schemas.ReasonMalformedJSON, 1}, {schemas.ReasonMissingUserID, 1}},
+		EventsReceived: 7, EventsAtGateway: 2, EventsNotJSON: 1, EventsRejected: 4,
+		RejectedByReason: []Count{{schemas.ReasonBadCountry, 2}, {schemas.ReasonMalformedJSON, 1}, {schemas.ReasonMissingUserID, 1}},
 		PlayRecords:      7, PlaysDerived: 6, PlaysBelowMinimum: 1, PlaysReportable: 5,
 		Delivered: 3, RejectedByAPI: 1, RejectedByAPIByMessage: []Count{{"isrc is invalid", 1}},
 		StandbyAnswered: 1, StandbyThenDelivered: 1, Pending: 1, PendingOverdue: 1, DeliveredTwice: 1,
@@ -129,7 +134,7 @@ func fixture(t *testing.T, e *env, now time.Time) Report {
 // numbers strips the window fields for comparison.
 func numbers(r *Report) Report {
 	c := *r
-	c.From, c.To, c.GeneratedAt, c.PendingThreshold = time.Time{}, time.Time{}, time.Time{}, ""
+	c.From, c.To, c.GeneratedAt, c.PendingThreshold, c.LedgerAsOf = time.Time{}, time.Time{}, time.Time{}, "", time.Time{}
 	return c
 }
 
@@ -206,8 +211,17 @@ func TestSinkEndToEndAudit(t *testing.T) {
 	if d := ids(list("delivered")); len(d) != 3 {
 		t.Fatalf("delivered list: %v", d)
 	}
-	if rj := list("rejected"); len(rj) != 2 || rj[0].Detail == "" || !strings.HasPrefix(rj[0].Kafka, e.topics.Events+"/") {
+	rj := list("rejected")
+	if len(rj) != 4 {
 		t.Fatalf("rejected list: %+v", rj)
+	}
+	for _, r := range rj { // the event's record, or the rejection's for the gateway's refusals
+		if r.Detail == "" || !(strings.HasPrefix(r.Kafka, e.topics.Events+"/") || strings.HasPrefix(r.Kafka, e.topics.Rejected+"/") && r.Detail == schemas.ReasonBadCountry) {
+			t.Fatalf("rejected list: %+v", rj)
+		}
+	}
+	if rcv := list("received"); len(rcv) != 7 {
+		t.Fatalf("received list (5 on the topic, 2 refused at the gateway): %+v", rcv)
 	}
 	if nj := list("not-json"); len(nj) != 1 {
 		t.Fatalf("not-json list: %+v", nj)
@@ -231,8 +245,11 @@ func TestSinkEndToEndAudit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.EventsReceived != 4 || got.PlaysDerived != 4 || got.Pending != 0 {
-		t.Fatalf("recent window: events %d plays %d pending %d, want 4, 4, 0", got.EventsReceived, got.PlaysDerived, got.Pending)
+	if got.EventsReceived != 6 || got.PlaysDerived != 4 || got.Pending != 0 {
+		t.Fatalf("recent window: events %d plays %d pending %d, want 6, 4, 0", got.EventsReceived, got.PlaysDerived, got.Pending)
+	}
+	if got.LedgerAsOf.IsZero() || got.LedgerAsOf.After(time.Now()) {
+		t.Fatalf("ledger as of %s", got.LedgerAsOf)
 	}
 }
 
@@ -422,4 +439,78 @@ func TestTwoSinksShareThePartitions(t *testing.T) {
 	if r1, r2 := s1.sink.Stats().Records, s2.sink.Stats().Records; r1 == 0 || r2 == 0 {
 		t.Logf("records per sink: %d and %d (one sink got every partition)", r1, r2)
 	}
+}
+
+// TestAuditIsOneSnapshot audits repeatedly while the sink inserts plays and
+// their deliveries: every audit reads one state of the ledger, so the delay's
+// play count is the delivered count (every event is in the ledger first) and
+// pending is reportable − delivered − rejected, in each audit.
+func TestAuditIsOneSnapshot(t *testing.T) {
+	e := newEnv(t)
+	now := time.Now()
+	const n, chunk = 3000, 100
+	var evs []*kgo.Record
+	for i := range n {
+		id := fmt.Sprintf("ev-%06d", i)
+		evs = append(evs, &kgo.Record{Topic: e.topics.Events, Key: []byte(id), Value: eventJSON(t, id, "u"), Timestamp: now})
+	}
+	e.produce(t, evs...)
+	cfg := e.cfg
+	cfg.Linger = 20 * time.Millisecond
+	cfg.BatchRows = chunk
+	s := e.startSink(t, cfg)
+	a := e.auditor(t)
+	opts := AuditOptions{From: now.Add(-time.Hour), To: now.Add(time.Hour), Now: now}
+	waitFor(t, 30*time.Second, "the events in the ledger", func() (bool, string) {
+		r, err := a.Audit(context.Background(), opts)
+		if err != nil {
+			return false, err.Error()
+		}
+		return r.EventsReceived == n, fmt.Sprint(r.EventsReceived)
+	})
+	done := make(chan struct{})
+	go func() { // the producer of plays and deliveries, stopped before the test ends
+		defer close(done)
+		for i := 0; i < n; i += chunk {
+			var recs []*kgo.Record
+			for j := i; j < i+chunk; j++ {
+				id := fmt.Sprintf("ev-%06d", j)
+				rid, p := playJSON(t, id, 0, false)
+				recs = append(recs, &kgo.Record{Topic: e.topics.Reports, Key: []byte(rid), Value: p, Timestamp: now},
+					&kgo.Record{Topic: e.topics.Deliveries, Key: []byte(rid), Value: deliveryJSON(t, rid, id, schemas.OutcomeDelivered, 1, now.UnixMilli()+50, "", "ok"), Timestamp: now})
+			}
+			e.produce(t, recs...)
+			time.Sleep(30 * time.Millisecond)
+		}
+	}()
+	t.Cleanup(func() { <-done }) // before the env's own cleanup closes its client
+	audits, moving := 0, 0
+	for {
+		r, err := a.Audit(context.Background(), opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		audits++
+		if r.Delivered > 0 && r.Delivered < n {
+			moving++
+		}
+		if r.Delay.Plays != r.Delivered || r.Delivered > r.PlaysReportable || r.Pending != r.PlaysReportable-r.Delivered-r.RejectedByAPI {
+			t.Fatalf("audit %d is not one state of the ledger: reportable %d delivered %d pending %d, delay over %d plays",
+				audits, r.PlaysReportable, r.Delivered, r.Pending, r.Delay.Plays)
+		}
+		if r.Delivered == n {
+			break
+		}
+		select {
+		case <-done:
+		case <-time.After(time.Minute):
+			t.Fatal("the ledger did not fill in a minute")
+		default:
+		}
+	}
+	<-done
+	if err := s.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d audits, %d of them while the ledger was filling", audits, moving)
 }
