@@ -84,11 +84,11 @@ type Report struct {
 	// into the ledger up to this second (see Auditor.snapshot).
 	LedgerAsOf time.Time `json:"ledger_as_of"`
 
-	EventsReceived   uint64  `json:"events_received"`    // records of the events topic + events refused at the ingest gateway
+	EventsReceived   uint64  `json:"events_received"`           // records of the events topic + events refused at the ingest gateway
 	EventsAtGateway  uint64  `json:"events_refused_at_gateway"` // of which refused by the ingest gateway (never on the topic; also in rejected)
-	EventsNotJSON    uint64  `json:"events_not_json"`    // of which not a JSON object
-	EventsRejected   uint64  `json:"events_rejected"`    // distinct event records rejected
-	RejectedByReason []Count `json:"rejected_by_reason"` // by the first violation's reason
+	EventsNotJSON    uint64  `json:"events_not_json"`           // of which not a JSON object
+	EventsRejected   uint64  `json:"events_rejected"`           // distinct event records rejected
+	RejectedByReason []Count `json:"rejected_by_reason"`        // by the first violation's reason
 
 	PlayRecords       uint64 `json:"play_records"`        // records of the reports topic (re-derivations included)
 	PlaysDerived      uint64 `json:"plays_derived"`       // distinct report ids
