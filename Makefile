@@ -5,7 +5,7 @@ STATICCHECK_VERSION ?= v0.8.2
 BIN       := bin/playpipe
 export PATH := $(PATH):$(shell $(GO) env GOPATH)/bin:/usr/sbin
 
-.PHONY: all build demo test test-race unit lint fmt-check vet staticcheck bench fuzz tools clickhouse clean
+.PHONY: all build demo test test-race unit lint fmt-check vet staticcheck bench fuzz tools clickhouse chromium clean
 
 all: build
 
@@ -17,11 +17,12 @@ demo: clickhouse build
 	./$(BIN) demo
 
 ## test: everything CI checks: formatting, vet, staticcheck, then all tests with the race detector.
-test: tools clickhouse lint test-race
+test: tools clickhouse chromium lint test-race
 
-# `make test` installs ClickHouse first, so a missing server is a failure, not a skip.
+# `make test` installs ClickHouse and Chromium first, so a missing server or
+# browser is a failure, not a skip.
 test-race:
-	PLAYPIPE_REQUIRE_CLICKHOUSE=$${PLAYPIPE_REQUIRE_CLICKHOUSE:-1} $(GO) test -race -count=1 -timeout 20m $(PKGS)
+	PLAYPIPE_REQUIRE_CLICKHOUSE=$${PLAYPIPE_REQUIRE_CLICKHOUSE:-1} PLAYPIPE_REQUIRE_CHROMIUM=$${PLAYPIPE_REQUIRE_CHROMIUM:-1} $(GO) test -race -count=1 -timeout 20m $(PKGS)
 
 ## unit: the tests without the race detector (faster, for the edit loop).
 unit:
@@ -67,6 +68,14 @@ clickhouse:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y clickhouse-server; \
 	else echo "clickhouse-server not found: install ClickHouse (https://clickhouse.com/docs/install) or set PLAYPIPE_CLICKHOUSE_ADDR"; exit 1; fi
+
+## chromium: the HTML audit report's test renders the page in headless Chromium; install it from the distribution when missing.
+chromium:
+	@if command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || command -v google-chrome >/dev/null 2>&1; then :; \
+	elif command -v apt-get >/dev/null 2>&1; then \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y chromium; \
+	else echo "chromium not found: install Chromium, or run the tests with PLAYPIPE_REQUIRE_CHROMIUM=0 (the HTML report test then skips)"; exit 1; fi
 
 clean:
 	rm -rf bin

@@ -396,6 +396,11 @@ func (a *Auditor) List(ctx context.Context, o AuditOptions, metric string, limit
 	if err != nil {
 		return nil, err
 	}
+	return a.list(ctx, o, metric, limit)
+}
+
+// list is List on the snapshot of o.
+func (a *Auditor) list(ctx context.Context, o AuditOptions, metric string, limit int) ([]ListRow, error) {
 	lim := ""
 	if limit > 0 {
 		lim = " LIMIT " + strconv.Itoa(limit)

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -34,6 +36,7 @@ Examples:
   playpipe audit --clickhouse-addr clickhouse:9000 --from 2026-11-01 --to 2026-12-01
   playpipe audit --from -1h --format json
   playpipe audit --from -24h --list pending --format csv
+  playpipe audit --from 2026-11-01 --to 2026-12-01 --html november.html
 
 Times: RFC 3339 (2026-11-21T10:00:00Z), a date (2026-11-21, UTC), epoch milliseconds,
 "now", or a duration relative to now (-90m). Without --clickhouse-addr the local
@@ -55,7 +58,7 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		lf               logFlags
 		cfg              analytics.Config
 		from, to, format string
-		list             string
+		list, htmlFile   string
 		limit            int
 		threshold        time.Duration
 	)
@@ -65,7 +68,8 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&to, "to", "now", "end of the window (exclusive)")
 	fs.StringVar(&format, "format", analytics.FormatTable, "output: table, csv or json")
 	fs.StringVar(&list, "list", "", "print the records behind one number instead of the audit: "+strings.Join(analytics.ListNames(), ", "))
-	fs.IntVar(&limit, "limit", 1000, "most rows of a --list (0: all)")
+	fs.IntVar(&limit, "limit", 1000, "most rows of a --list, and of each id list of the --html page (0: all)")
+	fs.StringVar(&htmlFile, "html", "", "also write the audit as one self-contained HTML page (inline SVG charts, the ids behind every number) to this file; same exit status")
 	fs.DurationVar(&threshold, "pending-threshold", 10*time.Minute, "a play pending longer than this (since its record time) fails the audit")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -94,6 +98,9 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if err := analytics.CheckFormat(format); err != nil {
 		return usage(err)
+	}
+	if htmlFile != "" && list != "" {
+		return usage(errors.New("--html and --list: choose one (the page holds every list)"))
 	}
 	if list != "" && !validList(list) {
 		return usage(fmt.Errorf("--list %q: accepted: %s", list, strings.Join(analytics.ListNames(), ", ")))
@@ -132,6 +139,12 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := analytics.WriteReport(stdout, r, format); err != nil {
 		return err
 	}
+	if htmlFile != "" {
+		if err := writeAuditHTML(ctx, a, opts, r, limit, htmlFile); err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "playpipe audit: wrote %s\n", htmlFile)
+	}
 	if ps := r.Problems(); len(ps) > 0 {
 		return auditExit{ps}
 	}
@@ -168,4 +181,32 @@ func parseAuditTime(s string, now time.Time) (time.Time, error) {
 		}
 	}
 	return time.Time{}, errors.New("accepted: RFC 3339 (2026-11-21T10:00:00Z), 2026-11-21[T10:00[:00]] (UTC), epoch milliseconds, now, or -90m (relative to now); got " + strconv.Quote(s))
+}
+
+// writeAuditHTML writes the page of r to path (through a temporary file in
+// the same folder, renamed when complete).
+func writeAuditHTML(ctx context.Context, a *analytics.Auditor, opts analytics.AuditOptions, r *analytics.Report, limit int, path string) error {
+	h, err := a.HTML(ctx, opts, r, limit)
+	if err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(filepath.Dir(path), ".audit-*.html")
+	if err != nil {
+		return fmt.Errorf("--html: %w", err)
+	}
+	defer os.Remove(f.Name()) // after a successful rename: nothing left to remove
+	if err := analytics.WriteHTML(f, h); err != nil {
+		f.Close()
+		return fmt.Errorf("--html: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("--html: %w", err)
+	}
+	if err := os.Chmod(f.Name(), 0o644); err != nil {
+		return fmt.Errorf("--html: %w", err)
+	}
+	if err := os.Rename(f.Name(), path); err != nil {
+		return fmt.Errorf("--html: %w", err)
+	}
+	return nil
 }
