@@ -420,6 +420,9 @@ func (b *batch) add(r *kgo.Record) {
 		}
 		b.plays.add(r, &p, raw)
 	case b.topics.Deliveries:
+		if isLease(r) {
+			return // the reporter's lease markers: not deliveries (schemas.HeaderLease)
+		}
 		var d schemas.Delivery
 		if !fastDelivery(string(r.Value), &d) {
 			d = schemas.Delivery{}
@@ -476,4 +479,14 @@ func b2u(b bool) uint8 {
 		return 1
 	}
 	return 0
+}
+
+// isLease reports whether r is one of the reporter's lease markers.
+func isLease(r *kgo.Record) bool {
+	for _, h := range r.Headers {
+		if h.Key == schemas.HeaderLease {
+			return true
+		}
+	}
+	return false
 }

@@ -55,6 +55,9 @@ func appendDelivery(dst []byte, d *schemas.Delivery) []byte {
 	if d.Replay {
 		dst = append(dst, `,"replay":true`...)
 	}
+	if d.InDoubt {
+		dst = append(dst, `,"in_doubt":true`...)
+	}
 	dst = append(dst, `,"at":`...)
 	dst = strconv.AppendInt(dst, d.At, 10)
 	return append(dst, '}')

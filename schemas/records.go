@@ -115,5 +115,10 @@ type Delivery struct {
 	LatencyUS  int64    `json:"latency_us"`
 	TraceID    string   `json:"trace_id,omitempty"`
 	Replay     bool     `json:"replay,omitempty"` // sent while replaying after a standby episode
-	At         int64    `json:"at"`               // epoch ms of the answer
+	// InDoubt: an earlier post of this report may have reached the partner
+	// without its answer being recorded (the reporter crashed or abandoned
+	// it while in flight); the audit counts a delivered report in doubt as
+	// possibly delivered twice.
+	InDoubt bool  `json:"in_doubt,omitempty"`
+	At      int64 `json:"at"` // epoch ms of the answer
 }

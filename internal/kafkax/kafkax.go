@@ -100,8 +100,10 @@ type Config struct {
 
 // DefaultSessionTimeout is the group session timeout of every role: a killed
 // instance's partitions move to the others after at most this long (Kafka's
-// own default, 45 s, would hold them three times as long).
-const DefaultSessionTimeout = 10 * time.Second
+// own default, 45 s, would hold them more than seven times as long). It is
+// the brokers' default group.min.session.timeout.ms; heartbeats go every
+// 2 s. With InstanceID set, a restarted instance does not wait for it.
+const DefaultSessionTimeout = 6 * time.Second
 
 // GroupOpts returns the options every group member of the pipeline uses:
 // the group, static membership when InstanceID is set, the session timeout,
