@@ -303,8 +303,8 @@ func TestGenreRows(t *testing.T) {
 	if nulls != 1 {
 		t.Fatalf("%d rows with items: null, want 1", nulls)
 	}
-	// A row id without items (unknown) answers null too.
-	wantStatus(t, a.do("GET", "/partners/genres/424242", tok, nil), 200)
+	// An unknown row id is not an empty row (TestGenreRowUnknownIDIsNotAnEmptyRow).
+	wantEnvelope(t, a.do("GET", "/partners/genres/424242", tok, nil), 400, "no results for given type")
 }
 
 func TestEmptyCatalog(t *testing.T) {

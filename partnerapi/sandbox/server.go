@@ -202,7 +202,6 @@ var (
 	bodyReportOK     = []byte(`{"error":false,"message":"success"}`)
 	bodyReport500    = []byte(`{"error":true,"message":"internal service error"}`)
 	bodyStandby503   = []byte(`{"error":true,"reason":"standby upstream error"}`)
-	bodyGenresNull   = []byte(`{"rows":{"items":null}}`)
 )
 
 const (
@@ -362,11 +361,15 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if b, ok := s.bodies.genres[si][n]; ok {
+			// An existing row; one without items is served as items: null.
 			s.writeJSON(w, ep, http.StatusOK, b)
 			return
 		}
-		// A row id that has no items answers items: null, like an existing empty row.
-		s.writeJSON(w, ep, http.StatusOK, bodyGenresNull)
+		// No such row: the spec keeps items: null for an existing row, and
+		// its answer for an id without content is 400 "no results for given
+		// type" (the page endpoint's, same id space), so a client can tell a
+		// wrong id from an empty row.
+		s.writeError(w, ep, http.StatusBadRequest, reasonNoResults)
 	case epMix:
 		s.serveByID(w, ep, id, s.bodies.mixes[si], reasonMixID, http.StatusNotFound, reasonMixNotFound)
 	case epReport:
@@ -427,6 +430,21 @@ func (s *Server) serveSession(w http.ResponseWriter, r *http.Request, ep endpoin
 	if mode == ModeStandby {
 		// Standby: no credential check, a short-lived token, the flat shape.
 		c := claims{Sub: deref(req.ClientID), Sby: episode, Iat: now.Unix(), Exp: now.Add(s.opts.StandbyTokenTTL).Unix()}
+		if ep == epSessionUser {
+			// Standby lifts credential verification only: the token is
+			// still bound to the partner identity of the e-mail, so the
+			// restricted catalog keeps the partner's restrictions.
+			email := deref(req.Email)
+			if email == "" {
+				s.writeError(w, ep, http.StatusUnauthorized, reasonSessionUserMiss)
+				return
+			}
+			if !strings.EqualFold(email, s.opts.Email) {
+				s.writeError(w, ep, http.StatusBadRequest, reasonPartnerNotFound)
+				return
+			}
+			c.Pid = partnerID(s.opts.ClientID)
+		}
 		var out wireSessionFlat
 		out.Session.Token = s.signer.mint(c)
 		s.writeJSON(w, ep, http.StatusOK, mustJSON(out))
