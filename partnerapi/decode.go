@@ -252,22 +252,28 @@ func printable(s string) string {
 	return b.String()
 }
 
-// fieldsPrefix starts the message of a play report rejected for its fields.
-const fieldsPrefix = "include the required fields:"
+// The clauses of a 400 play report message that name fields: the spec's
+// "include the required fields: a,b" and the sandbox's "wrongly typed
+// optional fields: c" (docs/sandbox.md); clauses are separated by ";".
+var fieldsPrefixes = [...]string{"include the required fields:", "wrongly typed optional fields:"}
 
-// parseFields extracts the offending fields from
-// "include the required fields: a,b" (case-insensitive prefix, spaces
-// around names ignored). Nil when the message is not of that form.
+// parseFields extracts the offending fields from a message made of the
+// clauses above (case-insensitive prefixes, spaces around names ignored),
+// in the order they appear. Nil when no clause is of that form.
 func parseFields(msg string) []string {
-	i := indexFoldASCII(msg, fieldsPrefix)
-	if i < 0 {
-		return nil
-	}
-	rest := msg[i+len(fieldsPrefix):]
 	var out []string
-	for f := range strings.SplitSeq(rest, ",") {
-		if f = strings.TrimSpace(f); f != "" {
-			out = append(out, f)
+	for clause := range strings.SplitSeq(msg, ";") {
+		for _, prefix := range fieldsPrefixes {
+			i := indexFoldASCII(clause, prefix)
+			if i < 0 {
+				continue
+			}
+			for f := range strings.SplitSeq(clause[i+len(prefix):], ",") {
+				if f = strings.TrimSpace(f); f != "" {
+					out = append(out, f)
+				}
+			}
+			break
 		}
 	}
 	return out
