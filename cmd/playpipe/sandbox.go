@@ -56,6 +56,7 @@ func runSandbox(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		mixes       = fs.Int("mixes-per-list", sandbox.DefaultMixesPerList, "mixes per list (1–100)")
 		empty       = fs.Bool("empty-catalog", false, "answer GET /partners/catalog with 400 \"no catalogs available\"")
 		maxLedger   = fs.Int("max-ledger-entries", sandbox.DefaultMaxLedgerEntries, "report entries kept with their bodies; beyond, only counted")
+		strict      = fs.Bool("strict", true, "strict mode: shuffled rankings, gapped page and list ids, 415 for non-JSON POST bodies, 400 for non-canonical path ids, 401 for repeated Authorization headers; --strict=false serves the catalog sorted and lets those pass")
 	)
 	lf.register(fs.StringVar)
 	fs.Usage = func() {
@@ -84,7 +85,7 @@ func runSandbox(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		Seed: *seed, ClientID: *clientID, ClientSignature: *clientSig, Email: *email,
 		LiveTokenTTL: *liveTTL, StandbyTokenTTL: *standbyTTL, Logger: log, Mode: mode,
 		Pages: *pages, ListsPerPage: *lists, MixesPerList: *mixes, EmptyCatalog: *empty,
-		MaxLedgerEntries: *maxLedger, AdminAllowRemote: *adminPublic,
+		MaxLedgerEntries: *maxLedger, AdminAllowRemote: *adminPublic, Lenient: !*strict,
 	}
 	if *secretFile != "" {
 		b, err := os.ReadFile(*secretFile)
@@ -155,7 +156,7 @@ func runSandbox(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			return err
 		}
 	}
-	log.Info("sandbox ready", "mode", mode.String(), "seed", *seed, "mixes", len(srv.Catalog().Mixes), "client_id", *clientID)
+	log.Info("sandbox ready", "mode", mode.String(), "strict", *strict, "seed", *seed, "mixes", len(srv.Catalog().Mixes), "client_id", *clientID)
 	var runErr error
 	select {
 	case <-ctx.Done():

@@ -32,7 +32,7 @@ func TestSandboxHelpDocumentsFlagsAndAdminAPI(t *testing.T) {
 	if !errors.Is(err, flag.ErrHelp) {
 		t.Fatalf("help: err %v\n%s", err, out.String())
 	}
-	for _, want := range []string{"-addr", "-admin-addr", "-seed", "-client-signature", "-live-token-ttl", "-standby-token-ttl", "PUT    /admin/mode", "/admin/faults", "/admin/ledger", "/admin/reset", "/admin/counters"} {
+	for _, want := range []string{"-addr", "-admin-addr", "-seed", "-client-signature", "-live-token-ttl", "-standby-token-ttl", "-strict", "PUT    /admin/mode", "/admin/faults", "/admin/ledger", "/admin/reset", "/admin/counters"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("help lacks %q", want)
 		}
@@ -71,6 +71,7 @@ func TestSandboxServesUntilCancelled(t *testing.T) {
 	}
 	req, _ := http.NewRequest("POST", urls["api"]+"/partners/session", strings.NewReader(`{}`))
 	req.Header.Set("User-Agent", "playpipe-test/1 (partner integration)")
+	req.Header.Set("Content-Type", "application/json") // strict by default
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -100,5 +101,71 @@ func TestSandboxServesUntilCancelled(t *testing.T) {
 	}
 	if strings.Contains(out.String(), "SANDBOX-ONLY-signature") {
 		t.Fatal("the client signature appears in the logs")
+	}
+}
+
+// startSandboxCmd runs `playpipe sandbox args…` in-process on free loopback
+// ports and returns the API and admin URLs; the run stops when the test ends.
+func startSandboxCmd(t *testing.T, args ...string) (api, admin string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	var out syncBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- runSandbox(ctx, append([]string{"--addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0"}, args...), &out, &out)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("sandbox run: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Error("sandbox did not stop")
+		}
+	})
+	re := regexp.MustCompile(`listener=(api|admin) url=(http://[0-9.:]+)`)
+	urls := map[string]string{}
+	for deadline := time.Now().Add(10 * time.Second); len(urls) < 2; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no listen lines in %s", out.String())
+		}
+		for _, m := range re.FindAllStringSubmatch(out.String(), -1) {
+			urls[m[1]] = m[2]
+		}
+	}
+	return urls["api"], urls["admin"]
+}
+
+// post sends a session request with the given Content-Type ("" for none).
+func postSession(t *testing.T, api, contentType string) int {
+	t.Helper()
+	req, _ := http.NewRequest("POST", api+"/partners/session", strings.NewReader(`{"client_id":"playpipe01","client_signature":"SANDBOX-ONLY-signature-not-a-real-secret"}`))
+	req.Header.Set("User-Agent", "playpipe-test/1 (partner integration)")
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	return res.StatusCode
+}
+
+// The command is strict by default; --strict=false is lenient.
+func TestSandboxStrictByDefault(t *testing.T) {
+	api, _ := startSandboxCmd(t)
+	if st := postSession(t, api, "text/plain"); st != 415 {
+		t.Fatalf("default: non-JSON session body answered %d, want 415", st)
+	}
+	if st := postSession(t, api, "application/json"); st != 200 {
+		t.Fatalf("default: JSON session body answered %d", st)
+	}
+	api, _ = startSandboxCmd(t, "--strict=false")
+	if st := postSession(t, api, "text/plain"); st != 200 {
+		t.Fatalf("--strict=false: non-JSON session body answered %d, want 200", st)
 	}
 }

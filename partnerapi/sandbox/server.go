@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"mime"
 	"net/http"
 	"strconv"
 	"strings"
@@ -202,6 +203,7 @@ var (
 	bodyReportOK     = []byte(`{"error":false,"message":"success"}`)
 	bodyReport500    = []byte(`{"error":true,"message":"internal service error"}`)
 	bodyStandby503   = []byte(`{"error":true,"reason":"standby upstream error"}`)
+	bodyReport415    = []byte(`{"error":true,"message":"` + reasonContentType + `"}`)
 )
 
 const (
@@ -216,7 +218,22 @@ const (
 	reasonMixNotFound     = "Mix not found"
 	reasonSessionMissing  = "please provide user information to create session: email, salt"
 	reasonSessionUserMiss = "please provide user information to create session: email, client_id, client_signature"
+	reasonContentType     = "Content-Type must be application/json"
 )
+
+// jsonContentType reports whether the Content-Type header values are one
+// application/json media type (parameters such as charset allowed, any case).
+func jsonContentType(vs []string) bool {
+	if len(vs) != 1 {
+		return false
+	}
+	v := vs[0]
+	if v == "application/json" || v == "application/json; charset=utf-8" {
+		return true
+	}
+	mt, _, err := mime.ParseMediaType(v)
+	return err == nil && mt == "application/json"
+}
 
 func envelope(reason string) []byte {
 	b, _ := json.Marshal(struct {
@@ -321,9 +338,15 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
+	strict := !s.opts.Lenient
 	var cl claims
 	if ep != epSession && ep != epSessionUser {
 		var ok bool
+		if strict && len(r.Header["Authorization"]) > 1 {
+			// Two tokens: which one counts is undefined, so neither does.
+			s.writeText(w, ep, http.StatusUnauthorized, bodyUnauthorized)
+			return
+		}
 		if cl, ok = s.authorize(r.Header.Get("Authorization"), mode, episode); !ok {
 			s.writeText(w, ep, http.StatusUnauthorized, bodyUnauthorized)
 			return
@@ -334,6 +357,14 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 			s.writeFault(w, ep, st, mode)
 			return
 		}
+	}
+	if strict && method == http.MethodPost && !jsonContentType(r.Header["Content-Type"]) {
+		if ep == epReport {
+			s.writeJSON(w, ep, http.StatusUnsupportedMediaType, bodyReport415)
+		} else {
+			s.writeError(w, ep, http.StatusUnsupportedMediaType, reasonContentType)
+		}
+		return
 	}
 	si := 0
 	if mode == ModeStandby {
@@ -355,7 +386,7 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 	case epList:
 		s.serveByID(w, ep, id, s.bodies.lists[si], reasonNoResults, http.StatusBadRequest, reasonNoResults)
 	case epGenres:
-		n, ok := parseID(id)
+		n, ok := s.parseID(id)
 		if !ok {
 			s.writeError(w, ep, http.StatusBadRequest, reasonRowID)
 			return
@@ -377,13 +408,18 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// parseID accepts a decimal integer path segment (digits only, optional minus).
-func parseID(id string) (int64, bool) {
-	if id == "" || len(id) > 19 {
+// parseID accepts a decimal integer path segment (digits only, optional
+// minus). In strict mode it must also be canonical, as a JSON integer is
+// written: no leading zero ("030001") and no "-0".
+func (s *Server) parseID(id string) (int64, bool) {
+	if id == "" || len(id) > 20 {
 		return 0, false
 	}
 	d := strings.TrimPrefix(id, "-")
 	if d == "" || strings.TrimLeft(d, "0123456789") != "" {
+		return 0, false
+	}
+	if !s.opts.Lenient && d[0] == '0' && (len(d) > 1 || len(id) > 1) {
 		return 0, false
 	}
 	n, err := strconv.ParseInt(id, 10, 64)
@@ -391,7 +427,7 @@ func parseID(id string) (int64, bool) {
 }
 
 func (s *Server) serveByID(w http.ResponseWriter, ep endpoint, id string, m map[int64][]byte, missingReason string, unknownStatus int, unknownReason string) {
-	n, ok := parseID(id)
+	n, ok := s.parseID(id)
 	if !ok {
 		s.writeError(w, ep, http.StatusBadRequest, missingReason)
 		return
@@ -550,7 +586,11 @@ func (s *Server) serveRestricted(w http.ResponseWriter, r *http.Request, cl clai
 	if !ok {
 		var body []byte
 		if pages := s.cat.RestrictedPages(country); len(pages) > 0 {
-			body = catalogBody(pages)
+			salt := uint64(saltRestricted)
+			for i := range len(country) {
+				salt = salt<<8 | uint64(country[i])
+			}
+			body = s.cat.catalogBody(pages, salt)
 		}
 		b, _ = s.restricted.LoadOrStore(country, body)
 	}
