@@ -118,12 +118,12 @@ func runSandbox(ctx context.Context, args []string, stdout, stderr io.Writer) er
 
 	var servers []*http.Server
 	errc := make(chan error, 2)
-	start := func(name, a string, h http.Handler) error {
+	start := func(name, a string, wrap func(addr string) http.Handler) error {
 		ln, err := net.Listen("tcp", a)
 		if err != nil {
 			return fmt.Errorf("%s listen %s: %w", name, a, err)
 		}
-		hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+		hs := &http.Server{Handler: wrap(ln.Addr().String()), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 		servers = append(servers, hs)
 		log.Info("sandbox listening", "listener", name, "url", "http://"+ln.Addr().String())
 		go func() {
@@ -144,14 +144,17 @@ func runSandbox(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			}
 		}
 	}
-	if err := start("api", *addr, telemetry.HTTPHandler(srv.Handler(), "sandbox")); err != nil {
+	api := func(listenAddr string) http.Handler {
+		return pinHost(telemetry.HTTPHandler(srv.Handler(), "sandbox"), listenAddr)
+	}
+	if err := start("api", *addr, api); err != nil {
 		return err
 	}
 	if adminOn {
 		admin := http.NewServeMux()
 		admin.Handle("/metrics", telemetry.MetricsHandler())
 		admin.Handle("/", srv.AdminHandler())
-		if err := start("admin", *adminAddr, admin); err != nil {
+		if err := start("admin", *adminAddr, func(string) http.Handler { return admin }); err != nil {
 			shutdown()
 			return err
 		}
@@ -166,6 +169,22 @@ func runSandbox(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	l := srv.Ledger()
 	log.Info("sandbox stopped", "accepted", l.AcceptedCount, "standby", l.StandbyCount, "rejected", l.RejectedCount, "duplicates", l.Duplicates)
 	return runErr
+}
+
+// pinHost serves h with the request's Host replaced by the listener's own
+// address. otelhttp labels its http.server.* metrics with server.address and
+// server.port taken from the Host header, which the caller chooses: random
+// Host values would each open new series and grow /metrics without bound
+// (issue 10). The sandbox's handlers never read Host, and every other label
+// (method, status, protocol, the sandbox's endpoint names) is from a fixed
+// set. The request is copied shallowly, as http.StripPrefix does.
+func pinHost(h http.Handler, listenAddr string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r2 := new(http.Request)
+		*r2 = *r
+		r2.Host = listenAddr
+		h.ServeHTTP(w, r2)
+	})
 }
 
 // loopbackAddr reports whether a listen address binds loopback only.

@@ -5,9 +5,12 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -167,5 +170,64 @@ func TestSandboxStrictByDefault(t *testing.T) {
 	api, _ = startSandboxCmd(t, "--strict=false")
 	if st := postSession(t, api, "text/plain"); st != 200 {
 		t.Fatalf("--strict=false: non-JSON session body answered %d, want 200", st)
+	}
+}
+
+func metricsSize(t *testing.T, admin string) (int, string) {
+	t.Helper()
+	res, err := http.Get(admin + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil || res.StatusCode != 200 {
+		t.Fatalf("/metrics: %d %v", res.StatusCode, err)
+	}
+	return len(b), string(b)
+}
+
+// Issue 10: no metric label value comes from the request. 5 000 requests
+// with random Host headers (and random paths and ids) leave /metrics the
+// same size (±10 %).
+func TestSandboxMetricsBoundedUnderRandomHosts(t *testing.T) {
+	for _, args := range [][]string{nil} {
+		t.Run(strings.Join(append([]string{"args"}, args...), " "), func(t *testing.T) {
+			api, admin := startSandboxCmd(t, args...)
+			tr := &http.Transport{MaxIdleConnsPerHost: 8}
+			defer tr.CloseIdleConnections()
+			hc := &http.Client{Transport: tr}
+			send := func(i int, host string) {
+				paths := []string{"/partners/catalog", "/partners/mix/" + strconv.Itoa(i), "/random/" + strconv.Itoa(i), "/partners/page/x" + strconv.Itoa(i)}
+				req, _ := http.NewRequest("GET", api+paths[i%len(paths)], nil)
+				req.Header.Set("User-Agent", "playpipe-test/1 (partner integration)")
+				req.Host = host
+				res, err := hc.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				_, _ = io.Copy(io.Discard, res.Body)
+				res.Body.Close()
+			}
+			// Warm up every bounded series: each path kind and answer, and a session.
+			for i := range 40 {
+				send(i, "")
+			}
+			if st := postSession(t, api, "application/json"); st != 200 {
+				t.Fatalf("session %d", st)
+			}
+			before, _ := metricsSize(t, admin)
+			for i := range 5000 {
+				send(i, fmt.Sprintf("h%d-%x.example:%d", i, rand.Uint64(), 1+rand.IntN(65535)))
+			}
+			after, text := metricsSize(t, admin)
+			if strings.Contains(text, ".example") {
+				t.Fatal("a Host header value is a metric label")
+			}
+			if d := after - before; d*10 > before || -d*10 > before {
+				t.Fatalf("/metrics grew from %d to %d bytes after 5000 random Host headers", before, after)
+			}
+			t.Logf("/metrics %d → %d bytes", before, after)
+		})
 	}
 }
