@@ -760,7 +760,9 @@ func TestE2ECatalogOrderAgainstStrictSandbox(t *testing.T) {
 		for _, it := range items {
 			want = append(want, it.ID)
 		}
-		ord := func(id int64) int { return items[slices.IndexFunc(items, func(g sandbox.GenreItem) bool { return g.ID == id })].Ordering }
+		ord := func(id int64) int {
+			return items[slices.IndexFunc(items, func(g sandbox.GenreItem) bool { return g.ID == id })].Ordering
+		}
 		want = byRank(want, ord)
 		got = got[:0]
 		for _, it := range row.Items {
