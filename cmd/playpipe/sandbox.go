@@ -55,7 +55,8 @@ func runSandbox(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		lists       = fs.Int("lists-per-page", sandbox.DefaultListsPerPage, "lists per page (1–50)")
 		mixes       = fs.Int("mixes-per-list", sandbox.DefaultMixesPerList, "mixes per list (1–100)")
 		empty       = fs.Bool("empty-catalog", false, "answer GET /partners/catalog with 400 \"no catalogs available\"")
-		maxLedger   = fs.Int("max-ledger-entries", sandbox.DefaultMaxLedgerEntries, "report entries kept with their bodies; beyond, only counted")
+		maxLedger   = fs.Int("max-ledger-entries", 0, fmt.Sprintf("report entries kept with their bodies; beyond, only counted (0: %d, or %d with --lean)", sandbox.DefaultMaxLedgerEntries, sandbox.LeanMaxLedgerEntries))
+		lean        = fs.Bool("lean", false, "lean mode for load tests: no otelhttp tracing middleware, and a bounded ledger (detail of the first --max-ledger-entries reports only; counts and duplicates exact)")
 		strict      = fs.Bool("strict", true, "strict mode: shuffled rankings, gapped page and list ids, 415 for non-JSON POST bodies, 400 for non-canonical path ids, 401 for repeated Authorization headers; --strict=false serves the catalog sorted and lets those pass")
 	)
 	lf.register(fs.StringVar)
@@ -85,7 +86,11 @@ func runSandbox(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		Seed: *seed, ClientID: *clientID, ClientSignature: *clientSig, Email: *email,
 		LiveTokenTTL: *liveTTL, StandbyTokenTTL: *standbyTTL, Logger: log, Mode: mode,
 		Pages: *pages, ListsPerPage: *lists, MixesPerList: *mixes, EmptyCatalog: *empty,
-		MaxLedgerEntries: *maxLedger, AdminAllowRemote: *adminPublic, Lenient: !*strict,
+		MaxLedgerEntries: *maxLedger, AdminAllowRemote: *adminPublic, Lenient: !*strict, Lean: *lean,
+	}
+	if *maxLedger < 0 {
+		fmt.Fprintf(stderr, "--max-ledger-entries %d: accepted 0 (the default) or more\n", *maxLedger)
+		return errUsage
 	}
 	if *secretFile != "" {
 		b, err := os.ReadFile(*secretFile)
@@ -145,6 +150,9 @@ func runSandbox(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 	}
 	api := func(listenAddr string) http.Handler {
+		if *lean {
+			return srv.Handler() // no tracing middleware: the partner side must not eat a load test's cores
+		}
 		return pinHost(telemetry.HTTPHandler(srv.Handler(), "sandbox"), listenAddr)
 	}
 	if err := start("api", *addr, api); err != nil {
@@ -159,7 +167,7 @@ func runSandbox(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			return err
 		}
 	}
-	log.Info("sandbox ready", "mode", mode.String(), "strict", *strict, "seed", *seed, "mixes", len(srv.Catalog().Mixes), "client_id", *clientID)
+	log.Info("sandbox ready", "mode", mode.String(), "strict", *strict, "lean", *lean, "seed", *seed, "mixes", len(srv.Catalog().Mixes), "client_id", *clientID)
 	var runErr error
 	select {
 	case <-ctx.Done():

@@ -35,7 +35,7 @@ func TestSandboxHelpDocumentsFlagsAndAdminAPI(t *testing.T) {
 	if !errors.Is(err, flag.ErrHelp) {
 		t.Fatalf("help: err %v\n%s", err, out.String())
 	}
-	for _, want := range []string{"-addr", "-admin-addr", "-seed", "-client-signature", "-live-token-ttl", "-standby-token-ttl", "-strict", "PUT    /admin/mode", "/admin/faults", "/admin/ledger", "/admin/reset", "/admin/counters"} {
+	for _, want := range []string{"-addr", "-admin-addr", "-seed", "-client-signature", "-live-token-ttl", "-standby-token-ttl", "-strict", "-lean", "PUT    /admin/mode", "/admin/faults", "/admin/ledger", "/admin/reset", "/admin/counters"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("help lacks %q", want)
 		}
@@ -191,7 +191,7 @@ func metricsSize(t *testing.T, admin string) (int, string) {
 // with random Host headers (and random paths and ids) leave /metrics the
 // same size (±10 %).
 func TestSandboxMetricsBoundedUnderRandomHosts(t *testing.T) {
-	for _, args := range [][]string{nil} {
+	for _, args := range [][]string{nil, {"--lean"}} {
 		t.Run(strings.Join(append([]string{"args"}, args...), " "), func(t *testing.T) {
 			api, admin := startSandboxCmd(t, args...)
 			tr := &http.Transport{MaxIdleConnsPerHost: 8}
@@ -229,5 +229,29 @@ func TestSandboxMetricsBoundedUnderRandomHosts(t *testing.T) {
 			}
 			t.Logf("/metrics %d → %d bytes", before, after)
 		})
+	}
+}
+
+// --lean leaves out the tracing middleware. The meter provider is global
+// to the test binary, so the middleware's series are told apart by the
+// server_port label, which pinHost sets to this run's API port.
+func TestSandboxLeanFlag(t *testing.T) {
+	if err := runSandbox(context.Background(), []string{"--max-ledger-entries", "-1"}, io.Discard, io.Discard); !errors.Is(err, errUsage) {
+		t.Fatalf("--max-ledger-entries -1: %v", err)
+	}
+	for _, lean := range []bool{true, false} {
+		var args []string
+		if lean {
+			args = []string{"--lean"}
+		}
+		api, admin := startSandboxCmd(t, args...)
+		if st := postSession(t, api, "application/json"); st != 200 {
+			t.Fatalf("session %d", st)
+		}
+		port := api[strings.LastIndexByte(api, ':')+1:]
+		_, text := metricsSize(t, admin)
+		if traced := strings.Contains(text, `server_port="`+port+`"`); traced == lean {
+			t.Fatalf("lean=%v: otelhttp series for port %s present: %v", lean, port, traced)
+		}
 	}
 }

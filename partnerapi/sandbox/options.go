@@ -30,6 +30,8 @@ const (
 	DefaultListsPerPage     = 4
 	DefaultMixesPerList     = 5
 	DefaultMaxLedgerEntries = 2_000_000
+	// LeanMaxLedgerEntries is the MaxLedgerEntries default in lean mode.
+	LeanMaxLedgerEntries = 10_000
 	DefaultMaxBodyBytes     = 64 << 10
 )
 
@@ -101,6 +103,17 @@ type Options struct {
 	// Lenient mode serves the catalog sorted, with contiguous ids, and lets
 	// those three request faults pass (as the sandbox did before strict mode).
 	Lenient bool
+	// Lean is the load-test mode: the ledger keeps the detail (raw body,
+	// decoded fields, flags) of the first MaxLedgerEntries reports only,
+	// which then defaults to LeanMaxLedgerEntries instead of
+	// DefaultMaxLedgerEntries, and no traceparent is recorded. Counts
+	// (accepted, standby, rejected, duplicates, dropped) and the duplicate
+	// detection stay exact: the duplicate set keeps one 16-byte hash pair per
+	// distinct accepted report (measured: docs/sandbox.md). The package never
+	// wraps Handler in tracing
+	// middleware; `playpipe sandbox --lean` also leaves out the otelhttp
+	// wrapper that the command adds otherwise.
+	Lean bool
 
 	// Mode is the mode the server starts in. Defaults to ModeLive.
 	Mode Mode
@@ -108,7 +121,7 @@ type Options struct {
 	// (accepted, standby and rejected together). Beyond it, reports are still
 	// validated, counted and checked for duplicates, but their entries are
 	// dropped and counted in LedgerSnapshot.Dropped. Defaults to
-	// DefaultMaxLedgerEntries.
+	// DefaultMaxLedgerEntries (LeanMaxLedgerEntries when Lean).
 	MaxLedgerEntries int
 	// MaxBodyBytes bounds request bodies; larger ones are answered 413.
 	// Defaults to DefaultMaxBodyBytes (64 KiB).
@@ -160,6 +173,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.MaxLedgerEntries == 0 {
 		o.MaxLedgerEntries = DefaultMaxLedgerEntries
+		if o.Lean {
+			o.MaxLedgerEntries = LeanMaxLedgerEntries
+		}
 	}
 	if o.MaxBodyBytes == 0 {
 		o.MaxBodyBytes = DefaultMaxBodyBytes

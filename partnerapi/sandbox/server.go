@@ -608,9 +608,13 @@ func (s *Server) serveReport(w http.ResponseWriter, r *http.Request, mode Mode) 
 		return
 	}
 	now := s.opts.Now()
+	var traceParent string
+	if !s.opts.Lean {
+		traceParent = r.Header.Get("Traceparent")
+	}
 	if mode == ModeStandby {
 		// Standby answers 200 without validating or forwarding.
-		s.ledger.addStandby(StandbyEntry{Arrival: now, Raw: string(body), TraceParent: r.Header.Get("Traceparent")})
+		s.ledger.addStandby(StandbyEntry{Arrival: now, Raw: string(body), TraceParent: traceParent})
 		s.writeJSON(w, epReport, http.StatusOK, bodyReportOK)
 		return
 	}
@@ -628,9 +632,13 @@ func (s *Server) serveReport(w http.ResponseWriter, r *http.Request, mode Mode) 
 		s.writeJSON(w, epReport, http.StatusBadRequest, b)
 		return
 	}
+	var flags []Flag
+	if !s.ledger.full() {
+		flags = qualityFlags(&rep, s.cat) // only kept entries carry them
+	}
 	s.ledger.addAccepted(LedgerEntry{
-		Arrival: now, Raw: raw, Report: rep, Flags: qualityFlags(&rep, s.cat),
-		ServedBy: mode.servedBy(), TraceParent: r.Header.Get("Traceparent"),
+		Arrival: now, Raw: raw, Report: rep, Flags: flags,
+		ServedBy: mode.servedBy(), TraceParent: traceParent,
 	})
 	s.writeJSON(w, epReport, http.StatusOK, bodyReportOK)
 }
