@@ -30,9 +30,9 @@ const (
 	DefaultListsPerPage     = 4
 	DefaultMixesPerList     = 5
 	DefaultMaxLedgerEntries = 2_000_000
+	DefaultMaxBodyBytes     = 64 << 10
 	// LeanMaxLedgerEntries is the MaxLedgerEntries default in lean mode.
 	LeanMaxLedgerEntries = 10_000
-	DefaultMaxBodyBytes     = 64 << 10
 )
 
 // Options configure a Server. The zero value is valid: every field has a
@@ -108,11 +108,10 @@ type Options struct {
 	// which then defaults to LeanMaxLedgerEntries instead of
 	// DefaultMaxLedgerEntries, and no traceparent is recorded. Counts
 	// (accepted, standby, rejected, duplicates, dropped) and the duplicate
-	// detection stay exact: the duplicate set keeps one 16-byte hash pair per
-	// distinct accepted report (measured: docs/sandbox.md). The package never
-	// wraps Handler in tracing
-	// middleware; `playpipe sandbox --lean` also leaves out the otelhttp
-	// wrapper that the command adds otherwise.
+	// detection stay exact: the duplicate set keeps one 16-byte hash pair
+	// per distinct accepted report, about 56 bytes (docs/sandbox.md). The
+	// package never wraps Handler in tracing middleware; `playpipe sandbox
+	// --lean` also leaves out the otelhttp wrapper the command adds otherwise.
 	Lean bool
 
 	// Mode is the mode the server starts in. Defaults to ModeLive.
