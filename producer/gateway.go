@@ -29,6 +29,19 @@ import (
 // events it refused before they reached Kafka (partition and offset are -1).
 const IngestSource = "ingest"
 
+// Event size limits of the gateway.
+const (
+	// DefaultMaxEventBytes is GatewayConfig.MaxEventBytes' default: 64 KiB,
+	// about 200 times an ordinary event.
+	DefaultMaxEventBytes = 64 << 10
+	// MaxEventBytesCeiling is the largest MaxEventBytes allowed: 960 KiB
+	// leaves room for the key, the headers and the batch framing under
+	// Kafka's default 1 MiB record limit (message.max.bytes 1 048 588,
+	// franz-go's ProducerBatchMaxBytes 1 000 012), so an accepted event can
+	// always be written.
+	MaxEventBytesCeiling = 960 << 10
+)
+
 // GatewayConfig configures the HTTP ingest gateway. Zero values take the
 // defaults named in the comments; NewGateway validates it once.
 type GatewayConfig struct {
@@ -39,8 +52,16 @@ type GatewayConfig struct {
 	RejectedTopic string
 	// Keys are the fleets' API keys (hashes); at least one is required.
 	Keys []FleetKey
-	// MaxBodyBytes bounds a request body; larger ones get 413. Defaults to 4 MiB.
+	// MaxBodyBytes bounds a request body; larger ones get 413 body_too_large
+	// as a whole. Defaults to 4 MiB.
 	MaxBodyBytes int64
+	// MaxEventBytes bounds one event of a batch (its bytes as sent: an array
+	// element or an NDJSON line); a larger event is refused with reason
+	// too_large in its per-event answer, and its rejection record keeps only
+	// a bounded prefix of it (see RejectionRawBound). Defaults to 64 KiB; at
+	// most MaxEventBytesCeiling, so that every accepted event fits one Kafka
+	// record.
+	MaxEventBytes int64
 	// MaxEvents bounds the events of one request; more get 413. Defaults to 5000.
 	MaxEvents int
 	// RatePerKey is the sustained events per second allowed per API key;
@@ -63,6 +84,9 @@ func (c *GatewayConfig) setDefaults() {
 	}
 	if c.MaxBodyBytes == 0 {
 		c.MaxBodyBytes = 4 << 20
+	}
+	if c.MaxEventBytes == 0 {
+		c.MaxEventBytes = DefaultMaxEventBytes
 	}
 	if c.MaxEvents == 0 {
 		c.MaxEvents = 5000
@@ -87,6 +111,8 @@ func (c *GatewayConfig) validate() error {
 		return errors.New("producer: GatewayConfig.Publisher is required")
 	case c.MaxBodyBytes < 1:
 		return fmt.Errorf("producer: GatewayConfig.MaxBodyBytes (--max-body) must be ≥ 1, got %d", c.MaxBodyBytes)
+	case c.MaxEventBytes < 1 || c.MaxEventBytes > MaxEventBytesCeiling:
+		return fmt.Errorf("producer: GatewayConfig.MaxEventBytes (--max-event-bytes) must be 1–%d bytes (an accepted event must fit one Kafka record), got %d", MaxEventBytesCeiling, c.MaxEventBytes)
 	case c.MaxEvents < 1:
 		return fmt.Errorf("producer: GatewayConfig.MaxEvents (--max-events) must be ≥ 1, got %d", c.MaxEvents)
 	case c.RatePerKey < 0 || math.IsNaN(c.RatePerKey) || math.IsInf(c.RatePerKey, 0):
@@ -173,7 +199,11 @@ type ErrorResponse struct {
 
 // IngestResponse is the body of an answer to POST /v1/events that got as far
 // as publishing: 202 when every event is accepted or refused (with its
-// rejection recorded), 503 when some are not on Kafka.
+// rejection recorded), 503 when some are not on Kafka, and 413 when every
+// event of the request is over the per-event size limit (each refused with
+// reason too_large and recorded; retrying cannot help). In a batch that also
+// holds events under the limit, an oversized event is one refused answer of
+// a 202.
 type IngestResponse struct {
 	Accepted int           `json:"accepted"`
 	Refused  int           `json:"refused"`
@@ -257,43 +287,92 @@ func (g *Gateway) serveEvents(w http.ResponseWriter, r *http.Request) int {
 		return g.tooMany(w, res)
 	}
 
-	results, pubErr := g.cfg.Publisher.Publish(r.Context(), events,
-		WithHeaders(kgo.RecordHeader{Key: "fleet", Value: []byte(fleet)}),
-		WithRejections(g.cfg.RejectedTopic, IngestSource))
-	resp := IngestResponse{Events: make([]EventAnswer, len(results))}
-	rejectionLost := 0
-	for i := range results {
-		res := &results[i]
-		a := EventAnswer{Index: res.Index, EventID: res.EventID, Status: res.Status}
+	resp, status := g.publish(r.Context(), fleet, events)
+	if status == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", "1")
+	}
+	writeJSON(w, status, resp)
+	return status
+}
+
+// publish sends the events of one request, records the refused ones to the
+// rejected topic (bounded records) and returns the answer and its status:
+// 503 when some event or rejection record is not on Kafka (retry them), 413
+// when every event of the request is over MaxEventBytes, else 202.
+func (g *Gateway) publish(ctx context.Context, fleet string, events [][]byte) (IngestResponse, int) {
+	now := time.Now()
+	// Events over the size limit are not parsed: they are refused here.
+	var refused []refusal
+	fit := make([][]byte, 0, len(events))
+	fitIndex := make([]int, 0, len(events))
+	for i, ev := range events {
+		if int64(len(ev)) > g.cfg.MaxEventBytes {
+			refused = append(refused, refusal{index: i, raw: ev, eventID: lenientEventID(ev), vs: []schemas.Violation{{
+				Reason: ReasonTooLarge,
+				Detail: fmt.Sprintf("the event is %d bytes; the limit is %d bytes per event", len(ev), g.cfg.MaxEventBytes)}}})
+			continue
+		}
+		fit = append(fit, ev)
+		fitIndex = append(fitIndex, i)
+	}
+	tooLarge := len(refused)
+
+	var results []Result
+	var pubErr error
+	if len(fit) > 0 {
+		results, pubErr = g.cfg.Publisher.Publish(ctx, fit,
+			WithHeaders(kgo.RecordHeader{Key: "fleet", Value: []byte(fleet)}))
+	}
+	resp := IngestResponse{Events: make([]EventAnswer, len(events))}
+	for j := range results {
+		res := &results[j]
+		i := fitIndex[j]
+		a := EventAnswer{Index: i, EventID: res.EventID, Status: res.Status}
 		switch res.Status {
 		case StatusAccepted:
 			resp.Accepted++
 			p, o := res.Partition, res.Offset
 			a.Partition, a.Offset = &p, &o
 		case StatusRefused:
-			resp.Refused++
-			a.Reasons = res.Violations
-			if res.RejectionErr != nil {
-				rejectionLost++
-				a.Error = "refused, but its rejection record could not be written to Kafka"
-			}
+			refused = append(refused, refusal{index: i, raw: events[i], eventID: res.EventID, vs: res.Violations})
 		default:
 			resp.Failed++
 			a.Error = "not acknowledged by Kafka; retry this event"
 		}
 		resp.Events[i] = a
 	}
+	rejectionLost := 0
+	for k, err := range g.recordRefusals(ctx, fleet, refused, now.UnixMilli()) {
+		rf := refused[k]
+		a := EventAnswer{Index: rf.index, EventID: rf.eventID, Status: StatusRefused, Reasons: rf.vs}
+		if err != nil {
+			rejectionLost++
+			a.Error = errRejectionLost.Error()
+			if pubErr == nil {
+				pubErr = err
+			}
+		}
+		resp.Refused++
+		resp.Events[rf.index] = a
+	}
 	log := g.cfg.Logger.With("fleet", fleet, "events", len(events), "accepted", resp.Accepted, "refused", resp.Refused, "failed", resp.Failed)
-	if pubErr != nil || rejectionLost > 0 {
+	if tooLarge > 0 {
+		log = log.With("too_large", tooLarge)
+	}
+	switch {
+	case resp.Failed > 0 || rejectionLost > 0:
 		resp.Error = "Kafka did not acknowledge every record of the batch: retry the events not accepted"
 		log.Warn("ingest: batch not fully on Kafka", "err", pubErr, "rejections_lost", rejectionLost)
-		w.Header().Set("Retry-After", "1")
-		writeJSON(w, http.StatusServiceUnavailable, resp)
-		return http.StatusServiceUnavailable
+		return resp, http.StatusServiceUnavailable
+	case tooLarge == len(events):
+		resp.Error = fmt.Sprintf("every event of the request exceeds the limit of %d bytes per event; it was refused (reason %s), do not retry it", g.cfg.MaxEventBytes, ReasonTooLarge)
+		log.Info("ingest: events over the size limit refused")
+		return resp, http.StatusRequestEntityTooLarge
+	case tooLarge > 0:
+		resp.Error = fmt.Sprintf("%d events exceed the limit of %d bytes per event and were refused (reason %s)", tooLarge, g.cfg.MaxEventBytes, ReasonTooLarge)
 	}
 	log.Debug("ingest: batch published")
-	writeJSON(w, http.StatusAccepted, resp)
-	return http.StatusAccepted
+	return resp, http.StatusAccepted
 }
 
 func (g *Gateway) tooMany(w http.ResponseWriter, res *rate.Reservation) int {

@@ -57,6 +57,7 @@ func runIngestWith(ctx context.Context, args []string, stdin io.Reader, stdout, 
 		hashKey   = fs.Bool("hash-key", false, "read an API key from stdin, print its SHA-256 (hex) and exit")
 		newKey    = fs.String("new-key", "", "make a random API key for the named fleet, print it and its configuration line, and exit")
 		maxBody   = fs.Int64("max-body", 4<<20, "largest request body in bytes (larger: 413)")
+		maxEvent  = fs.String("max-event-bytes", envDefault("PLAYPIPE_MAX_EVENT_BYTES", strconv.Itoa(producer.DefaultMaxEventBytes)), fmt.Sprintf("largest event in bytes, 1–%d (env PLAYPIPE_MAX_EVENT_BYTES); a larger one is refused with reason too_large (413 when the request holds nothing else) and recorded with a bounded prefix of its bytes", producer.MaxEventBytesCeiling))
 		maxEvents = fs.Int("max-events", 5000, "most events in one request (more: 413)")
 		ratePer   = fs.Float64("rate", 20000, "sustained events per second allowed per API key (more: 429 with Retry-After)")
 		burst     = fs.Int("burst", 0, "events an API key may send at once; 0: max(--max-events, --rate); must be ≥ --max-events")
@@ -99,6 +100,11 @@ func runIngestWith(ctx context.Context, args []string, stdin io.Reader, stdout, 
 		fmt.Fprintln(stderr, "playpipe ingest: no fleet API key configured: pass --api-key fleet:hexsha256, --api-keys-file or PLAYPIPE_INGEST_API_KEYS (make one with --new-key <fleet>)")
 		return errUsage
 	}
+	maxEventBytes, err := strconv.ParseInt(strings.TrimSpace(*maxEvent), 10, 64)
+	if err != nil || maxEventBytes < 1 || maxEventBytes > producer.MaxEventBytesCeiling {
+		fmt.Fprintf(stderr, "playpipe ingest: --max-event-bytes (env PLAYPIPE_MAX_EVENT_BYTES) %q: a whole number of bytes from 1 to %d is required\n", *maxEvent, producer.MaxEventBytesCeiling)
+		return errUsage
+	}
 	vopts := schemas.ValidateOptions{AllowMissingUserID: *allowNoU}
 	if *defVendor != "" {
 		v, err := strconv.ParseInt(*defVendor, 10, 64)
@@ -138,7 +144,7 @@ func runIngestWith(ctx context.Context, args []string, stdin io.Reader, stdout, 
 	}()
 	tel.AddReadyCheck("kafka", pub.Ping)
 	gw, err := producer.NewGateway(producer.GatewayConfig{
-		Publisher: pub, Keys: keys, MaxBodyBytes: *maxBody, MaxEvents: *maxEvents,
+		Publisher: pub, Keys: keys, MaxBodyBytes: *maxBody, MaxEventBytes: maxEventBytes, MaxEvents: *maxEvents,
 		RatePerKey: *ratePer, Burst: *burst, MaxConcurrent: *maxConc, Logger: log,
 	})
 	if err != nil {
@@ -162,7 +168,7 @@ func runIngestWith(ctx context.Context, args []string, stdin io.Reader, stdout, 
 		fleets[k.Fleet] = true
 	}
 	log.Info("ingest listening", "url", "http://"+ln.Addr().String()+"/v1/events", "topic", pub.Topic(),
-		"fleets", len(fleets), "keys", len(keys), "rate_per_key", *ratePer, "max_events", *maxEvents, "max_body", *maxBody)
+		"fleets", len(fleets), "keys", len(keys), "rate_per_key", *ratePer, "max_events", *maxEvents, "max_body", *maxBody, "max_event_bytes", maxEventBytes)
 	if ready != nil {
 		ready(ln.Addr().String())
 	}
