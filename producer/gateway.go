@@ -73,7 +73,25 @@ type GatewayConfig struct {
 	// MaxConcurrent bounds the POST /v1/events requests served at once (and
 	// so the memory held by their bodies, up to MaxConcurrent × MaxBodyBytes);
 	// beyond it a request gets 503 with Retry-After at once. Defaults to 64.
+	// A request takes one of these slots only after its key is authenticated
+	// and passed its own limits (MaxConcurrentPerKey, the rate limit).
 	MaxConcurrent int
+	// MaxConcurrentPerKey bounds the requests one API key has in flight;
+	// beyond it the key's request gets 429 concurrency_limited at once. It
+	// keeps one fleet from taking every slot of MaxConcurrent. Defaults to a
+	// quarter of MaxConcurrent (at least 1); at most MaxConcurrent.
+	MaxConcurrentPerKey int
+	// MinBodyRate is the slowest a request body may arrive, in bytes per
+	// second on average, once BodyGrace has passed; a slower body is cut
+	// with 408 slow_body and its connection closed. Defaults to 1024.
+	MinBodyRate int64
+	// BodyGrace is how long a request body may take before MinBodyRate
+	// applies (so small bodies on slow links pass). Defaults to 10 s.
+	BodyGrace time.Duration
+	// ReadTimeout bounds the time from the request's headers to the end of
+	// its body; a body not complete by then is cut with 408 read_timeout.
+	// Defaults to 60 s.
+	ReadTimeout time.Duration
 	// Logger defaults to slog.Default(). API keys are never logged.
 	Logger *slog.Logger
 }
@@ -100,15 +118,41 @@ func (c *GatewayConfig) setDefaults() {
 	if c.MaxConcurrent == 0 {
 		c.MaxConcurrent = 64
 	}
+	if c.MaxConcurrentPerKey == 0 {
+		c.MaxConcurrentPerKey = max(1, c.MaxConcurrent/4)
+	}
+	if c.MinBodyRate == 0 {
+		c.MinBodyRate = 1024
+	}
+	if c.BodyGrace == 0 {
+		c.BodyGrace = 10 * time.Second
+	}
+	if c.ReadTimeout == 0 {
+		c.ReadTimeout = time.Minute
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
 }
 
 func (c *GatewayConfig) validate() error {
-	switch {
-	case c.Publisher == nil:
+	if c.Publisher == nil {
 		return errors.New("producer: GatewayConfig.Publisher is required")
+	}
+	return c.validateLimits()
+}
+
+// ValidateLimits checks the limits of c (sizes, rates, concurrency, body
+// deadlines) with the defaults applied, leaving out the Publisher and the
+// keys: a command calls it before it connects to anything, so that a bad
+// flag is reported as such. NewGateway checks the same.
+func (c GatewayConfig) ValidateLimits() error {
+	c.setDefaults()
+	return c.validateLimits()
+}
+
+func (c *GatewayConfig) validateLimits() error {
+	switch {
 	case c.MaxBodyBytes < 1:
 		return fmt.Errorf("producer: GatewayConfig.MaxBodyBytes (--max-body) must be ≥ 1, got %d", c.MaxBodyBytes)
 	case c.MaxEventBytes < 1 || c.MaxEventBytes > MaxEventBytesCeiling:
@@ -119,6 +163,14 @@ func (c *GatewayConfig) validate() error {
 		return fmt.Errorf("producer: GatewayConfig.RatePerKey (--rate) must be > 0 events/s, got %v", c.RatePerKey)
 	case c.MaxConcurrent < 1:
 		return fmt.Errorf("producer: GatewayConfig.MaxConcurrent (--max-concurrent) must be ≥ 1, got %d", c.MaxConcurrent)
+	case c.MaxConcurrentPerKey < 1 || c.MaxConcurrentPerKey > c.MaxConcurrent:
+		return fmt.Errorf("producer: GatewayConfig.MaxConcurrentPerKey (--max-concurrent-per-key) must be 1–%d (--max-concurrent), got %d", c.MaxConcurrent, c.MaxConcurrentPerKey)
+	case c.MinBodyRate < 1:
+		return fmt.Errorf("producer: GatewayConfig.MinBodyRate (--min-body-rate) must be ≥ 1 byte/s, got %d", c.MinBodyRate)
+	case c.BodyGrace < 0:
+		return fmt.Errorf("producer: GatewayConfig.BodyGrace (--body-grace) must be ≥ 0, got %s", c.BodyGrace)
+	case c.ReadTimeout < 0:
+		return fmt.Errorf("producer: GatewayConfig.ReadTimeout (--read-timeout) must be > 0, got %s", c.ReadTimeout)
 	case c.Burst < c.MaxEvents:
 		return fmt.Errorf("producer: GatewayConfig.Burst (--burst) %d must be ≥ MaxEvents (--max-events) %d, or a full batch could never pass", c.Burst, c.MaxEvents)
 	}
@@ -134,6 +186,7 @@ type Gateway struct {
 	cfg      GatewayConfig
 	keys     *keyring
 	limiters []*rate.Limiter // one per configured key
+	inflight []atomic.Int32  // requests in flight per configured key
 	draining atomic.Bool
 	handler  http.Handler
 	slots    chan struct{} // one per request being served
@@ -155,6 +208,7 @@ func NewGateway(cfg GatewayConfig) (*Gateway, error) {
 	for range cfg.Keys {
 		g.limiters = append(g.limiters, rate.NewLimiter(rate.Limit(cfg.RatePerKey), cfg.Burst))
 	}
+	g.inflight = make([]atomic.Int32, len(cfg.Keys))
 	g.requests, _ = meter.Int64Counter("playpipe.ingest.requests",
 		metric.WithDescription("Requests to POST /v1/events, by HTTP status code."))
 	mux := http.NewServeMux()
@@ -191,9 +245,10 @@ func (g *Gateway) readyz(w http.ResponseWriter, r *http.Request) {
 // ErrorResponse is the body of a request refused as a whole.
 type ErrorResponse struct {
 	Error string `json:"error"`
-	// Code is machine-readable: unauthorized, rate_limited, body_too_large,
-	// too_many_events, malformed_batch, empty_batch, unsupported_media_type,
-	// unsupported_encoding, overloaded, kafka_unavailable, draining.
+	// Code is machine-readable: unauthorized, rate_limited,
+	// concurrency_limited, body_too_large, too_many_events, malformed_batch,
+	// empty_batch, unsupported_media_type, unsupported_encoding, slow_body,
+	// read_timeout, overloaded, kafka_unavailable, draining.
 	Code string `json:"code"`
 }
 
@@ -230,8 +285,26 @@ func (g *Gateway) postEvents(w http.ResponseWriter, r *http.Request) {
 	g.requests.Add(r.Context(), 1, metric.WithAttributes(attribute.Int("code", status)))
 }
 
+// serveEvents answers POST /v1/events. The order of the checks is the
+// isolation between fleets: everything a request can be refused for by its
+// key alone (authentication, the key's concurrent requests, its rate limit)
+// and by its headers is decided before it takes one of the MaxConcurrent
+// slots shared by every key, and the body (the only slow part a client
+// controls) is read under a minimum rate and a deadline.
 func (g *Gateway) serveEvents(w http.ResponseWriter, r *http.Request) int {
+	start := time.Now()
+	bodyRead := false
+	// A request refused before its body is read closes its connection at
+	// once: otherwise the server would wait for up to 256 KiB of the unread
+	// body (at the client's pace) before reusing the connection.
+	closeUnread := func() {
+		if !bodyRead && r.ContentLength != 0 {
+			w.Header().Set("Connection", "close")
+			_ = http.NewResponseController(w).SetReadDeadline(time.Unix(1, 0))
+		}
+	}
 	fail := func(status int, code, msg string) int {
+		closeUnread()
 		writeJSON(w, status, ErrorResponse{Error: msg, Code: code})
 		return status
 	}
@@ -243,16 +316,16 @@ func (g *Gateway) serveEvents(w http.ResponseWriter, r *http.Request) int {
 	}
 	fleet := g.cfg.Keys[ki].Fleet
 	trace.SpanFromContext(r.Context()).SetAttributes(attribute.String("playpipe.fleet", fleet))
-	select {
-	case g.slots <- struct{}{}:
-		defer func() { <-g.slots }()
-	default:
+	if n := g.inflight[ki].Add(1); n > int32(g.cfg.MaxConcurrentPerKey) {
+		g.inflight[ki].Add(-1)
 		w.Header().Set("Retry-After", "1")
-		g.cfg.Logger.Warn("ingest: too many requests in flight; answering 503", "fleet", fleet, "max_concurrent", g.cfg.MaxConcurrent)
-		return fail(http.StatusServiceUnavailable, "overloaded", fmt.Sprintf("the gateway is serving %d requests already; retry shortly", g.cfg.MaxConcurrent))
+		g.cfg.Logger.Debug("ingest: too many requests in flight for one key; answering 429", "fleet", fleet, "max_concurrent_per_key", g.cfg.MaxConcurrentPerKey)
+		return fail(http.StatusTooManyRequests, "concurrency_limited", fmt.Sprintf("this API key has %d requests in flight already (the limit per key); retry when one is answered", g.cfg.MaxConcurrentPerKey))
 	}
+	defer g.inflight[ki].Add(-1)
 	lim := g.limiters[ki]
 	if lim.Tokens() < 1 { // refuse before reading the body
+		closeUnread()
 		return g.tooMany(w, lim.Reserve())
 	}
 	if ce := r.Header.Get("Content-Encoding"); ce != "" && ce != "identity" {
@@ -265,11 +338,31 @@ func (g *Gateway) serveEvents(w http.ResponseWriter, r *http.Request) int {
 	if r.ContentLength > g.cfg.MaxBodyBytes {
 		return fail(http.StatusRequestEntityTooLarge, "body_too_large", fmt.Sprintf("body of %d bytes exceeds the limit of %d bytes", r.ContentLength, g.cfg.MaxBodyBytes))
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.cfg.MaxBodyBytes))
+	select {
+	case g.slots <- struct{}{}:
+		defer func() { <-g.slots }()
+	default:
+		w.Header().Set("Retry-After", "1")
+		g.cfg.Logger.Warn("ingest: too many requests in flight; answering 503", "fleet", fleet, "max_concurrent", g.cfg.MaxConcurrent)
+		return fail(http.StatusServiceUnavailable, "overloaded", fmt.Sprintf("the gateway is serving %d requests already; retry shortly", g.cfg.MaxConcurrent))
+	}
+	br := newBodyReader(w, r.Body, start, &g.cfg)
+	body, err := io.ReadAll(http.MaxBytesReader(w, io.NopCloser(br), g.cfg.MaxBodyBytes))
+	br.done(err == nil)
+	bodyRead = err == nil
 	if err != nil {
 		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
+		switch {
+		case errors.As(err, &mbe):
 			return fail(http.StatusRequestEntityTooLarge, "body_too_large", fmt.Sprintf("body exceeds the limit of %d bytes", g.cfg.MaxBodyBytes))
+		case errors.Is(err, errSlowBody):
+			w.Header().Set("Connection", "close")
+			g.cfg.Logger.Info("ingest: request body too slow; cut", "fleet", fleet, "bytes", br.n, "after", time.Since(start).Round(time.Millisecond), "min_body_rate", g.cfg.MinBodyRate)
+			return fail(http.StatusRequestTimeout, "slow_body", fmt.Sprintf("the body arrived slower than %d bytes/s after the first %s; send it faster", g.cfg.MinBodyRate, g.cfg.BodyGrace))
+		case errors.Is(err, errReadTimeout):
+			w.Header().Set("Connection", "close")
+			g.cfg.Logger.Info("ingest: request body not complete within the read timeout; cut", "fleet", fleet, "bytes", br.n, "read_timeout", g.cfg.ReadTimeout)
+			return fail(http.StatusRequestTimeout, "read_timeout", fmt.Sprintf("the body was not complete within %s; send smaller batches", g.cfg.ReadTimeout))
 		}
 		return fail(http.StatusBadRequest, "malformed_batch", "could not read the body")
 	}

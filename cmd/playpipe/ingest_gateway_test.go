@@ -26,6 +26,11 @@ func TestIngestGatewayFlagErrors(t *testing.T) {
 		{"event size over the Kafka bound", "", []string{"--max-event-bytes", "2000000"}, "1 to 983040"},
 		{"event size not a number", "", []string{"--max-event-bytes", "64KiB"}, "--max-event-bytes"},
 		{"event size from the environment", "lots", nil, "PLAYPIPE_MAX_EVENT_BYTES"},
+		{"per-key concurrency over the global one", "", []string{"--max-concurrent", "8", "--max-concurrent-per-key", "9"}, "--max-concurrent-per-key"},
+		{"no minimum body rate", "", []string{"--min-body-rate", "0"}, "--min-body-rate"},
+		{"no body grace", "", []string{"--body-grace", "0s"}, "--body-grace"},
+		{"negative read timeout", "", []string{"--read-timeout", "-1s"}, "--read-timeout"},
+		{"burst under a batch", "", []string{"--max-events", "100", "--burst", "10"}, "--burst"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
