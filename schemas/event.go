@@ -46,7 +46,15 @@ const (
 	ReasonEmptyField      = "empty_field"       // a required string is empty
 	ReasonMissingUserID   = "missing_user_id"   // user_id absent or empty (quarantined by default)
 	ReasonUnknownMix      = "unknown_mix"       // the partner API answered 404 for mix_id
-	ReasonOffsetBeyondMix = "offset_beyond_mix" // the segment starts at or after the end of the mix
+	// ReasonOffsetBeyondMix is no longer a rejection: by DESIGN's split rule
+	// such a segment is a valid event with zero plays (docs/consumer.md).
+	// Kept so that ledgers holding older rejections can name it.
+	ReasonOffsetBeyondMix = "offset_beyond_mix"
+	ReasonTooLarge        = "too_large"         // the event is longer than the deployment's maximum event size
+	ReasonDuplicateKey    = "duplicate_key"     // a key appears more than once in the event object
+	ReasonKeyCase         = "key_case_mismatch" // a key equals a field name but for case (e.g. "EVENT_ID"): keys are case-sensitive
+	ReasonMixUnavailable  = "mix_unavailable"   // the partner API kept answering 400 or an undecodable body for mix_id
+	ReasonProduceFailed   = "produce_failed"    // Kafka kept refusing what the event yields (e.g. MESSAGE_TOO_LARGE)
 )
 
 // Violation is one broken rule of an event.
