@@ -35,17 +35,17 @@ type PlayerEvent struct {
 
 // Machine-readable reasons of a Violation (and of a Rejection).
 const (
-	ReasonMalformedJSON   = "malformed_json"    // the bytes are not one JSON object
-	ReasonMissingField    = "missing_field"     // a required field is absent or null
-	ReasonWrongType       = "wrong_type"        // a field has the wrong JSON type (e.g. "12" or 1.5 for an integer)
-	ReasonBadEventID      = "bad_event_id"      // event_id empty or longer than 128 bytes
-	ReasonBadCountry      = "bad_country"       // country is not two ASCII letters
-	ReasonNegativeOffset  = "negative_offset"   // offset_ms < 0
-	ReasonBadDuration     = "bad_duration"      // duration_ms ≤ 0
-	ReasonBadStartedAt    = "bad_started_at"    // started_at ≤ 0 (not an epoch-ms instant)
-	ReasonEmptyField      = "empty_field"       // a required string is empty
-	ReasonMissingUserID   = "missing_user_id"   // user_id absent or empty (quarantined by default)
-	ReasonUnknownMix      = "unknown_mix"       // the partner API answered 404 for mix_id
+	ReasonMalformedJSON  = "malformed_json"  // the bytes are not one JSON object
+	ReasonMissingField   = "missing_field"   // a required field is absent or null
+	ReasonWrongType      = "wrong_type"      // a field has the wrong JSON type (e.g. "12" or 1.5 for an integer)
+	ReasonBadEventID     = "bad_event_id"    // event_id empty or longer than 128 bytes
+	ReasonBadCountry     = "bad_country"     // country is not two ASCII letters
+	ReasonNegativeOffset = "negative_offset" // offset_ms < 0
+	ReasonBadDuration    = "bad_duration"    // duration_ms ≤ 0
+	ReasonBadStartedAt   = "bad_started_at"  // started_at ≤ 0 (not an epoch-ms instant)
+	ReasonEmptyField     = "empty_field"     // a required string is empty
+	ReasonMissingUserID  = "missing_user_id" // user_id absent or empty (quarantined by default)
+	ReasonUnknownMix     = "unknown_mix"     // the partner API answered 404 for mix_id
 	// ReasonOffsetBeyondMix is no longer a rejection: by DESIGN's split rule
 	// such a segment is a valid event with zero plays (docs/consumer.md).
 	// Kept so that ledgers holding older rejections can name it.
