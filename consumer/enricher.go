@@ -46,6 +46,10 @@ type Options struct {
 	CacheOptions CacheOptions
 	// Events are the deployment's event policies (--allow-missing-user-id, --default-vendor).
 	Events schemas.ValidateOptions
+	// MaxEventBytes is the longest event accepted; a longer one is rejected
+	// as too_large (its rejection keeps a bounded prefix, see
+	// schemas.Rejection). Defaults to DefaultMaxEventBytes.
+	MaxEventBytes int
 	// MinPlayLength is the shortest play that is posted; shorter ones are
 	// derived with below_minimum and counted. Defaults to 1s; negative disables.
 	MinPlayLength time.Duration
@@ -72,6 +76,11 @@ type Options struct {
 	Now func() time.Time
 }
 
+// DefaultMaxEventBytes is the default Options.MaxEventBytes: 64 KiB, two
+// orders of magnitude above a real event (~300 bytes), far below Kafka's
+// 1 MiB record limit even after the sixfold growth of JSON escaping.
+const DefaultMaxEventBytes = 64 << 10
+
 // Validate checks the options once; errors name the flag or field.
 func (o Options) Validate() error {
 	if err := o.Kafka.Validate(); err != nil {
@@ -90,6 +99,8 @@ func (o Options) Validate() error {
 		return fmt.Errorf("consumer: --txn-interval must be > 0, got %s", o.TxnInterval)
 	case o.MaxTxnWait < 0:
 		return fmt.Errorf("consumer: --max-txn-wait must be > 0, got %s", o.MaxTxnWait)
+	case o.MaxEventBytes < 0:
+		return fmt.Errorf("consumer: --max-event-bytes must be ≥ 1, got %d", o.MaxEventBytes)
 	case o.FetchConcurrency < 0:
 		return fmt.Errorf("consumer: FetchConcurrency must be ≥ 1, got %d", o.FetchConcurrency)
 	case o.TransactionTimeout < 0:
@@ -121,6 +132,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.MinPlayLength == 0 {
 		o.MinPlayLength = time.Duration(DefaultMinPlayLength) * time.Millisecond
+	}
+	if o.MaxEventBytes == 0 {
+		o.MaxEventBytes = DefaultMaxEventBytes
 	}
 	if o.TxnRecords == 0 {
 		o.TxnRecords = 1000
@@ -179,6 +193,7 @@ func New(opts Options) (*Enricher, error) {
 	}
 	e := &Enricher{opts: opts, topics: opts.Kafka.Topics(), cache: cache}
 	e.proc = newProcessor(cache, e.topics, opts.Events, SplitOptions{MinPlayMS: opts.MinPlayLength.Milliseconds()}, opts.FetchConcurrency)
+	e.proc.maxEvent = opts.MaxEventBytes
 	return e, nil
 }
 
@@ -375,7 +390,7 @@ func (e *Enricher) loop(ctx context.Context, sess *kgo.GroupTransactSession) err
 					return err
 				}
 				for _, id := range tooLong.mixIDs {
-					if _, err := e.cache.Get(ctx, id); err != nil && !errors.Is(err, ErrUnknownMix) && ctx.Err() == nil {
+					if _, err := e.cache.Get(ctx, id); err != nil && !rejectsEvents(err) && ctx.Err() == nil {
 						return err
 					}
 				}
@@ -416,6 +431,7 @@ type processor struct {
 	validate schemas.ValidateOptions
 	split    SplitOptions
 	conc     int
+	maxEvent int // events longer than this are rejected too_large; 0: no limit
 	tracer   trace.Tracer
 	spanOpts []trace.SpanStartOption
 
@@ -540,6 +556,11 @@ func (p *processor) process(ctx, waitCtx context.Context, recs []*kgo.Record, no
 	for _, r := range recs {
 		p.items = append(p.items, item{rec: r})
 		it := &p.items[len(p.items)-1]
+		if p.maxEvent > 0 && len(r.Value) > p.maxEvent {
+			it.vs = []schemas.Violation{{Reason: schemas.ReasonTooLarge,
+				Detail: fmt.Sprintf("event is %d bytes, longer than the maximum event size of %d bytes (--max-event-bytes)", len(r.Value), p.maxEvent)}}
+			continue
+		}
 		it.ev, it.vs = schemas.ParseEvent(r.Value, p.validate)
 		if it.vs != nil {
 			continue
@@ -547,7 +568,7 @@ func (p *processor) process(ctx, waitCtx context.Context, recs []*kgo.Record, no
 		l, err := p.cache.Lookup(it.ev.MixID)
 		switch {
 		case err != nil:
-			it.vs = unknownMix(it.ev.MixID)
+			it.vs = mixViolation(it.ev.MixID, err)
 		case l != nil:
 			it.listing = l
 		default:
@@ -568,16 +589,16 @@ func (p *processor) process(ctx, waitCtx context.Context, recs []*kgo.Record, no
 			it.fetched = true
 			l, err := p.cache.Lookup(it.ev.MixID)
 			switch {
-			case errors.Is(err, ErrUnknownMix):
-				it.vs = unknownMix(it.ev.MixID)
+			case err != nil:
+				it.vs = mixViolation(it.ev.MixID, err)
 			case l != nil:
 				it.listing = l
 			default:
 				// Resolved moments ago but already evicted or expired (a
 				// tiny cache or TTL): fetch once more, waiting as needed.
 				l, err := p.cache.Get(waitCtx, it.ev.MixID)
-				if errors.Is(err, ErrUnknownMix) {
-					it.vs = unknownMix(it.ev.MixID)
+				if rejectsEvents(err) {
+					it.vs = mixViolation(it.ev.MixID, err)
 				} else if err != nil {
 					return nil, p.waitErr(waitCtx, err, []int64{it.ev.MixID})
 				} else {
@@ -704,7 +725,7 @@ func (p *processor) resolve(waitCtx context.Context, ids []int64) error {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			if _, err := p.cache.Get(waitCtx, id); err != nil && !errors.Is(err, ErrUnknownMix) {
+			if _, err := p.cache.Get(waitCtx, id); err != nil && !rejectsEvents(err) {
 				mu.Lock()
 				failed = append(failed, id)
 				if first == nil || errors.Is(err, ErrMisconfigured) {
@@ -731,7 +752,18 @@ func (p *processor) waitErr(waitCtx context.Context, err error, ids []int64) err
 	return err
 }
 
-func unknownMix(id int64) []schemas.Violation {
+// rejectsEvents reports whether a MixCache error is a verdict on the mix
+// that rejects its events (404, or declared unavailable), not a failure.
+func rejectsEvents(err error) bool {
+	return errors.Is(err, ErrUnknownMix) || errors.Is(err, ErrMixUnavailable)
+}
+
+// mixViolation is the violation of an event whose mix lookup gave err (one
+// of the rejectsEvents errors).
+func mixViolation(id int64, err error) []schemas.Violation {
+	if errors.Is(err, ErrMixUnavailable) {
+		return []schemas.Violation{{Field: "mix_id", Reason: schemas.ReasonMixUnavailable, Detail: trunc(err.Error(), 300)}}
+	}
 	return []schemas.Violation{{Field: "mix_id", Reason: schemas.ReasonUnknownMix,
 		Detail: fmt.Sprintf("the partner API answered 404 for mix %d", id)}}
 }
