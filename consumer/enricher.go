@@ -203,7 +203,10 @@ func (e *Enricher) Cache() *MixCache { return e.cache }
 // Stats are counters of committed work.
 type Stats struct {
 	Events, Plays, BelowMinimum, Rejected int64
-	Commits, Aborts                       int64
+	// WithoutPlays are valid events that yielded no play (a segment past
+	// the mix end or before its first track): consumed, not rejected.
+	WithoutPlays    int64
+	Commits, Aborts int64
 }
 
 // Stats returns the counters of work in committed transactions.
@@ -450,7 +453,7 @@ type processor struct {
 	committed Stats
 
 	mEvents, mPlays, mBelow metric.Int64Counter
-	mRejected               metric.Int64Counter
+	mRejected, mNoPlays     metric.Int64Counter
 	rejectedByReason        map[string]int64
 }
 
@@ -480,6 +483,8 @@ func (p *processor) initMetrics(m metric.Meter) error {
 	p.mBelow, err = m.Int64Counter("playpipe.plays.below_minimum", metric.WithDescription("derived plays shorter than the minimum play length (counted, not posted)"))
 	errs = append(errs, err)
 	p.mRejected, err = m.Int64Counter("playpipe.events.rejected", metric.WithDescription("events sent to the rejected topic, by reason"))
+	errs = append(errs, err)
+	p.mNoPlays, err = m.Int64Counter("playpipe.events.without_plays", metric.WithDescription("valid events that yielded no track play (segment past the mix end or before its first track)"))
 	errs = append(errs, err)
 	return errors.Join(errs...)
 }
@@ -518,6 +523,7 @@ func (p *processor) endTxn(committed bool) {
 		p.committed.Plays += pend.Plays
 		p.committed.BelowMinimum += pend.BelowMinimum
 		p.committed.Rejected += pend.Rejected
+		p.committed.WithoutPlays += pend.WithoutPlays
 		p.committed.Commits++
 	} else {
 		p.committed.Aborts++
@@ -528,6 +534,7 @@ func (p *processor) endTxn(committed bool) {
 		p.mEvents.Add(ctx, pend.Events)
 		p.mPlays.Add(ctx, pend.Plays)
 		p.mBelow.Add(ctx, pend.BelowMinimum)
+		p.mNoPlays.Add(ctx, pend.WithoutPlays)
 		for r, n := range reasons {
 			p.mRejected.Add(ctx, n, metric.WithAttributes(attribute.String("reason", r)))
 		}
@@ -626,6 +633,8 @@ func (p *processor) process(ctx, waitCtx context.Context, recs []*kgo.Record, no
 			p.plays, v = Split(p.plays[:0], &it.ev, it.listing, split)
 			if v != nil {
 				it.vs = []schemas.Violation{*v}
+			} else if len(p.plays) == 0 {
+				p.pending.WithoutPlays++
 			}
 		}
 		if it.vs != nil {

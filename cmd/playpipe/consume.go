@@ -200,8 +200,8 @@ func runConsume(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	err = enr.Run(ctx)
 	st := enr.Stats()
 	cs := enr.Cache().Stats()
-	fmt.Fprintf(stdout, "consume: %d events committed: %d track plays (%d below the minimum), %d rejected; %d transactions, %d aborted; mix cache %d hits, %d misses, %d fetches\n",
-		st.Events, st.Plays, st.BelowMinimum, st.Rejected, st.Commits, st.Aborts, cs.Hits, cs.Misses, cs.Fetches)
+	fmt.Fprintf(stdout, "consume: %d events committed: %d track plays (%d below the minimum), %d rejected, %d valid without plays; %d transactions, %d aborted; mix cache %d hits, %d misses, %d fetches\n",
+		st.Events, st.Plays, st.BelowMinimum, st.Rejected, st.WithoutPlays, st.Commits, st.Aborts, cs.Hits, cs.Misses, cs.Fetches)
 	if errors.Is(err, consumer.ErrMisconfigured) {
 		return configExit{err}
 	}
