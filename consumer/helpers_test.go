@@ -296,7 +296,7 @@ func checkOutput(t *testing.T, k *testenv.Kafka, evs []genEvent) {
 		} else if rj.Reason != w {
 			t.Errorf("rejection of %s: reason %s, want %s (%v)", id, rj.Reason, w, rj.Violations)
 		}
-		if rj.Raw == "" || (rj.EventID != id && rj.Reason != schemas.ReasonMalformedJSON) {
+		if rj.Raw == "" || (rj.EventID != id && rj.Reason != schemas.ReasonMalformedJSON && rj.Reason != schemas.ReasonKeyCase) {
 			t.Errorf("rejection without raw bytes or event id: %s", r.Value)
 		}
 	}
