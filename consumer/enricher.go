@@ -899,6 +899,9 @@ func (p *processor) notePoison() []*poisonState {
 // ParseEvent reads keys: a case variant such as "EVENT_ID" is not it); ""
 // when it has none usable.
 func bestEffortEventID(raw []byte) string {
+	if !json.Valid(raw) {
+		return "" // a truncated copy may start like another, valid event
+	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
 		return ""
