@@ -80,6 +80,13 @@ type Report struct {
 	EventsNotJSON    uint64  `json:"events_not_json"`    // of which not a JSON object
 	EventsRejected   uint64  `json:"events_rejected"`    // distinct event records rejected
 	RejectedByReason []Count `json:"rejected_by_reason"` // by the first violation's reason
+	// EventsWithoutPlays are valid events that yielded no track play: a
+	// segment starting at or past the end of its mix (DESIGN's split rule:
+	// valid, zero plays; ledgers written before that rule counted them as
+	// offset_beyond_mix rejections, which are counted here instead), or
+	// lying before a listing's first track. An event not enriched yet is
+	// counted here until its plays arrive.
+	EventsWithoutPlays uint64 `json:"events_without_plays"`
 
 	PlayRecords       uint64 `json:"play_records"`        // records of the reports topic (re-derivations included)
 	PlaysDerived      uint64 `json:"plays_derived"`       // distinct report ids
@@ -161,6 +168,10 @@ ANY LEFT JOIN
 USING report_id`
 }
 
+// condRealReject excludes legacy offset_beyond_mix rejections: by DESIGN's
+// split rule such an event is valid with zero plays (docs/consumer.md).
+const condRealReject = "reason != 'offset_beyond_mix'"
+
 // Outcome conditions over perReport's columns. A `delivered` answer is
 // final and wins over a `rejected` one; standby and retry are intermediate.
 const (
@@ -192,14 +203,21 @@ FROM `+a.db+`.events WHERE `+w, &r.EventsReceived, &r.EventsNotJSON); err != nil
 		return nil, fmt.Errorf("analytics: audit events: %w", err)
 	}
 	// A rejection is counted once per rejected event record (its source
-	// location), however many times it was published.
+	// location), however many times it was published. Legacy
+	// offset_beyond_mix rejections are valid events (EventsWithoutPlays).
 	var err error
 	if r.RejectedByReason, err = a.counts(ctx, `SELECT reason, uniqExact(src_topic, src_partition, src_offset) AS n
-FROM `+a.db+`.rejections WHERE `+w+` GROUP BY reason ORDER BY n DESC, reason`); err != nil {
+FROM `+a.db+`.rejections WHERE `+w+` AND `+condRealReject+` GROUP BY reason ORDER BY n DESC, reason`); err != nil {
 		return nil, fmt.Errorf("analytics: audit rejections: %w", err)
 	}
-	if err := a.row(ctx, `SELECT uniqExact(src_topic, src_partition, src_offset) FROM `+a.db+`.rejections WHERE `+w, &r.EventsRejected); err != nil {
+	if err := a.row(ctx, `SELECT uniqExact(src_topic, src_partition, src_offset) FROM `+a.db+`.rejections WHERE `+w+` AND `+condRealReject, &r.EventsRejected); err != nil {
 		return nil, fmt.Errorf("analytics: audit rejections: %w", err)
+	}
+	if err := a.row(ctx, `SELECT uniqExact(kafka_topic, kafka_partition, kafka_offset) FROM `+a.db+`.events
+WHERE `+w+` AND parsed = 1
+  AND (kafka_topic, kafka_partition, kafka_offset) NOT IN (SELECT src_topic, src_partition, src_offset FROM `+a.db+`.rejections WHERE `+condRealReject+`)
+  AND event_id NOT IN (SELECT event_id FROM `+a.db+`.plays)`, &r.EventsWithoutPlays); err != nil {
+		return nil, fmt.Errorf("analytics: audit events without plays: %w", err)
 	}
 	if err := a.row(ctx, `SELECT uniqExact(kafka_topic, kafka_partition, kafka_offset) FROM `+a.db+`.plays WHERE `+w, &r.PlayRecords); err != nil {
 		return nil, fmt.Errorf("analytics: audit plays: %w", err)
@@ -340,7 +358,7 @@ func (a *Auditor) List(ctx context.Context, o AuditOptions, metric string, limit
 WHERE ` + w + cond + ` ORDER BY kafka_time_ms, kafka_topic, kafka_partition, kafka_offset LIMIT 1 BY kafka_topic, kafka_partition, kafka_offset` + lim
 	case "rejected":
 		q = `SELECT '', event_id, kafka_time_ms, reason, src_topic, src_partition, src_offset FROM ` + a.db + `.rejections
-WHERE ` + w + ` ORDER BY kafka_time_ms, src_topic, src_partition, src_offset LIMIT 1 BY src_topic, src_partition, src_offset` + lim
+WHERE ` + w + ` AND ` + condRealReject + ` ORDER BY kafka_time_ms, src_topic, src_partition, src_offset LIMIT 1 BY src_topic, src_partition, src_offset` + lim
 	case "malformed":
 		q = `SELECT '', '', kafka_time_ms, error, kafka_topic, kafka_partition, kafka_offset FROM ` + a.db + `.malformed
 WHERE ` + w + ` ORDER BY kafka_time_ms, kafka_topic, kafka_partition, kafka_offset LIMIT 1 BY kafka_topic, kafka_partition, kafka_offset` + lim

@@ -299,7 +299,7 @@ func fastDelivery(s string, d *schemas.Delivery) bool {
 }
 
 var (
-	rejectionKeys = []string{"v", "event_id", "reason", "violations", "raw", "raw_base64", "source", "at"}
+	rejectionKeys = []string{"v", "event_id", "reason", "violations", "raw", "raw_base64", "raw_len", "raw_sha256", "raw_truncated", "source", "at"}
 	violationKeys = []string{"field", "reason", "detail"}
 	sourceKeys    = []string{"topic", "partition", "offset"}
 )
@@ -344,6 +344,18 @@ func fastRejection(s string, j *schemas.Rejection) bool {
 		case "at":
 			if p.Once(&seen, 1<<7) {
 				p.Int64(&j.At)
+			}
+		case "raw_len":
+			if p.Once(&seen, 1<<8) {
+				p.Int(&j.RawLen)
+			}
+		case "raw_sha256":
+			if p.Once(&seen, 1<<9) {
+				p.str(&j.RawSHA256)
+			}
+		case "raw_truncated":
+			if p.Once(&seen, 1<<10) {
+				p.Bool(&j.RawTruncated)
 			}
 		default:
 			p.Unknown(k, rejectionKeys...)

@@ -75,7 +75,7 @@ var edgeRecords = []string{
 	`{"report_id":"r","fields":null}`, `{"report_id":"r","fields":[]}`, `{"report_id":"r","fields":["a",null]}`, `{"report_id":"r","fields":[1]}`,
 	`{"report_id":"r","replay":false,"replay":true}`, `{"report_id":"r","http_status":-1}`, `{"v":1,"violations":null,"source":null}`,
 	`{"violations":[]}`, `{"violations":[null]}`, `{"violations":[{"reason":"r","Reason":"s"}]}`, `{"source":{"partition":2147483648}}`,
-	`{"source":{"partition":-2147483648,"offset":-1}}`, `{"raw":"{\"a\":1}","raw_base64":false}`, `{"raw":"eyJ9","raw_base64":true}`,
+	`{"source":{"partition":-2147483648,"offset":-1}}`, `{"raw":"{\"a\":1}","raw_base64":false}`, `{"raw":"eyJ9","raw_base64":true}`, `{"raw":"{\"a","raw_len":200000,"raw_sha256":"ab","raw_truncated":true}`, `{"raw_len":1.5,"raw_truncated":"x"}`,
 	`{"x":` + strings.Repeat("[", 100) + strings.Repeat("]", 100) + `}`, "\t{\"event_id\"\r\n:\"a\"}\n",
 }
 

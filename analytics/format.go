@@ -45,6 +45,7 @@ func (r *Report) lines() []line {
 		ls = append(ls, line{section: "events", metric: "rejected by reason", key: c.Key, n: c.N, indent: 1})
 	}
 	ls = append(ls,
+		line{section: "events", metric: "valid, without plays", n: r.EventsWithoutPlays},
 		line{section: "plays", metric: "derived", n: r.PlaysDerived, list: "derived"},
 		line{section: "plays", metric: "below minimum (not reported)", n: r.PlaysBelowMinimum, list: "below-minimum", indent: 1},
 		line{section: "plays", metric: "reportable", n: r.PlaysReportable, list: "reportable", indent: 1},

@@ -1,6 +1,7 @@
 package analytics
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -115,9 +116,15 @@ func decodeEvent(b []byte, raw string) (eventFields, uint8) {
 	return decodeEventJSON(b)
 }
 
-// decodeEventJSON is the reference decoding of an event.
+// decodeEventJSON is the reference decoding of an event. Only a JSON object
+// is parsed: an array, null, a number or a string is "not JSON" to the
+// audit (encoding/json would accept null, and report arrays and numbers as
+// type errors of a valid document).
 func decodeEventJSON(b []byte) (eventFields, uint8) {
 	var f eventFields
+	if t := bytes.TrimLeft(b, " \t\r\n"); len(t) == 0 || t[0] != '{' {
+		return f, 0
+	}
 	err := json.Unmarshal(b, &f)
 	var typeErr *json.UnmarshalTypeError
 	if err == nil || errors.As(err, &typeErr) {

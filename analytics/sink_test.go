@@ -76,6 +76,10 @@ func fixture(t *testing.T, e *env, now time.Time) Report {
 	rec(e.topics.Events, "e3", eventJSON(t, "e3", "u1"), at(-time.Hour))
 	rec(e.topics.Events, "bad", []byte("\xff not json {"), t0)
 	rec(e.topics.Events, "e5", eventJSON(t, "e5", ""), t0)
+	rec(e.topics.Events, "arr", []byte(`[{"event_id":"arr"}]`), t0) // JSON, not an object: not JSON to the audit
+	rec(e.topics.Events, "null", []byte(` null`), t0)
+	rec(e.topics.Events, "e6", eventJSON(t, "e6", "u1"), t0) // valid, zero plays (offset past the mix end)
+	rec(e.topics.Events, "e7", eventJSON(t, "e7", "u1"), t0) // the same, rejected offset_beyond_mix by an older consumer
 	e.produce(t, recs...)
 	// Locate the two bad events to reference them from rejections.
 	src := map[string]schemas.Source{}
@@ -88,6 +92,8 @@ func fixture(t *testing.T, e *env, now time.Time) Report {
 	rec(e.topics.Rejected, "bad", mustJSON(t, rej1), t0)
 	rec(e.topics.Rejected, "e5", mustJSON(t, rej2), t0)
 	rec(e.topics.Rejected, "e5", mustJSON(t, rej2), t0) // re-published by a replay: one rejected event
+	rej7 := schemas.NewRejection(eventJSON(t, "e7", "u1"), "e7", []schemas.Violation{{Field: "offset_ms", Reason: schemas.ReasonOffsetBeyondMix}}, src["e7"], t0.UnixMilli())
+	rec(e.topics.Rejected, "e7", mustJSON(t, rej7), t0)
 
 	r1, p1 := playJSON(t, "e1", 0, false) // delivered once
 	r2, p2 := playJSON(t, "e1", 1, false) // standby, then delivered by the replay
@@ -115,7 +121,7 @@ func fixture(t *testing.T, e *env, now time.Time) Report {
 	e.produce(t, recs...)
 
 	return Report{
-		EventsReceived: 5, EventsNotJSON: 1, EventsRejected: 2,
+		EventsReceived: 9, EventsNotJSON: 3, EventsRejected: 2, EventsWithoutPlays: 2,
 		RejectedByReason: []Count{{schemas.ReasonMalformedJSON, 1}, {schemas.ReasonMissingUserID, 1}},
 		PlayRecords:      7, PlaysDerived: 6, PlaysBelowMinimum: 1, PlaysReportable: 5,
 		Delivered: 3, RejectedByAPI: 1, RejectedByAPIByMessage: []Count{{"isrc is invalid", 1}},
@@ -209,7 +215,7 @@ func TestSinkEndToEndAudit(t *testing.T) {
 	if rj := list("rejected"); len(rj) != 2 || rj[0].Detail == "" || !strings.HasPrefix(rj[0].Kafka, e.topics.Events+"/") {
 		t.Fatalf("rejected list: %+v", rj)
 	}
-	if nj := list("not-json"); len(nj) != 1 {
+	if nj := list("not-json"); len(nj) != 3 {
 		t.Fatalf("not-json list: %+v", nj)
 	}
 	if m := list("malformed"); len(m) != 1 || !strings.HasPrefix(m[0].Kafka, e.topics.Deliveries+"/") {
@@ -220,7 +226,7 @@ func TestSinkEndToEndAudit(t *testing.T) {
 	}
 	// The not-JSON event's bytes are in the ledger verbatim.
 	var raw string
-	if err := e.ch.Conn(t).QueryRow(ctx, "SELECT raw FROM "+e.ch.Database+".events WHERE parsed = 0").Scan(&raw); err != nil || raw != "\xff not json {" {
+	if err := e.ch.Conn(t).QueryRow(ctx, "SELECT raw FROM "+e.ch.Database+".events WHERE parsed = 0 AND kafka_key = 'bad'").Scan(&raw); err != nil || raw != "\xff not json {" {
 		t.Fatalf("raw bytes of the not-JSON event: %q, %v", raw, err)
 	}
 
@@ -231,8 +237,8 @@ func TestSinkEndToEndAudit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.EventsReceived != 4 || got.PlaysDerived != 4 || got.Pending != 0 {
-		t.Fatalf("recent window: events %d plays %d pending %d, want 4, 4, 0", got.EventsReceived, got.PlaysDerived, got.Pending)
+	if got.EventsReceived != 8 || got.PlaysDerived != 4 || got.Pending != 0 {
+		t.Fatalf("recent window: events %d plays %d pending %d, want 8, 4, 0", got.EventsReceived, got.PlaysDerived, got.Pending)
 	}
 }
 

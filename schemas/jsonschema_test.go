@@ -215,6 +215,11 @@ func TestEventSchemaAgreesWithParseEvent(t *testing.T) {
 			_, vs := ParseEvent(c.raw, ValidateOptions{})
 			goFields := map[string]bool{}
 			for _, v := range vs {
+				if v.Reason == ReasonDuplicateKey || v.Reason == ReasonKeyCase {
+					// Unique, case-sensitive keys: stated in the document's
+					// description; no JSON Schema keyword expresses them.
+					continue
+				}
 				goFields[v.Field] = true
 			}
 			schemaFields := map[string]bool{}
@@ -223,6 +228,14 @@ func TestEventSchemaAgreesWithParseEvent(t *testing.T) {
 			} else {
 				for _, e := range evaluate(t, schema, v, "") {
 					schemaFields[strings.SplitN(strings.TrimPrefix(e.path, "/"), "/", 2)[0]] = true
+				}
+			}
+			for _, v := range vs {
+				if v.Reason == ReasonDuplicateKey {
+					// Which value of a duplicate key counts is undefined in
+					// JSON; ParseEvent validates the first, decoders keep the last.
+					delete(schemaFields, v.Field)
+					delete(goFields, v.Field)
 				}
 			}
 			if !reflect.DeepEqual(goFields, schemaFields) {
