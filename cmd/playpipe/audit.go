@@ -36,8 +36,9 @@ Examples:
   playpipe audit --from -24h --list pending --format csv
 
 Times: RFC 3339 (2026-11-21T10:00:00Z), a date (2026-11-21, UTC), epoch milliseconds,
-"now", or a duration relative to now (-90m). Without --clickhouse-addr the local
-clickhouse-server in --clickhouse-data is used (started if needed).`
+"now", or a duration relative to now (-90m). --clickhouse-addr or --clickhouse-data DIR
+is required; with --clickhouse-data the clickhouse-server running in DIR is used (started
+if none runs there).`
 
 // auditExit is an audit that found problems: exit status 3.
 type auditExit struct{ problems []string }
@@ -101,8 +102,8 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if limit < 0 {
 		return usage(fmt.Errorf("--limit must be ≥ 0, got %d", limit))
 	}
-	if err := cfg.Validate(); err != nil {
-		return usage(err)
+	if err := requireClickHouse(cfg); err != nil {
+		return err
 	}
 	cfg, stopCH, err := analytics.LocalOrConfigured(ctx, cfg, log)
 	if err != nil {

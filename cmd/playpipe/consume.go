@@ -12,7 +12,6 @@ import (
 	"github.com/playpipe/playpipe/consumer"
 	"github.com/playpipe/playpipe/internal/kafkax"
 	"github.com/playpipe/playpipe/internal/telemetry"
-	"github.com/playpipe/playpipe/partnerapi"
 )
 
 func init() {
@@ -36,8 +35,8 @@ Example (brokers and API from flags; the signature never on the command line):
     --api-url https://api.example.com --api-client-id abcdefghij \
     --transactional-id playpipe-enrich-0 --min-play-length 1s
 
-Without --brokers an embedded in-memory broker is started; without --api-url a built-in
-sandbox of the partner API is started on loopback.`
+--brokers (or --embedded-kafka) and --api-url (or --sandbox) are required: without them
+the command refuses to start (exit 2). Try-out: playpipe consume --embedded-kafka --sandbox`
 
 // consumeFlags are the enrich role's own flags.
 type consumeFlags struct {
@@ -119,11 +118,11 @@ func runConsume(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	var (
 		lf   logFlags
 		kcfg kafkax.Config
-		acfg partnerapi.Config
+		api  apiTarget
 		cf   consumeFlags
 	)
 	kcfg.RegisterFlags(fs)
-	acfg.RegisterFlags(fs)
+	api.register(fs, "read mix listings from")
 	cf.register(fs)
 	lf.register(fs.StringVar)
 	adminAddr := telemetry.AdminAddrFlag(fs, "consume")
@@ -140,6 +139,12 @@ func runConsume(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		fmt.Fprintln(stderr, err)
 		return errUsage
 	}
+	if err := requireKafka(kcfg); err != nil {
+		return err
+	}
+	if err := api.check(); err != nil {
+		return err
+	}
 	tel, stopTelemetry, err := startTelemetry(ctx, "consume", *adminAddr, log)
 	if err != nil {
 		return err
@@ -150,13 +155,13 @@ func runConsume(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	defer stopKafka()
-	api, stopAPI, err := partnerAPI(acfg, log, "mix listings come from the sandbox's catalog")
+	client, stopAPI, err := api.open(log)
 	if err != nil {
 		return err
 	}
 	defer stopAPI()
 	opts.Kafka = kcfg
-	opts.Source = api
+	opts.Source = client
 	opts.Logger = log
 	enr, err := consumer.New(opts)
 	if err != nil {

@@ -70,7 +70,7 @@ func TestMigrateAndSinkCommands(t *testing.T) {
 	}
 
 	var errb2 bytes.Buffer
-	if code := runMain(ctx, []string{"sink", "--batch-rows", "-1"}, &bytes.Buffer{}, &errb2); code != 2 || !strings.Contains(errb2.String(), "--batch-rows") {
+	if code := runMain(ctx, []string{"sink", "--brokers", "127.0.0.1:1", "--clickhouse-addr", "127.0.0.1:1", "--batch-rows", "-1"}, &bytes.Buffer{}, &errb2); code != 2 || !strings.Contains(errb2.String(), "--batch-rows") {
 		t.Fatalf("sink --batch-rows 0: exit %d, stderr %q; want 2 naming the flag", code, errb2.String())
 	}
 }
