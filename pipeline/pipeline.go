@@ -203,6 +203,9 @@ func (p *Pipeline) StartRole(name string) error {
 	case RoleReport:
 		c := p.opts.Reporter
 		c.Kafka = p.Kafka
+		if c.PartnerURL == "" {
+			c.PartnerURL = p.APIURL // recorded in every delivery: which partner target answered
+		}
 		if c.Logger == nil {
 			c.Logger = p.log.With("role", name)
 		}

@@ -74,6 +74,12 @@ type Config struct {
 	// to skip duplicates (re-published events). Defaults to
 	// DefaultRecentWindow (~60 bytes each); negative disables.
 	RecentWindow int
+	// PartnerURL is the base URL of the partner API the reporter posts to
+	// (the client's BaseURL: --api-url, or the built-in sandbox's loopback
+	// URL). Every delivery record carries it (schemas.Delivery.Partner), so
+	// the ledger counts deliveries per partner target and never mistakes a
+	// sandbox's answers for real deliveries. Empty: records carry none.
+	PartnerURL string
 	// Logger receives the reporter's logs. Defaults to slog.Default().
 	Logger *slog.Logger
 }

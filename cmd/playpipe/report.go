@@ -89,6 +89,7 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	defer stopAPI()
 	rcfg.Kafka = kcfg
 	rcfg.Logger = log
+	rcfg.PartnerURL = api.cfg.BaseURL // --api-url, or the sandbox's loopback URL
 	rep, err := reporter.New(rcfg, client)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
