@@ -160,8 +160,10 @@ func (c Config) Open() (driver.Conn, error) {
 // With DataDir instead it starts a local ClickHouse server in that folder (or
 // reuses the one another playpipe process runs there, on its ports), says
 // so, and returns a config pointing at it plus a stop function that stops
-// the server in order (a no-op for a reused one). With neither it refuses
-// with ErrNoClickHouse.
+// the server in order (a no-op for a reused one). A server it started is
+// watched until stop: if it dies (a crash, a kill by pid) it is started
+// again on the same ports with its data (chlocal.Server.Watch), so clients
+// reconnect. With neither Addr nor DataDir it refuses with ErrNoClickHouse.
 func LocalOrConfigured(ctx context.Context, cfg Config, log *slog.Logger) (Config, func(), error) {
 	if err := cfg.Validate(); err != nil {
 		return cfg, func() {}, err
@@ -184,7 +186,15 @@ func LocalOrConfigured(ctx context.Context, cfg Config, log *slog.Logger) (Confi
 	if s.Owned() {
 		log.Warn("--clickhouse-data: started a local ClickHouse server (data kept in the folder)", "dir", s.Dir(), "addr", cfg.Addr)
 	}
+	wctx, stopWatch := context.WithCancel(context.Background())
+	watched := make(chan struct{})
+	go func() { // owner: the stop function below
+		defer close(watched)
+		s.Watch(wctx)
+	}()
 	stop := func() {
+		stopWatch()
+		<-watched
 		sctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
 		_ = s.Stop(sctx)

@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"sync/atomic"
 	"time"
 
 	"github.com/playpipe/playpipe/analytics"
@@ -81,36 +83,51 @@ func runSink(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	defer stopTelemetry()
+	// The readiness checks exist from the first /readyz on: not ready while
+	// Kafka or ClickHouse are being reached (a local server starting), nor
+	// until the sink has applied the ledger schema, nor whenever either
+	// stops answering.
+	var (
+		readyKafka atomic.Pointer[kafkax.Config]
+		readySink  atomic.Pointer[analytics.Sink]
+	)
+	tel.AddReadyCheck("kafka", func(ctx context.Context) error {
+		k := readyKafka.Load()
+		if k == nil {
+			return errors.New("kafka: not reached yet")
+		}
+		return kafkax.Ping(ctx, *k)
+	})
+	tel.AddReadyCheck("clickhouse", func(ctx context.Context) error {
+		s := readySink.Load()
+		if s == nil {
+			return errors.New("clickhouse: not reached yet")
+		}
+		return s.Ready(ctx)
+	})
 	kcfg, stopKafka, err := kafkax.Ready(ctx, kcfg, log)
 	if err != nil {
 		return err
 	}
 	defer stopKafka()
+	readyKafka.Store(&kcfg)
 	chcfg, stopCH, err := analytics.LocalOrConfigured(ctx, sc.ClickHouse, log)
 	if err != nil {
 		return err
 	}
 	defer stopCH()
 	sc.ClickHouse = chcfg
-	tel.AddReadyCheck("kafka", func(ctx context.Context) error { return kafkax.Ping(ctx, kcfg) })
 	stopLag, err := exportLag(kcfg, sc.Group, kcfg.Topics().All()...)
 	if err != nil {
 		return err
 	}
 	defer stopLag()
-	tel.AddReadyCheck("clickhouse", func(ctx context.Context) error {
-		conn, err := chcfg.Open()
-		if err != nil {
-			return err
-		}
-		defer conn.Close()
-		return conn.Ping(ctx)
-	})
 	sc.Kafka, sc.Logger = kcfg, log
 	s, err := analytics.NewSink(sc)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return errUsage
 	}
+	readySink.Store(s)
 	return s.Run(ctx)
 }
