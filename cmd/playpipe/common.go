@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/playpipe/playpipe/analytics"
@@ -150,6 +152,22 @@ func startTelemetry(ctx context.Context, role, adminAddr string, log *slog.Logge
 			log.Warn("stopping telemetry", "role", role, "err", err)
 		}
 	}, nil
+}
+
+// addKafkaReadyCheck registers the role's "kafka" readiness check at once,
+// failing until set is called with the effective configuration (after
+// kafkax.Ready): /readyz must not answer ready while the brokers are still
+// being reached, or an embedded broker is still starting.
+func addKafkaReadyCheck(tel *telemetry.Role) (set func(kafkax.Config)) {
+	var cur atomic.Pointer[kafkax.Config]
+	tel.AddReadyCheck("kafka", func(ctx context.Context) error {
+		k := cur.Load()
+		if k == nil {
+			return errors.New("kafka: not reached yet")
+		}
+		return kafkax.Ping(ctx, *k)
+	})
+	return func(k kafkax.Config) { cur.Store(&k) }
 }
 
 // exportLag registers the playpipe.consumer.lag gauge of group (per topic

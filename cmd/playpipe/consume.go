@@ -150,11 +150,13 @@ func runConsume(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	defer stopTelemetry()
+	setKafkaReady := addKafkaReadyCheck(tel)
 	kcfg, stopKafka, err := kafkax.Ready(ctx, kcfg, log)
 	if err != nil {
 		return err
 	}
 	defer stopKafka()
+	setKafkaReady(kcfg)
 	client, stopAPI, err := api.open(log)
 	if err != nil {
 		return err
@@ -168,7 +170,6 @@ func runConsume(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		fmt.Fprintln(stderr, err)
 		return errUsage
 	}
-	tel.AddReadyCheck("kafka", func(ctx context.Context) error { return kafkax.Ping(ctx, kcfg) })
 	stopLag, err := exportLag(kcfg, opts.Group, kcfg.Topics().Events)
 	if err != nil {
 		return err

@@ -73,11 +73,13 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	defer stopTelemetry()
+	setKafkaReady := addKafkaReadyCheck(tel)
 	kcfg, stopKafka, err := kafkax.Ready(ctx, kcfg, log)
 	if err != nil {
 		return err
 	}
 	defer stopKafka()
+	setKafkaReady(kcfg)
 	if api.cfg.MaxConns < rcfg.Concurrency {
 		// Every post in flight needs its own keep-alive connection.
 		api.cfg.MaxConns = rcfg.Concurrency
@@ -95,7 +97,6 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		fmt.Fprintln(stderr, err)
 		return errUsage
 	}
-	tel.AddReadyCheck("kafka", func(ctx context.Context) error { return kafkax.Ping(ctx, kcfg) })
 	stopLag, err := exportLag(kcfg, rcfg.Group, kcfg.Topics().Reports)
 	if err != nil {
 		return err

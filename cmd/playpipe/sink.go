@@ -87,17 +87,8 @@ func runSink(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	// Kafka or ClickHouse are being reached (a local server starting), nor
 	// until the sink has applied the ledger schema, nor whenever either
 	// stops answering.
-	var (
-		readyKafka atomic.Pointer[kafkax.Config]
-		readySink  atomic.Pointer[analytics.Sink]
-	)
-	tel.AddReadyCheck("kafka", func(ctx context.Context) error {
-		k := readyKafka.Load()
-		if k == nil {
-			return errors.New("kafka: not reached yet")
-		}
-		return kafkax.Ping(ctx, *k)
-	})
+	setKafkaReady := addKafkaReadyCheck(tel)
+	var readySink atomic.Pointer[analytics.Sink]
 	tel.AddReadyCheck("clickhouse", func(ctx context.Context) error {
 		s := readySink.Load()
 		if s == nil {
@@ -110,7 +101,7 @@ func runSink(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	defer stopKafka()
-	readyKafka.Store(&kcfg)
+	setKafkaReady(kcfg)
 	chcfg, stopCH, err := analytics.LocalOrConfigured(ctx, sc.ClickHouse, log)
 	if err != nil {
 		return err
