@@ -24,6 +24,9 @@ type AuditOptions struct {
 	PendingThreshold time.Duration
 	// Now defaults to time.Now().
 	Now time.Time
+	// SandboxTargets are partner base URLs to treat as sandboxes besides the
+	// loopback ones (IsSandboxTarget): their answers are not real deliveries.
+	SandboxTargets []string
 }
 
 func (o AuditOptions) withDefaults() AuditOptions {
@@ -103,6 +106,12 @@ type Report struct {
 	DeliveredTwice         uint64  `json:"delivered_more_than_once"`   // more than one distinct `delivered` record
 	BelowMinimumDelivered  uint64  `json:"below_minimum_delivered"`    // should never happen
 	Malformed              []Count `json:"malformed_records_by_topic"` // records not decodable, by topic
+
+	// Per partner target (partners.go): plays delivered only to sandbox
+	// targets are not real deliveries; DeliveredReal = Delivered − DeliveredToSandbox.
+	DeliveredToSandbox uint64         `json:"delivered_to_sandbox"`
+	DeliveredReal      uint64         `json:"delivered_real"`
+	ByPartner          []PartnerCount `json:"deliveries_by_partner"`
 
 	Delay Delay `json:"delay"`
 }
@@ -238,6 +247,9 @@ WHERE `+condRejected+` GROUP BY message ORDER BY n DESC, message`); err != nil {
 	if r.Malformed, err = a.counts(ctx, `SELECT kafka_topic, uniqExact(kafka_topic, kafka_partition, kafka_offset) AS n
 FROM `+a.db+`.malformed WHERE `+w+` GROUP BY kafka_topic ORDER BY kafka_topic`); err != nil {
 		return nil, fmt.Errorf("analytics: audit malformed: %w", err)
+	}
+	if err := a.partners(ctx, o, r); err != nil {
+		return nil, err
 	}
 	if r.Delay, err = a.delay(ctx, o); err != nil {
 		return nil, err

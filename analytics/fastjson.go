@@ -224,7 +224,7 @@ func (p *parser) playReport(r *playRecord) {
 	}
 }
 
-var deliveryKeys = []string{"v", "report_id", "event_id", "outcome", "attempt", "http_status", "served_by", "message", "fields", "retry_reason", "latency_us", "trace_id", "replay", "at"}
+var deliveryKeys = []string{"v", "report_id", "event_id", "outcome", "attempt", "http_status", "served_by", "partner", "message", "fields", "retry_reason", "latency_us", "trace_id", "replay", "at"}
 
 // fastDelivery decodes a delivery record.
 func fastDelivery(s string, d *schemas.Delivery) bool {
@@ -290,6 +290,10 @@ func fastDelivery(s string, d *schemas.Delivery) bool {
 		case "at":
 			if p.Once(&seen, 1<<13) {
 				p.Int64(&d.At)
+			}
+		case "partner":
+			if p.Once(&seen, 1<<14) {
+				p.str(&d.Partner)
 			}
 		default:
 			p.Unknown(k, deliveryKeys...)

@@ -58,6 +58,9 @@ func realRecords(t testing.TB) (all [][]byte, fast [][]byte) {
 	d := mustJSON(t, schemas.Delivery{V: 1, ReportID: "r", EventID: "e", Outcome: schemas.OutcomeRejected, HTTPStatus: 400,
 		Message: `isrc "X" is invalid <é>`, Fields: []string{"isrc", "user\nid"}, Replay: true, At: 5})
 	all, fast = append(all, d), append(fast, d)
+	d = mustJSON(t, schemas.Delivery{V: 1, ReportID: "r", EventID: "e", Outcome: schemas.OutcomeDelivered, HTTPStatus: 200, ServedBy: "live",
+		Partner: "https://api.partner.example/base?q=\"é\"", At: 6})
+	all, fast = append(all, d), append(fast, d)
 	return all, fast
 }
 

@@ -205,7 +205,7 @@ type deliveriesRows struct {
 	v                          []int32
 	reportID, eventID, outcome []string
 	attempt, httpStatus        []int32
-	servedBy, message          []string
+	servedBy, partner, message []string
 	fields                     [][]string
 	retryReason                []string
 	latencyUS                  []int64
@@ -216,10 +216,10 @@ type deliveriesRows struct {
 
 func (t *deliveriesRows) name() string { return TableDeliveries }
 func (t *deliveriesRows) columns() string {
-	return locCols + ", v, report_id, event_id, outcome, attempt, http_status, served_by, message, fields, retry_reason, latency_us, trace_id, replay, at_ms"
+	return locCols + ", v, report_id, event_id, outcome, attempt, http_status, served_by, partner, message, fields, retry_reason, latency_us, trace_id, replay, at_ms"
 }
 func (t *deliveriesRows) values() []any {
-	return append(t.cols(), t.v, t.reportID, t.eventID, t.outcome, t.attempt, t.httpStatus, t.servedBy, t.message, t.fields, t.retryReason, t.latencyUS, t.traceID, t.replay, t.atMS)
+	return append(t.cols(), t.v, t.reportID, t.eventID, t.outcome, t.attempt, t.httpStatus, t.servedBy, t.partner, t.message, t.fields, t.retryReason, t.latencyUS, t.traceID, t.replay, t.atMS)
 }
 
 func (t *deliveriesRows) add(r *kgo.Record, d *schemas.Delivery) {
@@ -231,6 +231,7 @@ func (t *deliveriesRows) add(r *kgo.Record, d *schemas.Delivery) {
 	t.attempt = append(t.attempt, int32(d.Attempt))
 	t.httpStatus = append(t.httpStatus, int32(d.HTTPStatus))
 	t.servedBy = append(t.servedBy, d.ServedBy)
+	t.partner = append(t.partner, d.Partner)
 	t.message = append(t.message, d.Message)
 	f := d.Fields
 	if f == nil {
@@ -371,7 +372,7 @@ func (t *playsRows) reset() {
 
 func (t *deliveriesRows) reset() {
 	t.loc.reset()
-	trunc(&t.reportID, &t.eventID, &t.outcome, &t.servedBy, &t.message, &t.retryReason, &t.traceID)
+	trunc(&t.reportID, &t.eventID, &t.outcome, &t.servedBy, &t.partner, &t.message, &t.retryReason, &t.traceID)
 	trunc(&t.v, &t.attempt, &t.httpStatus)
 	trunc(&t.fields)
 	trunc(&t.latencyUS, &t.atMS)

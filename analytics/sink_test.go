@@ -47,7 +47,11 @@ func TestMigrateTwiceIsIdempotent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []uint32{1, 99}; !reflect.DeepEqual(versions, want) {
+	var want []uint32
+	for _, m := range Migrations {
+		want = append(want, m.Version)
+	}
+	if want = append(want, 99); !reflect.DeepEqual(versions, want) {
 		t.Fatalf("recorded versions %v, want %v", versions, want)
 	}
 	for _, tbl := range []string{TableEvents, TablePlays, TableDeliveries, TableRejections, TableMalformed, "extra"} {
@@ -136,6 +140,8 @@ func fixture(t *testing.T, e *env, now time.Time) Report {
 func numbers(r *Report) Report {
 	c := *r
 	c.From, c.To, c.GeneratedAt, c.PendingThreshold = time.Time{}, time.Time{}, time.Time{}, ""
+	// The per-partner numbers are TestAuditPerPartnerTarget's (partners_test.go).
+	c.ByPartner, c.DeliveredToSandbox, c.DeliveredReal = nil, 0, 0
 	return c
 }
 

@@ -82,6 +82,12 @@ type Config struct {
 	// characters plus a few per report in doubt. Defaults to
 	// DefaultMetadataMaxBytes.
 	MetadataMaxBytes int
+	// PartnerURL is the base URL of the partner API the reporter posts to
+	// (the client's BaseURL: --api-url, or the built-in sandbox's loopback
+	// URL). Every delivery record carries it (schemas.Delivery.Partner), so
+	// the ledger counts deliveries per partner target and never mistakes a
+	// sandbox's answers for real deliveries. Empty: records carry none.
+	PartnerURL string
 	// Logger receives the reporter's logs. Defaults to slog.Default().
 	Logger *slog.Logger
 }

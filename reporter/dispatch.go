@@ -381,7 +381,7 @@ func (rn *run) deliveryRecord(ctx context.Context, j *job) *kgo.Record {
 	d := j.dec
 	del := schemas.Delivery{
 		V: schemas.DeliveryVersion, ReportID: j.id, EventID: j.evID, Outcome: d.Outcome, Attempt: j.attempt,
-		HTTPStatus: d.Status, ServedBy: string(d.ServedBy), Message: d.Message, Fields: d.Fields,
+		HTTPStatus: d.Status, ServedBy: string(d.ServedBy), Partner: rn.cfg.PartnerURL, Message: d.Message, Fields: d.Fields,
 		Reason: d.Reason, LatencyUS: j.latency.Microseconds(), TraceID: j.traceID, Replay: j.replay,
 		InDoubt: j.inDoubt, At: time.Now().UnixMilli(),
 	}

@@ -28,6 +28,10 @@ func appendDelivery(dst []byte, d *schemas.Delivery) []byte {
 		dst = append(dst, `,"served_by":`...)
 		dst = jsonenc.AppendString(dst, d.ServedBy)
 	}
+	if d.Partner != "" {
+		dst = append(dst, `,"partner":`...)
+		dst = jsonenc.AppendString(dst, d.Partner)
+	}
 	if d.Message != "" {
 		dst = append(dst, `,"message":`...)
 		dst = jsonenc.AppendString(dst, d.Message)

@@ -350,7 +350,7 @@ func TestRecordsValidateAgainstSchemas(t *testing.T) {
 		{RejectionSchemaFile, NewRejection([]byte("{\xff"), "e", vs, Source{Topic: "ingest", Partition: -1, Offset: -1}, 1)},
 		{RejectionSchemaFile, NewRejection([]byte("{}"), "", vs, Source{Topic: "plays.events", Partition: 2, Offset: 7}, 1)},
 		{DeliverySchemaFile, Delivery{V: DeliveryVersion, ReportID: ReportID("e", 0), EventID: "e", Outcome: OutcomeRetry, Attempt: 2, HTTPStatus: 503,
-			ServedBy: "standby", Message: "m", Fields: []string{"country"}, Reason: "http_503", LatencyUS: 10, TraceID: "abc", Replay: true, At: 1}},
+			ServedBy: "standby", Partner: "https://api.partner.example", Message: "m", Fields: []string{"country"}, Reason: "http_503", LatencyUS: 10, TraceID: "abc", Replay: true, At: 1}},
 		{DeliverySchemaFile, Delivery{V: DeliveryVersion, ReportID: ReportID("e", 0), EventID: "e", Outcome: OutcomeDelivered, Attempt: 1, HTTPStatus: 200}},
 	}
 	for i, r := range records {

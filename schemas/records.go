@@ -174,19 +174,24 @@ const (
 // Delivery is one answer of the partner API to a report, or a final outcome
 // (topic <prefix>.deliveries, key = report id).
 type Delivery struct {
-	V          int      `json:"v"`
-	ReportID   string   `json:"report_id"`
-	EventID    string   `json:"event_id"`
-	Outcome    string   `json:"outcome"`
-	Attempt    int      `json:"attempt"`     // 1 for the first post of the report by this reporter
-	HTTPStatus int      `json:"http_status"` // 0 when no answer (timeout, connection error)
-	ServedBy   string   `json:"served_by,omitempty"`
-	Message    string   `json:"message,omitempty"`
-	Fields     []string `json:"fields,omitempty"`       // offending fields of a 400
-	Reason     string   `json:"retry_reason,omitempty"` // why a retry: http_500, http_503, timeout, connection, unauthorized
-	LatencyUS  int64    `json:"latency_us"`
-	TraceID    string   `json:"trace_id,omitempty"`
-	Replay     bool     `json:"replay,omitempty"` // sent while replaying after a standby episode
+	V          int    `json:"v"`
+	ReportID   string `json:"report_id"`
+	EventID    string `json:"event_id"`
+	Outcome    string `json:"outcome"`
+	Attempt    int    `json:"attempt"`     // 1 for the first post of the report by this reporter
+	HTTPStatus int    `json:"http_status"` // 0 when no answer (timeout, connection error)
+	ServedBy   string `json:"served_by,omitempty"`
+	// Partner is the base URL of the partner API that answered (the
+	// reporter's configured --api-url, or the built-in sandbox's loopback
+	// URL), so that the ledger can tell real deliveries from sandbox answers.
+	// Empty in records written before it existed.
+	Partner   string   `json:"partner,omitempty"`
+	Message   string   `json:"message,omitempty"`
+	Fields    []string `json:"fields,omitempty"`       // offending fields of a 400
+	Reason    string   `json:"retry_reason,omitempty"` // why a retry: http_500, http_503, timeout, connection, unauthorized
+	LatencyUS int64    `json:"latency_us"`
+	TraceID   string   `json:"trace_id,omitempty"`
+	Replay    bool     `json:"replay,omitempty"` // sent while replaying after a standby episode
 	// InDoubt: an earlier post of this report may have reached the partner
 	// without its answer being recorded (the reporter crashed or abandoned
 	// it while in flight); the audit counts a delivered report in doubt as

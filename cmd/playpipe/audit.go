@@ -36,8 +36,9 @@ Examples:
   playpipe audit --from -24h --list pending --format csv
 
 Times: RFC 3339 (2026-11-21T10:00:00Z), a date (2026-11-21, UTC), epoch milliseconds,
-"now", or a duration relative to now (-90m). Without --clickhouse-addr the local
-clickhouse-server in --clickhouse-data is used (started if needed).`
+"now", or a duration relative to now (-90m). --clickhouse-addr or --clickhouse-data DIR
+is required; with --clickhouse-data the clickhouse-server running in DIR is used (started
+if none runs there).`
 
 // auditExit is an audit that found problems: exit status 3.
 type auditExit struct{ problems []string }
@@ -58,6 +59,7 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		list             string
 		limit            int
 		threshold        time.Duration
+		sandboxes        []string
 	)
 	cfg.RegisterFlags(fs)
 	lf.register(fs.StringVar)
@@ -66,6 +68,10 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&format, "format", analytics.FormatTable, "output: table, csv or json")
 	fs.StringVar(&list, "list", "", "print the records behind one number instead of the audit: "+strings.Join(analytics.ListNames(), ", "))
 	fs.IntVar(&limit, "limit", 1000, "most rows of a --list (0: all)")
+	fs.Func("sandbox-target", "a partner base URL that is a sandbox (repeatable), e.g. http://sandbox:8088: its deliveries are not counted as real; loopback URLs always are sandboxes", func(s string) error {
+		sandboxes = append(sandboxes, s)
+		return nil
+	})
 	fs.DurationVar(&threshold, "pending-threshold", 10*time.Minute, "a play pending longer than this (since its record time) fails the audit")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -79,7 +85,7 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return usage(err)
 	}
 	now := time.Now()
-	opts := analytics.AuditOptions{PendingThreshold: threshold, Now: now}
+	opts := analytics.AuditOptions{PendingThreshold: threshold, Now: now, SandboxTargets: sandboxes}
 	if threshold <= 0 {
 		return usage(fmt.Errorf("--pending-threshold must be > 0, got %s", threshold))
 	}
@@ -101,8 +107,8 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if limit < 0 {
 		return usage(fmt.Errorf("--limit must be ≥ 0, got %d", limit))
 	}
-	if err := cfg.Validate(); err != nil {
-		return usage(err)
+	if err := requireClickHouse(cfg); err != nil {
+		return err
 	}
 	cfg, stopCH, err := analytics.LocalOrConfigured(ctx, cfg, log)
 	if err != nil {

@@ -12,7 +12,6 @@ import (
 	"github.com/playpipe/playpipe/consumer"
 	"github.com/playpipe/playpipe/internal/kafkax"
 	"github.com/playpipe/playpipe/internal/telemetry"
-	"github.com/playpipe/playpipe/partnerapi"
 )
 
 func init() {
@@ -38,8 +37,8 @@ Example (brokers and API from flags; the signature never on the command line):
     --api-url https://api.example.com --api-client-id abcdefghij \
     --transactional-id playpipe-enrich-0 --min-play-length 1s
 
-Without --brokers an embedded in-memory broker is started; without --api-url a built-in
-sandbox of the partner API is started on loopback.`
+--brokers (or --embedded-kafka) and --api-url (or --sandbox) are required: without them
+the command refuses to start (exit 2). Try-out: playpipe consume --embedded-kafka --sandbox`
 
 // consumeFlags are the enrich role's own flags.
 type consumeFlags struct {
@@ -147,11 +146,11 @@ func runConsume(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	var (
 		lf   logFlags
 		kcfg kafkax.Config
-		acfg partnerapi.Config
+		api  apiTarget
 		cf   consumeFlags
 	)
 	kcfg.RegisterFlags(fs)
-	acfg.RegisterFlags(fs)
+	api.register(fs, "read mix listings from")
 	cf.register(fs)
 	lf.register(fs.StringVar)
 	adminAddr := telemetry.AdminAddrFlag(fs, "consume")
@@ -168,30 +167,37 @@ func runConsume(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		fmt.Fprintln(stderr, err)
 		return errUsage
 	}
+	if err := requireKafka(kcfg); err != nil {
+		return err
+	}
+	if err := api.check(); err != nil {
+		return err
+	}
 	tel, stopTelemetry, err := startTelemetry(ctx, "consume", *adminAddr, log)
 	if err != nil {
 		return err
 	}
 	defer stopTelemetry()
+	setKafkaReady := addKafkaReadyCheck(tel)
 	kcfg, stopKafka, err := kafkax.Ready(ctx, kcfg, log)
 	if err != nil {
 		return err
 	}
 	defer stopKafka()
-	api, stopAPI, err := partnerAPI(acfg, log, "mix listings come from the sandbox's catalog")
+	setKafkaReady(kcfg)
+	client, stopAPI, err := api.open(log)
 	if err != nil {
 		return err
 	}
 	defer stopAPI()
 	opts.Kafka = kcfg
-	opts.Source = api
+	opts.Source = client
 	opts.Logger = log
 	enr, err := consumer.New(opts)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return errUsage
 	}
-	tel.AddReadyCheck("kafka", func(ctx context.Context) error { return kafkax.Ping(ctx, kcfg) })
 	stopLag, err := exportLag(kcfg, opts.Group, kcfg.Topics().Events)
 	if err != nil {
 		return err

@@ -138,6 +138,9 @@ func runIngestWith(ctx context.Context, args []string, stdin io.Reader, stdout, 
 		}
 		vopts.DefaultVendor = &v
 	}
+	if err := requireKafka(kcfg); err != nil {
+		return err
+	}
 
 	tel, err := telemetry.StartRole(ctx, "ingest", *adminAddr, log)
 	if err != nil {
