@@ -99,13 +99,18 @@ type Report struct {
 	Delivered              uint64  `json:"delivered"`       // reportable plays with a `delivered` answer
 	RejectedByAPI          uint64  `json:"rejected_by_api"` // reportable plays rejected (400), never delivered
 	RejectedByAPIByMessage []Count `json:"rejected_by_api_by_message"`
-	StandbyAnswered        uint64  `json:"standby_answered"`           // plays answered by standby at least once
-	StandbyThenDelivered   uint64  `json:"standby_then_delivered"`     // … and delivered later
-	Pending                uint64  `json:"pending"`                    // reportable, no final outcome yet
-	PendingOverdue         uint64  `json:"pending_overdue"`            // pending, derived longer ago than the threshold
-	DeliveredTwice         uint64  `json:"delivered_more_than_once"`   // more than one distinct `delivered` record
-	BelowMinimumDelivered  uint64  `json:"below_minimum_delivered"`    // should never happen
-	Malformed              []Count `json:"malformed_records_by_topic"` // records not decodable, by topic
+	StandbyAnswered        uint64  `json:"standby_answered"`         // plays answered by standby at least once
+	StandbyThenDelivered   uint64  `json:"standby_then_delivered"`   // … and delivered later
+	Pending                uint64  `json:"pending"`                  // reportable, no final outcome yet
+	PendingOverdue         uint64  `json:"pending_overdue"`          // pending, derived longer ago than the threshold
+	DeliveredTwice         uint64  `json:"delivered_more_than_once"` // more than one distinct `delivered` record
+	// PossiblyTwice: delivered once on record, but an earlier post may have
+	// reached the partner unrecorded (crash or abandoned post; the delivered
+	// record says in_doubt). DeliveredTwice + PossiblyTwice bounds the
+	// partner's duplicates from above.
+	PossiblyTwice         uint64  `json:"possibly_delivered_twice"`
+	BelowMinimumDelivered uint64  `json:"below_minimum_delivered"`    // should never happen
+	Malformed             []Count `json:"malformed_records_by_topic"` // records not decodable, by topic
 
 	// Per partner target (partners.go): plays delivered only to sandbox
 	// targets are not real deliveries; DeliveredReal = Delivered − DeliveredToSandbox.
@@ -126,6 +131,9 @@ func (r Report) Problems() []string {
 	}
 	if r.DeliveredTwice > 0 {
 		out = append(out, fmt.Sprintf("%d plays delivered more than once (--list delivered-twice)", r.DeliveredTwice))
+	}
+	if r.PossiblyTwice > 0 {
+		out = append(out, fmt.Sprintf("%d plays possibly delivered twice (crash during post): check them against the partner's records (--list possibly-twice)", r.PossiblyTwice))
 	}
 	if r.BelowMinimumDelivered > 0 {
 		out = append(out, fmt.Sprintf("%d plays below the minimum length were delivered (--list below-minimum-delivered)", r.BelowMinimumDelivered))
@@ -166,6 +174,7 @@ ANY LEFT JOIN
         uniqExactIf(kafka_topic, kafka_partition, kafka_offset, outcome = 'delivered') AS delivered_n,
         countIf(outcome = 'rejected') AS rejected_n,
         countIf(outcome = 'standby') AS standby_n,
+        maxIf(in_doubt, outcome = 'delivered') AS doubt_delivered,
         minIf(at_ms, outcome = 'delivered') AS delivered_ms,
         argMax(outcome, at_ms) AS last_outcome,
         anyIf(message, outcome = 'rejected') AS message,
@@ -191,6 +200,7 @@ const (
 	condStandby    = "below = 0 AND standby_n > 0"
 	condStandbyDel = "below = 0 AND standby_n > 0 AND delivered_n > 0"
 	condTwice      = "delivered_n > 1"
+	condDoubt      = "below = 0 AND delivered_n = 1 AND doubt_delivered = 1"
 	condBelowDel   = "below = 1 AND delivered_n > 0"
 )
 
@@ -234,10 +244,10 @@ WHERE `+w+` AND parsed = 1
 	cutoff := o.overdueCutoff()
 	if err := a.row(ctx, `SELECT count(), countIf(below = 1), countIf(`+condReportable+`),
     countIf(`+condDelivered+`), countIf(`+condRejected+`), countIf(`+condStandby+`), countIf(`+condStandbyDel+`),
-    countIf(`+condPending+`), countIf(`+condPending+` AND derived_ms < `+cutoff+`), countIf(`+condTwice+`), countIf(`+condBelowDel+`)
+    countIf(`+condPending+`), countIf(`+condPending+` AND derived_ms < `+cutoff+`), countIf(`+condTwice+`), countIf(`+condBelowDel+`), countIf(`+condDoubt+`)
 FROM `+a.perReport(o),
 		&r.PlaysDerived, &r.PlaysBelowMinimum, &r.PlaysReportable, &r.Delivered, &r.RejectedByAPI, &r.StandbyAnswered,
-		&r.StandbyThenDelivered, &r.Pending, &r.PendingOverdue, &r.DeliveredTwice, &r.BelowMinimumDelivered); err != nil {
+		&r.StandbyThenDelivered, &r.Pending, &r.PendingOverdue, &r.DeliveredTwice, &r.BelowMinimumDelivered, &r.PossiblyTwice); err != nil {
 		return nil, fmt.Errorf("analytics: audit plays: %w", err)
 	}
 	if r.RejectedByAPIByMessage, err = a.counts(ctx, `SELECT message, count() AS n FROM `+a.perReport(o)+`
@@ -329,6 +339,7 @@ var listConds = map[string]string{
 	"pending":                 condPending,
 	"pending-overdue":         condPending, // plus the cutoff
 	"delivered-twice":         condTwice,
+	"possibly-twice":          condDoubt,
 	"below-minimum-delivered": condBelowDel,
 }
 
@@ -387,7 +398,7 @@ WHERE ` + w + ` ORDER BY kafka_time_ms, kafka_topic, kafka_partition, kafka_offs
 		switch metric {
 		case "rejected-by-api":
 			detail = "message"
-		case "delivered-twice", "delivered":
+		case "delivered-twice", "possibly-twice", "delivered":
 			traces = "delivered_trace_ids"
 		}
 		q = `SELECT report_id, event_id, derived_ms, ` + detail + `, delivered_n, ` + traces + ` FROM ` + a.perReport(o) + `

@@ -224,7 +224,7 @@ func (p *parser) playReport(r *playRecord) {
 	}
 }
 
-var deliveryKeys = []string{"v", "report_id", "event_id", "outcome", "attempt", "http_status", "served_by", "partner", "message", "fields", "retry_reason", "latency_us", "trace_id", "replay", "at"}
+var deliveryKeys = []string{"v", "report_id", "event_id", "outcome", "attempt", "http_status", "served_by", "partner", "message", "fields", "retry_reason", "latency_us", "trace_id", "replay", "in_doubt", "at"}
 
 // fastDelivery decodes a delivery record.
 func fastDelivery(s string, d *schemas.Delivery) bool {
@@ -294,6 +294,10 @@ func fastDelivery(s string, d *schemas.Delivery) bool {
 		case "partner":
 			if p.Once(&seen, 1<<14) {
 				p.str(&d.Partner)
+			}
+		case "in_doubt":
+			if p.Once(&seen, 1<<15) {
+				p.Bool(&d.InDoubt)
 			}
 		default:
 			p.Unknown(k, deliveryKeys...)

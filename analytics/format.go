@@ -63,6 +63,7 @@ func (r *Report) lines() []line {
 		line{section: "plays", metric: "pending (no final outcome)", n: r.Pending, list: "pending"},
 		line{section: "plays", metric: "pending past " + r.PendingThreshold, n: r.PendingOverdue, list: "pending-overdue", indent: 1},
 		line{section: "plays", metric: "delivered more than once", n: r.DeliveredTwice, list: "delivered-twice"},
+		line{section: "plays", metric: "possibly delivered twice (crash during post)", n: r.PossiblyTwice, list: "possibly-twice"},
 		line{section: "plays", metric: "below minimum but delivered", n: r.BelowMinimumDelivered, list: "below-minimum-delivered"},
 		line{section: "plays", metric: "play records (incl. re-derived)", n: r.PlayRecords},
 	)

@@ -167,6 +167,13 @@ ORDER BY (kafka_topic, kafka_partition, kafka_offset)`,
 		// as real deliveries. '' for rows written before the column existed.
 		`ALTER TABLE {db}.deliveries ADD COLUMN partner String DEFAULT ''`,
 	}},
+	{Version: 3, Name: "deliveries.in_doubt", Statements: []string{
+		// 1 when an earlier post of the report may have reached the partner
+		// without its answer being recorded (a reporter crash or an abandoned
+		// post): the audit counts such a delivered play as possibly delivered
+		// twice. 0 for rows written before the column existed.
+		`ALTER TABLE {db}.deliveries ADD COLUMN in_doubt UInt8 DEFAULT 0`,
+	}},
 }
 
 // addColumnRE matches the one ALTER form the migrations use. 18.16 has no

@@ -210,16 +210,16 @@ type deliveriesRows struct {
 	retryReason                []string
 	latencyUS                  []int64
 	traceID                    []string
-	replay                     []uint8
+	replay, inDoubt            []uint8
 	atMS                       []int64
 }
 
 func (t *deliveriesRows) name() string { return TableDeliveries }
 func (t *deliveriesRows) columns() string {
-	return locCols + ", v, report_id, event_id, outcome, attempt, http_status, served_by, partner, message, fields, retry_reason, latency_us, trace_id, replay, at_ms"
+	return locCols + ", v, report_id, event_id, outcome, attempt, http_status, served_by, partner, message, fields, retry_reason, latency_us, trace_id, replay, in_doubt, at_ms"
 }
 func (t *deliveriesRows) values() []any {
-	return append(t.cols(), t.v, t.reportID, t.eventID, t.outcome, t.attempt, t.httpStatus, t.servedBy, t.partner, t.message, t.fields, t.retryReason, t.latencyUS, t.traceID, t.replay, t.atMS)
+	return append(t.cols(), t.v, t.reportID, t.eventID, t.outcome, t.attempt, t.httpStatus, t.servedBy, t.partner, t.message, t.fields, t.retryReason, t.latencyUS, t.traceID, t.replay, t.inDoubt, t.atMS)
 }
 
 func (t *deliveriesRows) add(r *kgo.Record, d *schemas.Delivery) {
@@ -246,6 +246,7 @@ func (t *deliveriesRows) add(r *kgo.Record, d *schemas.Delivery) {
 	}
 	t.traceID = append(t.traceID, tid)
 	t.replay = append(t.replay, b2u(d.Replay))
+	t.inDoubt = append(t.inDoubt, b2u(d.InDoubt))
 	t.atMS = append(t.atMS, d.At)
 }
 
@@ -376,7 +377,7 @@ func (t *deliveriesRows) reset() {
 	trunc(&t.v, &t.attempt, &t.httpStatus)
 	trunc(&t.fields)
 	trunc(&t.latencyUS, &t.atMS)
-	trunc(&t.replay)
+	trunc(&t.replay, &t.inDoubt)
 }
 
 func (t *rejectionsRows) reset() {
