@@ -24,6 +24,9 @@ type AuditOptions struct {
 	PendingThreshold time.Duration
 	// Now defaults to time.Now().
 	Now time.Time
+	// SandboxTargets are partner base URLs to treat as sandboxes besides the
+	// loopback ones (IsSandboxTarget): their answers are not real deliveries.
+	SandboxTargets []string
 
 	// asOf is the ledger snapshot (unix seconds of inserted_at) every query
 	// of one Audit or List is bounded by; 0: none (set by snapshot).
@@ -87,8 +90,15 @@ type Report struct {
 	EventsReceived   uint64  `json:"events_received"`           // records of the events topic + events refused at the ingest gateway
 	EventsAtGateway  uint64  `json:"events_refused_at_gateway"` // of which refused by the ingest gateway (never on the topic; also in rejected)
 	EventsNotJSON    uint64  `json:"events_not_json"`           // of which not a JSON object
-	EventsRejected   uint64  `json:"events_rejected"`           // distinct event records rejected
+	EventsRejected   uint64  `json:"events_rejected"`           // distinct events rejected (offset_beyond_mix excluded: see EventsWithoutPlays)
 	RejectedByReason []Count `json:"rejected_by_reason"`        // by the first violation's reason
+	// EventsWithoutPlays are valid events that yielded no track play: a
+	// segment starting at or past the end of its mix (DESIGN's split rule:
+	// valid, zero plays; ledgers written before that rule counted them as
+	// offset_beyond_mix rejections, which are counted here instead), or
+	// lying before a listing's first track. An event not enriched yet is
+	// counted here until its plays arrive.
+	EventsWithoutPlays uint64 `json:"events_without_plays"`
 
 	PlayRecords       uint64 `json:"play_records"`        // records of the reports topic (re-derivations included)
 	PlaysDerived      uint64 `json:"plays_derived"`       // distinct report ids
@@ -98,13 +108,24 @@ type Report struct {
 	Delivered              uint64  `json:"delivered"`       // reportable plays with a `delivered` answer
 	RejectedByAPI          uint64  `json:"rejected_by_api"` // reportable plays rejected (400), never delivered
 	RejectedByAPIByMessage []Count `json:"rejected_by_api_by_message"`
-	StandbyAnswered        uint64  `json:"standby_answered"`           // plays answered by standby at least once
-	StandbyThenDelivered   uint64  `json:"standby_then_delivered"`     // … and delivered later
-	Pending                uint64  `json:"pending"`                    // reportable, no final outcome yet
-	PendingOverdue         uint64  `json:"pending_overdue"`            // pending, derived longer ago than the threshold
-	DeliveredTwice         uint64  `json:"delivered_more_than_once"`   // more than one distinct `delivered` record
-	BelowMinimumDelivered  uint64  `json:"below_minimum_delivered"`    // should never happen
-	Malformed              []Count `json:"malformed_records_by_topic"` // records not decodable, by topic
+	StandbyAnswered        uint64  `json:"standby_answered"`         // plays answered by standby at least once
+	StandbyThenDelivered   uint64  `json:"standby_then_delivered"`   // … and delivered later
+	Pending                uint64  `json:"pending"`                  // reportable, no final outcome yet
+	PendingOverdue         uint64  `json:"pending_overdue"`          // pending, derived longer ago than the threshold
+	DeliveredTwice         uint64  `json:"delivered_more_than_once"` // more than one distinct `delivered` record
+	// PossiblyTwice: delivered once on record, but an earlier post may have
+	// reached the partner unrecorded (crash or abandoned post; the delivered
+	// record says in_doubt). DeliveredTwice + PossiblyTwice bounds the
+	// partner's duplicates from above.
+	PossiblyTwice         uint64  `json:"possibly_delivered_twice"`
+	BelowMinimumDelivered uint64  `json:"below_minimum_delivered"`    // should never happen
+	Malformed             []Count `json:"malformed_records_by_topic"` // records not decodable, by topic
+
+	// Per partner target (partners.go): plays delivered only to sandbox
+	// targets are not real deliveries; DeliveredReal = Delivered − DeliveredToSandbox.
+	DeliveredToSandbox uint64         `json:"delivered_to_sandbox"`
+	DeliveredReal      uint64         `json:"delivered_real"`
+	ByPartner          []PartnerCount `json:"deliveries_by_partner"`
 
 	Delay Delay `json:"delay"`
 }
@@ -119,6 +140,9 @@ func (r Report) Problems() []string {
 	}
 	if r.DeliveredTwice > 0 {
 		out = append(out, fmt.Sprintf("%d plays delivered more than once (--list delivered-twice)", r.DeliveredTwice))
+	}
+	if r.PossiblyTwice > 0 {
+		out = append(out, fmt.Sprintf("%d plays possibly delivered twice (crash during post): check them against the partner's records (--list possibly-twice)", r.PossiblyTwice))
 	}
 	if r.BelowMinimumDelivered > 0 {
 		out = append(out, fmt.Sprintf("%d plays below the minimum length were delivered (--list below-minimum-delivered)", r.BelowMinimumDelivered))
@@ -207,6 +231,7 @@ ANY LEFT JOIN
         uniqExactIf(kafka_topic, kafka_partition, kafka_offset, outcome = 'delivered') AS delivered_n,
         countIf(outcome = 'rejected') AS rejected_n,
         countIf(outcome = 'standby') AS standby_n,
+        maxIf(in_doubt, outcome = 'delivered') AS doubt_delivered,
         minIf(at_ms, outcome = 'delivered') AS delivered_ms,
         argMax(outcome, at_ms) AS last_outcome,
         anyIf(message, outcome = 'rejected') AS message,
@@ -218,6 +243,10 @@ ANY LEFT JOIN
 USING report_id`
 }
 
+// condRealReject excludes legacy offset_beyond_mix rejections: by DESIGN's
+// split rule such an event is valid with zero plays (docs/consumer.md).
+const condRealReject = "reason != 'offset_beyond_mix'"
+
 // Outcome conditions over perReport's columns. A `delivered` answer is
 // final and wins over a `rejected` one; standby and retry are intermediate.
 const (
@@ -228,6 +257,7 @@ const (
 	condStandby    = "below = 0 AND standby_n > 0"
 	condStandbyDel = "below = 0 AND standby_n > 0 AND delivered_n > 0"
 	condTwice      = "delivered_n > 1"
+	condDoubt      = "below = 0 AND delivered_n = 1 AND doubt_delivered = 1"
 	condBelowDel   = "below = 1 AND delivered_n > 0"
 )
 
@@ -262,13 +292,23 @@ FROM `+a.db+`.events WHERE `+w, &r.EventsReceived, &r.EventsNotJSON); err != nil
 	}
 	r.EventsReceived += r.EventsAtGateway
 	// A rejection is counted once per rejected event (rejectionKey), however
-	// many times it was published.
+	// many times it was published. Legacy offset_beyond_mix rejections are
+	// valid events (EventsWithoutPlays).
 	if r.RejectedByReason, err = a.counts(ctx, `SELECT reason, uniqExact(`+rejectionKey+`) AS n
-FROM `+a.db+`.rejections WHERE `+w+` GROUP BY reason ORDER BY n DESC, reason`); err != nil {
+FROM `+a.db+`.rejections WHERE `+w+` AND `+condRealReject+` GROUP BY reason ORDER BY n DESC, reason`); err != nil {
 		return nil, fmt.Errorf("analytics: audit rejections: %w", err)
 	}
-	if err := a.row(ctx, `SELECT uniqExact(`+rejectionKey+`) FROM `+a.db+`.rejections WHERE `+w, &r.EventsRejected); err != nil {
+	if err := a.row(ctx, `SELECT uniqExact(`+rejectionKey+`) FROM `+a.db+`.rejections WHERE `+w+` AND `+condRealReject, &r.EventsRejected); err != nil {
 		return nil, fmt.Errorf("analytics: audit rejections: %w", err)
+	}
+	// Valid events of the window without a play, as of the snapshot (the
+	// rejections and plays they are matched against are bounded by it too,
+	// or a play inserted after it would make the counts disagree).
+	if err := a.row(ctx, `SELECT uniqExact(kafka_topic, kafka_partition, kafka_offset) FROM `+a.db+`.events
+WHERE `+w+` AND parsed = 1
+  AND (kafka_topic, kafka_partition, kafka_offset) NOT IN (SELECT src_topic, src_partition, src_offset FROM `+a.db+`.rejections WHERE `+condRealReject+asOf(o)+`)
+  AND event_id NOT IN (SELECT event_id FROM `+a.db+`.plays WHERE 1 = 1`+asOf(o)+`)`, &r.EventsWithoutPlays); err != nil {
+		return nil, fmt.Errorf("analytics: audit events without plays: %w", err)
 	}
 	if err := a.row(ctx, `SELECT uniqExact(kafka_topic, kafka_partition, kafka_offset) FROM `+a.db+`.plays WHERE `+w, &r.PlayRecords); err != nil {
 		return nil, fmt.Errorf("analytics: audit plays: %w", err)
@@ -276,10 +316,10 @@ FROM `+a.db+`.rejections WHERE `+w+` GROUP BY reason ORDER BY n DESC, reason`); 
 	cutoff := o.overdueCutoff()
 	if err := a.row(ctx, `SELECT count(), countIf(below = 1), countIf(`+condReportable+`),
     countIf(`+condDelivered+`), countIf(`+condRejected+`), countIf(`+condStandby+`), countIf(`+condStandbyDel+`),
-    countIf(`+condPending+`), countIf(`+condPending+` AND derived_ms < `+cutoff+`), countIf(`+condTwice+`), countIf(`+condBelowDel+`)
+    countIf(`+condPending+`), countIf(`+condPending+` AND derived_ms < `+cutoff+`), countIf(`+condTwice+`), countIf(`+condBelowDel+`), countIf(`+condDoubt+`)
 FROM `+a.perReport(o),
 		&r.PlaysDerived, &r.PlaysBelowMinimum, &r.PlaysReportable, &r.Delivered, &r.RejectedByAPI, &r.StandbyAnswered,
-		&r.StandbyThenDelivered, &r.Pending, &r.PendingOverdue, &r.DeliveredTwice, &r.BelowMinimumDelivered); err != nil {
+		&r.StandbyThenDelivered, &r.Pending, &r.PendingOverdue, &r.DeliveredTwice, &r.BelowMinimumDelivered, &r.PossiblyTwice); err != nil {
 		return nil, fmt.Errorf("analytics: audit plays: %w", err)
 	}
 	if r.RejectedByAPIByMessage, err = a.counts(ctx, `SELECT message, count() AS n FROM `+a.perReport(o)+`
@@ -289,6 +329,9 @@ WHERE `+condRejected+` GROUP BY message ORDER BY n DESC, message`); err != nil {
 	if r.Malformed, err = a.counts(ctx, `SELECT kafka_topic, uniqExact(kafka_topic, kafka_partition, kafka_offset) AS n
 FROM `+a.db+`.malformed WHERE `+w+` GROUP BY kafka_topic ORDER BY kafka_topic`); err != nil {
 		return nil, fmt.Errorf("analytics: audit malformed: %w", err)
+	}
+	if err := a.partners(ctx, o, r); err != nil {
+		return nil, err
 	}
 	if r.Delay, err = a.delay(ctx, o); err != nil {
 		return nil, err
@@ -368,6 +411,7 @@ var listConds = map[string]string{
 	"pending":                 condPending,
 	"pending-overdue":         condPending, // plus the cutoff
 	"delivered-twice":         condTwice,
+	"possibly-twice":          condDoubt,
 	"below-minimum-delivered": condBelowDel,
 }
 
@@ -426,7 +470,7 @@ ORDER BY t, kt, kp, ko` + lim
 	case "rejected":
 		q = `SELECT '', event_id, kafka_time_ms, reason, if(src_partition >= 0, src_topic, kafka_topic), if(src_partition >= 0, src_partition, kafka_partition),
     if(src_partition >= 0, src_offset, kafka_offset) FROM ` + a.db + `.rejections
-WHERE ` + w + ` ORDER BY kafka_time_ms, src_topic, src_partition, src_offset LIMIT 1 BY ` + rejectionKey + lim
+WHERE ` + w + ` AND ` + condRealReject + ` ORDER BY kafka_time_ms, src_topic, src_partition, src_offset LIMIT 1 BY ` + rejectionKey + lim
 	case "malformed":
 		q = `SELECT '', '', kafka_time_ms, error, kafka_topic, kafka_partition, kafka_offset FROM ` + a.db + `.malformed
 WHERE ` + w + ` ORDER BY kafka_time_ms, kafka_topic, kafka_partition, kafka_offset LIMIT 1 BY kafka_topic, kafka_partition, kafka_offset` + lim
@@ -443,7 +487,7 @@ WHERE ` + w + ` ORDER BY kafka_time_ms, kafka_topic, kafka_partition, kafka_offs
 		switch metric {
 		case "rejected-by-api":
 			detail = "message"
-		case "delivered-twice", "delivered":
+		case "delivered-twice", "possibly-twice", "delivered":
 			traces = "delivered_trace_ids"
 		}
 		q = `SELECT report_id, event_id, derived_ms, ` + detail + `, delivered_n, ` + traces + ` FROM ` + a.perReport(o) + `

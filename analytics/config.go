@@ -32,13 +32,17 @@ const (
 const (
 	DefaultDatabase = "playpipe"
 	DefaultUser     = "default"
-	DefaultDataDir  = ".playpipe/clickhouse"
 )
+
+// ErrNoClickHouse is returned (wrapped) by RequireServer and
+// LocalOrConfigured when neither an address nor a local data folder is
+// configured: there is no implicit local server.
+var ErrNoClickHouse = errors.New("no ClickHouse configured")
 
 // Config is the ClickHouse connection of the sink, the audit and the demo.
 type Config struct {
 	// Addr is the native-protocol address(es), host:port, comma separated.
-	// Empty means: start (or reuse) a local server in DataDir (LocalOrConfigured).
+	// Required unless DataDir is set.
 	Addr string
 	// Database holds the ledger tables; defaults to "playpipe". Created by
 	// the migrations when missing.
@@ -50,8 +54,9 @@ type Config struct {
 	Password string
 	// TLS connects with TLS (system roots).
 	TLS bool
-	// DataDir is the folder of the local server started when Addr is empty;
-	// defaults to ".playpipe/clickhouse" (the flag leaves it empty when unset).
+	// DataDir asks for a local clickhouse-server in this folder instead of
+	// Addr (started, or reused when one already runs there; see
+	// LocalOrConfigured). The two exclude each other.
 	DataDir string
 	// DialTimeout defaults to 5 s.
 	DialTimeout time.Duration
@@ -60,14 +65,12 @@ type Config struct {
 // RegisterFlags binds the --clickhouse-* flags to fs; defaults come from the
 // environment variables named in each flag's help.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
-	fs.StringVar(&c.Addr, "clickhouse-addr", os.Getenv(EnvAddr), "ClickHouse native address host:port, comma separated (env "+EnvAddr+"); empty: a local clickhouse-server in --clickhouse-data")
+	fs.StringVar(&c.Addr, "clickhouse-addr", os.Getenv(EnvAddr), "ClickHouse native address host:port, comma separated (env "+EnvAddr+"); required unless --clickhouse-data")
 	fs.StringVar(&c.Database, "clickhouse-db", envOr(EnvDatabase, DefaultDatabase), "ClickHouse database of the ledger (env "+EnvDatabase+")")
 	fs.StringVar(&c.User, "clickhouse-user", envOr(EnvUser, DefaultUser), "ClickHouse user (env "+EnvUser+"; the password is read from "+EnvPassword+" only)")
 	c.Password = os.Getenv(EnvPassword)
 	fs.BoolVar(&c.TLS, "clickhouse-tls", os.Getenv(EnvTLS) == "true", "connect to ClickHouse with TLS (env "+EnvTLS+"=true)")
-	// Empty by default (resolved to DefaultDataDir by LocalOrConfigured), so
-	// that a command can tell "not set" and choose its own folder.
-	fs.StringVar(&c.DataDir, "clickhouse-data", os.Getenv(EnvDataDir), "data folder of the local ClickHouse server used when no --clickhouse-addr is set (env "+EnvDataDir+"; empty: "+DefaultDataDir+")")
+	fs.StringVar(&c.DataDir, "clickhouse-data", os.Getenv(EnvDataDir), "instead of --clickhouse-addr: run a local clickhouse-server with its data in this folder, or reuse the one already running there (env "+EnvDataDir+")")
 }
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
@@ -79,9 +82,6 @@ func (c Config) withDefaults() Config {
 	}
 	if c.User == "" {
 		c.User = DefaultUser
-	}
-	if c.DataDir == "" {
-		c.DataDir = DefaultDataDir
 	}
 	if c.DialTimeout <= 0 {
 		c.DialTimeout = 5 * time.Second
@@ -99,6 +99,20 @@ func (c Config) Validate() error {
 		if !strings.Contains(a, ":") {
 			return fmt.Errorf("analytics: --clickhouse-addr %q must be host:port (the native port, 9000 by default)", a)
 		}
+	}
+	return nil
+}
+
+// RequireServer checks, before anything starts, that the configuration
+// names exactly one ClickHouse: an error wrapping ErrNoClickHouse when
+// neither Addr nor DataDir is set, another when both are. The messages name
+// the flags.
+func (c Config) RequireServer() error {
+	switch {
+	case c.Addr == "" && c.DataDir == "":
+		return fmt.Errorf("%w: set --clickhouse-addr host:port (env %s) or pass --clickhouse-data DIR to run a local clickhouse-server with its data in DIR", ErrNoClickHouse, EnvAddr)
+	case c.Addr != "" && c.DataDir != "":
+		return fmt.Errorf("analytics: --clickhouse-addr (%s) and --clickhouse-data (%s) exclude each other: set one (%s and %s count as the flags)", c.Addr, c.DataDir, EnvAddr, EnvDataDir)
 	}
 	return nil
 }
@@ -143,16 +157,22 @@ func (c Config) Open() (driver.Conn, error) {
 }
 
 // LocalOrConfigured returns cfg unchanged when an address is configured.
-// With none it starts a local ClickHouse server in cfg.DataDir (or reuses
-// the one another playpipe process runs there), says so, and returns a
-// config pointing at it plus a stop function that stops the server in order
-// (a no-op for a reused one).
+// With DataDir instead it starts a local ClickHouse server in that folder (or
+// reuses the one another playpipe process runs there, on its ports), says
+// so, and returns a config pointing at it plus a stop function that stops
+// the server in order (a no-op for a reused one). A server it started is
+// watched until stop: if it dies (a crash, a kill by pid) it is started
+// again on the same ports with its data (chlocal.Server.Watch), so clients
+// reconnect. With neither Addr nor DataDir it refuses with ErrNoClickHouse.
 func LocalOrConfigured(ctx context.Context, cfg Config, log *slog.Logger) (Config, func(), error) {
 	if err := cfg.Validate(); err != nil {
 		return cfg, func() {}, err
 	}
+	if err := cfg.RequireServer(); err != nil {
+		return cfg, func() {}, err
+	}
 	cfg = cfg.withDefaults()
-	if cfg.Addr != "" {
+	if cfg.DataDir == "" {
 		return cfg, func() {}, nil
 	}
 	if log == nil {
@@ -160,13 +180,21 @@ func LocalOrConfigured(ctx context.Context, cfg Config, log *slog.Logger) (Confi
 	}
 	s, err := chlocal.Start(ctx, chlocal.Options{Dir: cfg.DataDir, Reuse: true, Logger: log})
 	if err != nil {
-		return cfg, func() {}, fmt.Errorf("analytics: no --clickhouse-addr configured and the local server did not start: %w", err)
+		return cfg, func() {}, fmt.Errorf("analytics: --clickhouse-data %s: the local server did not start: %w", cfg.DataDir, err)
 	}
 	cfg.Addr, cfg.User, cfg.Password, cfg.TLS = s.Addr(), "default", "", false
 	if s.Owned() {
-		log.Warn("no --clickhouse-addr configured: started a local ClickHouse server (data kept in the folder)", "dir", s.Dir(), "addr", cfg.Addr)
+		log.Warn("--clickhouse-data: started a local ClickHouse server (data kept in the folder)", "dir", s.Dir(), "addr", cfg.Addr)
 	}
+	wctx, stopWatch := context.WithCancel(context.Background())
+	watched := make(chan struct{})
+	go func() { // owner: the stop function below
+		defer close(watched)
+		s.Watch(wctx)
+	}()
 	stop := func() {
+		stopWatch()
+		<-watched
 		sctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
 		_ = s.Stop(sctx)

@@ -224,7 +224,7 @@ func (p *parser) playReport(r *playRecord) {
 	}
 }
 
-var deliveryKeys = []string{"v", "report_id", "event_id", "outcome", "attempt", "http_status", "served_by", "message", "fields", "retry_reason", "latency_us", "trace_id", "replay", "at"}
+var deliveryKeys = []string{"v", "report_id", "event_id", "outcome", "attempt", "http_status", "served_by", "partner", "message", "fields", "retry_reason", "latency_us", "trace_id", "replay", "in_doubt", "at"}
 
 // fastDelivery decodes a delivery record.
 func fastDelivery(s string, d *schemas.Delivery) bool {
@@ -291,6 +291,14 @@ func fastDelivery(s string, d *schemas.Delivery) bool {
 			if p.Once(&seen, 1<<13) {
 				p.Int64(&d.At)
 			}
+		case "partner":
+			if p.Once(&seen, 1<<14) {
+				p.str(&d.Partner)
+			}
+		case "in_doubt":
+			if p.Once(&seen, 1<<15) {
+				p.Bool(&d.InDoubt)
+			}
 		default:
 			p.Unknown(k, deliveryKeys...)
 		}
@@ -299,7 +307,7 @@ func fastDelivery(s string, d *schemas.Delivery) bool {
 }
 
 var (
-	rejectionKeys = []string{"v", "event_id", "reason", "violations", "raw", "raw_base64", "source", "at"}
+	rejectionKeys = []string{"v", "event_id", "reason", "violations", "raw", "raw_base64", "raw_len", "raw_sha256", "raw_truncated", "source", "at"}
 	violationKeys = []string{"field", "reason", "detail"}
 	sourceKeys    = []string{"topic", "partition", "offset"}
 )
@@ -344,6 +352,18 @@ func fastRejection(s string, j *schemas.Rejection) bool {
 		case "at":
 			if p.Once(&seen, 1<<7) {
 				p.Int64(&j.At)
+			}
+		case "raw_len":
+			if p.Once(&seen, 1<<8) {
+				p.Int(&j.RawLen)
+			}
+		case "raw_sha256":
+			if p.Once(&seen, 1<<9) {
+				p.str(&j.RawSHA256)
+			}
+		case "raw_truncated":
+			if p.Once(&seen, 1<<10) {
+				p.Bool(&j.RawTruncated)
 			}
 		default:
 			p.Unknown(k, rejectionKeys...)

@@ -58,6 +58,9 @@ func realRecords(t testing.TB) (all [][]byte, fast [][]byte) {
 	d := mustJSON(t, schemas.Delivery{V: 1, ReportID: "r", EventID: "e", Outcome: schemas.OutcomeRejected, HTTPStatus: 400,
 		Message: `isrc "X" is invalid <é>`, Fields: []string{"isrc", "user\nid"}, Replay: true, At: 5})
 	all, fast = append(all, d), append(fast, d)
+	d = mustJSON(t, schemas.Delivery{V: 1, ReportID: "r", EventID: "e", Outcome: schemas.OutcomeDelivered, HTTPStatus: 200, ServedBy: "live",
+		Partner: "https://api.partner.example/base?q=\"é\"", At: 6})
+	all, fast = append(all, d), append(fast, d)
 	return all, fast
 }
 
@@ -75,7 +78,7 @@ var edgeRecords = []string{
 	`{"report_id":"r","fields":null}`, `{"report_id":"r","fields":[]}`, `{"report_id":"r","fields":["a",null]}`, `{"report_id":"r","fields":[1]}`,
 	`{"report_id":"r","replay":false,"replay":true}`, `{"report_id":"r","http_status":-1}`, `{"v":1,"violations":null,"source":null}`,
 	`{"violations":[]}`, `{"violations":[null]}`, `{"violations":[{"reason":"r","Reason":"s"}]}`, `{"source":{"partition":2147483648}}`,
-	`{"source":{"partition":-2147483648,"offset":-1}}`, `{"raw":"{\"a\":1}","raw_base64":false}`, `{"raw":"eyJ9","raw_base64":true}`,
+	`{"source":{"partition":-2147483648,"offset":-1}}`, `{"raw":"{\"a\":1}","raw_base64":false}`, `{"raw":"eyJ9","raw_base64":true}`, `{"raw":"{\"a","raw_len":200000,"raw_sha256":"ab","raw_truncated":true}`, `{"raw_len":1.5,"raw_truncated":"x"}`,
 	`{"x":` + strings.Repeat("[", 100) + strings.Repeat("]", 100) + `}`, "\t{\"event_id\"\r\n:\"a\"}\n",
 }
 

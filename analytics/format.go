@@ -46,10 +46,13 @@ func (r *Report) lines() []line {
 		ls = append(ls, line{section: "events", metric: "rejected by reason", key: c.Key, n: c.N, indent: 1})
 	}
 	ls = append(ls,
+		line{section: "events", metric: "valid, without plays", n: r.EventsWithoutPlays},
 		line{section: "plays", metric: "derived", n: r.PlaysDerived, list: "derived"},
 		line{section: "plays", metric: "below minimum (not reported)", n: r.PlaysBelowMinimum, list: "below-minimum", indent: 1},
 		line{section: "plays", metric: "reportable", n: r.PlaysReportable, list: "reportable", indent: 1},
 		line{section: "plays", metric: "delivered", n: r.Delivered, list: "delivered"},
+		line{section: "plays", metric: "delivered only by a sandbox target (NOT real deliveries)", n: r.DeliveredToSandbox, indent: 1},
+		line{section: "plays", metric: "delivered to a real partner", n: r.DeliveredReal, indent: 1},
 		line{section: "plays", metric: "rejected by the API", n: r.RejectedByAPI, list: "rejected-by-api"},
 	)
 	for _, c := range r.RejectedByAPIByMessage {
@@ -61,9 +64,13 @@ func (r *Report) lines() []line {
 		line{section: "plays", metric: "pending (no final outcome)", n: r.Pending, list: "pending"},
 		line{section: "plays", metric: "pending past " + r.PendingThreshold, n: r.PendingOverdue, list: "pending-overdue", indent: 1},
 		line{section: "plays", metric: "delivered more than once", n: r.DeliveredTwice, list: "delivered-twice"},
+		line{section: "plays", metric: "possibly delivered twice (crash during post)", n: r.PossiblyTwice, list: "possibly-twice"},
 		line{section: "plays", metric: "below minimum but delivered", n: r.BelowMinimumDelivered, list: "below-minimum-delivered"},
 		line{section: "plays", metric: "play records (incl. re-derived)", n: r.PlayRecords},
 	)
+	for _, p := range r.ByPartner {
+		ls = append(ls, line{section: "partner targets", metric: "plays delivered by partner target", key: partnerLabel(p), n: p.Delivered})
+	}
 	for _, c := range r.Malformed {
 		ls = append(ls, line{section: "malformed", metric: "records not decodable", key: c.Key, n: c.N, list: "malformed"})
 	}
@@ -127,6 +134,9 @@ func WriteReport(w io.Writer, r *Report, format string) error {
 		if err := tw.Flush(); err != nil {
 			return err
 		}
+		if r.DeliveredToSandbox > 0 {
+			fmt.Fprintf(w, "NOTE: %d of the %d delivered plays were answered only by a sandbox target: nothing reached a real partner for them\n", r.DeliveredToSandbox, r.Delivered)
+		}
 		if ps := r.Problems(); len(ps) > 0 {
 			fmt.Fprintf(w, "RESULT: FAIL: %s\n", strings.Join(ps, "; "))
 		} else if r.Pending > 0 {
@@ -137,6 +147,18 @@ func WriteReport(w io.Writer, r *Report, format string) error {
 		return nil
 	}
 	return CheckFormat(format)
+}
+
+// partnerLabel names a partner target in the report: its URL, marked when it
+// is a sandbox or when the rows predate the partner column.
+func partnerLabel(p PartnerCount) string {
+	switch {
+	case p.Partner == "":
+		return "(not recorded: rows written before schema version 2)"
+	case p.Sandbox:
+		return p.Partner + " [SANDBOX: not a real delivery]"
+	}
+	return p.Partner
 }
 
 func ms(v float64) string {

@@ -14,8 +14,9 @@ import (
 // The HTML audit report (`playpipe audit --html FILE`): one self-contained
 // page — inline CSS and SVG, no script, no network — with the same numbers as
 // the table (the same Report, so the same RESULT and exit status), charts of
-// deliveries and pending over time, rejections by reason, the delay
-// percentiles and the standby episodes, and the ids behind every number
+// deliveries and pending over time, rejections by reason, deliveries by
+// partner target (with the table's sandbox note), the delay percentiles and
+// the standby episodes, and the ids behind every number
 // (anchors #list-<name>, at most the list limit rows each).
 
 // SeriesPoint is one time bucket of the window's plays.
@@ -220,10 +221,23 @@ func WriteHTML(w io.Writer, h *HTMLReport) error {
 	for _, c := range r.RejectedByAPIByMessage {
 		rejects = append(rejects, Count{Key: "API: " + c.Key, N: c.N})
 	}
+	// Per partner target: the plays each one answered `delivered`.
+	partners := make([]Count, 0, len(r.ByPartner))
+	for _, p := range r.ByPartner {
+		label := p.Partner
+		switch {
+		case p.Partner == "":
+			label = "(not recorded)"
+		case p.Sandbox:
+			label += " (sandbox)"
+		}
+		partners = append(partners, Count{Key: label, N: p.Delivered})
+	}
 	return htmlTmpl.Execute(w, map[string]any{
 		"R": r, "H": h, "Rows": rows, "Result": result, "OK": ok,
 		"Timeline":   timelineSVG(h),
 		"Rejects":    barsSVG(rejects, "rejections"),
+		"Partners":   barsSVG(partners, "deliveries"),
 		"Delay":      barsSVG(delayBars(r.Delay), "delay"),
 		"Standby":    episodesSVG(h),
 		"BucketText": h.Bucket.String(),
@@ -339,7 +353,7 @@ var htmlTmpl = template.Must(template.New("audit").Funcs(template.FuncMap{
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;color:#1d2530;margin:24px auto;max-width:920px;padding:0 16px}
 h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #d8dde3;padding-bottom:4px}
 .meta{color:#5a6573;margin:0 0 12px}.result{padding:10px 14px;border-radius:6px;font-weight:600;margin:12px 0}
-.ok{background:#e5f5ea;color:#17622f;border:1px solid #a8dbb7}.fail{background:#fde8e8;color:#8a1c1c;border:1px solid #f0b0b0}
+.note{background:#fff6e0;color:#7a4b00;border:1px solid #f0d48a}.ok{background:#e5f5ea;color:#17622f;border:1px solid #a8dbb7}.fail{background:#fde8e8;color:#8a1c1c;border:1px solid #f0b0b0}
 table{border-collapse:collapse;width:100%}td,th{padding:3px 8px;border-bottom:1px solid #eef0f3;text-align:left;vertical-align:top}
 td.n{text-align:right;font-variant-numeric:tabular-nums;width:7em}th.sec{background:#f3f5f8;text-transform:uppercase;font-size:12px;letter-spacing:.05em}
 a{color:#1f5fbf;text-decoration:none}a:hover{text-decoration:underline}
@@ -351,7 +365,8 @@ svg{display:block;max-width:100%;height:auto;font-size:11px;fill:#3b4552}
 </style></head><body>
 <h1>playpipe audit</h1>
 <p class="meta">Window {{rfc .R.From}} → {{rfc .R.To}} (record times, UTC) · generated {{rfc .R.GeneratedAt}} · ledger as of {{rfc .R.LedgerAsOf}} · pending threshold {{.R.PendingThreshold}}</p>
-<div class="result {{if .OK}}ok{{else}}fail{{end}}" id="result">RESULT: {{.Result}}</div>
+{{if .R.DeliveredToSandbox}}<div class="result note" id="sandbox-note">NOTE: {{.R.DeliveredToSandbox}} of the {{.R.Delivered}} delivered plays were answered only by a sandbox target: nothing reached a real partner for them</div>
+{{end}}<div class="result {{if .OK}}ok{{else}}fail{{end}}" id="result">RESULT: {{.Result}}</div>
 
 <h2 id="numbers">Numbers</h2>
 <table>{{$sec := ""}}{{range .Rows}}{{if ne .Section $sec}}{{$sec = .Section}}<tr><th class="sec" colspan="3">{{.Section}}</th></tr>{{end}}
@@ -367,6 +382,10 @@ svg{display:block;max-width:100%;height:auto;font-size:11px;fill:#3b4552}
 <h2 id="rejects">Rejections by reason</h2>
 {{.Rejects}}
 
+<h2 id="partners">Deliveries by partner target</h2>
+<p>Plays each partner base URL answered <code>delivered</code> (a sandbox target's answers are not real deliveries: {{.R.DeliveredToSandbox}} plays were delivered only to one, {{.R.DeliveredReal}} to a real partner).</p>
+{{.Partners}}
+
 <h2 id="delay">Delay percentiles (event → first delivered)</h2>
 {{.Delay}}
 
@@ -376,7 +395,7 @@ svg{display:block;max-width:100%;height:auto;font-size:11px;fill:#3b4552}
 
 <h2 id="lists">The ids behind the numbers</h2>
 {{if not .H.Lists}}<p class="empty">No lists: every number is 0.</p>{{end}}
-{{range .H.Lists}}<details id="list-{{.Name}}"{{if or (eq .Name "pending-overdue") (eq .Name "delivered-twice") (eq .Name "below-minimum-delivered") (eq .Name "rejected-by-api")}} open{{end}}>
+{{range .H.Lists}}<details id="list-{{.Name}}"{{if or (eq .Name "pending-overdue") (eq .Name "delivered-twice") (eq .Name "possibly-twice") (eq .Name "below-minimum-delivered") (eq .Name "rejected-by-api")}} open{{end}}>
 <summary><b>{{.Label}}</b> — {{.N}}{{if more .}} (first {{len .Rows}}; all: <code>playpipe audit --list {{.Name}} --limit 0</code>){{end}}</summary>
 <table class="ids">{{if .Play}}<tr><th>report id</th><th>event id</th><th>recorded</th><th>detail</th><th>delivered</th><th>trace ids</th></tr>
 {{range .Rows}}<tr><td>{{.ReportID}}</td><td>{{.EventID}}</td><td>{{ts .At}}</td><td>{{.Detail}}</td><td>{{.Delivered}}</td><td>{{join .TraceIDs " "}}</td></tr>

@@ -62,10 +62,8 @@ func TestHTMLReportRendersInChromium(t *testing.T) {
 	if !strings.Contains(table.String(), "RESULT: FAIL: "+strings.Join(r.Problems(), "; ")) {
 		t.Error("table and page verdicts differ")
 	}
-	for _, bad := range []string{"http://", "https://", "<script", "<link", "@import"} {
-		if strings.Contains(html, bad) {
-			t.Errorf("page is not self-contained: it contains %q", bad)
-		}
+	if bad := fetches(html); len(bad) > 0 {
+		t.Errorf("page is not self-contained: it contains %q", bad)
 	}
 	if len(h.Series) == 0 || len(h.Episodes) != 1 || h.Episodes[0].Answers != 1 {
 		t.Errorf("series %d points, episodes %+v: want points and one standby episode of one answer", len(h.Series), h.Episodes)
@@ -95,6 +93,63 @@ func TestHTMLReportRendersInChromium(t *testing.T) {
 	// The check catches a broken page.
 	if got := checkInChromium(t, browser, html, dir, "<script>notDefinedAnywhere()</script>"); !strings.HasPrefix(got, "CHECK-DONE errors=1") {
 		t.Errorf("a page with a script error passed the check: %s", got)
+	}
+}
+
+// fetches returns what in a page would make a browser load something:
+// scripts, links, images, frames, CSS imports or urls, links off the page.
+// (Partner URLs shown as text are not fetches.)
+func fetches(html string) []string {
+	var out []string
+	for _, bad := range []string{"<script", "<link", "<img", "<iframe", "<object", "<embed", "@import", "url(", "src=", `href="http`, "href='http", `href="//`} {
+		if strings.Contains(html, bad) {
+			out = append(out, bad)
+		}
+	}
+	return out
+}
+
+// TestWriteHTMLPartnersAndEventsWithoutPlays: the page shows the per-partner
+// deliveries (sandbox targets marked, and the table's sandbox note), the
+// valid events without plays and the possibly-twice list, like the table.
+func TestWriteHTMLPartnersAndEventsWithoutPlays(t *testing.T) {
+	r := &Report{PendingThreshold: "10m0s", EventsReceived: 12, EventsWithoutPlays: 5, PlaysDerived: 3, PlaysReportable: 3,
+		Delivered: 3, DeliveredToSandbox: 2, DeliveredReal: 1, PossiblyTwice: 1,
+		ByPartner: []PartnerCount{
+			{Partner: "http://127.0.0.1:8088", Sandbox: true, Delivered: 2, Answers: 2},
+			{Partner: "https://partner.example.com", Delivered: 1, Answers: 1},
+		}}
+	h := &HTMLReport{Report: r, Bucket: time.Minute,
+		Lists: []HTMLList{{Name: "possibly-twice", Label: "possibly delivered twice", N: 1, Play: true, Rows: []ListRow{{ReportID: "r-1", EventID: "e-1", Delivered: 1}}}}}
+	var page, table bytes.Buffer
+	if err := WriteHTML(&page, h); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteReport(&table, r, FormatTable); err != nil {
+		t.Fatal(err)
+	}
+	html := page.String()
+	note := "NOTE: 2 of the 3 delivered plays were answered only by a sandbox target"
+	for _, want := range []string{"valid, without plays", note, "http://127.0.0.1:8088 (sandbox)", "https://partner.example.com",
+		`aria-label="deliveries"`, `<details id="list-possibly-twice" open>`, "RESULT: FAIL: 1 plays possibly delivered twice"} {
+		if !strings.Contains(html, want) {
+			t.Errorf("page lacks %q", want)
+		}
+	}
+	if !strings.Contains(table.String(), note) || !strings.Contains(table.String(), "valid, without plays") {
+		t.Errorf("table lacks the note or the events without plays:\n%s", table.String())
+	}
+	if bad := fetches(html); len(bad) > 0 {
+		t.Errorf("page is not self-contained: it contains %q", bad)
+	}
+	// A page with no sandbox deliveries has no note.
+	r.DeliveredToSandbox, r.ByPartner = 0, nil
+	page.Reset()
+	if err := WriteHTML(&page, h); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(page.String(), "NOTE:") || !strings.Contains(page.String(), "No deliveries in the window.") {
+		t.Error("a page without sandbox deliveries shows the note, or no empty partner chart")
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"sort"
 	"strings"
 	"time"
@@ -159,7 +160,26 @@ ORDER BY (kafka_time_ms, kafka_topic, kafka_partition, kafka_offset)`,
 PARTITION BY toYYYYMM(kafka_time)
 ORDER BY (kafka_topic, kafka_partition, kafka_offset)`,
 	}},
+	{Version: 2, Name: "deliveries.partner", Statements: []string{
+		// The base URL of the partner API that answered (the reporter's
+		// --api-url, or a built-in sandbox's loopback URL): the audit counts
+		// deliveries per partner target and never counts a sandbox's answers
+		// as real deliveries. '' for rows written before the column existed.
+		`ALTER TABLE {db}.deliveries ADD COLUMN partner String DEFAULT ''`,
+	}},
+	{Version: 3, Name: "deliveries.in_doubt", Statements: []string{
+		// 1 when an earlier post of the report may have reached the partner
+		// without its answer being recorded (a reporter crash or an abandoned
+		// post): the audit counts such a delivered play as possibly delivered
+		// twice. 0 for rows written before the column existed.
+		`ALTER TABLE {db}.deliveries ADD COLUMN in_doubt UInt8 DEFAULT 0`,
+	}},
 }
+
+// addColumnRE matches the one ALTER form the migrations use. 18.16 has no
+// ADD COLUMN IF NOT EXISTS, so migrate skips such a statement when the column
+// is already there (a crash between the ALTER and the record of its version).
+var addColumnRE = regexp.MustCompile(`^ALTER TABLE \{db\}\.([A-Za-z_][A-Za-z0-9_]*) ADD COLUMN ([A-Za-z_][A-Za-z0-9_]*) `)
 
 // MigrationsTable records the applied versions.
 const MigrationsTable = "schema_migrations"
@@ -202,6 +222,15 @@ func migrate(ctx context.Context, conn driver.Conn, db string, list []Migration)
 			continue
 		}
 		for i, st := range m.Statements {
+			if sm := addColumnRE.FindStringSubmatch(st); sm != nil {
+				has, err := hasColumn(ctx, conn, db, sm[1], sm[2])
+				if err != nil {
+					return out, fmt.Errorf("analytics: migration %d (%s), statement %d: %w", m.Version, m.Name, i+1, err)
+				}
+				if has {
+					continue
+				}
+			}
 			if err := conn.Exec(ctx, strings.ReplaceAll(st, "{db}", db)); err != nil {
 				return out, fmt.Errorf("analytics: migration %d (%s), statement %d: %w", m.Version, m.Name, i+1, err)
 			}
@@ -212,6 +241,15 @@ func migrate(ctx context.Context, conn driver.Conn, db string, list []Migration)
 		out = append(out, m.Version)
 	}
 	return out, nil
+}
+
+// hasColumn reports whether db.table has the column (system.columns).
+func hasColumn(ctx context.Context, conn driver.Conn, db, table, column string) (bool, error) {
+	var n uint64
+	if err := conn.QueryRow(ctx, "SELECT count() FROM system.columns WHERE database = '"+db+"' AND table = '"+table+"' AND name = '"+column+"'").Scan(&n); err != nil {
+		return false, fmt.Errorf("look up column %s.%s.%s: %w", db, table, column, err)
+	}
+	return n > 0, nil
 }
 
 // recordMigration inserts the version row. Inserts go through a prepared

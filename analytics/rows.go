@@ -1,6 +1,7 @@
 package analytics
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -115,9 +116,15 @@ func decodeEvent(b []byte, raw string) (eventFields, uint8) {
 	return decodeEventJSON(b)
 }
 
-// decodeEventJSON is the reference decoding of an event.
+// decodeEventJSON is the reference decoding of an event. Only a JSON object
+// is parsed: an array, null, a number or a string is "not JSON" to the
+// audit (encoding/json would accept null, and report arrays and numbers as
+// type errors of a valid document).
 func decodeEventJSON(b []byte) (eventFields, uint8) {
 	var f eventFields
+	if t := bytes.TrimLeft(b, " \t\r\n"); len(t) == 0 || t[0] != '{' {
+		return f, 0
+	}
 	err := json.Unmarshal(b, &f)
 	var typeErr *json.UnmarshalTypeError
 	if err == nil || errors.As(err, &typeErr) {
@@ -198,21 +205,21 @@ type deliveriesRows struct {
 	v                          []int32
 	reportID, eventID, outcome []string
 	attempt, httpStatus        []int32
-	servedBy, message          []string
+	servedBy, partner, message []string
 	fields                     [][]string
 	retryReason                []string
 	latencyUS                  []int64
 	traceID                    []string
-	replay                     []uint8
+	replay, inDoubt            []uint8
 	atMS                       []int64
 }
 
 func (t *deliveriesRows) name() string { return TableDeliveries }
 func (t *deliveriesRows) columns() string {
-	return locCols + ", v, report_id, event_id, outcome, attempt, http_status, served_by, message, fields, retry_reason, latency_us, trace_id, replay, at_ms"
+	return locCols + ", v, report_id, event_id, outcome, attempt, http_status, served_by, partner, message, fields, retry_reason, latency_us, trace_id, replay, in_doubt, at_ms"
 }
 func (t *deliveriesRows) values() []any {
-	return append(t.cols(), t.v, t.reportID, t.eventID, t.outcome, t.attempt, t.httpStatus, t.servedBy, t.message, t.fields, t.retryReason, t.latencyUS, t.traceID, t.replay, t.atMS)
+	return append(t.cols(), t.v, t.reportID, t.eventID, t.outcome, t.attempt, t.httpStatus, t.servedBy, t.partner, t.message, t.fields, t.retryReason, t.latencyUS, t.traceID, t.replay, t.inDoubt, t.atMS)
 }
 
 func (t *deliveriesRows) add(r *kgo.Record, d *schemas.Delivery) {
@@ -224,6 +231,7 @@ func (t *deliveriesRows) add(r *kgo.Record, d *schemas.Delivery) {
 	t.attempt = append(t.attempt, int32(d.Attempt))
 	t.httpStatus = append(t.httpStatus, int32(d.HTTPStatus))
 	t.servedBy = append(t.servedBy, d.ServedBy)
+	t.partner = append(t.partner, d.Partner)
 	t.message = append(t.message, d.Message)
 	f := d.Fields
 	if f == nil {
@@ -238,6 +246,7 @@ func (t *deliveriesRows) add(r *kgo.Record, d *schemas.Delivery) {
 	}
 	t.traceID = append(t.traceID, tid)
 	t.replay = append(t.replay, b2u(d.Replay))
+	t.inDoubt = append(t.inDoubt, b2u(d.InDoubt))
 	t.atMS = append(t.atMS, d.At)
 }
 
@@ -364,11 +373,11 @@ func (t *playsRows) reset() {
 
 func (t *deliveriesRows) reset() {
 	t.loc.reset()
-	trunc(&t.reportID, &t.eventID, &t.outcome, &t.servedBy, &t.message, &t.retryReason, &t.traceID)
+	trunc(&t.reportID, &t.eventID, &t.outcome, &t.servedBy, &t.partner, &t.message, &t.retryReason, &t.traceID)
 	trunc(&t.v, &t.attempt, &t.httpStatus)
 	trunc(&t.fields)
 	trunc(&t.latencyUS, &t.atMS)
-	trunc(&t.replay)
+	trunc(&t.replay, &t.inDoubt)
 }
 
 func (t *rejectionsRows) reset() {
@@ -420,6 +429,9 @@ func (b *batch) add(r *kgo.Record) {
 		}
 		b.plays.add(r, &p, raw)
 	case b.topics.Deliveries:
+		if isLease(r) {
+			return // the reporter's lease markers: not deliveries (schemas.HeaderLease)
+		}
 		var d schemas.Delivery
 		if !fastDelivery(string(r.Value), &d) {
 			d = schemas.Delivery{}
@@ -476,4 +488,14 @@ func b2u(b bool) uint8 {
 		return 1
 	}
 	return 0
+}
+
+// isLease reports whether r is one of the reporter's lease markers.
+func isLease(r *kgo.Record) bool {
+	for _, h := range r.Headers {
+		if h.Key == schemas.HeaderLease {
+			return true
+		}
+	}
+	return false
 }

@@ -132,6 +132,25 @@ type Sink struct {
 		records, batches, retries, committed atomic.Int64
 		lastInsertMS                         atomic.Int64
 	}
+	migrated atomic.Bool // Run applied (or found) the ledger schema
+}
+
+// Ready is the sink's readiness check of ClickHouse (for /readyz): an error
+// until Run has applied the ledger schema, and whenever ClickHouse does not
+// answer a ping. It never blocks past ctx.
+func (s *Sink) Ready(ctx context.Context) error {
+	if !s.migrated.Load() {
+		return errors.New("clickhouse: not reached yet (the ledger schema is not applied)")
+	}
+	conn, err := s.cfg.ClickHouse.Open()
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if err := conn.Ping(ctx); err != nil {
+		return fmt.Errorf("clickhouse %s: %w", s.cfg.ClickHouse.Addr, err)
+	}
+	return nil
 }
 
 // SinkStats are counters of a running sink (for progress displays).
@@ -248,6 +267,7 @@ func (s *Sink) migrate(ctx context.Context, conn driver.Conn) error {
 			if len(applied) > 0 {
 				s.log.Info("ledger schema migrated", "applied", applied, "version", LatestVersion())
 			}
+			s.migrated.Store(true)
 			return nil
 		}
 		s.log.Warn("clickhouse: cannot apply the ledger schema; retrying", "attempt", attempt, "err", err)

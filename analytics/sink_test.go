@@ -47,7 +47,11 @@ func TestMigrateTwiceIsIdempotent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []uint32{1, 99}; !reflect.DeepEqual(versions, want) {
+	var want []uint32
+	for _, m := range Migrations {
+		want = append(want, m.Version)
+	}
+	if want = append(want, 99); !reflect.DeepEqual(versions, want) {
 		t.Fatalf("recorded versions %v, want %v", versions, want)
 	}
 	for _, tbl := range []string{TableEvents, TablePlays, TableDeliveries, TableRejections, TableMalformed, "extra"} {
@@ -70,12 +74,17 @@ func fixture(t *testing.T, e *env, now time.Time) Report {
 		recs = append(recs, r)
 		return r
 	}
-	// Events: three valid, one not JSON, one without user_id.
+	// Events: three valid with plays, three not JSON, one without user_id,
+	// two valid without plays.
 	rec(e.topics.Events, "e1", eventJSON(t, "e1", "u1"), t0)
 	rec(e.topics.Events, "e2", eventJSON(t, "e2", "u1"), t0)
 	rec(e.topics.Events, "e3", eventJSON(t, "e3", "u1"), at(-time.Hour))
 	rec(e.topics.Events, "bad", []byte("\xff not json {"), t0)
 	rec(e.topics.Events, "e5", eventJSON(t, "e5", ""), t0)
+	rec(e.topics.Events, "arr", []byte(`[{"event_id":"arr"}]`), t0) // JSON, not an object: not JSON to the audit
+	rec(e.topics.Events, "null", []byte(` null`), t0)
+	rec(e.topics.Events, "e6", eventJSON(t, "e6", "u1"), t0) // valid, zero plays (offset past the mix end)
+	rec(e.topics.Events, "e7", eventJSON(t, "e7", "u1"), t0) // the same, rejected offset_beyond_mix by an older consumer
 	e.produce(t, recs...)
 	// Locate the two bad events to reference them from rejections.
 	src := map[string]schemas.Source{}
@@ -88,6 +97,8 @@ func fixture(t *testing.T, e *env, now time.Time) Report {
 	rec(e.topics.Rejected, "bad", mustJSON(t, rej1), t0)
 	rec(e.topics.Rejected, "e5", mustJSON(t, rej2), t0)
 	rec(e.topics.Rejected, "e5", mustJSON(t, rej2), t0) // re-published by a replay: one rejected event
+	rej7 := schemas.NewRejection(eventJSON(t, "e7", "u1"), "e7", []schemas.Violation{{Field: "offset_ms", Reason: schemas.ReasonOffsetBeyondMix}}, src["e7"], t0.UnixMilli())
+	rec(e.topics.Rejected, "e7", mustJSON(t, rej7), t0)
 	// Two events the ingest gateway refused: never on the events topic, their
 	// source is {ingest, -1, -1}; received and rejected both count them.
 	gwSrc := schemas.Source{Topic: "ingest", Partition: -1, Offset: -1}
@@ -120,7 +131,10 @@ func fixture(t *testing.T, e *env, now time.Time) Report {
 	e.produce(t, recs...)
 
 	return Report{
-		EventsReceived: 7, EventsAtGateway: 2, EventsNotJSON: 1, EventsRejected: 4,
+		// received: 9 records on the events topic + 2 refused at the gateway;
+		// not JSON: bad, arr, null; rejected: bad, e5 (published twice), g1,
+		// g2 (e7's offset_beyond_mix is not a rejection); without plays: e6, e7.
+		EventsReceived: 11, EventsAtGateway: 2, EventsNotJSON: 3, EventsRejected: 4, EventsWithoutPlays: 2,
 		RejectedByReason: []Count{{schemas.ReasonBadCountry, 2}, {schemas.ReasonMalformedJSON, 1}, {schemas.ReasonMissingUserID, 1}},
 		PlayRecords:      7, PlaysDerived: 6, PlaysBelowMinimum: 1, PlaysReportable: 5,
 		Delivered: 3, RejectedByAPI: 1, RejectedByAPIByMessage: []Count{{"isrc is invalid", 1}},
@@ -135,6 +149,8 @@ func fixture(t *testing.T, e *env, now time.Time) Report {
 func numbers(r *Report) Report {
 	c := *r
 	c.From, c.To, c.GeneratedAt, c.PendingThreshold, c.LedgerAsOf = time.Time{}, time.Time{}, time.Time{}, "", time.Time{}
+	// The per-partner numbers are TestAuditPerPartnerTarget's (partners_test.go).
+	c.ByPartner, c.DeliveredToSandbox, c.DeliveredReal = nil, 0, 0
 	return c
 }
 
@@ -216,14 +232,14 @@ func TestSinkEndToEndAudit(t *testing.T) {
 		t.Fatalf("rejected list: %+v", rj)
 	}
 	for _, r := range rj { // the event's record, or the rejection's for the gateway's refusals
-		if r.Detail == "" || !(strings.HasPrefix(r.Kafka, e.topics.Events+"/") || strings.HasPrefix(r.Kafka, e.topics.Rejected+"/") && r.Detail == schemas.ReasonBadCountry) {
+		if r.Detail == "" || r.Detail == schemas.ReasonOffsetBeyondMix || !(strings.HasPrefix(r.Kafka, e.topics.Events+"/") || strings.HasPrefix(r.Kafka, e.topics.Rejected+"/") && r.Detail == schemas.ReasonBadCountry) {
 			t.Fatalf("rejected list: %+v", rj)
 		}
 	}
-	if rcv := list("received"); len(rcv) != 7 {
-		t.Fatalf("received list (5 on the topic, 2 refused at the gateway): %+v", rcv)
+	if rcv := list("received"); len(rcv) != 11 {
+		t.Fatalf("received list (9 on the topic, 2 refused at the gateway): %+v", rcv)
 	}
-	if nj := list("not-json"); len(nj) != 1 {
+	if nj := list("not-json"); len(nj) != 3 {
 		t.Fatalf("not-json list: %+v", nj)
 	}
 	if m := list("malformed"); len(m) != 1 || !strings.HasPrefix(m[0].Kafka, e.topics.Deliveries+"/") {
@@ -234,7 +250,7 @@ func TestSinkEndToEndAudit(t *testing.T) {
 	}
 	// The not-JSON event's bytes are in the ledger verbatim.
 	var raw string
-	if err := e.ch.Conn(t).QueryRow(ctx, "SELECT raw FROM "+e.ch.Database+".events WHERE parsed = 0").Scan(&raw); err != nil || raw != "\xff not json {" {
+	if err := e.ch.Conn(t).QueryRow(ctx, "SELECT raw FROM "+e.ch.Database+".events WHERE parsed = 0 AND kafka_key = 'bad'").Scan(&raw); err != nil || raw != "\xff not json {" {
 		t.Fatalf("raw bytes of the not-JSON event: %q, %v", raw, err)
 	}
 
@@ -245,8 +261,8 @@ func TestSinkEndToEndAudit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.EventsReceived != 6 || got.PlaysDerived != 4 || got.Pending != 0 {
-		t.Fatalf("recent window: events %d plays %d pending %d, want 6, 4, 0", got.EventsReceived, got.PlaysDerived, got.Pending)
+	if got.EventsReceived != 10 || got.PlaysDerived != 4 || got.Pending != 0 {
+		t.Fatalf("recent window: events %d plays %d pending %d, want 10, 4, 0", got.EventsReceived, got.PlaysDerived, got.Pending)
 	}
 	if got.LedgerAsOf.IsZero() || got.LedgerAsOf.After(time.Now()) {
 		t.Fatalf("ledger as of %s", got.LedgerAsOf)
@@ -443,8 +459,10 @@ func TestTwoSinksShareThePartitions(t *testing.T) {
 
 // TestAuditIsOneSnapshot audits repeatedly while the sink inserts plays and
 // their deliveries: every audit reads one state of the ledger, so the delay's
-// play count is the delivered count (every event is in the ledger first) and
-// pending is reportable − delivered − rejected, in each audit.
+// play count is the delivered count (every event is in the ledger first),
+// pending is reportable − delivered − rejected, events without plays +
+// plays = events, and the partner targets' deliveries add up to delivered,
+// in each audit.
 func TestAuditIsOneSnapshot(t *testing.T) {
 	e := newEnv(t)
 	now := time.Now()
@@ -497,6 +515,16 @@ func TestAuditIsOneSnapshot(t *testing.T) {
 		if r.Delay.Plays != r.Delivered || r.Delivered > r.PlaysReportable || r.Pending != r.PlaysReportable-r.Delivered-r.RejectedByAPI {
 			t.Fatalf("audit %d is not one state of the ledger: reportable %d delivered %d pending %d, delay over %d plays",
 				audits, r.PlaysReportable, r.Delivered, r.Pending, r.Delay.Plays)
+		}
+		// One play per event: an event is without plays until its play is
+		// in the snapshot; the partner targets' deliveries add up to delivered.
+		var byPartner uint64
+		for _, p := range r.ByPartner {
+			byPartner += p.Delivered
+		}
+		if r.EventsWithoutPlays+r.PlaysDerived != r.EventsReceived || byPartner != r.Delivered {
+			t.Fatalf("audit %d is not one state of the ledger: received %d, without plays %d, derived %d; delivered %d, by partner target %d",
+				audits, r.EventsReceived, r.EventsWithoutPlays, r.PlaysDerived, r.Delivered, byPartner)
 		}
 		if r.Delivered == n {
 			break

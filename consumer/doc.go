@@ -18,7 +18,16 @@
 //     with machine-readable reasons. A mix unknown to the partner API (404)
 //     rejects the event as unknown_mix; a 500, 503 or network error is
 //     retried with backoff while the partition waits, never turned into a
-//     rejection.
+//     rejection; a 400 or undecodable answer is retried until a bounded
+//     policy (CacheOptions.UnavailableAttempts) rejects the mix's events as
+//     mix_unavailable.
+//   - Nothing stalls a partition for good: events over Options.MaxEventBytes
+//     are rejected too_large; rejection records are bounded
+//     (schemas.MaxRejectionRaw); an event whose outputs Kafka refuses for
+//     themselves is retried on its own Options.MaxProduceAttempts times, then
+//     rejected as produce_failed.
+//   - A segment past the mix end is a valid event with zero plays
+//     (Stats.WithoutPlays), not a rejection.
 //   - MixCache fetches each mix once however many events wait for it
 //     (single flight), keeps a bounded number of listings (LRU) for a TTL,
 //     and keeps listings served by the API's standby layer for a shorter TTL.

@@ -1,16 +1,20 @@
 package consumer
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
+	"sort"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -46,6 +50,17 @@ type Options struct {
 	CacheOptions CacheOptions
 	// Events are the deployment's event policies (--allow-missing-user-id, --default-vendor).
 	Events schemas.ValidateOptions
+	// MaxEventBytes is the longest event accepted; a longer one is rejected
+	// as too_large (its rejection keeps a bounded prefix, see
+	// schemas.Rejection). Defaults to DefaultMaxEventBytes.
+	MaxEventBytes int
+	// MaxProduceAttempts bounds how often the outputs of one event may fail
+	// to produce with an error Kafka gives for the record itself
+	// (MESSAGE_TOO_LARGE, INVALID_RECORD, …): each failure aborts the
+	// transaction, and the event is then retried in batches of its own;
+	// after this many it is rejected as produce_failed instead (raw bytes
+	// bounded), and the partition moves on. Defaults to 3.
+	MaxProduceAttempts int
 	// MinPlayLength is the shortest play that is posted; shorter ones are
 	// derived with below_minimum and counted. Defaults to 1s; negative disables.
 	MinPlayLength time.Duration
@@ -72,6 +87,11 @@ type Options struct {
 	Now func() time.Time
 }
 
+// DefaultMaxEventBytes is the default Options.MaxEventBytes: 64 KiB, two
+// orders of magnitude above a real event (~300 bytes), far below Kafka's
+// 1 MiB record limit even after the sixfold growth of JSON escaping.
+const DefaultMaxEventBytes = 64 << 10
+
 // Validate checks the options once; errors name the flag or field.
 func (o Options) Validate() error {
 	if err := o.Kafka.Validate(); err != nil {
@@ -90,6 +110,10 @@ func (o Options) Validate() error {
 		return fmt.Errorf("consumer: --txn-interval must be > 0, got %s", o.TxnInterval)
 	case o.MaxTxnWait < 0:
 		return fmt.Errorf("consumer: --max-txn-wait must be > 0, got %s", o.MaxTxnWait)
+	case o.MaxProduceAttempts < 0:
+		return fmt.Errorf("consumer: MaxProduceAttempts must be ≥ 1, got %d", o.MaxProduceAttempts)
+	case o.MaxEventBytes < 0:
+		return fmt.Errorf("consumer: --max-event-bytes must be ≥ 1, got %d", o.MaxEventBytes)
 	case o.FetchConcurrency < 0:
 		return fmt.Errorf("consumer: FetchConcurrency must be ≥ 1, got %d", o.FetchConcurrency)
 	case o.TransactionTimeout < 0:
@@ -121,6 +145,12 @@ func (o *Options) setDefaults() {
 	}
 	if o.MinPlayLength == 0 {
 		o.MinPlayLength = time.Duration(DefaultMinPlayLength) * time.Millisecond
+	}
+	if o.MaxEventBytes == 0 {
+		o.MaxEventBytes = DefaultMaxEventBytes
+	}
+	if o.MaxProduceAttempts == 0 {
+		o.MaxProduceAttempts = 3
 	}
 	if o.TxnRecords == 0 {
 		o.TxnRecords = 1000
@@ -179,6 +209,8 @@ func New(opts Options) (*Enricher, error) {
 	}
 	e := &Enricher{opts: opts, topics: opts.Kafka.Topics(), cache: cache}
 	e.proc = newProcessor(cache, e.topics, opts.Events, SplitOptions{MinPlayMS: opts.MinPlayLength.Milliseconds()}, opts.FetchConcurrency)
+	e.proc.maxEvent = opts.MaxEventBytes
+	e.proc.maxProduce = opts.MaxProduceAttempts
 	return e, nil
 }
 
@@ -188,7 +220,10 @@ func (e *Enricher) Cache() *MixCache { return e.cache }
 // Stats are counters of committed work.
 type Stats struct {
 	Events, Plays, BelowMinimum, Rejected int64
-	Commits, Aborts                       int64
+	// WithoutPlays are valid events that yielded no play (a segment past
+	// the mix end or before its first track): consumed, not rejected.
+	WithoutPlays    int64
+	Commits, Aborts int64
 }
 
 // Stats returns the counters of work in committed transactions.
@@ -310,6 +345,10 @@ func (e *Enricher) loop(ctx context.Context, sess *kgo.GroupTransactSession) err
 			if perr := p.produceErr(); perr != nil {
 				o.Logger.Warn("a produce failed; aborting the transaction (its events will be read again)", "err", perr)
 				commit = kgo.TryAbort
+				for _, s := range p.notePoison() {
+					o.Logger.Warn("Kafka refused a record of this event; it is retried on its own, then rejected as produce_failed",
+						"source", s.loc.String(), "failures", s.n, "max_produce_attempts", p.maxProduce, "err", s.err)
+				}
 			}
 		}
 		committed, err := sess.End(ctx, commit)
@@ -375,7 +414,7 @@ func (e *Enricher) loop(ctx context.Context, sess *kgo.GroupTransactSession) err
 					return err
 				}
 				for _, id := range tooLong.mixIDs {
-					if _, err := e.cache.Get(ctx, id); err != nil && !errors.Is(err, ErrUnknownMix) && ctx.Err() == nil {
+					if _, err := e.cache.Get(ctx, id); err != nil && !rejectsEvents(err) && ctx.Err() == nil {
 						return err
 					}
 				}
@@ -388,8 +427,8 @@ func (e *Enricher) loop(ctx context.Context, sess *kgo.GroupTransactSession) err
 				}
 				return err
 			}
-			for _, r := range out {
-				sess.Produce(ctx, r, p.promise)
+			if err := p.produce(ctx, sess.Client(), out); err != nil {
+				return err
 			}
 			inTxn += len(recs)
 			produced = produced || len(out) > 0
@@ -416,6 +455,7 @@ type processor struct {
 	validate schemas.ValidateOptions
 	split    SplitOptions
 	conc     int
+	maxEvent int // events longer than this are rejected too_large; 0: no limit
 	tracer   trace.Tracer
 	spanOpts []trace.SpanStartOption
 
@@ -428,13 +468,24 @@ type processor struct {
 
 	errMu   sync.Mutex
 	prodErr error
+	refused []*kgo.Record // records Kafka refused for themselves (recordRefused), this transaction
+
+	// Per transaction: the first output record (arena index) of each
+	// event, to find the event behind a refused record.
+	spans []evSpan
+	// Events whose outputs Kafka refused, by source location, across
+	// transactions (until one commits past them); bounded by the events
+	// of the aborted transactions.
+	poison     map[srcLoc]*poisonState
+	maxProduce int
+	isolate    [][2]int // ranges of p.out (suspects' records) produced between flushes
 
 	pending   Stats // counts of the open transaction
 	statsMu   sync.Mutex
 	committed Stats
 
 	mEvents, mPlays, mBelow metric.Int64Counter
-	mRejected               metric.Int64Counter
+	mRejected, mNoPlays     metric.Int64Counter
 	rejectedByReason        map[string]int64
 }
 
@@ -465,15 +516,21 @@ func (p *processor) initMetrics(m metric.Meter) error {
 	errs = append(errs, err)
 	p.mRejected, err = m.Int64Counter("playpipe.events.rejected", metric.WithDescription("events sent to the rejected topic, by reason"))
 	errs = append(errs, err)
+	p.mNoPlays, err = m.Int64Counter("playpipe.events.without_plays", metric.WithDescription("valid events that yielded no track play (segment past the mix end or before its first track)"))
+	errs = append(errs, err)
 	return errors.Join(errs...)
 }
 
-// promise records the first produce error of the transaction.
-func (p *processor) promise(_ *kgo.Record, err error) {
+// promise records the first produce error of the transaction, and every
+// record Kafka refused for itself.
+func (p *processor) promise(r *kgo.Record, err error) {
 	if err != nil {
 		p.errMu.Lock()
 		if p.prodErr == nil {
 			p.prodErr = err
+		}
+		if recordRefused(err) {
+			p.refused = append(p.refused, r)
 		}
 		p.errMu.Unlock()
 	}
@@ -490,7 +547,14 @@ func (p *processor) produceErr() error {
 func (p *processor) endTxn(committed bool) {
 	p.errMu.Lock()
 	p.prodErr = nil
+	p.refused = p.refused[:0]
 	p.errMu.Unlock()
+	if committed && len(p.poison) > 0 {
+		for _, sp := range p.spans {
+			delete(p.poison, sp.loc) // committed past it
+		}
+	}
+	p.spans = p.spans[:0]
 	p.used = 0
 	p.buf = p.buf[:0]
 	pend := p.pending
@@ -502,6 +566,7 @@ func (p *processor) endTxn(committed bool) {
 		p.committed.Plays += pend.Plays
 		p.committed.BelowMinimum += pend.BelowMinimum
 		p.committed.Rejected += pend.Rejected
+		p.committed.WithoutPlays += pend.WithoutPlays
 		p.committed.Commits++
 	} else {
 		p.committed.Aborts++
@@ -512,6 +577,7 @@ func (p *processor) endTxn(committed bool) {
 		p.mEvents.Add(ctx, pend.Events)
 		p.mPlays.Add(ctx, pend.Plays)
 		p.mBelow.Add(ctx, pend.BelowMinimum)
+		p.mNoPlays.Add(ctx, pend.WithoutPlays)
 		for r, n := range reasons {
 			p.mRejected.Add(ctx, n, metric.WithAttributes(attribute.String("reason", r)))
 		}
@@ -519,11 +585,13 @@ func (p *processor) endTxn(committed bool) {
 	clear(p.rejectedByReason)
 }
 
+// arenaChunk is the number of records per arena chunk.
+const arenaChunk = 1024
+
 func (p *processor) newRecord(topic string) *kgo.Record {
-	const chunk = 1024
-	c, i := p.used/chunk, p.used%chunk
+	c, i := p.used/arenaChunk, p.used%arenaChunk
 	if c == len(p.arena) {
-		p.arena = append(p.arena, make([]kgo.Record, chunk))
+		p.arena = append(p.arena, make([]kgo.Record, arenaChunk))
 	}
 	r := &p.arena[c][i]
 	p.used++
@@ -536,10 +604,16 @@ func (p *processor) newRecord(topic string) *kgo.Record {
 // produced for recs. The returned records are valid until the transaction ends.
 func (p *processor) process(ctx, waitCtx context.Context, recs []*kgo.Record, nowMS int64) ([]*kgo.Record, error) {
 	p.items = p.items[:0]
+	p.isolate = p.isolate[:0]
 	var missing []int64
 	for _, r := range recs {
 		p.items = append(p.items, item{rec: r})
 		it := &p.items[len(p.items)-1]
+		if p.maxEvent > 0 && len(r.Value) > p.maxEvent {
+			it.vs = []schemas.Violation{{Reason: schemas.ReasonTooLarge,
+				Detail: fmt.Sprintf("event is %d bytes, longer than the maximum event size of %d bytes (--max-event-bytes)", len(r.Value), p.maxEvent)}}
+			continue
+		}
 		it.ev, it.vs = schemas.ParseEvent(r.Value, p.validate)
 		if it.vs != nil {
 			continue
@@ -547,7 +621,7 @@ func (p *processor) process(ctx, waitCtx context.Context, recs []*kgo.Record, no
 		l, err := p.cache.Lookup(it.ev.MixID)
 		switch {
 		case err != nil:
-			it.vs = unknownMix(it.ev.MixID)
+			it.vs = mixViolation(it.ev.MixID, err)
 		case l != nil:
 			it.listing = l
 		default:
@@ -568,16 +642,16 @@ func (p *processor) process(ctx, waitCtx context.Context, recs []*kgo.Record, no
 			it.fetched = true
 			l, err := p.cache.Lookup(it.ev.MixID)
 			switch {
-			case errors.Is(err, ErrUnknownMix):
-				it.vs = unknownMix(it.ev.MixID)
+			case err != nil:
+				it.vs = mixViolation(it.ev.MixID, err)
 			case l != nil:
 				it.listing = l
 			default:
 				// Resolved moments ago but already evicted or expired (a
 				// tiny cache or TTL): fetch once more, waiting as needed.
 				l, err := p.cache.Get(waitCtx, it.ev.MixID)
-				if errors.Is(err, ErrUnknownMix) {
-					it.vs = unknownMix(it.ev.MixID)
+				if rejectsEvents(err) {
+					it.vs = mixViolation(it.ev.MixID, err)
 				} else if err != nil {
 					return nil, p.waitErr(waitCtx, err, []int64{it.ev.MixID})
 				} else {
@@ -600,15 +674,46 @@ func (p *processor) process(ctx, waitCtx context.Context, recs []*kgo.Record, no
 		ectx, span := p.tracer.Start(ectx, "enrich", p.spanOpts...)
 		traced := trace.SpanContextFromContext(ectx).IsValid()
 		p.pending.Events++
+		loc := srcLoc{it.rec.Topic, it.rec.Partition, it.rec.Offset}
+		isoStart := -1 // ≥ 0: this event's records start there in p.out and are produced on their own
+		p.spans = append(p.spans, evSpan{first: p.used, loc: loc})
+		if ps := p.poison[loc]; ps != nil {
+			// Kafka refused this event's records before: produce them
+			// between flushes (batches of their own), or, past the bound,
+			// its rejection.
+			start := len(p.out)
+			if ps.n >= p.maxProduce {
+				if ps.n >= 3*p.maxProduce {
+					span.End()
+					return nil, fmt.Errorf("consumer: Kafka refuses even a rejection without raw bytes of the event at %s (%d failures): %s", loc, ps.n, ps.err)
+				}
+				maxRaw := schemas.MaxRejectionRaw
+				if ps.n >= 2*p.maxProduce {
+					maxRaw = 0 // the bounded rejection was refused too: keep only length and hash
+				}
+				it.vs = []schemas.Violation{{Reason: schemas.ReasonProduceFailed,
+					Detail: trunc(fmt.Sprintf("Kafka refused what this event yields %d times: %s", ps.n, ps.err), 400)}}
+				p.rejectBounded(ectx, it, nowMS, maxRaw)
+				p.isolate = append(p.isolate, [2]int{start, len(p.out)})
+				span.End()
+				continue
+			}
+			isoStart = start
+		}
 		if it.vs == nil {
 			var v *schemas.Violation
 			p.plays, v = Split(p.plays[:0], &it.ev, it.listing, split)
 			if v != nil {
 				it.vs = []schemas.Violation{*v}
+			} else if len(p.plays) == 0 {
+				p.pending.WithoutPlays++
 			}
 		}
 		if it.vs != nil {
 			p.reject(ectx, it, nowMS)
+			if isoStart >= 0 {
+				p.isolate = append(p.isolate, [2]int{isoStart, len(p.out)})
+			}
 			if span.IsRecording() {
 				span.SetAttributes(attribute.String("playpipe.event_id", it.ev.EventID), attribute.String("playpipe.rejected", it.vs[0].Reason))
 			}
@@ -644,6 +749,9 @@ func (p *processor) process(ctx, waitCtx context.Context, recs []*kgo.Record, no
 		if send != nil {
 			send.End()
 		}
+		if isoStart >= 0 {
+			p.isolate = append(p.isolate, [2]int{isoStart, len(p.out)})
+		}
 		if span.IsRecording() {
 			span.SetAttributes(attribute.String("playpipe.event_id", it.ev.EventID), attribute.Int64("playpipe.mix_id", it.ev.MixID),
 				attribute.Bool("playpipe.mixcache.hit", !it.fetched),
@@ -655,8 +763,13 @@ func (p *processor) process(ctx, waitCtx context.Context, recs []*kgo.Record, no
 }
 
 func (p *processor) reject(ctx context.Context, it *item, nowMS int64) {
+	p.rejectBounded(ctx, it, nowMS, schemas.MaxRejectionRaw)
+}
+
+// rejectBounded is reject keeping at most maxRaw encoded bytes of the event.
+func (p *processor) rejectBounded(ctx context.Context, it *item, nowMS int64, maxRaw int) {
 	src := schemas.Source{Topic: it.rec.Topic, Partition: it.rec.Partition, Offset: it.rec.Offset}
-	rej := schemas.NewRejection(it.rec.Value, it.ev.EventID, it.vs, src, nowMS)
+	rej := schemas.NewRejectionBounded(it.rec.Value, it.ev.EventID, it.vs, src, nowMS, maxRaw)
 	if rej.EventID == "" {
 		rej.EventID = bestEffortEventID(it.rec.Value)
 	}
@@ -673,17 +786,142 @@ func (p *processor) reject(ctx context.Context, it *item, nowMS int64) {
 	p.rejectedByReason[rej.Reason]++
 }
 
-// bestEffortEventID reads event_id from an event that failed validation, so
-// the ledger can name it; "" when it has none usable.
-func bestEffortEventID(raw []byte) string {
-	var v struct {
-		EventID any `json:"event_id"`
+// srcLoc is where an event record was read.
+type srcLoc struct {
+	topic     string
+	partition int32
+	offset    int64
+}
+
+func (l srcLoc) String() string {
+	return l.topic + "/" + strconv.Itoa(int(l.partition)) + "@" + strconv.FormatInt(l.offset, 10)
+}
+
+// evSpan is an event of the open transaction and the arena index of its
+// first output record.
+type evSpan struct {
+	first int
+	loc   srcLoc
+}
+
+// poisonState counts the transactions in which Kafka refused an output
+// record of one event.
+type poisonState struct {
+	loc srcLoc
+	n   int
+	err string
+}
+
+// recordRefused reports whether a produce error is Kafka refusing the record
+// itself, which no retry of the same bytes fixes, as opposed to the broker,
+// the network or the transaction failing (those abort and redo the
+// transaction as before, for ever).
+func recordRefused(err error) bool {
+	return errors.Is(err, kerr.MessageTooLarge) || // over max.message.bytes (broker) or the client's batch limit
+		errors.Is(err, kerr.RecordListTooLarge) ||
+		errors.Is(err, kerr.InvalidRecord) || // refused by a broker-side record validation
+		errors.Is(err, kerr.CorruptMessage)
+}
+
+// produce hands out to the transaction. The records of events whose
+// outputs Kafka refused before (p.isolate) are produced between flushes, so
+// that they share no batch with other events' records: a refusal then
+// names exactly the event that caused it.
+func (p *processor) produce(ctx context.Context, cl *kgo.Client, out []*kgo.Record) error {
+	iso := p.isolate
+	p.isolate = p.isolate[:0]
+	next := 0
+	for _, rg := range iso {
+		for _, r := range out[next:rg[0]] {
+			cl.Produce(ctx, r, p.promise)
+		}
+		if err := cl.Flush(ctx); err != nil {
+			return fmt.Errorf("consumer: flush: %w", err)
+		}
+		for _, r := range out[rg[0]:rg[1]] {
+			cl.Produce(ctx, r, p.promise)
+		}
+		if err := cl.Flush(ctx); err != nil {
+			return fmt.Errorf("consumer: flush: %w", err)
+		}
+		next = rg[1]
 	}
-	if json.Unmarshal(raw, &v) != nil {
+	for _, r := range out[next:] {
+		cl.Produce(ctx, r, p.promise)
+	}
+	return nil
+}
+
+// notePoison counts, once per event, the events behind the records Kafka
+// refused in the open transaction, and returns their states.
+func (p *processor) notePoison() []*poisonState {
+	p.errMu.Lock()
+	refused := append([]*kgo.Record(nil), p.refused...)
+	var firstErr error = p.prodErr
+	p.errMu.Unlock()
+	if len(refused) == 0 {
+		return nil
+	}
+	if p.poison == nil {
+		p.poison = map[srcLoc]*poisonState{}
+	}
+	idx := map[*kgo.Record]bool{}
+	for _, r := range refused {
+		idx[r] = true
+	}
+	var out []*poisonState
+	seen := map[srcLoc]bool{}
+	for i := 0; i < p.used; i++ {
+		if !idx[&p.arena[i/arenaChunk][i%arenaChunk]] {
+			continue
+		}
+		// The event whose outputs start at or before record i.
+		k := sort.Search(len(p.spans), func(j int) bool { return p.spans[j].first > i }) - 1
+		if k < 0 || seen[p.spans[k].loc] {
+			continue
+		}
+		loc := p.spans[k].loc
+		seen[loc] = true
+		ps := p.poison[loc]
+		if ps == nil {
+			ps = &poisonState{loc: loc}
+			p.poison[loc] = ps
+		}
+		ps.n++
+		ps.err = trunc(firstErr.Error(), 300)
+		out = append(out, ps)
+	}
+	return out
+}
+
+// bestEffortEventID reads event_id from an event that failed validation, so
+// the ledger can name it: the first member spelled exactly "event_id" (as
+// ParseEvent reads keys: a case variant such as "EVENT_ID" is not it); ""
+// when it has none usable.
+func bestEffortEventID(raw []byte) string {
+	if !json.Valid(raw) {
+		return "" // a truncated copy may start like another, valid event
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
 		return ""
 	}
-	if s, ok := v.EventID.(string); ok && len(s) <= schemas.MaxEventIDLen {
-		return s
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return ""
+		}
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return ""
+		}
+		if tok == "event_id" {
+			var s string
+			if json.Unmarshal(v, &s) != nil || len(s) > schemas.MaxEventIDLen {
+				return ""
+			}
+			return s
+		}
 	}
 	return ""
 }
@@ -704,7 +942,7 @@ func (p *processor) resolve(waitCtx context.Context, ids []int64) error {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			if _, err := p.cache.Get(waitCtx, id); err != nil && !errors.Is(err, ErrUnknownMix) {
+			if _, err := p.cache.Get(waitCtx, id); err != nil && !rejectsEvents(err) {
 				mu.Lock()
 				failed = append(failed, id)
 				if first == nil || errors.Is(err, ErrMisconfigured) {
@@ -731,7 +969,18 @@ func (p *processor) waitErr(waitCtx context.Context, err error, ids []int64) err
 	return err
 }
 
-func unknownMix(id int64) []schemas.Violation {
+// rejectsEvents reports whether a MixCache error is a verdict on the mix
+// that rejects its events (404, or declared unavailable), not a failure.
+func rejectsEvents(err error) bool {
+	return errors.Is(err, ErrUnknownMix) || errors.Is(err, ErrMixUnavailable)
+}
+
+// mixViolation is the violation of an event whose mix lookup gave err (one
+// of the rejectsEvents errors).
+func mixViolation(id int64, err error) []schemas.Violation {
+	if errors.Is(err, ErrMixUnavailable) {
+		return []schemas.Violation{{Field: "mix_id", Reason: schemas.ReasonMixUnavailable, Detail: trunc(err.Error(), 300)}}
+	}
 	return []schemas.Violation{{Field: "mix_id", Reason: schemas.ReasonUnknownMix,
 		Detail: fmt.Sprintf("the partner API answered 404 for mix %d", id)}}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,8 +28,16 @@ type MixSource interface {
 // 404 for: events of it are rejected as unknown_mix.
 var ErrUnknownMix = errors.New("consumer: mix unknown to the partner API")
 
+// ErrMixUnavailable is wrapped by the error MixCache returns for a mix the
+// partner API kept answering 400 or an undecodable body for (see
+// CacheOptions.UnavailableAttempts): events of it are rejected as
+// mix_unavailable, raw bytes kept, so they can be re-driven once the API
+// serves the mix.
+var ErrMixUnavailable = errors.New("consumer: mix unavailable from the partner API")
+
 // ErrMisconfigured wraps a partner API failure that no retry fixes (the edge
-// blocked our User-Agent): the enricher stops and says so.
+// blocked our User-Agent, or the session endpoint refused our credentials):
+// the enricher stops and says so.
 var ErrMisconfigured = errors.New("consumer: partner API refuses this client (configuration error)")
 
 // CacheOptions configure a MixCache. Zero fields take the stated defaults.
@@ -43,6 +52,16 @@ type CacheOptions struct {
 	StandbyTTL time.Duration
 	// NotFoundTTL is how long a 404 is remembered; defaults to 30s.
 	NotFoundTTL time.Duration
+	// UnavailableAttempts and UnavailableAfter are the policy for a mix the
+	// API answers 400 or with a body that does not decode (the API
+	// misbehaving for an id we sent correctly): it is retried with backoff
+	// until it has failed so at least UnavailableAttempts times over at
+	// least UnavailableAfter (500, 503 and network errors in between
+	// neither count nor reset; an answer does), then declared unavailable:
+	// its events are rejected as mix_unavailable, and the verdict is
+	// remembered for NotFoundTTL. Defaults 5 and 30s.
+	UnavailableAttempts int
+	UnavailableAfter    time.Duration
 	// RetryMin and RetryMax bound the exponential backoff (with jitter)
 	// between fetches after a transient failure; default 100ms and 5s. A
 	// server's Retry-After is honoured up to RetryMax.
@@ -65,6 +84,12 @@ func (o *CacheOptions) setDefaults() {
 	}
 	if o.NotFoundTTL == 0 {
 		o.NotFoundTTL = 30 * time.Second
+	}
+	if o.UnavailableAttempts == 0 {
+		o.UnavailableAttempts = 5
+	}
+	if o.UnavailableAfter == 0 {
+		o.UnavailableAfter = 30 * time.Second
 	}
 	if o.RetryMin == 0 {
 		o.RetryMin = 100 * time.Millisecond
@@ -91,6 +116,10 @@ func (o CacheOptions) Validate() error {
 		return fmt.Errorf("consumer: --mix-cache-standby-ttl must be > 0, got %s", o.StandbyTTL)
 	case o.NotFoundTTL < 0:
 		return fmt.Errorf("consumer: --mix-cache-notfound-ttl must be > 0, got %s", o.NotFoundTTL)
+	case o.UnavailableAttempts < 0:
+		return fmt.Errorf("consumer: --mix-unavailable-attempts must be ≥ 1, got %d", o.UnavailableAttempts)
+	case o.UnavailableAfter < 0:
+		return fmt.Errorf("consumer: --mix-unavailable-after must be ≥ 0, got %s", o.UnavailableAfter)
 	case o.RetryMin < 0 || o.RetryMax < 0 || (o.RetryMax != 0 && o.RetryMin > o.RetryMax):
 		return fmt.Errorf("consumer: mix retry backoff must satisfy 0 < min ≤ max, got %s and %s", o.RetryMin, o.RetryMax)
 	}
@@ -104,6 +133,7 @@ type CacheStats struct {
 	Retries      int64 // fetches that failed transiently and were retried
 	StaleServed  int64 // expired listings used because a refresh failed transiently
 	NotFound     int64 // fetches answered 404
+	Unavailable  int64 // mixes declared unavailable (UnavailableAttempts)
 	Entries      int   // listings and 404s held now
 }
 
@@ -116,8 +146,15 @@ type MixCache struct {
 	entries  map[int64]*list.Element // of *cacheEntry
 	lru      list.List               // front = most recently used
 	inflight map[int64]*flight
+	trouble  map[int64]*trouble // mixes answering 400 or undecodable bodies, until they answer or are declared unavailable
 
-	hits, misses, fetches, retries, stale, notFound atomic.Int64
+	hits, misses, fetches, retries, stale, notFound, unavailable atomic.Int64
+}
+
+// trouble counts the 400 or undecodable answers of one mix.
+type trouble struct {
+	first time.Time
+	n     int
 }
 
 type cacheEntry struct {
@@ -126,6 +163,9 @@ type cacheEntry struct {
 	expires  time.Time
 	standby  bool
 	notFound bool
+	// unavail, when set, is the remembered verdict of a mix declared
+	// unavailable (wraps ErrMixUnavailable).
+	unavail error
 }
 
 type flight struct {
@@ -143,7 +183,7 @@ func NewMixCache(src MixSource, opts CacheOptions) (*MixCache, error) {
 		return nil, err
 	}
 	opts.setDefaults()
-	return &MixCache{src: src, opts: opts, entries: make(map[int64]*list.Element), inflight: make(map[int64]*flight)}, nil
+	return &MixCache{src: src, opts: opts, entries: make(map[int64]*list.Element), inflight: make(map[int64]*flight), trouble: make(map[int64]*trouble)}, nil
 }
 
 // Stats returns the counters.
@@ -152,11 +192,12 @@ func (c *MixCache) Stats() CacheStats {
 	n := len(c.entries)
 	c.mu.Unlock()
 	return CacheStats{Hits: c.hits.Load(), Misses: c.misses.Load(), Fetches: c.fetches.Load(),
-		Retries: c.retries.Load(), StaleServed: c.stale.Load(), NotFound: c.notFound.Load(), Entries: n}
+		Retries: c.retries.Load(), StaleServed: c.stale.Load(), NotFound: c.notFound.Load(), Unavailable: c.unavailable.Load(), Entries: n}
 }
 
 // Lookup answers from the cache without waiting: the listing when a fresh
-// one is held; ErrUnknownMix when a 404 is remembered; (nil, nil) on a miss.
+// one is held; ErrUnknownMix when a 404 is remembered, an error wrapping
+// ErrMixUnavailable when that verdict is; (nil, nil) on a miss.
 func (c *MixCache) Lookup(id int64) (*Listing, error) {
 	now := c.opts.Now()
 	c.mu.Lock()
@@ -170,6 +211,9 @@ func (c *MixCache) Lookup(id int64) (*Listing, error) {
 			if e.notFound {
 				return nil, ErrUnknownMix
 			}
+			if e.unavail != nil {
+				return nil, e.unavail
+			}
 			return e.listing, nil
 		}
 	}
@@ -179,9 +223,11 @@ func (c *MixCache) Lookup(id int64) (*Listing, error) {
 
 // Get returns the listing of mix id, fetching it on a miss. Concurrent Gets
 // of one mix share one fetch. A transient failure (500, 503, 401, timeout,
-// network, undecodable answer) is retried with backoff until ctx ends; an
-// expired listing is served meanwhile when one is held. It returns
-// ErrUnknownMix on 404, an error wrapping ErrMisconfigured when the API
+// network) is retried with backoff until ctx ends; an expired listing is
+// served meanwhile when one is held. A 400 or undecodable answer is retried
+// the same way until CacheOptions.UnavailableAttempts declares the mix
+// unavailable. It returns ErrUnknownMix on 404, an error wrapping
+// ErrMixUnavailable, an error wrapping ErrMisconfigured when the API
 // refuses this client for good, or ctx's error.
 func (c *MixCache) Get(ctx context.Context, id int64) (*Listing, error) {
 	if l, err := c.Lookup(id); l != nil || err != nil {
@@ -226,6 +272,7 @@ func (c *MixCache) fetch(ctx context.Context, id int64) (*Listing, error) {
 			if l.MixID == 0 {
 				l.MixID = id
 			}
+			c.clearTrouble(id)
 			c.store(id, l, false)
 			return l, nil
 		}
@@ -237,23 +284,35 @@ func (c *MixCache) fetch(ctx context.Context, id int64) (*Listing, error) {
 		case partnerapi.KindNotFound:
 			// 404 Mix not found: the event is rejected; remembered briefly
 			// so a burst of events of a removed mix costs one call.
+			c.clearTrouble(id)
 			c.notFound.Add(1)
 			c.store(id, nil, true)
 			return nil, ErrUnknownMix
 		case partnerapi.KindEdgeBlocked:
 			// 403 edge 1010: our User-Agent is blocked; no retry fixes it.
-			return nil, fmt.Errorf("%w: %w", ErrMisconfigured, err)
-		default:
-			// 500, 503, timeout, connection error (KindTransient); 401 (the
-			// client has dropped its token and takes a new session on the
-			// next call); 400 or an undecodable answer for a mix id we sent
-			// correctly is the API misbehaving: all retried, never turned
-			// into a rejection.
+			return nil, fmt.Errorf("%w: the partner API's edge blocked our User-Agent (HTTP 403, edge error 1010): %w", ErrMisconfigured, err)
 		}
+		if refusedCredentials(err) {
+			// 400 or 401 from the session endpoint: our client id or
+			// signature is refused. No retry fixes it (the reporter stops
+			// the same way).
+			return nil, fmt.Errorf("%w: the partner API refused our credentials (check the client id and signature): %w", ErrMisconfigured, err)
+		}
+		// Everything else is retried: 500, 503, timeout, connection error
+		// (KindTransient) and 401 (the client has dropped its token and
+		// takes a new session on the next call) for ever; a 400 or an
+		// undecodable answer for a mix id we sent correctly (the API
+		// misbehaving) until the unavailable policy gives up on the mix.
 		c.retries.Add(1)
 		if l := c.serveStale(id); l != nil {
 			c.opts.Logger.Warn("mix refresh failed; using the expired listing meanwhile", "mix_id", id, "err", err)
 			return l, nil
+		}
+		if misbehaving(err) {
+			if verdict := c.countTrouble(id, err); verdict != nil {
+				c.opts.Logger.Warn("mix declared unavailable; its events are rejected as mix_unavailable (re-drivable)", "mix_id", id, "err", err)
+				return nil, verdict
+			}
 		}
 		wait := backoff.Step(c.opts.RetryMin, c.opts.RetryMax, attempt)
 		var apiErr *partnerapi.Error
@@ -274,6 +333,65 @@ func (c *MixCache) fetch(ctx context.Context, id int64) (*Listing, error) {
 	}
 }
 
+// refusedCredentials reports whether err is the session endpoint refusing
+// our credentials (400 or 401 on POST /partners/session…).
+func refusedCredentials(err error) bool {
+	var e *partnerapi.Error
+	if !errors.As(err, &e) || !strings.HasPrefix(e.Op, "POST /partners/session") {
+		return false
+	}
+	return e.Kind == partnerapi.KindRejected || e.Kind == partnerapi.KindUnauthorized
+}
+
+// misbehaving reports whether err is an answer of the mix endpoint that no
+// transient condition explains: a 400 (or another 4xx the client classes as
+// rejected) for an id we sent correctly, or a 2xx whose body does not decode.
+func misbehaving(err error) bool {
+	var e *partnerapi.Error
+	if !errors.As(err, &e) {
+		return false
+	}
+	return e.Kind == partnerapi.KindRejected || (e.Status >= 200 && e.Status < 300)
+}
+
+// countTrouble counts one misbehaving answer of mix id; once the policy is
+// met it stores and returns the unavailable verdict.
+func (c *MixCache) countTrouble(id int64, err error) error {
+	now := c.opts.Now()
+	c.mu.Lock()
+	tr := c.trouble[id]
+	if tr == nil {
+		tr = &trouble{first: now}
+		c.trouble[id] = tr
+	}
+	tr.n++
+	n, first := tr.n, tr.first
+	done := n >= c.opts.UnavailableAttempts && now.Sub(first) >= c.opts.UnavailableAfter
+	if done {
+		delete(c.trouble, id)
+	}
+	c.mu.Unlock()
+	if !done {
+		return nil
+	}
+	c.unavailable.Add(1)
+	status := 0
+	var e *partnerapi.Error
+	if errors.As(err, &e) {
+		status = e.Status
+	}
+	verdict := fmt.Errorf("%w: mix %d answered HTTP %d (400 or an undecodable body) %d times over %s: %s",
+		ErrMixUnavailable, id, status, n, now.Sub(first).Round(time.Millisecond), trunc(err.Error(), 200))
+	c.put(&cacheEntry{id: id, unavail: verdict, expires: c.opts.Now().Add(c.opts.NotFoundTTL)})
+	return verdict
+}
+
+func (c *MixCache) clearTrouble(id int64) {
+	c.mu.Lock()
+	delete(c.trouble, id)
+	c.mu.Unlock()
+}
+
 // serveStale returns an expired listing of id, if one is held, keeping it
 // for another StandbyTTL (refreshed again after that).
 func (c *MixCache) serveStale(id int64) *Listing {
@@ -284,7 +402,7 @@ func (c *MixCache) serveStale(id int64) *Listing {
 		return nil
 	}
 	e := el.Value.(*cacheEntry)
-	if e.notFound || e.listing == nil {
+	if e.notFound || e.listing == nil || e.unavail != nil {
 		return nil
 	}
 	e.expires = c.opts.Now().Add(c.opts.StandbyTTL)
@@ -300,7 +418,13 @@ func (c *MixCache) store(id int64, l *Listing, notFound bool) {
 	case l.Standby:
 		ttl = c.opts.StandbyTTL
 	}
-	e := &cacheEntry{id: id, listing: l, notFound: notFound, standby: l != nil && l.Standby, expires: c.opts.Now().Add(ttl)}
+	c.put(&cacheEntry{id: id, listing: l, notFound: notFound, standby: l != nil && l.Standby, expires: c.opts.Now().Add(ttl)})
+}
+
+// put inserts or replaces the entry of e.id, evicting the least recently
+// used entries past Size.
+func (c *MixCache) put(e *cacheEntry) {
+	id := e.id
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if el, ok := c.entries[id]; ok {

@@ -319,3 +319,76 @@ func TestCacheOptionsValidate(t *testing.T) {
 		t.Fatal("nil source accepted")
 	}
 }
+
+// TestMixUnavailablePolicy: a mix answered 400 (or a 200 that does not
+// decode) is retried until it has failed so UnavailableAttempts times over
+// UnavailableAfter, then declared unavailable (and remembered); a 503 is
+// retried for as long as the caller waits; refused credentials stop at once.
+func TestMixUnavailablePolicy(t *testing.T) {
+	var ticks atomic.Int64
+	clock := func() time.Time { // every reading moves the clock 100ms on
+		return time.Unix(1_700_000_000, 0).Add(time.Duration(ticks.Add(1)) * 100 * time.Millisecond)
+	}
+	for _, tc := range []struct {
+		name string
+		err  error
+	}{
+		{"400", &partnerapi.Error{Kind: partnerapi.KindRejected, Op: "GET /partners/mix/7", Status: 400, Reason: "bad request"}},
+		{"undecodable 200", &partnerapi.Error{Kind: partnerapi.KindTransient, Op: "GET /partners/mix/7", Status: 200, Reason: "malformed response body"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := newFakeSource()
+			src.byID[7], src.failErr = true, tc.err
+			c, err := NewMixCache(src, CacheOptions{UnavailableAttempts: 4, UnavailableAfter: time.Second,
+				RetryMin: time.Millisecond, RetryMax: 2 * time.Millisecond, Now: clock, Logger: quietLogger()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_, err = c.Get(ctx, 7)
+			if !errors.Is(err, ErrMixUnavailable) {
+				t.Fatalf("Get: %v, want ErrMixUnavailable", err)
+			}
+			src.mu.Lock()
+			calls := src.calls[7]
+			src.mu.Unlock()
+			// 4 answers are not enough while under 1s of (fake) time has
+			// passed: each fetch reads the clock about twice.
+			if calls < 4 {
+				t.Errorf("declared unavailable after %d answers, policy says at least 4", calls)
+			}
+			if _, err := c.Lookup(7); !errors.Is(err, ErrMixUnavailable) {
+				t.Errorf("verdict not remembered: Lookup %v", err)
+			}
+			if c.Stats().Unavailable != 1 {
+				t.Errorf("stats %+v", c.Stats())
+			}
+		})
+	}
+	t.Run("503 never", func(t *testing.T) {
+		src := newFakeSource()
+		src.byID[8] = true // 503 for ever
+		c, err := NewMixCache(src, CacheOptions{UnavailableAttempts: 1, UnavailableAfter: 0,
+			RetryMin: time.Millisecond, RetryMax: 2 * time.Millisecond, Now: clock, Logger: quietLogger()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancel()
+		if _, err := c.Get(ctx, 8); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Get: %v, want the caller's deadline (503s are retried, never a verdict)", err)
+		}
+	})
+	t.Run("refused credentials", func(t *testing.T) {
+		src := newFakeSource()
+		src.byID[9], src.failErr = true, &partnerapi.Error{Kind: partnerapi.KindUnauthorized, Op: "POST /partners/session", Status: 401, Reason: "invalid client_signature"}
+		c, err := NewMixCache(src, CacheOptions{Logger: quietLogger()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Get(context.Background(), 9); !errors.Is(err, ErrMisconfigured) {
+			t.Fatalf("Get: %v, want ErrMisconfigured", err)
+		}
+	})
+}

@@ -94,9 +94,10 @@ type SplitOptions struct {
 // Split applies the split rule to one valid event and the listing of its
 // mix, appending one TrackPlay per track the segment overlaps by more than
 // 0 ms to dst (in time order) and returning it. It returns a violation
-// instead when the segment starts at or after the end of the mix
-// (schemas.ReasonOffsetBeyondMix) or the listing cannot be split
-// (ReasonBadListing). A segment of zero duration yields no play.
+// instead when the listing cannot be split (ReasonBadListing). A segment of
+// zero duration, or one that starts at or after the end of the mix (clipped
+// to nothing), overlaps no track and yields no play: by DESIGN's rule it is a
+// valid event with zero plays, not a rejection (docs/consumer.md).
 //
 // Optional event fields are carried as the rule says: cachedplay on every
 // play, jumpforward on the first play of the segment, endreason on the last
@@ -106,11 +107,6 @@ type SplitOptions struct {
 func Split(dst []schemas.TrackPlay, ev *schemas.PlayerEvent, l *Listing, opts SplitOptions) ([]schemas.TrackPlay, *schemas.Violation) {
 	if l.Bad != nil {
 		return dst, l.Bad
-	}
-	if ev.OffsetMS >= l.LengthMS {
-		return dst, &schemas.Violation{Field: "offset_ms", Reason: schemas.ReasonOffsetBeyondMix,
-			Detail: "offset_ms " + strconv.FormatInt(ev.OffsetMS, 10) + " is at or after the end of mix " +
-				strconv.FormatInt(l.MixID, 10) + " (length " + strconv.FormatInt(l.LengthMS, 10) + " ms)"}
 	}
 	minPlay := opts.MinPlayMS
 	if minPlay == 0 {

@@ -2,10 +2,12 @@ package partnerapi
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -115,6 +117,11 @@ func jwtExpiry(jwt string) (time.Time, bool) {
 	return time.Unix(int64(f), 0), true
 }
 
+// The ranked collections come back in display order: the spec gives the
+// order by a field (catalog and page list `ranking`, genre row `ordering`,
+// ascending), never by the position in the array or by the ids. Equal ranks
+// keep the order the API sent them in.
+
 func decodeCatalog(data []byte) ([]CatalogEntry, error) {
 	var b struct {
 		Catalogs []CatalogEntry `json:"catalogs"`
@@ -122,6 +129,7 @@ func decodeCatalog(data []byte) ([]CatalogEntry, error) {
 	if err := json.Unmarshal(data, &b); err != nil {
 		return nil, err
 	}
+	slices.SortStableFunc(b.Catalogs, func(x, y CatalogEntry) int { return cmp.Compare(x.Ranking, y.Ranking) })
 	return b.Catalogs, nil
 }
 
@@ -135,6 +143,7 @@ func decodePage(data []byte) (Page, error) {
 	if b.Page == nil {
 		return Page{}, errors.New("no page object")
 	}
+	slices.SortStableFunc(b.Page.Lists, func(x, y PageList) int { return cmp.Compare(x.Ranking, y.Ranking) })
 	return *b.Page, nil
 }
 
@@ -161,6 +170,7 @@ func decodeGenreRow(data []byte) (GenreRow, error) {
 	if b.Rows == nil {
 		return GenreRow{}, errors.New("no rows object")
 	}
+	slices.SortStableFunc(b.Rows.Items, func(x, y GenreRowItem) int { return cmp.Compare(x.Ordering, y.Ordering) })
 	return *b.Rows, nil
 }
 
@@ -252,22 +262,28 @@ func printable(s string) string {
 	return b.String()
 }
 
-// fieldsPrefix starts the message of a play report rejected for its fields.
-const fieldsPrefix = "include the required fields:"
+// The clauses of a 400 play report message that name fields: the spec's
+// "include the required fields: a,b" and the sandbox's "wrongly typed
+// optional fields: c" (docs/sandbox.md); clauses are separated by ";".
+var fieldsPrefixes = [...]string{"include the required fields:", "wrongly typed optional fields:"}
 
-// parseFields extracts the offending fields from
-// "include the required fields: a,b" (case-insensitive prefix, spaces
-// around names ignored). Nil when the message is not of that form.
+// parseFields extracts the offending fields from a message made of the
+// clauses above (case-insensitive prefixes, spaces around names ignored),
+// in the order they appear. Nil when no clause is of that form.
 func parseFields(msg string) []string {
-	i := indexFoldASCII(msg, fieldsPrefix)
-	if i < 0 {
-		return nil
-	}
-	rest := msg[i+len(fieldsPrefix):]
 	var out []string
-	for f := range strings.SplitSeq(rest, ",") {
-		if f = strings.TrimSpace(f); f != "" {
-			out = append(out, f)
+	for clause := range strings.SplitSeq(msg, ";") {
+		for _, prefix := range fieldsPrefixes {
+			i := indexFoldASCII(clause, prefix)
+			if i < 0 {
+				continue
+			}
+			for f := range strings.SplitSeq(clause[i+len(prefix):], ",") {
+				if f = strings.TrimSpace(f); f != "" {
+					out = append(out, f)
+				}
+			}
+			break
 		}
 	}
 	return out

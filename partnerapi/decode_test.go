@@ -122,11 +122,13 @@ func TestStreamCandidates(t *testing.T) {
 
 func TestParseFields(t *testing.T) {
 	for msg, want := range map[string][]string{
-		"include the required fields: playlength,country": {"playlength", "country"},
-		"include the required fields: trackid":            {"trackid"},
-		"include the required fields: a, b ,,c":           {"a", "b", "c"},
-		"Include The Required Fields: x":                  {"x"},
-		"internal service error":                          nil,
+		"include the required fields: playlength,country":                                        {"playlength", "country"},
+		"include the required fields: trackid":                                                   {"trackid"},
+		"include the required fields: a, b ,,c":                                                  {"a", "b", "c"},
+		"Include The Required Fields: x":                                                         {"x"},
+		"internal service error":                                                                 nil,
+		"wrongly typed optional fields: cachedplay":                                              {"cachedplay"},
+		"include the required fields: country; wrongly typed optional fields: userid,cachedplay": {"country", "userid", "cachedplay"},
 	} {
 		if got := parseFields(msg); !reflect.DeepEqual(got, want) {
 			t.Errorf("%q: %q", msg, got)

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -687,4 +688,91 @@ func TestE2EStandbyUpstreamError(t *testing.T) {
 	if _, meta, err := e.c.Mix(ctx, mix.ID); err != nil || !meta.Standby() || e.count("mix", 503) != 1 {
 		t.Fatalf("%+v %v %v", meta, err, e.sb.Ledger().Counters["mix"])
 	}
+}
+
+// TestE2ECatalogOrderAgainstStrictSandbox: the strict sandbox shuffles every
+// ranked collection; the client's helpers give the sandbox's display order.
+func TestE2ECatalogOrderAgainstStrictSandbox(t *testing.T) {
+	e := start(t, func(c *partnerapi.Config) { c.Credentials.Email = sandbox.DefaultEmail })
+	ctx := context.Background()
+	cat := e.sb.Catalog()
+	if !cat.Strict {
+		t.Fatal("the test sandbox is not strict")
+	}
+	byRank := func(ids []int64, rank func(int64) int) []int64 {
+		out := slices.Clone(ids)
+		slices.SortFunc(out, func(a, b int64) int { return rank(a) - rank(b) })
+		return out
+	}
+	pageRank := func(id int64) int { p, _ := cat.Page(id); return p.Ranking }
+	for _, restricted := range []bool{false, true} {
+		var entries []partnerapi.CatalogEntry
+		var err error
+		var want []int64
+		if restricted {
+			entries, _, err = e.c.RestrictedCatalog(ctx, "")
+			for _, p := range cat.RestrictedPages("") {
+				want = append(want, p.ID)
+			}
+		} else {
+			entries, _, err = e.c.Catalog(ctx)
+			for _, p := range cat.Pages {
+				want = append(want, p.ID)
+			}
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = byRank(want, pageRank)
+		var got []int64
+		for _, ce := range entries {
+			got = append(got, ce.PageID)
+		}
+		if !slices.Equal(got, want) || slices.IsSorted(got) {
+			t.Fatalf("restricted=%v: catalog %v, want display order %v (not id order)", restricted, got, want)
+		}
+	}
+	for _, p := range cat.Pages {
+		if len(p.Lists) < 2 {
+			continue
+		}
+		page, _, err := e.c.Page(ctx, p.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got, want []int64
+		for _, l := range page.Lists {
+			got = append(got, l.ListID)
+		}
+		for _, l := range p.Lists {
+			want = append(want, l.ID)
+		}
+		want = byRank(want, func(id int64) int { l, _ := cat.List(id); return l.Ranking })
+		if !slices.Equal(got, want) {
+			t.Fatalf("page %d lists %v, want %v", p.ID, got, want)
+		}
+		row, _, err := e.c.GenreRow(ctx, p.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		items := cat.Genres[p.ID].Items
+		want = want[:0]
+		for _, it := range items {
+			want = append(want, it.ID)
+		}
+		ord := func(id int64) int {
+			return items[slices.IndexFunc(items, func(g sandbox.GenreItem) bool { return g.ID == id })].Ordering
+		}
+		want = byRank(want, ord)
+		got = got[:0]
+		for _, it := range row.Items {
+			got = append(got, it.ID)
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("genre row %d: %v, want %v", p.ID, got, want)
+		}
+	}
+	// An unknown genre row is an error, not an empty row.
+	_, _, err := e.c.GenreRow(ctx, 987654321)
+	wantErr(t, err, partnerapi.KindRejected, 400, "no results for given type")
 }

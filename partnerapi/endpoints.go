@@ -34,7 +34,8 @@ type PageList struct {
 	Image       ImageSet `json:"image"`
 }
 
-// Page is GET /partners/page/{id}.
+// Page is GET /partners/page/{id}. Lists are in display order: sorted by
+// Ranking, ascending (the API may send them in any order).
 type Page struct {
 	ID    int64      `json:"id"`
 	Title string     `json:"title"`
@@ -104,13 +105,16 @@ type GenreRowItem struct {
 }
 
 // GenreRow is GET /partners/genres/{id}: `rows`. Items is nil when the API
-// answered `items: null` (the row exists but has no items).
+// answered `items: null` (the row exists but has no items); otherwise they
+// are in display order: sorted by Ordering, ascending (the API may send them
+// in any order). An unknown row id is an *Error of KindRejected (400).
 type GenreRow struct {
 	Items []GenreRowItem `json:"items"`
 }
 
 // Catalog is GET /partners/catalog: the pages (music rows), not filtered by
-// country.
+// country, in display order: sorted by Ranking, ascending (the API may send
+// them in any order).
 func (c *Client) Catalog(ctx context.Context) ([]CatalogEntry, Meta, error) {
 	var out []CatalogEntry
 	meta, err := c.get(ctx, PathCatalog, c.main, "", func(b []byte) (err error) {
@@ -125,7 +129,8 @@ func (c *Client) Catalog(ctx context.Context) ([]CatalogEntry, Meta, error) {
 // configured the call uses a token from POST /partners/session/with-user (the
 // partner identity); without one, the API falls back to the unrestricted
 // catalog. country, when not empty, is sent as EDGE-IPCountry and must be two
-// ASCII letters (ISO 3166-1 alpha-2).
+// ASCII letters (ISO 3166-1 alpha-2). Entries are sorted by Ranking, as
+// Catalog's are.
 func (c *Client) RestrictedCatalog(ctx context.Context, country string) ([]CatalogEntry, Meta, error) {
 	if country != "" && !isAlpha2(country) {
 		return nil, Meta{}, fmt.Errorf("partnerapi: RestrictedCatalog: country %q is not two ASCII letters (ISO 3166-1 alpha-2)", bound(country, 16))

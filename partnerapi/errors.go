@@ -64,7 +64,8 @@ type Error struct {
 	// Reason is the API's reason or message, bounded in length.
 	Reason string
 	// Fields are the offending fields of a rejected play report, parsed from
-	// "include the required fields: a,b".
+	// "include the required fields: a,b" (and from the clause "wrongly typed
+	// optional fields: c" that the sandbox adds for optional fields).
 	Fields []string
 	// RetryAfter is the server's Retry-After, zero when absent.
 	RetryAfter time.Duration

@@ -36,15 +36,17 @@ const (
 
 // Options configure a Pipeline. Zero values start local parts.
 type Options struct {
-	// Kafka is the connection; with no Brokers an embedded in-memory broker is started.
+	// Kafka is the connection: Brokers, or Embedded to start an embedded
+	// in-memory broker; with neither Start refuses (kafkax.ErrNoBrokers).
 	Kafka kafkax.Config
 	// API is the partner API client configuration; with no BaseURL the built-in
 	// sandbox (configured by Sandbox) is started on loopback and its
 	// credentials are used.
 	API     partnerapi.Config
 	Sandbox sandbox.Options
-	// ClickHouse is the ledger's server; with no Addr a local server is started
-	// (or reused) in ClickHouse.DataDir. NoSink skips the sink and ClickHouse.
+	// ClickHouse is the ledger's server: Addr, or DataDir to start (or reuse)
+	// a local server in that folder; with neither Start refuses
+	// (analytics.ErrNoClickHouse). NoSink skips the sink and ClickHouse.
 	ClickHouse analytics.Config
 	NoSink     bool
 	// Consumer, Reporter and Sink configure the roles; their Kafka (and
@@ -202,6 +204,9 @@ func (p *Pipeline) StartRole(name string) error {
 	case RoleReport:
 		c := p.opts.Reporter
 		c.Kafka = p.Kafka
+		if c.PartnerURL == "" {
+			c.PartnerURL = p.APIURL // recorded in every delivery: which partner target answered
+		}
 		if c.Logger == nil {
 			c.Logger = p.log.With("role", name)
 		}

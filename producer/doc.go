@@ -13,10 +13,12 @@
 //     more than once.
 //   - Gateway is the HTTP ingest gateway (`playpipe ingest`) for fleets that
 //     do not speak Kafka: per-fleet API keys (stored as SHA-256 hashes),
-//     per-key rate limits, bounded bodies and batches, a per-event answer, and
-//     202 only after Kafka acknowledged the batch. Refused events are also
-//     published to <prefix>.rejected (source topic "ingest") so the audit
-//     ledger counts them.
+//     per-key rate and concurrency limits applied before a shared slot is
+//     taken, bodies read under a minimum rate and a deadline, bounded bodies,
+//     events and batches, a per-event answer, and 202 only after Kafka
+//     acknowledged the batch. Refused events (too large ones included) are
+//     also published to <prefix>.rejected (source topic "ingest") in records
+//     bounded below Kafka's 1 MiB limit, so the audit ledger counts them.
 //   - Simulate is a fleet simulator that publishes realistic listening
 //     segments, and a chosen share of bad events, through segmentio/kafka-go:
 //     a second, independent Kafka client. It is deterministic for a seed.

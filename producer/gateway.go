@@ -29,6 +29,19 @@ import (
 // events it refused before they reached Kafka (partition and offset are -1).
 const IngestSource = "ingest"
 
+// Event size limits of the gateway.
+const (
+	// DefaultMaxEventBytes is GatewayConfig.MaxEventBytes' default: 64 KiB,
+	// about 200 times an ordinary event.
+	DefaultMaxEventBytes = 64 << 10
+	// MaxEventBytesCeiling is the largest MaxEventBytes allowed: 960 KiB
+	// leaves room for the key, the headers and the batch framing under
+	// Kafka's default 1 MiB record limit (message.max.bytes 1 048 588,
+	// franz-go's ProducerBatchMaxBytes 1 000 012), so an accepted event can
+	// always be written.
+	MaxEventBytesCeiling = 960 << 10
+)
+
 // GatewayConfig configures the HTTP ingest gateway. Zero values take the
 // defaults named in the comments; NewGateway validates it once.
 type GatewayConfig struct {
@@ -39,8 +52,16 @@ type GatewayConfig struct {
 	RejectedTopic string
 	// Keys are the fleets' API keys (hashes); at least one is required.
 	Keys []FleetKey
-	// MaxBodyBytes bounds a request body; larger ones get 413. Defaults to 4 MiB.
+	// MaxBodyBytes bounds a request body; larger ones get 413 body_too_large
+	// as a whole. Defaults to 4 MiB.
 	MaxBodyBytes int64
+	// MaxEventBytes bounds one event of a batch (its bytes as sent: an array
+	// element or an NDJSON line); a larger event is refused with reason
+	// too_large in its per-event answer, and its rejection record keeps only
+	// a bounded prefix of it (see RejectionRawBound). Defaults to 64 KiB; at
+	// most MaxEventBytesCeiling, so that every accepted event fits one Kafka
+	// record.
+	MaxEventBytes int64
 	// MaxEvents bounds the events of one request; more get 413. Defaults to 5000.
 	MaxEvents int
 	// RatePerKey is the sustained events per second allowed per API key;
@@ -52,7 +73,25 @@ type GatewayConfig struct {
 	// MaxConcurrent bounds the POST /v1/events requests served at once (and
 	// so the memory held by their bodies, up to MaxConcurrent × MaxBodyBytes);
 	// beyond it a request gets 503 with Retry-After at once. Defaults to 64.
+	// A request takes one of these slots only after its key is authenticated
+	// and passed its own limits (MaxConcurrentPerKey, the rate limit).
 	MaxConcurrent int
+	// MaxConcurrentPerKey bounds the requests one API key has in flight;
+	// beyond it the key's request gets 429 concurrency_limited at once. It
+	// keeps one fleet from taking every slot of MaxConcurrent. Defaults to a
+	// quarter of MaxConcurrent (at least 1); at most MaxConcurrent.
+	MaxConcurrentPerKey int
+	// MinBodyRate is the slowest a request body may arrive, in bytes per
+	// second on average, once BodyGrace has passed; a slower body is cut
+	// with 408 slow_body and its connection closed. Defaults to 1024.
+	MinBodyRate int64
+	// BodyGrace is how long a request body may take before MinBodyRate
+	// applies (so small bodies on slow links pass). Defaults to 10 s.
+	BodyGrace time.Duration
+	// ReadTimeout bounds the time from the request's headers to the end of
+	// its body; a body not complete by then is cut with 408 read_timeout.
+	// Defaults to 60 s.
+	ReadTimeout time.Duration
 	// Logger defaults to slog.Default(). API keys are never logged.
 	Logger *slog.Logger
 }
@@ -63,6 +102,9 @@ func (c *GatewayConfig) setDefaults() {
 	}
 	if c.MaxBodyBytes == 0 {
 		c.MaxBodyBytes = 4 << 20
+	}
+	if c.MaxEventBytes == 0 {
+		c.MaxEventBytes = DefaultMaxEventBytes
 	}
 	if c.MaxEvents == 0 {
 		c.MaxEvents = 5000
@@ -76,23 +118,59 @@ func (c *GatewayConfig) setDefaults() {
 	if c.MaxConcurrent == 0 {
 		c.MaxConcurrent = 64
 	}
+	if c.MaxConcurrentPerKey == 0 {
+		c.MaxConcurrentPerKey = max(1, c.MaxConcurrent/4)
+	}
+	if c.MinBodyRate == 0 {
+		c.MinBodyRate = 1024
+	}
+	if c.BodyGrace == 0 {
+		c.BodyGrace = 10 * time.Second
+	}
+	if c.ReadTimeout == 0 {
+		c.ReadTimeout = time.Minute
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
 }
 
 func (c *GatewayConfig) validate() error {
-	switch {
-	case c.Publisher == nil:
+	if c.Publisher == nil {
 		return errors.New("producer: GatewayConfig.Publisher is required")
+	}
+	return c.validateLimits()
+}
+
+// ValidateLimits checks the limits of c (sizes, rates, concurrency, body
+// deadlines) with the defaults applied, leaving out the Publisher and the
+// keys: a command calls it before it connects to anything, so that a bad
+// flag is reported as such. NewGateway checks the same.
+func (c GatewayConfig) ValidateLimits() error {
+	c.setDefaults()
+	return c.validateLimits()
+}
+
+func (c *GatewayConfig) validateLimits() error {
+	switch {
 	case c.MaxBodyBytes < 1:
 		return fmt.Errorf("producer: GatewayConfig.MaxBodyBytes (--max-body) must be ≥ 1, got %d", c.MaxBodyBytes)
+	case c.MaxEventBytes < 1 || c.MaxEventBytes > MaxEventBytesCeiling:
+		return fmt.Errorf("producer: GatewayConfig.MaxEventBytes (--max-event-bytes) must be 1–%d bytes (an accepted event must fit one Kafka record), got %d", MaxEventBytesCeiling, c.MaxEventBytes)
 	case c.MaxEvents < 1:
 		return fmt.Errorf("producer: GatewayConfig.MaxEvents (--max-events) must be ≥ 1, got %d", c.MaxEvents)
 	case c.RatePerKey < 0 || math.IsNaN(c.RatePerKey) || math.IsInf(c.RatePerKey, 0):
 		return fmt.Errorf("producer: GatewayConfig.RatePerKey (--rate) must be > 0 events/s, got %v", c.RatePerKey)
 	case c.MaxConcurrent < 1:
 		return fmt.Errorf("producer: GatewayConfig.MaxConcurrent (--max-concurrent) must be ≥ 1, got %d", c.MaxConcurrent)
+	case c.MaxConcurrentPerKey < 1 || c.MaxConcurrentPerKey > c.MaxConcurrent:
+		return fmt.Errorf("producer: GatewayConfig.MaxConcurrentPerKey (--max-concurrent-per-key) must be 1–%d (--max-concurrent), got %d", c.MaxConcurrent, c.MaxConcurrentPerKey)
+	case c.MinBodyRate < 1:
+		return fmt.Errorf("producer: GatewayConfig.MinBodyRate (--min-body-rate) must be ≥ 1 byte/s, got %d", c.MinBodyRate)
+	case c.BodyGrace < 0:
+		return fmt.Errorf("producer: GatewayConfig.BodyGrace (--body-grace) must be ≥ 0, got %s", c.BodyGrace)
+	case c.ReadTimeout < 0:
+		return fmt.Errorf("producer: GatewayConfig.ReadTimeout (--read-timeout) must be > 0, got %s", c.ReadTimeout)
 	case c.Burst < c.MaxEvents:
 		return fmt.Errorf("producer: GatewayConfig.Burst (--burst) %d must be ≥ MaxEvents (--max-events) %d, or a full batch could never pass", c.Burst, c.MaxEvents)
 	}
@@ -108,6 +186,7 @@ type Gateway struct {
 	cfg      GatewayConfig
 	keys     *keyring
 	limiters []*rate.Limiter // one per configured key
+	inflight []atomic.Int32  // requests in flight per configured key
 	draining atomic.Bool
 	handler  http.Handler
 	slots    chan struct{} // one per request being served
@@ -129,6 +208,7 @@ func NewGateway(cfg GatewayConfig) (*Gateway, error) {
 	for range cfg.Keys {
 		g.limiters = append(g.limiters, rate.NewLimiter(rate.Limit(cfg.RatePerKey), cfg.Burst))
 	}
+	g.inflight = make([]atomic.Int32, len(cfg.Keys))
 	g.requests, _ = meter.Int64Counter("playpipe.ingest.requests",
 		metric.WithDescription("Requests to POST /v1/events, by HTTP status code."))
 	mux := http.NewServeMux()
@@ -165,15 +245,20 @@ func (g *Gateway) readyz(w http.ResponseWriter, r *http.Request) {
 // ErrorResponse is the body of a request refused as a whole.
 type ErrorResponse struct {
 	Error string `json:"error"`
-	// Code is machine-readable: unauthorized, rate_limited, body_too_large,
-	// too_many_events, malformed_batch, empty_batch, unsupported_media_type,
-	// unsupported_encoding, overloaded, kafka_unavailable, draining.
+	// Code is machine-readable: unauthorized, rate_limited,
+	// concurrency_limited, body_too_large, too_many_events, malformed_batch,
+	// empty_batch, unsupported_media_type, unsupported_encoding, slow_body,
+	// read_timeout, overloaded, kafka_unavailable, draining.
 	Code string `json:"code"`
 }
 
 // IngestResponse is the body of an answer to POST /v1/events that got as far
 // as publishing: 202 when every event is accepted or refused (with its
-// rejection recorded), 503 when some are not on Kafka.
+// rejection recorded), 503 when some are not on Kafka, and 413 when every
+// event of the request is over the per-event size limit (each refused with
+// reason too_large and recorded; retrying cannot help). In a batch that also
+// holds events under the limit, an oversized event is one refused answer of
+// a 202.
 type IngestResponse struct {
 	Accepted int           `json:"accepted"`
 	Refused  int           `json:"refused"`
@@ -200,8 +285,26 @@ func (g *Gateway) postEvents(w http.ResponseWriter, r *http.Request) {
 	g.requests.Add(r.Context(), 1, metric.WithAttributes(attribute.Int("code", status)))
 }
 
+// serveEvents answers POST /v1/events. The order of the checks is the
+// isolation between fleets: everything a request can be refused for by its
+// key alone (authentication, the key's concurrent requests, its rate limit)
+// and by its headers is decided before it takes one of the MaxConcurrent
+// slots shared by every key, and the body (the only slow part a client
+// controls) is read under a minimum rate and a deadline.
 func (g *Gateway) serveEvents(w http.ResponseWriter, r *http.Request) int {
+	start := time.Now()
+	bodyRead := false
+	// A request refused before its body is read closes its connection at
+	// once: otherwise the server would wait for up to 256 KiB of the unread
+	// body (at the client's pace) before reusing the connection.
+	closeUnread := func() {
+		if !bodyRead && r.ContentLength != 0 {
+			w.Header().Set("Connection", "close")
+			_ = http.NewResponseController(w).SetReadDeadline(time.Unix(1, 0))
+		}
+	}
 	fail := func(status int, code, msg string) int {
+		closeUnread()
 		writeJSON(w, status, ErrorResponse{Error: msg, Code: code})
 		return status
 	}
@@ -213,16 +316,16 @@ func (g *Gateway) serveEvents(w http.ResponseWriter, r *http.Request) int {
 	}
 	fleet := g.cfg.Keys[ki].Fleet
 	trace.SpanFromContext(r.Context()).SetAttributes(attribute.String("playpipe.fleet", fleet))
-	select {
-	case g.slots <- struct{}{}:
-		defer func() { <-g.slots }()
-	default:
+	if n := g.inflight[ki].Add(1); n > int32(g.cfg.MaxConcurrentPerKey) {
+		g.inflight[ki].Add(-1)
 		w.Header().Set("Retry-After", "1")
-		g.cfg.Logger.Warn("ingest: too many requests in flight; answering 503", "fleet", fleet, "max_concurrent", g.cfg.MaxConcurrent)
-		return fail(http.StatusServiceUnavailable, "overloaded", fmt.Sprintf("the gateway is serving %d requests already; retry shortly", g.cfg.MaxConcurrent))
+		g.cfg.Logger.Debug("ingest: too many requests in flight for one key; answering 429", "fleet", fleet, "max_concurrent_per_key", g.cfg.MaxConcurrentPerKey)
+		return fail(http.StatusTooManyRequests, "concurrency_limited", fmt.Sprintf("this API key has %d requests in flight already (the limit per key); retry when one is answered", g.cfg.MaxConcurrentPerKey))
 	}
+	defer g.inflight[ki].Add(-1)
 	lim := g.limiters[ki]
 	if lim.Tokens() < 1 { // refuse before reading the body
+		closeUnread()
 		return g.tooMany(w, lim.Reserve())
 	}
 	if ce := r.Header.Get("Content-Encoding"); ce != "" && ce != "identity" {
@@ -235,11 +338,31 @@ func (g *Gateway) serveEvents(w http.ResponseWriter, r *http.Request) int {
 	if r.ContentLength > g.cfg.MaxBodyBytes {
 		return fail(http.StatusRequestEntityTooLarge, "body_too_large", fmt.Sprintf("body of %d bytes exceeds the limit of %d bytes", r.ContentLength, g.cfg.MaxBodyBytes))
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.cfg.MaxBodyBytes))
+	select {
+	case g.slots <- struct{}{}:
+		defer func() { <-g.slots }()
+	default:
+		w.Header().Set("Retry-After", "1")
+		g.cfg.Logger.Warn("ingest: too many requests in flight; answering 503", "fleet", fleet, "max_concurrent", g.cfg.MaxConcurrent)
+		return fail(http.StatusServiceUnavailable, "overloaded", fmt.Sprintf("the gateway is serving %d requests already; retry shortly", g.cfg.MaxConcurrent))
+	}
+	br := newBodyReader(w, r.Body, start, &g.cfg)
+	body, err := io.ReadAll(http.MaxBytesReader(w, io.NopCloser(br), g.cfg.MaxBodyBytes))
+	br.done(err == nil)
+	bodyRead = err == nil
 	if err != nil {
 		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
+		switch {
+		case errors.As(err, &mbe):
 			return fail(http.StatusRequestEntityTooLarge, "body_too_large", fmt.Sprintf("body exceeds the limit of %d bytes", g.cfg.MaxBodyBytes))
+		case errors.Is(err, errSlowBody):
+			w.Header().Set("Connection", "close")
+			g.cfg.Logger.Info("ingest: request body too slow; cut", "fleet", fleet, "bytes", br.n, "after", time.Since(start).Round(time.Millisecond), "min_body_rate", g.cfg.MinBodyRate)
+			return fail(http.StatusRequestTimeout, "slow_body", fmt.Sprintf("the body arrived slower than %d bytes/s after the first %s; send it faster", g.cfg.MinBodyRate, g.cfg.BodyGrace))
+		case errors.Is(err, errReadTimeout):
+			w.Header().Set("Connection", "close")
+			g.cfg.Logger.Info("ingest: request body not complete within the read timeout; cut", "fleet", fleet, "bytes", br.n, "read_timeout", g.cfg.ReadTimeout)
+			return fail(http.StatusRequestTimeout, "read_timeout", fmt.Sprintf("the body was not complete within %s; send smaller batches", g.cfg.ReadTimeout))
 		}
 		return fail(http.StatusBadRequest, "malformed_batch", "could not read the body")
 	}
@@ -257,43 +380,92 @@ func (g *Gateway) serveEvents(w http.ResponseWriter, r *http.Request) int {
 		return g.tooMany(w, res)
 	}
 
-	results, pubErr := g.cfg.Publisher.Publish(r.Context(), events,
-		WithHeaders(kgo.RecordHeader{Key: "fleet", Value: []byte(fleet)}),
-		WithRejections(g.cfg.RejectedTopic, IngestSource))
-	resp := IngestResponse{Events: make([]EventAnswer, len(results))}
-	rejectionLost := 0
-	for i := range results {
-		res := &results[i]
-		a := EventAnswer{Index: res.Index, EventID: res.EventID, Status: res.Status}
+	resp, status := g.publish(r.Context(), fleet, events)
+	if status == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", "1")
+	}
+	writeJSON(w, status, resp)
+	return status
+}
+
+// publish sends the events of one request, records the refused ones to the
+// rejected topic (bounded records) and returns the answer and its status:
+// 503 when some event or rejection record is not on Kafka (retry them), 413
+// when every event of the request is over MaxEventBytes, else 202.
+func (g *Gateway) publish(ctx context.Context, fleet string, events [][]byte) (IngestResponse, int) {
+	now := time.Now()
+	// Events over the size limit are not parsed: they are refused here.
+	var refused []refusal
+	fit := make([][]byte, 0, len(events))
+	fitIndex := make([]int, 0, len(events))
+	for i, ev := range events {
+		if int64(len(ev)) > g.cfg.MaxEventBytes {
+			refused = append(refused, refusal{index: i, raw: ev, eventID: lenientEventID(ev), vs: []schemas.Violation{{
+				Reason: ReasonTooLarge,
+				Detail: fmt.Sprintf("the event is %d bytes; the limit is %d bytes per event", len(ev), g.cfg.MaxEventBytes)}}})
+			continue
+		}
+		fit = append(fit, ev)
+		fitIndex = append(fitIndex, i)
+	}
+	tooLarge := len(refused)
+
+	var results []Result
+	var pubErr error
+	if len(fit) > 0 {
+		results, pubErr = g.cfg.Publisher.Publish(ctx, fit,
+			WithHeaders(kgo.RecordHeader{Key: "fleet", Value: []byte(fleet)}))
+	}
+	resp := IngestResponse{Events: make([]EventAnswer, len(events))}
+	for j := range results {
+		res := &results[j]
+		i := fitIndex[j]
+		a := EventAnswer{Index: i, EventID: res.EventID, Status: res.Status}
 		switch res.Status {
 		case StatusAccepted:
 			resp.Accepted++
 			p, o := res.Partition, res.Offset
 			a.Partition, a.Offset = &p, &o
 		case StatusRefused:
-			resp.Refused++
-			a.Reasons = res.Violations
-			if res.RejectionErr != nil {
-				rejectionLost++
-				a.Error = "refused, but its rejection record could not be written to Kafka"
-			}
+			refused = append(refused, refusal{index: i, raw: events[i], eventID: res.EventID, vs: res.Violations})
 		default:
 			resp.Failed++
 			a.Error = "not acknowledged by Kafka; retry this event"
 		}
 		resp.Events[i] = a
 	}
+	rejectionLost := 0
+	for k, err := range g.recordRefusals(ctx, fleet, refused, now.UnixMilli()) {
+		rf := refused[k]
+		a := EventAnswer{Index: rf.index, EventID: rf.eventID, Status: StatusRefused, Reasons: rf.vs}
+		if err != nil {
+			rejectionLost++
+			a.Error = errRejectionLost.Error()
+			if pubErr == nil {
+				pubErr = err
+			}
+		}
+		resp.Refused++
+		resp.Events[rf.index] = a
+	}
 	log := g.cfg.Logger.With("fleet", fleet, "events", len(events), "accepted", resp.Accepted, "refused", resp.Refused, "failed", resp.Failed)
-	if pubErr != nil || rejectionLost > 0 {
+	if tooLarge > 0 {
+		log = log.With("too_large", tooLarge)
+	}
+	switch {
+	case resp.Failed > 0 || rejectionLost > 0:
 		resp.Error = "Kafka did not acknowledge every record of the batch: retry the events not accepted"
 		log.Warn("ingest: batch not fully on Kafka", "err", pubErr, "rejections_lost", rejectionLost)
-		w.Header().Set("Retry-After", "1")
-		writeJSON(w, http.StatusServiceUnavailable, resp)
-		return http.StatusServiceUnavailable
+		return resp, http.StatusServiceUnavailable
+	case tooLarge == len(events):
+		resp.Error = fmt.Sprintf("every event of the request exceeds the limit of %d bytes per event; it was refused (reason %s), do not retry it", g.cfg.MaxEventBytes, ReasonTooLarge)
+		log.Info("ingest: events over the size limit refused")
+		return resp, http.StatusRequestEntityTooLarge
+	case tooLarge > 0:
+		resp.Error = fmt.Sprintf("%d events exceed the limit of %d bytes per event and were refused (reason %s)", tooLarge, g.cfg.MaxEventBytes, ReasonTooLarge)
 	}
 	log.Debug("ingest: batch published")
-	writeJSON(w, http.StatusAccepted, resp)
-	return http.StatusAccepted
+	return resp, http.StatusAccepted
 }
 
 func (g *Gateway) tooMany(w http.ResponseWriter, res *rate.Reservation) int {

@@ -378,12 +378,17 @@ func TestGatewayConfigValidation(t *testing.T) {
 	p := newTestPublisher(t, k, PublisherConfig{})
 	key, _ := ParseFleetKey("a:" + HashKey("x"))
 	for name, cfg := range map[string]GatewayConfig{
-		"Publisher":  {Keys: []FleetKey{key}},
-		"Keys":       {Publisher: p},
-		"--burst":    {Publisher: p, Keys: []FleetKey{key}, MaxEvents: 100, Burst: 10},
-		"--rate":     {Publisher: p, Keys: []FleetKey{key}, RatePerKey: -1},
-		"share":      {Publisher: p, Keys: []FleetKey{key, {Fleet: "b", Hash: key.Hash}}},
-		"--max-body": {Publisher: p, Keys: []FleetKey{key}, MaxBodyBytes: -5},
+		"Publisher":                {Keys: []FleetKey{key}},
+		"Keys":                     {Publisher: p},
+		"--burst":                  {Publisher: p, Keys: []FleetKey{key}, MaxEvents: 100, Burst: 10},
+		"--rate":                   {Publisher: p, Keys: []FleetKey{key}, RatePerKey: -1},
+		"share":                    {Publisher: p, Keys: []FleetKey{key, {Fleet: "b", Hash: key.Hash}}},
+		"--max-body":               {Publisher: p, Keys: []FleetKey{key}, MaxBodyBytes: -5},
+		"--max-event-bytes":        {Publisher: p, Keys: []FleetKey{key}, MaxEventBytes: MaxEventBytesCeiling + 1},
+		"--max-concurrent-per-key": {Publisher: p, Keys: []FleetKey{key}, MaxConcurrent: 4, MaxConcurrentPerKey: 5},
+		"--min-body-rate":          {Publisher: p, Keys: []FleetKey{key}, MinBodyRate: -1},
+		"--body-grace":             {Publisher: p, Keys: []FleetKey{key}, BodyGrace: -time.Second},
+		"--read-timeout":           {Publisher: p, Keys: []FleetKey{key}, ReadTimeout: -time.Second},
 	} {
 		if _, err := NewGateway(cfg); err == nil || !strings.Contains(err.Error(), name) {
 			t.Errorf("%s: err = %v", name, err)
@@ -451,7 +456,7 @@ func TestGatewayOverloaded(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the first request never reached Kafka")
 	}
-	resp, b := e.post(t, "", validEvent("second"), bearer...)
+	resp, b := e.post(t, "", validEvent("second"), "X-API-Key", otherKey) // another key: acme's own limit would answer first
 	close(hold)
 	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(b), `"overloaded"`) || resp.Header.Get("Retry-After") == "" {
 		t.Fatalf("while the slot is taken: %d %s", resp.StatusCode, b)

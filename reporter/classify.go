@@ -83,6 +83,8 @@ type Decision struct {
 	Renew bool
 	// Err is the error of the answer, if any (never holds a secret).
 	Err error
+	// notSent marks an ActAbandon decided before the request was made.
+	notSent bool
 }
 
 // Classify is the one place that decides what an answer of the partner API

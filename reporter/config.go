@@ -15,7 +15,7 @@ import (
 const (
 	DefaultGroup           = "playpipe-reporter"
 	DefaultConcurrency     = 48
-	DefaultMaxPending      = 32768
+	DefaultMaxPending      = 16384
 	DefaultRecentWindow    = 100_000
 	DefaultBackoffInitial  = 100 * time.Millisecond
 	DefaultBackoffMax      = 10 * time.Second
@@ -23,6 +23,8 @@ const (
 	DefaultProbeInterval   = 500 * time.Millisecond
 	DefaultCommitInterval  = 5 * time.Millisecond
 	DefaultShutdownTimeout = 10 * time.Second
+	// DefaultMetadataMaxBytes is Kafka's default offset.metadata.max.bytes.
+	DefaultMetadataMaxBytes = 4096
 )
 
 // ErrInvalidConfig is wrapped by every error Validate returns.
@@ -74,6 +76,18 @@ type Config struct {
 	// to skip duplicates (re-published events). Defaults to
 	// DefaultRecentWindow (~60 bytes each); negative disables.
 	RecentWindow int
+	// MetadataMaxBytes is the brokers' offset.metadata.max.bytes: the
+	// largest progress (commit metadata) the reporter writes. It bounds
+	// MaxPending: the progress of a partition is at most about MaxPending/6
+	// characters plus a few per report in doubt. Defaults to
+	// DefaultMetadataMaxBytes.
+	MetadataMaxBytes int
+	// PartnerURL is the base URL of the partner API the reporter posts to
+	// (the client's BaseURL: --api-url, or the built-in sandbox's loopback
+	// URL). Every delivery record carries it (schemas.Delivery.Partner), so
+	// the ledger counts deliveries per partner target and never mistakes a
+	// sandbox's answers for real deliveries. Empty: records carry none.
+	PartnerURL string
 	// Logger receives the reporter's logs. Defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -112,6 +126,9 @@ func (c Config) withDefaults() Config {
 	if c.RecentWindow == 0 {
 		c.RecentWindow = DefaultRecentWindow
 	}
+	if c.MetadataMaxBytes == 0 {
+		c.MetadataMaxBytes = DefaultMetadataMaxBytes
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -145,6 +162,11 @@ func (c Config) Validate() error {
 		return bad("shutdown-timeout", "must be > 0, got %v", c.ShutdownTimeout)
 	case c.MaxPending < c.Concurrency:
 		return bad("max-pending", "must be ≥ --concurrency (%d), got %d", c.Concurrency, c.MaxPending)
+	case c.MetadataMaxBytes < 256:
+		return bad("offset-metadata-max-bytes", "must be ≥ 256, got %d", c.MetadataMaxBytes)
+	case progressSize(int64(c.MaxPending), c.Concurrency) > c.MetadataMaxBytes:
+		return bad("max-pending", "%d pending records may not fit the commit metadata (--offset-metadata-max-bytes %d, the brokers' offset.metadata.max.bytes): lower it to about %d, or raise both",
+			c.MaxPending, c.MetadataMaxBytes, maxPendingFor(c.MetadataMaxBytes, c.Concurrency))
 	}
 	if err := c.Kafka.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
@@ -167,6 +189,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.CommitInterval, "commit-interval", DefaultCommitInterval, "least time between two commits of final offsets (one commit in flight at a time)")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", DefaultShutdownTimeout, "how long shutdown waits for posts in flight before abandoning them")
 	fs.IntVar(&c.MaxPending, "max-pending", DefaultMaxPending, "records held between the commit point and the newest fetched record (fetching pauses beyond)")
+	fs.IntVar(&c.MetadataMaxBytes, "offset-metadata-max-bytes", DefaultMetadataMaxBytes, "the brokers' offset.metadata.max.bytes: the largest progress the reporter stores with a commit (bounds --max-pending)")
 	fs.IntVar(&c.RecentWindow, "dedupe-window", DefaultRecentWindow, "report ids with a final outcome remembered to skip duplicates (-1: off)")
 }
 
@@ -190,3 +213,18 @@ func (b notBool) Set(s string) error {
 }
 
 func (b notBool) IsBoolFlag() bool { return true }
+
+// maxPendingFor is the largest MaxPending whose progress always fits max
+// bytes of commit metadata.
+func maxPendingFor(max, concurrency int) int {
+	lo, hi := 0, 1<<24
+	for lo < hi {
+		mid := (lo + hi + 1) / 2
+		if progressSize(int64(mid), concurrency) <= max {
+			lo = mid
+		} else {
+			hi = mid - 1
+		}
+	}
+	return lo
+}

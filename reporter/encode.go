@@ -28,6 +28,10 @@ func appendDelivery(dst []byte, d *schemas.Delivery) []byte {
 		dst = append(dst, `,"served_by":`...)
 		dst = jsonenc.AppendString(dst, d.ServedBy)
 	}
+	if d.Partner != "" {
+		dst = append(dst, `,"partner":`...)
+		dst = jsonenc.AppendString(dst, d.Partner)
+	}
 	if d.Message != "" {
 		dst = append(dst, `,"message":`...)
 		dst = jsonenc.AppendString(dst, d.Message)
@@ -54,6 +58,9 @@ func appendDelivery(dst []byte, d *schemas.Delivery) []byte {
 	}
 	if d.Replay {
 		dst = append(dst, `,"replay":true`...)
+	}
+	if d.InDoubt {
+		dst = append(dst, `,"in_doubt":true`...)
 	}
 	dst = append(dst, `,"at":`...)
 	dst = strconv.AppendInt(dst, d.At, 10)

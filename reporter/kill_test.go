@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -28,6 +29,7 @@ const (
 	envChildRate     = "PLAYPIPE_REPORTER_CHILD_RATE"
 	envChildConc     = "PLAYPIPE_REPORTER_CHILD_CONCURRENCY"
 	envChildHeapProf = "PLAYPIPE_REPORTER_CHILD_HEAPPROFILE"
+	envChildInstance = "PLAYPIPE_REPORTER_CHILD_INSTANCE"
 )
 
 // TestReporterProcess is not a test on its own: it is the reporter process
@@ -41,7 +43,9 @@ func TestReporterProcess(t *testing.T) {
 	defer stop()
 	rate, _ := strconv.ParseFloat(os.Getenv(envChildRate), 64)
 	conc, _ := strconv.Atoi(os.Getenv(envChildConc))
-	log := testLogger(t)
+	// Straight to stderr: the parent shows it when a test fails (t.Log output
+	// of a killed child would be lost).
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	api, err := partnerapi.New(partnerapi.Config{
 		BaseURL:     os.Getenv(envChildAPI),
 		Credentials: partnerapi.Credentials{ClientID: "playpipe01", ClientSignature: "SANDBOX-ONLY-signature-not-a-real-secret"},
@@ -52,7 +56,8 @@ func TestReporterProcess(t *testing.T) {
 	}
 	defer api.Close()
 	r, err := New(Config{
-		Kafka:       kafkax.Config{Brokers: strings.Split(os.Getenv(envChildBroker), ","), TopicPrefix: kafkax.DefaultTopicPrefix, Partitions: 1, ReplicationFactor: -1},
+		Kafka: kafkax.Config{Brokers: strings.Split(os.Getenv(envChildBroker), ","), TopicPrefix: kafkax.DefaultTopicPrefix, Partitions: 1, ReplicationFactor: -1,
+			InstanceID: os.Getenv(envChildInstance)},
 		Group:       os.Getenv(envChildGroup),
 		Concurrency: conc, Rate: rate,
 		Logger: log,

@@ -21,6 +21,8 @@ func (q *fifo) push(j *job) {
 	q.items = append(q.items, j)
 }
 
+func (q *fifo) len() int { return len(q.items) - q.head }
+
 func (q *fifo) pop() *job {
 	if q.head == len(q.items) {
 		return nil

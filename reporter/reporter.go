@@ -7,21 +7,16 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/time/rate"
 
 	"github.com/playpipe/playpipe/internal/kafkax"
-	"github.com/playpipe/playpipe/internal/telemetry"
 	"github.com/playpipe/playpipe/partnerapi"
 	"github.com/playpipe/playpipe/schemas"
 )
@@ -81,8 +76,8 @@ func New(cfg Config, api API) (*Reporter, error) {
 	return r, nil
 }
 
-// job is one report record on its way to a final outcome. The coordinator
-// owns it, except while a worker posts it.
+// job is one report record on its way to a final outcome. The run owns it
+// (under run.mu), except while a worker posts it.
 type job struct {
 	ps   *partState
 	seq  uint64
@@ -97,6 +92,19 @@ type job struct {
 	replay   bool
 	gen      uint64 // standby generation when last sent
 	readyAt  time.Time
+
+	// leasedOnly: its lease marker is written, its post not started. The
+	// job is unsure (a crash right after a post could start) until the
+	// post starts or the lease is given up.
+	leasedOnly bool
+	// inDoubt: an earlier post may have reached the partner without its
+	// answer being recorded (crash, abandoned post, no answer). Every later
+	// Delivery record of the report says so.
+	inDoubt bool
+	// unacked counts posts started whose answer's Delivery record is not
+	// acknowledged yet. While it is non-zero (or the job is in doubt), the
+	// job is in its partition's unsure set, which commits carry.
+	unacked int
 
 	// Set by the worker for the coordinator.
 	dec     Decision
@@ -113,48 +121,56 @@ type tpKey struct {
 	partition int32
 }
 
-// partState is the coordinator's state of one assigned partition.
+// partState is the run's state of one assigned partition.
 type partState struct {
 	key      tpKey
 	wm       watermark
 	inflight int  // jobs being posted or waiting for their Delivery record to persist
 	revoking bool // revocation asked: dispatch nothing more of it
 	dropped  bool // revoked/lost: late events are ignored
-	dirty    bool // commit point moved since the last commit
+	dirty    bool // progress changed since the last commit
+	// logPart is the partition of <prefix>.deliveries that holds this
+	// partition's lease markers and Delivery records.
+	logPart int32
+	// unsure are the jobs whose report may be at the partner without a
+	// recorded answer (see job.unacked and job.inDoubt).
+	unsure map[*job]struct{}
+	// recovered is what the previous owner left of offsets not fetched yet
+	// (see recover.go): consumed by intake.
+	recovered map[int64]recState
+	// start is the offset the partition was first fetched from: its commit
+	// point until the tracker has seen a record.
+	start int64
 }
 
-type revocation struct {
-	parts    []*partState
-	lost     bool
-	deadline time.Time
-	reply    chan map[string]map[int32]kgo.EpochOffset
+// fetched is a record with its decoded track play.
+type fetched struct {
+	rec *kgo.Record
+	tp  wireTrackPlay
+	err error
 }
 
-type revokeReq struct {
-	parts map[string][]int32
-	lost  bool
-	reply chan map[string]map[int32]kgo.EpochOffset
+// wireTrackPlay is the part of schemas.TrackPlay the reporter reads; the
+// report body stays raw so that the exact bytes are posted.
+type wireTrackPlay struct {
+	ReportID     string          `json:"report_id"`
+	EventID      string          `json:"event_id"`
+	BelowMinimum bool            `json:"below_minimum"`
+	Report       json.RawMessage `json:"report"`
 }
 
-// episode is one standby episode: from the first standby answer to a live probe.
-type episode struct {
-	start   time.Time
-	span    trace.Span
-	first   *job
-	answers int
-	probes  atomic.Int64
-}
-
-type (
-	kmsgCommitReq  = kmsg.OffsetCommitRequest
-	kmsgCommitResp = kmsg.OffsetCommitResponse
-)
-
-// run is the state of one Run.
+// run is the state of one Run. The fields below mu are guarded by it;
+// workers apply their own answers and take their next report under it, so
+// a report costs no goroutine hand-off; idle workers wait on cond.
 type run struct {
 	*Reporter
 	cl     *kgo.Client
+	adm    *kadm.Client
 	topics kafkax.Topics
+	// reportsID is the topic id of <prefix>.reports (offset commits v10+);
+	// logParts is the partition count of <prefix>.deliveries.
+	reportsID [16]byte
+	logParts  int32
 
 	postCtx     context.Context // cancelled to abandon posts in flight
 	cancelPosts context.CancelFunc
@@ -162,42 +178,47 @@ type run struct {
 	revokeCh  chan revokeReq
 	wake      chan struct{} // capacity 1: the housekeeper has something to look at
 	room      chan struct{} // capacity 1: pending dropped, the poller may fetch
+	leaseWake chan struct{} // capacity 1: the leaser may lease more reports
 	pending   atomic.Int64  // records held by the partition trackers
 	coordDone chan struct{}
 	bg        sync.WaitGroup // prober goroutines
+	commitWG  sync.WaitGroup // the periodic commit in flight
 	// publishing counts answers applied whose Delivery record is not handed
 	// to the Kafka client yet.
 	publishing sync.WaitGroup
 
-	// The state below is guarded by mu. Workers apply their own answers and
-	// take their next report under it, so a report costs no goroutine
-	// hand-off; idle workers wait on cond.
-	mu             sync.Mutex
-	cond           *sync.Cond
-	idle           int  // workers waiting on cond
-	exiting        bool // workers return
-	retryAt        time.Time
-	parts          map[tpKey]*partState
-	fresh          fifo
-	ready          fifo // retries and replays: dispatched before fresh records
-	delayed        delayQueue
-	held           []*job // answered by standby during the current episode
-	active         map[string]*job
-	recent         *recentSet
-	inflight       int // jobs handed to workers whose post has not come back
-	persisting     int // final jobs waiting for their Delivery record
-	standby        *episode
-	gen            uint64
-	stopping       bool
-	noCommit       bool
-	fatal          error
-	revocations    []*revocation
-	commitInFlight bool
-	lastCommit     time.Time
+	mu      sync.Mutex
+	cond    *sync.Cond
+	idle    int  // workers waiting on cond
+	exiting bool // workers return
+	retryAt time.Time
+	parts   map[tpKey]*partState
+	fresh   fifo
+	ready   fifo // retries and replays: leased before fresh records
+	delayed delayQueue
+	// leased are reports whose lease marker is acknowledged: posted next.
+	leased fifo
+	// leasing counts reports in leases whose marker is not acknowledged.
+	leasing int
+	// logEnd is, per deliveries partition, the offset after the last
+	// record of ours acknowledged there (or its end when the run started).
+	logEnd      map[int32]int64
+	held        []*job // answered by standby during the current episode
+	active      map[string]*job
+	recent      *recentSet
+	inflight    int // jobs handed to workers whose post has not come back
+	persisting  int // final jobs waiting for their Delivery record
+	standby     *episode
+	gen         uint64
+	stopping    bool
+	noCommit    bool
+	fatal       error
+	revocations []*revocation
+	commits     commitState
 }
 
 // Run consumes <prefix>.reports and delivers every report until ctx ends
-// (graceful shutdown: stop fetching, let posts in flight finish within
+// (graceful shutdown: stop posting, let posts in flight finish within
 // ShutdownTimeout or abandon them, commit what is final, return nil) or the
 // API answers with a configuration error (returns an error wrapping
 // ErrConfiguration, having committed nothing more).
@@ -210,9 +231,11 @@ func (r *Reporter) Run(ctx context.Context) error {
 		revokeCh:  make(chan revokeReq),
 		wake:      make(chan struct{}, 1),
 		room:      make(chan struct{}, 1),
+		leaseWake: make(chan struct{}, 1),
 		coordDone: make(chan struct{}),
 		parts:     map[tpKey]*partState{},
 		active:    map[string]*job{},
+		logEnd:    map[int32]int64{},
 		recent:    newRecentSet(r.cfg.RecentWindow),
 	}
 	rn.cond = sync.NewCond(&rn.mu)
@@ -226,12 +249,14 @@ func (r *Reporter) Run(ctx context.Context) error {
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.DisableAutoCommit(),
 		kgo.BlockRebalanceOnPoll(),
-		kgo.OnPartitionsRevoked(func(ctx context.Context, cl *kgo.Client, m map[string][]int32) { rn.onRevoked(ctx, cl, m, false) }),
-		kgo.OnPartitionsLost(func(ctx context.Context, cl *kgo.Client, m map[string][]int32) { rn.onRevoked(ctx, cl, m, true) }),
+		kgo.OnPartitionsRevoked(func(ctx context.Context, cl *kgo.Client, m map[string][]int32) { rn.onRevoked(ctx, m, false) }),
+		kgo.OnPartitionsLost(func(ctx context.Context, cl *kgo.Client, m map[string][]int32) { rn.onRevoked(ctx, m, true) }),
 		// Bounded fetch buffers: at most ~2 MiB (compressed) fetched ahead, whatever the backlog.
 		kgo.FetchMaxBytes(2<<20),
 		kgo.FetchMaxPartitionBytes(512<<10),
 		kgo.DefaultProduceTopic(rn.topics.Deliveries),
+		// Every record names its deliveries partition: the one of its report's partition.
+		kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.ProducerLinger(2*time.Millisecond),
 	)
 	opts = append(opts, r.kgoOpts...)
@@ -239,13 +264,20 @@ func (r *Reporter) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("reporter: kafka client: %w", err)
 	}
+	rn.adm = kadm.NewClient(rn.cl)
+	if err := rn.describeTopics(ctx); err != nil {
+		rn.cl.Close()
+		return err
+	}
 	r.log.Info("reporter starting", "topic", rn.topics.Reports, "deliveries", rn.topics.Deliveries, "group", r.cfg.Group,
-		"concurrency", r.cfg.Concurrency, "rate", r.cfg.Rate, "max_pending", r.cfg.MaxPending)
+		"instance_id", r.cfg.Kafka.InstanceID, "concurrency", r.cfg.Concurrency, "rate", r.cfg.Rate, "max_pending", r.cfg.MaxPending)
 
 	var workers sync.WaitGroup
 	for range r.cfg.Concurrency {
 		workers.Go(rn.worker)
 	}
+	var leaser sync.WaitGroup
+	leaser.Go(rn.leaser)
 	pollCtx, stopPoll := context.WithCancel(ctx)
 	var poller sync.WaitGroup
 	poller.Go(func() { rn.poll(pollCtx) })
@@ -255,6 +287,7 @@ func (r *Reporter) Run(ctx context.Context) error {
 
 	stopPoll()
 	poller.Wait()
+	leaser.Wait()
 	rn.mu.Lock()
 	rn.exiting = true
 	rn.cond.Broadcast()
@@ -271,10 +304,48 @@ func (r *Reporter) Run(ctx context.Context) error {
 	return runErr
 }
 
+// describeTopics learns the reports topic's id (for offset commits) and the
+// deliveries topic's partitions and their end offsets (where the records of
+// this run will start).
+func (rn *run) describeTopics(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	var err error
+	for attempt := 0; ; attempt++ {
+		var tds kadm.TopicDetails
+		tds, err = rn.adm.ListTopics(ctx, rn.topics.Reports, rn.topics.Deliveries)
+		if err == nil {
+			err = tds.Error()
+		}
+		if err == nil {
+			rn.reportsID = tds[rn.topics.Reports].ID
+			rn.logParts = int32(len(tds[rn.topics.Deliveries].Partitions))
+			var ends kadm.ListedOffsets
+			if ends, err = rn.adm.ListEndOffsets(ctx, rn.topics.Deliveries); err == nil {
+				err = ends.Error()
+			}
+			if err == nil {
+				ends.Each(func(o kadm.ListedOffset) { rn.logEnd[o.Partition] = o.Offset })
+				if rn.logParts > 0 {
+					return nil
+				}
+				err = errors.New("no partitions")
+			}
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		time.Sleep(200 * time.Millisecond) // topics still being created
+	}
+	return fmt.Errorf("reporter: describe topics %s and %s: %w", rn.topics.Reports, rn.topics.Deliveries, err)
+}
+
 // poll fetches records while the trackers have room and adds them to the
 // state. With BlockRebalanceOnPoll, a rebalance cannot slip between a poll
 // and the intake, so the state never holds a record of a partition that was
-// already revoked.
+// already revoked. A partition seen for the first time is recovered first:
+// what its previous owner left in the commit metadata and the deliveries
+// log (recover.go).
 func (rn *run) poll(ctx context.Context) {
 	maxPending := int64(rn.cfg.MaxPending)
 	for {
@@ -299,6 +370,15 @@ func (rn *run) poll(ctx context.Context) {
 		})
 		recs := fs.Records()
 		if len(recs) > 0 {
+			if err := rn.recoverNew(ctx, recs); err != nil {
+				rn.cl.AllowRebalance()
+				if ctx.Err() == nil {
+					rn.mu.Lock()
+					rn.stop(err, true)
+					rn.mu.Unlock()
+				}
+				return
+			}
 			rn.pending.Add(int64(len(recs)))
 			// Decode outside the lock.
 			batch := make([]fetched, len(recs))
@@ -310,171 +390,13 @@ func (rn *run) poll(ctx context.Context) {
 			invalid := rn.intake(batch)
 			rn.mu.Unlock()
 			for _, j := range invalid {
-				rn.cl.Produce(context.Background(), rn.deliveryRecord(context.Background(), j), func(_ *kgo.Record, err error) {
-					rn.persistedLocked(j, err)
+				rn.cl.Produce(context.Background(), rn.deliveryRecord(context.Background(), j), func(r *kgo.Record, err error) {
+					rn.persistedLocked(j, r, err)
 				})
 			}
 		}
 		rn.cl.AllowRebalance()
 	}
-}
-
-// onRevoked runs in the Kafka client's group goroutine: it asks the
-// coordinator to stop dispatching the partitions, waits until their posts in
-// flight are back (bounded by ShutdownTimeout), and commits their final
-// offsets (not for lost partitions, not after a configuration error).
-func (rn *run) onRevoked(ctx context.Context, cl *kgo.Client, m map[string][]int32, lost bool) {
-	if len(m) == 0 {
-		return
-	}
-	req := revokeReq{parts: m, lost: lost, reply: make(chan map[string]map[int32]kgo.EpochOffset, 1)}
-	select {
-	case rn.revokeCh <- req:
-	case <-rn.coordDone:
-		return // the coordinator committed what was final before it returned
-	}
-	var offs map[string]map[int32]kgo.EpochOffset
-	select {
-	case offs = <-req.reply:
-	case <-rn.coordDone:
-		return
-	}
-	if len(offs) == 0 {
-		return
-	}
-	cl.CommitOffsetsSync(ctx, offs, func(_ *kgo.Client, _ *kmsgCommitReq, resp *kmsgCommitResp, err error) {
-		_ = rn.logCommit("revoke", offs, resp, err)
-	})
-}
-
-// coordinate does the housekeeping that no worker does: retry timers,
-// commits, revocations, shutdown. It returns once the run is over and every
-// final offset that may be committed is committed.
-func (rn *run) coordinate(ctx context.Context) error {
-	commitTick := time.NewTicker(rn.cfg.CommitInterval)
-	defer commitTick.Stop()
-	retryTimer := time.NewTimer(time.Hour)
-	retryTimer.Stop()
-	var deadline <-chan time.Time
-	done := ctx.Done()
-
-	for {
-		rn.mu.Lock()
-		rn.checkRevocations(time.Now())
-		if rn.stopping && rn.inflight == 0 {
-			rn.mu.Unlock()
-			return rn.finish()
-		}
-		if next := rn.delayed.next(); !next.IsZero() && !next.Equal(rn.retryAt) {
-			rn.retryAt = next
-			retryTimer.Reset(max(time.Until(next), 0))
-		}
-		var offs map[string]map[int32]kgo.EpochOffset
-		if !rn.stopping {
-			offs = rn.commitOffsets()
-		}
-		rn.mu.Unlock()
-		if offs != nil {
-			rn.cl.CommitOffsets(ctx, offs, func(_ *kgo.Client, _ *kmsgCommitReq, resp *kmsgCommitResp, err error) {
-				failed := rn.logCommit("periodic", offs, resp, err)
-				rn.mu.Lock()
-				rn.committed(failed)
-				rn.mu.Unlock()
-			})
-		}
-
-		select {
-		case <-rn.wake:
-		case req := <-rn.revokeCh:
-			rn.mu.Lock()
-			rn.startRevocation(req)
-			rn.mu.Unlock()
-		case <-retryTimer.C:
-			rn.mu.Lock()
-			rn.retryAt = time.Time{}
-			rn.delayed.due(time.Now(), &rn.ready)
-			rn.jobsReady()
-			rn.mu.Unlock()
-		case <-commitTick.C:
-		case <-done:
-			done = nil
-			deadline = time.After(rn.cfg.ShutdownTimeout)
-			rn.mu.Lock()
-			rn.stopping = true
-			rn.log.Info("reporter shutting down: no new posts; waiting for posts in flight",
-				"in_flight", rn.inflight, "timeout", rn.cfg.ShutdownTimeout)
-			rn.mu.Unlock()
-		case <-deadline:
-			deadline = nil
-			rn.mu.Lock()
-			rn.log.Warn("shutdown timeout: abandoning posts in flight (their reports stay uncommitted and are posted again on restart)",
-				"in_flight", rn.inflight)
-			rn.mu.Unlock()
-			rn.cancelPosts()
-		}
-	}
-}
-
-// poke wakes the housekeeper (never blocks).
-func (rn *run) poke() {
-	select {
-	case rn.wake <- struct{}{}:
-	default:
-	}
-}
-
-// jobsReady wakes idle workers after jobs were queued (mu held).
-func (rn *run) jobsReady() {
-	if rn.idle > 0 {
-		rn.cond.Broadcast()
-	}
-}
-
-// finish runs once every post is back: it waits for the Delivery records to
-// reach Kafka, then commits every final offset (unless a configuration error
-// forbids committing).
-func (rn *run) finish() error {
-	rn.publishing.Wait()
-	flushCtx, cancel := context.WithTimeout(context.Background(), rn.cfg.ShutdownTimeout)
-	err := rn.cl.Flush(flushCtx)
-	cancel()
-	if err != nil {
-		rn.log.Warn("flushing delivery records", "err", err)
-	}
-	rn.mu.Lock()
-	if rn.standby != nil {
-		rn.log.Warn("reporter stopped during a standby episode: the reports standby answered stay uncommitted and are replayed on restart",
-			"held", len(rn.held))
-		rn.endEpisode(len(rn.held), "reporter stopped during standby")
-	}
-	var offs map[string]map[int32]kgo.EpochOffset
-	if !rn.noCommit {
-		for _, ps := range rn.parts {
-			ps.dirty = true // all of them: a periodic commit in flight may fail
-		}
-		offs = rn.dirtyOffsets()
-	}
-	fatal := rn.fatal
-	rn.mu.Unlock()
-	if len(offs) > 0 {
-		ctx, cancel := context.WithTimeout(context.Background(), rn.cfg.ShutdownTimeout)
-		rn.cl.CommitOffsetsSync(ctx, offs, func(_ *kgo.Client, _ *kmsgCommitReq, resp *kmsgCommitResp, err error) {
-			if failed := rn.logCommit("shutdown", offs, resp, err); failed == nil {
-				rn.log.Info("final offsets committed", "offsets", offs)
-			}
-		})
-		cancel()
-	}
-	return fatal
-}
-
-// wireTrackPlay is the part of schemas.TrackPlay the reporter reads; the
-// report body stays raw so that the exact bytes are posted.
-type wireTrackPlay struct {
-	ReportID     string          `json:"report_id"`
-	EventID      string          `json:"event_id"`
-	BelowMinimum bool            `json:"below_minimum"`
-	Report       json.RawMessage `json:"report"`
 }
 
 // slimRecord copies what the reporter keeps of a fetched record: where it
@@ -490,13 +412,6 @@ func slimRecord(r *kgo.Record) *kgo.Record {
 	return c
 }
 
-// fetched is a record with its decoded track play.
-type fetched struct {
-	rec *kgo.Record
-	tp  wireTrackPlay
-	err error
-}
-
 // intake adds fetched records to their partitions' trackers and queues them
 // (mu held). It returns the records that cannot be posted, whose rejected
 // Delivery record the caller publishes outside the lock.
@@ -507,12 +422,20 @@ func (rn *run) intake(batch []fetched) (invalid []*job) {
 		rec, tp, err := batch[i].rec, &batch[i].tp, batch[i].err
 		key := tpKey{rec.Topic, rec.Partition}
 		if ps == nil || ps.key != key {
-			if ps = rn.parts[key]; ps == nil {
-				ps = &partState{key: key}
-				rn.parts[key] = ps
-			}
+			ps = rn.parts[key] // created by recoverNew
 		}
 		seq := ps.wm.add(rec.Offset, rec.LeaderEpoch)
+		st, known := ps.recovered[rec.Offset]
+		if known {
+			delete(ps.recovered, rec.Offset)
+			if st == recFinal {
+				// Its final outcome is in the deliveries log already (a stop or
+				// crash before the commit point passed it): never posted again.
+				rn.met.skip(context.Background(), "final_before_restart")
+				rn.markDone(ps, seq)
+				continue
+			}
+		}
 		// Keep a small copy of the record: the fetched one shares its memory
 		// with the whole fetched batch, which a pending report would pin.
 		rec = slimRecord(rec)
@@ -537,582 +460,15 @@ func (rn *run) intake(batch []fetched) (invalid []*job) {
 			rn.persisting++
 			invalid = append(invalid, j)
 		default:
-			rn.fresh.push(&job{ps: ps, seq: seq, rec: rec, id: tp.ReportID, evID: tp.EventID, body: tp.Report})
+			j := &job{ps: ps, seq: seq, rec: rec, id: tp.ReportID, evID: tp.EventID, body: tp.Report}
+			if known && st == recDoubt {
+				// The previous owner may have posted it without recording the
+				// answer: post it again, labelled, so the audit counts it.
+				j.inDoubt = true
+				ps.unsure[j] = struct{}{}
+			}
+			rn.fresh.push(j)
 		}
 	}
 	return invalid
-}
-
-// next takes the next report to post (mu held), or nil while there is none
-// or a standby episode or a shutdown holds dispatching.
-func (rn *run) next() *job {
-	for rn.inflight < rn.cfg.Concurrency && !rn.stopping && rn.standby == nil {
-		j := rn.ready.pop()
-		if j == nil {
-			if j = rn.fresh.pop(); j == nil {
-				return nil
-			}
-		}
-		if j.ps.revoking || j.ps.dropped {
-			continue
-		}
-		if rn.recent.has(j.id) && rn.active[j.id] != j {
-			// Already delivered or rejected within the window (re-published
-			// event): final without a post.
-			rn.met.skip(context.Background(), "duplicate")
-			rn.log.Debug("skipping report already final", "report_id", j.id)
-			rn.markDone(j.ps, j.seq)
-			continue
-		}
-		if a := rn.active[j.id]; a != nil && a != j {
-			// The same report is on its way: wait for its outcome.
-			a.followers = append(a.followers, j)
-			continue
-		}
-		rn.active[j.id] = j
-		j.gen = rn.gen
-		rn.inflight++
-		j.ps.inflight++
-		return j
-	}
-	return nil
-}
-
-// worker posts reports one at a time: it applies the answer to the state
-// and takes the next report under one lock, then publishes the answer's
-// Delivery record and posts the next report outside it.
-func (rn *run) worker() {
-	var last *job
-	var rec *kgo.Record
-	for {
-		rn.mu.Lock()
-		if last != nil {
-			rn.inflight--
-			rn.posted(last)
-			if rec != nil {
-				rn.publishing.Add(1) // before inflight can be seen at 0: finish waits for it
-			}
-		}
-		j := rn.next()
-		rn.mu.Unlock()
-		if rec != nil {
-			rn.publish(last, rec)
-			rn.publishing.Done()
-		}
-		last, rec = nil, nil
-		if j == nil {
-			rn.mu.Lock()
-			for j = rn.next(); j == nil && !rn.exiting; j = rn.next() {
-				rn.idle++
-				rn.cond.Wait()
-				rn.idle--
-			}
-			rn.mu.Unlock()
-			if j == nil {
-				return
-			}
-		}
-		last, rec = j, rn.post(j)
-	}
-}
-
-// publish sends the Delivery record of j's last answer. A final answer's
-// offset may be committed only once its record is in Kafka: the ledger
-// never misses the outcome of a committed report.
-func (rn *run) publish(j *job, rec *kgo.Record) {
-	if j.dec.Action.Final() {
-		rn.cl.Produce(context.Background(), rec, func(_ *kgo.Record, err error) { rn.persistedLocked(j, err) })
-		return
-	}
-	rn.cl.Produce(context.Background(), rec, func(_ *kgo.Record, err error) {
-		if err != nil && !errors.Is(err, kgo.ErrClientClosed) {
-			rn.mu.Lock()
-			rn.stop(fmt.Errorf("reporter: publish delivery record: %w", err), false)
-			rn.mu.Unlock()
-		}
-	})
-}
-
-func (rn *run) persistedLocked(j *job, err error) {
-	rn.mu.Lock()
-	rn.persisted(j, err)
-	if len(rn.revocations) > 0 {
-		rn.poke()
-	}
-	rn.mu.Unlock()
-}
-
-// post runs in a worker, outside the lock: one POST, classified. It returns
-// the Delivery record to publish (nil for an abandoned post).
-func (rn *run) post(j *job) *kgo.Record {
-	if rn.limiter != nil {
-		if err := rn.limiter.Wait(rn.postCtx); err != nil {
-			j.dec = Decision{Action: ActAbandon, Err: err}
-			return nil
-		}
-	}
-	j.attempt++
-	// A consumer span per attempt ("process <topic>", messaging semantic
-	// conventions) continues the trace the record carries (or starts one);
-	// the delivery span and the partner API's HTTP span are inside it.
-	ctx, proc := tracer.Start(telemetry.Extract(rn.postCtx, j.rec), "process "+j.rec.Topic, trace.WithSpanKind(trace.SpanKindConsumer))
-	defer proc.End()
-	if proc.IsRecording() {
-		proc.SetAttributes(attribute.String("messaging.system", "kafka"), attribute.String("messaging.operation.type", "process"),
-			attribute.String("messaging.destination.name", j.rec.Topic), attribute.Int("messaging.destination.partition.id", int(j.rec.Partition)),
-			attribute.Int64("messaging.kafka.offset", j.rec.Offset), attribute.String("messaging.kafka.message.key", j.id))
-	}
-	ctx, span := tracer.Start(ctx, "playpipe.report.deliver")
-	start := time.Now()
-	res, err := rn.api.ReportPlayJSON(ctx, j.body)
-	lat := res.Latency
-	if lat <= 0 {
-		lat = time.Since(start)
-	}
-	d := Classify(res, err, !rn.cfg.LiveBypassNotDelivered)
-	if span.IsRecording() {
-		span.SetAttributes(
-			attribute.String("playpipe.report_id", j.id),
-			attribute.Int("playpipe.delivery.attempt", j.attempt),
-			attribute.Bool("playpipe.delivery.replay", j.replay),
-			attribute.Int("http.response.status_code", d.Status),
-			attribute.String("playpipe.served_by", string(d.ServedBy)),
-			attribute.String("playpipe.delivery.outcome", d.Outcome),
-		)
-		if d.Reason != "" {
-			span.SetAttributes(attribute.String("playpipe.delivery.retry_reason", d.Reason))
-		}
-		if d.Err != nil && d.Action != ActRejected {
-			span.SetStatus(codes.Error, d.Action.String())
-			span.RecordError(d.Err)
-		}
-	}
-	span.End()
-	j.dec, j.latency = d, lat
-	if sc := span.SpanContext(); sc.HasTraceID() {
-		j.traceID = sc.TraceID().String()
-	}
-	if d.Action == ActAbandon {
-		return nil
-	}
-	rn.met.record(ctx, d, lat.Seconds())
-	return rn.deliveryRecord(ctx, j)
-}
-
-// deliveryRecord builds the <prefix>.deliveries record of j's last answer.
-// It reads only fields the worker owns while posting.
-func (rn *run) deliveryRecord(ctx context.Context, j *job) *kgo.Record {
-	d := j.dec
-	del := schemas.Delivery{
-		V: schemas.DeliveryVersion, ReportID: j.id, EventID: j.evID, Outcome: d.Outcome, Attempt: j.attempt,
-		HTTPStatus: d.Status, ServedBy: string(d.ServedBy), Message: d.Message, Fields: d.Fields,
-		Reason: d.Reason, LatencyUS: j.latency.Microseconds(), TraceID: j.traceID, Replay: j.replay,
-		At: time.Now().UnixMilli(),
-	}
-	if del.Message == "" && d.Err != nil && d.Action != ActDelivered {
-		del.Message = d.Err.Error()
-	}
-	rec := &kgo.Record{Key: []byte(j.id), Value: appendDelivery(make([]byte, 0, 256), &del)}
-	telemetry.Inject(ctx, rec)
-	return rec
-}
-
-// posted applies the answer of j's post to the state (mu held).
-func (rn *run) posted(j *job) {
-	ps, d := j.ps, j.dec
-	if d.Action.Final() {
-		rn.persisting++
-		rn.recent.add(j.id)
-		if d.Action == ActRejected {
-			rn.log.Warn("report rejected by the partner API", "report_id", j.id, "status", d.Status, "message", d.Message, "fields", d.Fields)
-		}
-		if rn.stopping {
-			rn.poke()
-		}
-		return // ps.inflight drops when the Delivery record is persisted
-	}
-	ps.inflight--
-	if ps.dropped || ps.revoking {
-		rn.release(j)
-		return
-	}
-	switch d.Action {
-	case ActStandby:
-		rn.standbyAnswer(j)
-	case ActRetry:
-		j.failures++
-		delay := time.Duration(0)
-		if d.Renew {
-			j.renews++
-			// The first 401 retries at once (the client takes a new
-			// session); repeated ones back off like transient failures.
-			if j.renews > 1 {
-				delay = rn.backoff.delay(j.renews-1, 0)
-			}
-		} else {
-			j.renews = 0
-			delay = rn.backoff.delay(j.failures, d.RetryAfter)
-		}
-		rn.log.Debug("report post to be retried", "report_id", j.id, "attempt", j.attempt, "reason", d.Reason, "status", d.Status, "delay", delay)
-		if delay <= 0 {
-			rn.ready.push(j)
-		} else {
-			j.readyAt = time.Now().Add(delay)
-			rn.delayed.add(j)
-			if rn.retryAt.IsZero() || j.readyAt.Before(rn.retryAt) {
-				rn.poke() // the retry timer must fire earlier
-			}
-		}
-	case ActStop:
-		rn.release(j)
-		rn.stop(rn.configError(j, d), true)
-	case ActAbandon:
-		rn.release(j)
-		if !rn.stopping {
-			// Cancelled without a shutdown (cannot happen today): post again.
-			rn.active[j.id] = j
-			rn.ready.push(j)
-		}
-	}
-	if rn.stopping || len(rn.revocations) > 0 {
-		rn.poke()
-	}
-}
-
-// release forgets that j is on its way (not final), requeueing followers
-// whose partition is still ours.
-func (rn *run) release(j *job) {
-	if rn.active[j.id] == j {
-		delete(rn.active, j.id)
-	}
-	for _, f := range j.followers {
-		if !f.ps.dropped && !f.ps.revoking && f.ps != j.ps {
-			rn.ready.push(f)
-		}
-	}
-	j.followers = nil
-	rn.jobsReady()
-}
-
-func (rn *run) persisted(j *job, err error) {
-	rn.persisting--
-	if err != nil {
-		rn.stop(fmt.Errorf("reporter: publish delivery record of report %s: %w", j.id, err), false)
-		return
-	}
-	j.ps.inflight--
-	if rn.active[j.id] == j {
-		delete(rn.active, j.id)
-	}
-	if j.ps.dropped {
-		return
-	}
-	rn.markDone(j.ps, j.seq)
-	for _, f := range j.followers {
-		if !f.ps.dropped {
-			rn.met.skip(context.Background(), "duplicate")
-			rn.markDone(f.ps, f.seq)
-		}
-	}
-	j.followers = nil
-}
-
-// markDone records a final outcome in the partition's tracker.
-func (rn *run) markDone(ps *partState, seq uint64) {
-	if n := ps.wm.markDone(seq); n > 0 {
-		ps.dirty = true
-		if rn.pending.Add(-int64(n)) < int64(rn.cfg.MaxPending) {
-			select {
-			case rn.room <- struct{}{}:
-			default:
-			}
-		}
-	}
-}
-
-func (rn *run) configError(j *job, d Decision) error {
-	var hint string
-	switch partnerapi.KindOf(d.Err) {
-	case partnerapi.KindEdgeBlocked:
-		hint = "the partner API's edge blocked our User-Agent (HTTP 403, edge error 1010): configure a distinctive product User-Agent"
-	case partnerapi.KindNotFound:
-		hint = "the report endpoint answered 404: check the partner API base URL"
-	default:
-		hint = "the partner API refused our credentials: check the client id and signature"
-	}
-	return fmt.Errorf("%w: %s (report %s): %w", ErrConfiguration, hint, j.id, d.Err)
-}
-
-// stop ends the run after a configuration or publishing error: posts in
-// flight are abandoned and, when noCommit, no offset is committed any more.
-func (rn *run) stop(err error, noCommit bool) {
-	if rn.fatal == nil {
-		rn.fatal = err
-		rn.log.Error("reporter stopping", "err", err, "commit", !noCommit)
-	}
-	if noCommit {
-		rn.noCommit = true
-	}
-	rn.stopping = true
-	rn.cancelPosts()
-	rn.poke()
-}
-
-// dirtyOffsets returns the commit points that moved since the last commit
-// and clears their dirty marks.
-func (rn *run) dirtyOffsets() map[string]map[int32]kgo.EpochOffset {
-	var offs map[string]map[int32]kgo.EpochOffset
-	for _, ps := range rn.parts {
-		if !ps.dirty || ps.dropped {
-			continue
-		}
-		if o, ep, ok := ps.wm.committable(); ok {
-			if offs == nil {
-				offs = map[string]map[int32]kgo.EpochOffset{}
-			}
-			if offs[ps.key.topic] == nil {
-				offs[ps.key.topic] = map[int32]kgo.EpochOffset{}
-			}
-			offs[ps.key.topic][ps.key.partition] = kgo.EpochOffset{Epoch: ep, Offset: o}
-		}
-		ps.dirty = false
-	}
-	return offs
-}
-
-// commitOffsets returns the moved commit points to commit now (mu held):
-// one commit in flight at a time, at most one per CommitInterval, so the
-// commit point trails finality by about one commit round trip.
-func (rn *run) commitOffsets() map[string]map[int32]kgo.EpochOffset {
-	if rn.noCommit || rn.commitInFlight || time.Since(rn.lastCommit) < rn.cfg.CommitInterval {
-		return nil
-	}
-	offs := rn.dirtyOffsets()
-	if len(offs) > 0 {
-		rn.commitInFlight, rn.lastCommit = true, time.Now()
-	}
-	return offs
-}
-
-// committed handles the end of a periodic commit: partitions whose commit
-// failed are committed again with the next one.
-func (rn *run) committed(failed map[string]map[int32]kgo.EpochOffset) {
-	rn.commitInFlight = false
-	for topic, ps := range failed {
-		for p := range ps {
-			if st := rn.parts[tpKey{topic, p}]; st != nil {
-				st.dirty = true
-			}
-		}
-	}
-}
-
-// logCommit logs a failed commit and returns the offsets that were not committed.
-func (rn *run) logCommit(why string, offs map[string]map[int32]kgo.EpochOffset, resp *kmsgCommitResp, err error) map[string]map[int32]kgo.EpochOffset {
-	if err != nil {
-		if !errors.Is(err, context.Canceled) {
-			rn.log.Warn("offset commit failed (retried with the next commit; a crash before it re-sends those reports)", "why", why, "err", err)
-		}
-		return offs
-	}
-	var failed map[string]map[int32]kgo.EpochOffset
-	if resp != nil {
-		for _, t := range resp.Topics {
-			for _, p := range t.Partitions {
-				if p.ErrorCode != 0 {
-					rn.log.Warn("offset commit failed for a partition", "why", why, "topic", t.Topic, "partition", p.Partition, "error_code", p.ErrorCode)
-					if failed == nil {
-						failed = map[string]map[int32]kgo.EpochOffset{}
-					}
-					if failed[t.Topic] == nil {
-						failed[t.Topic] = map[int32]kgo.EpochOffset{}
-					}
-					failed[t.Topic][p.Partition] = offs[t.Topic][p.Partition]
-				}
-			}
-		}
-	}
-	return failed
-}
-
-// startRevocation marks the partitions revoked: nothing more of them is
-// dispatched; the reply goes once their posts are back.
-func (rn *run) startRevocation(req revokeReq) {
-	rv := &revocation{lost: req.lost, reply: req.reply, deadline: time.Now().Add(rn.cfg.ShutdownTimeout)}
-	for topic, ps := range req.parts {
-		for _, p := range ps {
-			if st := rn.parts[tpKey{topic, p}]; st != nil {
-				st.revoking = true
-				rv.parts = append(rv.parts, st)
-			}
-		}
-	}
-	rn.log.Info("partitions revoked: waiting for their posts in flight", "partitions", req.parts, "lost", req.lost)
-	rn.revocations = append(rn.revocations, rv)
-}
-
-// checkRevocations completes the revocations whose posts are all back (or
-// whose deadline passed): it replies with the final offsets to commit and
-// drops the partitions' state.
-func (rn *run) checkRevocations(now time.Time) {
-	rn.revocations = slices.DeleteFunc(rn.revocations, func(rv *revocation) bool {
-		busy := false
-		for _, ps := range rv.parts {
-			busy = busy || ps.inflight > 0
-		}
-		if busy && now.Before(rv.deadline) {
-			return false
-		}
-		var offs map[string]map[int32]kgo.EpochOffset
-		for _, ps := range rv.parts {
-			if o, ep, ok := ps.wm.committable(); ok && ps.dirty && !rv.lost && !rn.noCommit {
-				if offs == nil {
-					offs = map[string]map[int32]kgo.EpochOffset{}
-				}
-				if offs[ps.key.topic] == nil {
-					offs[ps.key.topic] = map[int32]kgo.EpochOffset{}
-				}
-				offs[ps.key.topic][ps.key.partition] = kgo.EpochOffset{Epoch: ep, Offset: o}
-			}
-			ps.dropped = true
-			rn.pending.Add(-int64(ps.wm.pending()))
-			if rn.parts[ps.key] == ps {
-				delete(rn.parts, ps.key)
-			}
-			for id, j := range rn.active {
-				if j.ps == ps {
-					rn.release(j)
-					delete(rn.active, id)
-				}
-			}
-		}
-		select {
-		case rn.room <- struct{}{}:
-		default:
-		}
-		rv.reply <- offs // capacity 1
-		return true
-	})
-}
-
-// standbyAnswer handles a 200 served by standby: the first one starts an
-// episode (dispatch stops, the live prober starts); every one is held for
-// replay.
-func (rn *run) standbyAnswer(j *job) {
-	if rn.standby == nil && j.gen == rn.gen {
-		rn.startEpisode(j)
-	}
-	if rn.standby != nil {
-		rn.standby.answers++
-		rn.held = append(rn.held, j)
-		return
-	}
-	// Sent before the last episode ended, answered by its tail: replay now.
-	j.replay = true
-	rn.ready.push(j)
-}
-
-func (rn *run) startEpisode(j *job) {
-	ep := &episode{start: time.Now(), first: j}
-	var link []trace.Link
-	if sc := trace.SpanContextFromContext(telemetry.Extract(context.Background(), j.rec)); sc.IsValid() {
-		link = append(link, trace.Link{SpanContext: sc})
-	}
-	_, ep.span = tracer.Start(context.Background(), "standby.episode", trace.WithLinks(link...), trace.WithAttributes(
-		attribute.String("playpipe.first_report_id", j.id),
-		attribute.String("messaging.destination.name", j.rec.Topic),
-		attribute.Int("messaging.kafka.partition", int(j.rec.Partition)),
-		attribute.Int64("messaging.kafka.offset", j.rec.Offset),
-	))
-	rn.standby = ep
-	rn.met.standbyActive.Add(context.Background(), 1)
-	rn.met.standbyEpisode.Add(context.Background(), 1)
-	rn.log.Warn("standby episode started: the partner API answered from standby (not forwarded); dispatch paused, offsets held, probing for live service",
-		"report_id", j.id, "topic", j.rec.Topic, "partition", j.rec.Partition, "offset", j.rec.Offset, "in_flight", rn.inflight)
-	rn.bg.Go(func() { rn.probe(ep) })
-}
-
-// probe asks for a new session until one is served live (that session's
-// token is the client's from then on), or the run ends.
-func (rn *run) probe(ep *episode) {
-	t := time.NewTimer(rn.cfg.ProbeInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-t.C:
-		case <-rn.postCtx.Done():
-			return
-		}
-		n := ep.probes.Add(1)
-		meta, err := rn.api.Session(rn.postCtx)
-		switch {
-		case err == nil && !meta.Standby():
-			rn.log.Info("standby probe: live service is back", "probes", n)
-			rn.probedLocked(nil)
-			return
-		case err == nil:
-			rn.log.Debug("standby probe: still standby", "probes", n)
-		case errors.Is(err, context.Canceled):
-			return
-		default:
-			switch partnerapi.KindOf(err) {
-			case partnerapi.KindEdgeBlocked, partnerapi.KindRejected, partnerapi.KindNotFound:
-				rn.probedLocked(err)
-				return
-			}
-			rn.log.Debug("standby probe failed", "probes", n, "err", err)
-		}
-		t.Reset(rn.cfg.ProbeInterval)
-	}
-}
-
-func (rn *run) probedLocked(err error) {
-	rn.mu.Lock()
-	rn.probed(err)
-	rn.jobsReady()
-	rn.mu.Unlock()
-}
-
-func (rn *run) probed(err error) {
-	ep := rn.standby
-	if ep == nil {
-		return
-	}
-	if err != nil {
-		rn.stop(fmt.Errorf("%w: standby probe: %w", ErrConfiguration, err), true)
-		return
-	}
-	held := rn.held
-	rn.held = nil
-	slices.SortFunc(held, func(a, b *job) int {
-		if a.ps != b.ps {
-			return int(a.rec.Partition - b.rec.Partition)
-		}
-		return int(a.seq - b.seq)
-	})
-	for _, j := range held {
-		j.replay = true
-		rn.ready.push(j)
-	}
-	rn.gen++
-	dur := time.Since(ep.start)
-	rn.log.Warn("standby episode ended: live service is back with a new session; replaying the reports standby answered",
-		"duration", dur.Round(time.Millisecond), "standby_answers", ep.answers, "replaying", len(held), "probes", ep.probes.Load())
-	rn.endEpisode(len(held), "")
-}
-
-// endEpisode closes the episode's span and gauge.
-func (rn *run) endEpisode(replayed int, note string) {
-	ep := rn.standby
-	ep.span.SetAttributes(
-		attribute.Int("playpipe.standby.answers", ep.answers),
-		attribute.Int("playpipe.standby.replayed", replayed),
-		attribute.Int64("playpipe.standby.probes", ep.probes.Load()),
-	)
-	if note != "" {
-		ep.span.SetStatus(codes.Error, note)
-	}
-	ep.span.End()
-	rn.met.standbyActive.Add(context.Background(), -1)
-	rn.standby = nil
 }

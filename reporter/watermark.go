@@ -77,3 +77,27 @@ func (w *watermark) committable() (offset int64, epoch int32, ok bool) {
 // pending is the number of records not yet passed by the commit point
 // (not final, or final behind a record that is not).
 func (w *watermark) pending() int { return len(w.entries) - w.head }
+
+// commitPoint returns the offset to commit with the tracker's progress: one
+// past the final prefix, or the first pending record when nothing became
+// final yet; ok is false while the tracker has seen nothing.
+func (w *watermark) commitPoint() (offset int64, epoch int32, ok bool) {
+	if w.hasNext {
+		return w.next, w.epoch, true
+	}
+	if w.head < len(w.entries) {
+		e := w.entries[w.head]
+		return e.offset, e.epoch, true
+	}
+	return 0, 0, false
+}
+
+// appendDone appends the offsets of the final records past the commit point.
+func (w *watermark) appendDone(dst []int64) []int64 {
+	for _, e := range w.entries[w.head:] {
+		if e.done {
+			dst = append(dst, e.offset)
+		}
+	}
+	return dst
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -35,18 +36,26 @@ type PlayerEvent struct {
 
 // Machine-readable reasons of a Violation (and of a Rejection).
 const (
-	ReasonMalformedJSON   = "malformed_json"    // the bytes are not one JSON object
-	ReasonMissingField    = "missing_field"     // a required field is absent or null
-	ReasonWrongType       = "wrong_type"        // a field has the wrong JSON type (e.g. "12" or 1.5 for an integer)
-	ReasonBadEventID      = "bad_event_id"      // event_id empty or longer than 128 bytes
-	ReasonBadCountry      = "bad_country"       // country is not two ASCII letters
-	ReasonNegativeOffset  = "negative_offset"   // offset_ms < 0
-	ReasonBadDuration     = "bad_duration"      // duration_ms ≤ 0
-	ReasonBadStartedAt    = "bad_started_at"    // started_at ≤ 0 (not an epoch-ms instant)
-	ReasonEmptyField      = "empty_field"       // a required string is empty
-	ReasonMissingUserID   = "missing_user_id"   // user_id absent or empty (quarantined by default)
-	ReasonUnknownMix      = "unknown_mix"       // the partner API answered 404 for mix_id
-	ReasonOffsetBeyondMix = "offset_beyond_mix" // the segment starts at or after the end of the mix
+	ReasonMalformedJSON  = "malformed_json"  // the bytes are not one JSON object
+	ReasonMissingField   = "missing_field"   // a required field is absent or null
+	ReasonWrongType      = "wrong_type"      // a field has the wrong JSON type (e.g. "12" or 1.5 for an integer)
+	ReasonBadEventID     = "bad_event_id"    // event_id empty or longer than 128 bytes
+	ReasonBadCountry     = "bad_country"     // country is not two ASCII letters
+	ReasonNegativeOffset = "negative_offset" // offset_ms < 0
+	ReasonBadDuration    = "bad_duration"    // duration_ms ≤ 0
+	ReasonBadStartedAt   = "bad_started_at"  // started_at ≤ 0 (not an epoch-ms instant)
+	ReasonEmptyField     = "empty_field"     // a required string is empty
+	ReasonMissingUserID  = "missing_user_id" // user_id absent or empty (quarantined by default)
+	ReasonUnknownMix     = "unknown_mix"     // the partner API answered 404 for mix_id
+	// ReasonOffsetBeyondMix is no longer a rejection: by DESIGN's split rule
+	// such a segment is a valid event with zero plays (docs/consumer.md).
+	// Kept so that ledgers holding older rejections can name it.
+	ReasonOffsetBeyondMix = "offset_beyond_mix"
+	ReasonTooLarge        = "too_large"         // the event is longer than the deployment's maximum event size
+	ReasonDuplicateKey    = "duplicate_key"     // a key appears more than once in the event object
+	ReasonKeyCase         = "key_case_mismatch" // a key equals a field name but for case (e.g. "EVENT_ID"): keys are case-sensitive
+	ReasonMixUnavailable  = "mix_unavailable"   // the partner API kept answering 400 or an undecodable body for mix_id
+	ReasonProduceFailed   = "produce_failed"    // Kafka kept refusing what the event yields (e.g. MESSAGE_TOO_LARGE)
 )
 
 // Violation is one broken rule of an event.
@@ -108,8 +117,11 @@ var fieldKinds = []struct {
 }
 
 // ParseEvent decodes and validates raw event bytes. It returns the event and
-// nil when every rule holds, or every broken rule (in schema field order).
-// Unknown fields are ignored. A missing source_stream becomes "mix", and a
+// nil when every rule holds, or every broken rule: duplicate keys and keys
+// that equal a field name but for case first (in document order), then the
+// fields' rules in schema field order. Keys are case-sensitive and unique
+// (the JSON Schema's reading: "EVENT_ID" is not event_id); unknown fields
+// are otherwise ignored. A missing source_stream becomes "mix", and a
 // missing vendor the configured default.
 func ParseEvent(raw []byte, opts ValidateOptions) (PlayerEvent, []Violation) {
 	// JSON must be UTF-8 (encoding/json would silently replace bad bytes,
@@ -138,19 +150,150 @@ func parseEventSlow(raw []byte, opts ValidateOptions) (PlayerEvent, []Violation)
 }
 
 // parseEventJSON decodes and validates raw, known to be UTF-8 and to start
-// like an object, with encoding/json.
+// like an object, with encoding/json, strictly: keys are matched exactly
+// (encoding/json alone would match "EVENT_ID" to event_id) and each key may
+// appear once (encoding/json alone keeps the last of duplicates). A
+// duplicate key and a key that equals a field name but for case are
+// violations of their own (listed first, in document order); the rest of
+// the event is then validated with the first value of each key and the
+// case variants treated as unknown fields, as the JSON Schema reads them.
 func parseEventJSON(raw []byte, opts ValidateOptions) (PlayerEvent, []Violation) {
-	var r rawEvent
-	if err := json.Unmarshal(raw, &r); err != nil {
-		var syn *json.SyntaxError
-		if errors.As(err, &syn) || !looksLikeObject(raw) {
-			return PlayerEvent{}, []Violation{{Reason: ReasonMalformedJSON, Detail: malformedDetail(raw, err)}}
-		}
-		// A type mismatch: find every field of the wrong type, then validate
-		// the rest as if those were absent.
-		return PlayerEvent{}, slowViolations(raw, opts)
+	members, err := topLevelMembers(raw)
+	if err != nil {
+		return PlayerEvent{}, []Violation{{Reason: ReasonMalformedJSON, Detail: malformedDetail(raw, err)}}
 	}
-	return validate(&r, opts, nil)
+	var vs []Violation
+	known := make(map[string]json.RawMessage, len(fieldKinds))
+	seen := make(map[string]int, len(members))
+	for _, m := range members {
+		seen[m.key]++
+		switch n := seen[m.key]; {
+		case n == 2:
+			vs = append(vs, Violation{Field: truncate(m.key, 40), Reason: ReasonDuplicateKey,
+				Detail: fmt.Sprintf("key %q appears more than once; each key may appear once (the first value is validated)", truncate(m.key, 40))})
+			continue
+		case n > 2:
+			continue
+		}
+		if _, ok := knownField(m.key); ok {
+			known[m.key] = m.val
+		} else if f := foldedField(m.key); f != "" {
+			vs = append(vs, Violation{Field: truncate(m.key, 40), Reason: ReasonKeyCase,
+				Detail: fmt.Sprintf("key %q differs from the field %q only in case; keys are case-sensitive", truncate(m.key, 40), f)})
+		}
+	}
+	// Wrong JSON types, in schema order; those fields then count as absent.
+	for _, f := range fieldKinds {
+		v, ok := known[f.name]
+		if !ok || isNull(v) {
+			continue
+		}
+		if !kindMatches(v, f.kind) {
+			vs = append(vs, Violation{Field: f.name, Reason: ReasonWrongType, Detail: f.name + " must be " + kindName(f.kind) + ", got " + truncate(string(v), 24)})
+			delete(known, f.name)
+		}
+	}
+	var r rawEvent
+	for name, v := range known {
+		if err := json.Unmarshal(v, r.field(name)); err != nil { // cannot happen: kinds checked above
+			return PlayerEvent{}, append(vs, Violation{Field: name, Reason: ReasonWrongType, Detail: err.Error()})
+		}
+	}
+	return validate(&r, opts, vs)
+}
+
+// member is one key of an event object with its raw value.
+type member struct {
+	key string
+	val json.RawMessage
+}
+
+// topLevelMembers splits a JSON object into its members in document order,
+// keys unescaped, duplicates kept; an error when raw is not exactly one
+// valid JSON object.
+func topLevelMembers(raw []byte) ([]member, error) {
+	if !json.Valid(raw) {
+		var v any
+		err := json.Unmarshal(raw, &v)
+		if err == nil {
+			err = errors.New("invalid JSON")
+		}
+		return nil, err
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil, errors.New("event must be one JSON object")
+	}
+	var out []member
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, err
+		}
+		key, _ := tok.(string)
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return nil, err
+		}
+		out = append(out, member{key: key, val: v})
+	}
+	return out, nil
+}
+
+// knownField returns the index in fieldKinds of the field spelled exactly key.
+func knownField(key string) (int, bool) {
+	for i, f := range fieldKinds {
+		if f.name == key {
+			return i, true
+		}
+	}
+	return 0, false
+}
+
+// foldedField returns the field name key equals under Unicode case folding
+// (as encoding/json would match it), or "" when none.
+func foldedField(key string) string {
+	for _, f := range fieldKinds {
+		if strings.EqualFold(f.name, key) {
+			return f.name
+		}
+	}
+	return ""
+}
+
+// field returns a pointer to the rawEvent field of a known name.
+func (r *rawEvent) field(name string) any {
+	switch name {
+	case "event_id":
+		return &r.EventID
+	case "mix_id":
+		return &r.MixID
+	case "started_at":
+		return &r.StartedAt
+	case "offset_ms":
+		return &r.OffsetMS
+	case "duration_ms":
+		return &r.DurationMS
+	case "user_id":
+		return &r.UserID
+	case "country":
+		return &r.Country
+	case "os":
+		return &r.OS
+	case "device":
+		return &r.Device
+	case "vendor":
+		return &r.Vendor
+	case "source_stream":
+		return &r.SourceStream
+	case "cached":
+		return &r.Cached
+	case "jump_forward":
+		return &r.JumpForward
+	case "end_reason":
+		return &r.EndReason
+	}
+	panic("schemas: no field " + name)
 }
 
 func validate(r *rawEvent, opts ValidateOptions, vs []Violation) (PlayerEvent, []Violation) {
@@ -241,36 +384,6 @@ func validate(r *rawEvent, opts ValidateOptions, vs []Violation) (PlayerEvent, [
 		return PlayerEvent{}, vs
 	}
 	return ev, nil
-}
-
-// slowViolations handles an object with fields of the wrong JSON type: it
-// reports each of them, then validates the remaining fields.
-func slowViolations(raw []byte, opts ValidateOptions) []Violation {
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &m); err != nil {
-		return []Violation{{Reason: ReasonMalformedJSON, Detail: malformedDetail(raw, err)}}
-	}
-	var vs []Violation
-	for _, f := range fieldKinds {
-		v, ok := m[f.name]
-		if !ok || isNull(v) {
-			continue
-		}
-		if !kindMatches(v, f.kind) {
-			vs = append(vs, Violation{Field: f.name, Reason: ReasonWrongType, Detail: f.name + " must be " + kindName(f.kind) + ", got " + truncate(string(v), 24)})
-			delete(m, f.name)
-		}
-	}
-	clean, err := json.Marshal(m)
-	if err != nil {
-		return append(vs, Violation{Reason: ReasonMalformedJSON, Detail: err.Error()})
-	}
-	var r rawEvent
-	if err := json.Unmarshal(clean, &r); err != nil {
-		return append(vs, Violation{Reason: ReasonMalformedJSON, Detail: err.Error()})
-	}
-	_, vs = validate(&r, opts, vs)
-	return vs
 }
 
 func kindMatches(v json.RawMessage, kind byte) bool {

@@ -9,8 +9,8 @@ import (
 // The fast path of ParseEvent: a single pass over the bytes of a flat player
 // event object that fills a rawEvent exactly as json.Unmarshal would, without
 // reflection. It only ever answers for input it fully understands; on
-// anything else (duplicate known keys, keys that encoding/json would match
-// case-insensitively, wrong JSON types, numbers that are not plain int64
+// anything else (duplicate keys, keys that may equal a field name but for
+// case, wrong JSON types, numbers that are not plain int64
 // literals, deep nesting, any syntax error, …) it gives up and ParseEvent
 // takes the encoding/json path, which then decides. Callers check utf8.Valid
 // on the whole input first, so strings need no UTF-8 validation here.
@@ -50,6 +50,10 @@ type fastValues struct {
 	ints  [numFastInts]int64
 	bools [numFastBools]bool
 }
+
+// maxFastUnknown is the most unknown keys the fast path checks for
+// duplicates (pairwise); an event with more goes to the slow path.
+const maxFastUnknown = 8
 
 // maxFastDepth is the deepest nesting of unknown values the fast path skips;
 // deeper input goes to encoding/json (which has its own, larger limit).
@@ -138,6 +142,10 @@ func fastDecodeEvent(raw []byte, r *rawEvent) bool {
 		decoded [numFastStrings]bool
 		vals    fastValues
 		lo, hi  = len(raw), 0
+		// Unknown keys seen so far (plain, so their bytes are the key):
+		// a duplicate is a violation the slow path reports.
+		unknown  [maxFastUnknown][2]int
+		nUnknown int
 	)
 	i := skipSpace(raw, 0)
 	if i >= len(raw) || raw[i] != '{' {
@@ -171,16 +179,23 @@ func fastDecodeEvent(raw []byte, r *rawEvent) bool {
 			}
 			kind, idx, known := fastKey(key)
 			if !known {
-				if mayFoldToKnown(key) {
+				if mayFoldToKnown(key) || nUnknown == maxFastUnknown {
 					return false
 				}
+				for _, u := range unknown[:nUnknown] {
+					if string(raw[u[0]:u[1]]) == string(key) {
+						return false // duplicate key: the slow path reports it
+					}
+				}
+				unknown[nUnknown] = [2]int{ks, ke}
+				nUnknown++
 				if i = skipValue(raw, i, 0); i < 0 {
 					return false
 				}
 			} else {
 				bit := seenBit(kind, idx)
 				if (seen|nulls)&bit != 0 {
-					return false // duplicate: last-wins and null rules are encoding/json's
+					return false // duplicate key: the slow path reports it
 				}
 				seen |= bit
 				c := raw[i]

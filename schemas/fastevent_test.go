@@ -50,6 +50,13 @@ var fastVsSlowSeeds = []string{
 	`{"event_id":"e"}x`, `{"event_id":"e"}{}`, `{"event_id":"e"`, `{"event_id":"e",}`, `{"event_id" "e"}`,
 	`{,}`, `{}`, ` {} `, `{"event_id":}`, `{"event_id"`, `{"event_id`, `{`, `{"a":"b`,
 	`{"cached":True}`, `{"cached":nulll}`, `{"cached":null,"jump_forward":false}`,
+	// Strict keys: duplicates (also of unknown keys and past the fast path's
+	// unknown-key limit), case variants beside and instead of the field.
+	`{"x":1,"y":{"x":2},"x\u0000":3,"X":4}`,
+	`{"event_id":"e","EVENT_ID":"f","event_id":"g","Event_Id":"h"}`,
+	`{"a":1,"b":1,"c":1,"d":1,"e":1,"f":1,"g":1,"h":1,"i":1,"a":2}`,
+	`{"a":1,"b":1,"c":1,"d":1,"e":1,"f":1,"g":1,"h":1,"a":2}`,
+	`{"x\u0041":1,"xA":2}`,
 }
 
 // TestFastPathTaken checks that the fast path does answer for the common
@@ -75,7 +82,8 @@ func TestFastPathTaken(t *testing.T) {
 	for _, s := range []string{
 		`{"event\u005fid":"e"}`, `{"EVENT_ID":"e"}`, `{"oſ":"o"}`, `{"event_id":"e","event_id":null}`,
 		`{"mix_id":1.0}`, `{"mix_id":1e3}`, `{"mix_id":9223372036854775808}`, `{"mix_id":"1"}`, `{"a":01}`,
-		`{"a":1}x`, "\v{}", `{"a":[1,]}`,
+		`{"a":1}x`, "\v{}", `{"a":[1,]}`, `{"x":1,"x":2}`, `{"Country":"DE"}`,
+		`{"a":1,"b":1,"c":1,"d":1,"e":1,"f":1,"g":1,"h":1,"i":1}`,
 	} {
 		var r rawEvent
 		if fastDecodeEvent([]byte(s), &r) {

@@ -62,32 +62,104 @@ type Source struct {
 	Offset    int64  `json:"offset"`
 }
 
+// MaxRejectionRaw bounds the raw field of a Rejection: the JSON-encoded
+// string (quotes and escapes included, as encoding/json writes it) is at most
+// this many bytes. JSON escaping can grow an event sixfold ('<' is written
+// \u003c), so the bound is on the encoded form, not on the event's length:
+// a rejection record stays under MaxRejectionRaw plus its violations (a few
+// KiB) whatever the event, well inside Kafka's default 1 MiB record limit.
+const MaxRejectionRaw = 64 << 10
+
 // Rejection is an event that broke a rule (topic <prefix>.rejected, key = the
 // event's key). Raw holds the event bytes verbatim when they are valid UTF-8;
-// otherwise RawBase64 is set and Raw holds them in standard base64.
+// otherwise RawBase64 is set and Raw holds them in standard base64. Raw is
+// bounded (MaxRejectionRaw): a longer event keeps its first bytes and is
+// marked RawTruncated; RawLen and RawSHA256 always describe the whole event,
+// so a re-driven or recovered copy can be checked against it.
 type Rejection struct {
-	V          int         `json:"v"`
-	EventID    string      `json:"event_id,omitempty"`
-	Reason     string      `json:"reason"` // the first violation's reason
-	Violations []Violation `json:"violations"`
-	Raw        string      `json:"raw"`
-	RawBase64  bool        `json:"raw_base64,omitempty"`
-	Source     Source      `json:"source"`
-	At         int64       `json:"at"` // epoch ms
+	V            int         `json:"v"`
+	EventID      string      `json:"event_id,omitempty"`
+	Reason       string      `json:"reason"` // the first violation's reason
+	Violations   []Violation `json:"violations"`
+	Raw          string      `json:"raw"`
+	RawBase64    bool        `json:"raw_base64,omitempty"`
+	RawLen       int         `json:"raw_len"`                 // length of the whole event in bytes
+	RawSHA256    string      `json:"raw_sha256"`              // hex SHA-256 of the whole event
+	RawTruncated bool        `json:"raw_truncated,omitempty"` // Raw holds only the first bytes of the event
+	Source       Source      `json:"source"`
+	At           int64       `json:"at"` // epoch ms
 }
 
-// NewRejection builds the rejection record of raw event bytes.
+// NewRejection builds the rejection record of raw event bytes, keeping at
+// most MaxRejectionRaw encoded bytes of them (see Rejection).
 func NewRejection(raw []byte, eventID string, vs []Violation, src Source, atMS int64) Rejection {
-	r := Rejection{V: RejectionVersion, EventID: eventID, Violations: vs, Source: src, At: atMS}
+	return newRejection(raw, eventID, vs, src, atMS, MaxRejectionRaw)
+}
+
+// NewRejectionBounded is NewRejection with another bound on the encoded raw
+// field; maxRaw ≤ 0 keeps no raw bytes at all (only their length and hash).
+func NewRejectionBounded(raw []byte, eventID string, vs []Violation, src Source, atMS int64, maxRaw int) Rejection {
+	return newRejection(raw, eventID, vs, src, atMS, maxRaw)
+}
+
+func newRejection(raw []byte, eventID string, vs []Violation, src Source, atMS int64, maxRaw int) Rejection {
+	sum := sha256.Sum256(raw)
+	r := Rejection{V: RejectionVersion, EventID: eventID, Violations: vs, Source: src, At: atMS,
+		RawLen: len(raw), RawSHA256: hex.EncodeToString(sum[:])}
 	if len(vs) > 0 {
 		r.Reason = vs[0].Reason
 	}
 	if utf8.Valid(raw) {
-		r.Raw = string(raw)
+		n := rawPrefixLen(raw, maxRaw)
+		r.Raw, r.RawTruncated = string(raw[:n]), n < len(raw)
 	} else {
-		r.Raw, r.RawBase64 = base64.StdEncoding.EncodeToString(raw), true
+		// Base64 needs no escaping: 4 bytes for every 3, plus the quotes.
+		n := min(len(raw), max(0, (maxRaw-2)/4*3))
+		r.Raw, r.RawBase64, r.RawTruncated = base64.StdEncoding.EncodeToString(raw[:n]), true, n < len(raw)
 	}
 	return r
+}
+
+// rawPrefixLen returns the length of the longest prefix of raw (valid UTF-8)
+// that ends on a rune boundary and whose JSON encoding, quotes included, is
+// at most maxEnc bytes.
+func rawPrefixLen(raw []byte, maxEnc int) int {
+	if len(raw)+2 <= maxEnc && len(raw)*6+2 <= maxEnc {
+		return len(raw) // fits even if every byte were escaped
+	}
+	enc := 2 // the quotes
+	for i := 0; i < len(raw); {
+		c := raw[i]
+		n, w := 1, 1
+		if c < utf8.RuneSelf {
+			w = escapedASCIILen(c)
+		} else {
+			var r rune
+			r, n = utf8.DecodeRune(raw[i:])
+			w = n
+			if r == '\u2028' || r == '\u2029' {
+				w = 6
+			}
+		}
+		if enc+w > maxEnc {
+			return i
+		}
+		enc += w
+		i += n
+	}
+	return len(raw)
+}
+
+// escapedASCIILen is how many bytes encoding/json writes for the ASCII byte c
+// inside a string (HTML escaping on, as json.Marshal does).
+func escapedASCIILen(c byte) int {
+	switch {
+	case c == '"' || c == '\\' || c == '\b' || c == '\f' || c == '\n' || c == '\r' || c == '\t':
+		return 2
+	case c < 0x20 || c == '<' || c == '>' || c == '&':
+		return 6
+	}
+	return 1
 }
 
 // Delivery outcomes.
@@ -102,18 +174,28 @@ const (
 // Delivery is one answer of the partner API to a report, or a final outcome
 // (topic <prefix>.deliveries, key = report id).
 type Delivery struct {
-	V          int      `json:"v"`
-	ReportID   string   `json:"report_id"`
-	EventID    string   `json:"event_id"`
-	Outcome    string   `json:"outcome"`
-	Attempt    int      `json:"attempt"`     // 1 for the first post of the report by this reporter
-	HTTPStatus int      `json:"http_status"` // 0 when no answer (timeout, connection error)
-	ServedBy   string   `json:"served_by,omitempty"`
-	Message    string   `json:"message,omitempty"`
-	Fields     []string `json:"fields,omitempty"`       // offending fields of a 400
-	Reason     string   `json:"retry_reason,omitempty"` // why a retry: http_500, http_503, timeout, connection, unauthorized
-	LatencyUS  int64    `json:"latency_us"`
-	TraceID    string   `json:"trace_id,omitempty"`
-	Replay     bool     `json:"replay,omitempty"` // sent while replaying after a standby episode
-	At         int64    `json:"at"`               // epoch ms of the answer
+	V          int    `json:"v"`
+	ReportID   string `json:"report_id"`
+	EventID    string `json:"event_id"`
+	Outcome    string `json:"outcome"`
+	Attempt    int    `json:"attempt"`     // 1 for the first post of the report by this reporter
+	HTTPStatus int    `json:"http_status"` // 0 when no answer (timeout, connection error)
+	ServedBy   string `json:"served_by,omitempty"`
+	// Partner is the base URL of the partner API that answered (the
+	// reporter's configured --api-url, or the built-in sandbox's loopback
+	// URL), so that the ledger can tell real deliveries from sandbox answers.
+	// Empty in records written before it existed.
+	Partner   string   `json:"partner,omitempty"`
+	Message   string   `json:"message,omitempty"`
+	Fields    []string `json:"fields,omitempty"`       // offending fields of a 400
+	Reason    string   `json:"retry_reason,omitempty"` // why a retry: http_500, http_503, timeout, connection, unauthorized
+	LatencyUS int64    `json:"latency_us"`
+	TraceID   string   `json:"trace_id,omitempty"`
+	Replay    bool     `json:"replay,omitempty"` // sent while replaying after a standby episode
+	// InDoubt: an earlier post of this report may have reached the partner
+	// without its answer being recorded (the reporter crashed or abandoned
+	// it while in flight); the audit counts a delivered report in doubt as
+	// possibly delivered twice.
+	InDoubt bool  `json:"in_doubt,omitempty"`
+	At      int64 `json:"at"` // epoch ms of the answer
 }

@@ -39,8 +39,9 @@ Examples:
   playpipe audit --from 2026-11-01 --to 2026-12-01 --html november.html
 
 Times: RFC 3339 (2026-11-21T10:00:00Z), a date (2026-11-21, UTC), epoch milliseconds,
-"now", or a duration relative to now (-90m). Without --clickhouse-addr the local
-clickhouse-server in --clickhouse-data is used (started if needed).`
+"now", or a duration relative to now (-90m). --clickhouse-addr or --clickhouse-data DIR
+is required; with --clickhouse-data the clickhouse-server running in DIR is used (started
+if none runs there).`
 
 // auditExit is an audit that found problems: exit status 3.
 type auditExit struct{ problems []string }
@@ -61,6 +62,7 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		list, htmlFile   string
 		limit            int
 		threshold        time.Duration
+		sandboxes        []string
 	)
 	cfg.RegisterFlags(fs)
 	lf.register(fs.StringVar)
@@ -70,6 +72,10 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&list, "list", "", "print the records behind one number instead of the audit: "+strings.Join(analytics.ListNames(), ", "))
 	fs.IntVar(&limit, "limit", 1000, "most rows of a --list, and of each id list of the --html page (0: all)")
 	fs.StringVar(&htmlFile, "html", "", "also write the audit as one self-contained HTML page (inline SVG charts, the ids behind every number) to this file; same exit status")
+	fs.Func("sandbox-target", "a partner base URL that is a sandbox (repeatable), e.g. http://sandbox:8088: its deliveries are not counted as real; loopback URLs always are sandboxes", func(s string) error {
+		sandboxes = append(sandboxes, s)
+		return nil
+	})
 	fs.DurationVar(&threshold, "pending-threshold", 10*time.Minute, "a play pending longer than this (since its record time) fails the audit")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -83,7 +89,7 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return usage(err)
 	}
 	now := time.Now()
-	opts := analytics.AuditOptions{PendingThreshold: threshold, Now: now}
+	opts := analytics.AuditOptions{PendingThreshold: threshold, Now: now, SandboxTargets: sandboxes}
 	if threshold <= 0 {
 		return usage(fmt.Errorf("--pending-threshold must be > 0, got %s", threshold))
 	}
@@ -108,8 +114,8 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if limit < 0 {
 		return usage(fmt.Errorf("--limit must be ≥ 0, got %d", limit))
 	}
-	if err := cfg.Validate(); err != nil {
-		return usage(err)
+	if err := requireClickHouse(cfg); err != nil {
+		return err
 	}
 	cfg, stopCH, err := analytics.LocalOrConfigured(ctx, cfg, log)
 	if err != nil {

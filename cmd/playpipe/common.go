@@ -2,12 +2,16 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
+	"sync/atomic"
 	"time"
 
+	"github.com/playpipe/playpipe/analytics"
 	"github.com/playpipe/playpipe/internal/kafkax"
 	"github.com/playpipe/playpipe/internal/telemetry"
 	"github.com/playpipe/playpipe/partnerapi"
@@ -17,18 +21,51 @@ import (
 	"go.opentelemetry.io/otel"
 )
 
-// partnerAPI returns a client of the configured partner API; with no
-// --api-url it serves a built-in sandbox (seed 1, its sandbox-only
-// credentials) on loopback and says so. why ends the warning. A
+// apiTarget is the partner API a role talks to: the configured --api-url,
+// or, only when --sandbox is given, a built-in sandbox on loopback. There is
+// no implicit fallback: a role that needs the API and has neither refuses to
+// start (exit 2), so a missing PLAYPIPE_API_URL can never make a reporter
+// tell finance that plays were delivered that never left the machine.
+type apiTarget struct {
+	cfg     partnerapi.Config
+	sandbox bool
+}
+
+// register binds the --api-* flags and --sandbox to fs; what names the
+// sandbox's use in the role (its help text).
+func (a *apiTarget) register(fs *flag.FlagSet, what string) {
+	a.cfg.RegisterFlags(fs)
+	fs.BoolVar(&a.sandbox, "sandbox", false, "instead of --api-url: "+what+" a built-in sandbox of the partner API on loopback (seed 1, its sandbox-only credentials; for try-outs)")
+}
+
+// check reports a missing or doubled target as a usage error naming the
+// flags, before anything starts.
+func (a *apiTarget) check() error {
+	switch {
+	case a.cfg.BaseURL == "" && !a.sandbox:
+		return usageError{fmt.Errorf("no partner API configured: set --api-url (env %s) or pass --sandbox to use a built-in sandbox on loopback", partnerapi.EnvURL)}
+	case a.cfg.BaseURL != "" && a.sandbox:
+		return usageError{fmt.Errorf("--api-url (%s) and --sandbox exclude each other: set one (%s counts as --api-url)", a.cfg.BaseURL, partnerapi.EnvURL)}
+	}
+	return nil
+}
+
+// open returns a client of the target: with --sandbox it first serves a
+// built-in sandbox (seed 1, its sandbox-only credentials) on loopback and
+// says so. The returned stop function closes the client and the sandbox. A
 // configuration error is a usage error (exit 2).
-func partnerAPI(cfg partnerapi.Config, log *slog.Logger, why string) (*partnerapi.Client, func(), error) {
+func (a *apiTarget) open(log *slog.Logger) (*partnerapi.Client, func(), error) {
+	if err := a.check(); err != nil {
+		return nil, func() {}, err
+	}
+	cfg := a.cfg
 	stop := func() {}
-	if cfg.BaseURL == "" {
+	if a.sandbox {
 		sb, err := sandbox.ServeLoopback(sandbox.Options{Seed: 1, Logger: log})
 		if err != nil {
 			return nil, stop, err
 		}
-		log.Warn("no --api-url configured: using a built-in sandbox of the partner API on loopback ("+why+")", "url", sb.URL)
+		log.Warn("--sandbox: using a built-in sandbox of the partner API on loopback; nothing reaches the real partner", "url", sb.URL)
 		stop = func() {
 			sb.Close()
 			c := sb.Counts()
@@ -41,9 +78,34 @@ func partnerAPI(cfg partnerapi.Config, log *slog.Logger, why string) (*partnerap
 	api, err := partnerapi.New(cfg)
 	if err != nil {
 		stop()
-		return nil, func() {}, fmt.Errorf("%w: %v", errUsage, err)
+		return nil, func() {}, usageError{err}
 	}
+	a.cfg.BaseURL = cfg.BaseURL // the URL in use, for the delivery records
 	return api, func() { api.Close(); stop() }, nil
+}
+
+// requireKafka reports a role with neither --brokers nor --embedded-kafka
+// (or an invalid Kafka configuration) as a usage error naming the flags.
+func requireKafka(kcfg kafkax.Config) error {
+	if err := kcfg.Validate(); err != nil {
+		return usageError{err}
+	}
+	if err := kcfg.RequireBrokers(); err != nil {
+		return usageError{fmt.Errorf("kafka: %w", err)}
+	}
+	return nil
+}
+
+// requireClickHouse reports a role with neither --clickhouse-addr nor
+// --clickhouse-data (or both) as a usage error naming the flags.
+func requireClickHouse(cfg analytics.Config) error {
+	if err := cfg.Validate(); err != nil {
+		return usageError{err}
+	}
+	if err := cfg.RequireServer(); err != nil {
+		return usageError{fmt.Errorf("analytics: %w", err)}
+	}
+	return nil
 }
 
 // logFlags are the logging flags shared by every subcommand.
@@ -90,6 +152,22 @@ func startTelemetry(ctx context.Context, role, adminAddr string, log *slog.Logge
 			log.Warn("stopping telemetry", "role", role, "err", err)
 		}
 	}, nil
+}
+
+// addKafkaReadyCheck registers the role's "kafka" readiness check at once,
+// failing until set is called with the effective configuration (after
+// kafkax.Ready): /readyz must not answer ready while the brokers are still
+// being reached, or an embedded broker is still starting.
+func addKafkaReadyCheck(tel *telemetry.Role) (set func(kafkax.Config)) {
+	var cur atomic.Pointer[kafkax.Config]
+	tel.AddReadyCheck("kafka", func(ctx context.Context) error {
+		k := cur.Load()
+		if k == nil {
+			return errors.New("kafka: not reached yet")
+		}
+		return kafkax.Ping(ctx, *k)
+	})
+	return func(k kafkax.Config) { cur.Store(&k) }
 }
 
 // exportLag registers the playpipe.consumer.lag gauge of group (per topic

@@ -12,7 +12,6 @@ import (
 	"github.com/playpipe/playpipe/consumer"
 	"github.com/playpipe/playpipe/internal/kafkax"
 	"github.com/playpipe/playpipe/internal/telemetry"
-	"github.com/playpipe/playpipe/partnerapi"
 )
 
 func init() {
@@ -28,16 +27,18 @@ segment into per-track plays with the mix's track listing (GET /partners/mix/{id
 and writes them to <prefix>.reports, or the event with its reasons to <prefix>.rejected,
 in Kafka transactions together with the offset commit: a crash or rebalance never loses
 or doubles a track play for read_committed readers. A 404 mix rejects the event as
-unknown_mix; 500/503/network errors are retried while the partition waits. A blocked
-User-Agent stops it with exit status 78. Full guide: docs/consumer.md.
+unknown_mix; a mix answered 400 or an undecodable body is retried, then (see
+--mix-unavailable-attempts) rejects its events as mix_unavailable; 500/503/network errors
+are retried while the partition waits. Events over --max-event-bytes are rejected as
+too_large. A blocked User-Agent or refused credentials stop it with exit status 78. Full guide: docs/consumer.md.
 
 Example (brokers and API from flags; the signature never on the command line):
   PLAYPIPE_API_CLIENT_SIGNATURE=... playpipe consume --brokers kafka:9092 \
     --api-url https://api.example.com --api-client-id abcdefghij \
     --transactional-id playpipe-enrich-0 --min-play-length 1s
 
-Without --brokers an embedded in-memory broker is started; without --api-url a built-in
-sandbox of the partner API is started on loopback.`
+--brokers (or --embedded-kafka) and --api-url (or --sandbox) are required: without them
+the command refuses to start (exit 2). Try-out: playpipe consume --embedded-kafka --sandbox`
 
 // consumeFlags are the enrich role's own flags.
 type consumeFlags struct {
@@ -45,10 +46,14 @@ type consumeFlags struct {
 	allowMissingUserID bool
 	defaultVendor      string
 	minPlay            time.Duration
+	maxEventBytes      int
+	envErr             error // an environment default that does not parse
 	cacheSize          int
 	cacheTTL           time.Duration
 	standbyTTL         time.Duration
 	notFoundTTL        time.Duration
+	unavailAttempts    int
+	unavailAfter       time.Duration
 	txnRecords         int
 	txnInterval        time.Duration
 	maxTxnWait         time.Duration
@@ -63,11 +68,25 @@ func (c *consumeFlags) register(fs *flag.FlagSet) {
 		"let events without user_id through (their plays are flagged no_user_id); by default they are rejected as missing_user_id (env PLAYPIPE_ALLOW_MISSING_USER_ID=true)")
 	fs.StringVar(&c.defaultVendor, "default-vendor", envDefault("PLAYPIPE_DEFAULT_VENDOR", ""),
 		"vendor (integer) used for events without one; empty: such events are rejected as missing_field (env PLAYPIPE_DEFAULT_VENDOR)")
+	maxEvent := consumer.DefaultMaxEventBytes
+	if v := envDefault("PLAYPIPE_MAX_EVENT_BYTES", ""); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			c.envErr = fmt.Errorf("PLAYPIPE_MAX_EVENT_BYTES %q: accepted: a whole number of bytes ≥ 1 (e.g. 65536)", v)
+		}
+		maxEvent = n
+	}
+	fs.IntVar(&c.maxEventBytes, "max-event-bytes", maxEvent,
+		"longest event accepted, in bytes; longer ones are rejected as too_large with a bounded copy (env PLAYPIPE_MAX_EVENT_BYTES)")
 	fs.DurationVar(&c.minPlay, "min-play-length", time.Second, "shortest play that is posted; shorter plays are derived with below_minimum and counted, never posted (0s disables)")
 	fs.IntVar(&c.cacheSize, "mix-cache-size", 10000, "most mix listings kept in memory (least recently used evicted)")
 	fs.DurationVar(&c.cacheTTL, "mix-cache-ttl", 10*time.Minute, "how long a listing served by live service is used")
 	fs.DurationVar(&c.standbyTTL, "mix-cache-standby-ttl", 30*time.Second, "how long a listing served by the API's standby layer is used")
 	fs.DurationVar(&c.notFoundTTL, "mix-cache-notfound-ttl", 30*time.Second, "how long a 404 for a mix is remembered")
+	fs.IntVar(&c.unavailAttempts, "mix-unavailable-attempts", 5,
+		"a mix the partner API answers 400 or an undecodable body for is declared unavailable after this many such answers (and --mix-unavailable-after); its events are then rejected as mix_unavailable, raw kept for a re-drive")
+	fs.DurationVar(&c.unavailAfter, "mix-unavailable-after", 30*time.Second,
+		"shortest time between the first and the last of --mix-unavailable-attempts answers before a mix is declared unavailable (500, 503 and network errors are retried for ever instead)")
 	fs.IntVar(&c.txnRecords, "txn-records", 1000, "events per transaction (a transaction ends at this many events or --txn-interval)")
 	fs.DurationVar(&c.txnInterval, "txn-interval", 100*time.Millisecond, "longest a transaction stays open collecting events")
 	fs.DurationVar(&c.maxTxnWait, "max-txn-wait", 10*time.Second, "longest an open transaction waits for the partner API; past it the transaction is aborted and the events read again once the mix is served")
@@ -77,9 +96,13 @@ func (c *consumeFlags) register(fs *flag.FlagSet) {
 // options turns the flags into consumer options; errors name the flag.
 func (c *consumeFlags) options() (consumer.Options, error) {
 	o := consumer.Options{
-		Group: c.group, TransactionalID: c.txnID,
+		Group: c.group, TransactionalID: c.txnID, MaxEventBytes: c.maxEventBytes,
 		TxnRecords: c.txnRecords, TxnInterval: c.txnInterval, MaxTxnWait: c.maxTxnWait, TransactionTimeout: c.txnTimeout,
-		CacheOptions: consumer.CacheOptions{Size: c.cacheSize, TTL: c.cacheTTL, StandbyTTL: c.standbyTTL, NotFoundTTL: c.notFoundTTL},
+		CacheOptions: consumer.CacheOptions{Size: c.cacheSize, TTL: c.cacheTTL, StandbyTTL: c.standbyTTL, NotFoundTTL: c.notFoundTTL,
+			UnavailableAttempts: c.unavailAttempts, UnavailableAfter: c.unavailAfter},
+	}
+	if c.envErr != nil {
+		return o, c.envErr
 	}
 	o.Events.AllowMissingUserID = c.allowMissingUserID
 	if c.defaultVendor != "" {
@@ -97,10 +120,14 @@ func (c *consumeFlags) options() (consumer.Options, error) {
 	default:
 		o.MinPlayLength = c.minPlay
 	}
+	if c.unavailAfter < 0 {
+		return o, fmt.Errorf("--mix-unavailable-after must be ≥ 0, got %s", c.unavailAfter)
+	}
 	if c.maxTxnWait*2 > c.txnTimeout {
 		return o, fmt.Errorf("--max-txn-wait (%s) must be at most half of --txn-timeout (%s)", c.maxTxnWait, c.txnTimeout)
 	}
-	for name, v := range map[string]int{"--mix-cache-size": c.cacheSize, "--txn-records": c.txnRecords} {
+	for name, v := range map[string]int{"--mix-cache-size": c.cacheSize, "--txn-records": c.txnRecords, "--max-event-bytes": c.maxEventBytes,
+		"--mix-unavailable-attempts": c.unavailAttempts} {
 		if v < 1 {
 			return o, fmt.Errorf("%s must be ≥ 1, got %d", name, v)
 		}
@@ -119,11 +146,11 @@ func runConsume(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	var (
 		lf   logFlags
 		kcfg kafkax.Config
-		acfg partnerapi.Config
+		api  apiTarget
 		cf   consumeFlags
 	)
 	kcfg.RegisterFlags(fs)
-	acfg.RegisterFlags(fs)
+	api.register(fs, "read mix listings from")
 	cf.register(fs)
 	lf.register(fs.StringVar)
 	adminAddr := telemetry.AdminAddrFlag(fs, "consume")
@@ -140,34 +167,37 @@ func runConsume(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		fmt.Fprintln(stderr, err)
 		return errUsage
 	}
-	if err := kcfg.Validate(); err != nil { // a bad Kafka flag is a usage error (exit 2), checked before anything starts
-		fmt.Fprintln(stderr, err)
-		return errUsage
+	if err := requireKafka(kcfg); err != nil {
+		return err
+	}
+	if err := api.check(); err != nil {
+		return err
 	}
 	tel, stopTelemetry, err := startTelemetry(ctx, "consume", *adminAddr, log)
 	if err != nil {
 		return err
 	}
 	defer stopTelemetry()
+	setKafkaReady := addKafkaReadyCheck(tel)
 	kcfg, stopKafka, err := kafkax.Ready(ctx, kcfg, log)
 	if err != nil {
 		return err
 	}
 	defer stopKafka()
-	api, stopAPI, err := partnerAPI(acfg, log, "mix listings come from the sandbox's catalog")
+	setKafkaReady(kcfg)
+	client, stopAPI, err := api.open(log)
 	if err != nil {
 		return err
 	}
 	defer stopAPI()
 	opts.Kafka = kcfg
-	opts.Source = api
+	opts.Source = client
 	opts.Logger = log
 	enr, err := consumer.New(opts)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return errUsage
 	}
-	tel.AddReadyCheck("kafka", func(ctx context.Context) error { return kafkax.Ping(ctx, kcfg) })
 	stopLag, err := exportLag(kcfg, opts.Group, kcfg.Topics().Events)
 	if err != nil {
 		return err
@@ -176,8 +206,8 @@ func runConsume(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	err = enr.Run(ctx)
 	st := enr.Stats()
 	cs := enr.Cache().Stats()
-	fmt.Fprintf(stdout, "consume: %d events committed: %d track plays (%d below the minimum), %d rejected; %d transactions, %d aborted; mix cache %d hits, %d misses, %d fetches\n",
-		st.Events, st.Plays, st.BelowMinimum, st.Rejected, st.Commits, st.Aborts, cs.Hits, cs.Misses, cs.Fetches)
+	fmt.Fprintf(stdout, "consume: %d events committed: %d track plays (%d below the minimum), %d rejected, %d valid without plays; %d transactions, %d aborted; mix cache %d hits, %d misses, %d fetches\n",
+		st.Events, st.Plays, st.BelowMinimum, st.Rejected, st.WithoutPlays, st.Commits, st.Aborts, cs.Hits, cs.Misses, cs.Fetches)
 	if errors.Is(err, consumer.ErrMisconfigured) {
 		return configExit{err}
 	}

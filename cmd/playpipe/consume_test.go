@@ -25,6 +25,9 @@ func TestConsumeFlagErrors(t *testing.T) {
 		{"--txn-records", "0"},
 		{"--mix-cache-ttl", "0s"},
 		{"--max-txn-wait", "40s", "--txn-timeout", "60s"},
+		{"--max-event-bytes", "0"},
+		{"--mix-unavailable-attempts", "0"},
+		{"--mix-unavailable-after", "-1s"},
 	} {
 		var errOut bytes.Buffer
 		err := runConsume(context.Background(), append([]string{"--brokers", "127.0.0.1:1", "--api-url", "http://127.0.0.1:1"}, args...), io.Discard, &errOut)
@@ -35,6 +38,45 @@ func TestConsumeFlagErrors(t *testing.T) {
 		if !strings.Contains(errOut.String(), strings.TrimLeft(args[0], "-")) {
 			t.Errorf("%v: the message does not name the flag: %s", args, errOut.String())
 		}
+	}
+}
+
+// TestConsumeMaxEventBytesEnv: a PLAYPIPE_MAX_EVENT_BYTES that is not a
+// number is a usage error naming the variable.
+func TestConsumeMaxEventBytesEnv(t *testing.T) {
+	t.Setenv("PLAYPIPE_MAX_EVENT_BYTES", "64k")
+	var errOut bytes.Buffer
+	err := runConsume(context.Background(), []string{"--brokers", "127.0.0.1:1", "--api-url", "http://127.0.0.1:1"}, io.Discard, &errOut)
+	if !errors.Is(err, errUsage) || !strings.Contains(errOut.String(), "PLAYPIPE_MAX_EVENT_BYTES") {
+		t.Fatalf("err %v, output %q: want a usage error naming PLAYPIPE_MAX_EVENT_BYTES", err, errOut.String())
+	}
+}
+
+// TestConsumeRefusedCredentials: with a signature the partner API refuses,
+// consume stops at the first mix it needs with exit status 78, like report,
+// instead of retrying for ever.
+func TestConsumeRefusedCredentials(t *testing.T) {
+	k := testenv.StartKafka(t, 1)
+	sb := testenv.StartSandbox(t)
+	t.Setenv(partnerapi.EnvClientSignature, "not-the-signature-the-sandbox-knows")
+	topics := k.Config.Topics()
+	v := fmt.Sprintf(`{"event_id":"cred-1","mix_id":%d,"started_at":1700000000000,"offset_ms":0,"duration_ms":200000,"user_id":"u","country":"NO","os":"iOS","device":"phone","vendor":1}`,
+		sb.Catalog().Mixes[0].ID)
+	if err := k.Client(t).ProduceSync(context.Background(), &kgo.Record{Topic: topics.Events, Value: []byte(v)}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var errOut bytes.Buffer
+	err := runConsume(ctx, []string{"--brokers", strings.Join(k.Config.Brokers, ","), "--api-url", sb.URL,
+		"--api-client-id", sb.ClientID, "--transactional-id", "cred-test", "--log-level", "warn"}, io.Discard, &errOut)
+	var ec interface{ ExitCode() int }
+	if !errors.As(err, &ec) || ec.ExitCode() != 78 {
+		t.Fatalf("consume returned %v (ctx %v), want exit status 78\n%s", err, ctx.Err(), errOut.String())
+	}
+	t.Logf("consume: %v", err)
+	if !strings.Contains(err.Error(), "credentials") || strings.Contains(err.Error()+errOut.String(), "not-the-signature") {
+		t.Errorf("message should name the credentials and never the signature: %v", err)
 	}
 }
 

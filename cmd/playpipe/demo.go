@@ -110,6 +110,10 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		fmt.Fprintf(stderr, "playpipe demo: %v\n", err)
 		return errUsage
 	}
+	// The demo is the all-local try-out: without --brokers it runs on the
+	// embedded broker, as its synopsis says (the explicit opt-in the roles
+	// need, kafkax.Config.Embedded, is the demo's own choice here).
+	c.kafka.Embedded = c.kafka.Embedded || len(c.kafka.Brokers) == 0
 	// Each run has its own ledger database unless one is named: the embedded
 	// broker starts its topics at offset 0 every time, and the ledger
 	// recognises records by their Kafka location.

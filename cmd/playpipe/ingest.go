@@ -57,6 +57,7 @@ func runIngestWith(ctx context.Context, args []string, stdin io.Reader, stdout, 
 		hashKey   = fs.Bool("hash-key", false, "read an API key from stdin, print its SHA-256 (hex) and exit")
 		newKey    = fs.String("new-key", "", "make a random API key for the named fleet, print it and its configuration line, and exit")
 		maxBody   = fs.Int64("max-body", 4<<20, "largest request body in bytes (larger: 413)")
+		maxEvent  = fs.String("max-event-bytes", envDefault("PLAYPIPE_MAX_EVENT_BYTES", strconv.Itoa(producer.DefaultMaxEventBytes)), fmt.Sprintf("largest event in bytes, 1–%d (env PLAYPIPE_MAX_EVENT_BYTES); a larger one is refused with reason too_large (413 when the request holds nothing else) and recorded with a bounded prefix of its bytes", producer.MaxEventBytesCeiling))
 		maxEvents = fs.Int("max-events", 5000, "most events in one request (more: 413)")
 		ratePer   = fs.Float64("rate", 20000, "sustained events per second allowed per API key (more: 429 with Retry-After)")
 		burst     = fs.Int("burst", 0, "events an API key may send at once; 0: max(--max-events, --rate); must be ≥ --max-events")
@@ -64,7 +65,11 @@ func runIngestWith(ctx context.Context, args []string, stdin io.Reader, stdout, 
 		delivery  = fs.Duration("delivery-timeout", 30*time.Second, "how long an event may wait for Kafka's acknowledgement before the request answers 503")
 		allowNoU  = fs.Bool("allow-missing-user-id", false, "accept events without user_id (must match the consumer's policy)")
 		defVendor = fs.String("default-vendor", "", "vendor for events without one (must match the consumer's policy); empty: vendor is required")
-		maxConc   = fs.Int("max-concurrent", 64, "POST requests served at once (bounds memory to about this × --max-body); more: 503 with Retry-After")
+		maxConc   = fs.Int("max-concurrent", 64, "POST requests served at once (bounds memory to about this × --max-body); more: 503 with Retry-After. A request takes a slot only after its key passed its own limits")
+		maxPerKey = fs.Int("max-concurrent-per-key", 0, "POST requests one API key may have in flight, 1–--max-concurrent; more: 429 concurrency_limited. 0: a quarter of --max-concurrent")
+		minRate   = fs.Int64("min-body-rate", 1024, "slowest average rate, in bytes/s, a request body may arrive at after --body-grace; slower: cut with 408 slow_body")
+		bodyGrace = fs.Duration("body-grace", 10*time.Second, "time a request body may take before --min-body-rate applies")
+		readTO    = fs.Duration("read-timeout", time.Minute, "longest time from a request's headers to the end of its body; later: cut with 408 read_timeout")
 		adminAddr = telemetry.AdminAddrFlag(fs, "ingest")
 		shutdownT = fs.Duration("shutdown-timeout", 30*time.Second, "how long shutdown waits for requests in flight")
 	)
@@ -99,6 +104,31 @@ func runIngestWith(ctx context.Context, args []string, stdin io.Reader, stdout, 
 		fmt.Fprintln(stderr, "playpipe ingest: no fleet API key configured: pass --api-key fleet:hexsha256, --api-keys-file or PLAYPIPE_INGEST_API_KEYS (make one with --new-key <fleet>)")
 		return errUsage
 	}
+	maxEventBytes, err := strconv.ParseInt(strings.TrimSpace(*maxEvent), 10, 64)
+	if err != nil || maxEventBytes < 1 || maxEventBytes > producer.MaxEventBytesCeiling {
+		fmt.Fprintf(stderr, "playpipe ingest: --max-event-bytes (env PLAYPIPE_MAX_EVENT_BYTES) %q: a whole number of bytes from 1 to %d is required\n", *maxEvent, producer.MaxEventBytesCeiling)
+		return errUsage
+	}
+	switch {
+	case *minRate < 1:
+		fmt.Fprintf(stderr, "playpipe ingest: --min-body-rate %d: at least 1 byte/s is required\n", *minRate)
+		return errUsage
+	case *bodyGrace <= 0:
+		fmt.Fprintf(stderr, "playpipe ingest: --body-grace %s: a duration > 0 is required (e.g. 10s)\n", *bodyGrace)
+		return errUsage
+	case *readTO <= 0:
+		fmt.Fprintf(stderr, "playpipe ingest: --read-timeout %s: a duration > 0 is required (e.g. 1m)\n", *readTO)
+		return errUsage
+	}
+	limits := producer.GatewayConfig{
+		MaxBodyBytes: *maxBody, MaxEventBytes: maxEventBytes, MaxEvents: *maxEvents,
+		RatePerKey: *ratePer, Burst: *burst, MaxConcurrent: *maxConc, MaxConcurrentPerKey: *maxPerKey,
+		MinBodyRate: *minRate, BodyGrace: *bodyGrace, ReadTimeout: *readTO,
+	}
+	if err := limits.ValidateLimits(); err != nil {
+		fmt.Fprintf(stderr, "playpipe ingest: %v\n", err)
+		return errUsage
+	}
 	vopts := schemas.ValidateOptions{AllowMissingUserID: *allowNoU}
 	if *defVendor != "" {
 		v, err := strconv.ParseInt(*defVendor, 10, 64)
@@ -107,6 +137,9 @@ func runIngestWith(ctx context.Context, args []string, stdin io.Reader, stdout, 
 			return errUsage
 		}
 		vopts.DefaultVendor = &v
+	}
+	if err := requireKafka(kcfg); err != nil {
+		return err
 	}
 
 	tel, err := telemetry.StartRole(ctx, "ingest", *adminAddr, log)
@@ -137,10 +170,9 @@ func runIngestWith(ctx context.Context, args []string, stdin io.Reader, stdout, 
 		}
 	}()
 	tel.AddReadyCheck("kafka", pub.Ping)
-	gw, err := producer.NewGateway(producer.GatewayConfig{
-		Publisher: pub, Keys: keys, MaxBodyBytes: *maxBody, MaxEvents: *maxEvents,
-		RatePerKey: *ratePer, Burst: *burst, MaxConcurrent: *maxConc, Logger: log,
-	})
+	gcfg := limits
+	gcfg.Publisher, gcfg.Keys, gcfg.Logger = pub, keys, log
+	gw, err := producer.NewGateway(gcfg)
 	if err != nil {
 		return err
 	}
@@ -151,9 +183,11 @@ func runIngestWith(ctx context.Context, args []string, stdin io.Reader, stdout, 
 	hs := &http.Server{
 		Handler:           gw,
 		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       time.Minute,
-		WriteTimeout:      *delivery + time.Minute, // a request waits for Kafka's acknowledgement
-		IdleTimeout:       2 * time.Minute,
+		// The gateway sets each POST's read deadline itself (--min-body-rate,
+		// --body-grace, --read-timeout); this is the backstop for the rest.
+		ReadTimeout:  *readTO + 10*time.Second,
+		WriteTimeout: *delivery + time.Minute, // a request waits for Kafka's acknowledgement
+		IdleTimeout:  2 * time.Minute,
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
@@ -162,7 +196,7 @@ func runIngestWith(ctx context.Context, args []string, stdin io.Reader, stdout, 
 		fleets[k.Fleet] = true
 	}
 	log.Info("ingest listening", "url", "http://"+ln.Addr().String()+"/v1/events", "topic", pub.Topic(),
-		"fleets", len(fleets), "keys", len(keys), "rate_per_key", *ratePer, "max_events", *maxEvents, "max_body", *maxBody)
+		"fleets", len(fleets), "keys", len(keys), "rate_per_key", *ratePer, "max_events", *maxEvents, "max_body", *maxBody, "max_event_bytes", maxEventBytes)
 	if ready != nil {
 		ready(ln.Addr().String())
 	}

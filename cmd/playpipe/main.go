@@ -38,6 +38,13 @@ func register(c command) {
 // errUsage marks an error whose message was already printed with usage.
 var errUsage = errors.New("usage error")
 
+// usageError is a usage error (exit 2) whose message is not printed yet:
+// runMain prints it after "playpipe <command>: ".
+type usageError struct{ error }
+
+func (e usageError) Is(target error) bool { return target == errUsage }
+func (e usageError) Unwrap() error        { return e.error }
+
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := runMain(ctx, os.Args[1:], os.Stdout, os.Stderr)

@@ -56,7 +56,7 @@ func TestUsageAndExitCodes(t *testing.T) {
 		}
 	}
 	code, out, _ := run("help", "simulate")
-	if code != 0 || strings.Contains(out, "embedded-kafka-port") || strings.Contains(out, "embedded in-memory broker") {
+	if code != 0 || strings.Contains(out, "embedded-kafka") || strings.Contains(out, "embedded in-memory broker") || strings.Contains(out, "embedded in-process") {
 		t.Errorf("simulate --help documents the embedded broker it refuses:\n%s", out)
 	}
 }

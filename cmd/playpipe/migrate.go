@@ -23,7 +23,9 @@ times; the sink runs it at start-up too. Full guide: docs/audit.md.
 Example:
   playpipe migrate --clickhouse-addr clickhouse:9000 --clickhouse-db playpipe
 
-Without --clickhouse-addr a local clickhouse-server is started (or reused) in --clickhouse-data.`
+--clickhouse-addr or --clickhouse-data DIR is required. With --clickhouse-data, a
+clickhouse-server already running in DIR (a sink's) is reused on its ports and left
+running; otherwise one is started for the migration and stopped after it.`
 
 func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("migrate", stderr, migrateSynopsis)
@@ -41,9 +43,8 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		fmt.Fprintln(stderr, err)
 		return errUsage
 	}
-	if err := cfg.Validate(); err != nil {
-		fmt.Fprintln(stderr, err)
-		return errUsage
+	if err := requireClickHouse(cfg); err != nil {
+		return err
 	}
 	cfg, stopCH, err := analytics.LocalOrConfigured(ctx, cfg, log)
 	if err != nil {

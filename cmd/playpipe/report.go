@@ -8,7 +8,6 @@ import (
 
 	"github.com/playpipe/playpipe/internal/kafkax"
 	"github.com/playpipe/playpipe/internal/telemetry"
-	"github.com/playpipe/playpipe/partnerapi"
 	"github.com/playpipe/playpipe/reporter"
 )
 
@@ -30,7 +29,9 @@ Example (brokers and API from the environment; the signature never on the comman
   PLAYPIPE_API_CLIENT_SIGNATURE=... playpipe report --brokers kafka:9092 \
     --api-url https://api.example.com --api-client-id abcdefghij --concurrency 48
 
-Without --api-url, a built-in sandbox of the partner API is started on loopback.`
+--brokers (or --embedded-kafka) and --api-url (or --sandbox) are required: without them
+the command refuses to start (exit 2) rather than post to a built-in sandbox or run on an
+in-memory broker by accident. Try-out: playpipe report --embedded-kafka --sandbox`
 
 // exitConfig is the exit status of a configuration error (sysexits EX_CONFIG).
 const exitConfig = 78
@@ -45,11 +46,11 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	var (
 		lf   logFlags
 		kcfg kafkax.Config
-		acfg partnerapi.Config
+		api  apiTarget
 		rcfg reporter.Config
 	)
 	kcfg.RegisterFlags(fs)
-	acfg.RegisterFlags(fs)
+	api.register(fs, "post the reports to")
 	rcfg.RegisterFlags(fs)
 	lf.register(fs.StringVar)
 	adminAddr := telemetry.AdminAddrFlag(fs, "report")
@@ -61,37 +62,41 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		fmt.Fprintln(stderr, err)
 		return errUsage
 	}
-	if err := kcfg.Validate(); err != nil { // a bad Kafka flag is a usage error (exit 2), checked before anything starts
-		fmt.Fprintln(stderr, err)
-		return errUsage
+	if err := requireKafka(kcfg); err != nil {
+		return err
+	}
+	if err := api.check(); err != nil {
+		return err
 	}
 	tel, stopTelemetry, err := startTelemetry(ctx, "report", *adminAddr, log)
 	if err != nil {
 		return err
 	}
 	defer stopTelemetry()
+	setKafkaReady := addKafkaReadyCheck(tel)
 	kcfg, stopKafka, err := kafkax.Ready(ctx, kcfg, log)
 	if err != nil {
 		return err
 	}
 	defer stopKafka()
-	if acfg.MaxConns < rcfg.Concurrency {
+	setKafkaReady(kcfg)
+	if api.cfg.MaxConns < rcfg.Concurrency {
 		// Every post in flight needs its own keep-alive connection.
-		acfg.MaxConns = rcfg.Concurrency
+		api.cfg.MaxConns = rcfg.Concurrency
 	}
-	api, stopAPI, err := partnerAPI(acfg, log, "reports go nowhere real")
+	client, stopAPI, err := api.open(log)
 	if err != nil {
 		return err
 	}
 	defer stopAPI()
 	rcfg.Kafka = kcfg
 	rcfg.Logger = log
-	rep, err := reporter.New(rcfg, api)
+	rcfg.PartnerURL = api.cfg.BaseURL // --api-url, or the sandbox's loopback URL
+	rep, err := reporter.New(rcfg, client)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return errUsage
 	}
-	tel.AddReadyCheck("kafka", func(ctx context.Context) error { return kafkax.Ping(ctx, kcfg) })
 	stopLag, err := exportLag(kcfg, rcfg.Group, kcfg.Topics().Reports)
 	if err != nil {
 		return err
@@ -100,6 +105,14 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := rep.Run(ctx); err != nil {
 		if errors.Is(err, reporter.ErrConfiguration) {
 			return configExit{err}
+		}
+		if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+			// Stopped (SIGTERM, Ctrl-C) while a step was still under way,
+			// e.g. describing the topics at start ("dial …: operation was
+			// canceled"): the stop interrupted it, it did not fail. Any
+			// other error, even after a stop, still exits 1.
+			log.Warn("report: stopped during a step", "err", err)
+			return nil
 		}
 		return err
 	}

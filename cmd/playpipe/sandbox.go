@@ -55,7 +55,9 @@ func runSandbox(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		lists       = fs.Int("lists-per-page", sandbox.DefaultListsPerPage, "lists per page (1–50)")
 		mixes       = fs.Int("mixes-per-list", sandbox.DefaultMixesPerList, "mixes per list (1–100)")
 		empty       = fs.Bool("empty-catalog", false, "answer GET /partners/catalog with 400 \"no catalogs available\"")
-		maxLedger   = fs.Int("max-ledger-entries", sandbox.DefaultMaxLedgerEntries, "report entries kept with their bodies; beyond, only counted")
+		maxLedger   = fs.Int("max-ledger-entries", 0, fmt.Sprintf("report entries kept with their bodies; beyond, only counted (0: %d, or %d with --lean)", sandbox.DefaultMaxLedgerEntries, sandbox.LeanMaxLedgerEntries))
+		lean        = fs.Bool("lean", false, "lean mode for load tests: no otelhttp tracing middleware, and a bounded ledger (detail of the first --max-ledger-entries reports only; counts and duplicates exact)")
+		strict      = fs.Bool("strict", true, "strict mode: shuffled rankings, gapped page and list ids, 415 for non-JSON POST bodies, 400 for non-canonical path ids, 401 for repeated Authorization headers; --strict=false serves the catalog sorted and lets those pass")
 	)
 	lf.register(fs.StringVar)
 	fs.Usage = func() {
@@ -84,7 +86,11 @@ func runSandbox(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		Seed: *seed, ClientID: *clientID, ClientSignature: *clientSig, Email: *email,
 		LiveTokenTTL: *liveTTL, StandbyTokenTTL: *standbyTTL, Logger: log, Mode: mode,
 		Pages: *pages, ListsPerPage: *lists, MixesPerList: *mixes, EmptyCatalog: *empty,
-		MaxLedgerEntries: *maxLedger, AdminAllowRemote: *adminPublic,
+		MaxLedgerEntries: *maxLedger, AdminAllowRemote: *adminPublic, Lenient: !*strict, Lean: *lean,
+	}
+	if *maxLedger < 0 {
+		fmt.Fprintf(stderr, "--max-ledger-entries %d: accepted 0 (the default) or more\n", *maxLedger)
+		return errUsage
 	}
 	if *secretFile != "" {
 		b, err := os.ReadFile(*secretFile)
@@ -117,12 +123,12 @@ func runSandbox(ctx context.Context, args []string, stdout, stderr io.Writer) er
 
 	var servers []*http.Server
 	errc := make(chan error, 2)
-	start := func(name, a string, h http.Handler) error {
+	start := func(name, a string, wrap func(addr string) http.Handler) error {
 		ln, err := net.Listen("tcp", a)
 		if err != nil {
 			return fmt.Errorf("%s listen %s: %w", name, a, err)
 		}
-		hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+		hs := &http.Server{Handler: wrap(ln.Addr().String()), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 		servers = append(servers, hs)
 		log.Info("sandbox listening", "listener", name, "url", "http://"+ln.Addr().String())
 		go func() {
@@ -143,19 +149,25 @@ func runSandbox(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			}
 		}
 	}
-	if err := start("api", *addr, telemetry.HTTPHandler(srv.Handler(), "sandbox")); err != nil {
+	api := func(listenAddr string) http.Handler {
+		if *lean {
+			return srv.Handler() // no tracing middleware: the partner side must not eat a load test's cores
+		}
+		return pinHost(telemetry.HTTPHandler(srv.Handler(), "sandbox"), listenAddr)
+	}
+	if err := start("api", *addr, api); err != nil {
 		return err
 	}
 	if adminOn {
 		admin := http.NewServeMux()
 		admin.Handle("/metrics", telemetry.MetricsHandler())
 		admin.Handle("/", srv.AdminHandler())
-		if err := start("admin", *adminAddr, admin); err != nil {
+		if err := start("admin", *adminAddr, func(string) http.Handler { return admin }); err != nil {
 			shutdown()
 			return err
 		}
 	}
-	log.Info("sandbox ready", "mode", mode.String(), "seed", *seed, "mixes", len(srv.Catalog().Mixes), "client_id", *clientID)
+	log.Info("sandbox ready", "mode", mode.String(), "strict", *strict, "lean", *lean, "seed", *seed, "mixes", len(srv.Catalog().Mixes), "client_id", *clientID)
 	var runErr error
 	select {
 	case <-ctx.Done():
@@ -165,6 +177,22 @@ func runSandbox(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	l := srv.Ledger()
 	log.Info("sandbox stopped", "accepted", l.AcceptedCount, "standby", l.StandbyCount, "rejected", l.RejectedCount, "duplicates", l.Duplicates)
 	return runErr
+}
+
+// pinHost serves h with the request's Host replaced by the listener's own
+// address. otelhttp labels its http.server.* metrics with server.address and
+// server.port taken from the Host header, which the caller chooses: random
+// Host values would each open new series and grow /metrics without bound
+// (issue 10). The sandbox's handlers never read Host, and every other label
+// (method, status, protocol, the sandbox's endpoint names) is from a fixed
+// set. The request is copied shallowly, as http.StripPrefix does.
+func pinHost(h http.Handler, listenAddr string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r2 := new(http.Request)
+		*r2 = *r
+		r2.Host = listenAddr
+		h.ServeHTTP(w, r2)
+	})
 }
 
 // loopbackAddr reports whether a listen address binds loopback only.

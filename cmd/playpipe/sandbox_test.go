@@ -5,9 +5,12 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -32,7 +35,7 @@ func TestSandboxHelpDocumentsFlagsAndAdminAPI(t *testing.T) {
 	if !errors.Is(err, flag.ErrHelp) {
 		t.Fatalf("help: err %v\n%s", err, out.String())
 	}
-	for _, want := range []string{"-addr", "-admin-addr", "-seed", "-client-signature", "-live-token-ttl", "-standby-token-ttl", "PUT    /admin/mode", "/admin/faults", "/admin/ledger", "/admin/reset", "/admin/counters"} {
+	for _, want := range []string{"-addr", "-admin-addr", "-seed", "-client-signature", "-live-token-ttl", "-standby-token-ttl", "-strict", "-lean", "PUT    /admin/mode", "/admin/faults", "/admin/ledger", "/admin/reset", "/admin/counters"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("help lacks %q", want)
 		}
@@ -71,6 +74,7 @@ func TestSandboxServesUntilCancelled(t *testing.T) {
 	}
 	req, _ := http.NewRequest("POST", urls["api"]+"/partners/session", strings.NewReader(`{}`))
 	req.Header.Set("User-Agent", "playpipe-test/1 (partner integration)")
+	req.Header.Set("Content-Type", "application/json") // strict by default
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -101,4 +105,171 @@ func TestSandboxServesUntilCancelled(t *testing.T) {
 	if strings.Contains(out.String(), "SANDBOX-ONLY-signature") {
 		t.Fatal("the client signature appears in the logs")
 	}
+}
+
+// startSandboxCmd runs `playpipe sandbox args…` in-process on free loopback
+// ports and returns the API and admin URLs; the run stops when the test ends.
+func startSandboxCmd(t *testing.T, args ...string) (api, admin string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	var out syncBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- runSandbox(ctx, append([]string{"--addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0"}, args...), &out, &out)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("sandbox run: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Error("sandbox did not stop")
+		}
+	})
+	re := regexp.MustCompile(`listener=(api|admin) url=(http://[0-9.:]+)`)
+	urls := map[string]string{}
+	for deadline := time.Now().Add(10 * time.Second); len(urls) < 2; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no listen lines in %s", out.String())
+		}
+		for _, m := range re.FindAllStringSubmatch(out.String(), -1) {
+			urls[m[1]] = m[2]
+		}
+	}
+	return urls["api"], urls["admin"]
+}
+
+// post sends a session request with the given Content-Type ("" for none).
+func postSession(t *testing.T, api, contentType string) int {
+	t.Helper()
+	req, _ := http.NewRequest("POST", api+"/partners/session", strings.NewReader(`{"client_id":"playpipe01","client_signature":"SANDBOX-ONLY-signature-not-a-real-secret"}`))
+	req.Header.Set("User-Agent", "playpipe-test/1 (partner integration)")
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	return res.StatusCode
+}
+
+// The command is strict by default; --strict=false is lenient.
+func TestSandboxStrictByDefault(t *testing.T) {
+	api, _ := startSandboxCmd(t)
+	if st := postSession(t, api, "text/plain"); st != 415 {
+		t.Fatalf("default: non-JSON session body answered %d, want 415", st)
+	}
+	if st := postSession(t, api, "application/json"); st != 200 {
+		t.Fatalf("default: JSON session body answered %d", st)
+	}
+	api, _ = startSandboxCmd(t, "--strict=false")
+	if st := postSession(t, api, "text/plain"); st != 200 {
+		t.Fatalf("--strict=false: non-JSON session body answered %d, want 200", st)
+	}
+}
+
+func metricsSize(t *testing.T, admin string) (int, string) {
+	t.Helper()
+	res, err := http.Get(admin + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil || res.StatusCode != 200 {
+		t.Fatalf("/metrics: %d %v", res.StatusCode, err)
+	}
+	return len(b), string(b)
+}
+
+// Issue 10: no metric label value comes from the request. 5 000 requests
+// with random Host headers (and random paths and ids) leave /metrics the
+// same size (±10 %).
+func TestSandboxMetricsBoundedUnderRandomHosts(t *testing.T) {
+	for _, args := range [][]string{nil, {"--lean"}} {
+		t.Run(strings.Join(append([]string{"args"}, args...), " "), func(t *testing.T) {
+			api, admin := startSandboxCmd(t, args...)
+			tr := &http.Transport{MaxIdleConnsPerHost: 8}
+			defer tr.CloseIdleConnections()
+			hc := &http.Client{Transport: tr}
+			send := func(i int, host string) {
+				paths := []string{"/partners/catalog", "/partners/mix/" + strconv.Itoa(i), "/random/" + strconv.Itoa(i), "/partners/page/x" + strconv.Itoa(i)}
+				req, _ := http.NewRequest("GET", api+paths[i%len(paths)], nil)
+				req.Header.Set("User-Agent", "playpipe-test/1 (partner integration)")
+				req.Host = host
+				res, err := hc.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				_, _ = io.Copy(io.Discard, res.Body)
+				res.Body.Close()
+			}
+			// Warm up every bounded series: each path kind and answer, and a session.
+			for i := range 40 {
+				send(i, "")
+			}
+			if st := postSession(t, api, "application/json"); st != 200 {
+				t.Fatalf("session %d", st)
+			}
+			before, _ := metricsSize(t, admin)
+			for i := range 5000 {
+				send(i, fmt.Sprintf("h%d-%x.example:%d", i, rand.Uint64(), 1+rand.IntN(65535)))
+			}
+			after, text := metricsSize(t, admin)
+			if strings.Contains(text, ".example") {
+				t.Fatal("a Host header value is a metric label")
+			}
+			if d := after - before; d*10 > before || -d*10 > before {
+				t.Fatalf("/metrics grew from %d to %d bytes after 5000 random Host headers", before, after)
+			}
+			t.Logf("/metrics %d → %d bytes", before, after)
+		})
+	}
+}
+
+// --lean leaves out the tracing middleware. The meter provider is global
+// to the test binary and no metric label tells two sandboxes apart (no label
+// comes from the request, not even server.port), so whether this run's
+// middleware counted is told by the request counter of the sandbox's series
+// growing across one request (the package's tests do not run in parallel).
+func TestSandboxLeanFlag(t *testing.T) {
+	if err := runSandbox(context.Background(), []string{"--max-ledger-entries", "-1"}, io.Discard, io.Discard); !errors.Is(err, errUsage) {
+		t.Fatalf("--max-ledger-entries -1: %v", err)
+	}
+	for _, lean := range []bool{true, false} {
+		var args []string
+		if lean {
+			args = []string{"--lean"}
+		}
+		api, admin := startSandboxCmd(t, args...)
+		_, text := metricsSize(t, admin)
+		before := sandboxRequests(text)
+		if st := postSession(t, api, "application/json"); st != 200 {
+			t.Fatalf("session %d", st)
+		}
+		_, text = metricsSize(t, admin)
+		after := sandboxRequests(text)
+		if traced := after > before; traced == lean {
+			t.Fatalf("lean=%v: otelhttp counted the request: %v (sandbox requests %v → %v)", lean, traced, before, after)
+		}
+	}
+}
+
+// sandboxRequests sums the otelhttp request counts of the sandbox's series.
+func sandboxRequests(metrics string) float64 {
+	var n float64
+	for _, l := range strings.Split(metrics, "\n") {
+		if !strings.HasPrefix(l, "http_server_request_duration_seconds_count{") || !strings.Contains(l, `server_address="sandbox"`) {
+			continue
+		}
+		if v, err := strconv.ParseFloat(l[strings.LastIndexByte(l, ' ')+1:], 64); err == nil {
+			n += v
+		}
+	}
+	return n
 }

@@ -12,7 +12,6 @@ import (
 
 	"github.com/playpipe/playpipe/internal/kafkax"
 	"github.com/playpipe/playpipe/internal/telemetry"
-	"github.com/playpipe/playpipe/partnerapi"
 	"github.com/playpipe/playpipe/producer"
 )
 
@@ -31,8 +30,8 @@ a share of bad events (malformed JSON, missing fields, unknown mix, bad country)
 --seed sends the same events. Prints what it sent, by kind. Guide: docs/producer.md.
 
 The catalog comes from --mixes, or by walking the partner API (catalog → pages → lists →
-mixes) at --api-url; with neither, a built-in sandbox (seed 1, the same catalog as every
-playpipe sandbox with seed 1) is walked.
+mixes) at --api-url, or of a built-in sandbox with --sandbox (seed 1, the same catalog as
+every playpipe sandbox with seed 1). One of the three is required.
 
 Example:
   playpipe simulate --brokers 127.0.0.1:9092 --events 20000 --rate 5000 --bad-share 0.05`
@@ -42,7 +41,7 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	var (
 		lf       logFlags
 		kcfg     kafkax.Config
-		acfg     partnerapi.Config
+		api      apiTarget
 		events   = fs.Int("events", 10000, "messages to send")
 		ratePS   = fs.Float64("rate", 0, "messages per second; 0: as fast as Kafka takes them")
 		devices  = fs.Int("devices", 200, "devices in the fleet")
@@ -57,11 +56,11 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		batchTO  = fs.Duration("batch-timeout", 2*time.Millisecond, "kafka-go Writer.BatchTimeout: how long a partition batch waits to fill (kafka-go's own default, 1s, makes synchronous writes crawl)")
 	)
 	kcfg.RegisterFlags(fs)
-	acfg.RegisterFlags(fs)
+	api.register(fs, "walk the catalog of")
 	lf.register(fs.StringVar)
 	// The simulator publishes to a running Kafka: it has no embedded broker.
 	fs.Lookup("brokers").Usage = "Kafka seed brokers, comma separated (env PLAYPIPE_BROKERS); required: the simulator publishes to a running Kafka (it starts no embedded broker)"
-	hideFlags(fs, "simulate", simulateSynopsis, "embedded-kafka-port")
+	hideFlags(fs, "simulate", simulateSynopsis, "embedded-kafka", "embedded-kafka-port")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -79,7 +78,7 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		defer cancel()
 		_ = tel.Close(cctx)
 	}()
-	if len(kcfg.Brokers) == 0 {
+	if len(kcfg.Brokers) == 0 || kcfg.Embedded {
 		fmt.Fprintln(stderr, "playpipe simulate: --brokers is required (env PLAYPIPE_BROKERS): the simulator publishes to a running Kafka, e.g. the one of docker compose or playpipe demo")
 		return errUsage
 	}
@@ -95,18 +94,21 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			return errUsage
 		}
 	} else {
-		api, stopAPI, err := partnerAPI(acfg, log, "no --mixes: the simulated fleet listens to the sandbox's catalog, seed 1")
+		if api.cfg.BaseURL == "" && !api.sandbox {
+			return usageError{errors.New("no catalog: pass --mixes, --api-url (env PLAYPIPE_API_URL) to walk the partner API's catalog, or --sandbox to walk a built-in sandbox's (seed 1)")}
+		}
+		client, stopAPI, err := api.open(log)
 		if err != nil {
 			return err
 		}
 		defer stopAPI()
 		wctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-		catalog, err = producer.CatalogFromAPI(wctx, api, *maxMixes)
+		catalog, err = producer.CatalogFromAPI(wctx, client, *maxMixes)
 		cancel()
 		if err != nil {
 			return err
 		}
-		log.Info("simulate: catalog walked through the partner API", "url", acfg.BaseURL, "mixes", len(catalog))
+		log.Info("simulate: catalog walked through the partner API", "url", api.cfg.BaseURL, "mixes", len(catalog))
 	}
 	if *startMS == 0 {
 		*startMS = time.Now().Truncate(time.Minute).UnixMilli()

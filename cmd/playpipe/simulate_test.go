@@ -62,13 +62,14 @@ func TestSimulateCommandWithMixes(t *testing.T) {
 	}
 }
 
-// TestSimulateCommandWalksBuiltinSandbox: without --mixes and --api-url the
-// command walks a built-in sandbox through the partner API client.
+// TestSimulateCommandWalksBuiltinSandbox: with --sandbox (no --mixes, no
+// --api-url) the command walks a built-in sandbox through the partner API
+// client.
 func TestSimulateCommandWalksBuiltinSandbox(t *testing.T) {
 	k := testenv.StartKafka(t, 1)
 	var out bytes.Buffer
 	err := runSimulate(context.Background(), []string{"--brokers", strings.Join(k.Config.Brokers, ","), "--events", "150",
-		"--max-mixes", "10", "--bad-share", "0", "--log-level", "warn"}, &out, io.Discard)
+		"--sandbox", "--max-mixes", "10", "--bad-share", "0", "--log-level", "warn"}, &out, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}

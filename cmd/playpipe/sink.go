@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"sync/atomic"
 	"time"
 
 	"github.com/playpipe/playpipe/analytics"
@@ -30,8 +32,11 @@ Example (the password from the environment only):
   PLAYPIPE_CLICKHOUSE_PASSWORD=... playpipe sink --brokers kafka:9092 \
     --clickhouse-addr clickhouse:9000 --clickhouse-user playpipe --batch-rows 10000 --linger 1s
 
-Without --brokers an embedded in-memory broker is started (only useful for a try-out);
-without --clickhouse-addr a local clickhouse-server is started (or reused) in --clickhouse-data.`
+--brokers (or --embedded-kafka) and --clickhouse-addr (or --clickhouse-data DIR) are
+required: without them the command refuses to start (exit 2). With --clickhouse-data the
+sink runs a local clickhouse-server in DIR (or reuses the one already running there) and
+restarts it, on the same ports, if it dies. /readyz answers ready only while Kafka and
+ClickHouse both answer.`
 
 func runSink(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("sink", stderr, sinkSynopsis)
@@ -58,10 +63,16 @@ func runSink(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return errUsage
 	}
 	// Check the flags before starting anything.
+	if err := requireKafka(kcfg); err != nil {
+		return err
+	}
+	if err := requireClickHouse(sc.ClickHouse); err != nil {
+		return err
+	}
 	check := sc
 	check.Kafka, check.ClickHouse.Addr = kcfg, "127.0.0.1:0"
-	if len(check.Kafka.Brokers) == 0 {
-		check.Kafka.Brokers = []string{"127.0.0.1:0"}
+	if check.Kafka.Embedded {
+		check.Kafka.Embedded, check.Kafka.EmbeddedPort, check.Kafka.Brokers = false, 0, []string{"127.0.0.1:0"}
 	}
 	if err := check.Validate(); err != nil {
 		fmt.Fprintln(stderr, err)
@@ -72,36 +83,42 @@ func runSink(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	defer stopTelemetry()
+	// The readiness checks exist from the first /readyz on: not ready while
+	// Kafka or ClickHouse are being reached (a local server starting), nor
+	// until the sink has applied the ledger schema, nor whenever either
+	// stops answering.
+	setKafkaReady := addKafkaReadyCheck(tel)
+	var readySink atomic.Pointer[analytics.Sink]
+	tel.AddReadyCheck("clickhouse", func(ctx context.Context) error {
+		s := readySink.Load()
+		if s == nil {
+			return errors.New("clickhouse: not reached yet")
+		}
+		return s.Ready(ctx)
+	})
 	kcfg, stopKafka, err := kafkax.Ready(ctx, kcfg, log)
 	if err != nil {
 		return err
 	}
 	defer stopKafka()
+	setKafkaReady(kcfg)
 	chcfg, stopCH, err := analytics.LocalOrConfigured(ctx, sc.ClickHouse, log)
 	if err != nil {
 		return err
 	}
 	defer stopCH()
 	sc.ClickHouse = chcfg
-	tel.AddReadyCheck("kafka", func(ctx context.Context) error { return kafkax.Ping(ctx, kcfg) })
 	stopLag, err := exportLag(kcfg, sc.Group, kcfg.Topics().All()...)
 	if err != nil {
 		return err
 	}
 	defer stopLag()
-	tel.AddReadyCheck("clickhouse", func(ctx context.Context) error {
-		conn, err := chcfg.Open()
-		if err != nil {
-			return err
-		}
-		defer conn.Close()
-		return conn.Ping(ctx)
-	})
 	sc.Kafka, sc.Logger = kcfg, log
 	s, err := analytics.NewSink(sc)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return errUsage
 	}
+	readySink.Store(s)
 	return s.Run(ctx)
 }

@@ -22,7 +22,7 @@ func TestMigrateAndSinkCommands(t *testing.T) {
 	ctx := context.Background()
 	chFlags := []string{"--clickhouse-addr", ch.Addr, "--clickhouse-db", ch.Database, "--log-level", "warn"}
 
-	for i, want := range []string{"applied [1]", "nothing to apply"} {
+	for i, want := range []string{"applied [1 2 3]", "nothing to apply"} {
 		var out, errb bytes.Buffer
 		if code := runMain(ctx, append([]string{"migrate"}, chFlags...), &out, &errb); code != 0 || !strings.Contains(out.String(), want) {
 			t.Fatalf("migrate #%d: exit %d, stdout %q, stderr %q; want %q", i+1, code, out.String(), errb.String(), want)
@@ -70,7 +70,7 @@ func TestMigrateAndSinkCommands(t *testing.T) {
 	}
 
 	var errb2 bytes.Buffer
-	if code := runMain(ctx, []string{"sink", "--batch-rows", "-1"}, &bytes.Buffer{}, &errb2); code != 2 || !strings.Contains(errb2.String(), "--batch-rows") {
+	if code := runMain(ctx, []string{"sink", "--brokers", "127.0.0.1:1", "--clickhouse-addr", "127.0.0.1:1", "--batch-rows", "-1"}, &bytes.Buffer{}, &errb2); code != 2 || !strings.Contains(errb2.String(), "--batch-rows") {
 		t.Fatalf("sink --batch-rows 0: exit %d, stderr %q; want 2 naming the flag", code, errb2.String())
 	}
 }

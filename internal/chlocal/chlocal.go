@@ -123,6 +123,7 @@ type Server struct {
 	httpPort int
 	cmd      *exec.Cmd
 	exited   chan struct{} // closed when the current process has exited
+	stopped  bool          // Stop or Kill was called after the last Start: Watch leaves it down
 }
 
 // state is written to <Dir>/server.json so that another process can attach.
@@ -151,49 +152,105 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	if s.log == nil {
 		s.log = slog.Default()
 	}
-	if st, ok := s.running(ctx); ok {
+	st, recorded, alive := s.recorded()
+	if alive {
+		// A live process of this package holds the folder: attach to it
+		// (waiting while it starts up, e.g. restarted by its owner's Watch),
+		// never start a second server on new ports.
 		if !opts.Reuse {
 			return nil, fmt.Errorf("chlocal: a ClickHouse server (pid %d, native port %d) already runs in %s; stop it or use another folder", st.PID, st.TCPPort, dir)
 		}
-		{
-			s.owned = false
-			s.tcpPort, s.httpPort = st.TCPPort, st.HTTPPort
-			s.log.Info("clickhouse: using the local server already running in the data folder", "dir", dir, "addr", s.Addr(), "pid", st.PID)
-			return s, nil
-		}
+		return s.attach(ctx, st)
 	}
 	if opts.Binary != "" {
 		s.bin = binaryFor(opts.Binary)
 	} else if s.bin, err = FindBinary(); err != nil {
 		return nil, err
 	}
-	// A port picked free can be taken by someone else before the server
-	// binds it; try a few fresh pairs.
+	// A server that died in this folder is started again on its recorded
+	// ports, so that its clients (a sink) reconnect to the same address.
+	// Otherwise, or when those ports are taken, free ones are picked: a port
+	// picked free can be taken by someone else before the server binds it,
+	// so a few fresh pairs are tried.
 	for attempt := 0; ; attempt++ {
-		if s.tcpPort, s.httpPort, err = freePorts(); err != nil {
+		if attempt == 0 && recorded && st.TCPPort > 0 && st.HTTPPort > 0 {
+			s.tcpPort, s.httpPort = st.TCPPort, st.HTTPPort
+		} else if s.tcpPort, s.httpPort, err = freePorts(); err != nil {
 			return nil, err
 		}
 		err = s.Start(ctx)
 		var se *StartError
-		if err == nil || attempt >= 2 || !errors.As(err, &se) || !strings.Contains(se.Log, "Address already in use") {
+		if err == nil {
+			return s, nil
+		}
+		if opts.Reuse {
+			// Another process may have started the folder's server meanwhile
+			// (its owner restarting it): use that one.
+			if st, _, alive := s.recorded(); alive {
+				if a, aerr := s.attach(ctx, st); aerr == nil {
+					return a, nil
+				}
+			}
+		}
+		if attempt >= 2 || !errors.As(err, &se) || !strings.Contains(se.Log, "Address already in use") {
 			return s, err
 		}
 	}
 }
 
-// running returns the state of a live server of this package in s.dir.
-func (s *Server) running(ctx context.Context) (state, bool) {
+// recorded reads the folder's state file: recorded when there is one,
+// alive when its process still runs (and, where /proc tells, is a
+// ClickHouse server).
+func (s *Server) recorded() (st state, recorded, alive bool) {
 	b, err := os.ReadFile(filepath.Join(s.dir, stateFile))
+	if err != nil || json.Unmarshal(b, &st) != nil || st.PID <= 0 {
+		return state{}, false, false
+	}
+	return st, true, syscall.Kill(st.PID, 0) == nil && isClickHouse(st.PID)
+}
+
+// isClickHouse tells whether pid runs a ClickHouse binary (a recycled pid
+// of another program is not the folder's server). Without /proc: true.
+func isClickHouse(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
 	if err != nil {
-		return state{}, false
+		return !errors.Is(err, os.ErrNotExist) || !procMounted()
 	}
-	var st state
-	if json.Unmarshal(b, &st) != nil || st.PID <= 0 || syscall.Kill(st.PID, 0) != nil {
-		return state{}, false
-	}
-	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	return bytes.Contains(b, []byte("clickhouse"))
+}
+
+func procMounted() bool {
+	_, err := os.Stat("/proc/self/cmdline")
+	return err == nil
+}
+
+// attach makes s a client of the live server st runs in the folder (not
+// owned: Stop leaves it running), once it answers within the start timeout.
+func (s *Server) attach(ctx context.Context, st state) (*Server, error) {
+	wctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	return st, ping(cctx, st.HTTPPort) == nil
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		pctx, pcancel := context.WithTimeout(wctx, time.Second)
+		err := ping(pctx, st.HTTPPort)
+		pcancel()
+		if err == nil {
+			break
+		}
+		if syscall.Kill(st.PID, 0) != nil {
+			return nil, fmt.Errorf("chlocal: the ClickHouse server (pid %d) of %s exited before it answered", st.PID, s.dir)
+		}
+		select {
+		case <-wctx.Done():
+			return nil, fmt.Errorf("chlocal: a ClickHouse server (pid %d) runs in %s but did not answer on 127.0.0.1:%d within %v: %w", st.PID, s.dir, st.HTTPPort, s.timeout, err)
+		case <-tick.C:
+		}
+	}
+	s.owned = false
+	s.tcpPort, s.httpPort = st.TCPPort, st.HTTPPort
+	s.log.Info("clickhouse: using the local server already running in the data folder", "dir", s.dir, "addr", s.Addr(), "pid", st.PID)
+	return s, nil
 }
 
 // Addr returns the native-protocol address, 127.0.0.1:port.
@@ -255,18 +312,30 @@ func (s *Server) Start(ctx context.Context) error {
 		out.Close()
 		close(exited)
 	}()
-	s.cmd, s.exited = cmd, exited
+	s.cmd, s.exited, s.stopped = cmd, exited, false
+	// Recorded at once (not only when it answers), so that another process
+	// looking at the folder meanwhile waits for this server instead of
+	// starting a second one; a failed start puts the previous record back.
+	statePath := filepath.Join(s.dir, stateFile)
+	previous, _ := os.ReadFile(statePath)
+	mine, _ := json.Marshal(state{PID: cmd.Process.Pid, TCPPort: s.tcpPort, HTTPPort: s.httpPort})
+	if err := os.WriteFile(statePath, mine, 0o644); err != nil {
+		s.log.Warn("clickhouse: cannot record the server's ports", "err", err)
+	}
 
 	wctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	if err := s.waitReady(wctx, exited); err != nil {
 		_ = cmd.Process.Kill()
 		<-exited
+		if cur, rerr := os.ReadFile(statePath); rerr == nil && bytes.Equal(cur, mine) {
+			if len(previous) > 0 {
+				_ = os.WriteFile(statePath, previous, 0o644)
+			} else {
+				_ = os.Remove(statePath)
+			}
+		}
 		return &StartError{Dir: s.dir, Err: err, Log: s.errorLogTail()}
-	}
-	b, _ := json.Marshal(state{PID: cmd.Process.Pid, TCPPort: s.tcpPort, HTTPPort: s.httpPort})
-	if err := os.WriteFile(filepath.Join(s.dir, stateFile), b, 0o644); err != nil {
-		s.log.Warn("clickhouse: cannot record the server's ports", "err", err)
 	}
 	s.log.Info("clickhouse: local server started", "dir", s.dir, "addr", net.JoinHostPort("127.0.0.1", strconv.Itoa(s.tcpPort)),
 		"binary", s.bin.Path, "took", time.Since(begin).Round(time.Millisecond))
@@ -325,6 +394,7 @@ func (s *Server) Stop(ctx context.Context) error {
 	if !s.owned || s.cmd == nil {
 		return nil
 	}
+	s.stopped = true
 	select {
 	case <-s.exited:
 		return nil
@@ -349,6 +419,7 @@ func (s *Server) Kill() {
 	if !s.owned || s.cmd == nil {
 		return
 	}
+	s.stopped = true
 	select {
 	case <-s.exited:
 		return
@@ -357,6 +428,74 @@ func (s *Server) Kill() {
 	_ = s.cmd.Process.Kill()
 	<-s.exited
 	_ = os.Remove(filepath.Join(s.dir, stateFile))
+}
+
+// PID returns the process id of the server this Server started (0 when it
+// never started one, or attached to another process's).
+func (s *Server) PID() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.owned || s.cmd == nil {
+		return 0
+	}
+	return s.cmd.Process.Pid
+}
+
+// Watch restarts the server, on the same folder and ports with its data,
+// whenever its process exits without Stop or Kill (a crash, an OOM kill, a
+// kill by pid), until ctx ends; it returns then. Failed restarts are retried
+// with a growing pause (up to 10 s). A no-op for a server it did not start
+// (Owned false). Run it in a goroutine owned by whoever owns the Server, and
+// end its ctx before Stop.
+func (s *Server) Watch(ctx context.Context) {
+	if !s.Owned() {
+		return
+	}
+	pause := 200 * time.Millisecond
+	recheck := time.NewTicker(time.Second) // after a Stop, or a failed restart
+	defer recheck.Stop()
+	for {
+		s.mu.Lock()
+		exited, stopped := s.exited, s.stopped
+		s.mu.Unlock()
+		if exited == nil || stopped {
+			select {
+			case <-ctx.Done():
+				return
+			case <-recheck.C:
+				continue
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-exited:
+		}
+		s.mu.Lock()
+		stopped = s.stopped
+		s.mu.Unlock()
+		if stopped {
+			continue
+		}
+		s.log.Warn("clickhouse: the local server exited; restarting it on the same ports", "dir", s.dir, "addr", s.Addr())
+		for {
+			err := s.Start(ctx)
+			if err == nil {
+				pause = 200 * time.Millisecond
+				break
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			s.log.Error("clickhouse: restarting the local server failed; retrying", "dir", s.dir, "err", err, "in", pause)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(pause):
+			}
+			pause = min(2*pause, 10*time.Second)
+		}
+	}
 }
 
 // Running reports whether the server process is alive.

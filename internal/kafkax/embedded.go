@@ -58,22 +58,27 @@ func (e *Embedded) Close() {
 	}
 }
 
-// Ready validates cfg and makes its topics exist. With no Brokers it first
+// Ready validates cfg and makes its topics exist. With Embedded it first
 // starts the embedded broker (on cfg.EmbeddedPort), warns on log that it is
-// in memory and not durable, and points the returned config at it. The
-// returned stop function stops what Ready started (a no-op otherwise).
+// in memory and not durable, and points the returned config at it (Brokers
+// set, Embedded cleared). With neither Brokers nor Embedded it refuses with
+// ErrNoBrokers: there is no silent fallback. The returned stop function stops
+// what Ready started (a no-op otherwise).
 func Ready(ctx context.Context, cfg Config, log *slog.Logger) (Config, func(), error) {
 	stop := func() {}
 	if err := cfg.Validate(); err != nil {
 		return cfg, stop, err
 	}
-	if len(cfg.Brokers) == 0 {
+	if err := cfg.RequireBrokers(); err != nil {
+		return cfg, stop, err
+	}
+	if cfg.Embedded {
 		e, err := StartEmbeddedOn(cfg.TopicPrefix, cfg.Partitions, cfg.EmbeddedPort)
 		if err != nil {
 			return cfg, stop, err
 		}
-		cfg.Brokers, stop = e.Addrs(), e.Close
-		log.Warn("no brokers configured: started an embedded in-process Kafka broker (in memory, NOT durable: records are lost when this process exits)",
+		cfg.Brokers, cfg.Embedded, cfg.EmbeddedPort, stop = e.Addrs(), false, 0, e.Close
+		log.Warn("--embedded-kafka: started an embedded in-process Kafka broker (in memory, NOT durable: records are lost when this process exits)",
 			"addrs", cfg.Brokers)
 	}
 	ectx, cancel := context.WithTimeout(ctx, 30*time.Second)

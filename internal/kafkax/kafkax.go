@@ -1,7 +1,10 @@
 // Package kafkax holds the Kafka settings every playpipe role shares: broker
 // addresses, SASL and TLS, the topic names (one configurable prefix), the
 // franz-go client options built from them, topic creation, and the embedded
-// in-process broker used when no broker is configured.
+// in-process broker, started only when asked for explicitly (Config.Embedded,
+// --embedded-kafka): a role with no brokers and no --embedded-kafka refuses
+// to start (ErrNoBrokers) instead of silently running on a broker that loses
+// every record when the process exits.
 //
 // A Config is a value: build it with flags (RegisterFlags) or by hand, call
 // Validate once, then ClientOpts for every client of the role.
@@ -63,9 +66,12 @@ const (
 
 // Config is the Kafka connection of a role.
 type Config struct {
-	// Brokers are the seed brokers, host:port. Empty means "use the embedded
-	// in-process broker" where the role supports it (demo, single-process runs).
+	// Brokers are the seed brokers, host:port. Required unless Embedded.
 	Brokers []string
+	// Embedded asks for the embedded in-process broker (in memory, not
+	// durable) instead of Brokers: flag --embedded-kafka. The two exclude
+	// each other; with neither, Ready refuses with ErrNoBrokers.
+	Embedded bool
 	// TopicPrefix prefixes the four topic names; defaults to "plays".
 	TopicPrefix string
 	// SASLMechanism is one of "", PLAIN, SCRAM-SHA-256, SCRAM-SHA-512.
@@ -78,8 +84,8 @@ type Config struct {
 	TLS         bool
 	TLSCAFile   string
 	TLSInsecure bool
-	// EmbeddedPort is the loopback port of the embedded broker started when
-	// no Brokers are configured (0: a free port).
+	// EmbeddedPort is the loopback port of the embedded broker started with
+	// Embedded (0: a free port).
 	EmbeddedPort int
 	// Partitions and ReplicationFactor are used when playpipe creates missing
 	// topics (defaults 6 and -1, the broker default).
@@ -100,8 +106,10 @@ type Config struct {
 
 // DefaultSessionTimeout is the group session timeout of every role: a killed
 // instance's partitions move to the others after at most this long (Kafka's
-// own default, 45 s, would hold them three times as long).
-const DefaultSessionTimeout = 10 * time.Second
+// own default, 45 s, would hold them more than seven times as long). It is
+// the brokers' default group.min.session.timeout.ms; heartbeats go every
+// 2 s. With InstanceID set, a restarted instance does not wait for it.
+const DefaultSessionTimeout = 6 * time.Second
 
 // GroupOpts returns the options every group member of the pipeline uses:
 // the group, static membership when InstanceID is set, the session timeout,
@@ -130,7 +138,7 @@ func (c Config) Topics() Topics { return TopicsFor(c.TopicPrefix) }
 // RegisterFlags binds the Kafka flags, shared by every role, to fs. Defaults
 // come from the environment variables named in each flag's help.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
-	fs.Func("brokers", "Kafka seed brokers, comma separated (env PLAYPIPE_BROKERS); empty: embedded in-memory broker where supported", func(s string) error {
+	fs.Func("brokers", "Kafka seed brokers, comma separated (env PLAYPIPE_BROKERS); required unless --embedded-kafka", func(s string) error {
 		c.Brokers = splitList(s)
 		return nil
 	})
@@ -144,7 +152,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.TLS, "kafka-tls", os.Getenv("PLAYPIPE_KAFKA_TLS") == "true", "use TLS to the brokers (env PLAYPIPE_KAFKA_TLS=true)")
 	fs.StringVar(&c.TLSCAFile, "kafka-ca", os.Getenv("PLAYPIPE_KAFKA_CA"), "PEM file of CAs to trust for broker TLS (env PLAYPIPE_KAFKA_CA)")
 	fs.BoolVar(&c.TLSInsecure, "kafka-tls-insecure", false, "skip broker certificate verification (testing only)")
-	fs.IntVar(&c.EmbeddedPort, "embedded-kafka-port", 0, "without --brokers: the loopback port of the embedded broker, so other playpipe processes can use it with --brokers 127.0.0.1:<port> (0: a free port)")
+	fs.BoolVar(&c.Embedded, "embedded-kafka", false, "instead of --brokers: start an embedded in-process Kafka broker on loopback (in memory, NOT durable: records are lost when this process exits; for try-outs)")
+	fs.IntVar(&c.EmbeddedPort, "embedded-kafka-port", 0, "with --embedded-kafka: the loopback port of the embedded broker, so other playpipe processes can use it with --brokers 127.0.0.1:<port> (0: a free port)")
 	fs.IntVar(&c.Partitions, "partitions", 6, "partitions of topics that playpipe creates")
 	fs.IntVar(&c.ReplicationFactor, "replication-factor", -1, "replication factor of topics that playpipe creates (-1: broker default)")
 	fs.StringVar(&c.InstanceID, "instance-id", os.Getenv("PLAYPIPE_INSTANCE_ID"),
@@ -186,6 +195,26 @@ func (c Config) Validate() error {
 		if !strings.Contains(b, ":") {
 			return fmt.Errorf("kafka: broker %q must be host:port", b)
 		}
+	}
+	if c.Embedded && len(c.Brokers) > 0 {
+		return fmt.Errorf("kafka: --brokers (%s) and --embedded-kafka exclude each other: set one (PLAYPIPE_BROKERS counts as --brokers)", strings.Join(c.Brokers, ","))
+	}
+	if c.EmbeddedPort != 0 && !c.Embedded {
+		return errors.New("kafka: --embedded-kafka-port needs --embedded-kafka")
+	}
+	return nil
+}
+
+// ErrNoBrokers is returned (wrapped) by RequireBrokers and Ready when neither
+// brokers nor the embedded broker are configured.
+var ErrNoBrokers = errors.New("no Kafka brokers configured")
+
+// RequireBrokers reports, with ErrNoBrokers, a configuration that names no
+// Kafka to use: neither Brokers nor Embedded. The message names the flag,
+// its environment variable and the explicit alternative.
+func (c Config) RequireBrokers() error {
+	if len(c.Brokers) == 0 && !c.Embedded {
+		return fmt.Errorf("%w: set --brokers host:port,… (env PLAYPIPE_BROKERS) or pass --embedded-kafka to run on an in-process broker (in memory, NOT durable)", ErrNoBrokers)
 	}
 	return nil
 }

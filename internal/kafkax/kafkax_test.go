@@ -2,6 +2,7 @@ package kafkax
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"io"
 	"log/slog"
@@ -32,6 +33,8 @@ func TestValidateNamesTheFlag(t *testing.T) {
 		{Config{Partitions: 0}, "--partitions"},
 		{Config{Partitions: 1, EmbeddedPort: 70000}, "--embedded-kafka-port"},
 		{Config{Partitions: 1, Brokers: []string{"kafka-1"}}, "host:port"},
+		{Config{Partitions: 1, Brokers: []string{"k:9092"}, Embedded: true}, "--embedded-kafka"},
+		{Config{Partitions: 1, EmbeddedPort: 19092}, "--embedded-kafka"},
 	} {
 		err := c.cfg.Validate()
 		if err == nil || !strings.Contains(err.Error(), c.flag) {
@@ -102,8 +105,9 @@ func TestEmbeddedBroker(t *testing.T) {
 	}
 }
 
-// TestReady: with no brokers Ready starts the embedded broker and the
-// topics exist; with a bad config it refuses before starting anything.
+// TestReady: with neither brokers nor Embedded Ready refuses, naming both;
+// with Embedded it starts the embedded broker and the topics exist; with a
+// bad config it refuses before starting anything.
 func TestReady(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -111,12 +115,17 @@ func TestReady(t *testing.T) {
 	if _, _, err := Ready(ctx, Config{Partitions: 0}, log); err == nil || !strings.Contains(err.Error(), "--partitions") {
 		t.Fatalf("bad config: %v", err)
 	}
-	cfg, stop, err := Ready(ctx, Config{TopicPrefix: "r", Partitions: 2, ReplicationFactor: -1}, log)
+	_, _, err := Ready(ctx, Config{TopicPrefix: "r", Partitions: 2, ReplicationFactor: -1}, log)
+	if !errors.Is(err, ErrNoBrokers) || !strings.Contains(err.Error(), "--brokers") || !strings.Contains(err.Error(), "--embedded-kafka") ||
+		!strings.Contains(err.Error(), "PLAYPIPE_BROKERS") {
+		t.Fatalf("no brokers, no --embedded-kafka: err %v, want ErrNoBrokers naming --brokers, PLAYPIPE_BROKERS and --embedded-kafka", err)
+	}
+	cfg, stop, err := Ready(ctx, Config{TopicPrefix: "r", Partitions: 2, ReplicationFactor: -1, Embedded: true}, log)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer stop()
-	if len(cfg.Brokers) != 1 {
+	if len(cfg.Brokers) != 1 || cfg.Embedded {
 		t.Fatalf("brokers %v", cfg.Brokers)
 	}
 	if err := Ping(ctx, cfg); err != nil {

@@ -109,8 +109,18 @@ func HTTPTransport(rt http.RoundTripper) http.RoundTripper {
 // (named "<name> <METHOD> <path template>") that continues the caller's
 // trace, and http.server.* metrics. As with HTTPTransport, headers (the
 // Authorization token among them) never become attributes.
+//
+// Metric labels are bounded: no label value comes from the request.
+// otelhttp labels server.address and server.port from the Host header unless
+// a server name is set, so any client could add a series per request (issue
+// 10: random Host headers grew /metrics to 40 MB); the server name is name,
+// and its port 0 means "none" (otelhttp then omits server.port rather than
+// take the Host's). The other labels are bounded by otelhttp itself: method
+// (unknown ones become _OTHER), status code, scheme, protocol version, and
+// http.route from the ServeMux pattern (absent for unmatched paths).
 func HTTPHandler(h http.Handler, name string) http.Handler {
 	return otelhttp.NewHandler(h, name,
+		otelhttp.WithServerName(name+":0"),
 		otelhttp.WithPropagators(propagator),
 		otelhttp.WithSpanNameFormatter(func(op string, r *http.Request) string {
 			return op + " " + r.Method + " " + PathTemplate(r.URL.Path)

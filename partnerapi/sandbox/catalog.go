@@ -12,8 +12,10 @@ import (
 // full track listing. It is built once by New from Options.Seed and never
 // changes; callers must not modify it.
 type Catalog struct {
-	// Pages in ranking order. The last one has no lists (its page endpoint
-	// answers 400 "no results for given type" and its genre row has items: null).
+	// Pages in id order (in lenient mode also their ranking order; in strict
+	// mode Page.Ranking says where each is shown). The last one has no lists
+	// (its page endpoint answers 400 "no results for given type" and its
+	// genre row has items: null).
 	Pages []Page
 	// Mixes sorted by ID.
 	Mixes []Mix
@@ -25,18 +27,24 @@ type Catalog struct {
 	// from /partners/session/with-user.
 	Restrictions Restrictions
 
+	// Strict is true when the catalog was built in strict mode (not
+	// Options.Lenient): gapped page and list ids, shuffled rankings.
+	Strict bool
+
+	seed      int64
 	mixByID   map[int64]*Mix
 	listByID  map[int64]*List
 	pageByID  map[int64]*Page
 	trackByID map[int64]*Track
 }
 
-// Page is one catalog page (music row).
+// Page is one catalog page (music row). Lists are in id order; their
+// Ranking is their display order.
 type Page struct {
 	ID      int64
 	Title   string
 	Type    string
-	Ranking int
+	Ranking int // display order, ascending (gapped and not in id order in strict mode)
 	Lists   []List
 }
 
@@ -120,6 +128,7 @@ const (
 )
 
 // GenreRow is GET /partners/genres/{id}. Items nil is served as null.
+// Items are in generation order; Ordering is their display order.
 type GenreRow struct {
 	ID    int64
 	Items []GenreItem
@@ -248,7 +257,19 @@ func newCatalog(o Options) *Catalog {
 	pick := func(s []string) string { return s[r.IntN(len(s))] }
 	phrase := func() string { return pick(words) + " " + pick(words) }
 
+	// Strict mode draws its ids and rankings from a stream of its own, so
+	// that the content (titles, tracks, mix and track ids) is the same in
+	// both modes.
+	var sr *rand.Rand
+	if !o.Lenient {
+		sr = strictRand(o.Seed, 0)
+	}
+	pageIDs := idSeq(pageIDBase, o.Pages+1, sr)
+	listIDs := idSeq(listIDBase, o.Pages*o.ListsPerPage, sr)
+
 	c := &Catalog{
+		Strict:    !o.Lenient,
+		seed:      o.Seed,
 		Genres:    map[int64]GenreRow{},
 		mixByID:   map[int64]*Mix{},
 		listByID:  map[int64]*List{},
@@ -332,14 +353,14 @@ func newCatalog(o Options) *Catalog {
 	mixIdx := 0
 	for p := 0; p < o.Pages; p++ {
 		page := Page{
-			ID:      int64(pageIDBase + 1 + p),
+			ID:      pageIDs[p],
 			Title:   pick(words) + " " + pick([]string{"Rides", "Runs", "Sessions", "Classics", "Hits", "Moves"}),
 			Type:    pageTypes[p%len(pageTypes)],
 			Ranking: p + 1,
 		}
 		var rowItems []GenreItem
 		for l := 0; l < o.ListsPerPage; l++ {
-			listID := int64(listIDBase + 1 + p*o.ListsPerPage + l)
+			listID := listIDs[p*o.ListsPerPage+l]
 			list := List{
 				ID: listID, PageID: page.ID, Ranking: l + 1,
 				Title:       phrase(),
@@ -372,6 +393,12 @@ func newCatalog(o Options) *Catalog {
 			}
 			page.Lists = append(page.Lists, list)
 		}
+		for l, rank := range rankings(len(page.Lists), sr) {
+			page.Lists[l].Ranking = rank
+		}
+		for i, ord := range rankings(len(rowItems), sr) {
+			rowItems[i].Ordering = ord
+		}
 		c.Pages = append(c.Pages, page)
 		c.Genres[page.ID] = GenreRow{ID: page.ID, Items: rowItems}
 	}
@@ -383,9 +410,12 @@ func newCatalog(o Options) *Catalog {
 	}
 	// One page without content, listed in the catalog; its genre row exists
 	// with items: null.
-	empty := Page{ID: int64(pageIDBase + 1 + o.Pages), Title: "Coming Soon", Type: "genre", Ranking: o.Pages + 1}
+	empty := Page{ID: pageIDs[o.Pages], Title: "Coming Soon", Type: "genre", Ranking: o.Pages + 1}
 	c.Pages = append(c.Pages, empty)
 	c.Genres[empty.ID] = GenreRow{ID: empty.ID, Items: nil}
+	for p, rank := range rankings(len(c.Pages), sr) {
+		c.Pages[p].Ranking = rank
+	}
 
 	for i := range c.Mixes {
 		c.mixByID[c.Mixes[i].ID] = &c.Mixes[i]
@@ -449,4 +479,69 @@ func newMix(r *rand.Rand, id, listID int64, tracks []Track, pick func([]string) 
 func imageSet(kind string, id int64) ImageSet {
 	b := fmt.Sprintf("https://img.sandbox.playpipe.example/%s/%d/", kind, id)
 	return ImageSet{Thumbnail: b + "thumb.jpg", Large: b + "large.jpg", Player: b + "player.jpg"}
+}
+
+// strictRand is the strict mode's random stream for one purpose (salt):
+// deterministic from the seed, apart from the content's stream.
+func strictRand(seed int64, salt uint64) *rand.Rand {
+	return rand.New(rand.NewPCG(uint64(seed)^0x5354524943540000, salt)) //nolint:gosec // deterministic fixtures, not security
+}
+
+// idSeq returns n ids from base+1: contiguous when r is nil (lenient), else
+// with gaps of 2–10 between neighbours (strict).
+func idSeq(base int64, n int, r *rand.Rand) []int64 {
+	ids := make([]int64, n)
+	next := base + 1
+	for i := range ids {
+		ids[i] = next
+		if r == nil {
+			next++
+		} else {
+			next += int64(2 + r.IntN(9))
+		}
+	}
+	return ids
+}
+
+// rankings returns the display ranks of n items given in id order: 1…n when
+// r is nil (lenient); else distinct values with gaps, assigned in an order
+// that is not the id order (n ≥ 2), so that neither the ids nor the rank
+// values as indexes give the display order.
+func rankings(n int, r *rand.Rand) []int {
+	out := make([]int, n)
+	if r == nil {
+		for i := range out {
+			out[i] = i + 1
+		}
+		return out
+	}
+	v := 1 + r.IntN(3)
+	for i := range out {
+		out[i] = v
+		v += 2 + r.IntN(6)
+	}
+	r.Shuffle(n, func(i, j int) { out[i], out[j] = out[j], out[i] })
+	if n >= 2 && slices.IsSorted(out) {
+		out[0], out[1] = out[1], out[0]
+	}
+	return out
+}
+
+// wireOrder returns the order (indexes into keys) in which a ranked
+// collection is served: as given in lenient mode; in strict mode a shuffle,
+// deterministic from the seed and salt, that is never ascending by key
+// (n ≥ 2), so a client that does not sort by the rank shows a wrong order.
+func (c *Catalog) wireOrder(keys []int, salt uint64) []int {
+	idx := make([]int, len(keys))
+	for i := range idx {
+		idx[i] = i
+	}
+	if !c.Strict || len(idx) < 2 {
+		return idx
+	}
+	strictRand(c.seed, salt).Shuffle(len(idx), func(i, j int) { idx[i], idx[j] = idx[j], idx[i] })
+	if slices.IsSortedFunc(idx, func(a, b int) int { return keys[a] - keys[b] }) {
+		idx = append(idx[1:], idx[0]) // rotated: no longer ascending (keys are distinct)
+	}
+	return idx
 }

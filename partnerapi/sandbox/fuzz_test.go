@@ -34,7 +34,7 @@ func FuzzReportValidation(f *testing.F) {
 		r, err := ValidateReport(body)
 		if err != nil {
 			re, ok := err.(*ReportError)
-			if !ok || len(re.Fields) == 0 || !strings.HasPrefix(re.Message(), "include the required fields: ") {
+			if !ok || len(re.Fields) == 0 || !(strings.HasPrefix(re.Message(), "include the required fields: ") || strings.HasPrefix(re.Message(), "wrongly typed optional fields: ")) {
 				t.Fatalf("bad error %v", err)
 			}
 			return

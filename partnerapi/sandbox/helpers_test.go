@@ -169,3 +169,10 @@ func wantUnauthorized(t testing.TB, r resp) {
 		t.Fatalf("401 body %q (%s), want plain text Unauthorized", r.body, r.header.Get("Content-Type"))
 	}
 }
+
+// withEmail is the session-with-user body: the credentials and email.
+func (a *api) withEmail(email string) map[string]string {
+	c := a.creds()
+	c["email"] = email
+	return c
+}

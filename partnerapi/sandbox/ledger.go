@@ -123,6 +123,9 @@ func newLedger(limit int) *ledger {
 	return l
 }
 
+// full reports whether no further entry will be kept (until a reset).
+func (l *ledger) full() bool { return l.stored.Load() >= l.max }
+
 func (l *ledger) keep() bool {
 	if l.stored.Add(1) > l.max {
 		l.dropped.Add(1)

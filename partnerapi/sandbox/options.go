@@ -31,6 +31,8 @@ const (
 	DefaultMixesPerList     = 5
 	DefaultMaxLedgerEntries = 2_000_000
 	DefaultMaxBodyBytes     = 64 << 10
+	// LeanMaxLedgerEntries is the MaxLedgerEntries default in lean mode.
+	LeanMaxLedgerEntries = 10_000
 )
 
 // Options configure a Server. The zero value is valid: every field has a
@@ -77,13 +79,48 @@ type Options struct {
 	// available" (the spec's error case); pages, lists and mixes still exist.
 	EmptyCatalog bool
 
+	// Lenient turns strict mode off. Strict mode is the default (the zero
+	// value), in tests and in `playpipe sandbox` alike, because the sandbox
+	// exists to catch client bugs; a correct client cannot tell the modes
+	// apart. In strict mode:
+	//
+	//   - every ranked collection arrives out of order: the catalog's (and the
+	//     restricted catalog's) entries, a page's lists and a genre row's
+	//     items are shuffled on the wire, and their ranking / ordering values
+	//     have gaps and do not follow the ids, so a client that keeps the wire
+	//     order, sorts by id or indexes by ranking shows the wrong order;
+	//   - page ids (so genre row ids) and list ids are not contiguous (the
+	//     first page is still 101 and the first list 2001); mix and track ids
+	//     are the same in both modes, so event files and walkthroughs that
+	//     name mix 30001 or track 400001 work against either;
+	//   - a POST whose Content-Type is not application/json (parameters such
+	//     as charset allowed) is refused with 415 and the endpoint's error
+	//     shape;
+	//   - a path id that is not written canonically ("030001", "-0", "+5")
+	//     is refused like a missing id (the endpoint's 400);
+	//   - a request with more than one Authorization header gets 401.
+	//
+	// Lenient mode serves the catalog sorted, with contiguous ids, and lets
+	// those three request faults pass (as the sandbox did before strict mode).
+	Lenient bool
+	// Lean is the load-test mode: the ledger keeps the detail (raw body,
+	// decoded fields, flags) of the first MaxLedgerEntries reports only,
+	// which then defaults to LeanMaxLedgerEntries instead of
+	// DefaultMaxLedgerEntries, and no traceparent is recorded. Counts
+	// (accepted, standby, rejected, duplicates, dropped) and the duplicate
+	// detection stay exact: the duplicate set keeps one 16-byte hash pair
+	// per distinct accepted report, about 56 bytes (docs/sandbox.md). The
+	// package never wraps Handler in tracing middleware; `playpipe sandbox
+	// --lean` also leaves out the otelhttp wrapper the command adds otherwise.
+	Lean bool
+
 	// Mode is the mode the server starts in. Defaults to ModeLive.
 	Mode Mode
-	// MaxLedgerEntries bounds the accepted and standby entries kept with their
-	// raw bodies (each list separately). Beyond it, reports are still
+	// MaxLedgerEntries bounds the entries kept with their raw bodies
+	// (accepted, standby and rejected together). Beyond it, reports are still
 	// validated, counted and checked for duplicates, but their entries are
 	// dropped and counted in LedgerSnapshot.Dropped. Defaults to
-	// DefaultMaxLedgerEntries.
+	// DefaultMaxLedgerEntries (LeanMaxLedgerEntries when Lean).
 	MaxLedgerEntries int
 	// MaxBodyBytes bounds request bodies; larger ones are answered 413.
 	// Defaults to DefaultMaxBodyBytes (64 KiB).
@@ -135,6 +172,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.MaxLedgerEntries == 0 {
 		o.MaxLedgerEntries = DefaultMaxLedgerEntries
+		if o.Lean {
+			o.MaxLedgerEntries = LeanMaxLedgerEntries
+		}
 	}
 	if o.MaxBodyBytes == 0 {
 		o.MaxBodyBytes = DefaultMaxBodyBytes

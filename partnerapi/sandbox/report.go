@@ -32,7 +32,9 @@ type Report struct {
 
 // ReportError is a play report that failed validation: the 400 answer.
 type ReportError struct {
-	// Fields are the offending fields, in the order of the spec's table.
+	// Fields are the offending fields, in the order of the spec's table:
+	// required fields that are missing or invalid, and optional fields sent
+	// with the wrong type.
 	Fields []string
 }
 
@@ -44,10 +46,36 @@ func (e *ReportError) Error() string { return "sandbox: play report invalid: " +
 // Is matches ErrReportInvalid.
 func (e *ReportError) Is(target error) bool { return target == ErrReportInvalid }
 
-// Message is the API's 400 message: "include the required fields: a,b".
+// Message is the API's 400 message. Required fields missing or invalid are
+// listed in the spec's form, "include the required fields: a,b"; optional
+// fields sent with the wrong type (the spec's 400 names only required ones)
+// are listed apart, so the message never calls an optional field required:
+// "wrongly typed optional fields: cachedplay". Both clauses, when both
+// apply, are joined by "; ".
 func (e *ReportError) Message() string {
-	return "include the required fields: " + strings.Join(e.Fields, ",")
+	var req, opt []string
+	for _, f := range e.Fields {
+		if i := fieldIndex(f); i >= 0 && requiredFields&(1<<i) == 0 {
+			opt = append(opt, f)
+		} else {
+			req = append(req, f)
+		}
+	}
+	var parts []string
+	if len(req) > 0 {
+		parts = append(parts, MessageRequiredPrefix+" "+strings.Join(req, ","))
+	}
+	if len(opt) > 0 {
+		parts = append(parts, MessageOptionalPrefix+" "+strings.Join(opt, ","))
+	}
+	return strings.Join(parts, "; ")
 }
+
+// The two clauses of a 400 play report message.
+const (
+	MessageRequiredPrefix = "include the required fields:"
+	MessageOptionalPrefix = "wrongly typed optional fields:"
+)
 
 // Report fields in the order of the spec's table (the order of the 400 message).
 const (
@@ -88,9 +116,13 @@ const requiredFields = 1<<fTrackID | 1<<fPlayedAt | 1<<fPlayLength | 1<<fSourceS
 //     strings and not empty; country must be exactly two ASCII letters (a
 //     lowercase one is accepted and flagged in the ledger).
 //   - Optional fields that are present must have their type: userid and isrc
-//     strings (any value, empty included), cachedplay and jumpforward
-//     booleans; null counts as absent for an optional field and as missing
-//     for a required one.
+//     strings (any value, empty included), endreason an integer, cachedplay
+//     and jumpforward booleans; null counts as absent for an optional field
+//     and as missing for a required one. A wrongly typed optional field
+//     rejects the report (400), named in the message's own clause
+//     "wrongly typed optional fields: …" (see ReportError.Message): it is
+//     neither dropped silently (the play would be reported without it) nor
+//     called a required field.
 //
 // A failure is a *ReportError listing every offending field.
 func ValidateReport(body []byte) (Report, error) {

@@ -106,11 +106,13 @@ func TestReportValidationTable(t *testing.T) {
 		{"country non-ascii", with(ok, "country", "ÜS"), "country"},
 		{"vendor missing", with(ok, "vendor", deleteKey), "vendor"},
 		{"vendor string", with(ok, "vendor", "7"), "vendor"},
-		{"userid number", with(ok, "userid", 12), "userid"},
-		{"isrc number", with(ok, "isrc", 12), "isrc"},
-		{"endreason string", with(ok, "endreason", "1"), "endreason"},
-		{"cachedplay 1", with(ok, "cachedplay", 1), "cachedplay"},
-		{"jumpforward string", with(ok, "jumpforward", "true"), "jumpforward"},
+		{"userid number", with(ok, "userid", 12), "-userid"},
+		{"isrc number", with(ok, "isrc", 12), "-isrc"},
+		{"endreason string", with(ok, "endreason", "1"), "-endreason"},
+		{"cachedplay 1", with(ok, "cachedplay", 1), "-cachedplay"},
+		{"cachedplay yes", with(ok, "cachedplay", "yes"), "-cachedplay"},
+		{"jumpforward string", with(ok, "jumpforward", "true"), "-jumpforward"},
+		{"required and optional", with(ok, "country", deleteKey, "userid", 123, "cachedplay", "yes"), "country; wrongly typed optional fields: userid,cachedplay"},
 		{"several, in table order", with(ok, "country", "usa", "trackid", "1", "playlength", deleteKey, "vendor", 1.5), "trackid,playlength,country,vendor"},
 		{"empty object", map[string]any{}, "trackid,playedat,playlength,sourcestream,sourcedetail,os,device,country,vendor"},
 		{"not json", "trackid=1", "trackid,playedat,playlength,sourcestream,sourcedetail,os,device,country,vendor"},
@@ -122,7 +124,11 @@ func TestReportValidationTable(t *testing.T) {
 		t.Run("rejected/"+c.name, func(t *testing.T) {
 			r := a.do("POST", "/partners/royalty-tracking", tok, c.body)
 			wantStatus(t, r, 400)
-			want, _ := json.Marshal(map[string]any{"error": true, "message": "include the required fields: " + c.fields})
+			msg := "include the required fields: " + c.fields
+			if opt, ok := strings.CutPrefix(c.fields, "-"); ok {
+				msg = "wrongly typed optional fields: " + opt // never called required
+			}
+			want, _ := json.Marshal(map[string]any{"error": true, "message": msg})
 			var got map[string]any
 			_ = json.Unmarshal(r.body, &got)
 			if gb, _ := json.Marshal(got); string(gb) != string(want) {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"mime"
 	"net/http"
 	"strconv"
 	"strings"
@@ -202,7 +203,7 @@ var (
 	bodyReportOK     = []byte(`{"error":false,"message":"success"}`)
 	bodyReport500    = []byte(`{"error":true,"message":"internal service error"}`)
 	bodyStandby503   = []byte(`{"error":true,"reason":"standby upstream error"}`)
-	bodyGenresNull   = []byte(`{"rows":{"items":null}}`)
+	bodyReport415    = []byte(`{"error":true,"message":"` + reasonContentType + `"}`)
 )
 
 const (
@@ -217,7 +218,22 @@ const (
 	reasonMixNotFound     = "Mix not found"
 	reasonSessionMissing  = "please provide user information to create session: email, salt"
 	reasonSessionUserMiss = "please provide user information to create session: email, client_id, client_signature"
+	reasonContentType     = "Content-Type must be application/json"
 )
+
+// jsonContentType reports whether the Content-Type header values are one
+// application/json media type (parameters such as charset allowed, any case).
+func jsonContentType(vs []string) bool {
+	if len(vs) != 1 {
+		return false
+	}
+	v := vs[0]
+	if v == "application/json" || v == "application/json; charset=utf-8" {
+		return true
+	}
+	mt, _, err := mime.ParseMediaType(v)
+	return err == nil && mt == "application/json"
+}
 
 func envelope(reason string) []byte {
 	b, _ := json.Marshal(struct {
@@ -322,9 +338,15 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
+	strict := !s.opts.Lenient
 	var cl claims
 	if ep != epSession && ep != epSessionUser {
 		var ok bool
+		if strict && len(r.Header["Authorization"]) > 1 {
+			// Two tokens: which one counts is undefined, so neither does.
+			s.writeText(w, ep, http.StatusUnauthorized, bodyUnauthorized)
+			return
+		}
 		if cl, ok = s.authorize(r.Header.Get("Authorization"), mode, episode); !ok {
 			s.writeText(w, ep, http.StatusUnauthorized, bodyUnauthorized)
 			return
@@ -335,6 +357,14 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 			s.writeFault(w, ep, st, mode)
 			return
 		}
+	}
+	if strict && method == http.MethodPost && !jsonContentType(r.Header["Content-Type"]) {
+		if ep == epReport {
+			s.writeJSON(w, ep, http.StatusUnsupportedMediaType, bodyReport415)
+		} else {
+			s.writeError(w, ep, http.StatusUnsupportedMediaType, reasonContentType)
+		}
+		return
 	}
 	si := 0
 	if mode == ModeStandby {
@@ -356,17 +386,21 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 	case epList:
 		s.serveByID(w, ep, id, s.bodies.lists[si], reasonNoResults, http.StatusBadRequest, reasonNoResults)
 	case epGenres:
-		n, ok := parseID(id)
+		n, ok := s.parseID(id)
 		if !ok {
 			s.writeError(w, ep, http.StatusBadRequest, reasonRowID)
 			return
 		}
 		if b, ok := s.bodies.genres[si][n]; ok {
+			// An existing row; one without items is served as items: null.
 			s.writeJSON(w, ep, http.StatusOK, b)
 			return
 		}
-		// A row id that has no items answers items: null, like an existing empty row.
-		s.writeJSON(w, ep, http.StatusOK, bodyGenresNull)
+		// No such row: the spec keeps items: null for an existing row, and
+		// its answer for an id without content is 400 "no results for given
+		// type" (the page endpoint's, same id space), so a client can tell a
+		// wrong id from an empty row.
+		s.writeError(w, ep, http.StatusBadRequest, reasonNoResults)
 	case epMix:
 		s.serveByID(w, ep, id, s.bodies.mixes[si], reasonMixID, http.StatusNotFound, reasonMixNotFound)
 	case epReport:
@@ -374,13 +408,18 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// parseID accepts a decimal integer path segment (digits only, optional minus).
-func parseID(id string) (int64, bool) {
-	if id == "" || len(id) > 19 {
+// parseID accepts a decimal integer path segment (digits only, optional
+// minus). In strict mode it must also be canonical, as a JSON integer is
+// written: no leading zero ("030001") and no "-0".
+func (s *Server) parseID(id string) (int64, bool) {
+	if id == "" || len(id) > 20 {
 		return 0, false
 	}
 	d := strings.TrimPrefix(id, "-")
 	if d == "" || strings.TrimLeft(d, "0123456789") != "" {
+		return 0, false
+	}
+	if !s.opts.Lenient && d[0] == '0' && (len(d) > 1 || len(id) > 1) {
 		return 0, false
 	}
 	n, err := strconv.ParseInt(id, 10, 64)
@@ -388,7 +427,7 @@ func parseID(id string) (int64, bool) {
 }
 
 func (s *Server) serveByID(w http.ResponseWriter, ep endpoint, id string, m map[int64][]byte, missingReason string, unknownStatus int, unknownReason string) {
-	n, ok := parseID(id)
+	n, ok := s.parseID(id)
 	if !ok {
 		s.writeError(w, ep, http.StatusBadRequest, missingReason)
 		return
@@ -427,6 +466,21 @@ func (s *Server) serveSession(w http.ResponseWriter, r *http.Request, ep endpoin
 	if mode == ModeStandby {
 		// Standby: no credential check, a short-lived token, the flat shape.
 		c := claims{Sub: deref(req.ClientID), Sby: episode, Iat: now.Unix(), Exp: now.Add(s.opts.StandbyTokenTTL).Unix()}
+		if ep == epSessionUser {
+			// Standby lifts credential verification only: the token is
+			// still bound to the partner identity of the e-mail, so the
+			// restricted catalog keeps the partner's restrictions.
+			email := deref(req.Email)
+			if email == "" {
+				s.writeError(w, ep, http.StatusUnauthorized, reasonSessionUserMiss)
+				return
+			}
+			if !strings.EqualFold(email, s.opts.Email) {
+				s.writeError(w, ep, http.StatusBadRequest, reasonPartnerNotFound)
+				return
+			}
+			c.Pid = partnerID(s.opts.ClientID)
+		}
 		var out wireSessionFlat
 		out.Session.Token = s.signer.mint(c)
 		s.writeJSON(w, ep, http.StatusOK, mustJSON(out))
@@ -532,7 +586,11 @@ func (s *Server) serveRestricted(w http.ResponseWriter, r *http.Request, cl clai
 	if !ok {
 		var body []byte
 		if pages := s.cat.RestrictedPages(country); len(pages) > 0 {
-			body = catalogBody(pages)
+			salt := uint64(saltRestricted)
+			for i := range len(country) {
+				salt = salt<<8 | uint64(country[i])
+			}
+			body = s.cat.catalogBody(pages, salt)
 		}
 		b, _ = s.restricted.LoadOrStore(country, body)
 	}
@@ -550,9 +608,13 @@ func (s *Server) serveReport(w http.ResponseWriter, r *http.Request, mode Mode) 
 		return
 	}
 	now := s.opts.Now()
+	var traceParent string
+	if !s.opts.Lean {
+		traceParent = r.Header.Get("Traceparent")
+	}
 	if mode == ModeStandby {
 		// Standby answers 200 without validating or forwarding.
-		s.ledger.addStandby(StandbyEntry{Arrival: now, Raw: string(body), TraceParent: r.Header.Get("Traceparent")})
+		s.ledger.addStandby(StandbyEntry{Arrival: now, Raw: string(body), TraceParent: traceParent})
 		s.writeJSON(w, epReport, http.StatusOK, bodyReportOK)
 		return
 	}
@@ -570,9 +632,13 @@ func (s *Server) serveReport(w http.ResponseWriter, r *http.Request, mode Mode) 
 		s.writeJSON(w, epReport, http.StatusBadRequest, b)
 		return
 	}
+	var flags []Flag
+	if !s.ledger.full() {
+		flags = qualityFlags(&rep, s.cat) // only kept entries carry them
+	}
 	s.ledger.addAccepted(LedgerEntry{
-		Arrival: now, Raw: raw, Report: rep, Flags: qualityFlags(&rep, s.cat),
-		ServedBy: mode.servedBy(), TraceParent: r.Header.Get("Traceparent"),
+		Arrival: now, Raw: raw, Report: rep, Flags: flags,
+		ServedBy: mode.servedBy(), TraceParent: traceParent,
 	})
 	s.writeJSON(w, epReport, http.StatusOK, bodyReportOK)
 }

@@ -34,7 +34,7 @@ func TestStandbySwitch(t *testing.T) {
 		}
 	}
 	stb := tokenOf(t, a.do("POST", "/partners/session", "", "").body)
-	r0 := a.do("POST", "/partners/session/with-user", "", map[string]string{"email": "whoever@example.com"})
+	r0 := a.do("POST", "/partners/session/with-user", "", map[string]string{"email": sb.Email})
 	wantStatus(t, r0, 200)
 	if _, ok := r0.json(t)["session"].(map[string]any)["token"].(string); !ok || r0.header.Get("X-Service-Served-By") != "standby" {
 		t.Fatalf("standby with-user session: %s", r0.body)

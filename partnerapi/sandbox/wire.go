@@ -186,9 +186,23 @@ func mustJSON(v any) []byte {
 	return b
 }
 
-func catalogBody(pages []Page) []byte {
+// Salts of the strict wire orders (wireOrder): one per collection.
+const (
+	saltCatalog    = 1
+	saltRestricted = 2 // + a hash of the country
+	saltPage       = 1 << 32
+	saltGenres     = 2 << 32
+)
+
+// catalogBody encodes the catalog entries of pages in wire order.
+func (c *Catalog) catalogBody(pages []Page, salt uint64) []byte {
+	keys := make([]int, len(pages))
+	for i, p := range pages {
+		keys[i] = p.Ranking
+	}
 	w := wireCatalogs{Catalogs: make([]wireCatalogEntry, 0, len(pages))}
-	for _, p := range pages {
+	for _, i := range c.wireOrder(keys, salt) {
+		p := &pages[i]
 		w.Catalogs = append(w.Catalogs, wireCatalogEntry{PageID: p.ID, Title: p.Title, Type: p.Type, Ranking: p.Ranking, ListCount: len(p.Lists)})
 	}
 	return mustJSON(w)
@@ -200,13 +214,18 @@ func encodeBodies(c *Catalog, emptyCatalog bool) *bodies {
 		b.lists[i], b.genres[i], b.mixes[i] = map[int64][]byte{}, map[int64][]byte{}, map[int64][]byte{}
 	}
 	if !emptyCatalog {
-		b.catalog = catalogBody(c.Pages)
+		b.catalog = c.catalogBody(c.Pages, saltCatalog)
 	}
 	for _, p := range c.Pages {
 		if len(p.Lists) > 0 {
 			var w wirePage
 			w.Page.ID, w.Page.Title = p.ID, p.Title
-			for _, l := range p.Lists {
+			keys := make([]int, len(p.Lists))
+			for i, l := range p.Lists {
+				keys[i] = l.Ranking
+			}
+			for _, i := range c.wireOrder(keys, saltPage+uint64(p.ID)) {
+				l := &p.Lists[i]
 				w.Page.Lists = append(w.Page.Lists, wirePageList{ListID: l.ID, Ranking: l.Ranking, Title: l.Title, Description: l.Description, MixCount: l.MixCount, Image: wireImageSet(l.Image)})
 			}
 			b.pages[p.ID] = mustJSON(w)
@@ -236,7 +255,12 @@ func encodeBodies(c *Catalog, emptyCatalog bool) *bodies {
 		if row.Items != nil {
 			li := make([]wireGenreItemLive, 0, len(row.Items))
 			si := make([]wireGenreItemStandby, 0, len(row.Items))
-			for _, it := range row.Items {
+			keys := make([]int, len(row.Items))
+			for i, it := range row.Items {
+				keys[i] = it.Ordering
+			}
+			for _, i := range c.wireOrder(keys, saltGenres+uint64(id)) {
+				it := row.Items[i]
 				li = append(li, wireGenreItemLive(it))
 				si = append(si, wireGenreItemStandby{ID: it.ID, Title: it.Title, Description: it.Description, BPM: it.BPM, Image: it.Image, Thumbnail: it.Thumbnail, PlayerImage: it.PlayerImage, Ordering: it.Ordering})
 			}

@@ -1,0 +1,183 @@
+package reporter
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// Commits carry each partition's progress in the offset commit's metadata
+// (progress.go): the commit point, which later offsets are already final,
+// which are in doubt, and where the deliveries log continues. franz-go's
+// commit API writes its own metadata, so the reporter sends the
+// OffsetCommit requests itself, as the group member it is.
+
+// commitState paces the periodic commits: one in flight at a time, at most
+// one per CommitInterval (mu held).
+type commitState struct {
+	inFlight bool
+	last     time.Time
+	tooLarge map[tpKey]bool // partitions warned about: progress over MetadataMaxBytes
+}
+
+// commitEntry is one partition's offset and progress to commit.
+type commitEntry struct {
+	ps     *partState
+	offset int64
+	epoch  int32
+	meta   string
+}
+
+// periodicCommit returns the progress to commit now, if the pace allows
+// (mu held).
+func (rn *run) periodicCommit() []commitEntry {
+	if rn.noCommit || rn.commits.inFlight || time.Since(rn.commits.last) < rn.cfg.CommitInterval {
+		return nil
+	}
+	batch := rn.dirtyProgress()
+	if len(batch) > 0 {
+		rn.commits.inFlight, rn.commits.last = true, time.Now()
+	}
+	return batch
+}
+
+// committed handles the end of a periodic commit (mu held): partitions whose
+// commit failed are committed again with the next one.
+func (rn *run) committed(failed []*partState) {
+	rn.commits.inFlight = false
+	for _, ps := range failed {
+		ps.dirty = true
+	}
+}
+
+// dirtyProgress snapshots the progress of the partitions that changed since
+// the last commit and clears their dirty marks (mu held).
+func (rn *run) dirtyProgress() []commitEntry {
+	var batch []commitEntry
+	for _, ps := range rn.parts {
+		if !ps.dirty || ps.dropped {
+			continue
+		}
+		ps.dirty = false
+		if e, ok := rn.progressOf(ps); ok {
+			batch = append(batch, e)
+		}
+	}
+	return batch
+}
+
+// progressOf snapshots one partition's progress (mu held). ok is false when
+// there is nothing to commit, or when the progress does not fit the
+// broker's metadata bound: the previous commit then stays, which is safe
+// (its log position is older, so a restart reads a longer tail).
+func (rn *run) progressOf(ps *partState) (commitEntry, bool) {
+	base, epoch, ok := ps.wm.commitPoint()
+	if !ok {
+		base, epoch = ps.start, -1
+	}
+	p := progress{Base: base, LogPartition: ps.logPart, LogOffset: rn.logEnd[ps.logPart]}
+	p.Done = ps.wm.appendDone(nil)
+	for j := range ps.unsure {
+		if j.rec.Offset >= base {
+			p.Doubt = append(p.Doubt, j.rec.Offset)
+		}
+	}
+	// What the previous owner left about offsets not fetched yet stays.
+	unfetched := len(p.Done)
+	for o, st := range ps.recovered {
+		if o < base {
+			continue
+		}
+		if st == recFinal {
+			p.Done = append(p.Done, o)
+		} else {
+			p.Doubt = append(p.Doubt, o)
+		}
+	}
+	if len(p.Done) > unfetched {
+		slices.Sort(p.Done)
+	}
+	slices.Sort(p.Doubt)
+	p.Doubt = slices.Compact(p.Doubt)
+	meta := encodeProgress(&p)
+	if len(meta) > rn.cfg.MetadataMaxBytes {
+		if !rn.commits.tooLarge[ps.key] {
+			if rn.commits.tooLarge == nil {
+				rn.commits.tooLarge = map[tpKey]bool{}
+			}
+			rn.commits.tooLarge[ps.key] = true
+			rn.log.Warn("partition progress larger than --offset-metadata-max-bytes: keeping the previous commit until it shrinks (a restart reads a longer deliveries tail)",
+				"partition", ps.key.partition, "bytes", len(meta), "max", rn.cfg.MetadataMaxBytes, "done", len(p.Done), "doubt", len(p.Doubt))
+		}
+		return commitEntry{}, false
+	}
+	delete(rn.commits.tooLarge, ps.key)
+	return commitEntry{ps: ps, offset: base, epoch: epoch, meta: meta}, true
+}
+
+// commit sends one OffsetCommit of batch as this group member and returns
+// the partitions whose commit failed (all of them on a request error).
+func (rn *run) commit(ctx context.Context, why string, batch []commitEntry) (failed []*partState) {
+	member, gen := rn.cl.GroupMetadata()
+	if member == "" || gen < 0 {
+		rn.log.Debug("offset commit skipped: not in the group yet", "why", why)
+		return partsOf(batch)
+	}
+	req := kmsg.NewPtrOffsetCommitRequest()
+	req.Group = rn.cfg.Group
+	req.Generation = gen
+	req.MemberID = member
+	if id := rn.cfg.Kafka.InstanceID; id != "" {
+		req.InstanceID = &id
+	}
+	t := kmsg.NewOffsetCommitRequestTopic()
+	t.Topic = rn.topics.Reports
+	t.TopicID = rn.reportsID
+	byPart := make(map[int32]*partState, len(batch))
+	for _, e := range batch {
+		p := kmsg.NewOffsetCommitRequestTopicPartition()
+		p.Partition = e.ps.key.partition
+		p.Offset = e.offset
+		p.LeaderEpoch = e.epoch
+		p.Metadata = kmsg.StringPtr(e.meta)
+		t.Partitions = append(t.Partitions, p)
+		byPart[p.Partition] = e.ps
+	}
+	req.Topics = append(req.Topics, t)
+	resp, err := req.RequestWith(ctx, rn.cl)
+	if err != nil {
+		if !errors.Is(err, context.Canceled) {
+			rn.log.Warn("offset commit failed (retried with the next commit; the previous progress stays valid)", "why", why, "err", err)
+		}
+		return partsOf(batch)
+	}
+	answered := 0
+	for _, rt := range resp.Topics {
+		for _, rp := range rt.Partitions {
+			answered++
+			if err := kerr.ErrorForCode(rp.ErrorCode); err != nil {
+				rn.log.Warn("offset commit failed for a partition", "why", why, "partition", rp.Partition, "err", err)
+				if ps := byPart[rp.Partition]; ps != nil {
+					failed = append(failed, ps)
+				}
+			}
+		}
+	}
+	if answered < len(batch) {
+		rn.log.Warn("offset commit answer misses partitions", "why", why, "asked", len(batch), "answered", answered)
+		return partsOf(batch)
+	}
+	return failed
+}
+
+func partsOf(batch []commitEntry) []*partState {
+	out := make([]*partState, len(batch))
+	for i, e := range batch {
+		out[i] = e.ps
+	}
+	return out
+}

@@ -1,0 +1,168 @@
+package reporter
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/playpipe/playpipe/partnerapi"
+)
+
+// coordinate does the housekeeping that no worker does: retry timers,
+// commits, revocations, shutdown. It returns once the run is over and every
+// final offset that may be committed is committed.
+func (rn *run) coordinate(ctx context.Context) error {
+	commitTick := time.NewTicker(rn.cfg.CommitInterval)
+	defer commitTick.Stop()
+	retryTimer := time.NewTimer(time.Hour)
+	retryTimer.Stop()
+	var deadline <-chan time.Time
+	done := ctx.Done()
+
+	for {
+		rn.mu.Lock()
+		rn.checkRevocations(time.Now())
+		if rn.stopping && rn.inflight == 0 {
+			rn.mu.Unlock()
+			return rn.finish()
+		}
+		if next := rn.delayed.next(); !next.IsZero() && !next.Equal(rn.retryAt) {
+			rn.retryAt = next
+			retryTimer.Reset(max(time.Until(next), 0))
+		}
+		var batch []commitEntry
+		if !rn.stopping {
+			batch = rn.periodicCommit()
+		}
+		rn.mu.Unlock()
+		if batch != nil {
+			rn.commitWG.Go(func() {
+				failed := rn.commit(ctx, "periodic", batch)
+				rn.mu.Lock()
+				rn.committed(failed)
+				rn.mu.Unlock()
+			})
+		}
+
+		select {
+		case <-rn.wake:
+		case req := <-rn.revokeCh:
+			rn.mu.Lock()
+			rn.startRevocation(req)
+			rn.mu.Unlock()
+		case <-retryTimer.C:
+			rn.mu.Lock()
+			rn.retryAt = time.Time{}
+			rn.delayed.due(time.Now(), &rn.ready)
+			rn.jobsReady()
+			rn.mu.Unlock()
+		case <-commitTick.C:
+		case <-done:
+			done = nil
+			deadline = time.After(rn.cfg.ShutdownTimeout)
+			rn.mu.Lock()
+			rn.stopping = true
+			rn.log.Info("reporter shutting down: no new posts; waiting for posts in flight",
+				"in_flight", rn.inflight, "timeout", rn.cfg.ShutdownTimeout)
+			rn.mu.Unlock()
+		case <-deadline:
+			deadline = nil
+			rn.mu.Lock()
+			rn.log.Warn("shutdown timeout: abandoning posts in flight (their reports stay uncommitted, in doubt, and are posted again labelled on restart)",
+				"in_flight", rn.inflight)
+			rn.mu.Unlock()
+			rn.cancelPosts()
+		}
+	}
+}
+
+// poke wakes the housekeeper (never blocks).
+func (rn *run) poke() {
+	select {
+	case rn.wake <- struct{}{}:
+	default:
+	}
+}
+
+// jobsReady is called after reports were queued (mu held): the leaser
+// leases them, and idle workers take the leased ones.
+func (rn *run) jobsReady() {
+	select {
+	case rn.leaseWake <- struct{}{}:
+	default:
+	}
+	if rn.idle > 0 && rn.leased.len() > 0 {
+		rn.cond.Broadcast()
+	}
+}
+
+// finish runs once every post is back: it waits for the Delivery records to
+// reach Kafka, then commits every partition's progress (unless a
+// configuration error forbids committing). Reports still waiting for a
+// retry stay pending: the commit's progress says which later ones are
+// final, so the next run posts only what has no final outcome.
+func (rn *run) finish() error {
+	rn.publishing.Wait()
+	flushCtx, cancel := context.WithTimeout(context.Background(), rn.cfg.ShutdownTimeout)
+	err := rn.cl.Flush(flushCtx)
+	cancel()
+	if err != nil {
+		rn.log.Warn("flushing delivery records", "err", err)
+	}
+	rn.commitWG.Wait() // a periodic commit in flight
+	rn.mu.Lock()
+	if rn.standby != nil {
+		rn.log.Warn("reporter stopped during a standby episode: the reports standby answered stay uncommitted and are replayed on restart",
+			"held", len(rn.held))
+		rn.endEpisode(len(rn.held), "reporter stopped during standby")
+	}
+	// No worker posts any more (stopping, nothing in flight): the reports
+	// leased but not posted are not in doubt. A lease whose marker is still
+	// unacknowledged was flushed above.
+	rn.unleaseAll()
+	var batch []commitEntry
+	if !rn.noCommit {
+		for _, ps := range rn.parts {
+			ps.dirty = true // all of them: a periodic commit may have failed
+		}
+		batch = rn.dirtyProgress()
+	}
+	fatal := rn.fatal
+	rn.mu.Unlock()
+	if len(batch) > 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), rn.cfg.ShutdownTimeout)
+		if failed := rn.commit(ctx, "shutdown", batch); len(failed) == 0 {
+			rn.log.Info("final progress committed", "partitions", len(batch))
+		}
+		cancel()
+	}
+	return fatal
+}
+
+func (rn *run) configError(j *job, d Decision) error {
+	var hint string
+	switch partnerapi.KindOf(d.Err) {
+	case partnerapi.KindEdgeBlocked:
+		hint = "the partner API's edge blocked our User-Agent (HTTP 403, edge error 1010): configure a distinctive product User-Agent"
+	case partnerapi.KindNotFound:
+		hint = "the report endpoint answered 404: check the partner API base URL"
+	default:
+		hint = "the partner API refused our credentials: check the client id and signature"
+	}
+	return fmt.Errorf("%w: %s (report %s): %w", ErrConfiguration, hint, j.id, d.Err)
+}
+
+// stop ends the run after a configuration or publishing error: posts in
+// flight are abandoned and, when noCommit, no offset is committed any more.
+func (rn *run) stop(err error, noCommit bool) {
+	if rn.fatal == nil {
+		rn.fatal = err
+		rn.log.Error("reporter stopping", "err", err, "commit", !noCommit)
+	}
+	if noCommit {
+		rn.noCommit = true
+	}
+	rn.stopping = true
+	rn.cancelPosts()
+	rn.poke()
+}

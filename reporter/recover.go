@@ -1,0 +1,347 @@
+package reporter
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/playpipe/playpipe/schemas"
+)
+
+// Recovery: when a partition is first fetched by this run, the reporter
+// reads what its previous owner (this instance before a restart, or another
+// instance) left: the progress in the committed offset's metadata, then the
+// deliveries log from the progress's LogOffset to its end — the lease
+// markers and answers written after that commit. Applied in log order:
+//
+//   - a lease marker names offsets that were about to be posted: in doubt;
+//   - an answer with flag "f" makes its offset final (never posted again);
+//   - an answer with flag "d" keeps it in doubt, "-" clears the doubt (the
+//     post was answered and the answer is on record).
+//
+// Offsets final at the end are skipped; offsets in doubt are posted again
+// with Delivery.InDoubt set, which the audit counts as possibly delivered
+// twice. Everything else is posted as usual.
+
+// recState is what recovery learnt of one offset.
+type recState uint8
+
+const (
+	recDoubt recState = iota + 1 // may have reached the partner unrecorded
+	recFinal                     // final outcome on record
+)
+
+// recoverTimeout bounds one recovery (offset fetch and log read).
+const recoverTimeout = 30 * time.Second
+
+// recoverNew creates the state of the partitions first seen in recs, with
+// what their previous owner left. An error means the previous state could
+// not be read: posting those partitions could repeat final reports, so the
+// run stops (and commits nothing more).
+func (rn *run) recoverNew(ctx context.Context, recs []*kgo.Record) error {
+	var fresh []int32
+	rn.mu.Lock()
+	for _, r := range recs {
+		if rn.parts[tpKey{r.Topic, r.Partition}] == nil && !containsPart(fresh, r.Partition) {
+			fresh = append(fresh, r.Partition)
+		}
+	}
+	rn.mu.Unlock()
+	if len(fresh) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, recoverTimeout)
+	defer cancel()
+	start := time.Now()
+	var (
+		got *recovered
+		err error
+	)
+	for attempt := 1; ; attempt++ {
+		if got, err = rn.recoverParts(ctx, fresh); err == nil || ctx.Err() != nil {
+			break
+		}
+		rn.log.Warn("recovering partitions failed, trying again", "partitions", fresh, "attempt", attempt, "err", err)
+		time.Sleep(min(time.Duration(attempt)*200*time.Millisecond, 2*time.Second))
+	}
+	if err != nil {
+		return fmt.Errorf("reporter: recover partitions %v of %s: %w", fresh, rn.topics.Reports, err)
+	}
+	first := map[int32]int64{}
+	for _, r := range recs {
+		if o, ok := first[r.Partition]; !ok || r.Offset < o {
+			first[r.Partition] = r.Offset
+		}
+	}
+	rn.mu.Lock()
+	var batch []commitEntry
+	for _, p := range fresh {
+		key := tpKey{rn.topics.Reports, p}
+		ps := &partState{key: key, logPart: p % rn.logParts, unsure: map[*job]struct{}{}, recovered: got.state[p], start: first[p]}
+		if b, ok := got.base[p]; ok && b < ps.start {
+			ps.start = b
+		}
+		rn.parts[key] = ps
+	}
+	for lp, end := range got.logEnd {
+		if end > rn.logEnd[lp] {
+			rn.logEnd[lp] = end
+		}
+	}
+	for _, id := range got.finalIDs {
+		rn.recent.add(id)
+	}
+	for _, p := range fresh {
+		if e, ok := rn.progressOf(rn.parts[tpKey{rn.topics.Reports, p}]); ok {
+			batch = append(batch, e)
+		}
+	}
+	rn.mu.Unlock()
+	// Commit the recovered progress before anything of these partitions is
+	// leased: from now on the log position of every later marker and answer
+	// is covered by a commit, whenever this process dies.
+	for attempt := 1; ; attempt++ {
+		failed := rn.commit(ctx, "assign", batch)
+		if len(failed) == 0 {
+			break
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("reporter: commit the progress of new partitions %v: %w", fresh, ctx.Err())
+		}
+		batch = slices.DeleteFunc(batch, func(e commitEntry) bool { return !slices.Contains(failed, e.ps) })
+		time.Sleep(min(time.Duration(attempt)*100*time.Millisecond, time.Second))
+	}
+	rn.log.Info("partitions recovered", "partitions", fresh, "with_progress", got.withProgress,
+		"final_past_commit", got.final, "in_doubt", got.doubt, "log_records_read", got.read, "took", time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+func containsPart(ps []int32, p int32) bool {
+	for _, q := range ps {
+		if q == p {
+			return true
+		}
+	}
+	return false
+}
+
+// recovered is the outcome of one recovery.
+type recovered struct {
+	state    map[int32]map[int64]recState
+	base     map[int32]int64 // committed offsets
+	logEnd   map[int32]int64 // deliveries partitions read, up to here
+	finalIDs []string        // report ids final in the log tail (duplicate window)
+
+	withProgress, final, doubt, read int
+}
+
+// recoverParts reads the progress and log tail of parts.
+func (rn *run) recoverParts(ctx context.Context, parts []int32) (*recovered, error) {
+	out := &recovered{state: map[int32]map[int64]recState{}, base: map[int32]int64{}, logEnd: map[int32]int64{}}
+	offs, err := rn.adm.FetchOffsets(ctx, rn.cfg.Group)
+	if err != nil {
+		return nil, fmt.Errorf("fetch committed offsets: %w", err)
+	}
+	progs := map[int32]*progress{}
+	for _, p := range parts {
+		o, ok := offs.Lookup(rn.topics.Reports, p)
+		if !ok || o.At < 0 {
+			continue // never committed
+		}
+		if o.Err != nil {
+			return nil, fmt.Errorf("committed offset of partition %d: %w", p, o.Err)
+		}
+		out.base[p] = o.At
+		pr, err := decodeProgress(o.Metadata, o.At)
+		if errors.Is(err, errNoProgress) {
+			continue // committed by another writer: nothing known past the offset
+		}
+		if err != nil {
+			rn.log.Warn("unreadable progress in the commit metadata: recovering from the committed offset alone", "partition", p, "err", err)
+			continue
+		}
+		progs[p] = pr
+		st := make(map[int64]recState, len(pr.Done)+len(pr.Doubt))
+		for _, o := range pr.Doubt {
+			st[o] = recDoubt
+		}
+		for _, o := range pr.Done {
+			st[o] = recFinal
+		}
+		out.state[p] = st
+	}
+	out.withProgress = len(progs)
+	if len(progs) > 0 {
+		if err := rn.readLogTail(ctx, progs, out); err != nil {
+			return nil, err
+		}
+	}
+	for _, st := range out.state {
+		for _, s := range st {
+			if s == recFinal {
+				out.final++
+			} else {
+				out.doubt++
+			}
+		}
+	}
+	return out, nil
+}
+
+// readLogTail applies the deliveries log from each progress's LogOffset to
+// the log's current end.
+func (rn *run) readLogTail(ctx context.Context, progs map[int32]*progress, out *recovered) error {
+	starts := map[int32]int64{}
+	for _, pr := range progs {
+		if s, ok := starts[pr.LogPartition]; !ok || pr.LogOffset < s {
+			starts[pr.LogPartition] = pr.LogOffset
+		}
+	}
+	ends, err := rn.adm.ListEndOffsets(ctx, rn.topics.Deliveries)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		return fmt.Errorf("end offsets of %s: %w", rn.topics.Deliveries, err)
+	}
+	from := map[int32]kgo.Offset{}
+	want := map[int32]int64{} // log partition → end
+	for lp, s := range starts {
+		e, ok := ends.Lookup(rn.topics.Deliveries, lp)
+		if !ok {
+			return fmt.Errorf("no end offset for %s partition %d", rn.topics.Deliveries, lp)
+		}
+		out.logEnd[lp] = e.Offset
+		if s < e.Offset {
+			from[lp] = kgo.NewOffset().At(s)
+			want[lp] = e.Offset
+		}
+	}
+	if len(from) == 0 {
+		return nil
+	}
+	base, err := rn.cfg.Kafka.ClientOpts()
+	if err != nil {
+		return err
+	}
+	cl, err := kgo.NewClient(append(base,
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{rn.topics.Deliveries: from}),
+		kgo.FetchMaxWait(200*time.Millisecond),
+	)...)
+	if err != nil {
+		return fmt.Errorf("log reader: %w", err)
+	}
+	defer cl.Close()
+	next := map[int32]int64{}
+	lastProgress := time.Now()
+	for len(want) > 0 {
+		fs := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("reading %s: %w", rn.topics.Deliveries, err)
+		}
+		for _, fe := range fs.Errors() {
+			return fmt.Errorf("reading %s partition %d: %w", fe.Topic, fe.Partition, fe.Err)
+		}
+		moved := false
+		fs.EachRecord(func(r *kgo.Record) {
+			end, ok := want[r.Partition]
+			if !ok || r.Offset >= end {
+				return
+			}
+			moved = true
+			out.read++
+			next[r.Partition] = r.Offset + 1
+			rn.applyLog(r, progs, out)
+		})
+		for lp, end := range want {
+			if next[lp] >= end {
+				delete(want, lp)
+			}
+		}
+		if moved {
+			lastProgress = time.Now()
+		} else if time.Since(lastProgress) > 2*time.Second {
+			// The offsets left hold no record (aborted or compacted away).
+			rn.log.Warn("deliveries log tail ends before its end offset", "partitions", want)
+			break
+		}
+	}
+	return nil
+}
+
+// applyLog applies one record of the deliveries log to the recovery.
+func (rn *run) applyLog(r *kgo.Record, progs map[int32]*progress, out *recovered) {
+	for _, h := range r.Headers {
+		switch h.Key {
+		case schemas.HeaderLease:
+			if string(h.Value) != rn.cfg.Group {
+				return
+			}
+			var l schemas.Lease
+			if err := json.Unmarshal(r.Value, &l); err != nil {
+				rn.log.Warn("unreadable lease marker in the deliveries log", "partition", r.Partition, "offset", r.Offset, "err", err)
+				return
+			}
+			pr := progs[l.Partition]
+			if pr == nil || pr.LogPartition != r.Partition || r.Offset < pr.LogOffset {
+				return
+			}
+			st := out.state[l.Partition]
+			for _, rg := range l.Offsets {
+				for o := max(rg[0], pr.Base); o <= rg[1]; o++ {
+					if st[o] != recFinal {
+						st[o] = recDoubt
+					}
+				}
+			}
+			return
+		case schemas.HeaderSource:
+			p, o, flags, ok := parseSource(h.Value)
+			if !ok {
+				return
+			}
+			pr := progs[p]
+			if pr == nil || pr.LogPartition != r.Partition || r.Offset < pr.LogOffset || o < pr.Base {
+				return
+			}
+			st := out.state[p]
+			switch {
+			case bytes.IndexByte(flags, 'f') >= 0:
+				st[o] = recFinal
+				out.finalIDs = append(out.finalIDs, string(r.Key))
+			case st[o] == recFinal:
+			case bytes.IndexByte(flags, 'd') >= 0:
+				st[o] = recDoubt
+			default:
+				delete(st, o) // answered, on record, not final
+			}
+			return
+		}
+	}
+}
+
+// parseSource parses a HeaderSource value "<partition>:<offset>:<flags>".
+func parseSource(v []byte) (p int32, o int64, flags []byte, ok bool) {
+	i := bytes.IndexByte(v, ':')
+	if i < 0 {
+		return 0, 0, nil, false
+	}
+	j := bytes.IndexByte(v[i+1:], ':')
+	if j < 0 {
+		return 0, 0, nil, false
+	}
+	j += i + 1
+	pp, err1 := strconv.ParseInt(string(v[:i]), 10, 32)
+	oo, err2 := strconv.ParseInt(string(v[i+1:j]), 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, 0, nil, false
+	}
+	return int32(pp), oo, v[j+1:], true
+}

@@ -1,0 +1,112 @@
+package reporter
+
+import (
+	"context"
+	"slices"
+	"time"
+)
+
+// revocation is one rebalance's partitions leaving this instance.
+type revocation struct {
+	parts    []*partState
+	lost     bool
+	deadline time.Time
+	reply    chan []commitEntry
+}
+
+type revokeReq struct {
+	parts map[string][]int32
+	lost  bool
+	reply chan []commitEntry
+}
+
+// onRevoked runs in the Kafka client's group goroutine: it asks the
+// coordinator to stop posting the partitions, waits until their posts in
+// flight are back (bounded by ShutdownTimeout), and commits their progress
+// (not for lost partitions, not after a configuration error), so that the
+// next owner neither loses nor repeats a final report.
+func (rn *run) onRevoked(ctx context.Context, m map[string][]int32, lost bool) {
+	if len(m) == 0 {
+		return
+	}
+	req := revokeReq{parts: m, lost: lost, reply: make(chan []commitEntry, 1)}
+	select {
+	case rn.revokeCh <- req:
+	case <-rn.coordDone:
+		return // the coordinator committed what was final before it returned
+	}
+	var batch []commitEntry
+	select {
+	case batch = <-req.reply:
+	case <-rn.coordDone:
+		return
+	}
+	if len(batch) == 0 {
+		return
+	}
+	rn.commitWG.Wait() // a periodic commit in flight must not land after this one
+	if failed := rn.commit(ctx, "revoke", batch); len(failed) == 0 {
+		rn.log.Info("progress of revoked partitions committed", "partitions", len(batch))
+	}
+}
+
+// startRevocation marks the partitions revoked: nothing more of them is
+// posted; the reply goes once their posts are back.
+func (rn *run) startRevocation(req revokeReq) {
+	rv := &revocation{lost: req.lost, reply: req.reply, deadline: time.Now().Add(rn.cfg.ShutdownTimeout)}
+	for topic, ps := range req.parts {
+		for _, p := range ps {
+			if st := rn.parts[tpKey{topic, p}]; st != nil {
+				st.revoking = true
+				rv.parts = append(rv.parts, st)
+			}
+		}
+	}
+	rn.log.Info("partitions revoked: waiting for their posts in flight", "partitions", req.parts, "lost", req.lost)
+	rn.revocations = append(rn.revocations, rv)
+}
+
+// checkRevocations completes the revocations whose posts are all back (or
+// whose deadline passed: those posts stay in doubt in the progress): it
+// replies with the progress to commit and drops the partitions' state.
+func (rn *run) checkRevocations(now time.Time) {
+	rn.revocations = slices.DeleteFunc(rn.revocations, func(rv *revocation) bool {
+		busy := false
+		for _, ps := range rv.parts {
+			busy = busy || ps.inflight > 0
+		}
+		if busy && now.Before(rv.deadline) {
+			return false
+		}
+		var batch []commitEntry
+		for _, j := range rn.leased.items[rn.leased.head:] {
+			if j.ps.revoking {
+				rn.unlease(j) // never posted: next() drops revoking partitions' reports
+			}
+		}
+		for _, ps := range rv.parts {
+			if !rv.lost && !rn.noCommit {
+				if e, ok := rn.progressOf(ps); ok {
+					batch = append(batch, e)
+				}
+			}
+			ps.dropped = true
+			rn.pending.Add(-int64(ps.wm.pending()))
+			if rn.parts[ps.key] == ps {
+				delete(rn.parts, ps.key)
+			}
+			for id, j := range rn.active {
+				if j.ps == ps {
+					rn.release(j)
+					delete(rn.active, id)
+				}
+			}
+		}
+		select {
+		case rn.room <- struct{}{}:
+		default:
+		}
+		rv.reply <- batch // capacity 1
+		return true
+	})
+}
