@@ -257,7 +257,9 @@ func (r *Reporter) Run(ctx context.Context) error {
 		kgo.DefaultProduceTopic(rn.topics.Deliveries),
 		// Every record names its deliveries partition: the one of its report's partition.
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
-		kgo.ProducerLinger(2*time.Millisecond),
+		// No linger: a lease marker's acknowledgement gates posts. Records
+		// produced while a request is in flight still batch together.
+		kgo.ProducerLinger(0),
 	)
 	opts = append(opts, r.kgoOpts...)
 	rn.cl, err = kgo.NewClient(opts...)
