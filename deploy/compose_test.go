@@ -314,7 +314,7 @@ func TestComposeFile(t *testing.T) {
 	if err != nil {
 		t.Fatalf("docker-compose.yml does not load: %v", err)
 	}
-	for _, s := range []string{"kafka", "clickhouse", "sandbox", "ingest", "consume", "report", "sink", "audit"} {
+	for _, s := range []string{"kafka", "clickhouse", "sandbox", "ingest", "consume", "report", "sink", "audit", "grafana"} {
 		if _, ok := p.Services[s]; !ok {
 			t.Errorf("service %s missing (services: %v)", s, p.ServiceNames())
 		}
@@ -325,7 +325,7 @@ func TestComposeFile(t *testing.T) {
 	// The order compose starts them in: the broker and the ledger before
 	// the roles, the sandbox before the roles that call it.
 	order := startOrder(p)
-	for _, pair := range [][2]string{{"kafka", "ingest"}, {"kafka", "consume"}, {"kafka", "report"}, {"kafka", "sink"}, {"sandbox", "consume"}, {"sandbox", "report"}, {"clickhouse", "sink"}} {
+	for _, pair := range [][2]string{{"kafka", "ingest"}, {"kafka", "consume"}, {"kafka", "report"}, {"kafka", "sink"}, {"sandbox", "consume"}, {"sandbox", "report"}, {"clickhouse", "sink"}, {"clickhouse", "grafana"}} {
 		if slices.Index(order, pair[0]) > slices.Index(order, pair[1]) {
 			t.Errorf("start order %v: %s after %s", order, pair[0], pair[1])
 		}
@@ -388,12 +388,12 @@ func TestComposeCheckCatchesMistakes(t *testing.T) {
 			`depends_on sandbox has condition "service_started"`},
 		{"secret literal", "${PLAYPIPE_API_CLIENT_SIGNATURE:-SANDBOX-ONLY-signature-not-a-real-secret}", "0123456789012345678901234567890123456789",
 			"secret PLAYPIPE_API_CLIENT_SIGNATURE is a literal"},
-		{"secret default", "${PLAYPIPE_CLICKHOUSE_PASSWORD:?set PLAYPIPE_CLICKHOUSE_PASSWORD (any value; the compose ClickHouse user gets it)}", "${PLAYPIPE_CLICKHOUSE_PASSWORD:-playpipe}",
+		{"secret default", "${PLAYPIPE_CLICKHOUSE_PASSWORD:?set PLAYPIPE_CLICKHOUSE_PASSWORD}", "${PLAYPIPE_CLICKHOUSE_PASSWORD:-playpipe}",
 			"secret PLAYPIPE_CLICKHOUSE_PASSWORD has a default in the file"},
 		{"misspelt compose key", "    healthcheck: *healthcheck\n    depends_on:\n      kafka: {condition: service_healthy}\n      otel-collector",
 			"    healthcheck: *healthcheck\n    depend_on:\n      kafka: {condition: service_healthy}\n      otel-collector",
 			"depend_on"},
-		{"missing bind source", "./deploy/prometheus/alerts.yaml:", "./deploy/prometheus/alert.yaml:",
+		{"missing bind source", "./deploy/grafana/dashboards:", "./deploy/grafana/dashbaords:",
 			"bind mount"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
