@@ -75,6 +75,9 @@ func composeProblems(t testing.TB, raw string, p *types.Project) []string {
 	sandboxDefaults := documentedSandboxDefaults(t)
 	var probs []string
 	add := func(format string, a ...any) { probs = append(probs, fmt.Sprintf(format, a...)) }
+	// Kafka identities: one owner each (a shared transactional id fences
+	// the other instance; a shared static member id steals its partitions).
+	owner := map[string]string{}
 
 	// A default in the file (${VAR:-value}) is a literal too.
 	for _, m := range defaultRefRE.FindAllStringSubmatch(raw, -1) {
@@ -147,6 +150,22 @@ func composeProblems(t testing.TB, raw string, p *types.Project) []string {
 			return ""
 		}
 		oneShot := svc.Restart == "no" || len(svc.Profiles) > 0
+		for _, idEnv := range []string{"PLAYPIPE_INSTANCE_ID", "PLAYPIPE_TRANSACTIONAL_ID"} {
+			id := env(idEnv)
+			if id == "" {
+				continue
+			}
+			if other, dup := owner[idEnv+"="+id]; dup {
+				add("service %s: %s=%s is also service %s's", name, idEnv, id, other)
+			}
+			owner[idEnv+"="+id] = name
+		}
+		// The default transactional id derives from the hostname, which is
+		// the container id in compose: a recreated container would not fence
+		// its predecessor. Set one.
+		if r.Accepts("PLAYPIPE_TRANSACTIONAL_ID") && env("PLAYPIPE_TRANSACTIONAL_ID") == "" {
+			add("service %s: `playpipe %s` needs a stable PLAYPIPE_TRANSACTIONAL_ID (the default derives from the container's hostname)", name, r.Name)
+		}
 		// Every external part the role can use is configured: a role never
 		// silently falls back to an embedded one in a deployment.
 		for _, need := range []struct {
@@ -369,6 +388,10 @@ func TestComposeCheckCatchesMistakes(t *testing.T) {
 	}{
 		{"misspelt variable of one role", "PLAYPIPE_TRANSACTIONAL_ID: playpipe-enrich", "PLAYPIPE_TRANSACTION_ID: playpipe-enrich",
 			"service consume: environment PLAYPIPE_TRANSACTION_ID is not read by `playpipe consume`"},
+		{"shared instance id", "PLAYPIPE_INSTANCE_ID: report-0", "PLAYPIPE_INSTANCE_ID: consume-0",
+			"PLAYPIPE_INSTANCE_ID=consume-0 is also service consume's"},
+		{"no transactional id", "      PLAYPIPE_TRANSACTIONAL_ID: playpipe-enrich-consume-0\n", "",
+			"service consume: `playpipe consume` needs a stable PLAYPIPE_TRANSACTIONAL_ID"},
 		{"misspelt shared variable", "  PLAYPIPE_BROKERS: kafka:9092", "  PLAYPIPE_BROKER: kafka:9092",
 			"environment PLAYPIPE_BROKER is not read by `playpipe sink`"},
 		{"variable of another role", "OTEL_SERVICE_NAME: playpipe-report\n", "OTEL_SERVICE_NAME: playpipe-report\n      PLAYPIPE_CLICKHOUSE_ADDR: clickhouse:9000\n",
