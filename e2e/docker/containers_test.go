@@ -91,7 +91,7 @@ func startKafka(ctx context.Context, t *testing.T) *kafkaContainer {
 	ext := fmt.Sprintf("%d/tcp", port)
 	ctr, err := testcontainers.Run(ctx, composeImage(t, "apache/kafka:"),
 		testcontainers.WithEnv(map[string]string{
-			"CLUSTER_ID":                                     "cGxheXBpcGUtZTJlLWRvY2tlcg",
+			"CLUSTER_ID":                                     "cGxheXBpcGUtZTJlLWRvYw", // 16 bytes, base64url: what kafka-storage format takes
 			"KAFKA_NODE_ID":                                  "1",
 			"KAFKA_PROCESS_ROLES":                            "broker,controller",
 			"KAFKA_LISTENERS":                                fmt.Sprintf("PLAINTEXT://:9092,CONTROLLER://:9093,EXTERNAL://:%d", port),
