@@ -192,6 +192,11 @@ func TestPipelineOnContainers(t *testing.T) {
 	if err := conn.QueryRow(ctx, "SELECT version()").Scan(&version); err == nil {
 		t.Logf("ClickHouse server %s", version)
 	}
+	// The sink migrated the ledger on this server: the same DDL as on 18.16.
+	applied, err := analytics.AppliedVersions(ctx, conn, ch.Database)
+	if err != nil || len(applied) == 0 || applied[len(applied)-1] != analytics.LatestVersion() {
+		t.Fatalf("migrations on ClickHouse %s: applied %v (err %v), want up to %d", version, applied, err, analytics.LatestVersion())
+	}
 	auditor, err := analytics.NewAuditor(conn, ch.Database)
 	if err != nil {
 		t.Fatal(err)
