@@ -250,7 +250,14 @@ func (rn *run) worker() {
 // never misses the outcome of a committed report.
 func (rn *run) publish(j *job, rec *kgo.Record) {
 	if j.dec.Action.Final() {
-		rn.cl.Produce(context.Background(), rec, func(r *kgo.Record, err error) { rn.persistedLocked(j, r, err) })
+		rn.cl.Produce(context.Background(), rec, func(r *kgo.Record, err error) {
+			rn.mu.Lock()
+			rn.persisted(j, r, err)
+			if len(rn.revocations) > 0 {
+				rn.poke()
+			}
+			rn.mu.Unlock()
+		})
 		return
 	}
 	rn.cl.Produce(context.Background(), rec, func(r *kgo.Record, err error) {

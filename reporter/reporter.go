@@ -260,6 +260,8 @@ func (r *Reporter) Run(ctx context.Context) error {
 		// No linger: a lease marker's acknowledgement gates posts. Records
 		// produced while a request is in flight still batch together.
 		kgo.ProducerLinger(0),
+		// Small records, many small requests: compression costs more CPU than it saves.
+		kgo.ProducerBatchCompression(kgo.NoCompression()),
 	)
 	opts = append(opts, r.kgoOpts...)
 	rn.cl, err = kgo.NewClient(opts...)
