@@ -5,7 +5,7 @@ STATICCHECK_VERSION ?= v0.8.2
 BIN       := bin/playpipe
 export PATH := $(PATH):$(shell $(GO) env GOPATH)/bin:/usr/sbin
 
-.PHONY: all build demo test test-race unit lint fmt-check vet staticcheck bench fuzz tools clickhouse chromium clean
+.PHONY: all build demo test test-race unit lint fmt-check vet staticcheck bench fuzz tools clickhouse chromium clean e2e-docker
 
 all: build
 
@@ -34,11 +34,21 @@ fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
+# The docker-tagged suite (e2e/docker) is vetted and statically checked too,
+# so it compiles in CI even where no Docker engine can run it.
 vet:
 	$(GO) vet $(PKGS)
+	$(GO) vet -tags docker $(PKGS)
 
 staticcheck:
 	staticcheck $(PKGS)
+	staticcheck -tags docker ./e2e/...
+
+## e2e-docker: the end-to-end suite on Apache Kafka and current ClickHouse
+## containers (the images docker-compose.yml uses), roles as processes.
+## Needs a Docker engine; not part of `make test`.
+e2e-docker:
+	$(GO) test -tags docker -count=1 -timeout 20m -v ./e2e/docker/
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -count 6 $(PKGS)

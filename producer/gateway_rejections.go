@@ -1,10 +1,7 @@
 package producer
 
 import (
-	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,9 +15,9 @@ import (
 )
 
 // ReasonTooLarge is the reason of an event larger than the gateway's event
-// size limit (GatewayConfig.MaxEventBytes, --max-event-bytes). The consumer
-// uses the same reason for the events it refuses by size.
-const ReasonTooLarge = "too_large"
+// size limit (GatewayConfig.MaxEventBytes, --max-event-bytes): the
+// consumer's reason for the events it refuses by size.
+const ReasonTooLarge = schemas.ReasonTooLarge
 
 // Bounds of the rejection records the gateway writes. Kafka refuses records
 // over 1 MiB (message.max.bytes; franz-go's default batch limit is 1 000 012
@@ -28,76 +25,34 @@ const ReasonTooLarge = "too_large"
 // into "retry" forever; so every record is bounded well below that.
 const (
 	// RejectionRawBound is the most bytes of a refused event kept in the raw
-	// field of its rejection record (less when escaping would push the
-	// record over MaxRejectionRecordBytes). The record always carries the
-	// full length and SHA-256 of the event.
-	RejectionRawBound = 64 << 10
+	// field of its rejection record (schemas.MaxRejectionRaw of JSON-encoded
+	// text). The record always carries the full length and SHA-256 of the
+	// event.
+	RejectionRawBound = schemas.MaxRejectionRaw
 	// MaxRejectionRecordBytes bounds the encoded value of a rejection record
-	// the gateway writes. JSON escaping can grow the raw bytes six-fold
-	// (a control byte becomes \u0001), so the raw part is cut until the
-	// encoded record fits.
+	// the gateway writes: the bounded raw field plus the violations, whose
+	// details are cut when they alone would pass it.
 	MaxRejectionRecordBytes = 512 << 10
 	// maxDetailBytes bounds each violation's detail in a rejection record.
 	maxDetailBytes = 512
 )
 
-// ingestRejection is the rejection record the gateway writes: a
-// schemas.Rejection whose raw bytes are bounded, plus their full length,
-// their SHA-256 and whether Raw holds only a prefix of them.
-//
-// The fields are the gateway's own until schemas.Rejection carries bounded
-// raw fields itself; decoders of schemas.Rejection ignore them (unknown
-// fields are allowed in every playpipe record).
-type ingestRejection struct {
-	schemas.Rejection
-	// RawLen is the length of the event in bytes, whatever Raw holds.
-	RawLen int `json:"raw_len"`
-	// RawSHA256 is the hex SHA-256 of the whole event.
-	RawSHA256 string `json:"raw_sha256"`
-	// RawTruncated is true when Raw holds only a prefix of the event (cut at
-	// a UTF-8 character boundary when the event is valid UTF-8).
-	RawTruncated bool `json:"raw_truncated,omitempty"`
-}
-
-// encodeRejection returns the JSON of the bounded rejection record of raw:
-// at most MaxRejectionRecordBytes long, whatever raw and vs hold.
+// encodeRejection returns the JSON of the bounded rejection record of raw
+// (schemas.NewRejection): at most MaxRejectionRecordBytes long, whatever raw
+// and vs hold.
 func encodeRejection(raw []byte, eventID string, vs []schemas.Violation, src schemas.Source, atMS int64) ([]byte, error) {
-	sum := sha256.Sum256(raw)
-	valid := utf8.Valid(raw)
-	keep := min(len(raw), RejectionRawBound)
-	trimmed := false
-	for {
-		cut := raw[:keep]
-		if valid { // keep the prefix valid UTF-8, or it would be stored as base64
-			for len(cut) > 0 && len(cut) < len(raw) && !utf8.RuneStart(raw[len(cut)]) {
-				cut = cut[:len(cut)-1]
-			}
-		}
-		rej := ingestRejection{
-			Rejection:    schemas.NewRejection(cut, eventID, vs, src, atMS),
-			RawLen:       len(raw),
-			RawSHA256:    hex.EncodeToString(sum[:]),
-			RawTruncated: len(cut) < len(raw),
-		}
-		var buf bytes.Buffer
-		enc := json.NewEncoder(&buf)
-		enc.SetEscapeHTML(false) // '<' stays one byte, not six
-		if err := enc.Encode(&rej); err != nil {
+	for trimmed := false; ; trimmed = true {
+		val, err := json.Marshal(schemas.NewRejection(raw, eventID, vs, src, atMS))
+		if err != nil {
 			return nil, fmt.Errorf("producer: encode rejection: %w", err)
 		}
-		val := bytes.TrimSuffix(buf.Bytes(), []byte{'\n'})
 		if len(val) <= MaxRejectionRecordBytes {
 			return val, nil
 		}
-		switch {
-		case keep > 0:
-			keep /= 2
-		case !trimmed: // the violations alone are too long: shorten their details
-			vs = trimViolations(vs)
-			trimmed = true
-		default:
-			return nil, fmt.Errorf("producer: rejection record of %d bytes exceeds %d bytes even without the raw event", len(val), MaxRejectionRecordBytes)
+		if trimmed {
+			return nil, fmt.Errorf("producer: rejection record of %d bytes exceeds %d bytes even with its details cut", len(val), MaxRejectionRecordBytes)
 		}
+		vs = trimViolations(vs) // the violations alone are too long: shorten their details
 	}
 }
 

@@ -21,7 +21,7 @@ const (
 	DefaultBackoffMax      = 10 * time.Second
 	DefaultRetryAfterMax   = 2 * time.Minute
 	DefaultProbeInterval   = 500 * time.Millisecond
-	DefaultCommitInterval  = 5 * time.Millisecond
+	DefaultCommitInterval  = 100 * time.Millisecond
 	DefaultShutdownTimeout = 10 * time.Second
 	// DefaultMetadataMaxBytes is Kafka's default offset.metadata.max.bytes.
 	DefaultMetadataMaxBytes = 4096

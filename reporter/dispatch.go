@@ -20,9 +20,14 @@ import (
 // A report is posted only after a lease marker naming its offset is in the
 // deliveries log (acknowledged): after a crash, the log says which reports
 // may have reached the partner without a recorded answer (recover.go). The
-// leaser keeps up to Concurrency reports leased ahead of the workers, one
-// marker per partition per lease, so that the markers' round trip overlaps
-// the posts instead of adding to them.
+// leaser keeps up to leaseAhead × Concurrency reports leased ahead of the
+// workers, one marker per partition per lease, so that the markers' round
+// trip overlaps the posts instead of adding to them.
+
+// leaseAhead × Concurrency reports at most are leased and not yet posted:
+// enough to cover a marker's round trip at full speed. They are the
+// over-count of "in doubt" after a crash (never of real duplicates).
+const leaseAhead = 2
 
 // lease is a batch of reports whose markers are on their way to Kafka.
 type lease struct {
@@ -59,7 +64,7 @@ func (rn *run) takeLease() (*lease, []*kgo.Record) {
 	if rn.stopping || rn.exiting || rn.standby != nil {
 		return nil, nil
 	}
-	room := rn.cfg.Concurrency - rn.leased.len() - rn.leasing
+	room := leaseAhead*rn.cfg.Concurrency - rn.leased.len() - rn.leasing
 	if room <= 0 {
 		return nil, nil
 	}
@@ -180,7 +185,7 @@ func (rn *run) next() *job {
 		if j == nil {
 			return nil
 		}
-		if rn.leased.len() < rn.cfg.Concurrency/2 {
+		if rn.leased.len() < rn.cfg.Concurrency {
 			rn.jobsReady()
 		}
 		if j.ps.revoking || j.ps.dropped {
@@ -245,7 +250,14 @@ func (rn *run) worker() {
 // never misses the outcome of a committed report.
 func (rn *run) publish(j *job, rec *kgo.Record) {
 	if j.dec.Action.Final() {
-		rn.cl.Produce(context.Background(), rec, func(r *kgo.Record, err error) { rn.persistedLocked(j, r, err) })
+		rn.cl.Produce(context.Background(), rec, func(r *kgo.Record, err error) {
+			rn.mu.Lock()
+			rn.persisted(j, r, err)
+			if len(rn.revocations) > 0 {
+				rn.poke()
+			}
+			rn.mu.Unlock()
+		})
 		return
 	}
 	rn.cl.Produce(context.Background(), rec, func(r *kgo.Record, err error) {

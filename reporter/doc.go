@@ -5,15 +5,24 @@
 //
 // What it promises:
 //
+//   - A report whose final outcome (delivered or rejected) Kafka has
+//     acknowledged in <prefix>.deliveries is never posted again, after any
+//     stop, crash, rebalance or scale-out: each offset commit carries the
+//     partition's progress in its metadata (progress.go), reports are posted
+//     only after a lease marker naming them is in the deliveries log
+//     (dispatch.go), and a partition's new owner recovers from both
+//     (recover.go).
+//   - A graceful stop (Run's ctx ends) waits for the posts in flight within
+//     ShutdownTimeout and commits every partition's progress: the next run
+//     posts each pending report once. A crash re-posts at most the reports
+//     whose answer was not recorded, each labelled InDoubt in its Delivery.
 //   - A partition's offset is committed only past records with a final
-//     outcome (delivered or rejected) whose Delivery record is already in
-//     Kafka. A crash re-sends at most the reports that were in flight or
-//     final-but-uncommitted (at most one CommitInterval of them).
+//     outcome whose Delivery record is already in Kafka.
 //   - One classifier (Classify) decides what each answer means: the outcome
 //     table of DESIGN.md, with the reason for each case in the code.
 //   - Transient failures are retried with exponential backoff and jitter,
 //     honouring Retry-After, without holding up other reports or partitions.
-//   - A 200 served by standby starts a standby episode: dispatch stops, the
+//   - A 200 served by standby starts a standby episode: posting stops, the
 //     affected offsets stay uncommitted, the API is probed with new sessions
 //     until live service answers, then the standby-answered reports are
 //     re-sent. Reports already final are recognised by report id.
@@ -22,6 +31,11 @@
 //     are capped at 2 MiB, and the duplicate window holds RecentWindow ids.
 //   - A 403 (edge 1010) or a refused credential stops the reporter with an
 //     error wrapping ErrConfiguration and commits nothing more.
+//
+// Files by concern: reporter.go (types, Run, intake), dispatch.go (leases,
+// workers, answers), commit.go and progress.go (commits and their
+// metadata), recover.go (assignment), revoke.go (rebalances), standby.go
+// (standby episodes), lifecycle.go (coordinator, shutdown).
 //
 // A Reporter runs once (Run). Run owns every goroutine it starts and returns
 // only after all of them ended and the Kafka client is closed.

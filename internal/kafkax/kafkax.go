@@ -145,9 +145,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	if v := os.Getenv("PLAYPIPE_BROKERS"); v != "" {
 		c.Brokers = splitList(v)
 	}
-	fs.StringVar(&c.TopicPrefix, "topic-prefix", envOr("PLAYPIPE_TOPIC_PREFIX", DefaultTopicPrefix), "prefix of the topic names: <prefix>.events, .reports, .rejected, .deliveries")
+	fs.StringVar(&c.TopicPrefix, "topic-prefix", envOr("PLAYPIPE_TOPIC_PREFIX", DefaultTopicPrefix), "prefix of the topic names: <prefix>.events, .reports, .rejected, .deliveries (env PLAYPIPE_TOPIC_PREFIX)")
 	fs.StringVar(&c.SASLMechanism, "kafka-sasl", os.Getenv("PLAYPIPE_KAFKA_SASL"), "SASL mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (env PLAYPIPE_KAFKA_SASL); empty for none")
-	fs.StringVar(&c.SASLUser, "kafka-user", os.Getenv("PLAYPIPE_KAFKA_USER"), "SASL user (env PLAYPIPE_KAFKA_USER)")
+	fs.StringVar(&c.SASLUser, "kafka-user", os.Getenv("PLAYPIPE_KAFKA_USER"), "SASL user (env PLAYPIPE_KAFKA_USER; the password is read from PLAYPIPE_KAFKA_PASSWORD only)")
 	c.SASLPassword = os.Getenv("PLAYPIPE_KAFKA_PASSWORD") // env only: never on a command line
 	fs.BoolVar(&c.TLS, "kafka-tls", os.Getenv("PLAYPIPE_KAFKA_TLS") == "true", "use TLS to the brokers (env PLAYPIPE_KAFKA_TLS=true)")
 	fs.StringVar(&c.TLSCAFile, "kafka-ca", os.Getenv("PLAYPIPE_KAFKA_CA"), "PEM file of CAs to trust for broker TLS (env PLAYPIPE_KAFKA_CA)")
