@@ -28,7 +28,9 @@ const AdminUsage = `Admin API (JSON; loopback callers only unless allowed):
   GET    /admin/counters          answers per endpoint and HTTP status
   GET    /admin/catalog           the generated catalog with every mix's full track listing
   POST   /admin/token             body {"ttl":"2s","with_user":false}: mint a session token as
-                                  the session endpoint would in the current mode (ttl 0: default)`
+                                  the session endpoint would in the current mode (ttl 0: default)
+  POST   /admin/revoke-tokens     revoke every session token minted so far (they answer 401
+                                  from now on; new sessions work): {"revocations":N}`
 
 // AdminHandler is the admin API (see AdminUsage). Callers not on loopback
 // get 403 unless Options.AdminAllowRemote.
@@ -126,6 +128,9 @@ func (s *Server) adminMux() http.Handler {
 			ttl = d
 		}
 		adminJSON(w, http.StatusOK, map[string]string{"token": s.MintToken(ttl, req.WithUser)})
+	})
+	mux.HandleFunc("POST /admin/revoke-tokens", func(w http.ResponseWriter, r *http.Request) {
+		adminJSON(w, http.StatusOK, map[string]uint64{"revocations": s.RevokeTokens()})
 	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !s.opts.AdminAllowRemote && !isLoopback(r.RemoteAddr) {

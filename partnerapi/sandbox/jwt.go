@@ -19,7 +19,9 @@ import (
 //	iss "playpipe-partner-sandbox", sub client_id, iat, exp, jti (random),
 //	pid partner id (only for /session/with-user in live service),
 //	sby standby episode (only for tokens minted in standby; the token dies
-//	    when that episode ends).
+//	    when that episode ends),
+//	rev revocation generation at minting (omitted while 0; the token dies
+//	    at the next Server.RevokeTokens).
 
 const jwtIssuer = "playpipe-partner-sandbox"
 
@@ -33,6 +35,7 @@ type claims struct {
 	Jti string `json:"jti"`
 	Pid string `json:"pid,omitempty"`
 	Sby uint64 `json:"sby,omitempty"`
+	Rev uint64 `json:"rev,omitempty"`
 }
 
 // errToken is returned for every token that does not verify; the cause is

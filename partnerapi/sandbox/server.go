@@ -32,6 +32,10 @@ type Server struct {
 	// a token minted in standby carries the episode and dies when it ends.
 	state  atomic.Uint64
 	faults atomic.Pointer[faultState]
+	// revoked is the revocation generation: every token carries the one
+	// current when it was minted, and a token from an older generation is
+	// rejected (RevokeTokens).
+	revoked atomic.Uint64
 
 	restricted sync.Map // country → []byte, for with-user tokens
 
@@ -109,7 +113,8 @@ func (s *Server) Ledger() LedgerSnapshot {
 
 // Reset empties the ledger and the counters, clears the faults and returns
 // to the starting mode (Options.Mode). Tokens stay valid unless they were
-// minted in a standby episode that the reset ends.
+// minted in a standby episode that the reset ends; revocations stay in
+// force (a revoked token never comes back).
 func (s *Server) Reset() {
 	s.ledger.reset()
 	s.counts.reset()
@@ -123,7 +128,7 @@ func (s *Server) Reset() {
 // admin API (expired and short-lived tokens).
 func (s *Server) MintToken(ttl time.Duration, withUser bool) string {
 	mode, episode := s.modeEpisode()
-	c := claims{Sub: s.opts.ClientID}
+	c := claims{Sub: s.opts.ClientID, Rev: s.revoked.Load()}
 	if ttl <= 0 {
 		ttl = s.opts.LiveTokenTTL
 		if mode == ModeStandby {
@@ -140,6 +145,22 @@ func (s *Server) MintToken(ttl time.Duration, withUser bool) string {
 	c.Iat, c.Exp = now.Unix(), now.Add(ttl).Unix()
 	return s.signer.mint(c)
 }
+
+// RevokeTokens revokes, server-side, every session token minted so far, in
+// every mode: from now on each of them answers 401 "Unauthorized" on a data
+// endpoint, as the spec says for an invalid token, and the client must take
+// a new session (tokens minted afterwards work). A token being minted
+// concurrently with the call may fall on either side of it. It returns the
+// number of revocations so far. Revocations live in memory: a sandbox
+// restarted with the same --jwt-secret-file accepts the old tokens again.
+func (s *Server) RevokeTokens() uint64 {
+	n := s.revoked.Add(1)
+	s.log.Info("sandbox tokens revoked", "revocations", n)
+	return n
+}
+
+// Revocations is the number of RevokeTokens calls so far.
+func (s *Server) Revocations() uint64 { return s.revoked.Load() }
 
 func partnerID(clientID string) string { return "partner:" + clientID }
 
@@ -452,6 +473,9 @@ func (s *Server) authorize(h string, mode Mode, episode uint64) (claims, bool) {
 	if c.Sby != 0 && (mode != ModeStandby || c.Sby != episode) {
 		return claims{}, false // standby-minted, and that standby episode has ended
 	}
+	if c.Rev < s.revoked.Load() {
+		return claims{}, false // revoked (RevokeTokens)
+	}
 	return c, true
 }
 
@@ -465,7 +489,7 @@ func (s *Server) serveSession(w http.ResponseWriter, r *http.Request, ep endpoin
 	now := s.opts.Now()
 	if mode == ModeStandby {
 		// Standby: no credential check, a short-lived token, the flat shape.
-		c := claims{Sub: deref(req.ClientID), Sby: episode, Iat: now.Unix(), Exp: now.Add(s.opts.StandbyTokenTTL).Unix()}
+		c := claims{Sub: deref(req.ClientID), Sby: episode, Rev: s.revoked.Load(), Iat: now.Unix(), Exp: now.Add(s.opts.StandbyTokenTTL).Unix()}
 		if ep == epSessionUser {
 			// Standby lifts credential verification only: the token is
 			// still bound to the partner identity of the e-mail, so the
@@ -500,7 +524,7 @@ func (s *Server) serveSession(w http.ResponseWriter, r *http.Request, ep endpoin
 		s.writeError(w, ep, http.StatusBadRequest, reasonCredentials)
 		return
 	}
-	c := claims{Sub: id, Iat: now.Unix(), Exp: now.Add(s.opts.LiveTokenTTL).Unix()}
+	c := claims{Sub: id, Rev: s.revoked.Load(), Iat: now.Unix(), Exp: now.Add(s.opts.LiveTokenTTL).Unix()}
 	if ep == epSession {
 		var out wireSessionLive
 		out.Session.Token.Token = s.signer.mint(c)
