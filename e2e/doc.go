@@ -1,0 +1,16 @@
+// Package e2e holds playpipe's end-to-end tests that run the playpipe binary
+// itself as separate OS processes against real parts: the embedded
+// Kafka-protocol broker over loopback TCP (internal/testenv), the partner API
+// sandbox over HTTP and a local ClickHouse server.
+//
+// TestScaleOutWithFaults (issue 9, item 5) runs 3 report, 2 consume and 2
+// sink processes in one broker's groups (12 partitions), kills one of each
+// with SIGKILL and stops another reporter with SIGTERM while deliveries flow,
+// restarts the killed ones under the same --instance-id, and then checks the
+// partner's ledger against the independently expected plays, the
+// duplicates against the killed reporter's --concurrency and the in-doubt
+// labels, and `playpipe audit` against the partner's ledger.
+//
+// The tests are skipped with -short; they build the binary once per run
+// (go build into the test's temp dir), which needs the go command on PATH.
+package e2e
