@@ -84,6 +84,19 @@ func explainDuplicates(t *testing.T, k *testenv.Kafka, led sandbox.LedgerSnapsho
 		ps = append(ps, p)
 	}
 	sort.Slice(ps, func(i, j int) bool { return arrivals[ps[i]][0].Before(arrivals[ps[j]][0]) })
+	if kill, ok := marks["kill report-0"]; ok {
+		before, parts := 0, map[string]int{}
+		for _, p := range ps {
+			if arrivals[p][0].Before(kill) {
+				before++
+			}
+			for _, id := range ids[p] {
+				parts[strings.SplitN(strings.SplitN(id, "@", 2)[1], "/", 2)[0]]++
+			}
+		}
+		t.Logf("duplicates: first accepted before the SIGKILL was sent: %d, after: %d (posts in flight answered after the kill); by reports partition: %v",
+			before, len(ps)-before, parts)
+	}
 	for _, p := range ps {
 		var at []string
 		for _, a := range arrivals[p] {
