@@ -97,6 +97,9 @@ func explainDuplicates(t *testing.T, k *testenv.Kafka, led sandbox.LedgerSnapsho
 		t.Logf("duplicates: first accepted before the SIGKILL was sent: %d, after: %d (posts in flight answered after the kill); by reports partition: %v",
 			before, len(ps)-before, parts)
 	}
+	if !t.Failed() && len(ps) > 5 {
+		ps = ps[:5] // the first few; all of them when the test fails
+	}
 	for _, p := range ps {
 		var at []string
 		for _, a := range arrivals[p] {

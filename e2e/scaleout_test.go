@@ -285,10 +285,10 @@ func TestScaleOutWithFaults(t *testing.T) {
 	if int64(dups) != led.Duplicates {
 		t.Errorf("duplicates: %d plays accepted more often than expected, the sandbox counted %d", dups, led.Duplicates)
 	}
-	explainDuplicates(t, k, led, marks)
 	if dups > scaleConcurrency {
 		t.Errorf("the partner holds %d duplicates, more than the killed reporter's --concurrency %d", dups, scaleConcurrency)
 	}
+	explainDuplicates(t, k, led, marks)
 
 	// The in-doubt labels, from plays.deliveries (lease markers skipped).
 	inDoubt, delivered, leases := readDeliveries(t, k)
