@@ -1,0 +1,391 @@
+//go:build linux
+
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/playpipe/playpipe/analytics"
+	"github.com/playpipe/playpipe/internal/testenv"
+	"github.com/playpipe/playpipe/partnerapi"
+	"github.com/playpipe/playpipe/partnerapi/sandbox"
+	"github.com/playpipe/playpipe/schemas"
+)
+
+// The scale-out run's shape.
+const (
+	scalePartitions  = 12
+	scaleEvents      = 4000
+	scaleRate        = 800 // events per second: the simulation lasts ~5 s
+	scaleConcurrency = 32  // --concurrency of every reporter
+	// Partner latency per report: posts are in flight when the reporter is
+	// killed, as with a real partner.
+	scaleReportLatency = 5 * time.Millisecond
+)
+
+// role is one instance of a playpipe role: its arguments (without the
+// admin address) and admin address; restarts reuse both.
+type role struct {
+	name  string
+	args  []string
+	admin string
+	p     *proc
+}
+
+// TestScaleOutWithFaults is issue 9's scale-out proof: 3 report, 2 consume
+// and 2 sink processes on one broker (12 partitions); while the partner
+// answers and deliveries flow, one of each is killed with SIGKILL and another
+// reporter is stopped with SIGTERM (it must exit 0); the killed ones are
+// restarted under the same --instance-id. Then the partner's ledger must hold
+// exactly the expected plays, with at most the killed reporter's
+// --concurrency duplicates, every duplicate covered by a delivered record
+// labelled in doubt, and `playpipe audit` must agree with the ledger.
+func TestScaleOutWithFaults(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end: builds the binary and runs 7 processes")
+	}
+	testStart := time.Now()
+	dir := t.TempDir()
+	bin := buildBinary(t, dir)
+
+	k := testenv.StartKafka(t, scalePartitions)
+	sb := testenv.StartSandbox(t, func(o *sandbox.Options) {
+		o.Seed, o.Pages, o.ListsPerPage, o.MixesPerList = 7, 2, 2, 5
+	})
+	sb.SetFaults(sandbox.Faults{Report: sandbox.GroupFaults{Latency: scaleReportLatency}})
+	ch := testenv.StartClickHouse(t)
+	t.Logf("setup: binary built, broker %v, sandbox %s, ClickHouse %s/%s in %s", k.Addrs(), sb.URL, ch.Addr, ch.Database, time.Since(testStart).Round(time.Millisecond))
+
+	brokers := strings.Join(k.Addrs(), ",")
+	// Process logs go to the test's temp dir, or to PLAYPIPE_E2E_LOGDIR
+	// (kept after the test, for a post-mortem of a passing run).
+	logDir := dir
+	if d := os.Getenv("PLAYPIPE_E2E_LOGDIR"); d != "" {
+		logDir = filepath.Join(d, time.Now().Format("20060102T150405"))
+		if err := os.MkdirAll(logDir, 0o755); err != nil {
+			t.Fatalf("PLAYPIPE_E2E_LOGDIR: %v", err)
+		}
+		t.Logf("process logs in %s", logDir)
+	}
+	ps := newProcs(t, bin, logDir, childEnv(
+		"PLAYPIPE_API_CLIENT_ID="+sb.ClientID,
+		"PLAYPIPE_API_CLIENT_SIGNATURE="+sb.ClientSignature, // environment only, never a flag
+		"PLAYPIPE_LOG_LEVEL=info",
+	))
+	kafkaArgs := []string{"--brokers", brokers, "--partitions", strconv.Itoa(scalePartitions)}
+	chArgs := []string{"--clickhouse-addr", ch.Addr, "--clickhouse-db", ch.Database, "--clickhouse-user", ch.User}
+
+	newRole := func(name string, args ...string) *role {
+		return &role{name: name, args: args, admin: freeAddr(t)}
+	}
+	startRole := func(r *role) {
+		r.p = ps.start(r.name, append([]string{r.args[0], "--admin-addr", r.admin}, r.args[1:]...)...)
+	}
+	var sinks, consumers, reporters []*role
+	for i := range 2 {
+		sinks = append(sinks, newRole(fmt.Sprintf("sink-%d", i), append(append([]string{"sink"}, kafkaArgs...), append(chArgs,
+			"--instance-id", fmt.Sprintf("e2e-sink-%d", i), "--batch-rows", "2000", "--linger", "200ms", "--retry-max", "500ms")...)...))
+	}
+	for i := range 2 {
+		consumers = append(consumers, newRole(fmt.Sprintf("consume-%d", i), append(append([]string{"consume"}, kafkaArgs...),
+			"--api-url", sb.URL, "--instance-id", fmt.Sprintf("e2e-consume-%d", i), "--transactional-id", fmt.Sprintf("e2e-enrich-%d", i))...))
+	}
+	for i := range 3 {
+		reporters = append(reporters, newRole(fmt.Sprintf("report-%d", i), append(append([]string{"report"}, kafkaArgs...),
+			"--api-url", sb.URL, "--instance-id", fmt.Sprintf("e2e-report-%d", i), "--concurrency", strconv.Itoa(scaleConcurrency),
+			"--backoff-max", "500ms", "--standby-probe-interval", "100ms")...))
+	}
+	// The first sink applies the schema alone; then everything else.
+	startRole(sinks[0])
+	waitReady(t, sinks[0].p, sinks[0].admin, 60*time.Second)
+	rest := append(append(append([]*role{}, sinks[1]), consumers...), reporters...)
+	for _, r := range rest {
+		startRole(r)
+	}
+	for _, r := range rest {
+		waitReady(t, r.p, r.admin, 60*time.Second)
+	}
+	t.Logf("7 processes ready at %s", time.Since(testStart).Round(time.Millisecond))
+
+	// The simulator publishes while the faults happen. The same messages
+	// are generated in-process first, to place the faults as shares of the
+	// expected reports; the simulator's record is the authority afterwards.
+	sa := simArgs{events: scaleEvents, rate: scaleRate, devices: 60, badShare: 0.05, seed: 9, startMS: 1767225600000}
+	creds := partnerapi.Credentials{ClientID: sb.ClientID, ClientSignature: sb.ClientSignature}
+	genWant, _, _, _ := expectedPlays(t, sb.Catalog(), sa.generated(t, sb.URL, creds))
+	genReports := 0
+	for _, n := range genWant {
+		genReports += n
+	}
+	recordPath := filepath.Join(dir, "simulated.jsonl")
+	simStart := time.Now()
+	sim := ps.start("simulate", append(append(append([]string{"simulate"}, kafkaArgs...), sa.flags()...),
+		"--api-url", sb.URL, "--record", recordPath)...)
+
+	failIfExited := func() {
+		t.Helper()
+		for _, r := range append(append(append([]*role{}, sinks...), consumers...), reporters...) {
+			if r.p != nil && !r.p.running() && r.p.err != nil && !strings.Contains(r.p.err.Error(), "signal: killed") {
+				t.Fatalf("%s exited on its own: %v (log %s)", r.name, r.p.err, r.p.log)
+			}
+		}
+	}
+	// waitFor polls cond every 20 ms for at most d.
+	waitFor := func(what string, d time.Duration, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(d)
+		for !cond() {
+			failIfExited()
+			if time.Now().After(deadline) {
+				t.Fatalf("waiting for %s: not within %s (sandbox %+v)", what, d, sb.Counts())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	marks := map[string]time.Time{}
+	accepted := func() int64 { return sb.Counts().Accepted }
+	share := func(f float64) int64 { return int64(f * float64(genReports)) }
+
+	// Fault 1: SIGKILL a consumer while events flow (1.5 s into a ~5 s
+	// simulation); restart it (same --instance-id and --transactional-id)
+	// a second later.
+	waitFor("1.5 s of simulation", 10*time.Second, func() bool { return time.Since(simStart) >= 1500*time.Millisecond })
+	if !sim.running() {
+		t.Errorf("the simulation ended before the consumer was killed: the kill did not happen mid-stream")
+	}
+	consumers[0].p.signal(t, syscall.SIGKILL)
+	marks["kill consume-0"] = time.Now()
+	t.Logf("%6s SIGKILL %s (pid %d); partner accepted %d of %d", since(simStart), consumers[0].name, consumers[0].p.cmd.Process.Pid, accepted(), genReports)
+	consumers[0].p.wait(t, 10*time.Second)
+	time.Sleep(time.Second)
+	startRole(consumers[0])
+	t.Logf("%6s restarted %s", since(simStart), consumers[0].name)
+
+	// Fault 2: SIGKILL a reporter and a sink while deliveries flow (at 30 %
+	// of the expected reports); restart both a second later under their
+	// instance ids (within the session timeout: a static member's return)
+	// and measure when the reporter delivers again.
+	waitFor("30% of the reports accepted", 90*time.Second, func() bool { return accepted() >= share(0.30) })
+	reporters[0].p.signal(t, syscall.SIGKILL)
+	sinks[0].p.signal(t, syscall.SIGKILL)
+	marks["kill report-0"] = time.Now()
+	acceptedAtKill := accepted()
+	t.Logf("%6s SIGKILL %s (pid %d) and %s (pid %d); partner accepted %d", since(simStart), reporters[0].name, reporters[0].p.cmd.Process.Pid,
+		sinks[0].name, sinks[0].p.cmd.Process.Pid, acceptedAtKill)
+	reporters[0].p.wait(t, 10*time.Second)
+	sinks[0].p.wait(t, 10*time.Second)
+	time.Sleep(time.Second)
+	restartAt := time.Now()
+	marks["restart report-0"] = restartAt
+	startRole(reporters[0])
+	startRole(sinks[0])
+	waitReady(t, reporters[0].p, reporters[0].admin, 30*time.Second)
+	readyAfter := time.Since(restartAt)
+	var resumedAfter time.Duration
+	waitFor("the restarted reporter to deliver", 60*time.Second, func() bool {
+		n, err := scrapeSum(reporters[0].admin, "playpipe_deliveries_total", `outcome="delivered"`)
+		if err == nil && n > 0 {
+			resumedAfter = time.Since(restartAt)
+			return true
+		}
+		return false
+	})
+	marks["report-0 delivers again"] = time.Now()
+	t.Logf("%6s restarted %s: ready after %s, delivering after %s; restarted %s", since(simStart), reporters[0].name,
+		readyAfter.Round(time.Millisecond), resumedAfter.Round(time.Millisecond), sinks[0].name)
+
+	// Fault 3: SIGTERM another reporter (at 55 %, or once the restarted one
+	// delivers); it must exit 0. It is not restarted: its partitions move
+	// to the others.
+	waitFor("55% of the reports accepted", 90*time.Second, func() bool { return accepted() >= share(0.55) })
+	marks["term report-1"] = time.Now()
+	acceptedAtTerm := accepted()
+	t.Logf("%6s SIGTERM %s (pid %d); partner accepted %d", since(simStart), reporters[1].name, reporters[1].p.cmd.Process.Pid, acceptedAtTerm)
+	reporters[1].p.stop(t, 30*time.Second)
+	t.Logf("%6s %s exited 0", since(simStart), reporters[1].name)
+
+	if code := sim.wait(t, 60*time.Second); code != 0 {
+		t.Fatalf("simulate exited %d (log %s)", code, sim.log)
+	}
+	simEnd := sim.exited
+	msgs := readRecord(t, recordPath)
+	if len(msgs) != scaleEvents {
+		t.Fatalf("the simulator recorded %d acknowledged messages, want %d", len(msgs), scaleEvents)
+	}
+	want, wantBelow, validEvents, badEvents := expectedPlays(t, sb.Catalog(), msgs)
+	wantReports := 0
+	for _, n := range want {
+		wantReports += n
+	}
+	t.Logf("simulation: %d events (%d valid, %d bad) in %s → %d reports to post (%d distinct plays), %d below the minimum",
+		len(msgs), validEvents, badEvents, simEnd.Sub(simStart).Round(time.Millisecond), wantReports, len(want), wantBelow)
+	if wantReports != genReports {
+		t.Errorf("the simulator's record yields %d reports, the in-process generation %d: the fault schedule was off", wantReports, genReports)
+	}
+	if int(acceptedAtKill) >= wantReports || int(acceptedAtTerm) >= wantReports {
+		t.Errorf("the reporter faults came after the end (accepted %d and %d of %d): they did not happen mid-run", acceptedAtKill, acceptedAtTerm, wantReports)
+	}
+
+	// Wait (bounded) until the partner holds every expected play.
+	waitFor("every expected play at the partner", 120*time.Second, func() bool {
+		c := sb.Counts()
+		return c.Accepted-c.Duplicates >= int64(len(want))
+	})
+	drained := time.Now()
+	t.Logf("%6s the partner holds %d distinct plays: drained %s after the simulation ended", since(simStart), len(want), drained.Sub(simEnd).Round(time.Millisecond))
+
+	// Wait (bounded) until the sinks have the ledger complete.
+	auditArgs := append(append([]string{"audit"}, chArgs...), "--from", "-1h", "--to", "+1h", "--format", "json")
+	var rep analytics.Report
+	waitFor("the audit to see every delivery", 90*time.Second, func() bool {
+		rep = runAudit(t, bin, auditArgs)
+		return rep.Delivered >= uint64(wantReports) && rep.Pending == 0 && rep.EventsReceived >= uint64(len(msgs))
+	})
+	t.Logf("%6s the audit sees %d delivered, %d pending", since(simStart), rep.Delivered, rep.Pending)
+
+	// Stop everything with SIGTERM; every process must exit 0.
+	var running []*role
+	for _, r := range append(append(append([]*role{}, reporters...), consumers...), sinks...) {
+		if r.p.running() {
+			running = append(running, r)
+			r.p.signal(t, syscall.SIGTERM)
+		}
+	}
+	for _, r := range running {
+		if code := r.p.wait(t, 30*time.Second); code != 0 {
+			t.Errorf("%s (pid %d) exited %d after the final SIGTERM, want 0 (log %s)", r.name, r.p.cmd.Process.Pid, code, r.p.log)
+		}
+	}
+
+	// The partner's ledger: exactly the expected plays, duplicates bounded.
+	led := sb.Ledger()
+	if led.Dropped != 0 {
+		t.Fatalf("the sandbox dropped %d ledger entries: cannot compare", led.Dropped)
+	}
+	got := map[play]int{}
+	for _, e := range led.Accepted {
+		got[playOf(e.Report)]++
+	}
+	missing, dups, unexpected := compare(want, got)
+	if len(missing) > 0 || len(unexpected) > 0 {
+		t.Errorf("the partner's ledger differs from the expected plays: %d missing (first %v), %d unexpected (first %v)",
+			len(missing), firstPlays(missing, 3), len(unexpected), firstPlays(unexpected, 3))
+	}
+	if int64(dups) != led.Duplicates {
+		t.Errorf("duplicates: %d plays accepted more often than expected, the sandbox counted %d", dups, led.Duplicates)
+	}
+	if dups > scaleConcurrency {
+		t.Errorf("the partner holds %d duplicates, more than the killed reporter's --concurrency %d", dups, scaleConcurrency)
+	}
+	explainDuplicates(t, k, led, marks)
+
+	// The in-doubt labels, from plays.deliveries (lease markers skipped).
+	inDoubt, delivered, leases := readDeliveries(t, k)
+	if inDoubt < dups {
+		t.Errorf("%d delivered reports labelled in doubt, fewer than the partner's %d duplicates: a crash double went unlabelled", inDoubt, dups)
+	}
+	if delivered != wantReports {
+		t.Errorf("plays.deliveries has %d distinct delivered reports, want %d", delivered, wantReports)
+	}
+
+	// The audit agrees with the partner's ledger.
+	rep = runAudit(t, bin, auditArgs)
+	distinctAccepted := uint64(led.AcceptedCount - led.Duplicates)
+	checks := []struct {
+		name      string
+		got, want uint64
+	}{
+		{"delivered = distinct plays the partner accepted", rep.Delivered, distinctAccepted},
+		{"delivered = expected reports", rep.Delivered, uint64(wantReports)},
+		{"events received", rep.EventsReceived, uint64(len(msgs))},
+		{"events rejected", rep.EventsRejected, uint64(badEvents)},
+		{"plays derived", rep.PlaysDerived, uint64(wantReports + wantBelow)},
+		{"plays below minimum", rep.PlaysBelowMinimum, uint64(wantBelow)},
+		{"pending", rep.Pending, 0},
+		{"rejected by the API", rep.RejectedByAPI, 0},
+		{"delivered more than once (recorded twice)", rep.DeliveredTwice, 0},
+	}
+	for _, c := range checks {
+		if c.got != c.want {
+			t.Errorf("audit %s: %d, want %d", c.name, c.got, c.want)
+		}
+	}
+
+	// What the kills cost, for the record.
+	for _, r := range []*role{reporters[0], reporters[1], consumers[0], sinks[0]} {
+		for _, l := range grepLog(r.p.log, "level=WARN") {
+			if len(l) > 300 {
+				l = l[:300] + "…"
+			}
+			t.Logf("%s: %s", r.name, l)
+		}
+	}
+	t.Logf("figures: %d reports expected; partner accepted %d (%d duplicates ≤ --concurrency %d); %d delivered reports labelled in doubt; %d lease markers; "+
+		"audit delivered %d, delivered twice %d; drained %s after the simulation; restarted reporter delivering after %s; whole test %s",
+		wantReports, led.AcceptedCount, dups, scaleConcurrency, inDoubt, leases, rep.Delivered, rep.DeliveredTwice,
+		drained.Sub(simEnd).Round(time.Millisecond), resumedAfter.Round(time.Millisecond), since(testStart))
+}
+
+func since(t0 time.Time) string { return time.Since(t0).Round(10 * time.Millisecond).String() }
+
+// runAudit runs `playpipe audit` as a process and decodes its JSON report;
+// exit status 3 (problems found) still yields the report.
+func runAudit(t *testing.T, bin string, args []string) analytics.Report {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Stdout, cmd.Stderr, cmd.Env = &stdout, &stderr, childEnv()
+	err := cmd.Run()
+	if err != nil && cmd.ProcessState != nil && cmd.ProcessState.ExitCode() != 3 {
+		t.Fatalf("playpipe audit: %v\n%s", err, stderr.String())
+	}
+	var rep analytics.Report
+	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
+		t.Fatalf("playpipe audit --format json: %v\n%s\n%s", err, stdout.String(), stderr.String())
+	}
+	return rep
+}
+
+// readDeliveries reads plays.deliveries and returns the distinct report ids
+// delivered with the in-doubt label, the distinct report ids delivered,
+// and the number of lease markers (skipped).
+func readDeliveries(t *testing.T, k *testenv.Kafka) (inDoubt, delivered, leases int) {
+	t.Helper()
+	doubt, del := map[string]bool{}, map[string]bool{}
+	for _, r := range k.ReadAll(t, k.Config.Topics().Deliveries, 3*time.Second) {
+		lease := false
+		for _, h := range r.Headers {
+			lease = lease || h.Key == schemas.HeaderLease
+		}
+		if lease {
+			leases++
+			continue
+		}
+		var d schemas.Delivery
+		if err := json.Unmarshal(r.Value, &d); err != nil {
+			t.Errorf("plays.deliveries %d/%d: not a Delivery: %v", r.Partition, r.Offset, err)
+			continue
+		}
+		if d.Outcome != schemas.OutcomeDelivered {
+			continue
+		}
+		del[d.ReportID] = true
+		if d.InDoubt {
+			doubt[d.ReportID] = true
+		}
+	}
+	return len(doubt), len(del), leases
+}
