@@ -268,6 +268,19 @@ func (e *Enricher) Run(ctx context.Context) error {
 	e.mu.Lock()
 	e.sess = sess
 	e.mu.Unlock()
+	// Claim the transactional id now (InitProducerId), as Java's
+	// initTransactions does: a predecessor killed mid-transaction is fenced
+	// and its open transaction aborted at once. franz-go would claim it only
+	// at the first write, which never comes while the group's offset fetch
+	// waits for that transaction to end (UNSTABLE_OFFSET_COMMIT): every
+	// partition would stall until the transaction timeout.
+	initCtx, cancelInit := context.WithTimeout(ctx, o.TransactionTimeout)
+	_, _, err = sess.Client().ProducerID(initCtx)
+	cancelInit()
+	if err != nil && ctx.Err() == nil {
+		sess.Close()
+		return fmt.Errorf("consumer: claim transactional id %q: %w", o.TransactionalID, err)
+	}
 	meter := otel.Meter(instrumentationName)
 	unreg, err := e.cache.registerMetrics(meter)
 	if err != nil {

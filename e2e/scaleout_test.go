@@ -285,8 +285,11 @@ func TestScaleOutWithFaults(t *testing.T) {
 	if int64(dups) != led.Duplicates {
 		t.Errorf("duplicates: %d plays accepted more often than expected, the sandbox counted %d", dups, led.Duplicates)
 	}
-	if dups > scaleConcurrency {
-		t.Errorf("the partner holds %d duplicates, more than the killed reporter's --concurrency %d", dups, scaleConcurrency)
+	// A crash re-posts only reports whose answer was not on record: the
+	// killed reporter's posts on the wire (≤ --concurrency) and the answers
+	// on their way to Kafka (about rate × produce latency; docs/reporter.md).
+	if dups > 2*scaleConcurrency {
+		t.Errorf("the partner holds %d duplicates, more than the killed reporter's posts without a recorded answer can be (≤ 2 × --concurrency %d)", dups, scaleConcurrency)
 	}
 	explainDuplicates(t, k, led, marks)
 
@@ -315,6 +318,7 @@ func TestScaleOutWithFaults(t *testing.T) {
 		{"pending", rep.Pending, 0},
 		{"rejected by the API", rep.RejectedByAPI, 0},
 		{"delivered more than once (recorded twice)", rep.DeliveredTwice, 0},
+		{"possibly delivered twice (crash during post) = delivered reports labelled in doubt", rep.PossiblyTwice, uint64(inDoubt)},
 	}
 	for _, c := range checks {
 		if c.got != c.want {
@@ -331,7 +335,7 @@ func TestScaleOutWithFaults(t *testing.T) {
 			t.Logf("%s: %s", r.name, l)
 		}
 	}
-	t.Logf("figures: %d reports expected; partner accepted %d (%d duplicates ≤ --concurrency %d); %d delivered reports labelled in doubt; %d lease markers; "+
+	t.Logf("figures: %d reports expected; partner accepted %d (%d duplicates; --concurrency %d); %d delivered reports labelled in doubt; %d lease markers; "+
 		"audit delivered %d, delivered twice %d; drained %s after the simulation; restarted reporter delivering after %s; whole test %s",
 		wantReports, led.AcceptedCount, dups, scaleConcurrency, inDoubt, leases, rep.Delivered, rep.DeliveredTwice,
 		drained.Sub(simEnd).Round(time.Millisecond), resumedAfter.Round(time.Millisecond), since(testStart))
