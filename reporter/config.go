@@ -23,6 +23,10 @@ const (
 	DefaultProbeInterval   = 500 * time.Millisecond
 	DefaultCommitInterval  = 100 * time.Millisecond
 	DefaultShutdownTimeout = 10 * time.Second
+	// DefaultBudgetFloor and DefaultBudgetRatio shape the retry budget: failed
+	// posts allowed per second whatever happens, and per successful post.
+	DefaultBudgetFloor = 10.0
+	DefaultBudgetRatio = 0.5
 	// DefaultMetadataMaxBytes is Kafka's default offset.metadata.max.bytes.
 	DefaultMetadataMaxBytes = 4096
 )
@@ -76,6 +80,13 @@ type Config struct {
 	// to skip duplicates (re-published events). Defaults to
 	// DefaultRecentWindow (~60 bytes each); negative disables.
 	RecentWindow int
+	// BudgetFloor and BudgetRatio are the retry budget (throttle.go): a
+	// failed post takes a token; tokens come back at BudgetFloor per second
+	// plus BudgetRatio per successful post. In a full outage the partner
+	// sees about BudgetFloor posts a second. Defaults DefaultBudgetFloor and
+	// DefaultBudgetRatio.
+	BudgetFloor float64
+	BudgetRatio float64
 	// MetadataMaxBytes is the brokers' offset.metadata.max.bytes: the
 	// largest progress (commit metadata) the reporter writes. It bounds
 	// MaxPending: the progress of a partition is at most about MaxPending/6
@@ -129,6 +140,12 @@ func (c Config) withDefaults() Config {
 	if c.MetadataMaxBytes == 0 {
 		c.MetadataMaxBytes = DefaultMetadataMaxBytes
 	}
+	if c.BudgetFloor == 0 {
+		c.BudgetFloor = DefaultBudgetFloor
+	}
+	if c.BudgetRatio == 0 {
+		c.BudgetRatio = DefaultBudgetRatio
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -162,6 +179,10 @@ func (c Config) Validate() error {
 		return bad("shutdown-timeout", "must be > 0, got %v", c.ShutdownTimeout)
 	case c.MaxPending < c.Concurrency:
 		return bad("max-pending", "must be ≥ --concurrency (%d), got %d", c.Concurrency, c.MaxPending)
+	case c.BudgetFloor < 0.1:
+		return bad("retry-budget-floor", "must be ≥ 0.1 failed posts/s, got %v", c.BudgetFloor)
+	case c.BudgetRatio < 0 || c.BudgetRatio > 10:
+		return bad("retry-budget-ratio", "must be within 0–10 failed posts per successful post, got %v", c.BudgetRatio)
 	case c.MetadataMaxBytes < 256:
 		return bad("offset-metadata-max-bytes", "must be ≥ 256, got %d", c.MetadataMaxBytes)
 	case progressSize(int64(c.MaxPending), c.Concurrency) > c.MetadataMaxBytes:
@@ -189,6 +210,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.CommitInterval, "commit-interval", DefaultCommitInterval, "least time between two commits of final offsets (one commit in flight at a time)")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", DefaultShutdownTimeout, "how long shutdown waits for posts in flight before abandoning them")
 	fs.IntVar(&c.MaxPending, "max-pending", DefaultMaxPending, "records held between the commit point and the newest fetched record (fetching pauses beyond)")
+	fs.Float64Var(&c.BudgetFloor, "retry-budget-floor", DefaultBudgetFloor, "retry budget: failed posts allowed per second whatever happens (the probes of a full outage)")
+	fs.Float64Var(&c.BudgetRatio, "retry-budget-ratio", DefaultBudgetRatio, "retry budget: failed posts allowed per successful post")
 	fs.IntVar(&c.MetadataMaxBytes, "offset-metadata-max-bytes", DefaultMetadataMaxBytes, "the brokers' offset.metadata.max.bytes: the largest progress the reporter stores with a commit (bounds --max-pending)")
 	fs.IntVar(&c.RecentWindow, "dedupe-window", DefaultRecentWindow, "report ids with a final outcome remembered to skip duplicates (-1: off)")
 }

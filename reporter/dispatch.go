@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"strconv"
 	"time"
@@ -180,11 +181,8 @@ func (rn *run) finalWithoutPost(j *job) {
 // next takes the next leased report to post (mu held), or nil while there
 // is none or a standby episode or a shutdown holds posting.
 func (rn *run) next() *job {
-	for rn.inflight < rn.cfg.Concurrency && !rn.stopping && rn.standby == nil {
+	for !rn.stopping && rn.standby == nil && rn.leased.len() > 0 && rn.thr.allows(rn.inflight, time.Now()) {
 		j := rn.leased.pop()
-		if j == nil {
-			return nil
-		}
 		if rn.leased.len() < rn.cfg.Concurrency {
 			rn.jobsReady()
 		}
@@ -425,6 +423,7 @@ func (rn *run) deliveryRecord(ctx context.Context, j *job) *kgo.Record {
 func (rn *run) posted(j *job) {
 	ps, d := j.ps, j.dec
 	if d.Action.Final() {
+		rn.healthy()
 		rn.persisting++
 		rn.recent.add(j.id)
 		if d.Action == ActRejected {
@@ -436,6 +435,16 @@ func (rn *run) posted(j *job) {
 		return // ps.inflight drops when the Delivery record is persisted
 	}
 	ps.inflight--
+	switch {
+	case d.Action == ActRetry && d.Reason != ReasonUnauthorized:
+		rn.thr.failure(time.Now())
+		if rn.thr.tokens < 1 {
+			rn.poke() // the coordinator wakes the workers when a token is back
+		}
+	case d.Action == ActStandby:
+	default:
+		rn.healthy()
+	}
 	if d.Action == ActAbandon {
 		// Cancelled while in flight: it may have reached the partner, and
 		// no answer will be recorded.
@@ -490,6 +499,16 @@ func (rn *run) posted(j *job) {
 	}
 	if rn.stopping || len(rn.revocations) > 0 {
 		rn.poke()
+	}
+}
+
+// healthy records an answer of a healthy partner (mu held); a grown limit
+// wakes a waiting worker.
+func (rn *run) healthy() {
+	before := math.Floor(rn.thr.limit)
+	rn.thr.success()
+	if math.Floor(rn.thr.limit) > before && rn.idle > 0 && rn.leased.len() > 0 {
+		rn.cond.Signal()
 	}
 }
 

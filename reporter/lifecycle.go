@@ -26,7 +26,14 @@ func (rn *run) coordinate(ctx context.Context) error {
 			rn.mu.Unlock()
 			return rn.finish()
 		}
-		if next := rn.delayed.next(); !next.IsZero() && !next.Equal(rn.retryAt) {
+		next := rn.delayed.next()
+		if rn.leased.len() > 0 {
+			// Posting held by the retry budget: wake when a token is back.
+			if at := rn.thr.readyAt(time.Now()); !at.IsZero() && (next.IsZero() || at.Before(next)) {
+				next = at
+			}
+		}
+		if !next.IsZero() && !next.Equal(rn.retryAt) {
 			rn.retryAt = next
 			retryTimer.Reset(max(time.Until(next), 0))
 		}

@@ -76,6 +76,36 @@ func (m *metrics) record(ctx context.Context, d Decision, seconds float64) {
 	}
 }
 
+// observeThrottle registers the throttle's gauges (throttle.go), read
+// through state on each collection: playpipe.reporter.concurrency_limit,
+// playpipe.reporter.retry_budget and playpipe.reporter.shed.
+func (m *metrics) observeThrottle(state func() (limit, tokens float64, shed int64)) (func(), error) {
+	mt := otel.Meter(instrumentation)
+	lim, err := mt.Float64ObservableGauge("playpipe.reporter.concurrency_limit", metric.WithDescription("posts allowed in flight now (adaptive, between 1 and --concurrency)"))
+	if err != nil {
+		return nil, err
+	}
+	bud, err := mt.Float64ObservableGauge("playpipe.reporter.retry_budget", metric.WithDescription("failed posts the retry budget allows now (tokens)"))
+	if err != nil {
+		return nil, err
+	}
+	shed, err := mt.Int64ObservableCounter("playpipe.reporter.shed", metric.WithDescription("times posting was held because the retry budget was spent"))
+	if err != nil {
+		return nil, err
+	}
+	reg, err := mt.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		l, t, s := state()
+		o.ObserveFloat64(lim, l)
+		o.ObserveFloat64(bud, t)
+		o.ObserveInt64(shed, s)
+		return nil
+	}, lim, bud, shed)
+	if err != nil {
+		return nil, err
+	}
+	return func() { _ = reg.Unregister() }, nil
+}
+
 func (m *metrics) skip(ctx context.Context, reason string) {
 	m.skipped.Add(ctx, 1, metric.WithAttributes(attribute.String("reason", reason)))
 }

@@ -215,6 +215,7 @@ type run struct {
 	fatal       error
 	revocations []*revocation
 	commits     commitState
+	thr         *throttle
 }
 
 // Run consumes <prefix>.reports and delivers every report until ctx ends
@@ -239,6 +240,17 @@ func (r *Reporter) Run(ctx context.Context) error {
 		recent:    newRecentSet(r.cfg.RecentWindow),
 	}
 	rn.cond = sync.NewCond(&rn.mu)
+	rn.thr = newThrottle(r.cfg.Concurrency, r.cfg.BudgetFloor, r.cfg.BudgetRatio, time.Now())
+	unreg, err := r.met.observeThrottle(func() (float64, float64, int64) {
+		rn.mu.Lock()
+		defer rn.mu.Unlock()
+		return rn.thr.limit, rn.thr.tokens, rn.thr.shed
+	})
+	if err != nil {
+		r.log.Warn("reporter throttle metrics not registered", "err", err)
+	} else {
+		defer unreg()
+	}
 	base, err := r.cfg.Kafka.ClientOpts()
 	if err != nil {
 		return fmt.Errorf("reporter: %w", err)

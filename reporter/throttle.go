@@ -1,0 +1,99 @@
+package reporter
+
+import (
+	"math"
+	"time"
+)
+
+// throttle makes the reporter back off as a whole toward a failing partner,
+// not only report by report: without it, every report backs off on its own
+// while new ones keep being posted, and a partner that sheds load sees
+// thousands of posts a second for as long as it is down.
+//
+// Two mechanisms, both guarded by run.mu:
+//
+//   - Adaptive concurrency (AIMD): the posts in flight are capped by a limit
+//     between 1 and Concurrency. Each answer that says the partner is
+//     struggling (500, 503, 429, timeout, connection error) halves the limit,
+//     at most once per cutInterval (one burst of failures is one signal);
+//     each success raises it by 1/limit (about one per round trip of a full
+//     window). It starts at Concurrency: healthy throughput is untouched.
+//   - A retry budget (a token bucket of failures): each failed post takes a
+//     token; tokens come back at BudgetFloor per second plus BudgetRatio per
+//     successful post, up to a burst of Concurrency. With no token left,
+//     nothing is posted until one comes back. In a full outage the partner
+//     therefore sees about BudgetFloor posts a second (probes); as soon as
+//     posts succeed again the successes refill the budget and the limit
+//     grows back.
+//
+// 401s (session renewal) and 400s are not partner health signals.
+type throttle struct {
+	max   float64 // Concurrency
+	limit float64
+	// lastCut is when the limit was last cut.
+	lastCut time.Time
+
+	tokens     float64
+	refilledAt time.Time
+	floor      float64 // tokens per second
+	ratio      float64 // tokens per success
+
+	shed int64 // times posting was held for want of a token
+}
+
+// cutInterval is the least time between two cuts of the limit.
+const cutInterval = 100 * time.Millisecond
+
+func newThrottle(concurrency int, floor, ratio float64, now time.Time) *throttle {
+	return &throttle{
+		max: float64(concurrency), limit: float64(concurrency),
+		tokens: float64(concurrency), refilledAt: now, floor: floor, ratio: ratio,
+	}
+}
+
+// refill adds the tokens the floor rate earned since the last refill.
+func (t *throttle) refill(now time.Time) {
+	if el := now.Sub(t.refilledAt).Seconds(); el > 0 {
+		t.tokens = math.Min(t.max, t.tokens+el*t.floor)
+		t.refilledAt = now
+	}
+}
+
+// allows reports whether one more post may start with inflight posts out.
+func (t *throttle) allows(inflight int, now time.Time) bool {
+	if float64(inflight) >= math.Floor(t.limit) {
+		return false
+	}
+	t.refill(now)
+	if t.tokens < 1 {
+		t.shed++
+		return false
+	}
+	return true
+}
+
+// success records an answer from a healthy partner.
+func (t *throttle) success() {
+	t.limit = math.Min(t.max, t.limit+1/t.limit)
+	t.tokens = math.Min(t.max, t.tokens+t.ratio)
+}
+
+// failure records an answer (or its absence) that says the partner is
+// struggling.
+func (t *throttle) failure(now time.Time) {
+	t.refill(now)
+	t.tokens = math.Max(t.tokens-1, -t.max) // a burst in flight may overdraw a little
+	if now.Sub(t.lastCut) >= cutInterval {
+		t.limit = math.Max(1, t.limit/2)
+		t.lastCut = now
+	}
+}
+
+// readyAt is when the next token will be there (zero when one is).
+func (t *throttle) readyAt(now time.Time) time.Time {
+	t.refill(now)
+	if t.tokens >= 1 || t.floor <= 0 {
+		return time.Time{}
+	}
+	return now.Add(time.Duration((1 - t.tokens) / t.floor * float64(time.Second)))
+}
