@@ -207,8 +207,8 @@ func (s Schema) String() string {
 }
 
 // CurrentSchemaSince is the oldest server version (major, minor) given
-// SchemaCurrent: 21.8, the oldest long-term-support release on which
-// LowCardinality is a regular type (18.x and early 19.x need
+// SchemaCurrent: 21.8, a conservative choice, a long-term-support release on
+// which LowCardinality is long a regular type (18.16 has it only behind
 // allow_experimental_low_cardinality_type). The docker suite runs it on the
 // version docker-compose.yml uses.
 var CurrentSchemaSince = [2]int{21, 8}
