@@ -461,9 +461,12 @@ func (a *Auditor) list(ctx context.Context, o AuditOptions, metric string, limit
 		q = `SELECT '', event_id, kafka_time_ms, if(parsed = 1, '', 'not JSON'), kafka_topic, kafka_partition, kafka_offset FROM ` + a.db + `.events
 WHERE ` + w + cond + ` ORDER BY kafka_time_ms, kafka_topic, kafka_partition, kafka_offset LIMIT 1 BY kafka_topic, kafka_partition, kafka_offset` + lim
 		if metric == "received" { // plus the events refused at the ingest gateway (their rejection records)
+			// The detail is cast to String: on the current-server schema
+			// reason is LowCardinality(String), and the UNION needs one type
+			// (docs/audit.md, "Two schema paths").
 			q = `SELECT * FROM (SELECT '', event_id, kafka_time_ms AS t, if(parsed = 1, '', 'not JSON'), kafka_topic AS kt, kafka_partition AS kp, kafka_offset AS ko FROM ` + a.db + `.events
 WHERE ` + w + ` LIMIT 1 BY kafka_topic, kafka_partition, kafka_offset
-UNION ALL SELECT '', event_id, kafka_time_ms AS t, concat('refused at the ingest gateway: ', reason), kafka_topic AS kt, kafka_partition AS kp, kafka_offset AS ko FROM ` + a.db + `.rejections
+UNION ALL SELECT '', event_id, kafka_time_ms AS t, CAST(concat('refused at the ingest gateway: ', reason) AS String), kafka_topic AS kt, kafka_partition AS kp, kafka_offset AS ko FROM ` + a.db + `.rejections
 WHERE ` + w + ` AND src_partition < 0 LIMIT 1 BY kafka_topic, kafka_partition, kafka_offset)
 ORDER BY t, kt, kp, ko` + lim
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -18,10 +19,12 @@ import (
 // EXISTS): a crash between a statement and the record of its version re-runs
 // the migration.
 //
-// Portability: the DDL runs unchanged on ClickHouse 18.16 and on current
-// releases, so: no DateTime64 (DateTime plus an exact epoch-ms UInt64), no
-// TTL, no JSON/Map/LowCardinality types, old-style-free MergeTree syntax
-// (PARTITION BY / ORDER BY), and no `ADD COLUMN IF NOT EXISTS`.
+// Portability: Statements are the portable DDL (SchemaPortable), which runs
+// unchanged on ClickHouse 18.16 and on current releases, so: no DateTime64
+// (DateTime plus an exact epoch-ms UInt64), no TTL, no JSON/Map/LowCardinality
+// types, old-style-free MergeTree syntax (PARTITION BY / ORDER BY), and no
+// `ADD COLUMN IF NOT EXISTS`. On a current server (SchemaCurrent) the same
+// statements are rewritten by StatementsFor: see Schema.
 type Migration struct {
 	Version    uint32
 	Name       string
@@ -176,6 +179,116 @@ ORDER BY (kafka_topic, kafka_partition, kafka_offset)`,
 	}},
 }
 
+// Schema is the DDL dialect the migrations are written in, chosen once per
+// Migrate from the server's version() (SchemaForVersion). Both give the same
+// tables, columns, engines and sorting keys, and the audit's queries the same
+// answers (docs/audit.md, "Two schema paths"); they differ only in the
+// storage type of the low-cardinality columns.
+type Schema int
+
+const (
+	// SchemaPortable is the DDL as written in Migrations: it runs on every
+	// server from 18.16 (Debian's, which every local test uses) on.
+	SchemaPortable Schema = iota
+	// SchemaCurrent stores the columns of LowCardinalityColumns as
+	// LowCardinality(String) (dictionary-encoded: smaller on disk, faster to
+	// filter and group by). Chosen from CurrentSchemaSince on.
+	SchemaCurrent
+)
+
+func (s Schema) String() string {
+	switch s {
+	case SchemaPortable:
+		return "portable"
+	case SchemaCurrent:
+		return "current"
+	}
+	return "Schema(" + strconv.Itoa(int(s)) + ")"
+}
+
+// CurrentSchemaSince is the oldest server version (major, minor) given
+// SchemaCurrent: 21.8, a conservative choice, a long-term-support release on
+// which LowCardinality is long a regular type (18.16 has it only behind
+// allow_experimental_low_cardinality_type). The docker suite runs it on the
+// version docker-compose.yml uses.
+var CurrentSchemaSince = [2]int{21, 8}
+
+// LowCardinalityColumns are the String columns stored as
+// LowCardinality(String) by SchemaCurrent, per table: values from a small,
+// closed set (topic names, outcomes, the answering service, partner base
+// URLs, reasons, ISO country codes). Columns of free text or ids (message,
+// error, trace_id, report_id, isrc, raw, record) stay String.
+var LowCardinalityColumns = map[string][]string{
+	"events":     {"kafka_topic", "country"},
+	"plays":      {"kafka_topic", "country"},
+	"deliveries": {"kafka_topic", "outcome", "served_by", "retry_reason", "partner"},
+	"rejections": {"kafka_topic", "reason", "src_topic"},
+	"malformed":  {"kafka_topic"},
+}
+
+// versionRE reads the major and minor numbers of a version() string such as
+// "18.16.1" or "25.8.2.29" (a suffix such as "-lts" is ignored).
+var versionRE = regexp.MustCompile(`^\s*v?(\d+)\.(\d+)`)
+
+// SchemaForVersion returns the schema for a server whose SELECT version()
+// answered v: SchemaCurrent from CurrentSchemaSince on, else SchemaPortable.
+// A version it cannot read gets SchemaPortable, which runs everywhere.
+func SchemaForVersion(v string) Schema {
+	m := versionRE.FindStringSubmatch(v)
+	if m == nil {
+		return SchemaPortable
+	}
+	major, err1 := strconv.Atoi(m[1])
+	minor, err2 := strconv.Atoi(m[2])
+	if err1 != nil || err2 != nil {
+		return SchemaPortable
+	}
+	if major > CurrentSchemaSince[0] || major == CurrentSchemaSince[0] && minor >= CurrentSchemaSince[1] {
+		return SchemaCurrent
+	}
+	return SchemaPortable
+}
+
+// ServerSchema asks the server its version (SELECT version()) and returns it
+// with the schema Migrate uses there.
+func ServerSchema(ctx context.Context, conn driver.Conn) (Schema, string, error) {
+	var v string
+	if err := conn.QueryRow(ctx, "SELECT version()").Scan(&v); err != nil {
+		return SchemaPortable, "", fmt.Errorf("analytics: migrate: read the server version: %w", err)
+	}
+	return SchemaForVersion(v), v, nil
+}
+
+// tableOfRE finds the table a migration statement creates or alters.
+var tableOfRE = regexp.MustCompile(`^(?:CREATE TABLE IF NOT EXISTS|ALTER TABLE) \{db\}\.([A-Za-z_][A-Za-z0-9_]*)`)
+
+// lowCardinalityRE matches the definition of column c as a String, in a
+// CREATE TABLE (one column a line, four spaces in) or an ADD COLUMN.
+func lowCardinalityRE(c string) *regexp.Regexp {
+	return regexp.MustCompile(`(?m)((?:^    |ADD COLUMN )` + regexp.QuoteMeta(c) + `) String\b`)
+}
+
+// StatementsFor returns the migration's statements in schema s: the portable
+// ones as written, or for SchemaCurrent with each column of
+// LowCardinalityColumns defined as LowCardinality(String). Nothing else
+// differs (TestCurrentSchemaGolden).
+func (m Migration) StatementsFor(s Schema) []string {
+	out := append([]string(nil), m.Statements...)
+	if s != SchemaCurrent {
+		return out
+	}
+	for i, st := range out {
+		tm := tableOfRE.FindStringSubmatch(st)
+		if tm == nil {
+			continue
+		}
+		for _, c := range LowCardinalityColumns[tm[1]] {
+			out[i] = lowCardinalityRE(c).ReplaceAllString(out[i], "${1} LowCardinality(String)")
+		}
+	}
+	return out
+}
+
 // addColumnRE matches the one ALTER form the migrations use. 18.16 has no
 // ADD COLUMN IF NOT EXISTS, so migrate skips such a statement when the column
 // is already there (a crash between the ALTER and the record of its version).
@@ -188,11 +301,30 @@ const MigrationsTable = "schema_migrations"
 // yet recorded in {db}.schema_migrations, in version order. It returns the
 // versions it applied (none when the schema is current). Running it twice, or
 // from two processes at once, is safe.
+//
+// The DDL is chosen once from the server's version when a migration is
+// pending (ServerSchema): SchemaCurrent on a current server, SchemaPortable
+// elsewhere. A ledger keeps the types it was created with: a portable ledger
+// on an upgraded server stays portable (docs/audit.md, "Two schema paths").
 func Migrate(ctx context.Context, conn driver.Conn, db string) ([]uint32, error) {
 	return migrate(ctx, conn, db, Migrations)
 }
 
+// MigrateWith is Migrate in a given schema instead of the server's (for
+// example SchemaPortable for a ledger to be copied to an older server). On a
+// server older than CurrentSchemaSince, SchemaCurrent fails unless the
+// context carries allow_experimental_low_cardinality_type = 1.
+func MigrateWith(ctx context.Context, conn driver.Conn, db string, s Schema) ([]uint32, error) {
+	return migrateSchema(ctx, conn, db, Migrations, &s)
+}
+
 func migrate(ctx context.Context, conn driver.Conn, db string, list []Migration) ([]uint32, error) {
+	return migrateSchema(ctx, conn, db, list, nil)
+}
+
+// migrateSchema applies list in schema *s, or when s is nil in the server's
+// (asked only when a migration is pending).
+func migrateSchema(ctx context.Context, conn driver.Conn, db string, list []Migration, s *Schema) ([]uint32, error) {
 	if !identRE.MatchString(db) {
 		return nil, fmt.Errorf("analytics: migrate: database %q is not an identifier", db)
 	}
@@ -221,7 +353,14 @@ func migrate(ctx context.Context, conn driver.Conn, db string, list []Migration)
 		if done[m.Version] {
 			continue
 		}
-		for i, st := range m.Statements {
+		if s == nil {
+			schema, _, err := ServerSchema(ctx, conn)
+			if err != nil {
+				return out, err
+			}
+			s = &schema
+		}
+		for i, st := range m.StatementsFor(*s) {
 			if sm := addColumnRE.FindStringSubmatch(st); sm != nil {
 				has, err := hasColumn(ctx, conn, db, sm[1], sm[2])
 				if err != nil {

@@ -192,10 +192,14 @@ func TestPipelineOnContainers(t *testing.T) {
 	if err := conn.QueryRow(ctx, "SELECT version()").Scan(&version); err == nil {
 		t.Logf("ClickHouse server %s", version)
 	}
-	// The sink migrated the ledger on this server: the same DDL as on 18.16.
+	// The sink migrated the ledger on this server, in the current-server
+	// schema (LowCardinality columns; analytics.Schema).
 	applied, err := analytics.AppliedVersions(ctx, conn, ch.Database)
 	if err != nil || len(applied) == 0 || applied[len(applied)-1] != analytics.LatestVersion() {
 		t.Fatalf("migrations on ClickHouse %s: applied %v (err %v), want up to %d", version, applied, err, analytics.LatestVersion())
+	}
+	if s := analytics.SchemaForVersion(version); s != analytics.SchemaCurrent {
+		t.Fatalf("ClickHouse %s gets the %s schema, want current", version, s)
 	}
 	auditor, err := analytics.NewAuditor(conn, ch.Database)
 	if err != nil {
@@ -262,6 +266,18 @@ func TestPipelineOnContainers(t *testing.T) {
 	}
 	t.Logf("audit: %d events, %d rejected, %d plays, %d delivered, %d standby-then-delivered; sandbox accepted %d, standby %d",
 		rep.EventsReceived, rep.EventsRejected, rep.PlaysDerived, rep.Delivered, rep.StandbyThenDelivered, led.AcceptedCount, led.StandbyCount)
+
+	// The same ledger in the portable schema gives the same audit and lists:
+	// the sink is stopped (nothing more arrives), its rows are copied into a
+	// ledger made by the portable DDL on this server, and both are audited.
+	sink.stop()
+	portableDB := ch.Database + "_portable"
+	copyLedger(ctx, t, conn, ch.Database, portableDB)
+	assertCurrentSchema(ctx, t, conn, ch.Database, portableDB)
+	same := assertSameAudit(ctx, t, conn, ch.Database, portableDB, window)
+	if same.Delivered != rep.Delivered || same.StandbyAnswered != rep.StandbyAnswered {
+		t.Errorf("audit after the copy: delivered %d, standby %d; before: %d, %d", same.Delivered, same.StandbyAnswered, rep.Delivered, rep.StandbyAnswered)
+	}
 }
 
 func deref(s *string) string {

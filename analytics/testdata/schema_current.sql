@@ -1,0 +1,124 @@
+-- migration 1 (ledger tables), statement 1
+CREATE TABLE IF NOT EXISTS {db}.events (
+    kafka_topic LowCardinality(String),
+    kafka_partition Int32,
+    kafka_offset Int64,
+    kafka_time DateTime,
+    kafka_time_ms UInt64,
+    inserted_at DateTime DEFAULT now(),
+    kafka_key String,
+    trace_id String,
+    parsed UInt8,
+    event_id String,
+    mix_id Int64,
+    started_at_ms Int64,
+    offset_ms Int64,
+    duration_ms Int64,
+    user_id String,
+    country LowCardinality(String),
+    raw String
+) ENGINE = ReplacingMergeTree
+PARTITION BY toYYYYMM(kafka_time)
+ORDER BY (kafka_time_ms, kafka_topic, kafka_partition, kafka_offset);
+
+-- migration 1 (ledger tables), statement 2
+CREATE TABLE IF NOT EXISTS {db}.plays (
+    kafka_topic LowCardinality(String),
+    kafka_partition Int32,
+    kafka_offset Int64,
+    kafka_time DateTime,
+    kafka_time_ms UInt64,
+    inserted_at DateTime DEFAULT now(),
+    trace_id String,
+    v Int32,
+    report_id String,
+    event_id String,
+    mix_id Int64,
+    position Int32,
+    overlap_ms Int64,
+    below_minimum UInt8,
+    no_user_id UInt8,
+    standby_listing UInt8,
+    derived_at_ms Int64,
+    track_id Int64,
+    played_at_ms Int64,
+    play_length Int64,
+    user_id String,
+    country LowCardinality(String),
+    isrc String,
+    record String
+) ENGINE = ReplacingMergeTree
+PARTITION BY toYYYYMM(kafka_time)
+ORDER BY (report_id, kafka_topic, kafka_partition, kafka_offset);
+
+-- migration 1 (ledger tables), statement 3
+CREATE TABLE IF NOT EXISTS {db}.deliveries (
+    kafka_topic LowCardinality(String),
+    kafka_partition Int32,
+    kafka_offset Int64,
+    kafka_time DateTime,
+    kafka_time_ms UInt64,
+    inserted_at DateTime DEFAULT now(),
+    v Int32,
+    report_id String,
+    event_id String,
+    outcome LowCardinality(String),
+    attempt Int32,
+    http_status Int32,
+    served_by LowCardinality(String),
+    message String,
+    fields Array(String),
+    retry_reason LowCardinality(String),
+    latency_us Int64,
+    trace_id String,
+    replay UInt8,
+    at_ms Int64
+) ENGINE = ReplacingMergeTree
+PARTITION BY toYYYYMM(kafka_time)
+ORDER BY (report_id, kafka_topic, kafka_partition, kafka_offset);
+
+-- migration 1 (ledger tables), statement 4
+CREATE TABLE IF NOT EXISTS {db}.rejections (
+    kafka_topic LowCardinality(String),
+    kafka_partition Int32,
+    kafka_offset Int64,
+    kafka_time DateTime,
+    kafka_time_ms UInt64,
+    inserted_at DateTime DEFAULT now(),
+    trace_id String,
+    v Int32,
+    event_id String,
+    reason LowCardinality(String),
+    violation_reasons Array(String),
+    violation_fields Array(String),
+    violation_details Array(String),
+    src_topic LowCardinality(String),
+    src_partition Int32,
+    src_offset Int64,
+    at_ms Int64,
+    raw String
+) ENGINE = ReplacingMergeTree
+PARTITION BY toYYYYMM(kafka_time)
+ORDER BY (kafka_time_ms, kafka_topic, kafka_partition, kafka_offset);
+
+-- migration 1 (ledger tables), statement 5
+CREATE TABLE IF NOT EXISTS {db}.malformed (
+    kafka_topic LowCardinality(String),
+    kafka_partition Int32,
+    kafka_offset Int64,
+    kafka_time DateTime,
+    kafka_time_ms UInt64,
+    inserted_at DateTime DEFAULT now(),
+    kafka_key String,
+    error String,
+    raw String
+) ENGINE = ReplacingMergeTree
+PARTITION BY toYYYYMM(kafka_time)
+ORDER BY (kafka_topic, kafka_partition, kafka_offset);
+
+-- migration 2 (deliveries.partner), statement 1
+ALTER TABLE {db}.deliveries ADD COLUMN partner LowCardinality(String) DEFAULT '';
+
+-- migration 3 (deliveries.in_doubt), statement 1
+ALTER TABLE {db}.deliveries ADD COLUMN in_doubt UInt8 DEFAULT 0;
+
