@@ -140,10 +140,14 @@ func envDefault(k, def string) string {
 // startTelemetry sets up OpenTelemetry for a role (OTEL_* export, metrics on
 // the admin port's /metrics, /healthz, /readyz) and returns a stop function
 // that flushes within ten seconds.
-func startTelemetry(ctx context.Context, role, adminAddr string, log *slog.Logger) (*telemetry.Role, func(), error) {
+func startTelemetry(ctx context.Context, role, adminAddr string, pprof bool, log *slog.Logger) (*telemetry.Role, func(), error) {
 	tel, err := telemetry.StartRole(ctx, role, adminAddr, log)
 	if err != nil {
 		return nil, nil, fmt.Errorf("telemetry: %w", err)
+	}
+	if pprof && tel.Admin != nil {
+		tel.Admin.EnablePprof()
+		log.Info("pprof served on the admin listener", "url", "http://"+tel.Admin.Addr()+"/debug/pprof/")
 	}
 	return tel, func() {
 		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -152,6 +156,12 @@ func startTelemetry(ctx context.Context, role, adminAddr string, log *slog.Logge
 			log.Warn("stopping telemetry", "role", role, "err", err)
 		}
 	}, nil
+}
+
+// pprofFlag binds --pprof: net/http/pprof on the admin listener.
+func pprofFlag(fs *flag.FlagSet) *bool {
+	return fs.Bool("pprof", os.Getenv("PLAYPIPE_PPROF") == "true",
+		"serve net/http/pprof under /debug/pprof/ on the admin listener (env PLAYPIPE_PPROF=true); off by default")
 }
 
 // addKafkaReadyCheck registers the role's "kafka" readiness check at once,

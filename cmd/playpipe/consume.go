@@ -154,6 +154,7 @@ func runConsume(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	cf.register(fs)
 	lf.register(fs.StringVar)
 	adminAddr := telemetry.AdminAddrFlag(fs, "consume")
+	pprof := pprofFlag(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -173,7 +174,7 @@ func runConsume(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := api.check(); err != nil {
 		return err
 	}
-	tel, stopTelemetry, err := startTelemetry(ctx, "consume", *adminAddr, log)
+	tel, stopTelemetry, err := startTelemetry(ctx, "consume", *adminAddr, *pprof, log)
 	if err != nil {
 		return err
 	}

@@ -54,6 +54,7 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	rcfg.RegisterFlags(fs)
 	lf.register(fs.StringVar)
 	adminAddr := telemetry.AdminAddrFlag(fs, "report")
+	pprof := pprofFlag(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -68,7 +69,7 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := api.check(); err != nil {
 		return err
 	}
-	tel, stopTelemetry, err := startTelemetry(ctx, "report", *adminAddr, log)
+	tel, stopTelemetry, err := startTelemetry(ctx, "report", *adminAddr, *pprof, log)
 	if err != nil {
 		return err
 	}

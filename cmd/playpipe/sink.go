@@ -49,6 +49,7 @@ func runSink(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	sc.ClickHouse.RegisterFlags(fs)
 	lf.register(fs.StringVar)
 	adminAddr := telemetry.AdminAddrFlag(fs, "sink")
+	pprof := pprofFlag(fs)
 	fs.StringVar(&sc.Group, "group", envDefault("PLAYPIPE_SINK_GROUP", "playpipe-sink"), "consumer group of the sink (env PLAYPIPE_SINK_GROUP)")
 	fs.IntVar(&sc.BatchRows, "batch-rows", 10000, "most records per insert (10k-row batches are the sweet spot; small batches cost the server much more per row)")
 	fs.DurationVar(&sc.Linger, "linger", time.Second, "longest a non-empty batch waits for more records before it is inserted")
@@ -78,7 +79,7 @@ func runSink(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		fmt.Fprintln(stderr, err)
 		return errUsage
 	}
-	tel, stopTelemetry, err := startTelemetry(ctx, "sink", *adminAddr, log)
+	tel, stopTelemetry, err := startTelemetry(ctx, "sink", *adminAddr, *pprof, log)
 	if err != nil {
 		return err
 	}

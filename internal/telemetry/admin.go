@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"sort"
 	"strings"
@@ -38,6 +39,18 @@ func AdminAddrFlag(fs *flag.FlagSet, role string) *string {
 		def = "127.0.0.1:9460"
 	}
 	return fs.String("admin-addr", def, "admin HTTP listen address serving /metrics, /healthz, /readyz (env PLAYPIPE_ADMIN_ADDR); \"off\" disables; use :port to listen beyond loopback")
+}
+
+// EnablePprof serves net/http/pprof under /debug/pprof/ on the admin
+// listener (a role's --pprof): CPU, heap, goroutine and trace profiles of a
+// running process. Off by default: profiles expose internals, and the
+// admin address may listen beyond loopback.
+func (s *AdminServer) EnablePprof() {
+	s.mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+	s.mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+	s.mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+	s.mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+	s.mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 }
 
 // AdminEnabled reports whether an --admin-addr value asks for a server.
