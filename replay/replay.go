@@ -19,6 +19,7 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"golang.org/x/time/rate"
 
@@ -409,6 +410,9 @@ const metaPrefix = "pp-replay1:"
 // runStart returns the start time a previous run of this id recorded.
 func runStart(ctx context.Context, adm *kadm.Client, group, topic string) (int64, bool, error) {
 	resp, err := adm.FetchOffsets(ctx, group)
+	if errors.Is(err, kerr.GroupIDNotFound) {
+		return 0, false, nil // a first run
+	}
 	if err != nil {
 		return 0, false, fmt.Errorf("replay: read the progress of %s: %w", group, err)
 	}
