@@ -128,6 +128,28 @@ type Report struct {
 	ByPartner          []PartnerCount `json:"deliveries_by_partner"`
 
 	Delay Delay `json:"delay"`
+
+	// Replays are the operator's re-deliveries (`playpipe replay` and
+	// `playpipe redrive`) that answered plays of the window, one per replay
+	// id. Their deliveries count a play as delivered but are never counted
+	// in DeliveredTwice (nor PossiblyTwice): they were meant to be sent again.
+	Replays []ReplayCount `json:"replays"`
+}
+
+// ReplayCount is one replay (or redrive) of the plays of a window.
+type ReplayCount struct {
+	ID     string `json:"replay_id"`
+	Reason string `json:"reason"`
+	// Plays: distinct plays it posted; Delivered / Rejected: of which
+	// answered delivered / rejected (400).
+	Plays     uint64 `json:"plays"`
+	Delivered uint64 `json:"delivered"`
+	Rejected  uint64 `json:"rejected"`
+	// DeliveredTwice: plays this replay delivered more than once (a re-run
+	// of the same replay id must not send again): fails the audit.
+	DeliveredTwice uint64    `json:"delivered_more_than_once"`
+	First          time.Time `json:"first_answer"`
+	Last           time.Time `json:"last_answer"`
 }
 
 // Problems lists what should fail a cron or CI check: overdue pending plays,
@@ -143,6 +165,11 @@ func (r Report) Problems() []string {
 	}
 	if r.PossiblyTwice > 0 {
 		out = append(out, fmt.Sprintf("%d plays possibly delivered twice (crash during post): check them against the partner's records (--list possibly-twice)", r.PossiblyTwice))
+	}
+	for _, rp := range r.Replays {
+		if rp.DeliveredTwice > 0 {
+			out = append(out, fmt.Sprintf("%d plays delivered more than once by replay %s (--list replay:%s)", rp.DeliveredTwice, rp.ID, rp.ID))
+		}
 	}
 	if r.BelowMinimumDelivered > 0 {
 		out = append(out, fmt.Sprintf("%d plays below the minimum length were delivered (--list below-minimum-delivered)", r.BelowMinimumDelivered))
@@ -220,18 +247,22 @@ func (a *Auditor) snapshot(ctx context.Context, o AuditOptions) (AuditOptions, e
 }
 
 // perReport is one row per play of the window with its outcomes:
-// report_id, event_id, below, derived_ms, delivered_n, rejected_n,
-// standby_n, delivered_ms, last_outcome, message, trace_ids.
+// report_id, event_id, below, derived_ms, delivered_n, replay_delivered_n,
+// rejected_n, standby_n, delivered_ms, last_outcome, message, trace_ids.
+// delivered_n counts the live reporter's `delivered` records only;
+// replay_delivered_n those of replays (deliveries with a replay_id), which
+// make a play delivered but never "delivered more than once".
 func (a *Auditor) perReport(o AuditOptions) string {
 	w := window(o)
 	return `(SELECT report_id, any(event_id) AS event_id, max(below_minimum) AS below, min(kafka_time_ms) AS derived_ms
      FROM ` + a.db + `.plays WHERE ` + w + ` GROUP BY report_id)
 ANY LEFT JOIN
     (SELECT report_id,
-        uniqExactIf(kafka_topic, kafka_partition, kafka_offset, outcome = 'delivered') AS delivered_n,
+        uniqExactIf(kafka_topic, kafka_partition, kafka_offset, outcome = 'delivered' AND replay_id = '') AS delivered_n,
+        uniqExactIf(kafka_topic, kafka_partition, kafka_offset, outcome = 'delivered' AND replay_id != '') AS replay_delivered_n,
         countIf(outcome = 'rejected') AS rejected_n,
         countIf(outcome = 'standby') AS standby_n,
-        maxIf(in_doubt, outcome = 'delivered') AS doubt_delivered,
+        maxIf(in_doubt, outcome = 'delivered' AND replay_id = '') AS doubt_delivered,
         minIf(at_ms, outcome = 'delivered') AS delivered_ms,
         argMax(outcome, at_ms) AS last_outcome,
         anyIf(message, outcome = 'rejected') AS message,
@@ -251,14 +282,14 @@ const condRealReject = "reason != 'offset_beyond_mix'"
 // final and wins over a `rejected` one; standby and retry are intermediate.
 const (
 	condReportable = "below = 0"
-	condDelivered  = "below = 0 AND delivered_n > 0"
-	condRejected   = "below = 0 AND delivered_n = 0 AND rejected_n > 0"
-	condPending    = "below = 0 AND delivered_n = 0 AND rejected_n = 0"
+	condDelivered  = "below = 0 AND (delivered_n > 0 OR replay_delivered_n > 0)"
+	condRejected   = "below = 0 AND delivered_n = 0 AND replay_delivered_n = 0 AND rejected_n > 0"
+	condPending    = "below = 0 AND delivered_n = 0 AND replay_delivered_n = 0 AND rejected_n = 0"
 	condStandby    = "below = 0 AND standby_n > 0"
-	condStandbyDel = "below = 0 AND standby_n > 0 AND delivered_n > 0"
+	condStandbyDel = "below = 0 AND standby_n > 0 AND (delivered_n > 0 OR replay_delivered_n > 0)"
 	condTwice      = "delivered_n > 1"
 	condDoubt      = "below = 0 AND delivered_n = 1 AND doubt_delivered = 1"
-	condBelowDel   = "below = 1 AND delivered_n > 0"
+	condBelowDel   = "below = 1 AND (delivered_n > 0 OR replay_delivered_n > 0)"
 )
 
 func (o AuditOptions) overdueCutoff() string {
@@ -336,6 +367,9 @@ FROM `+a.db+`.malformed WHERE `+w+` GROUP BY kafka_topic ORDER BY kafka_topic`);
 	if r.Delay, err = a.delay(ctx, o); err != nil {
 		return nil, err
 	}
+	if r.Replays, err = a.replays(ctx, o); err != nil {
+		return nil, err
+	}
 	return r, nil
 }
 
@@ -361,6 +395,32 @@ func (a *Auditor) delay(ctx context.Context, o AuditOptions) (Delay, error) {
 		d.MaxMS = 0
 	}
 	return d, nil
+}
+
+// replays sums up the replays that answered plays of the window.
+func (a *Auditor) replays(ctx context.Context, o AuditOptions) ([]ReplayCount, error) {
+	rows, err := a.conn.Query(ctx, `SELECT replay_id, any(replay_reason), uniqExact(report_id),
+    uniqExactIf(report_id, outcome = 'delivered'), uniqExactIf(report_id, outcome = 'rejected'),
+    toUInt64(uniqExactIf(kafka_topic, kafka_partition, kafka_offset, outcome = 'delivered') - uniqExactIf(report_id, outcome = 'delivered')),
+    min(at_ms), max(at_ms)
+FROM `+a.db+`.deliveries
+WHERE replay_id != '' AND report_id IN (SELECT report_id FROM `+a.db+`.plays WHERE `+window(o)+`)`+asOf(o)+`
+GROUP BY replay_id ORDER BY min(at_ms), replay_id`)
+	if err != nil {
+		return nil, fmt.Errorf("analytics: audit replays: %w", err)
+	}
+	defer rows.Close()
+	out := []ReplayCount{}
+	for rows.Next() {
+		var rc ReplayCount
+		var first, last int64
+		if err := rows.Scan(&rc.ID, &rc.Reason, &rc.Plays, &rc.Delivered, &rc.Rejected, &rc.DeliveredTwice, &first, &last); err != nil {
+			return nil, fmt.Errorf("analytics: audit replays: %w", err)
+		}
+		rc.First, rc.Last = time.UnixMilli(first).UTC(), time.UnixMilli(last).UTC()
+		out = append(out, rc)
+	}
+	return out, rows.Err()
 }
 
 func (a *Auditor) row(ctx context.Context, q string, dest ...any) error {
@@ -418,7 +478,12 @@ var listConds = map[string]string{
 // eventLists are the record-level lists.
 var eventLists = []string{"received", "not-json", "rejected", "malformed"}
 
-// ListNames returns the metrics List accepts, sorted.
+// ReplayListPrefix starts the List metric of one replay's plays:
+// "replay:<replay id>".
+const ReplayListPrefix = "replay:"
+
+// ListNames returns the metrics List accepts, sorted (besides
+// ReplayListPrefix+id).
 func ListNames() []string {
 	out := append([]string(nil), eventLists...)
 	for k := range listConds {
@@ -452,6 +517,17 @@ func (a *Auditor) list(ctx context.Context, o AuditOptions, metric string, limit
 	w := window(o)
 	var q string
 	play := false
+	if id, ok := strings.CutPrefix(metric, ReplayListPrefix); ok {
+		// The plays a replay answered: report id, the replay's last outcome,
+		// how many of its answers said delivered.
+		q = `SELECT report_id, any(event_id), toUInt64(min(at_ms)), argMax(outcome, at_ms),
+    toUInt64(uniqExactIf(kafka_topic, kafka_partition, kafka_offset, outcome = 'delivered')), groupUniqArrayIf(trace_id, trace_id != '')
+FROM ` + a.db + `.deliveries
+WHERE replay_id = ` + quoteSQL(id) + ` AND report_id IN (SELECT report_id FROM ` + a.db + `.plays WHERE ` + w + `)` + asOf(o) + `
+GROUP BY report_id ORDER BY min(at_ms), report_id` + lim
+		play = true
+		metric = "replay"
+	}
 	switch metric {
 	case "received", "not-json":
 		cond := ""
@@ -474,13 +550,15 @@ ORDER BY t, kt, kp, ko` + lim
 		q = `SELECT '', event_id, kafka_time_ms, reason, if(src_partition >= 0, src_topic, kafka_topic), if(src_partition >= 0, src_partition, kafka_partition),
     if(src_partition >= 0, src_offset, kafka_offset) FROM ` + a.db + `.rejections
 WHERE ` + w + ` AND ` + condRealReject + ` ORDER BY kafka_time_ms, src_topic, src_partition, src_offset LIMIT 1 BY ` + rejectionKey + lim
+	case "replay":
+		// Unreachable: replay:<id> is handled before the switch.
 	case "malformed":
 		q = `SELECT '', '', kafka_time_ms, error, kafka_topic, kafka_partition, kafka_offset FROM ` + a.db + `.malformed
 WHERE ` + w + ` ORDER BY kafka_time_ms, kafka_topic, kafka_partition, kafka_offset LIMIT 1 BY kafka_topic, kafka_partition, kafka_offset` + lim
 	default:
 		cond, ok := listConds[metric]
 		if !ok {
-			return nil, fmt.Errorf("analytics: --list %q: %w; accepted: %s", metric, ErrUnknownList, strings.Join(ListNames(), ", "))
+			return nil, fmt.Errorf("analytics: --list %q: %w; accepted: %s, %s<replay id>", metric, ErrUnknownList, strings.Join(ListNames(), ", "), ReplayListPrefix)
 		}
 		if metric == "pending-overdue" {
 			cond += " AND derived_ms < " + o.overdueCutoff()

@@ -224,7 +224,7 @@ func (p *parser) playReport(r *playRecord) {
 	}
 }
 
-var deliveryKeys = []string{"v", "report_id", "event_id", "outcome", "attempt", "http_status", "served_by", "partner", "message", "fields", "retry_reason", "latency_us", "trace_id", "replay", "in_doubt", "at"}
+var deliveryKeys = []string{"v", "report_id", "event_id", "outcome", "attempt", "http_status", "served_by", "partner", "message", "fields", "retry_reason", "latency_us", "trace_id", "replay", "in_doubt", "replay_id", "replay_reason", "at"}
 
 // fastDelivery decodes a delivery record.
 func fastDelivery(s string, d *schemas.Delivery) bool {
@@ -298,6 +298,14 @@ func fastDelivery(s string, d *schemas.Delivery) bool {
 		case "in_doubt":
 			if p.Once(&seen, 1<<15) {
 				p.Bool(&d.InDoubt)
+			}
+		case "replay_id":
+			if p.Once(&seen, 1<<16) {
+				p.str(&d.ReplayID)
+			}
+		case "replay_reason":
+			if p.Once(&seen, 1<<17) {
+				p.str(&d.ReplayReason)
 			}
 		default:
 			p.Unknown(k, deliveryKeys...)

@@ -61,6 +61,9 @@ func realRecords(t testing.TB) (all [][]byte, fast [][]byte) {
 	d = mustJSON(t, schemas.Delivery{V: 1, ReportID: "r", EventID: "e", Outcome: schemas.OutcomeDelivered, HTTPStatus: 200, ServedBy: "live",
 		Partner: "https://api.partner.example/base?q=\"é\"", At: 6})
 	all, fast = append(all, d), append(fast, d)
+	d = mustJSON(t, schemas.Delivery{V: 1, ReportID: "r", EventID: "e", Outcome: schemas.OutcomeDelivered, HTTPStatus: 200, InDoubt: true,
+		ReplayID: "rp-1", ReplayReason: "partner lost \"14:02–14:40\"", At: 7})
+	all, fast = append(all, d), append(fast, d)
 	return all, fast
 }
 

@@ -71,6 +71,14 @@ func (r *Report) lines() []line {
 	for _, p := range r.ByPartner {
 		ls = append(ls, line{section: "partner targets", metric: "plays delivered by partner target", key: partnerLabel(p), n: p.Delivered})
 	}
+	for _, rp := range r.Replays {
+		key := rp.ID + " (" + rp.Reason + ")"
+		ls = append(ls,
+			line{section: "replays", metric: "plays re-sent by replay", key: key, n: rp.Plays, list: ReplayListPrefix + rp.ID},
+			line{section: "replays", metric: "delivered by replay", key: key, n: rp.Delivered, list: ReplayListPrefix + rp.ID, indent: 1},
+			line{section: "replays", metric: "rejected by the API during replay", key: key, n: rp.Rejected, indent: 1},
+			line{section: "replays", metric: "delivered more than once by the same replay", key: key, n: rp.DeliveredTwice, indent: 1})
+	}
 	for _, c := range r.Malformed {
 		ls = append(ls, line{section: "malformed", metric: "records not decodable", key: c.Key, n: c.N, list: "malformed"})
 	}

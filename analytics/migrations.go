@@ -177,6 +177,14 @@ ORDER BY (kafka_topic, kafka_partition, kafka_offset)`,
 		// twice. 0 for rows written before the column existed.
 		`ALTER TABLE {db}.deliveries ADD COLUMN in_doubt UInt8 DEFAULT 0`,
 	}},
+	{Version: 4, Name: "deliveries.replay_id", Statements: []string{
+		// The operator's re-delivery (`playpipe replay` / `redrive`) that
+		// sent the report, and its reason: the audit lists these answers per
+		// replay and never counts them as delivered twice. '' for the live
+		// reporter and for rows written before the columns existed.
+		`ALTER TABLE {db}.deliveries ADD COLUMN replay_id String DEFAULT ''`,
+		`ALTER TABLE {db}.deliveries ADD COLUMN replay_reason String DEFAULT ''`,
+	}},
 }
 
 // Schema is the DDL dialect the migrations are written in, chosen once per

@@ -211,15 +211,16 @@ type deliveriesRows struct {
 	latencyUS                  []int64
 	traceID                    []string
 	replay, inDoubt            []uint8
+	replayID, replayReason     []string
 	atMS                       []int64
 }
 
 func (t *deliveriesRows) name() string { return TableDeliveries }
 func (t *deliveriesRows) columns() string {
-	return locCols + ", v, report_id, event_id, outcome, attempt, http_status, served_by, partner, message, fields, retry_reason, latency_us, trace_id, replay, in_doubt, at_ms"
+	return locCols + ", v, report_id, event_id, outcome, attempt, http_status, served_by, partner, message, fields, retry_reason, latency_us, trace_id, replay, in_doubt, replay_id, replay_reason, at_ms"
 }
 func (t *deliveriesRows) values() []any {
-	return append(t.cols(), t.v, t.reportID, t.eventID, t.outcome, t.attempt, t.httpStatus, t.servedBy, t.partner, t.message, t.fields, t.retryReason, t.latencyUS, t.traceID, t.replay, t.inDoubt, t.atMS)
+	return append(t.cols(), t.v, t.reportID, t.eventID, t.outcome, t.attempt, t.httpStatus, t.servedBy, t.partner, t.message, t.fields, t.retryReason, t.latencyUS, t.traceID, t.replay, t.inDoubt, t.replayID, t.replayReason, t.atMS)
 }
 
 func (t *deliveriesRows) add(r *kgo.Record, d *schemas.Delivery) {
@@ -247,6 +248,8 @@ func (t *deliveriesRows) add(r *kgo.Record, d *schemas.Delivery) {
 	t.traceID = append(t.traceID, tid)
 	t.replay = append(t.replay, b2u(d.Replay))
 	t.inDoubt = append(t.inDoubt, b2u(d.InDoubt))
+	t.replayID = append(t.replayID, d.ReplayID)
+	t.replayReason = append(t.replayReason, d.ReplayReason)
 	t.atMS = append(t.atMS, d.At)
 }
 
@@ -373,7 +376,7 @@ func (t *playsRows) reset() {
 
 func (t *deliveriesRows) reset() {
 	t.loc.reset()
-	trunc(&t.reportID, &t.eventID, &t.outcome, &t.servedBy, &t.partner, &t.message, &t.retryReason, &t.traceID)
+	trunc(&t.reportID, &t.eventID, &t.outcome, &t.servedBy, &t.partner, &t.message, &t.retryReason, &t.traceID, &t.replayID, &t.replayReason)
 	trunc(&t.v, &t.attempt, &t.httpStatus)
 	trunc(&t.fields)
 	trunc(&t.latencyUS, &t.atMS)

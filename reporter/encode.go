@@ -62,6 +62,14 @@ func appendDelivery(dst []byte, d *schemas.Delivery) []byte {
 	if d.InDoubt {
 		dst = append(dst, `,"in_doubt":true`...)
 	}
+	if d.ReplayID != "" {
+		dst = append(dst, `,"replay_id":`...)
+		dst = jsonenc.AppendString(dst, d.ReplayID)
+	}
+	if d.ReplayReason != "" {
+		dst = append(dst, `,"replay_reason":`...)
+		dst = jsonenc.AppendString(dst, d.ReplayReason)
+	}
 	dst = append(dst, `,"at":`...)
 	dst = strconv.AppendInt(dst, d.At, 10)
 	return append(dst, '}')

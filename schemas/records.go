@@ -196,6 +196,13 @@ type Delivery struct {
 	// without its answer being recorded (the reporter crashed or abandoned
 	// it while in flight); the audit counts a delivered report in doubt as
 	// possibly delivered twice.
-	InDoubt bool  `json:"in_doubt,omitempty"`
-	At      int64 `json:"at"` // epoch ms of the answer
+	InDoubt bool `json:"in_doubt,omitempty"`
+	// ReplayID is set on the answers of an operator's re-delivery
+	// (`playpipe replay` or `playpipe redrive`): the id of that run. The
+	// audit lists such deliveries per replay and never counts them as a
+	// report delivered more than once. Empty for the live reporter.
+	ReplayID string `json:"replay_id,omitempty"`
+	// ReplayReason is the operator's --reason of the replay (with ReplayID).
+	ReplayReason string `json:"replay_reason,omitempty"`
+	At           int64  `json:"at"` // epoch ms of the answer
 }

@@ -69,7 +69,7 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&from, "from", "-24h", "start of the window (inclusive)")
 	fs.StringVar(&to, "to", "now", "end of the window (exclusive)")
 	fs.StringVar(&format, "format", analytics.FormatTable, "output: table, csv or json")
-	fs.StringVar(&list, "list", "", "print the records behind one number instead of the audit: "+strings.Join(analytics.ListNames(), ", "))
+	fs.StringVar(&list, "list", "", "print the records behind one number instead of the audit: "+strings.Join(analytics.ListNames(), ", ")+", "+analytics.ReplayListPrefix+"<replay id> (the plays a replay re-sent)")
 	fs.IntVar(&limit, "limit", 1000, "most rows of a --list, and of each id list of the --html page (0: all)")
 	fs.StringVar(&htmlFile, "html", "", "also write the audit as one self-contained HTML page (inline SVG charts, the ids behind every number) to this file; same exit status")
 	fs.Func("sandbox-target", "a partner base URL that is a sandbox (repeatable), e.g. http://sandbox:8088: its deliveries are not counted as real; loopback URLs always are sandboxes", func(s string) error {
@@ -109,7 +109,7 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return usage(errors.New("--html and --list: choose one (the page holds every list)"))
 	}
 	if list != "" && !validList(list) {
-		return usage(fmt.Errorf("--list %q: accepted: %s", list, strings.Join(analytics.ListNames(), ", ")))
+		return usage(fmt.Errorf("--list %q: accepted: %s, %s<replay id>", list, strings.Join(analytics.ListNames(), ", "), analytics.ReplayListPrefix))
 	}
 	if limit < 0 {
 		return usage(fmt.Errorf("--limit must be ≥ 0, got %d", limit))
@@ -158,6 +158,9 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 }
 
 func validList(name string) bool {
+	if id, ok := strings.CutPrefix(name, analytics.ReplayListPrefix); ok {
+		return id != ""
+	}
 	for _, n := range analytics.ListNames() {
 		if n == name {
 			return true

@@ -193,7 +193,7 @@ func exportLag(kcfg kafkax.Config, group string, topics ...string) (func(), erro
 		return nil, fmt.Errorf("lag metrics: %w", err)
 	}
 	reg, err := telemetry.RegisterConsumerLag(otel.Meter("github.com/playpipe/playpipe/cmd/playpipe"), kadm.NewClient(cl), group,
-		telemetry.ConsumerLagOptions{Topics: topics})
+		telemetry.ConsumerLagOptions{Topics: topics, Client: cl})
 	if err != nil {
 		cl.Close()
 		return nil, fmt.Errorf("lag metrics: %w", err)

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 )
@@ -247,6 +249,16 @@ type ConsumerLagOptions struct {
 	// MinInterval is the shortest time between two queries; collections
 	// within it reuse the last answer. Defaults to 5 s.
 	MinInterval time.Duration
+	// Client is the client adm wraps. With it, a partition whose lag is
+	// small and positive (at most SmallLag) is checked with a
+	// read_committed fetch from the committed offset, and its lag is the
+	// number of records actually there: the end offset of a topic written
+	// in transactions counts the trailing commit marker (and aborted
+	// records), so kadm.Lag reads 1 per idle partition. Nil: kadm.Lag as is.
+	Client *kgo.Client
+	// SmallLag bounds the lags checked (default 64): a larger lag is
+	// reported as end − committed (a few markers do not matter there).
+	SmallLag int64
 }
 
 // RegisterConsumerLag registers the observable gauge playpipe.consumer.lag
@@ -264,6 +276,9 @@ func RegisterConsumerLag(m metric.Meter, adm *kadm.Client, group string, o Consu
 	}
 	if o.MinInterval <= 0 {
 		o.MinInterval = 5 * time.Second
+	}
+	if o.SmallLag <= 0 {
+		o.SmallLag = 64
 	}
 	want := map[string]bool{}
 	for _, t := range o.Topics {
@@ -300,6 +315,7 @@ func RegisterConsumerLag(m metric.Meter, adm *kadm.Client, group string, o Consu
 			return nil, fmt.Errorf("telemetry: consumer lag of %s: %w", group, err)
 		}
 		var pts []point
+		var details kadm.TopicDetails // topic ids and leaders, fetched once if a lag is checked
 		for topic, ps := range dl.Lag {
 			if len(want) > 0 && !want[topic] {
 				continue
@@ -308,7 +324,22 @@ func RegisterConsumerLag(m metric.Meter, adm *kadm.Client, group string, o Consu
 				if l.Err != nil {
 					continue
 				}
-				pts = append(pts, point{topic, p, l.Lag})
+				lag := l.Lag
+				if o.Client != nil && lag > 0 && lag <= o.SmallLag && l.Commit.At >= 0 {
+					if details == nil {
+						if details, err = adm.ListTopics(ctx); err != nil {
+							details = kadm.TopicDetails{}
+						}
+					}
+					if td, ok := details[topic]; ok {
+						if pd, ok := td.Partitions[p]; ok && pd.Err == nil {
+							if n, ok := recordsBetween(ctx, o.Client, topic, td.ID, p, pd.Leader, l.Commit.At, l.End.Offset); ok {
+								lag = n
+							}
+						}
+					}
+				}
+				pts = append(pts, point{topic, p, lag})
 			}
 		}
 		return pts, nil
@@ -332,4 +363,51 @@ func RegisterConsumerLag(m metric.Meter, adm *kadm.Client, group string, o Consu
 		}
 		return nil
 	}, g)
+}
+
+// recordsBetween counts the records a read_committed consumer would get
+// from partition p of topic in [from, end): one fetch from the leader,
+// parsed by kgo (control records and aborted transactions dropped). ok is
+// false when the answer did not cover [from, end) (then the caller keeps
+// its estimate).
+func recordsBetween(ctx context.Context, cl *kgo.Client, topic string, id kadm.TopicID, p, leader int32, from, end int64) (int64, bool) {
+	req := kmsg.NewPtrFetchRequest()
+	req.ReplicaID = -1
+	req.MaxWaitMillis = 0
+	req.MinBytes = 0
+	req.MaxBytes = 1 << 20
+	req.IsolationLevel = 1
+	rt := kmsg.NewFetchRequestTopic()
+	rt.Topic, rt.TopicID = topic, id
+	rp := kmsg.NewFetchRequestTopicPartition()
+	rp.Partition, rp.FetchOffset, rp.PartitionMaxBytes = p, from, 1<<20
+	rp.CurrentLeaderEpoch, rp.LogStartOffset = -1, -1
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, cl.Broker(int(leader)))
+	if err != nil || resp.ErrorCode != 0 || len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
+		return 0, false
+	}
+	part := &resp.Topics[0].Partitions[0]
+	if part.ErrorCode != 0 {
+		return 0, false
+	}
+	fp, next := kgo.ProcessFetchPartition(kgo.ProcessFetchPartitionOpts{Offset: from, IsolationLevel: kgo.ReadCommitted(), Topic: topic, Partition: p},
+		part, kgo.DefaultDecompressor(), nil)
+	if fp.Err != nil {
+		return 0, false
+	}
+	var n int64
+	for _, r := range fp.Records {
+		if r.Offset < end {
+			n++
+		}
+	}
+	// The fetch must have covered the range: its next offset reached end,
+	// or the records stop at the last stable offset (what is past it is
+	// not readable yet and stays counted by the estimate).
+	if next < end && fp.LastStableOffset > next {
+		return 0, false
+	}
+	return n, true
 }
