@@ -181,7 +181,9 @@ func (rn *run) finalWithoutPost(j *job) {
 // next takes the next leased report to post (mu held), or nil while there
 // is none or a standby episode or a shutdown holds posting.
 func (rn *run) next() *job {
-	for !rn.stopping && rn.standby == nil && rn.leased.len() > 0 && rn.thr.allows(rn.inflight, time.Now()) {
+	// Answers on their way to Kafka are capped like posts on the wire: a
+	// crash re-posts at most 2 × Concurrency reports (docs/reporter.md).
+	for !rn.stopping && rn.standby == nil && rn.leased.len() > 0 && rn.unrecorded < rn.cfg.Concurrency && rn.thr.allows(rn.inflight, time.Now()) {
 		j := rn.leased.pop()
 		if rn.leased.len() < rn.cfg.Concurrency {
 			rn.jobsReady()
@@ -218,6 +220,7 @@ func (rn *run) worker() {
 			rn.posted(last)
 			if rec != nil {
 				rn.publishing.Add(1) // before inflight can be seen at 0: finish waits for it
+				rn.unrecorded++
 			}
 		}
 		j := rn.next()
@@ -250,6 +253,7 @@ func (rn *run) publish(j *job, rec *kgo.Record) {
 	if j.dec.Action.Final() {
 		rn.cl.Produce(context.Background(), rec, func(r *kgo.Record, err error) {
 			rn.mu.Lock()
+			rn.recorded()
 			rn.persisted(j, r, err)
 			if len(rn.revocations) > 0 {
 				rn.poke()
@@ -261,6 +265,7 @@ func (rn *run) publish(j *job, rec *kgo.Record) {
 	rn.cl.Produce(context.Background(), rec, func(r *kgo.Record, err error) {
 		rn.mu.Lock()
 		defer rn.mu.Unlock()
+		rn.recorded()
 		if err != nil {
 			j.inDoubt = true // the answer is not on record
 			if !errors.Is(err, kgo.ErrClientClosed) {
@@ -291,6 +296,15 @@ func (rn *run) unlease(j *job) {
 func (rn *run) unleaseAll() {
 	for _, j := range rn.leased.items[rn.leased.head:] {
 		rn.unlease(j)
+	}
+}
+
+// recorded: one answer handed to Kafka by a worker is acknowledged (or
+// failed) (mu held); a worker held by the cap on answers in transit may go.
+func (rn *run) recorded() {
+	rn.unrecorded--
+	if rn.unrecorded == rn.cfg.Concurrency-1 && rn.idle > 0 && rn.leased.len() > 0 {
+		rn.cond.Signal()
 	}
 }
 

@@ -207,6 +207,7 @@ type run struct {
 	active      map[string]*job
 	recent      *recentSet
 	inflight    int // jobs handed to workers whose post has not come back
+	unrecorded  int // answers handed to Kafka by workers, not acknowledged yet
 	persisting  int // final jobs waiting for their Delivery record
 	standby     *episode
 	gen         uint64

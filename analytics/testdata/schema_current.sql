@@ -122,3 +122,9 @@ ALTER TABLE {db}.deliveries ADD COLUMN partner LowCardinality(String) DEFAULT ''
 -- migration 3 (deliveries.in_doubt), statement 1
 ALTER TABLE {db}.deliveries ADD COLUMN in_doubt UInt8 DEFAULT 0;
 
+-- migration 4 (deliveries.replay_id), statement 1
+ALTER TABLE {db}.deliveries ADD COLUMN replay_id String DEFAULT '';
+
+-- migration 4 (deliveries.replay_id), statement 2
+ALTER TABLE {db}.deliveries ADD COLUMN replay_reason String DEFAULT '';
+
