@@ -521,15 +521,16 @@ func (s *Sink) backoff(attempt int) time.Duration {
 	return time.Duration(float64(d) * (0.75 + 0.5*rand.Float64()))
 }
 
-// reserveStrings makes an empty String column hold vals without growing.
-// The driver appends a batch's strings one by one to a column buffer that
-// starts empty for every insert, so a 10k-row column of record bodies was
-// reallocated and copied ~20 times: that growth was a quarter of the sink's
-// CPU (pprof of BenchmarkSinkEndToEnd). Appending one zero-filled string of
-// the column's total length and len(vals)-1 empty strings, then Reset
-// (which keeps the capacity), allocates each buffer once at its final size.
-// Small columns are left alone. The padding is shared, read-only, and
-// bounded by the largest column seen (at most a batch's worth of bytes).
+// reserveStrings makes an empty String column hold vals' bytes without
+// growing. The driver appends a batch's strings one by one to a column
+// buffer that starts empty for every insert, so a 10k-row column of record
+// bodies was reallocated and copied ~20 times: that growth was a quarter of
+// the sink's CPU (pprof of BenchmarkSinkEndToEnd). Appending one zero-filled
+// string of the column's total length, then Reset (which keeps the
+// capacity), allocates the byte buffer once at its final size. (The row
+// offsets still grow: the driver has no way to size them.) Columns under
+// 64 KiB are left alone. The padding is shared, read-only, and bounded by
+// the largest column seen (at most a batch's bytes).
 func reserveStrings(c *column.String, vals []string) {
 	if c.Rows() != 0 || len(vals) < 2 {
 		return
@@ -541,31 +542,21 @@ func reserveStrings(c *column.String, vals []string) {
 	if n < 64<<10 {
 		return
 	}
-	zeros, empties := padding(n, len(vals)-1)
-	if _, err := c.Append([]string{zeros}); err != nil {
-		c.Reset()
-		return
-	}
-	_, _ = c.Append(empties)
+	_, _ = c.Append([]string{zeros(n)})
 	c.Reset()
 }
 
 var pad struct {
-	mu      sync.Mutex
-	zeros   string
-	empties []string
+	mu    sync.Mutex
+	zeros string
 }
 
-// padding returns a string of n zero bytes and a slice of k empty strings,
-// both shared (never written).
-func padding(n, k int) (string, []string) {
+// zeros returns a string of n zero bytes, shared (strings are never written).
+func zeros(n int) string {
 	pad.mu.Lock()
 	defer pad.mu.Unlock()
 	if len(pad.zeros) < n {
 		pad.zeros = string(make([]byte, n+n/4))
 	}
-	if len(pad.empties) < k {
-		pad.empties = make([]string, k+k/4)
-	}
-	return pad.zeros[:n], pad.empties[:k:k]
+	return pad.zeros[:n]
 }
