@@ -11,7 +11,8 @@
 // has a final answer from the partner, and every delivery is in the
 // ClickHouse ledger. It prints plays/s end to end, CPU µs per play per
 // process (/proc/<pid>/stat utime+stime deltas over the run) and peak RSS
-// per process (/proc/<pid>/status VmHWM).
+// per process (/proc/<pid>/status VmHWM). The bench process's own row is
+// the broker's work plus its polling of the roles' metrics (every 25 ms).
 //
 // Then, in the same run, the raw HTTP ceiling: a plain net/http client with
 // keep-alive posts the very report bodies the reporter posted (read back
