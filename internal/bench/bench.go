@@ -199,7 +199,8 @@ func runBench(ctx context.Context, o options, log *slog.Logger) (res result, err
 
 	// Done when the simulator has published everything, the consumer has
 	// committed every event, every derived play that is to be posted has a
-	// final answer, and every one of those deliveries is in the ledger.
+	// final answer, and the ledger holds as many delivery rows as the
+	// reporter recorded answers (retries included, should there be any).
 	deadline := t0.Add(o.timeout)
 	var last string
 	for {
@@ -218,7 +219,7 @@ func runBench(ctx context.Context, o options, log *slog.Logger) (res result, err
 		if err == nil {
 			last = st.String()
 			toPost := st.plays - st.below
-			if !sim.running() && st.events >= int64(o.events) && st.final >= toPost && st.ledger >= toPost && toPost > 0 {
+			if !sim.running() && st.events >= int64(o.events) && st.final >= toPost && st.ledger >= max(toPost, st.answers) && toPost > 0 {
 				res.elapsed = time.Since(t0)
 				res.events, res.plays, res.posted = st.events, st.plays, st.delivered
 				break
@@ -266,6 +267,7 @@ func runBench(ctx context.Context, o options, log *slog.Logger) (res result, err
 // state is the pipeline's progress as its roles' metrics tell it.
 type state struct {
 	events, plays, below, delivered, final, ledger int64
+	answers                                        int64 // every answer the reporter recorded, retries included
 }
 
 func (s state) String() string {
@@ -284,6 +286,7 @@ func progress(consume, report, sink string) (state, error) {
 	r, err := scrape(report, map[string][]string{
 		"playpipe_deliveries_total|delivered": {`outcome="delivered"`},
 		"playpipe_deliveries_total|rejected":  {`outcome="rejected"`},
+		"playpipe_deliveries_total|all":       nil,
 	})
 	if err != nil {
 		return s, fmt.Errorf("report: %w", err)
@@ -295,6 +298,7 @@ func progress(consume, report, sink string) (state, error) {
 	s.events, s.plays, s.below = int64(c["playpipe_events_in_total"]), int64(c["playpipe_plays_derived_total"]), int64(c["playpipe_plays_below_minimum_total"])
 	s.delivered = int64(r["playpipe_deliveries_total|delivered"])
 	s.final = s.delivered + int64(r["playpipe_deliveries_total|rejected"])
+	s.answers = int64(r["playpipe_deliveries_total|all"])
 	s.ledger = int64(k["playpipe_sink_rows_total"])
 	if s.events == 0 && s.plays == 0 && s.final == 0 {
 		return s, errors.New("no progress yet")
