@@ -4,10 +4,12 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"strconv"
 	"strings"
@@ -248,6 +250,10 @@ func runBench(ctx context.Context, o options, log *slog.Logger) (res result, err
 		}
 	}
 	log.Info("pipeline finished", "plays", res.plays, "delivered", res.posted, "elapsed", res.elapsed.Round(time.Millisecond))
+	// Nothing lost, nothing doubled: the partner's own count.
+	if err := checkPartner(ctx, sbAdmin, res.posted); err != nil {
+		return res, err
+	}
 
 	// The raw ceiling: the same bodies, the same sandbox, the same number in flight.
 	bodies, err := reportBodies(ctx, broker.Addrs(), topicPrefix, res.plays)
@@ -304,4 +310,32 @@ func progress(consume, report, sink string) (state, error) {
 		return s, errors.New("no progress yet")
 	}
 	return s, nil
+}
+
+// checkPartner compares the sandbox's ledger totals with the plays the
+// reporter delivered: every one accepted once, no duplicate.
+func checkPartner(ctx context.Context, sbAdmin string, delivered int64) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+sbAdmin+"/admin/ledger?since=9223372036854775807", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+	if err != nil {
+		return fmt.Errorf("sandbox ledger: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("sandbox ledger: %s", resp.Status)
+	}
+	var l struct {
+		Accepted   int64 `json:"accepted_count"`
+		Duplicates int64 `json:"duplicates"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&l); err != nil {
+		return fmt.Errorf("sandbox ledger: %w", err)
+	}
+	if l.Accepted != delivered || l.Duplicates != 0 {
+		return fmt.Errorf("the partner accepted %d reports (%d duplicates); the reporter delivered %d", l.Accepted, l.Duplicates, delivered)
+	}
+	return nil
 }
