@@ -5,7 +5,7 @@ STATICCHECK_VERSION ?= v0.8.2
 BIN       := bin/playpipe
 export PATH := $(PATH):$(shell $(GO) env GOPATH)/bin:/usr/sbin
 
-.PHONY: all build demo test test-race unit lint fmt-check vet staticcheck bench fuzz tools clickhouse chromium clean e2e-docker
+.PHONY: all build demo test test-race unit lint fmt-check vet staticcheck bench bench-e2e fuzz tools clickhouse chromium clean e2e-docker
 
 all: build
 
@@ -52,6 +52,14 @@ e2e-docker:
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -count 6 $(PKGS)
+
+## bench-e2e: the whole pipeline as users run it, every role a process of the
+## built binary (broker, sandbox --lean, ClickHouse, consume, report, sink,
+## simulate): plays/s end to end, CPU µs per play and peak RSS per process,
+## and the raw HTTP ceiling of the same run. BENCH_E2E_FLAGS="-events 80000 -keep".
+BENCH_E2E_FLAGS ?=
+bench-e2e: clickhouse build
+	$(GO) run ./internal/bench -bin $(BIN) $(BENCH_E2E_FLAGS)
 
 ## fuzz: each fuzz target for FUZZTIME (untrusted input: events, API answers, report bodies).
 FUZZTIME ?= 20s

@@ -1,0 +1,116 @@
+//go:build linux
+
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseOptionsRefusesBadFlags(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "playpipe")
+	if err := os.WriteFile(bin, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		want string // in the message
+	}{
+		{[]string{"-bin", bin, "-events", "0"}, "-events 0: accepted 1 or more"},
+		{[]string{"-bin", bin, "-concurrency", "0"}, "-concurrency 0: accepted 1–1024"},
+		{[]string{"-bin", bin, "-bad-share", "2"}, "-bad-share 2: accepted 0–1"},
+		{[]string{"-bin", bin, "-timeout", "0s"}, "-timeout 0s: accepted a positive duration"},
+		{[]string{"-bin", filepath.Join(t.TempDir(), "missing")}, "not a file (run `make build` first)"},
+		{[]string{"-bin", bin, "extra"}, "bench takes flags only"},
+		{[]string{"-nope"}, "flag provided but not defined: -nope"},
+	} {
+		var stderr bytes.Buffer
+		_, err := parseOptions(c.args, &stderr)
+		if !errors.Is(err, errUsage) {
+			t.Errorf("%q: err %v, want a usage error", c.args, err)
+		}
+		if !strings.Contains(stderr.String(), c.want) {
+			t.Errorf("%q: stderr %q, want it to contain %q", c.args, stderr.String(), c.want)
+		}
+	}
+	o, err := parseOptions([]string{"-bin", bin, "-events", "5"}, &bytes.Buffer{})
+	if err != nil || o.events != 5 || o.concurrency != 32 || o.bin != bin {
+		t.Fatalf("valid flags: %+v, %v", o, err)
+	}
+}
+
+// TestProcFigures reads this process's CPU time and peak RSS: after a
+// burst of work and an allocation the figures must have moved.
+func TestProcFigures(t *testing.T) {
+	pid := os.Getpid()
+	cpu0, err := cpuTime(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(200 * time.Millisecond)
+	x := 0
+	for time.Now().Before(deadline) {
+		x++
+	}
+	cpu1, err := cpuTime(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cpu1-cpu0 < 50*time.Millisecond {
+		t.Errorf("CPU time moved %v over 200 ms of spinning (%d rounds)", cpu1-cpu0, x)
+	}
+	rss0, err := peakRSS(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, 64<<20)
+	for i := range b {
+		b[i] = 1
+	}
+	rss1, err := peakRSS(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rss1-rss0 < 32<<20 && rss0 < 64<<20 {
+		t.Errorf("peak RSS %d → %d after touching 64 MiB", rss0, rss1)
+	}
+	if _, err := cpuTime(1 << 30); err == nil {
+		t.Error("cpuTime of a pid that does not exist: no error")
+	}
+}
+
+func TestScrapeSumsMatchingSamples(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, `# HELP playpipe_deliveries_total answers
+# TYPE playpipe_deliveries_total counter
+playpipe_deliveries_total{outcome="delivered",partner="a"} 10
+playpipe_deliveries_total{outcome="delivered",partner="b"} 5
+playpipe_deliveries_total{outcome="rejected"} 2
+playpipe_deliveries_total_other 100
+playpipe_events_in_total 7
+`)
+	}))
+	defer srv.Close()
+	got, err := scrape(strings.TrimPrefix(srv.URL, "http://"), map[string][]string{
+		"playpipe_deliveries_total|delivered": {`outcome="delivered"`},
+		"playpipe_deliveries_total|all":       nil,
+		"playpipe_events_in_total":            nil,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]float64{"playpipe_deliveries_total|delivered": 15, "playpipe_deliveries_total|all": 17, "playpipe_events_in_total": 7}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s = %v, want %v", k, got[k], v)
+		}
+	}
+}

@@ -1,0 +1,142 @@
+//go:build linux
+
+// Command bench is the end-to-end benchmark of the pipeline as users run it
+// (`make bench-e2e`): every role a separate process of the built binary.
+//
+// It starts the embedded Kafka broker (kfake, in this process, over TCP),
+// a local ClickHouse server, `playpipe sandbox --lean` as the partner API,
+// and the `sink`, `consume` and `report` roles as processes; then
+// `playpipe simulate` publishes --events player events as fast as the broker
+// takes them. The run ends when every event is consumed, every derived play
+// has a final answer from the partner, and every delivery is in the
+// ClickHouse ledger. It prints plays/s end to end, CPU µs per play per
+// process (/proc/<pid>/stat utime+stime deltas over the run) and peak RSS
+// per process (/proc/<pid>/status VmHWM). The bench process's own row is
+// the broker's work plus its polling of the roles' metrics (every 25 ms).
+//
+// Then, in the same run, the raw HTTP ceiling: a plain net/http client with
+// keep-alive posts the very report bodies the reporter posted (read back
+// from the reports topic, byte for byte) to the same sandbox process with
+// the same number in flight (--concurrency), after the sandbox's ledger is
+// reset (so that they are not answered as duplicates). The ratio
+// pipeline/ceiling is the share of the partner path's capacity the whole
+// pipeline reaches.
+//
+// It is a program under internal/ rather than a `playpipe bench`
+// subcommand: it is a development tool that needs a source tree (it runs the
+// binary `make build` made, and embeds the test broker), and it must not
+// ship in the production binary or image.
+//
+//	make bench-e2e                              # defaults: 40000 events, 32 in flight
+//	go run ./internal/bench -bin bin/playpipe -events 80000 -keep
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		os.Exit(0)
+	case errors.Is(err, errUsage):
+		os.Exit(2)
+	case err != nil:
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+var errUsage = errors.New("usage")
+
+// options are the benchmark's flags.
+type options struct {
+	bin         string
+	events      int
+	concurrency int
+	partitions  int
+	seed        int64
+	badShare    float64
+	keep        bool
+	timeout     time.Duration
+}
+
+func parseOptions(args []string, stderr io.Writer) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.bin, "bin", "bin/playpipe", "the playpipe binary to run (make build makes it)")
+	fs.IntVar(&o.events, "events", 40000, "player events to publish (about 4.4 plays each with the sandbox's default catalog; 40000 take ~30 s on a 2-core machine)")
+	fs.IntVar(&o.concurrency, "concurrency", 32, "reports in flight: the reporter's --concurrency and the plain client's goroutines")
+	fs.IntVar(&o.partitions, "partitions", 6, "partitions of every topic")
+	fs.Int64Var(&o.seed, "seed", 1, "simulator seed (the same seed sends the same events)")
+	fs.Float64Var(&o.badShare, "bad-share", 0.05, "share of bad events the simulator sends (0–1)")
+	fs.BoolVar(&o.keep, "keep", false, "keep the run folder (process logs) instead of removing it")
+	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "give up when the pipeline has not finished within this")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: go run ./internal/bench [flags]\n\nThe end-to-end benchmark: every role a process; see `go doc ./internal/bench`.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return o, err
+		}
+		return o, errUsage
+	}
+	bad := func(name string, v any, accepted string) (options, error) {
+		fmt.Fprintf(stderr, "-%s %v: accepted %s\n", name, v, accepted)
+		return o, errUsage
+	}
+	switch {
+	case fs.NArg() > 0:
+		fmt.Fprintf(stderr, "unexpected arguments %q: bench takes flags only\n", fs.Args())
+		return o, errUsage
+	case o.events < 1:
+		return bad("events", o.events, "1 or more")
+	case o.concurrency < 1 || o.concurrency > 1024:
+		return bad("concurrency", o.concurrency, "1–1024")
+	case o.partitions < 1 || o.partitions > 1000:
+		return bad("partitions", o.partitions, "1–1000")
+	case o.badShare < 0 || o.badShare > 1:
+		return bad("bad-share", o.badShare, "0–1")
+	case o.timeout <= 0:
+		return bad("timeout", o.timeout, "a positive duration")
+	}
+	bin, err := filepath.Abs(o.bin)
+	if err != nil {
+		return o, fmt.Errorf("-bin %q: %w", o.bin, err)
+	}
+	if st, err := os.Stat(bin); err != nil || st.IsDir() {
+		fmt.Fprintf(stderr, "-bin %q: not a file (run `make build` first): %v\n", o.bin, err)
+		return o, errUsage
+	}
+	o.bin = bin
+	return o, nil
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o, err := parseOptions(args, stderr)
+	if err != nil {
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	res, err := runBench(ctx, o, log)
+	if err != nil {
+		return err
+	}
+	res.print(stdout, o)
+	return nil
+}
