@@ -316,8 +316,7 @@ func (g *Gateway) serveEvents(w http.ResponseWriter, r *http.Request) int {
 	}
 	fleet := g.cfg.Keys[ki].Fleet
 	trace.SpanFromContext(r.Context()).SetAttributes(attribute.String("playpipe.fleet", fleet))
-	if n := g.inflight[ki].Add(1); n > int32(g.cfg.MaxConcurrentPerKey) {
-		g.inflight[ki].Add(-1)
+	if !acquireUpTo(&g.inflight[ki], int32(g.cfg.MaxConcurrentPerKey)) {
 		w.Header().Set("Retry-After", "1")
 		g.cfg.Logger.Debug("ingest: too many requests in flight for one key; answering 429", "fleet", fleet, "max_concurrent_per_key", g.cfg.MaxConcurrentPerKey)
 		return fail(http.StatusTooManyRequests, "concurrency_limited", fmt.Sprintf("this API key has %d requests in flight already (the limit per key); retry when one is answered", g.cfg.MaxConcurrentPerKey))
@@ -574,4 +573,19 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(v)
+}
+
+// acquireUpTo takes one of max slots of n, never letting n pass max (not
+// even for an instant, as an add-then-undo would: the gauge of requests in
+// flight per key reads true). It reports whether a slot was free.
+func acquireUpTo(n *atomic.Int32, max int32) bool {
+	for {
+		cur := n.Load()
+		if cur >= max {
+			return false
+		}
+		if n.CompareAndSwap(cur, cur+1) {
+			return true
+		}
+	}
 }
