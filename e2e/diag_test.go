@@ -44,7 +44,7 @@ func explainDuplicates(t *testing.T, k *testenv.Kafka, led sandbox.LedgerSnapsho
 			continue
 		}
 		r2 := tp.Report
-		if p := (play{r2.TrackID, r2.PlayedAt, r2.PlayLength, r2.UserID, r2.Device, r2.ISRC}); dup[p] {
+		if p := (play{TrackID: r2.TrackID, PlayedAt: r2.PlayedAt, PlayLength: r2.PlayLength, UserID: r2.UserID, Device: r2.Device, ISRC: r2.ISRC}); dup[p] {
 			ids[p] = append(ids[p], fmt.Sprintf("%s@%d/%d", tp.ReportID, r.Partition, r.Offset))
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"github.com/playpipe/playpipe/internal/expect"
 	"os"
 	"sort"
 	"strconv"
@@ -18,13 +19,10 @@ import (
 )
 
 // play is the identity of one posted report, as the sandbox decoded it.
-type play struct {
-	TrackID, PlayedAt, PlayLength int64
-	UserID, Device, ISRC          string
-}
+type play = expect.Play
 
 func playOf(r sandbox.Report) play {
-	return play{r.TrackID, r.PlayedAt, r.PlayLength, deref(r.UserID), r.Device, deref(r.ISRC)}
+	return play{TrackID: r.TrackID, PlayedAt: r.PlayedAt, PlayLength: r.PlayLength, UserID: deref(r.UserID), Device: r.Device, ISRC: deref(r.ISRC)}
 }
 
 func deref(s *string) string {
@@ -78,34 +76,13 @@ func expectedPlays(t *testing.T, cat *sandbox.Catalog, msgs []simRecord) (posted
 			continue
 		}
 		validEvents++
-		var ev struct {
-			MixID      int64  `json:"mix_id"`
-			StartedAt  int64  `json:"started_at"`
-			OffsetMS   int64  `json:"offset_ms"`
-			DurationMS int64  `json:"duration_ms"`
-			UserID     string `json:"user_id"`
-			Device     string `json:"device"`
+		plays, below, err := expect.Event(cat, []byte(m.Value))
+		if err != nil {
+			t.Fatalf("simulated event: %v", err)
 		}
-		if err := json.Unmarshal([]byte(m.Value), &ev); err != nil {
-			t.Fatalf("valid simulated event does not decode: %v", err)
-		}
-		mix, ok := cat.Mix(ev.MixID)
-		if !ok {
-			t.Fatalf("valid event of unknown mix %d", ev.MixID)
-		}
-		end := min(ev.OffsetMS+ev.DurationMS, int64(mix.LengthSec)*1000)
-		for _, tr := range mix.Tracks {
-			s := int64(tr.StartSec) * 1000
-			e := s + int64(tr.LengthSec)*1000
-			overlap := min(e, end) - max(s, ev.OffsetMS)
-			if overlap <= 0 {
-				continue
-			}
-			if overlap < 1000 {
-				belowMin++
-				continue
-			}
-			posted[play{tr.ID, ev.StartedAt + max(0, s-ev.OffsetMS), overlap / 1000, ev.UserID, ev.Device, tr.ISRC}]++
+		belowMin += below
+		for _, p := range plays {
+			posted[p]++
 		}
 	}
 	return posted, belowMin, validEvents, badEvents

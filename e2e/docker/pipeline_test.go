@@ -4,8 +4,8 @@ package docker_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
+	"github.com/playpipe/playpipe/internal/expect"
 	"sort"
 	"testing"
 	"time"
@@ -21,10 +21,7 @@ import (
 )
 
 // play is the identity of one posted report, as the sandbox decoded it.
-type play struct {
-	TrackID, PlayedAt, PlayLength int64
-	UserID, Device, ISRC          string
-}
+type play = expect.Play
 
 // expectedPlays computes, independently of the consumer, the reports the
 // valid simulated events must yield, from the sandbox's own catalog (the
@@ -38,34 +35,13 @@ func expectedPlays(t *testing.T, cat *sandbox.Catalog, msgs []producer.SimMessag
 			continue
 		}
 		validEvents++
-		var ev struct {
-			MixID      int64  `json:"mix_id"`
-			StartedAt  int64  `json:"started_at"`
-			OffsetMS   int64  `json:"offset_ms"`
-			DurationMS int64  `json:"duration_ms"`
-			UserID     string `json:"user_id"`
-			Device     string `json:"device"`
+		plays, below, err := expect.Event(cat, m.Value)
+		if err != nil {
+			t.Fatalf("simulated event: %v", err)
 		}
-		if err := json.Unmarshal(m.Value, &ev); err != nil {
-			t.Fatalf("valid simulated event does not decode: %v", err)
-		}
-		mix, ok := cat.Mix(ev.MixID)
-		if !ok {
-			t.Fatalf("valid event of unknown mix %d", ev.MixID)
-		}
-		end := min(ev.OffsetMS+ev.DurationMS, int64(mix.LengthSec)*1000)
-		for _, tr := range mix.Tracks {
-			s := int64(tr.StartSec) * 1000
-			e := s + int64(tr.LengthSec)*1000
-			overlap := min(e, end) - max(s, ev.OffsetMS)
-			if overlap <= 0 {
-				continue
-			}
-			if overlap < 1000 {
-				belowMin++
-				continue
-			}
-			posted[play{tr.ID, ev.StartedAt + max(0, s-ev.OffsetMS), overlap / 1000, ev.UserID, ev.Device, tr.ISRC}]++
+		belowMin += below
+		for _, p := range plays {
+			posted[p]++
 		}
 	}
 	return posted, belowMin, validEvents, badEvents
@@ -228,7 +204,7 @@ func TestPipelineOnContainers(t *testing.T) {
 	got := map[play]int{}
 	for _, e := range led.Accepted {
 		r := e.Report
-		got[play{r.TrackID, r.PlayedAt, r.PlayLength, deref(r.UserID), r.Device, deref(r.ISRC)}]++
+		got[play{TrackID: r.TrackID, PlayedAt: r.PlayedAt, PlayLength: r.PlayLength, UserID: deref(r.UserID), Device: r.Device, ISRC: deref(r.ISRC)}]++
 	}
 	if led.Duplicates != 0 {
 		t.Errorf("sandbox counted %d duplicate reports", led.Duplicates)
