@@ -5,6 +5,7 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/playpipe/playpipe/internal/expect"
 	"sort"
 	"strings"
 	"testing"
@@ -25,7 +26,7 @@ func explainDuplicates(t *testing.T, k *testenv.Kafka, led sandbox.LedgerSnapsho
 	t.Helper()
 	arrivals := map[play][]time.Time{}
 	for _, e := range led.Accepted {
-		p := playOf(e.Report)
+		p := expect.Of(e.Report)
 		arrivals[p] = append(arrivals[p], e.Arrival)
 	}
 	dup := map[play]bool{}

@@ -21,17 +21,6 @@ import (
 // play is the identity of one posted report, as the sandbox decoded it.
 type play = expect.Play
 
-func playOf(r sandbox.Report) play {
-	return play{TrackID: r.TrackID, PlayedAt: r.PlayedAt, PlayLength: r.PlayLength, UserID: deref(r.UserID), Device: r.Device, ISRC: deref(r.ISRC)}
-}
-
-func deref(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return *s
-}
-
 // simRecord is one line of `playpipe simulate --record`.
 type simRecord struct {
 	Kind  string `json:"kind"`

@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/playpipe/playpipe/internal/expect"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -275,7 +276,7 @@ func TestScaleOutWithFaults(t *testing.T) {
 	}
 	got := map[play]int{}
 	for _, e := range led.Accepted {
-		got[playOf(e.Report)]++
+		got[expect.Of(e.Report)]++
 	}
 	missing, dups, unexpected := compare(want, got)
 	if len(missing) > 0 || len(unexpected) > 0 {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"github.com/playpipe/playpipe/internal/expect"
-	"sort"
 	"testing"
 	"time"
 
@@ -19,29 +18,6 @@ import (
 
 // play is the identity of one posted report, as the sandbox decoded it.
 type play = expect.Play
-
-// expectedPlays computes, independently of the consumer, the reports the
-// valid simulated events must yield, from the sandbox's own catalog.
-func expectedPlays(t *testing.T, cat *sandbox.Catalog, msgs []producer.SimMessage) (posted map[play]int, belowMin, validEvents, badEvents int) {
-	t.Helper()
-	posted = map[play]int{}
-	for _, m := range msgs {
-		if m.Kind != producer.SimValid {
-			badEvents++
-			continue
-		}
-		validEvents++
-		plays, below, err := expect.Event(cat, m.Value)
-		if err != nil {
-			t.Fatalf("simulated event: %v", err)
-		}
-		belowMin += below
-		for _, p := range plays {
-			posted[p]++
-		}
-	}
-	return posted, belowMin, validEvents, badEvents
-}
 
 // TestPipelineEndToEnd runs the whole pipeline over real parts — the
 // embedded Kafka-protocol broker, the sandbox over HTTP, a real ClickHouse
@@ -85,7 +61,10 @@ func TestPipelineEndToEnd(t *testing.T) {
 	for m, ok := gen.Next(); ok; m, ok = gen.Next() {
 		msgs = append(msgs, m)
 	}
-	want, wantBelow, validEvents, badEvents := expectedPlays(t, p.Sandbox.Catalog(), msgs)
+	want, wantBelow, validEvents, badEvents, err := expect.Sim(p.Sandbox.Catalog(), msgs)
+	if err != nil {
+		t.Fatal(err)
+	}
 	wantReports := 0
 	for _, n := range want {
 		wantReports += n
@@ -166,13 +145,13 @@ func TestPipelineEndToEnd(t *testing.T) {
 	got := map[play]int{}
 	for _, e := range led.Accepted {
 		r := e.Report
-		got[play{TrackID: r.TrackID, PlayedAt: r.PlayedAt, PlayLength: r.PlayLength, UserID: deref(r.UserID), Device: r.Device, ISRC: deref(r.ISRC)}]++
+		got[expect.Of(r)]++
 	}
 	if led.Duplicates != 0 {
 		t.Errorf("sandbox counted %d duplicate reports", led.Duplicates)
 	}
-	if missing, extra := diff(want, got); len(missing)+len(extra) > 0 {
-		t.Errorf("delivered reports differ from the expected plays: %d missing (e.g. %v), %d unexpected (e.g. %v)", len(missing), first(missing), len(extra), first(extra))
+	if missing, extra := expect.Diff(want, got); len(missing)+len(extra) > 0 {
+		t.Errorf("delivered reports differ from the expected plays: %d missing (e.g. %v), %d unexpected (e.g. %v)", len(missing), expect.First(missing), len(extra), expect.First(extra))
 	}
 	if led.StandbyCount == 0 {
 		t.Errorf("the standby window answered no report: the test did not exercise replay")
@@ -206,34 +185,4 @@ func TestPipelineEndToEnd(t *testing.T) {
 	}
 	t.Logf("audit: %d events, %d rejected, %d plays, %d delivered, %d standby-then-delivered; sandbox accepted %d, standby %d",
 		rep.EventsReceived, rep.EventsRejected, rep.PlaysDerived, rep.Delivered, rep.StandbyThenDelivered, led.AcceptedCount, led.StandbyCount)
-}
-
-func deref(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return *s
-}
-
-func diff(want, got map[play]int) (missing, extra []play) {
-	for p, n := range want {
-		for i := got[p]; i < n; i++ {
-			missing = append(missing, p)
-		}
-	}
-	for p, n := range got {
-		for i := want[p]; i < n; i++ {
-			extra = append(extra, p)
-		}
-	}
-	sort.Slice(missing, func(i, j int) bool { return missing[i].PlayedAt < missing[j].PlayedAt })
-	sort.Slice(extra, func(i, j int) bool { return extra[i].PlayedAt < extra[j].PlayedAt })
-	return missing, extra
-}
-
-func first(ps []play) any {
-	if len(ps) == 0 {
-		return nil
-	}
-	return ps[0]
 }

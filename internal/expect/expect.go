@@ -5,10 +5,13 @@
 package expect
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
+	"slices"
 
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
+	"github.com/playpipe/playpipe/producer"
 )
 
 // Play is one expected report, by what the partner records of it.
@@ -51,4 +54,66 @@ func Event(cat *sandbox.Catalog, value []byte) (plays []Play, belowMin int, err 
 		plays = append(plays, Play{tr.ID, ev.StartedAt + max(0, s-ev.OffsetMS), overlap / 1000, ev.UserID, ev.Device, tr.ISRC})
 	}
 	return plays, belowMin, nil
+}
+
+// Sim is the expectation of a simulated fleet's messages: the plays their
+// valid events must yield (with multiplicity), the overlaps under one second,
+// and how many events were valid and bad.
+func Sim(cat *sandbox.Catalog, msgs []producer.SimMessage) (posted map[Play]int, belowMin, valid, bad int, err error) {
+	posted = map[Play]int{}
+	for _, m := range msgs {
+		if m.Kind != producer.SimValid {
+			bad++
+			continue
+		}
+		valid++
+		plays, below, err := Event(cat, m.Value)
+		if err != nil {
+			return nil, 0, 0, 0, fmt.Errorf("simulated event: %w", err)
+		}
+		belowMin += below
+		for _, p := range plays {
+			posted[p]++
+		}
+	}
+	return posted, belowMin, valid, bad, nil
+}
+
+// Of is the Play of a report the sandbox accepted.
+func Of(r sandbox.Report) Play {
+	return Play{TrackID: r.TrackID, PlayedAt: r.PlayedAt, PlayLength: r.PlayLength, UserID: deref(r.UserID), Device: r.Device, ISRC: deref(r.ISRC)}
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// Diff returns the plays wanted more often than got (missing) and got more
+// often than wanted (extra), each by time played.
+func Diff(want, got map[Play]int) (missing, extra []Play) {
+	for p, n := range want {
+		for i := got[p]; i < n; i++ {
+			missing = append(missing, p)
+		}
+	}
+	for p, n := range got {
+		for i := want[p]; i < n; i++ {
+			extra = append(extra, p)
+		}
+	}
+	byTime := func(a, b Play) int { return cmp.Compare(a.PlayedAt, b.PlayedAt) }
+	slices.SortFunc(missing, byTime)
+	slices.SortFunc(extra, byTime)
+	return missing, extra
+}
+
+// First is the first of ps, or nil: an example for a failure message.
+func First(ps []Play) any {
+	if len(ps) == 0 {
+		return nil
+	}
+	return ps[0]
 }
