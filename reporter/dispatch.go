@@ -294,7 +294,7 @@ func (rn *run) unlease(j *job) {
 // unleaseAll gives up the leases of the reports not posted (mu held): the
 // run stops posting (shutdown) and they will be posted by the next one.
 func (rn *run) unleaseAll() {
-	for _, j := range rn.leased.items[rn.leased.head:] {
+	for _, j := range rn.leased.all() {
 		rn.unlease(j)
 	}
 }

@@ -23,6 +23,9 @@ func (q *fifo) push(j *job) {
 
 func (q *fifo) len() int { return len(q.items) - q.head }
 
+// all returns the queued jobs, oldest first (valid until the next push or pop).
+func (q *fifo) all() []*job { return q.items[q.head:] }
+
 func (q *fifo) pop() *job {
 	if q.head == len(q.items) {
 		return nil

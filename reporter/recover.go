@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"time"
@@ -46,17 +47,23 @@ const recoverTimeout = 30 * time.Second
 // not be read: posting those partitions could repeat final reports, so the
 // run stops (and commits nothing more).
 func (rn *run) recoverNew(ctx context.Context, recs []*kgo.Record) error {
-	var fresh []int32
+	// The partitions seen for the first time, and the offset each is first
+	// fetched from (its commit point until it has a record).
+	first := map[int32]int64{}
 	rn.mu.Lock()
 	for _, r := range recs {
-		if rn.parts[tpKey{r.Topic, r.Partition}] == nil && !containsPart(fresh, r.Partition) {
-			fresh = append(fresh, r.Partition)
+		if rn.parts[tpKey{r.Topic, r.Partition}] != nil {
+			continue
+		}
+		if o, ok := first[r.Partition]; !ok || r.Offset < o {
+			first[r.Partition] = r.Offset
 		}
 	}
 	rn.mu.Unlock()
-	if len(fresh) == 0 {
+	if len(first) == 0 {
 		return nil
 	}
+	fresh := slices.Sorted(maps.Keys(first))
 	ctx, cancel := context.WithTimeout(ctx, recoverTimeout)
 	defer cancel()
 	start := time.Now()
@@ -73,12 +80,6 @@ func (rn *run) recoverNew(ctx context.Context, recs []*kgo.Record) error {
 	}
 	if err != nil {
 		return fmt.Errorf("reporter: recover partitions %v of %s: %w", fresh, rn.topics.Reports, err)
-	}
-	first := map[int32]int64{}
-	for _, r := range recs {
-		if o, ok := first[r.Partition]; !ok || r.Offset < o {
-			first[r.Partition] = r.Offset
-		}
 	}
 	rn.mu.Lock()
 	var batch []commitEntry
@@ -121,15 +122,6 @@ func (rn *run) recoverNew(ctx context.Context, recs []*kgo.Record) error {
 	rn.log.Info("partitions recovered", "partitions", fresh, "with_progress", got.withProgress,
 		"final_past_commit", got.final, "in_doubt", got.doubt, "log_records_read", got.read, "took", time.Since(start).Round(time.Millisecond))
 	return nil
-}
-
-func containsPart(ps []int32, p int32) bool {
-	for _, q := range ps {
-		if q == p {
-			return true
-		}
-	}
-	return false
 }
 
 // recovered is the outcome of one recovery.

@@ -79,7 +79,7 @@ func (rn *run) checkRevocations(now time.Time) {
 			return false
 		}
 		var batch []commitEntry
-		for _, j := range rn.leased.items[rn.leased.head:] {
+		for _, j := range rn.leased.all() {
 			if j.ps.revoking {
 				rn.unlease(j) // never posted: next() drops revoking partitions' reports
 			}
