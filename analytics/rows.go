@@ -433,7 +433,7 @@ func (b *batch) add(r *kgo.Record) {
 		}
 		b.plays.add(r, &p, raw)
 	case b.topics.Deliveries:
-		if isLease(r) {
+		if kafkax.HasHeader(r, schemas.HeaderLease) {
 			return // the reporter's lease markers: not deliveries (schemas.HeaderLease)
 		}
 		var d schemas.Delivery
@@ -507,14 +507,4 @@ func b2u(b bool) uint8 {
 		return 1
 	}
 	return 0
-}
-
-// isLease reports whether r is one of the reporter's lease markers.
-func isLease(r *kgo.Record) bool {
-	for _, h := range r.Headers {
-		if h.Key == schemas.HeaderLease {
-			return true
-		}
-	}
-	return false
 }

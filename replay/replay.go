@@ -605,10 +605,8 @@ func alreadyDone(ctx context.Context, opts []kgo.Opt, adm *kadm.Client, topic, r
 	})
 	done := map[string]bool{}
 	err = readRanges(ctx, opts, topic, ranges, func(r *kgo.Record) error {
-		for _, h := range r.Headers {
-			if h.Key == schemas.HeaderLease {
-				return nil
-			}
+		if kafkax.HasHeader(r, schemas.HeaderLease) {
+			return nil
 		}
 		var d schemas.Delivery
 		if json.Unmarshal(r.Value, &d) != nil || d.ReplayID != replayID {

@@ -305,7 +305,7 @@ func (e *e2e) deliveries() []schemas.Delivery {
 	e.t.Helper()
 	var out []schemas.Delivery
 	for _, r := range e.kafka.ReadAll(e.t, e.kafka.Config.Topics().Deliveries, 500*time.Millisecond) {
-		if isLease(r) {
+		if kafkax.HasHeader(r, schemas.HeaderLease) {
 			continue
 		}
 		var d schemas.Delivery
@@ -360,13 +360,3 @@ func (e *e2e) checkDeliveries(exact bool) map[string][]schemas.Delivery {
 const testUA = "playpipe-reporter-test/1.0 (partner integration)"
 
 var _ = kafkax.DefaultTopicPrefix
-
-// isLease reports whether r is one of the reporter's lease markers.
-func isLease(r *kgo.Record) bool {
-	for _, h := range r.Headers {
-		if h.Key == schemas.HeaderLease {
-			return true
-		}
-	}
-	return false
-}

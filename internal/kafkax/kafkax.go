@@ -319,3 +319,15 @@ func Ping(ctx context.Context, c Config) error {
 	}
 	return nil
 }
+
+// HasHeader reports whether r carries a header named key (for example
+// schemas.HeaderLease: the reporter's lease markers, which readers of the
+// deliveries topic skip).
+func HasHeader(r *kgo.Record, key string) bool {
+	for _, h := range r.Headers {
+		if h.Key == key {
+			return true
+		}
+	}
+	return false
+}
