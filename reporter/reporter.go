@@ -283,6 +283,9 @@ func (r *Reporter) Run(ctx context.Context) error {
 	}
 	rn.adm = kadm.NewClient(rn.cl)
 	if err := rn.describeTopics(ctx); err != nil {
+		// No coordinator will run: the revoke callback that closing a
+		// client already in the group calls must not wait for one.
+		close(rn.coordDone)
 		rn.cl.Close()
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"runtime/pprof"
 	"strings"
 	"testing"
 	"time"
@@ -134,7 +135,9 @@ func TestReportRunsWithExplicitLocalParts(t *testing.T) {
 			t.Fatalf("report exited %d after cancel; stderr:\n%s", code, errb.String())
 		}
 	case <-time.After(30 * time.Second):
-		t.Fatal("report did not stop within 30 s of its context ending")
+		var stacks bytes.Buffer
+		_ = pprof.Lookup("goroutine").WriteTo(&stacks, 2)
+		t.Fatalf("report did not stop within 30 s of its context ending; goroutines:\n%s", stacks.String())
 	}
 	for _, w := range []string{"--embedded-kafka", "NOT durable", "--sandbox"} {
 		if !strings.Contains(errb.String(), w) {
