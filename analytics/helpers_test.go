@@ -14,7 +14,6 @@ import (
 
 	"github.com/playpipe/playpipe/internal/kafkax"
 	"github.com/playpipe/playpipe/internal/testenv"
-	"github.com/playpipe/playpipe/partnerapi"
 	"github.com/playpipe/playpipe/schemas"
 )
 
@@ -143,7 +142,7 @@ func playJSON(t testing.TB, eventID string, pos int, below bool) (string, []byte
 	id := schemas.ReportID(eventID, pos)
 	return id, mustJSON(t, schemas.TrackPlay{V: schemas.TrackPlayVersion, ReportID: id, EventID: eventID, MixID: 42, Position: pos,
 		OverlapMS: 200_000, BelowMinimum: below, DerivedAt: 1_700_000_000_500,
-		Report: partnerapi.PlayReport{TrackID: int64(1000 + pos), PlayedAt: 1_700_000_000_000, PlayLength: 200, SourceStream: "mix",
+		Report: schemas.PlayReport{TrackID: int64(1000 + pos), PlayedAt: 1_700_000_000_000, PlayLength: 200, SourceStream: "mix",
 			SourceDetail: "Mix 42", OS: "android", Device: "phone", Country: "DE", Vendor: 7, UserID: "u1", ISRC: "DEX123456789"}})
 }
 

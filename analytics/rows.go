@@ -78,18 +78,6 @@ func (t *eventsRows) values() []any {
 	return append(t.cols(), t.key, t.traceID, t.parsed, t.eventID, t.mixID, t.startedAt, t.offsetMS, t.durationMS, t.userID, t.country, t.raw)
 }
 
-// eventFields are the columns extracted from an event; a field of the wrong
-// type is left empty (the event itself is in rejections, with its reason).
-type eventFields struct {
-	EventID    string `json:"event_id"`
-	MixID      int64  `json:"mix_id"`
-	StartedAt  int64  `json:"started_at"`
-	OffsetMS   int64  `json:"offset_ms"`
-	DurationMS int64  `json:"duration_ms"`
-	UserID     string `json:"user_id"`
-	Country    string `json:"country"`
-}
-
 func (t *eventsRows) add(r *kgo.Record) {
 	t.loc.add(r)
 	raw := recordString(r.Value) // no copy: the decoded strings are slices of it
@@ -107,31 +95,21 @@ func (t *eventsRows) add(r *kgo.Record) {
 	t.raw = append(t.raw, raw)
 }
 
-// decodeEvent returns the columns of an event (raw is string(b)) and
-// whether it parsed: the targeted decoder, else encoding/json.
-func decodeEvent(b []byte, raw string) (eventFields, uint8) {
-	var f eventFields
-	if fastEvent(raw, &f) {
-		return f, 1
-	}
-	return decodeEventJSON(b)
-}
-
-// decodeEventJSON is the reference decoding of an event. Only a JSON object
-// is parsed: an array, null, a number or a string is "not JSON" to the
-// audit (encoding/json would accept null, and report arrays and numbers as
-// type errors of a valid document).
-func decodeEventJSON(b []byte) (eventFields, uint8) {
-	var f eventFields
+// decodeEvent returns the columns of an event (raw is string(b), whose
+// substrings the decoded strings are) and whether it parsed. Only a JSON
+// object is parsed: an array, null, a number or a string is "not JSON" to
+// the audit (encoding/json would accept null, and report arrays and numbers
+// as type errors of a valid document); a field of the wrong type is left
+// empty (the event itself is in rejections, with its reason).
+func decodeEvent(b []byte, raw string) (schemas.PlayerEvent, uint8) {
+	var ev schemas.PlayerEvent
 	if t := bytes.TrimLeft(b, " \t\r\n"); len(t) == 0 || t[0] != '{' {
-		return f, 0
+		return ev, 0
 	}
-	err := json.Unmarshal(b, &f)
-	var typeErr *json.UnmarshalTypeError
-	if err == nil || errors.As(err, &typeErr) {
-		return f, 1
+	if err := lenient(schemas.DecodePlayerEvent(raw, &ev)); err != nil {
+		return schemas.PlayerEvent{}, 0
 	}
-	return f, 0
+	return ev, 1
 }
 
 type playsRows struct {
@@ -156,30 +134,7 @@ func (t *playsRows) values() []any {
 		t.derivedAt, t.trackID, t.playedAt, t.playLength, t.userID, t.country, t.isrc, t.record)
 }
 
-// playRecord is the part of a TrackPlay the ledger's columns take, decoded
-// in one pass (the record's bytes are kept verbatim).
-type playRecord struct {
-	V              int    `json:"v"`
-	ReportID       string `json:"report_id"`
-	EventID        string `json:"event_id"`
-	MixID          int64  `json:"mix_id"`
-	Position       int    `json:"position"`
-	OverlapMS      int64  `json:"overlap_ms"`
-	BelowMinimum   bool   `json:"below_minimum"`
-	NoUserID       bool   `json:"no_user_id"`
-	StandbyListing bool   `json:"standby_listing"`
-	DerivedAt      int64  `json:"derived_at"`
-	Report         struct {
-		TrackID    int64  `json:"trackid"`
-		PlayedAt   int64  `json:"playedat"`
-		PlayLength int64  `json:"playlength"`
-		Country    string `json:"country"`
-		UserID     string `json:"userid"`
-		ISRC       string `json:"isrc"`
-	} `json:"report"`
-}
-
-func (t *playsRows) add(r *kgo.Record, p *playRecord, raw string) {
+func (t *playsRows) add(r *kgo.Record, p *schemas.TrackPlay, raw string) {
 	t.loc.add(r)
 	t.traceID = append(t.traceID, traceIDOf(r))
 	t.v = append(t.v, int32(p.V))
@@ -419,13 +374,10 @@ func (b *batch) add(r *kgo.Record) {
 		b.events.add(r)
 	case b.topics.Reports:
 		raw := recordString(r.Value) // no copy: the decoded strings are slices of it
-		var p playRecord
-		if !fastPlay(raw, &p) {
-			p = playRecord{}
-			if err := decode(r.Value, &p); err != nil {
-				b.malformed.add(r, err)
-				return
-			}
+		var p schemas.TrackPlay
+		if err := lenient(schemas.DecodeTrackPlay(raw, &p)); err != nil {
+			b.malformed.add(r, err)
+			return
 		}
 		if p.ReportID == "" {
 			b.malformed.add(r, errors.New("track play without report_id"))
@@ -437,12 +389,9 @@ func (b *batch) add(r *kgo.Record) {
 			return // the reporter's lease markers: not deliveries (schemas.HeaderLease)
 		}
 		var d schemas.Delivery
-		if !fastDelivery(recordString(r.Value), &d) {
-			d = schemas.Delivery{}
-			if err := decode(r.Value, &d); err != nil {
-				b.malformed.add(r, err)
-				return
-			}
+		if err := lenient(schemas.DecodeDelivery(recordString(r.Value), &d)); err != nil {
+			b.malformed.add(r, err)
+			return
 		}
 		if d.ReportID == "" {
 			b.malformed.add(r, errors.New("delivery without report_id"))
@@ -451,12 +400,9 @@ func (b *batch) add(r *kgo.Record) {
 		b.deliveries.add(r, &d)
 	case b.topics.Rejected:
 		var j schemas.Rejection
-		if !fastRejection(recordString(r.Value), &j) {
-			j = schemas.Rejection{}
-			if err := decode(r.Value, &j); err != nil {
-				b.malformed.add(r, err)
-				return
-			}
+		if err := lenient(schemas.DecodeRejection(recordString(r.Value), &j)); err != nil {
+			b.malformed.add(r, err)
+			return
 		}
 		b.rejections.add(r, &j)
 	default:
@@ -464,11 +410,10 @@ func (b *batch) add(r *kgo.Record) {
 	}
 }
 
-// decode unmarshals a JSON object leniently: a field of the wrong type is
-// left at its zero value (the record's bytes are kept verbatim anyway); only
-// bytes that are not a JSON object are an error.
-func decode(b []byte, v any) error {
-	err := json.Unmarshal(b, v)
+// lenient is the sink's reading of a record decoder's error: a field of the
+// wrong type is left as encoding/json leaves it (the record's bytes are
+// kept verbatim anyway); only bytes that are not a JSON object are an error.
+func lenient(err error) error {
 	var typeErr *json.UnmarshalTypeError
 	if err != nil && errors.As(err, &typeErr) {
 		return nil

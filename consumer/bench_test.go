@@ -107,7 +107,7 @@ func BenchmarkAppendTrackPlay(b *testing.B) {
 		b.ReportAllocs()
 		buf := make([]byte, 0, 4096)
 		for b.Loop() {
-			buf = AppendTrackPlay(buf[:0], &plays[1])
+			buf = schemas.AppendTrackPlay(buf[:0], &plays[1])
 		}
 	})
 	b.Run("encoding-json", func(b *testing.B) {

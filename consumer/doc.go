@@ -32,6 +32,7 @@
 //     (single flight), keeps a bounded number of listings (LRU) for a TTL,
 //     and keeps listings served by the API's standby layer for a shorter TTL.
 //
-// Split, PrepareListing and AppendTrackPlay are pure and safe for concurrent
-// use; MixCache is safe for concurrent use; an Enricher runs one Run at a time.
+// Split and PrepareListing are pure and safe for concurrent use (the track
+// play records are encoded by schemas.AppendTrackPlay); MixCache is safe for
+// concurrent use; an Enricher runs one Run at a time.
 package consumer

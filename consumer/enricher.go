@@ -747,7 +747,7 @@ func (p *processor) process(ctx, waitCtx context.Context, recs []*kgo.Record, no
 			start := len(p.buf)
 			p.buf = appendReportID(p.buf, it.ev.EventID, pl.Position)
 			mid := len(p.buf)
-			p.buf = appendTrackPlay(p.buf, pl, p.buf[start:mid])
+			p.buf = schemas.AppendTrackPlayWithID(p.buf, pl, p.buf[start:mid])
 			r.Key = p.buf[start:mid:mid]
 			r.Value = p.buf[mid:len(p.buf):len(p.buf)]
 			if traced {

@@ -150,7 +150,7 @@ func Split(dst []schemas.TrackPlay, ev *schemas.PlayerEvent, l *Listing, opts Sp
 			NoUserID:       ev.UserID == "",
 			StandbyListing: l.Standby,
 			DerivedAt:      opts.DerivedAt,
-			Report: partnerapi.PlayReport{
+			Report: schemas.PlayReport{
 				TrackID:      t.ID,
 				PlayedAt:     ev.StartedAt + max(0, t.StartMS-ev.OffsetMS),
 				PlayLength:   overlap / 1000,

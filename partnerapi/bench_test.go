@@ -13,6 +13,7 @@ import (
 	"github.com/playpipe/playpipe/internal/testenv"
 	"github.com/playpipe/playpipe/internal/version"
 	"github.com/playpipe/playpipe/partnerapi"
+	"github.com/playpipe/playpipe/schemas"
 )
 
 // The play-report path against the real sandbox on loopback, next to a plain
@@ -44,7 +45,7 @@ func report(b *testing.B, cpu0 time.Duration) {
 	b.ReportMetric(float64(cpuTime()-cpu0)/float64(time.Microsecond)/float64(b.N), "cpu-µs/report")
 }
 
-func benchReport(b *testing.B) (*testenv.Sandbox, partnerapi.PlayReport) {
+func benchReport(b *testing.B) (*testenv.Sandbox, schemas.PlayReport) {
 	sb := testenv.StartSandbox(b)
 	m := &sb.Catalog().Mixes[0]
 	return sb, goodReport(m, 0)
@@ -90,7 +91,7 @@ func BenchmarkReportPlay(b *testing.B) {
 func BenchmarkReportPlayJSON(b *testing.B) {
 	sb, r := benchReport(b)
 	c := benchClient(b, sb)
-	body := partnerapi.AppendReportJSON(nil, &r)
+	body := schemas.AppendReportJSON(nil, &r)
 	ctx := context.Background()
 	b.SetParallelism(benchParallelism)
 	b.ReportAllocs()
@@ -112,7 +113,7 @@ func BenchmarkReportPlayJSON(b *testing.B) {
 // headers, reading and discarding the answer, checking only the status.
 func BenchmarkRawPOST(b *testing.B) {
 	sb, r := benchReport(b)
-	body := partnerapi.AppendReportJSON(nil, &r)
+	body := schemas.AppendReportJSON(nil, &r)
 	tok := sb.MintToken(0, false)
 	tr := &http.Transport{MaxIdleConns: 64, MaxIdleConnsPerHost: 64, MaxConnsPerHost: 64}
 	b.Cleanup(tr.CloseIdleConnections)

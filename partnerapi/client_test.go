@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/playpipe/playpipe/schemas"
 )
 
 // Unit tests against an httptest fake; the end-to-end tests against the real
@@ -348,7 +350,7 @@ func TestSingleFlightRenewal(t *testing.T) {
 	errs := make(chan error, 50)
 	for range 50 {
 		wg.Go(func() {
-			_, err := c.ReportPlay(context.Background(), PlayReport{TrackID: 1})
+			_, err := c.ReportPlay(context.Background(), schemas.PlayReport{TrackID: 1})
 			errs <- err
 		})
 	}
@@ -426,7 +428,7 @@ func TestReportPlayOnePOST(t *testing.T) {
 				fmt.Fprint(w, `{"error":true,"message":"internal service error"}`)
 			})
 			c := f.client(t, nil)
-			_, err := c.ReportPlay(context.Background(), PlayReport{TrackID: 1})
+			_, err := c.ReportPlay(context.Background(), schemas.PlayReport{TrackID: 1})
 			if err == nil || posts.Load() != 1 {
 				t.Fatalf("err %v after %d POSTs, want an error after exactly one", err, posts.Load())
 			}
@@ -434,7 +436,7 @@ func TestReportPlayOnePOST(t *testing.T) {
 				if c.main.cur.Load() != nil {
 					t.Fatal("token kept after 401")
 				}
-				if _, err := c.ReportPlay(context.Background(), PlayReport{TrackID: 1}); KindOf(err) != KindUnauthorized {
+				if _, err := c.ReportPlay(context.Background(), schemas.PlayReport{TrackID: 1}); KindOf(err) != KindUnauthorized {
 					t.Fatal(err)
 				}
 				if f.sessions.Load() != 2 {
@@ -451,7 +453,7 @@ func TestReportPlayStandbyIsNotAnError(t *testing.T) {
 		fmt.Fprint(w, `{"error":false,"message":"ok"}`)
 	})
 	c := f.client(t, nil)
-	res, err := c.ReportPlay(context.Background(), PlayReport{TrackID: 1})
+	res, err := c.ReportPlay(context.Background(), schemas.PlayReport{TrackID: 1})
 	if err != nil || res.Meta.ServedBy != ServedStandby || !res.Meta.Standby() || res.Message != "ok" || res.Meta.Status != 200 || res.Latency <= 0 {
 		t.Fatalf("%+v %v", res, err)
 	}
@@ -468,7 +470,7 @@ func TestReportBodyExact(t *testing.T) {
 	})
 	c := f.client(t, nil)
 	zero, no := int64(0), false
-	r := PlayReport{TrackID: 4711, PlayedAt: 1700000000123, PlayLength: 183, SourceStream: "mix", SourceDetail: "Run <fast> & \"far\"",
+	r := schemas.PlayReport{TrackID: 4711, PlayedAt: 1700000000123, PlayLength: 183, SourceStream: "mix", SourceDetail: "Run <fast> & \"far\"",
 		OS: "iOS 17.4", Device: "phone", Country: "DE", Vendor: 3, UserID: "u-1", ISRC: "us-abc-12-00001 ",
 		EndReason: &zero, CachedPlay: &no}
 	res, err := c.ReportPlay(context.Background(), r)
@@ -479,7 +481,7 @@ func TestReportBodyExact(t *testing.T) {
 	if string(got) != want {
 		t.Fatalf("body\n got %s\nwant %s", got, want)
 	}
-	var back PlayReport
+	var back schemas.PlayReport
 	if err := json.Unmarshal(got, &back); err != nil || back.ISRC != r.ISRC {
 		t.Fatal(err, back.ISRC)
 	}
@@ -507,7 +509,7 @@ func TestClosed(t *testing.T) {
 	c := f.client(t, nil)
 	c.Close()
 	c.Close()
-	if _, err := c.ReportPlay(context.Background(), PlayReport{}); !errors.Is(err, ErrClosed) {
+	if _, err := c.ReportPlay(context.Background(), schemas.PlayReport{}); !errors.Is(err, ErrClosed) {
 		t.Fatal(err)
 	}
 	if _, _, err := c.Catalog(context.Background()); !errors.Is(err, ErrClosed) {
@@ -553,12 +555,12 @@ func TestReportTimeoutIsTransient(t *testing.T) {
 				}
 			})
 			start := time.Now()
-			_, err := c.ReportPlay(context.Background(), PlayReport{TrackID: 1})
+			_, err := c.ReportPlay(context.Background(), schemas.PlayReport{TrackID: 1})
 			if KindOf(err) != KindTransient || time.Since(start) > 5*time.Second {
 				t.Fatalf("err = %v after %v, want a transient timeout", err, time.Since(start))
 			}
 			// A healthy answer through the same path still works.
-			if res, err := c.ReportPlay(context.Background(), PlayReport{TrackID: 1}); err != nil || res.Message != "ok" {
+			if res, err := c.ReportPlay(context.Background(), schemas.PlayReport{TrackID: 1}); err != nil || res.Message != "ok" {
 				t.Fatal(res, err)
 			}
 		})
@@ -583,7 +585,7 @@ func TestBackgroundRenewalBacksOffWhenSessionsFail(t *testing.T) {
 	time.Sleep(2100 * time.Millisecond) // in the renewal window
 	before := f.sessions.Load()
 	for range 300 {
-		if _, err := c.ReportPlay(context.Background(), PlayReport{TrackID: 1}); err != nil {
+		if _, err := c.ReportPlay(context.Background(), schemas.PlayReport{TrackID: 1}); err != nil {
 			t.Fatal(err) // the old token is still valid: reports go on
 		}
 	}

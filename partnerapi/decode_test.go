@@ -1,7 +1,6 @@
 package partnerapi
 
 import (
-	"encoding/json"
 	"reflect"
 	"testing"
 	"time"
@@ -161,29 +160,5 @@ func TestReportMessage(t *testing.T) {
 		if got := c.reportMessage([]byte(body)); got != want {
 			t.Errorf("%s: %q", body, got)
 		}
-	}
-}
-
-func TestAppendReportJSONMatchesEncodingJSON(t *testing.T) {
-	one, yes, no := int64(1), true, false
-	for _, r := range []PlayReport{
-		{},
-		{TrackID: -5, PlayedAt: 1, PlayLength: 0, Vendor: -1},
-		{TrackID: 1, PlayedAt: 1700000000000, PlayLength: 30, SourceStream: "mix", SourceDetail: "a\u2028b\u2029<>&\"\\\x00\x1f\x7f\b\f\n\r\t",
-			OS: "ios", Device: "d", Country: "DE", Vendor: 2, UserID: "u", ISRC: "\xffbad utf8 \xe2\x82", EndReason: &one, CachedPlay: &yes, JumpForward: &no},
-	} {
-		want, _ := json.Marshal(r)
-		if got := AppendReportJSON(nil, &r); string(got) != string(want) {
-			t.Errorf("\n got %s\nwant %s", got, want)
-		}
-	}
-}
-
-func TestAppendReportJSONNoAllocs(t *testing.T) {
-	r := PlayReport{TrackID: 1, PlayedAt: 1700000000000, PlayLength: 30, SourceStream: "mix", SourceDetail: "Mix", OS: "ios", Device: "d",
-		Country: "DE", Vendor: 2, UserID: "user-1", ISRC: "us-abc-12-00001 "}
-	buf := make([]byte, 0, 512)
-	if n := testing.AllocsPerRun(100, func() { buf = AppendReportJSON(buf[:0], &r) }); n != 0 {
-		t.Fatalf("%v allocations", n)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/playpipe/playpipe/internal/testenv"
 	"github.com/playpipe/playpipe/partnerapi"
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
+	"github.com/playpipe/playpipe/schemas"
 )
 
 // End-to-end tests: the client against the real sandbox over HTTP on loopback.
@@ -333,16 +334,16 @@ func TestE2EEdgeBlocksLibraryAgents(t *testing.T) {
 		if !errors.Is(err, partnerapi.ErrEdgeBlocked) {
 			t.Fatal("errors.Is ErrEdgeBlocked")
 		}
-		_, err = e.c.ReportPlay(context.Background(), partnerapi.PlayReport{TrackID: 1})
+		_, err = e.c.ReportPlay(context.Background(), schemas.PlayReport{TrackID: 1})
 		wantErr(t, err, partnerapi.KindEdgeBlocked, 403, "")
 	}
 }
 
 // goodReport is a valid report for track i of the mix.
-func goodReport(m *sandbox.Mix, i int) partnerapi.PlayReport {
+func goodReport(m *sandbox.Mix, i int) schemas.PlayReport {
 	tr := m.Tracks[i]
 	no, reason := false, int64(0)
-	return partnerapi.PlayReport{TrackID: tr.ID, PlayedAt: 1_700_000_000_000 + int64(i)*1000, PlayLength: int64(min(tr.LengthSec, 30)),
+	return schemas.PlayReport{TrackID: tr.ID, PlayedAt: 1_700_000_000_000 + int64(i)*1000, PlayLength: int64(min(tr.LengthSec, 30)),
 		SourceStream: "mix", SourceDetail: m.Title, OS: "iOS 17.4", Device: "phone", Country: "DE", Vendor: 7,
 		UserID: "user-1", ISRC: tr.ISRC, EndReason: &reason, CachedPlay: &no}
 }
@@ -367,7 +368,7 @@ func TestE2EReportPlay(t *testing.T) {
 		if res.Meta.Status != 200 || res.Meta.ServedBy != partnerapi.ServedLive || res.Message != "success" || res.Latency <= 0 {
 			t.Fatalf("%+v", res)
 		}
-		sent = append(sent, partnerapi.AppendReportJSON(nil, &r))
+		sent = append(sent, schemas.AppendReportJSON(nil, &r))
 	}
 	l := e.sb.Ledger()
 	if len(l.Accepted) != len(sent) {
@@ -623,7 +624,7 @@ func TestE2ENoSecretsInLogs(t *testing.T) {
 	e.sb.SetMode(sandbox.ModeLive)
 	_, _, _ = e.c.Catalog(ctx)
 	e.sb.SetFaults(sandbox.Faults{Report: sandbox.GroupFaults{FailNext: 1}})
-	_, err := e.c.ReportPlay(ctx, partnerapi.PlayReport{TrackID: 1})
+	_, err := e.c.ReportPlay(ctx, schemas.PlayReport{TrackID: 1})
 	out := logs.String() + fmt.Sprintf("%v %+v %#v", err, err, err)
 	if strings.Contains(out, e.sb.ClientSignature) {
 		t.Fatalf("signature leaked:\n%s", out)

@@ -5,7 +5,6 @@ import (
 	"context"
 	"io"
 	"net/http"
-	"strconv"
 	"sync"
 	"time"
 
@@ -15,7 +14,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/playpipe/playpipe/internal/jsonenc"
+	"github.com/playpipe/playpipe/schemas"
 )
 
 // injectTrace puts the W3C trace context of ctx (traceparent, tracestate)
@@ -30,9 +29,9 @@ func injectTrace(ctx context.Context, h http.Header) {
 const opReport = "POST " + PathRoyaltyTracking
 
 // ReportPlay encodes r exactly as the spec's Play report table says (see
-// AppendReportJSON) and posts it once: see ReportPlayJSON.
-func (c *Client) ReportPlay(ctx context.Context, r PlayReport) (ReportResult, error) {
-	return c.ReportPlayJSON(ctx, AppendReportJSON(make([]byte, 0, 320), &r))
+// schemas.AppendReportJSON) and posts it once: see ReportPlayJSON.
+func (c *Client) ReportPlay(ctx context.Context, r schemas.PlayReport) (ReportResult, error) {
+	return c.ReportPlayJSON(ctx, schemas.AppendReportJSON(make([]byte, 0, 320), &r))
 }
 
 // ReportPlayJSON posts a pre-encoded play report body as is, in exactly one
@@ -182,54 +181,4 @@ func readInto(dst []byte, r io.Reader, limit int) ([]byte, error) {
 			return dst, err
 		}
 	}
-}
-
-// AppendReportJSON appends the JSON body of r to dst, byte for byte what
-// encoding/json.Marshal(r) produces (same field order, same string
-// escaping), without reflection: trackid, playedat, playlength and vendor as
-// JSON integers; userid and isrc omitted when empty; endreason, cachedplay
-// and jumpforward omitted when nil and sent when set, even to 0 or false.
-// Strings are written unchanged apart from JSON escaping, so the isrc
-// arrives byte for byte (invalid UTF-8, which a JSON listing cannot carry,
-// becomes U+FFFD as with encoding/json).
-func AppendReportJSON(dst []byte, r *PlayReport) []byte {
-	dst = append(dst, `{"trackid":`...)
-	dst = strconv.AppendInt(dst, r.TrackID, 10)
-	dst = append(dst, `,"playedat":`...)
-	dst = strconv.AppendInt(dst, r.PlayedAt, 10)
-	dst = append(dst, `,"playlength":`...)
-	dst = strconv.AppendInt(dst, r.PlayLength, 10)
-	dst = append(dst, `,"sourcestream":`...)
-	dst = jsonenc.AppendString(dst, r.SourceStream)
-	dst = append(dst, `,"sourcedetail":`...)
-	dst = jsonenc.AppendString(dst, r.SourceDetail)
-	dst = append(dst, `,"os":`...)
-	dst = jsonenc.AppendString(dst, r.OS)
-	dst = append(dst, `,"device":`...)
-	dst = jsonenc.AppendString(dst, r.Device)
-	dst = append(dst, `,"country":`...)
-	dst = jsonenc.AppendString(dst, r.Country)
-	dst = append(dst, `,"vendor":`...)
-	dst = strconv.AppendInt(dst, r.Vendor, 10)
-	if r.UserID != "" {
-		dst = append(dst, `,"userid":`...)
-		dst = jsonenc.AppendString(dst, r.UserID)
-	}
-	if r.ISRC != "" {
-		dst = append(dst, `,"isrc":`...)
-		dst = jsonenc.AppendString(dst, r.ISRC)
-	}
-	if r.EndReason != nil {
-		dst = append(dst, `,"endreason":`...)
-		dst = strconv.AppendInt(dst, *r.EndReason, 10)
-	}
-	if r.CachedPlay != nil {
-		dst = append(dst, `,"cachedplay":`...)
-		dst = strconv.AppendBool(dst, *r.CachedPlay)
-	}
-	if r.JumpForward != nil {
-		dst = append(dst, `,"jumpforward":`...)
-		dst = strconv.AppendBool(dst, *r.JumpForward)
-	}
-	return append(dst, '}')
 }

@@ -14,8 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
-	"unicode/utf8"
 
+	"github.com/playpipe/playpipe/schemas"
 	"go.opentelemetry.io/otel"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -94,7 +94,7 @@ func TestNoSecretInLogsErrorsTraces(t *testing.T) {
 		}
 		errs.WriteString(printAll(err))
 	}
-	_, err := c.ReportPlay(context.Background(), PlayReport{TrackID: 1})
+	_, err := c.ReportPlay(context.Background(), schemas.PlayReport{TrackID: 1})
 	errs.WriteString(printAll(err))
 	c.Close()
 	_ = tp.ForceFlush(context.Background())
@@ -264,31 +264,4 @@ func FuzzDecoders(f *testing.F) {
 	})
 }
 
-// FuzzAppendReportJSON holds the hand-written encoder to encoding/json's
-// output byte for byte, and checks that strings (the isrc) survive a round trip.
-func FuzzAppendReportJSON(f *testing.F) {
-	f.Add(int64(1), int64(1700000000000), "us-abc-12-00001 ", "Mix <1>", "DE", true)
-	f.Add(int64(-1), int64(0), "\xff\u2028", "\x00", "", false)
-	f.Fuzz(func(t *testing.T, id, at int64, isrc, detail, country string, set bool) {
-		r := PlayReport{TrackID: id, PlayedAt: at, PlayLength: at % 1000, SourceStream: "mix", SourceDetail: detail, Country: country, ISRC: isrc, UserID: detail}
-		if set {
-			r.EndReason, r.CachedPlay = &id, &set
-		}
-		want, _ := json.Marshal(r)
-		got := AppendReportJSON(nil, &r)
-		if !bytes.Equal(got, want) {
-			t.Fatalf("\n got %s\nwant %s", got, want)
-		}
-		var back PlayReport
-		if err := json.Unmarshal(got, &back); err != nil {
-			t.Fatal(err)
-		}
-		if isValidUTF8(isrc) && back.ISRC != isrc {
-			t.Fatalf("isrc %q came back %q", isrc, back.ISRC)
-		}
-	})
-}
-
 var timeZero = time.Time{}
-
-func isValidUTF8(s string) bool { return utf8.ValidString(s) }

@@ -609,7 +609,7 @@ func alreadyDone(ctx context.Context, opts []kgo.Opt, adm *kadm.Client, topic, r
 			return nil
 		}
 		var d schemas.Delivery
-		if json.Unmarshal(r.Value, &d) != nil || d.ReplayID != replayID {
+		if schemas.DecodeDelivery(r.Value, &d) != nil || d.ReplayID != replayID {
 			return nil
 		}
 		if d.Outcome == schemas.OutcomeDelivered || d.Outcome == schemas.OutcomeRejected {
@@ -685,11 +685,8 @@ func (r *runner) run(ctx context.Context, opts []kgo.Opt, reports string, ranges
 		if !ok {
 			return nil
 		}
-		var tp struct {
-			ReportID string          `json:"report_id"`
-			Report   json.RawMessage `json:"report"`
-		}
-		if err := json.Unmarshal(rec.Value, &tp); err != nil || tp.ReportID != it.reportID || len(tp.Report) == 0 {
+		var tp schemas.TrackPlayHead
+		if err := schemas.DecodeTrackPlayHead(rec.Value, &tp); err != nil || tp.ReportID != it.reportID || len(tp.Report) == 0 {
 			return fmt.Errorf("replay: %s/%d@%d is not the track play %s the ledger names (%v)", reports, rec.Partition, rec.Offset, it.reportID, err)
 		}
 		delete(want[rec.Partition], rec.Offset)

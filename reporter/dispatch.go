@@ -426,7 +426,7 @@ func (rn *run) deliveryRecord(ctx context.Context, j *job) *kgo.Record {
 		src = append(src, '-')
 	}
 	rec := &kgo.Record{
-		Key: []byte(j.id), Value: appendDelivery(make([]byte, 0, 256), &del), Partition: j.ps.logPart,
+		Key: []byte(j.id), Value: schemas.AppendDelivery(make([]byte, 0, 256), &del), Partition: j.ps.logPart,
 		Headers: []kgo.RecordHeader{{Key: schemas.HeaderSource, Value: src}},
 	}
 	telemetry.Inject(ctx, rec)

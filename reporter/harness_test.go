@@ -49,7 +49,7 @@ func play(event string, invalid, belowMin bool) schemas.TrackPlay {
 	tp := schemas.TrackPlay{
 		V: schemas.TrackPlayVersion, ReportID: id, EventID: event, MixID: 1, OverlapMS: 65_000,
 		BelowMinimum: belowMin, DerivedAt: time.Now().UnixMilli(),
-		Report: partnerapi.PlayReport{
+		Report: schemas.PlayReport{
 			TrackID: 1001, PlayedAt: 1_700_000_000_000, PlayLength: 65, SourceStream: "mix",
 			SourceDetail: "Test mix", OS: "android 14", Device: "phone", Country: "DE", Vendor: 7, UserID: id,
 		},
@@ -202,7 +202,7 @@ func (e *e2e) missing(l sandbox.LedgerSnapshot) []string {
 		}
 	}
 	for _, r := range l.Rejected {
-		var rep partnerapi.PlayReport
+		var rep schemas.PlayReport
 		if json.Unmarshal([]byte(r.Raw), &rep) == nil {
 			seen[rep.UserID] = true
 		}

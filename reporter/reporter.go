@@ -3,7 +3,6 @@ package reporter
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -146,17 +145,8 @@ type partState struct {
 // fetched is a record with its decoded track play.
 type fetched struct {
 	rec *kgo.Record
-	tp  wireTrackPlay
+	tp  schemas.TrackPlayHead // the report body stays raw: the exact bytes are posted
 	err error
-}
-
-// wireTrackPlay is the part of schemas.TrackPlay the reporter reads; the
-// report body stays raw so that the exact bytes are posted.
-type wireTrackPlay struct {
-	ReportID     string          `json:"report_id"`
-	EventID      string          `json:"event_id"`
-	BelowMinimum bool            `json:"below_minimum"`
-	Report       json.RawMessage `json:"report"`
 }
 
 // run is the state of one Run. The fields below mu are guarded by it;
@@ -404,7 +394,7 @@ func (rn *run) poll(ctx context.Context) {
 			batch := make([]fetched, len(recs))
 			for i, rec := range recs {
 				batch[i].rec = rec
-				batch[i].err = decodeTrackPlay(rec.Value, &batch[i].tp)
+				batch[i].err = schemas.DecodeTrackPlayHead(rec.Value, &batch[i].tp)
 			}
 			rn.mu.Lock()
 			invalid := rn.intake(batch)

@@ -11,8 +11,6 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
-
-	"github.com/playpipe/playpipe/partnerapi"
 )
 
 // This file checks the embedded JSON Schema documents against the Go side
@@ -277,7 +275,7 @@ func TestSchemasMatchGoTypes(t *testing.T) {
 		sub  map[string]reflect.Type // nested object properties to check too
 	}{
 		{PlayerEventSchemaFile, reflect.TypeOf(PlayerEvent{}), nil},
-		{TrackPlaySchemaFile, reflect.TypeOf(TrackPlay{}), map[string]reflect.Type{"report": reflect.TypeOf(partnerapi.PlayReport{})}},
+		{TrackPlaySchemaFile, reflect.TypeOf(TrackPlay{}), map[string]reflect.Type{"report": reflect.TypeOf(PlayReport{})}},
 		{RejectionSchemaFile, reflect.TypeOf(Rejection{}), map[string]reflect.Type{"source": reflect.TypeOf(Source{})}},
 		{DeliverySchemaFile, reflect.TypeOf(Delivery{}), nil},
 	}
@@ -344,9 +342,9 @@ func TestRecordsValidateAgainstSchemas(t *testing.T) {
 		{PlayerEventSchemaFile, full},
 		{TrackPlaySchemaFile, TrackPlay{V: TrackPlayVersion, ReportID: ReportID("e", 2), EventID: "e", MixID: 1, Position: 2, OverlapMS: 1500,
 			BelowMinimum: true, NoUserID: true, StandbyListing: true, DerivedAt: 1700000000000,
-			Report: partnerapi.PlayReport{TrackID: 1, PlayedAt: 1700000000000, PlayLength: 1, SourceStream: "mix", SourceDetail: "t", OS: "o",
+			Report: PlayReport{TrackID: 1, PlayedAt: 1700000000000, PlayLength: 1, SourceStream: "mix", SourceDetail: "t", OS: "o",
 				Device: "d", Country: "DE", Vendor: 0, UserID: "u", ISRC: "X", EndReason: &zero, CachedPlay: &f, JumpForward: &tr}}},
-		{TrackPlaySchemaFile, TrackPlay{V: TrackPlayVersion, ReportID: ReportID("e", 0), EventID: "e", Report: partnerapi.PlayReport{Country: "DE"}}},
+		{TrackPlaySchemaFile, TrackPlay{V: TrackPlayVersion, ReportID: ReportID("e", 0), EventID: "e", Report: PlayReport{Country: "DE"}}},
 		{RejectionSchemaFile, NewRejection([]byte("{\xff"), "e", vs, Source{Topic: "ingest", Partition: -1, Offset: -1}, 1)},
 		{RejectionSchemaFile, NewRejection([]byte("{}"), "", vs, Source{Topic: "plays.events", Partition: 2, Offset: 7}, 1)},
 		{DeliverySchemaFile, Delivery{V: DeliveryVersion, ReportID: ReportID("e", 0), EventID: "e", Outcome: OutcomeRetry, Attempt: 2, HTTPStatus: 503,

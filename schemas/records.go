@@ -6,8 +6,6 @@ import (
 	"encoding/hex"
 	"strconv"
 	"unicode/utf8"
-
-	"github.com/playpipe/playpipe/partnerapi"
 )
 
 // Record versions written by this build.
@@ -36,8 +34,8 @@ type TrackPlay struct {
 	// StandbyListing marks a play split with a track listing served by standby.
 	StandbyListing bool `json:"standby_listing,omitempty"`
 	// DerivedAt is when the consumer derived the play (epoch ms).
-	DerivedAt int64                 `json:"derived_at"`
-	Report    partnerapi.PlayReport `json:"report"`
+	DerivedAt int64      `json:"derived_at"`
+	Report    PlayReport `json:"report"`
 }
 
 // ReportID is the deterministic id of the play of the track at position

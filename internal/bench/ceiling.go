@@ -17,6 +17,7 @@ import (
 
 	"github.com/playpipe/playpipe/internal/kafkax"
 	"github.com/playpipe/playpipe/internal/version"
+	"github.com/playpipe/playpipe/schemas"
 )
 
 // reportBodies reads the reports topic from the start until it holds want
@@ -48,11 +49,8 @@ func reportBodies(ctx context.Context, brokers []string, prefix string, want int
 		var derr error
 		fs.EachRecord(func(r *kgo.Record) {
 			read++
-			var tp struct {
-				BelowMinimum bool            `json:"below_minimum"`
-				Report       json.RawMessage `json:"report"`
-			}
-			if err := json.Unmarshal(r.Value, &tp); err != nil {
+			var tp schemas.TrackPlayHead
+			if err := schemas.DecodeTrackPlayHead(r.Value, &tp); err != nil {
 				derr = fmt.Errorf("%s[%d]@%d: %w", r.Topic, r.Partition, r.Offset, err)
 				return
 			}

@@ -1,33 +1,34 @@
-// Package jsonenc holds the JSON string encoder shared by playpipe's
-// hand-written record encoders (track plays, play reports, deliveries): the
-// hot paths append JSON without reflection, and every string goes through
-// AppendString so the bytes are exactly encoding/json's.
-package jsonenc
+package schemas
+
+// The JSON string encoder shared by the hand-written record encoders (track
+// plays, play reports, deliveries): the hot paths append JSON without
+// reflection, and every string goes through appendJSONString so the bytes
+// are exactly encoding/json's.
 
 import "unicode/utf8"
 
-const hexDigits = "0123456789abcdef"
+const hexDigitsLower = "0123456789abcdef"
 
-// plainASCII[b] is true for the ASCII bytes encoding/json writes unescaped
+// plainJSONASCII[b] is true for the ASCII bytes encoding/json writes unescaped
 // with HTML escaping on: printable, not '"', '\\', '<', '>' or '&'.
-var plainASCII = func() (t [utf8.RuneSelf]bool) {
+var plainJSONASCII = func() (t [utf8.RuneSelf]bool) {
 	for b := 0x20; b < utf8.RuneSelf; b++ {
 		t[b] = b != '"' && b != '\\' && b != '<' && b != '>' && b != '&' // DEL (0x7f) is written as is
 	}
 	return t
 }()
 
-// AppendString appends s as a JSON string exactly as encoding/json does:
+// appendJSONString appends s as a JSON string exactly as encoding/json does:
 // '"' and '\\' backslash-escaped; \b \f \n \r \t short-escaped; other
 // control bytes, '<', '>' and '&' as \u00XX; invalid UTF-8 as \ufffd;
 // U+2028 and U+2029 as \u2028 and \u2029; everything else verbatim.
-func AppendString[S []byte | string](dst []byte, s S) []byte {
+func appendJSONString[S []byte | string](dst []byte, s S) []byte {
 	dst = append(dst, '"')
 	start := 0
 	for i := 0; i < len(s); {
 		b := s[i]
 		if b < utf8.RuneSelf {
-			if plainASCII[b] {
+			if plainJSONASCII[b] {
 				i++
 				continue
 			}
@@ -46,7 +47,7 @@ func AppendString[S []byte | string](dst []byte, s S) []byte {
 			case '\t':
 				dst = append(dst, '\\', 't')
 			default:
-				dst = append(dst, '\\', 'u', '0', '0', hexDigits[b>>4], hexDigits[b&0xF])
+				dst = append(dst, '\\', 'u', '0', '0', hexDigitsLower[b>>4], hexDigitsLower[b&0xF])
 			}
 			i++
 			start = i
@@ -69,7 +70,7 @@ func AppendString[S []byte | string](dst []byte, s S) []byte {
 		}
 		if c == '\u2028' || c == '\u2029' {
 			dst = append(dst, s[start:i]...)
-			dst = append(dst, '\\', 'u', '2', '0', '2', hexDigits[c&0xF])
+			dst = append(dst, '\\', 'u', '2', '0', '2', hexDigitsLower[c&0xF])
 			i += size
 			start = i
 			continue

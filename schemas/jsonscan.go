@@ -1,35 +1,57 @@
-package jsonscan
+package schemas
 
-import "unicode/utf8"
+import (
+	"unicode"
+	"unicode/utf16"
+	"unicode/utf8"
+)
 
-// MaxDepth bounds the nesting a Scanner follows (encoding/json's own limit
-// is 10 000; deeper input makes the Scanner bad).
-const MaxDepth = 64
+// jsonScanner is the validating, allocation-free JSON reader under every
+// hand-written decoder of this package (the player event's fast path, the
+// record decoders of decode.go): one pass over the bytes of a record, no
+// reflection.
+//
+// What it promises: a scanner reads only what it is sure of, and gives up —
+// Bad reports true, and every later call is a no-op — on anything else:
+// invalid JSON, a value of another type than asked, a number that is not an
+// integer of the asked size, a key with escapes or non-ASCII bytes, nesting
+// deeper than maxJSONDepth, bytes after the top-level value. A caller whose
+// scanner went bad decodes the record with encoding/json instead, so the fast
+// path never has to be right about an edge case, only to notice it.
+//
+// The scanner is generic over its input (string or []byte): tokens and keys
+// are slices of the input, never copies, and it allocates nothing. Whether a
+// string value with escapes or invalid UTF-8 is decoded (with encoding/json)
+// or makes the record fall back is the caller's choice: StrToken reports it.
 
-// Scanner is a validating JSON reader over s. The first failure makes it
+// maxJSONDepth bounds the nesting a scanner follows (encoding/json's own limit
+// is 10 000; deeper input makes the scanner bad).
+const maxJSONDepth = 64
+
+// jsonScanner is a validating JSON reader over s. The first failure makes it
 // bad, after which every method is a no-op (and returns zero values).
-type Scanner[S string | []byte] struct {
+type jsonScanner[S string | []byte] struct {
 	s     S
 	i     int
 	depth int
 	bad   bool
 }
 
-// New returns a Scanner at the start of s.
-func New[S string | []byte](s S) Scanner[S] {
-	return Scanner[S]{s: s}
+// newJSONScanner returns a scanner at the start of s.
+func newJSONScanner[S string | []byte](s S) jsonScanner[S] {
+	return jsonScanner[S]{s: s}
 }
 
 // Bad reports whether the scanner gave up.
-func (p *Scanner[S]) Bad() bool { return p.bad }
+func (p *jsonScanner[S]) Bad() bool { return p.bad }
 
 // Fail makes the scanner give up (for a caller's own checks).
-func (p *Scanner[S]) Fail() { p.bad = true }
+func (p *jsonScanner[S]) Fail() { p.bad = true }
 
 // Pos is the offset in the input of the next unread byte.
-func (p *Scanner[S]) Pos() int { return p.i }
+func (p *jsonScanner[S]) Pos() int { return p.i }
 
-func (p *Scanner[S]) ws() {
+func (p *jsonScanner[S]) ws() {
 	for p.i < len(p.s) {
 		switch p.s[p.i] {
 		case ' ', '\t', '\n', '\r':
@@ -41,7 +63,7 @@ func (p *Scanner[S]) ws() {
 }
 
 // Peek skips white space and returns the next byte, or 0 at the end.
-func (p *Scanner[S]) Peek() byte {
+func (p *jsonScanner[S]) Peek() byte {
 	p.ws()
 	if p.i < len(p.s) {
 		return p.s[p.i]
@@ -50,14 +72,14 @@ func (p *Scanner[S]) Peek() byte {
 }
 
 // Open consumes c ('{' or '[') and enters a nesting level.
-func (p *Scanner[S]) Open(c byte) bool {
+func (p *jsonScanner[S]) Open(c byte) bool {
 	if p.bad || p.Peek() != c {
 		p.bad = true
 		return false
 	}
 	p.i++
 	p.depth++
-	if p.depth > MaxDepth {
+	if p.depth > maxJSONDepth {
 		p.bad = true
 		return false
 	}
@@ -68,7 +90,7 @@ func (p *Scanner[S]) Open(c byte) bool {
 // consuming the separator or the closing byte; first must start true:
 //
 //	for first := true; p.More('}', &first); { ... }
-func (p *Scanner[S]) More(closing byte, first *bool) bool {
+func (p *jsonScanner[S]) More(closing byte, first *bool) bool {
 	if p.bad {
 		return false
 	}
@@ -93,7 +115,7 @@ func (p *Scanner[S]) More(closing byte, first *bool) bool {
 // Key reads a member's key and its colon and returns the key's content. A
 // key with escapes or non-ASCII bytes makes the scanner bad, so a key it
 // returns is plain ASCII.
-func (p *Scanner[S]) Key() S {
+func (p *jsonScanner[S]) Key() S {
 	var zero S
 	if p.bad || p.Peek() != '"' {
 		p.bad = true
@@ -122,7 +144,7 @@ func (p *Scanner[S]) Key() S {
 
 // Once marks a known key as seen in *seen; a second occurrence makes the
 // scanner bad. It reports whether the scanner is still good.
-func (p *Scanner[S]) Once(seen *uint32, bit uint32) bool {
+func (p *jsonScanner[S]) Once(seen *uint32, bit uint32) bool {
 	if *seen&bit != 0 {
 		p.bad = true
 	}
@@ -130,17 +152,17 @@ func (p *Scanner[S]) Once(seen *uint32, bit uint32) bool {
 	return !p.bad
 }
 
-// FoldsTo reports whether key k (as Key returns it: ASCII) equals one of
+// foldsTo reports whether key k (as Key returns it: ASCII) equals one of
 // names (ASCII) but for case: encoding/json, which matches keys
 // case-insensitively, would take it for that field.
-func FoldsTo[S string | []byte](k S, names ...string) bool {
+func foldsTo[S string | []byte](k S, names ...string) bool {
 	for _, n := range names {
 		if len(n) != len(k) {
 			continue
 		}
 		eq := true
 		for i := 0; i < len(n); i++ {
-			if lower(k[i]) != lower(n[i]) {
+			if lowerASCII(k[i]) != lowerASCII(n[i]) {
 				eq = false
 				break
 			}
@@ -152,7 +174,7 @@ func FoldsTo[S string | []byte](k S, names ...string) bool {
 	return false
 }
 
-func lower(c byte) byte {
+func lowerASCII(c byte) byte {
 	if 'A' <= c && c <= 'Z' {
 		return c + 'a' - 'A'
 	}
@@ -161,8 +183,8 @@ func lower(c byte) byte {
 
 // Unknown skips the value of a key no field takes; a key that equals one of
 // names but for case makes the scanner bad.
-func (p *Scanner[S]) Unknown(k S, names ...string) {
-	if FoldsTo(k, names...) {
+func (p *jsonScanner[S]) Unknown(k S, names ...string) {
+	if foldsTo(k, names...) {
 		p.bad = true
 		return
 	}
@@ -172,7 +194,7 @@ func (p *Scanner[S]) Unknown(k S, names ...string) {
 // Null consumes a null literal if one comes next and reports whether it did
 // (a null leaves a scalar field as it is); an 'n' starting anything else
 // makes the scanner bad.
-func (p *Scanner[S]) Null() bool {
+func (p *jsonScanner[S]) Null() bool {
 	if p.bad || p.Peek() != 'n' {
 		return false
 	}
@@ -183,7 +205,7 @@ func (p *Scanner[S]) Null() bool {
 // StrToken scans a string (validating its escapes) and returns its token,
 // quotes included, and whether it is plain: no escapes and valid UTF-8, so
 // that the token's content is the string's value.
-func (p *Scanner[S]) StrToken() (tok S, plain bool) {
+func (p *jsonScanner[S]) StrToken() (tok S, plain bool) {
 	var zero S
 	if p.bad || p.Peek() != '"' {
 		p.bad = true
@@ -197,7 +219,7 @@ func (p *Scanner[S]) StrToken() (tok S, plain bool) {
 		case c == '"':
 			p.i = j + 1
 			tok = p.s[start:p.i]
-			return tok, !esc && (ascii || validUTF8(tok))
+			return tok, !esc && (ascii || validUTF8Of(tok))
 		case c < 0x20:
 			p.bad = true
 			return zero, false
@@ -211,7 +233,7 @@ func (p *Scanner[S]) StrToken() (tok S, plain bool) {
 			switch p.s[j] {
 			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
 			case 'u':
-				if j+4 >= len(p.s) || !isHex(p.s[j+1]) || !isHex(p.s[j+2]) || !isHex(p.s[j+3]) || !isHex(p.s[j+4]) {
+				if j+4 >= len(p.s) || !isHexDigit(p.s[j+1]) || !isHexDigit(p.s[j+2]) || !isHexDigit(p.s[j+3]) || !isHexDigit(p.s[j+4]) {
 					p.bad = true
 					return zero, false
 				}
@@ -228,7 +250,7 @@ func (p *Scanner[S]) StrToken() (tok S, plain bool) {
 	return zero, false
 }
 
-func validUTF8[S string | []byte](s S) bool {
+func validUTF8Of[S string | []byte](s S) bool {
 	switch v := any(s).(type) {
 	case string:
 		return utf8.ValidString(v)
@@ -238,13 +260,13 @@ func validUTF8[S string | []byte](s S) bool {
 	return false
 }
 
-func isHex(c byte) bool {
+func isHexDigit(c byte) bool {
 	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
 }
 
 // NumToken scans a JSON number and returns its token and whether it is an
 // integer (no fraction, no exponent).
-func (p *Scanner[S]) NumToken() (tok S, integer bool) {
+func (p *jsonScanner[S]) NumToken() (tok S, integer bool) {
 	var zero S
 	if p.bad {
 		return zero, false
@@ -294,7 +316,7 @@ func (p *Scanner[S]) NumToken() (tok S, integer bool) {
 // 64); set is false for null (the field stays as it is). Any other value —
 // a fraction, an exponent, out of range, not a number — makes the scanner
 // bad (encoding/json: a type error).
-func (p *Scanner[S]) Integer(bits uint) (v int64, set bool) {
+func (p *jsonScanner[S]) Integer(bits uint) (v int64, set bool) {
 	if p.Null() || p.bad {
 		return 0, false
 	}
@@ -328,31 +350,31 @@ func (p *Scanner[S]) Integer(bits uint) (v int64, set bool) {
 }
 
 // Int64 decodes an int64 into dst (null leaves it).
-func (p *Scanner[S]) Int64(dst *int64) {
+func (p *jsonScanner[S]) Int64(dst *int64) {
 	if v, ok := p.Integer(64); ok {
 		*dst = v
 	}
 }
 
 // Int32 decodes an int32 into dst (null leaves it).
-func (p *Scanner[S]) Int32(dst *int32) {
+func (p *jsonScanner[S]) Int32(dst *int32) {
 	if v, ok := p.Integer(32); ok {
 		*dst = int32(v)
 	}
 }
 
 // Int decodes an int into dst (null leaves it).
-func (p *Scanner[S]) Int(dst *int) {
-	if v, ok := p.Integer(intSize); ok {
+func (p *jsonScanner[S]) Int(dst *int) {
+	if v, ok := p.Integer(jsonIntSize); ok {
 		*dst = int(v)
 	}
 }
 
-const intSize = 32 << (^uint(0) >> 63)
+const jsonIntSize = 32 << (^uint(0) >> 63)
 
 // Bool decodes true or false into dst (null leaves it); any other value
 // makes the scanner bad.
-func (p *Scanner[S]) Bool(dst *bool) {
+func (p *jsonScanner[S]) Bool(dst *bool) {
 	if p.Null() || p.bad {
 		return
 	}
@@ -369,7 +391,7 @@ func (p *Scanner[S]) Bool(dst *bool) {
 }
 
 // Skip validates and skips one value of any type.
-func (p *Scanner[S]) Skip() {
+func (p *jsonScanner[S]) Skip() {
 	if p.bad {
 		return
 	}
@@ -405,7 +427,7 @@ func (p *Scanner[S]) Skip() {
 	}
 }
 
-func (p *Scanner[S]) hasPrefix(l string) bool {
+func (p *jsonScanner[S]) hasPrefix(l string) bool {
 	if len(p.s)-p.i < len(l) {
 		return false
 	}
@@ -417,7 +439,7 @@ func (p *Scanner[S]) hasPrefix(l string) bool {
 	return true
 }
 
-func (p *Scanner[S]) literal(l string) {
+func (p *jsonScanner[S]) literal(l string) {
 	if !p.hasPrefix(l) {
 		p.bad = true
 		return
@@ -427,10 +449,148 @@ func (p *Scanner[S]) literal(l string) {
 
 // End reports whether the scanner is good and only white space follows the
 // top-level value.
-func (p *Scanner[S]) End() bool {
+func (p *jsonScanner[S]) End() bool {
 	if p.bad {
 		return false
 	}
 	p.ws()
 	return p.i == len(p.s)
+}
+
+// Str decodes a string value into dst (null leaves it). The value of a
+// plain string (no escapes, valid UTF-8) is the token's content: a slice of
+// the input when it is a string, a copy when it is a []byte. A string with
+// escapes or invalid UTF-8 is decoded exactly as encoding/json does.
+func (p *jsonScanner[S]) Str(dst *string) {
+	if p.Null() || p.bad {
+		return
+	}
+	tok, plain := p.StrToken()
+	if p.bad {
+		return
+	}
+	if plain {
+		*dst = string(tok[1 : len(tok)-1])
+		return
+	}
+	*dst = unquoteJSON(tok[1 : len(tok)-1])
+}
+
+// StrList decodes an array of strings (null: nil; [] an empty slice, as
+// encoding/json does); a null element makes the scanner bad (encoding/json
+// would keep "" there, which a decoder does not need to mimic).
+func (p *jsonScanner[S]) StrList(dst *[]string) {
+	if p.bad {
+		return
+	}
+	if p.Null() {
+		*dst = nil
+		return
+	}
+	out := []string{}
+	if !p.Open('[') {
+		return
+	}
+	for first := true; p.More(']', &first); {
+		if p.Peek() == 'n' {
+			p.bad = true
+			return
+		}
+		var s string
+		p.Str(&s)
+		out = append(out, s)
+	}
+	*dst = out
+}
+
+// hex4 decodes four hex digits, or returns -1.
+func hex4[S string | []byte](b S) rune {
+	var r rune
+	for i := 0; i < 4; i++ {
+		c := b[i]
+		switch {
+		case '0' <= c && c <= '9':
+			c -= '0'
+		case 'a' <= c && c <= 'f':
+			c = c - 'a' + 10
+		case 'A' <= c && c <= 'F':
+			c = c - 'A' + 10
+		default:
+			return -1
+		}
+		r = r*16 + rune(c)
+	}
+	return r
+}
+
+// unquoteJSON decodes the contents of a JSON string already validated by
+// StrToken exactly as encoding/json does: an unpaired surrogate escape and
+// each byte of invalid UTF-8 become U+FFFD.
+func unquoteJSON[S string | []byte](s S) string {
+	b := make([]byte, 0, len(s))
+	for i := 0; i < len(s); {
+		c := s[i]
+		switch {
+		case c == '\\':
+			i = unescapeJSON(&b, s, i)
+		case c < utf8.RuneSelf:
+			b = append(b, c)
+			i++
+		default:
+			r, size := decodeRune(s[i:])
+			if r == utf8.RuneError && size == 1 {
+				b = utf8.AppendRune(b, unicode.ReplacementChar)
+			} else {
+				b = append(b, s[i:i+size]...)
+			}
+			i += size
+		}
+	}
+	return string(b)
+}
+
+// unescapeJSON appends the escape at s[i] (a validated one) to *b and
+// returns the index after it.
+func unescapeJSON[S string | []byte](b *[]byte, s S, i int) int {
+	switch c := s[i+1]; c {
+	case 'b':
+		*b = append(*b, '\b')
+	case 'f':
+		*b = append(*b, '\f')
+	case 'n':
+		*b = append(*b, '\n')
+	case 'r':
+		*b = append(*b, '\r')
+	case 't':
+		*b = append(*b, '\t')
+	case 'u':
+		rr := hex4(s[i+2 : i+6])
+		i += 6
+		if utf16.IsSurrogate(rr) {
+			if i+6 <= len(s) && s[i] == '\\' && s[i+1] == 'u' {
+				if rr1 := hex4(s[i+2 : i+6]); rr1 >= 0 {
+					if dec := utf16.DecodeRune(rr, rr1); dec != unicode.ReplacementChar {
+						*b = utf8.AppendRune(*b, dec)
+						return i + 6
+					}
+				}
+			}
+			rr = unicode.ReplacementChar
+		}
+		*b = utf8.AppendRune(*b, rr)
+		return i
+	default: // '"', '\\', '/'
+		*b = append(*b, c)
+	}
+	return i + 2
+}
+
+func decodeRune[S string | []byte](s S) (rune, int) {
+	switch v := any(s).(type) {
+	case string:
+		return utf8.DecodeRuneInString(v)
+	case []byte:
+		return utf8.DecodeRune(v)
+	}
+	return utf8.RuneError, 1
 }

@@ -1,15 +1,15 @@
-package jsonscan
+package schemas
 
 import (
 	"strings"
 	"testing"
 )
 
-// readAll walks one value the way a record decoder does: an object's known
+// scanAll walks one value the way a record decoder does: an object's known
 // keys "s" (string), "n" (int32), "b" (bool) read by type, anything else
 // skipped, then End.
-func readAll[S string | []byte](in S) (ok bool) {
-	p := New(in)
+func scanAll[S string | []byte](in S) (ok bool) {
+	p := newJSONScanner(in)
 	if !p.Open('{') {
 		return false
 	}
@@ -39,15 +39,15 @@ func readAll[S string | []byte](in S) (ok bool) {
 	return p.End()
 }
 
-func TestGood(t *testing.T) {
+func TestScannerGood(t *testing.T) {
 	for _, in := range []string{
 		`{}`,
 		` {"s":"x","n":-2147483648,"b":true} `,
 		`{"s":null,"n":null,"b":null}`,
 		`{"n":2147483647,"other":[1,-0.5e+3,{"a\u00e9\n":[null,true,false]},"é"]}`,
-		`{"x":` + strings.Repeat("[", MaxDepth-1) + strings.Repeat("]", MaxDepth-1) + `}`,
+		`{"x":` + strings.Repeat("[", maxJSONDepth-1) + strings.Repeat("]", maxJSONDepth-1) + `}`,
 	} {
-		if !readAll(in) || !readAll([]byte(in)) {
+		if !scanAll(in) || !scanAll([]byte(in)) {
 			t.Errorf("%s: gave up, want read", in)
 		}
 	}
@@ -55,7 +55,7 @@ func TestGood(t *testing.T) {
 
 // TestGivesUp: every case the scanner is not sure of makes it bad (the
 // caller falls back to encoding/json), for both kinds of input.
-func TestGivesUp(t *testing.T) {
+func TestScannerGivesUp(t *testing.T) {
 	for _, tc := range []struct{ name, in string }{
 		{"empty", ``},
 		{"not an object", `[]`},
@@ -90,12 +90,12 @@ func TestGivesUp(t *testing.T) {
 		{"bad skipped object", `{"x":{"a" 1}}`},
 		{"bad skipped array", `{"x":[1 2]}`},
 		{"unknown byte", `{"x":@}`},
-		{"too deep", `{"x":` + strings.Repeat("[", MaxDepth) + strings.Repeat("]", MaxDepth) + `}`},
+		{"too deep", `{"x":` + strings.Repeat("[", maxJSONDepth) + strings.Repeat("]", maxJSONDepth) + `}`},
 	} {
-		if readAll(tc.in) {
+		if scanAll(tc.in) {
 			t.Errorf("%s: string %q read, want give up", tc.name, tc.in)
 		}
-		if readAll([]byte(tc.in)) {
+		if scanAll([]byte(tc.in)) {
 			t.Errorf("%s: []byte %q read, want give up", tc.name, tc.in)
 		}
 	}
@@ -103,8 +103,8 @@ func TestGivesUp(t *testing.T) {
 
 // TestBadIsSticky: after the first failure every method is a no-op that
 // returns zero values, and Fail makes a good scanner bad.
-func TestBadIsSticky(t *testing.T) {
-	p := New(`{"n":x} {"s":"y"}`)
+func TestScannerBadIsSticky(t *testing.T) {
+	p := newJSONScanner(`{"n":x} {"s":"y"}`)
 	p.Open('{')
 	p.Key()
 	var n int64 = 7
@@ -123,14 +123,14 @@ func TestBadIsSticky(t *testing.T) {
 	if p.Pos() != pos || p.End() {
 		t.Errorf("bad scanner moved (%d → %d) or ended", pos, p.Pos())
 	}
-	q := New([]byte(`{}`))
+	q := newJSONScanner([]byte(`{}`))
 	q.Fail()
 	if !q.Bad() || q.Open('{') || q.End() {
 		t.Error("Fail did not make the scanner bad")
 	}
 }
 
-func TestStrToken(t *testing.T) {
+func TestScannerStrToken(t *testing.T) {
 	for _, tc := range []struct {
 		in    string
 		plain bool
@@ -146,11 +146,11 @@ func TestStrToken(t *testing.T) {
 			var plain, bad bool
 			switch v := in.(type) {
 			case string:
-				p := New(v)
+				p := newJSONScanner(v)
 				t0, pl := p.StrToken()
 				tok, plain, bad = t0, pl, p.Bad()
 			case []byte:
-				p := New(v)
+				p := newJSONScanner(v)
 				t0, pl := p.StrToken()
 				tok, plain, bad = string(t0), pl, p.Bad()
 			}
@@ -161,7 +161,7 @@ func TestStrToken(t *testing.T) {
 	}
 }
 
-func TestIntegerBounds(t *testing.T) {
+func TestScannerIntegerBounds(t *testing.T) {
 	for _, tc := range []struct {
 		in   string
 		bits uint
@@ -177,7 +177,7 @@ func TestIntegerBounds(t *testing.T) {
 		{`128`, 8, 0, false},
 		{`-0`, 64, 0, true},
 	} {
-		p := New(tc.in)
+		p := newJSONScanner(tc.in)
 		v, set := p.Integer(tc.bits)
 		if set != tc.ok || v != tc.want || p.Bad() == tc.ok {
 			t.Errorf("Integer(%q, %d) = %d, %v (bad %v); want %d, %v", tc.in, tc.bits, v, set, p.Bad(), tc.want, tc.ok)
@@ -187,11 +187,11 @@ func TestIntegerBounds(t *testing.T) {
 
 // TestNoAllocs: scanning, including a non-ASCII string longer than any
 // stack buffer, allocates nothing for either kind of input.
-func TestNoAllocs(t *testing.T) {
+func TestScannerNoAllocs(t *testing.T) {
 	in := `{"s":"` + strings.Repeat("é", 40) + `","n":12,"b":false,"x":[{"y":null},1.5e3,"z"]}`
 	bin := []byte(in)
 	if n := testing.AllocsPerRun(100, func() {
-		if !readAll(in) || !readAll(bin) {
+		if !scanAll(in) || !scanAll(bin) {
 			t.Fatal("gave up")
 		}
 	}); n != 0 {
