@@ -5,7 +5,7 @@ STATICCHECK_VERSION ?= v0.8.2
 BIN       := bin/playpipe
 export PATH := $(PATH):$(shell $(GO) env GOPATH)/bin:/usr/sbin
 
-.PHONY: all build demo test test-race unit lint fmt-check vet staticcheck bench bench-e2e fuzz tools clickhouse chromium clean e2e-docker
+.PHONY: all build demo test test-race unit lint fmt-check vet staticcheck bench bench-e2e fuzz fuzz-short tools clickhouse chromium clean e2e-docker
 
 all: build
 
@@ -16,8 +16,8 @@ build:
 demo: clickhouse build
 	./$(BIN) demo
 
-## test: everything CI checks: formatting, vet, staticcheck, then all tests with the race detector.
-test: tools clickhouse chromium lint test-race
+## test: everything CI checks: formatting, vet, staticcheck, a short run of every fuzz target, then all tests with the race detector.
+test: tools clickhouse chromium lint fuzz-short test-race
 
 # `make test` installs ClickHouse and Chromium first, so a missing server or
 # browser is a failure, not a skip.
@@ -61,19 +61,27 @@ BENCH_E2E_FLAGS ?=
 bench-e2e: clickhouse build
 	$(GO) run ./internal/bench -bin $(BIN) $(BENCH_E2E_FLAGS)
 
-## fuzz: each fuzz target for FUZZTIME (untrusted input: events, API answers, report bodies).
+## fuzz: each fuzz target for FUZZTIME (untrusted input: events, API answers, report bodies, records).
+## fuzz-short: the same targets for 3s each, run by `make test`.
 FUZZTIME ?= 20s
+FUZZ_TARGETS := \
+	FuzzParseEvent:./schemas/ \
+	FuzzParseEventFastVsSlow:./schemas/ \
+	FuzzDecodeRecords:./schemas/ \
+	FuzzAppendReportJSON:./schemas/ \
+	FuzzAppendDelivery:./schemas/ \
+	FuzzAppendJSONString:./schemas/ \
+	FuzzDecoders:./partnerapi/ \
+	FuzzReportValidation:./partnerapi/sandbox/ \
+	FuzzSplitBatch:./producer/
 fuzz:
-	$(GO) test -run '^$$' -fuzz '^FuzzParseEvent$$' -fuzztime $(FUZZTIME) ./schemas/
-	$(GO) test -run '^$$' -fuzz '^FuzzParseEventFastVsSlow$$' -fuzztime $(FUZZTIME) ./schemas/
-	$(GO) test -run '^$$' -fuzz '^FuzzDecoders$$' -fuzztime $(FUZZTIME) ./partnerapi/
-	$(GO) test -run '^$$' -fuzz '^FuzzAppendReportJSON$$' -fuzztime $(FUZZTIME) ./partnerapi/
-	$(GO) test -run '^$$' -fuzz '^FuzzReportValidation$$' -fuzztime $(FUZZTIME) ./partnerapi/sandbox/
-	$(GO) test -run '^$$' -fuzz '^FuzzSplitBatch$$' -fuzztime $(FUZZTIME) ./producer/
-	$(GO) test -run '^$$' -fuzz '^FuzzAppendString$$' -fuzztime $(FUZZTIME) ./internal/jsonenc/
-	$(GO) test -run '^$$' -fuzz '^FuzzAppendDelivery$$' -fuzztime $(FUZZTIME) ./reporter/
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeTrackPlay$$' -fuzztime $(FUZZTIME) ./reporter/
-	$(GO) test -run '^$$' -fuzz '^FuzzFastDecode$$' -fuzztime $(FUZZTIME) ./analytics/
+	@set -e; for t in $(FUZZ_TARGETS); do \
+	  echo "$(GO) test -run '^$$' -fuzz '^$${t%%:*}$$' -fuzztime $(FUZZTIME) $${t#*:}"; \
+	  $(GO) test -run '^$$' -fuzz "^$${t%%:*}\$$" -fuzztime $(FUZZTIME) $${t#*:}; \
+	done
+
+fuzz-short:
+	@$(MAKE) --no-print-directory fuzz FUZZTIME=3s
 
 ## tools: Go tools the checks use.
 tools:

@@ -21,7 +21,8 @@
 //     context, honouring Retry-After; they take a new session once on 401.
 //   - Play reports (ReportPlay, ReportPlayJSON) are exactly one POST: the
 //     caller owns retries. Their bodies follow the spec's table byte for
-//     byte (AppendReportJSON), without reflection or logging per request.
+//     byte (schemas.AppendReportJSON: the PlayReport wire type and its
+//     encoder live in schemas, below this client), without reflection or logging per request.
 //   - The client signature and tokens never appear in logs, errors or
 //     traces: Credentials redact themselves in every format, and text that
 //     the server echoes is scrubbed of both.
