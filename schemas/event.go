@@ -140,15 +140,6 @@ func ParseEvent(raw []byte, opts ValidateOptions) (PlayerEvent, []Violation) {
 	return parseEventJSON(raw, opts)
 }
 
-// parseEventSlow is ParseEvent without the fast path: the reference the fast
-// path is held to by FuzzParseEventFastVsSlow.
-func parseEventSlow(raw []byte, opts ValidateOptions) (PlayerEvent, []Violation) {
-	if !utf8.Valid(raw) || !looksLikeObject(raw) {
-		return PlayerEvent{}, []Violation{{Reason: ReasonMalformedJSON, Detail: malformedDetail(raw, nil)}}
-	}
-	return parseEventJSON(raw, opts)
-}
-
 // parseEventJSON decodes and validates raw, known to be UTF-8 and to start
 // like an object, with encoding/json, strictly: keys are matched exactly
 // (encoding/json alone would match "EVENT_ID" to event_id) and each key may

@@ -4,6 +4,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 // fastVsSlowSeeds are inputs at the edges of what the fast path takes: each
@@ -120,6 +121,16 @@ func deref(p *string) string {
 		return "<nil>"
 	}
 	return *p
+}
+
+// parseEventSlow is ParseEvent without the fast path: the reference the fast
+// path is held to by FuzzParseEventFastVsSlow (test-only: the binary never
+// needs it).
+func parseEventSlow(raw []byte, opts ValidateOptions) (PlayerEvent, []Violation) {
+	if !utf8.Valid(raw) || !looksLikeObject(raw) {
+		return PlayerEvent{}, []Violation{{Reason: ReasonMalformedJSON, Detail: malformedDetail(raw, nil)}}
+	}
+	return parseEventJSON(raw, opts)
 }
 
 // FuzzParseEventFastVsSlow holds ParseEvent (fast path first) to exactly the
