@@ -283,6 +283,11 @@ type batch struct {
 	rejections rejectionsRows
 	malformed  malformedRows
 	records    int
+	// Decoding scratch, reused record after record so that the decoded
+	// value does not cost an allocation per record.
+	play     schemas.TrackPlay
+	delivery schemas.Delivery
+	reject   schemas.Rejection
 	// next is the offset to commit per topic and partition (last + 1).
 	next map[string]map[int32]kgo.EpochOffset
 }
@@ -374,8 +379,8 @@ func (b *batch) add(r *kgo.Record) {
 		b.events.add(r)
 	case b.topics.Reports:
 		raw := recordString(r.Value) // no copy: the decoded strings are slices of it
-		var p schemas.TrackPlay
-		if err := lenient(schemas.DecodeTrackPlay(raw, &p)); err != nil {
+		p := &b.play
+		if err := lenient(schemas.DecodeTrackPlay(raw, p)); err != nil {
 			b.malformed.add(r, err)
 			return
 		}
@@ -383,13 +388,13 @@ func (b *batch) add(r *kgo.Record) {
 			b.malformed.add(r, errors.New("track play without report_id"))
 			return
 		}
-		b.plays.add(r, &p, raw)
+		b.plays.add(r, p, raw)
 	case b.topics.Deliveries:
 		if kafkax.HasHeader(r, schemas.HeaderLease) {
 			return // the reporter's lease markers: not deliveries (schemas.HeaderLease)
 		}
-		var d schemas.Delivery
-		if err := lenient(schemas.DecodeDelivery(recordString(r.Value), &d)); err != nil {
+		d := &b.delivery
+		if err := lenient(schemas.DecodeDelivery(recordString(r.Value), d)); err != nil {
 			b.malformed.add(r, err)
 			return
 		}
@@ -397,14 +402,14 @@ func (b *batch) add(r *kgo.Record) {
 			b.malformed.add(r, errors.New("delivery without report_id"))
 			return
 		}
-		b.deliveries.add(r, &d)
+		b.deliveries.add(r, d)
 	case b.topics.Rejected:
-		var j schemas.Rejection
-		if err := lenient(schemas.DecodeRejection(recordString(r.Value), &j)); err != nil {
+		j := &b.reject
+		if err := lenient(schemas.DecodeRejection(recordString(r.Value), j)); err != nil {
 			b.malformed.add(r, err)
 			return
 		}
-		b.rejections.add(r, &j)
+		b.rejections.add(r, j)
 	default:
 		b.malformed.add(r, errors.New("record of a topic the sink does not know"))
 	}
