@@ -1,4 +1,4 @@
-package producer
+package gateway
 
 import (
 	"bytes"
@@ -16,14 +16,18 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/time/rate"
 
 	"github.com/playpipe/playpipe/internal/telemetry"
+	"github.com/playpipe/playpipe/producer"
 	"github.com/playpipe/playpipe/schemas"
 )
+
+const instrumentation = "github.com/playpipe/playpipe/producer/gateway"
 
 // IngestSource is Source.Topic of the rejections the gateway publishes for
 // events it refused before they reached Kafka (partition and offset are -1).
@@ -31,7 +35,7 @@ const IngestSource = "ingest"
 
 // Event size limits of the gateway.
 const (
-	// DefaultMaxEventBytes is GatewayConfig.MaxEventBytes' default: 64 KiB,
+	// DefaultMaxEventBytes is Config.MaxEventBytes' default: 64 KiB,
 	// about 200 times an ordinary event.
 	DefaultMaxEventBytes = 64 << 10
 	// MaxEventBytesCeiling is the largest MaxEventBytes allowed: 960 KiB
@@ -42,13 +46,14 @@ const (
 	MaxEventBytesCeiling = 960 << 10
 )
 
-// GatewayConfig configures the HTTP ingest gateway. Zero values take the
-// defaults named in the comments; NewGateway validates it once.
-type GatewayConfig struct {
+// Config configures the HTTP ingest gateway. Zero values take the
+// defaults named in the comments; New validates it once.
+type Config struct {
 	// Publisher sends the events; required. The gateway does not close it.
-	Publisher *Publisher
+	Publisher *producer.Publisher
 	// RejectedTopic receives a schemas.Rejection for every refused event;
-	// defaults to the rejected topic of the Publisher's Kafka configuration.
+	// defaults to <prefix>.rejected, beside the Publisher's topics
+	// (producer.Config.TopicPrefix).
 	RejectedTopic string
 	// Keys are the fleets' API keys (hashes); at least one is required.
 	Keys []FleetKey
@@ -96,9 +101,9 @@ type GatewayConfig struct {
 	Logger *slog.Logger
 }
 
-func (c *GatewayConfig) setDefaults() {
+func (c *Config) setDefaults() {
 	if c.RejectedTopic == "" && c.Publisher != nil {
-		c.RejectedTopic = c.Publisher.cfg.Kafka.Topics().Rejected
+		c.RejectedTopic = c.Publisher.TopicPrefix() + ".rejected"
 	}
 	if c.MaxBodyBytes == 0 {
 		c.MaxBodyBytes = 4 << 20
@@ -135,9 +140,9 @@ func (c *GatewayConfig) setDefaults() {
 	}
 }
 
-func (c *GatewayConfig) validate() error {
+func (c *Config) validate() error {
 	if c.Publisher == nil {
-		return errors.New("producer: GatewayConfig.Publisher is required")
+		return errors.New("gateway: Config.Publisher is required")
 	}
 	return c.validateLimits()
 }
@@ -145,34 +150,34 @@ func (c *GatewayConfig) validate() error {
 // ValidateLimits checks the limits of c (sizes, rates, concurrency, body
 // deadlines) with the defaults applied, leaving out the Publisher and the
 // keys: a command calls it before it connects to anything, so that a bad
-// flag is reported as such. NewGateway checks the same.
-func (c GatewayConfig) ValidateLimits() error {
+// flag is reported as such. New checks the same.
+func (c Config) ValidateLimits() error {
 	c.setDefaults()
 	return c.validateLimits()
 }
 
-func (c *GatewayConfig) validateLimits() error {
+func (c *Config) validateLimits() error {
 	switch {
 	case c.MaxBodyBytes < 1:
-		return fmt.Errorf("producer: GatewayConfig.MaxBodyBytes (--max-body) must be ≥ 1, got %d", c.MaxBodyBytes)
+		return fmt.Errorf("gateway: Config.MaxBodyBytes (--max-body) must be ≥ 1, got %d", c.MaxBodyBytes)
 	case c.MaxEventBytes < 1 || c.MaxEventBytes > MaxEventBytesCeiling:
-		return fmt.Errorf("producer: GatewayConfig.MaxEventBytes (--max-event-bytes) must be 1–%d bytes (an accepted event must fit one Kafka record), got %d", MaxEventBytesCeiling, c.MaxEventBytes)
+		return fmt.Errorf("gateway: Config.MaxEventBytes (--max-event-bytes) must be 1–%d bytes (an accepted event must fit one Kafka record), got %d", MaxEventBytesCeiling, c.MaxEventBytes)
 	case c.MaxEvents < 1:
-		return fmt.Errorf("producer: GatewayConfig.MaxEvents (--max-events) must be ≥ 1, got %d", c.MaxEvents)
+		return fmt.Errorf("gateway: Config.MaxEvents (--max-events) must be ≥ 1, got %d", c.MaxEvents)
 	case c.RatePerKey < 0 || math.IsNaN(c.RatePerKey) || math.IsInf(c.RatePerKey, 0):
-		return fmt.Errorf("producer: GatewayConfig.RatePerKey (--rate) must be > 0 events/s, got %v", c.RatePerKey)
+		return fmt.Errorf("gateway: Config.RatePerKey (--rate) must be > 0 events/s, got %v", c.RatePerKey)
 	case c.MaxConcurrent < 1:
-		return fmt.Errorf("producer: GatewayConfig.MaxConcurrent (--max-concurrent) must be ≥ 1, got %d", c.MaxConcurrent)
+		return fmt.Errorf("gateway: Config.MaxConcurrent (--max-concurrent) must be ≥ 1, got %d", c.MaxConcurrent)
 	case c.MaxConcurrentPerKey < 1 || c.MaxConcurrentPerKey > c.MaxConcurrent:
-		return fmt.Errorf("producer: GatewayConfig.MaxConcurrentPerKey (--max-concurrent-per-key) must be 1–%d (--max-concurrent), got %d", c.MaxConcurrent, c.MaxConcurrentPerKey)
+		return fmt.Errorf("gateway: Config.MaxConcurrentPerKey (--max-concurrent-per-key) must be 1–%d (--max-concurrent), got %d", c.MaxConcurrent, c.MaxConcurrentPerKey)
 	case c.MinBodyRate < 1:
-		return fmt.Errorf("producer: GatewayConfig.MinBodyRate (--min-body-rate) must be ≥ 1 byte/s, got %d", c.MinBodyRate)
+		return fmt.Errorf("gateway: Config.MinBodyRate (--min-body-rate) must be ≥ 1 byte/s, got %d", c.MinBodyRate)
 	case c.BodyGrace < 0:
-		return fmt.Errorf("producer: GatewayConfig.BodyGrace (--body-grace) must be ≥ 0, got %s", c.BodyGrace)
+		return fmt.Errorf("gateway: Config.BodyGrace (--body-grace) must be ≥ 0, got %s", c.BodyGrace)
 	case c.ReadTimeout < 0:
-		return fmt.Errorf("producer: GatewayConfig.ReadTimeout (--read-timeout) must be > 0, got %s", c.ReadTimeout)
+		return fmt.Errorf("gateway: Config.ReadTimeout (--read-timeout) must be > 0, got %s", c.ReadTimeout)
 	case c.Burst < c.MaxEvents:
-		return fmt.Errorf("producer: GatewayConfig.Burst (--burst) %d must be ≥ MaxEvents (--max-events) %d, or a full batch could never pass", c.Burst, c.MaxEvents)
+		return fmt.Errorf("gateway: Config.Burst (--burst) %d must be ≥ MaxEvents (--max-events) %d, or a full batch could never pass", c.Burst, c.MaxEvents)
 	}
 	return nil
 }
@@ -183,7 +188,7 @@ func (c *GatewayConfig) validateLimits() error {
 //	GET  /healthz    200 while the process serves
 //	GET  /readyz     200 when a Kafka broker answers and the gateway is not draining
 type Gateway struct {
-	cfg      GatewayConfig
+	cfg      Config
 	keys     *keyring
 	limiters []*rate.Limiter // one per configured key
 	inflight []atomic.Int32  // requests in flight per configured key
@@ -194,8 +199,8 @@ type Gateway struct {
 	requests metric.Int64Counter
 }
 
-// NewGateway builds a gateway from a validated configuration.
-func NewGateway(cfg GatewayConfig) (*Gateway, error) {
+// New builds a gateway from a validated configuration.
+func New(cfg Config) (*Gateway, error) {
 	cfg.setDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -209,7 +214,7 @@ func NewGateway(cfg GatewayConfig) (*Gateway, error) {
 		g.limiters = append(g.limiters, rate.NewLimiter(rate.Limit(cfg.RatePerKey), cfg.Burst))
 	}
 	g.inflight = make([]atomic.Int32, len(cfg.Keys))
-	g.requests, _ = meter.Int64Counter("playpipe.ingest.requests",
+	g.requests, _ = otel.Meter(instrumentation).Int64Counter("playpipe.ingest.requests",
 		metric.WithDescription("Requests to POST /v1/events, by HTTP status code."))
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/events", g.postEvents)
@@ -273,7 +278,7 @@ type EventAnswer struct {
 	EventID string `json:"event_id,omitempty"`
 	// Status: accepted (on the events topic), refused (broke a rule: do not
 	// retry; Reasons says why) or failed (not on Kafka: retry it).
-	Status    Status              `json:"status"`
+	Status    producer.Status              `json:"status"`
 	Partition *int32              `json:"partition,omitempty"`
 	Offset    *int64              `json:"offset,omitempty"`
 	Reasons   []schemas.Violation `json:"reasons,omitempty"`
@@ -399,7 +404,7 @@ func (g *Gateway) publish(ctx context.Context, fleet string, events [][]byte) (I
 	fitIndex := make([]int, 0, len(events))
 	for i, ev := range events {
 		if int64(len(ev)) > g.cfg.MaxEventBytes {
-			refused = append(refused, refusal{index: i, raw: ev, eventID: lenientEventID(ev), vs: []schemas.Violation{{
+			refused = append(refused, refusal{index: i, raw: ev, eventID: producer.LenientEventID(ev), vs: []schemas.Violation{{
 				Reason: ReasonTooLarge,
 				Detail: fmt.Sprintf("the event is %d bytes; the limit is %d bytes per event", len(ev), g.cfg.MaxEventBytes)}}})
 			continue
@@ -409,11 +414,11 @@ func (g *Gateway) publish(ctx context.Context, fleet string, events [][]byte) (I
 	}
 	tooLarge := len(refused)
 
-	var results []Result
+	var results []producer.Result
 	var pubErr error
 	if len(fit) > 0 {
 		results, pubErr = g.cfg.Publisher.Publish(ctx, fit,
-			WithHeaders(kgo.RecordHeader{Key: "fleet", Value: []byte(fleet)}))
+			producer.WithHeaders(kgo.RecordHeader{Key: "fleet", Value: []byte(fleet)}))
 	}
 	resp := IngestResponse{Events: make([]EventAnswer, len(events))}
 	for j := range results {
@@ -421,11 +426,11 @@ func (g *Gateway) publish(ctx context.Context, fleet string, events [][]byte) (I
 		i := fitIndex[j]
 		a := EventAnswer{Index: i, EventID: res.EventID, Status: res.Status}
 		switch res.Status {
-		case StatusAccepted:
+		case producer.StatusAccepted:
 			resp.Accepted++
 			p, o := res.Partition, res.Offset
 			a.Partition, a.Offset = &p, &o
-		case StatusRefused:
+		case producer.StatusRefused:
 			refused = append(refused, refusal{index: i, raw: events[i], eventID: res.EventID, vs: res.Violations})
 		default:
 			resp.Failed++
@@ -436,7 +441,7 @@ func (g *Gateway) publish(ctx context.Context, fleet string, events [][]byte) (I
 	rejectionLost := 0
 	for k, err := range g.recordRefusals(ctx, fleet, refused, now.UnixMilli()) {
 		rf := refused[k]
-		a := EventAnswer{Index: rf.index, EventID: rf.eventID, Status: StatusRefused, Reasons: rf.vs}
+		a := EventAnswer{Index: rf.index, EventID: rf.eventID, Status: producer.StatusRefused, Reasons: rf.vs}
 		if err != nil {
 			rejectionLost++
 			a.Error = errRejectionLost.Error()
@@ -464,7 +469,7 @@ func (g *Gateway) publish(ctx context.Context, fleet string, events [][]byte) (I
 		resp.Error = fmt.Sprintf("%d events exceed the limit of %d bytes per event and were refused (reason %s)", tooLarge, g.cfg.MaxEventBytes, ReasonTooLarge)
 	}
 	log.Debug("ingest: batch published")
-	return resp, http.StatusAccepted
+	return resp, http.producer.StatusAccepted
 }
 
 func (g *Gateway) tooMany(w http.ResponseWriter, res *rate.Reservation) int {
