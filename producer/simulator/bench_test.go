@@ -21,7 +21,7 @@ func BenchmarkSimulate(b *testing.B) {
 		b.Run(fmt.Sprintf("batch=%d/batch-timeout=%s", bc.batch, bc.bt), func(b *testing.B) {
 			k := testenv.StartKafka(b, 6)
 			start := time.Now()
-			stats, err := Simulate(context.Background(), SimConfig{Kafka: k.Config, Mixes: testMixes, Events: b.N * bc.batch, BadShare: 0.05,
+			stats, err := Run(context.Background(), Config{Kafka: k.Config, Mixes: testMixes, Events: b.N * bc.batch, BadShare: 0.05,
 				BatchSize: bc.batch, BatchTimeout: bc.bt, TracerProvider: noop.NewTracerProvider()})
 			if err != nil {
 				b.Fatal(err)
