@@ -69,4 +69,3 @@ func BenchmarkGateway(b *testing.B) {
 		})
 	}
 }
-

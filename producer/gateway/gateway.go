@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"math"
-	"mime"
 	"net/http"
 	"strconv"
 	"sync/atomic"
@@ -278,7 +276,7 @@ type EventAnswer struct {
 	EventID string `json:"event_id,omitempty"`
 	// Status: accepted (on the events topic), refused (broke a rule: do not
 	// retry; Reasons says why) or failed (not on Kafka: retry it).
-	Status    producer.Status              `json:"status"`
+	Status    producer.Status     `json:"status"`
 	Partition *int32              `json:"partition,omitempty"`
 	Offset    *int64              `json:"offset,omitempty"`
 	Reasons   []schemas.Violation `json:"reasons,omitempty"`
@@ -297,50 +295,29 @@ func (g *Gateway) postEvents(w http.ResponseWriter, r *http.Request) {
 // slots shared by every key, and the body (the only slow part a client
 // controls) is read under a minimum rate and a deadline.
 func (g *Gateway) serveEvents(w http.ResponseWriter, r *http.Request) int {
-	start := time.Now()
-	bodyRead := false
-	// A request refused before its body is read closes its connection at
-	// once: otherwise the server would wait for up to 256 KiB of the unread
-	// body (at the client's pace) before reusing the connection.
-	closeUnread := func() {
-		if !bodyRead && r.ContentLength != 0 {
-			w.Header().Set("Connection", "close")
-			_ = http.NewResponseController(w).SetReadDeadline(time.Unix(1, 0))
-		}
-	}
-	fail := func(status int, code, msg string) int {
-		closeUnread()
-		writeJSON(w, status, ErrorResponse{Error: msg, Code: code})
-		return status
-	}
+	q := &request{w: w, r: r, start: time.Now()}
 	ki := g.keys.match(presentedKey(r))
 	if ki < 0 {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="playpipe-ingest"`)
 		g.cfg.Logger.Debug("ingest: request without a valid API key", "remote", r.RemoteAddr)
-		return fail(http.StatusUnauthorized, "unauthorized", "a valid fleet API key is required (Authorization: Bearer <key> or X-API-Key)")
+		return q.fail(http.StatusUnauthorized, "unauthorized", "a valid fleet API key is required (Authorization: Bearer <key> or X-API-Key)")
 	}
 	fleet := g.cfg.Keys[ki].Fleet
 	trace.SpanFromContext(r.Context()).SetAttributes(attribute.String("playpipe.fleet", fleet))
 	if !acquireUpTo(&g.inflight[ki], int32(g.cfg.MaxConcurrentPerKey)) {
 		w.Header().Set("Retry-After", "1")
 		g.cfg.Logger.Debug("ingest: too many requests in flight for one key; answering 429", "fleet", fleet, "max_concurrent_per_key", g.cfg.MaxConcurrentPerKey)
-		return fail(http.StatusTooManyRequests, "concurrency_limited", fmt.Sprintf("this API key has %d requests in flight already (the limit per key); retry when one is answered", g.cfg.MaxConcurrentPerKey))
+		return q.fail(http.StatusTooManyRequests, "concurrency_limited", fmt.Sprintf("this API key has %d requests in flight already (the limit per key); retry when one is answered", g.cfg.MaxConcurrentPerKey))
 	}
 	defer g.inflight[ki].Add(-1)
 	lim := g.limiters[ki]
 	if lim.Tokens() < 1 { // refuse before reading the body
-		closeUnread()
+		q.closeUnread()
 		return g.tooMany(w, lim.Reserve())
 	}
-	if ce := r.Header.Get("Content-Encoding"); ce != "" && ce != "identity" {
-		return fail(http.StatusUnsupportedMediaType, "unsupported_encoding", "Content-Encoding "+strconv.Quote(ce)+" is not supported; send the body uncompressed")
-	}
-	ndjson, known := bodyKind(r.Header.Get("Content-Type"))
-	if !known {
-		return fail(http.StatusUnsupportedMediaType, "unsupported_media_type", "Content-Type must be application/json (an array) or application/x-ndjson (one event per line)")
-	}
-	if r.ContentLength > g.cfg.MaxBodyBytes {
-		return fail(http.StatusRequestEntityTooLarge, "body_too_large", fmt.Sprintf("body of %d bytes exceeds the limit of %d bytes", r.ContentLength, g.cfg.MaxBodyBytes))
+	ndjson, status := g.checkHeaders(q)
+	if status != 0 {
+		return status
 	}
 	select {
 	case g.slots <- struct{}{}:
@@ -348,48 +325,100 @@ func (g *Gateway) serveEvents(w http.ResponseWriter, r *http.Request) int {
 	default:
 		w.Header().Set("Retry-After", "1")
 		g.cfg.Logger.Warn("ingest: too many requests in flight; answering 503", "fleet", fleet, "max_concurrent", g.cfg.MaxConcurrent)
-		return fail(http.StatusServiceUnavailable, "overloaded", fmt.Sprintf("the gateway is serving %d requests already; retry shortly", g.cfg.MaxConcurrent))
+		return q.fail(http.StatusServiceUnavailable, "overloaded", fmt.Sprintf("the gateway is serving %d requests already; retry shortly", g.cfg.MaxConcurrent))
 	}
-	br := newBodyReader(w, r.Body, start, &g.cfg)
-	body, err := io.ReadAll(http.MaxBytesReader(w, io.NopCloser(br), g.cfg.MaxBodyBytes))
-	br.done(err == nil)
-	bodyRead = err == nil
-	if err != nil {
-		var mbe *http.MaxBytesError
-		switch {
-		case errors.As(err, &mbe):
-			return fail(http.StatusRequestEntityTooLarge, "body_too_large", fmt.Sprintf("body exceeds the limit of %d bytes", g.cfg.MaxBodyBytes))
-		case errors.Is(err, errSlowBody):
-			w.Header().Set("Connection", "close")
-			g.cfg.Logger.Info("ingest: request body too slow; cut", "fleet", fleet, "bytes", br.n, "after", time.Since(start).Round(time.Millisecond), "min_body_rate", g.cfg.MinBodyRate)
-			return fail(http.StatusRequestTimeout, "slow_body", fmt.Sprintf("the body arrived slower than %d bytes/s after the first %s; send it faster", g.cfg.MinBodyRate, g.cfg.BodyGrace))
-		case errors.Is(err, errReadTimeout):
-			w.Header().Set("Connection", "close")
-			g.cfg.Logger.Info("ingest: request body not complete within the read timeout; cut", "fleet", fleet, "bytes", br.n, "read_timeout", g.cfg.ReadTimeout)
-			return fail(http.StatusRequestTimeout, "read_timeout", fmt.Sprintf("the body was not complete within %s; send smaller batches", g.cfg.ReadTimeout))
-		}
-		return fail(http.StatusBadRequest, "malformed_batch", "could not read the body")
-	}
-	events, err := splitBatch(body, ndjson, g.cfg.MaxEvents)
-	switch {
-	case errors.Is(err, errTooManyEvents):
-		return fail(http.StatusRequestEntityTooLarge, "too_many_events", fmt.Sprintf("more than %d events in one request; split the batch", g.cfg.MaxEvents))
-	case err != nil:
-		return fail(http.StatusBadRequest, "malformed_batch", err.Error())
-	case len(events) == 0:
-		return fail(http.StatusBadRequest, "empty_batch", "the batch holds no event")
+	events, status := g.readEvents(q, fleet, ndjson)
+	if status != 0 {
+		return status
 	}
 	now := time.Now()
 	if res := lim.ReserveN(now, len(events)); res.DelayFrom(now) > 0 {
 		return g.tooMany(w, res)
 	}
-
 	resp, status := g.publish(r.Context(), fleet, events)
 	if status == http.StatusServiceUnavailable {
 		w.Header().Set("Retry-After", "1")
 	}
 	writeJSON(w, status, resp)
 	return status
+}
+
+// request is one POST /v1/events being served.
+type request struct {
+	w        http.ResponseWriter
+	r        *http.Request
+	start    time.Time
+	bodyRead bool
+}
+
+// closeUnread closes the connection of a request refused before its body is
+// read, at once: otherwise the server would wait for up to 256 KiB of the
+// unread body (at the client's pace) before reusing the connection.
+func (q *request) closeUnread() {
+	if !q.bodyRead && q.r.ContentLength != 0 {
+		q.w.Header().Set("Connection", "close")
+		_ = http.NewResponseController(q.w).SetReadDeadline(time.Unix(1, 0))
+	}
+}
+
+// fail refuses the request as a whole and returns status.
+func (q *request) fail(status int, code, msg string) int {
+	q.closeUnread()
+	writeJSON(q.w, status, ErrorResponse{Error: msg, Code: code})
+	return status
+}
+
+// checkHeaders refuses a request whose headers already say it cannot be
+// served (encoding, media type, declared length): status is then its
+// answer's, else 0 and ndjson tells the body's format.
+func (g *Gateway) checkHeaders(q *request) (ndjson bool, status int) {
+	if ce := q.r.Header.Get("Content-Encoding"); ce != "" && ce != "identity" {
+		return false, q.fail(http.StatusUnsupportedMediaType, "unsupported_encoding", "Content-Encoding "+strconv.Quote(ce)+" is not supported; send the body uncompressed")
+	}
+	ndjson, known := bodyKind(q.r.Header.Get("Content-Type"))
+	if !known {
+		return false, q.fail(http.StatusUnsupportedMediaType, "unsupported_media_type", "Content-Type must be application/json (an array) or application/x-ndjson (one event per line)")
+	}
+	if q.r.ContentLength > g.cfg.MaxBodyBytes {
+		return false, q.fail(http.StatusRequestEntityTooLarge, "body_too_large", fmt.Sprintf("body of %d bytes exceeds the limit of %d bytes", q.r.ContentLength, g.cfg.MaxBodyBytes))
+	}
+	return ndjson, 0
+}
+
+// readEvents reads the body (bounded, under the minimum rate and the read
+// timeout) and splits it into events; status is the answer's when the
+// request is refused, else 0.
+func (g *Gateway) readEvents(q *request, fleet string, ndjson bool) (events [][]byte, status int) {
+	br := newBodyReader(q.w, q.r.Body, q.start, &g.cfg)
+	body, err := io.ReadAll(http.MaxBytesReader(q.w, io.NopCloser(br), g.cfg.MaxBodyBytes))
+	br.done(err == nil)
+	q.bodyRead = err == nil
+	if err != nil {
+		var mbe *http.MaxBytesError
+		switch {
+		case errors.As(err, &mbe):
+			return nil, q.fail(http.StatusRequestEntityTooLarge, "body_too_large", fmt.Sprintf("body exceeds the limit of %d bytes", g.cfg.MaxBodyBytes))
+		case errors.Is(err, errSlowBody):
+			q.w.Header().Set("Connection", "close")
+			g.cfg.Logger.Info("ingest: request body too slow; cut", "fleet", fleet, "bytes", br.n, "after", time.Since(q.start).Round(time.Millisecond), "min_body_rate", g.cfg.MinBodyRate)
+			return nil, q.fail(http.StatusRequestTimeout, "slow_body", fmt.Sprintf("the body arrived slower than %d bytes/s after the first %s; send it faster", g.cfg.MinBodyRate, g.cfg.BodyGrace))
+		case errors.Is(err, errReadTimeout):
+			q.w.Header().Set("Connection", "close")
+			g.cfg.Logger.Info("ingest: request body not complete within the read timeout; cut", "fleet", fleet, "bytes", br.n, "read_timeout", g.cfg.ReadTimeout)
+			return nil, q.fail(http.StatusRequestTimeout, "read_timeout", fmt.Sprintf("the body was not complete within %s; send smaller batches", g.cfg.ReadTimeout))
+		}
+		return nil, q.fail(http.StatusBadRequest, "malformed_batch", "could not read the body")
+	}
+	events, err = splitBatch(body, ndjson, g.cfg.MaxEvents)
+	switch {
+	case errors.Is(err, errTooManyEvents):
+		return nil, q.fail(http.StatusRequestEntityTooLarge, "too_many_events", fmt.Sprintf("more than %d events in one request; split the batch", g.cfg.MaxEvents))
+	case err != nil:
+		return nil, q.fail(http.StatusBadRequest, "malformed_batch", err.Error())
+	case len(events) == 0:
+		return nil, q.fail(http.StatusBadRequest, "empty_batch", "the batch holds no event")
+	}
+	return events, 0
 }
 
 // publish sends the events of one request, records the refused ones to the
@@ -469,7 +498,7 @@ func (g *Gateway) publish(ctx context.Context, fleet string, events [][]byte) (I
 		resp.Error = fmt.Sprintf("%d events exceed the limit of %d bytes per event and were refused (reason %s)", tooLarge, g.cfg.MaxEventBytes, ReasonTooLarge)
 	}
 	log.Debug("ingest: batch published")
-	return resp, http.producer.StatusAccepted
+	return resp, http.StatusAccepted
 }
 
 func (g *Gateway) tooMany(w http.ResponseWriter, res *rate.Reservation) int {
@@ -484,93 +513,6 @@ func (g *Gateway) tooMany(w http.ResponseWriter, res *rate.Reservation) int {
 	writeJSON(w, http.StatusTooManyRequests, ErrorResponse{Code: "rate_limited",
 		Error: fmt.Sprintf("rate limit of this API key exceeded (%g events/s, burst %d); retry after %d s", g.cfg.RatePerKey, g.cfg.Burst, secs)})
 	return http.StatusTooManyRequests
-}
-
-// bodyKind maps a Content-Type to the body format: ndjson true for the
-// NDJSON types, false for JSON and the generic types (sniffed: a body
-// starting with '[' is an array, anything else NDJSON); known is false for
-// types the gateway does not take.
-func bodyKind(contentType string) (ndjson, known bool) {
-	if contentType == "" {
-		return false, true
-	}
-	mt, _, err := mime.ParseMediaType(contentType)
-	if err != nil {
-		return false, false
-	}
-	switch mt {
-	case "application/x-ndjson", "application/ndjson", "application/jsonl", "application/x-jsonlines", "application/jsonlines":
-		return true, true
-	case "application/json", "text/plain", "application/octet-stream",
-		"application/x-www-form-urlencoded": // curl -d's default: the body is sniffed
-		return false, true
-	}
-	return false, false
-}
-
-var errTooManyEvents = errors.New("too many events")
-
-// splitBatch splits a body into raw events: a JSON array (unless ndjson),
-// else one event per non-blank line (without its \n or \r\n). Each element is returned verbatim; an
-// element that is not a valid event is left to ParseEvent to refuse, but a
-// JSON array that does not parse is an error for the whole batch.
-func splitBatch(body []byte, ndjson bool, maxEvents int) ([][]byte, error) {
-	trimmed := bytes.TrimLeft(body, " \t\r\n")
-	if !ndjson && len(trimmed) > 0 && trimmed[0] == '[' {
-		return splitArray(trimmed, maxEvents)
-	}
-	if bytes.Count(body, []byte{'\n'}) >= maxEvents { // cheap upper bound before splitting
-		n := 0
-		for _, line := range bytes.Split(body, []byte{'\n'}) {
-			if len(bytes.TrimSpace(line)) > 0 {
-				n++
-			}
-		}
-		if n > maxEvents {
-			return nil, errTooManyEvents
-		}
-	}
-	var out [][]byte
-	for len(body) > 0 {
-		line := body
-		if i := bytes.IndexByte(body, '\n'); i >= 0 {
-			line, body = body[:i], body[i+1:]
-		} else {
-			body = nil
-		}
-		// Only the line terminator goes: the event's bytes stay verbatim (a
-		// refused one is recorded byte for byte). Blank lines are skipped.
-		line = bytes.TrimSuffix(line, []byte{'\r'})
-		if len(bytes.TrimSpace(line)) > 0 {
-			out = append(out, line)
-		}
-	}
-	return out, nil
-}
-
-func splitArray(body []byte, maxEvents int) ([][]byte, error) {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	if _, err := dec.Token(); err != nil {
-		return nil, fmt.Errorf("the body is not a JSON array: %w", err)
-	}
-	var out [][]byte
-	for dec.More() {
-		if len(out) == maxEvents {
-			return nil, errTooManyEvents
-		}
-		var raw json.RawMessage
-		if err := dec.Decode(&raw); err != nil {
-			return nil, fmt.Errorf("malformed JSON array at element %d: %w", len(out), err)
-		}
-		out = append(out, raw)
-	}
-	if _, err := dec.Token(); err != nil {
-		return nil, fmt.Errorf("malformed JSON array: %w", err)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, errors.New("malformed JSON array: data after the closing ]")
-	}
-	return out, nil
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
