@@ -69,7 +69,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecoders$$' -fuzztime $(FUZZTIME) ./partnerapi/
 	$(GO) test -run '^$$' -fuzz '^FuzzAppendReportJSON$$' -fuzztime $(FUZZTIME) ./partnerapi/
 	$(GO) test -run '^$$' -fuzz '^FuzzReportValidation$$' -fuzztime $(FUZZTIME) ./partnerapi/sandbox/
-	$(GO) test -run '^$$' -fuzz '^FuzzSplitBatch$$' -fuzztime $(FUZZTIME) ./producer/
+	$(GO) test -run '^$$' -fuzz '^FuzzSplitBatch$$' -fuzztime $(FUZZTIME) ./producer/gateway/
 	$(GO) test -run '^$$' -fuzz '^FuzzAppendString$$' -fuzztime $(FUZZTIME) ./internal/jsonenc/
 	$(GO) test -run '^$$' -fuzz '^FuzzAppendDelivery$$' -fuzztime $(FUZZTIME) ./reporter/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeTrackPlay$$' -fuzztime $(FUZZTIME) ./reporter/
