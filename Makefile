@@ -73,7 +73,7 @@ FUZZ_TARGETS := \
 	FuzzAppendJSONString:./schemas/ \
 	FuzzDecoders:./partnerapi/ \
 	FuzzReportValidation:./partnerapi/sandbox/ \
-	FuzzSplitBatch:./producer/
+	FuzzSplitBatch:./producer/gateway/
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
 	  echo "$(GO) test -run '^$$' -fuzz '^$${t%%:*}$$' -fuzztime $(FUZZTIME) $${t#*:}"; \

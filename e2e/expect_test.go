@@ -15,7 +15,7 @@ import (
 
 	"github.com/playpipe/playpipe/partnerapi"
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
-	"github.com/playpipe/playpipe/producer"
+	"github.com/playpipe/playpipe/producer/simulator"
 )
 
 // play is the identity of one posted report, as the sandbox decoded it.
@@ -60,7 +60,7 @@ func expectedPlays(t *testing.T, cat *sandbox.Catalog, msgs []simRecord) (posted
 	t.Helper()
 	posted = map[play]int{}
 	for _, m := range msgs {
-		if m.Kind != producer.SimValid {
+		if m.Kind != simulator.KindValid {
 			badEvents++
 			continue
 		}
@@ -133,11 +133,11 @@ func (s simArgs) generated(t *testing.T, apiURL string, creds partnerapi.Credent
 		t.Fatalf("partner API client: %v", err)
 	}
 	defer api.Close()
-	mixes, err := producer.CatalogFromAPI(ctx, api, 0)
+	mixes, err := simulator.CatalogFromAPI(ctx, api, 0)
 	if err != nil {
 		t.Fatalf("catalog walk: %v", err)
 	}
-	gen, err := producer.NewSimGenerator(producer.SimConfig{Mixes: mixes, Events: s.events, Rate: s.rate, Devices: s.devices,
+	gen, err := simulator.NewGenerator(simulator.Config{Mixes: mixes, Events: s.events, Rate: s.rate, Devices: s.devices,
 		BadShare: s.badShare, Seed: s.seed, StartMS: s.startMS})
 	if err != nil {
 		t.Fatalf("simulation generator: %v", err)

@@ -16,6 +16,8 @@ import (
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
 	"github.com/playpipe/playpipe/pipeline"
 	"github.com/playpipe/playpipe/producer"
+	"github.com/playpipe/playpipe/producer/gateway"
+	"github.com/playpipe/playpipe/producer/simulator"
 	"github.com/playpipe/playpipe/schemas"
 )
 
@@ -57,34 +59,34 @@ func TestIngestAndEnrichEndToEnd(t *testing.T) {
 	}
 
 	// The gateway, on loopback, with one fleet key.
-	pub, err := producer.NewPublisher(ctx, producer.PublisherConfig{Kafka: p.Kafka})
+	pub, err := producer.NewPublisher(ctx, p.Kafka.Publisher())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer pub.Close(context.Background())
-	key, fk := "fleet-key-for-the-test", producer.HashKey("fleet-key-for-the-test")
-	fleetKey, err := producer.ParseFleetKey("test-fleet:" + fk)
+	key, fk := "fleet-key-for-the-test", gateway.HashKey("fleet-key-for-the-test")
+	fleetKey, err := gateway.ParseFleetKey("test-fleet:" + fk)
 	if err != nil {
 		t.Fatal(err)
 	}
-	gw, err := producer.NewGateway(producer.GatewayConfig{Publisher: pub, Keys: []producer.FleetKey{fleetKey}, Logger: testenv.Logger(t)})
+	gw, err := gateway.New(gateway.Config{Publisher: pub, Keys: []gateway.FleetKey{fleetKey}, Logger: testenv.Logger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	gwURL := testenv.ServeHandler(t, gw)
 
-	mixes, err := producer.CatalogFromAPI(ctx, p.API, 0)
+	mixes, err := simulator.CatalogFromAPI(ctx, p.API, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	viaKafka := producer.SimConfig{Kafka: p.Kafka, Mixes: mixes, Events: 2500, Devices: 50, BadShare: 0.1, Seed: 8, StartMS: 1767225600000}
+	viaKafka := simulator.Config{Kafka: p.Kafka, Mixes: mixes, Events: 2500, Devices: 50, BadShare: 0.1, Seed: 8, StartMS: 1767225600000}
 	viaHTTP := viaKafka
 	viaHTTP.Events, viaHTTP.Seed = 600, 9
 	kafkaMsgs, httpMsgs := generate(t, viaKafka), generate(t, viaHTTP)
 	// The two fleets must not share event ids.
 	seen := map[string]bool{}
-	for _, m := range append(append([]producer.SimMessage(nil), kafkaMsgs...), httpMsgs...) {
-		if m.Kind == producer.SimValid && seen[string(m.Key)] {
+	for _, m := range append(append([]simulator.Message(nil), kafkaMsgs...), httpMsgs...) {
+		if m.Kind == simulator.KindValid && seen[string(m.Key)] {
 			t.Fatalf("simulated event id %s twice", m.Key)
 		}
 		seen[string(m.Key)] = true
@@ -92,7 +94,7 @@ func TestIngestAndEnrichEndToEnd(t *testing.T) {
 
 	simDone := make(chan error, 1)
 	go func() {
-		_, err := producer.Simulate(ctx, viaKafka)
+		_, err := simulator.Run(ctx, viaKafka)
 		simDone <- err
 	}()
 	refusedHTTP := 0
@@ -111,7 +113,7 @@ func TestIngestAndEnrichEndToEnd(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var ir producer.IngestResponse
+		var ir gateway.IngestResponse
 		err = json.NewDecoder(resp.Body).Decode(&ir)
 		resp.Body.Close()
 		if err != nil || resp.StatusCode != http.StatusAccepted || len(ir.Events) != len(batch) {
@@ -121,7 +123,7 @@ func TestIngestAndEnrichEndToEnd(t *testing.T) {
 			if a.Status == "refused" {
 				refusedHTTP++
 				// Only events the schema refuses are refused at the gateway (an unknown mix is found by the consumer).
-				if batch[i].Kind == producer.SimValid || batch[i].Kind == producer.SimUnknownMix {
+				if batch[i].Kind == simulator.KindValid || batch[i].Kind == simulator.KindUnknownMix {
 					t.Errorf("gateway refused a %s event: %+v", batch[i].Kind, a)
 				}
 			}
@@ -137,7 +139,7 @@ func TestIngestAndEnrichEndToEnd(t *testing.T) {
 	wantRejected := map[string]string{} // event id → reason, for the events with an id
 	badWithoutID := 0
 	for _, m := range append(kafkaMsgs, httpMsgs...) {
-		if m.Kind != producer.SimValid {
+		if m.Kind != simulator.KindValid {
 			var ev struct {
 				EventID string `json:"event_id"`
 			}
@@ -205,7 +207,7 @@ func TestIngestAndEnrichEndToEnd(t *testing.T) {
 		if kind, ok := wantRejected[rej.EventID]; rej.EventID != "" {
 			if !ok {
 				t.Errorf("event %s rejected (%s) but it was valid", rej.EventID, rej.Reason)
-			} else if kind != rej.Reason && !(kind == producer.SimMissingField && rej.Reason == schemas.ReasonMissingField) {
+			} else if kind != rej.Reason && !(kind == simulator.KindMissingField && rej.Reason == schemas.ReasonMissingField) {
 				t.Errorf("event %s rejected as %s, simulated as %s", rej.EventID, rej.Reason, kind)
 			}
 		}
@@ -214,13 +216,13 @@ func TestIngestAndEnrichEndToEnd(t *testing.T) {
 		len(kafkaMsgs)+len(httpMsgs), len(httpMsgs), refusedHTTP, len(got), len(rejected), byReason)
 }
 
-func generate(t *testing.T, cfg producer.SimConfig) []producer.SimMessage {
+func generate(t *testing.T, cfg simulator.Config) []simulator.Message {
 	t.Helper()
-	g, err := producer.NewSimGenerator(cfg)
+	g, err := simulator.NewGenerator(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []producer.SimMessage
+	var out []simulator.Message
 	for m, ok := g.Next(); ok; m, ok = g.Next() {
 		out = append(out, m)
 	}

@@ -16,7 +16,7 @@ import (
 	"github.com/playpipe/playpipe/internal/testenv"
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
 	"github.com/playpipe/playpipe/pipeline"
-	"github.com/playpipe/playpipe/producer"
+	"github.com/playpipe/playpipe/producer/simulator"
 )
 
 // scrape reads a Prometheus text exposition and sums each metric's samples
@@ -87,7 +87,7 @@ func TestMetricsFollowTheLedger(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	mixes, err := producer.CatalogFromAPI(ctx, p.API, 0)
+	mixes, err := simulator.CatalogFromAPI(ctx, p.API, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +95,7 @@ func TestMetricsFollowTheLedger(t *testing.T) {
 	const events = 1200
 	simDone := make(chan error, 1)
 	go func() {
-		_, err := producer.Simulate(ctx, producer.SimConfig{Kafka: p.Kafka, Mixes: mixes, Events: events, Rate: 1500, BadShare: 0.1, Seed: 2, Devices: 40})
+		_, err := simulator.Run(ctx, simulator.Config{Kafka: p.Kafka, Mixes: mixes, Events: events, Rate: 1500, BadShare: 0.1, Seed: 2, Devices: 40})
 		simDone <- err
 	}()
 	p.Sandbox.SetFaults(sandbox.Faults{Report: sandbox.GroupFaults{FailNext: 25, FailNextStatus: 503}})

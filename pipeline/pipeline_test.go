@@ -12,7 +12,7 @@ import (
 	"github.com/playpipe/playpipe/internal/testenv"
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
 	"github.com/playpipe/playpipe/pipeline"
-	"github.com/playpipe/playpipe/producer"
+	"github.com/playpipe/playpipe/producer/simulator"
 	"github.com/playpipe/playpipe/reporter"
 )
 
@@ -48,16 +48,16 @@ func TestPipelineEndToEnd(t *testing.T) {
 	}
 	defer p.Close()
 
-	mixes, err := producer.CatalogFromAPI(ctx, p.API, 0)
+	mixes, err := simulator.CatalogFromAPI(ctx, p.API, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sim := producer.SimConfig{Kafka: p.Kafka, Mixes: mixes, Events: 3000, Rate: 1500, Devices: 60, BadShare: 0.08, Seed: 5}
-	gen, err := producer.NewSimGenerator(sim)
+	sim := simulator.Config{Kafka: p.Kafka, Mixes: mixes, Events: 3000, Rate: 1500, Devices: 60, BadShare: 0.08, Seed: 5}
+	gen, err := simulator.NewGenerator(sim)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var msgs []producer.SimMessage
+	var msgs []simulator.Message
 	for m, ok := gen.Next(); ok; m, ok = gen.Next() {
 		msgs = append(msgs, m)
 	}
@@ -73,7 +73,7 @@ func TestPipelineEndToEnd(t *testing.T) {
 
 	simDone := make(chan error, 1)
 	go func() {
-		st, err := producer.Simulate(ctx, sim)
+		st, err := simulator.Run(ctx, sim)
 		if err == nil && st.Sent != len(msgs) {
 			err = fmt.Errorf("simulator sent %d of %d", st.Sent, len(msgs))
 		}

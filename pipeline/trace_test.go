@@ -60,7 +60,7 @@ func TestTraceEndToEnd(t *testing.T) {
 	mix := p.Sandbox.Catalog().Mixes[0]
 	ev := fmt.Sprintf(`{"event_id":"trace-1","mix_id":%d,"started_at":1767225600000,"offset_ms":0,"duration_ms":%d,`+
 		`"user_id":"u-trace","country":"DE","os":"Android 15","device":"phone","vendor":4}`, mix.ID, (mix.Tracks[1].StartSec+5)*1000)
-	pub, err := producer.NewPublisher(ctx, producer.PublisherConfig{Kafka: p.Kafka})
+	pub, err := producer.NewPublisher(ctx, p.Kafka.Publisher())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,26 +3,31 @@ package producer_test
 import (
 	"context"
 	"fmt"
+	"log"
 
-	"github.com/playpipe/playpipe/internal/kafkax"
+	"github.com/twmb/franz-go/pkg/kfake"
+
 	"github.com/playpipe/playpipe/producer"
 )
 
 // A fleet backend publishes a batch and learns, per event, whether it is on
-// the topic.
+// the topic. Only the public API is used: copy it, and put your brokers
+// (and SASL, TLS) in the Config instead of the in-process test cluster.
 func ExamplePublisher_Publish() {
-	broker, err := kafkax.StartEmbedded("plays", 3) // use your brokers instead
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "plays.events"))
 	if err != nil {
-		panic(err)
+		log.Fatal(err)
 	}
-	defer broker.Close()
+	defer cluster.Close()
 
 	ctx := context.Background()
-	pub, err := producer.NewPublisher(ctx, producer.PublisherConfig{
-		Kafka: kafkax.Config{Brokers: broker.Addrs(), Partitions: 3},
+	pub, err := producer.NewPublisher(ctx, producer.Config{
+		Brokers: cluster.ListenAddrs(), // e.g. []string{"kafka-1:9092", "kafka-2:9092"}
+		// SASL: producer.SASL{Mechanism: producer.SASLScramSHA512, User: "fleet", Password: os.Getenv("KAFKA_PASSWORD")},
+		// TLS:  producer.TLS{Enabled: true},
 	})
 	if err != nil {
-		panic(err)
+		log.Fatal(err)
 	}
 	defer pub.Close(ctx)
 
@@ -31,7 +36,7 @@ func ExamplePublisher_Publish() {
 		[]byte(`{"event_id":"e-2","mix_id":1001,"started_at":1704067385000,"offset_ms":185000,"duration_ms":0,"user_id":"u-1","country":"Germany","os":"iOS 17.4","device":"phone","vendor":1}`),
 	})
 	if err != nil { // only when Kafka did not acknowledge a valid event
-		panic(err)
+		log.Fatal(err)
 	}
 	for _, r := range results {
 		fmt.Println(r.Index, r.EventID, r.Status, r.Violations)

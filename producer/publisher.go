@@ -6,24 +6,27 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"time"
 	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/kgo"
-	"go.opentelemetry.io/otel"
+	"github.com/twmb/franz-go/plugin/kotel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/playpipe/playpipe/internal/kafkax"
-	"github.com/playpipe/playpipe/internal/telemetry"
 	"github.com/playpipe/playpipe/schemas"
 )
 
 const instrumentation = "github.com/playpipe/playpipe/producer"
 
-var meter = otel.Meter(instrumentation)
+// propagator writes W3C trace context and baggage into the records'
+// headers, whatever the global propagator is: the consumer reads these.
+var propagator = propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
+
+// inject writes the trace context of ctx (traceparent, tracestate) into r's headers.
+func inject(ctx context.Context, r *kgo.Record) { propagator.Inject(ctx, kotel.NewRecordCarrier(r)) }
 
 // Errors of Publish. Use errors.Is.
 var (
@@ -68,79 +71,10 @@ func (e *PublishError) Error() string {
 func (e *PublishError) Unwrap() error        { return e.Err }
 func (e *PublishError) Is(target error) bool { return target == ErrNotPublished }
 
-// PublisherConfig configures a Publisher. Zero values take the defaults named
-// in the comments; NewPublisher validates it once.
-type PublisherConfig struct {
-	// Kafka is the connection (brokers, SASL, TLS) shared by every role;
-	// at least one broker is required.
-	Kafka kafkax.Config
-	// Topic receives the valid events; defaults to Kafka.Topics().Events.
-	Topic string
-	// Validate is the deployment's event policy (events without user_id,
-	// default vendor). It must match the consumer's.
-	Validate schemas.ValidateOptions
-	// Linger is how long a partition waits to fill a batch; defaults to 5 ms.
-	// Publish always waits for the acknowledgement, so this is latency added
-	// to a small batch in exchange for fewer, larger produce requests.
-	Linger time.Duration
-	// MaxBufferedRecords bounds the records waiting for Kafka; Publish blocks
-	// when the buffer is full (it never drops). Defaults to 100000.
-	MaxBufferedRecords int
-	// DeliveryTimeout is how long an event may wait for Kafka's
-	// acknowledgement before it fails with ErrNotPublished; defaults to 30 s.
-	DeliveryTimeout time.Duration
-	// TracerProvider makes the producer spans (one per batch, one per event,
-	// whose context goes into the record's headers); defaults to the global
-	// provider (otel.GetTracerProvider).
-	TracerProvider trace.TracerProvider
-	// ClientOpts are extra franz-go options, applied last (tuning, tests).
-	ClientOpts []kgo.Opt
-}
-
-func (c *PublisherConfig) setDefaults() {
-	if c.Kafka.Partitions == 0 {
-		c.Kafka.Partitions = 6 // only used when creating topics; the flag's default
-	}
-	if c.Topic == "" {
-		c.Topic = c.Kafka.Topics().Events
-	}
-	if c.Linger == 0 {
-		c.Linger = 5 * time.Millisecond
-	}
-	if c.MaxBufferedRecords == 0 {
-		c.MaxBufferedRecords = 100000
-	}
-	if c.DeliveryTimeout == 0 {
-		c.DeliveryTimeout = 30 * time.Second
-	}
-	if c.TracerProvider == nil {
-		c.TracerProvider = otel.GetTracerProvider()
-	}
-}
-
-func (c *PublisherConfig) validate() error {
-	if len(c.Kafka.Brokers) == 0 {
-		return errors.New("producer: PublisherConfig.Kafka.Brokers is empty; at least one host:port is required")
-	}
-	if err := c.Kafka.Validate(); err != nil {
-		return fmt.Errorf("producer: %w", err)
-	}
-	if c.Linger < 0 {
-		return fmt.Errorf("producer: PublisherConfig.Linger must be ≥ 0, got %s", c.Linger)
-	}
-	if c.MaxBufferedRecords < 1 {
-		return fmt.Errorf("producer: PublisherConfig.MaxBufferedRecords must be ≥ 1, got %d", c.MaxBufferedRecords)
-	}
-	if c.DeliveryTimeout < 0 {
-		return fmt.Errorf("producer: PublisherConfig.DeliveryTimeout must be ≥ 0, got %s", c.DeliveryTimeout)
-	}
-	return nil
-}
-
 // Publisher validates player events and publishes them to Kafka (franz-go,
 // idempotent producer, acks from all in-sync replicas). Safe for concurrent use.
 type Publisher struct {
-	cfg    PublisherConfig
+	cfg    Config
 	cl     *kgo.Client
 	tracer trace.Tracer
 
@@ -155,16 +89,16 @@ type Publisher struct {
 
 // NewPublisher builds a Publisher. It does not wait for the brokers (see
 // Ping): a role may start before Kafka is reachable.
-func NewPublisher(ctx context.Context, cfg PublisherConfig) (*Publisher, error) {
+func NewPublisher(ctx context.Context, cfg Config) (*Publisher, error) {
 	cfg.setDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	base, err := cfg.Kafka.ClientOpts()
+	opts, err := cfg.ConnOpts()
 	if err != nil {
-		return nil, fmt.Errorf("producer: %w", err)
+		return nil, err
 	}
-	opts := append(base,
+	opts = append(opts,
 		kgo.DefaultProduceTopic(cfg.Topic),
 		kgo.ProducerLinger(cfg.Linger),
 		kgo.MaxBufferedRecords(cfg.MaxBufferedRecords),
@@ -176,14 +110,22 @@ func NewPublisher(ctx context.Context, cfg PublisherConfig) (*Publisher, error) 
 	if err != nil {
 		return nil, fmt.Errorf("producer: kafka client: %w", err)
 	}
-	events, _ := meter.Int64Counter("playpipe.producer.events",
+	events, err := cfg.MeterProvider.Meter(instrumentation).Int64Counter("playpipe.producer.events",
 		metric.WithDescription("Events handed to the producer, by outcome: accepted (on the topic), refused (invalid), failed (not acknowledged)."))
+	if err != nil {
+		cl.Close()
+		return nil, fmt.Errorf("producer: counter: %w", err)
+	}
 	_ = ctx // reserved: the client connects lazily
 	return &Publisher{cfg: cfg, cl: cl, events: events, tracer: cfg.TracerProvider.Tracer(instrumentation)}, nil
 }
 
 // Topic returns the topic valid events are published to.
 func (p *Publisher) Topic() string { return p.cfg.Topic }
+
+// TopicPrefix returns the prefix of the pipeline's topic names
+// (Config.TopicPrefix with its default applied).
+func (p *Publisher) TopicPrefix() string { return p.cfg.TopicPrefix }
 
 // Ping checks that a broker answers (for readiness probes).
 func (p *Publisher) Ping(ctx context.Context) error {
@@ -196,6 +138,7 @@ func (p *Publisher) Ping(ctx context.Context) error {
 // Status of one event in a Result.
 type Status string
 
+// The statuses of an event.
 const (
 	StatusAccepted Status = "accepted" // on the topic, acknowledged by Kafka
 	StatusRefused  Status = "refused"  // broke a rule; not sent (retrying will not help)
@@ -215,18 +158,13 @@ type Result struct {
 	// Err is nil for an accepted event, an *InvalidEventError for a refused
 	// one and a *PublishError for a failed one.
 	Err error
-	// RejectionErr is set when WithRejections was given and the rejection
-	// record of a refused event was not acknowledged.
-	RejectionErr error
 }
 
 // PublishOption adjusts one Publish call.
 type PublishOption func(*publishOpts)
 
 type publishOpts struct {
-	headers      []kgo.RecordHeader
-	rejectTopic  string
-	rejectSource string
+	headers []kgo.RecordHeader
 }
 
 // WithHeaders adds headers to every record of the batch (after the trace context).
@@ -234,12 +172,15 @@ func WithHeaders(h ...kgo.RecordHeader) PublishOption {
 	return func(o *publishOpts) { o.headers = append(o.headers, h...) }
 }
 
-// WithRejections also publishes every refused event, as a schemas.Rejection
-// whose Source is {Topic: source, Partition: -1, Offset: -1}, to topic (the
-// rejected topic), so the audit ledger counts events refused before Kafka.
-// Publish waits for those records too.
-func WithRejections(topic, source string) PublishOption {
-	return func(o *publishOpts) { o.rejectTopic, o.rejectSource = topic, source }
+// enter registers a call that Close waits for; false once closed.
+func (p *Publisher) enter() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return false
+	}
+	p.inflight.Add(1)
+	return true
 }
 
 // Publish validates every event of the batch, sends the valid ones to the
@@ -258,16 +199,12 @@ func (p *Publisher) Publish(ctx context.Context, events [][]byte, opts ...Publis
 	for i := range results {
 		results[i].Index = i
 	}
-	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
+	if !p.enter() {
 		for i := range results {
 			results[i].Status, results[i].Err = StatusFailed, ErrClosed
 		}
 		return results, ErrClosed
 	}
-	p.inflight.Add(1)
-	p.mu.Unlock()
 	defer p.inflight.Done()
 
 	ctx, span := p.tracer.Start(ctx, "publish "+p.cfg.Topic, trace.WithSpanKind(trace.SpanKindProducer),
@@ -277,58 +214,53 @@ func (p *Publisher) Publish(ctx context.Context, events [][]byte, opts ...Publis
 	defer span.End()
 
 	var wg sync.WaitGroup
-	now := time.Now().UnixMilli()
 	for i, raw := range events {
-		res := &results[i]
-		ev, vs := schemas.ParseEvent(raw, p.cfg.Validate)
-		if vs != nil {
-			res.EventID = lenientEventID(raw)
-			res.Status, res.Violations, res.Err = StatusRefused, vs, &InvalidEventError{Violations: vs}
-			if o.rejectTopic != "" {
-				rej := schemas.NewRejection(raw, res.EventID, vs, schemas.Source{Topic: o.rejectSource, Partition: -1, Offset: -1}, now)
-				val, err := json.Marshal(rej)
-				if err != nil { // cannot happen for these types; never drop silently
-					res.RejectionErr = fmt.Errorf("producer: encode rejection: %w", err)
-					continue
-				}
-				rec := &kgo.Record{Topic: o.rejectTopic, Value: val}
-				if res.EventID != "" {
-					rec.Key = []byte(res.EventID) // without one, spread over partitions
-				}
-				telemetry.Inject(ctx, rec)
-				rec.Headers = append(rec.Headers, o.headers...)
-				wg.Add(1)
-				p.cl.Produce(ctx, rec, func(_ *kgo.Record, err error) {
-					if err != nil {
-						res.RejectionErr = &PublishError{Topic: o.rejectTopic, Err: err}
-					}
-					wg.Done()
-				})
-			}
-			continue
-		}
-		res.EventID = ev.EventID
-		rctx, rspan := p.tracer.Start(ctx, "send "+p.cfg.Topic, trace.WithSpanKind(trace.SpanKindProducer))
-		rec := &kgo.Record{Topic: p.cfg.Topic, Key: []byte(ev.EventID), Value: raw}
-		telemetry.Inject(rctx, rec)
-		rec.Headers = append(rec.Headers, o.headers...)
-		wg.Add(1)
-		p.cl.Produce(ctx, rec, func(r *kgo.Record, err error) {
-			if err != nil {
-				res.Status, res.Err = StatusFailed, &PublishError{Topic: p.cfg.Topic, Err: err}
-				rspan.RecordError(err)
-				rspan.SetStatus(codes.Error, "not published")
-			} else {
-				res.Status, res.Partition, res.Offset = StatusAccepted, r.Partition, r.Offset
-			}
-			rspan.End()
-			wg.Done()
-		})
+		p.send(ctx, &wg, raw, &results[i], o.headers)
 	}
 	wg.Wait()
 
-	var accepted, refused, failed int64
-	var firstErr error
+	accepted, refused, failed, firstErr := tally(results)
+	p.count(ctx, accepted, refused, failed)
+	span.SetAttributes(attribute.Int64("playpipe.events.accepted", accepted), attribute.Int64("playpipe.events.refused", refused))
+	if failed > 0 {
+		span.SetStatus(codes.Error, "events not published")
+		return results, fmt.Errorf("producer: %d of %d events not published: %w", failed, len(events), firstErr)
+	}
+	return results, nil
+}
+
+// send validates one event: a refused one is settled in res at once, a
+// valid one is produced (with its own span, whose context goes into the
+// record's headers) and settled in res by the acknowledgement, which wg
+// waits for.
+func (p *Publisher) send(ctx context.Context, wg *sync.WaitGroup, raw []byte, res *Result, headers []kgo.RecordHeader) {
+	ev, vs := schemas.ParseEvent(raw, p.cfg.Validate)
+	if vs != nil {
+		res.EventID = LenientEventID(raw)
+		res.Status, res.Violations, res.Err = StatusRefused, vs, &InvalidEventError{Violations: vs}
+		return
+	}
+	res.EventID = ev.EventID
+	rctx, rspan := p.tracer.Start(ctx, "send "+p.cfg.Topic, trace.WithSpanKind(trace.SpanKindProducer))
+	rec := &kgo.Record{Topic: p.cfg.Topic, Key: []byte(ev.EventID), Value: raw}
+	inject(rctx, rec)
+	rec.Headers = append(rec.Headers, headers...)
+	wg.Add(1)
+	p.cl.Produce(ctx, rec, func(r *kgo.Record, err error) {
+		if err != nil {
+			res.Status, res.Err = StatusFailed, &PublishError{Topic: p.cfg.Topic, Err: err}
+			rspan.RecordError(err)
+			rspan.SetStatus(codes.Error, "not published")
+		} else {
+			res.Status, res.Partition, res.Offset = StatusAccepted, r.Partition, r.Offset
+		}
+		rspan.End()
+		wg.Done()
+	})
+}
+
+// tally counts the outcomes of a batch and returns the first failure.
+func tally(results []Result) (accepted, refused, failed int64, firstErr error) {
 	for i := range results {
 		switch results[i].Status {
 		case StatusAccepted:
@@ -342,13 +274,7 @@ func (p *Publisher) Publish(ctx context.Context, events [][]byte, opts ...Publis
 			}
 		}
 	}
-	p.count(ctx, accepted, refused, failed)
-	span.SetAttributes(attribute.Int64("playpipe.events.accepted", accepted), attribute.Int64("playpipe.events.refused", refused))
-	if failed > 0 {
-		span.SetStatus(codes.Error, "events not published")
-		return results, fmt.Errorf("producer: %d of %d events not published: %w", failed, len(events), firstErr)
-	}
-	return results, nil
+	return accepted, refused, failed, firstErr
 }
 
 func (p *Publisher) count(ctx context.Context, accepted, refused, failed int64) {
@@ -375,6 +301,39 @@ func (p *Publisher) PublishEvents(ctx context.Context, events []schemas.PlayerEv
 	return p.Publish(ctx, raws, opts...)
 }
 
+// WriteRecords produces recs as they are (topic, key, value and headers set
+// by the caller; no validation, no trace context added) through the
+// Publisher's client, and waits until Kafka acknowledged or failed each:
+// errs[i] is nil or the *PublishError of recs[i]. It is for records beside
+// the events, such as the rejection records of events refused before Kafka
+// (the ingest gateway writes these). Like Publish, it fails with ErrClosed
+// once the Publisher is closed, and Close waits for it.
+func (p *Publisher) WriteRecords(ctx context.Context, recs []*kgo.Record) (errs []error) {
+	errs = make([]error, len(recs))
+	if len(recs) == 0 {
+		return errs
+	}
+	if !p.enter() {
+		for i := range errs {
+			errs[i] = ErrClosed
+		}
+		return errs
+	}
+	defer p.inflight.Done()
+	var wg sync.WaitGroup
+	for i, rec := range recs {
+		wg.Add(1)
+		p.cl.Produce(ctx, rec, func(_ *kgo.Record, err error) {
+			if err != nil {
+				errs[i] = &PublishError{Topic: rec.Topic, Err: err}
+			}
+			wg.Done()
+		})
+	}
+	wg.Wait()
+	return errs
+}
+
 // Close waits for running Publish calls (until ctx ends), flushes and closes
 // the Kafka client. Publish calls after Close fail with ErrClosed. Safe to
 // call more than once; later calls return the first call's error.
@@ -399,9 +358,9 @@ func (p *Publisher) Close(ctx context.Context) error {
 	return p.closeErr
 }
 
-// lenientEventID reads event_id from an event that failed validation, for
-// the caller's answer; "" when it has no readable one.
-func lenientEventID(raw []byte) string {
+// LenientEventID reads event_id from an event that failed validation, for
+// an answer to its sender; "" when it has no readable one.
+func LenientEventID(raw []byte) string {
 	var v struct {
 		EventID string `json:"event_id"`
 	}

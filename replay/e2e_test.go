@@ -19,7 +19,7 @@ import (
 	"github.com/playpipe/playpipe/partnerapi"
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
 	"github.com/playpipe/playpipe/pipeline"
-	"github.com/playpipe/playpipe/producer"
+	"github.com/playpipe/playpipe/producer/simulator"
 	"github.com/playpipe/playpipe/replay"
 	"github.com/playpipe/playpipe/reporter"
 	"github.com/playpipe/playpipe/schemas"
@@ -81,11 +81,11 @@ func TestReplayAfterPartnerDataLoss(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	mixes, err := producer.CatalogFromAPI(ctx, p.API, 0)
+	mixes, err := simulator.CatalogFromAPI(ctx, p.API, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := producer.Simulate(ctx, producer.SimConfig{Kafka: p.Kafka, Mixes: mixes, Events: 150, Rate: 1000, Devices: 20, Seed: 3}); err != nil {
+	if _, err := simulator.Run(ctx, simulator.Config{Kafka: p.Kafka, Mixes: mixes, Events: 150, Rate: 1000, Devices: 20, Seed: 3}); err != nil {
 		t.Fatal(err)
 	}
 

@@ -29,6 +29,8 @@ import (
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
 	"github.com/playpipe/playpipe/pipeline"
 	"github.com/playpipe/playpipe/producer"
+	"github.com/playpipe/playpipe/producer/gateway"
+	"github.com/playpipe/playpipe/producer/simulator"
 	"github.com/playpipe/playpipe/reporter"
 )
 
@@ -228,7 +230,7 @@ func demo(ctx context.Context, c demoConfig, out io.Writer) error {
 	defer gw.close()
 	fmt.Fprintf(out, "  ingest      http://%s/v1/events\n\n", gw.addr)
 
-	mixes, err := producer.CatalogFromAPI(ctx, p.API, 0)
+	mixes, err := simulator.CatalogFromAPI(ctx, p.API, 0)
 	if err != nil {
 		if ctx.Err() != nil {
 			return demoInterrupted{summary: "interrupted while reading the catalog"}
@@ -238,7 +240,7 @@ func demo(ctx context.Context, c demoConfig, out io.Writer) error {
 	viaIngest := int(float64(c.events) * c.ingestShare)
 	viaKafka := c.events - viaIngest
 	var onTopic atomic.Int64 // events on the events topic (Kafka-acknowledged), as they are
-	simCfg := producer.SimConfig{Kafka: p.Kafka, Mixes: mixes, Events: viaKafka, Rate: c.rate * float64(viaKafka) / float64(c.events),
+	simCfg := simulator.Config{Kafka: p.Kafka, Mixes: mixes, Events: viaKafka, Rate: c.rate * float64(viaKafka) / float64(c.events),
 		Devices: c.devices, BadShare: c.badShare, Seed: c.seed,
 		// Small synchronous writes and a counting Record keep onTopic current.
 		BatchSize: 100, Record: lineCounter{&onTopic}}
@@ -262,12 +264,12 @@ func demo(ctx context.Context, c demoConfig, out io.Writer) error {
 			fleetDone <- nil
 			return
 		}
-		_, err := producer.Simulate(runCtx, simCfg)
+		_, err := simulator.Run(runCtx, simCfg)
 		fleetDone <- err
 	}()
 	go func() {
 		defer wg.Done()
-		_, err := gw.send(runCtx, producer.SimConfig{Mixes: mixes, Events: viaIngest, Devices: c.devices, BadShare: c.badShare, Seed: c.seed + 1,
+		_, err := gw.send(runCtx, simulator.Config{Mixes: mixes, Events: viaIngest, Devices: c.devices, BadShare: c.badShare, Seed: c.seed + 1,
 			Rate: c.rate * float64(viaIngest) / float64(c.events), Kafka: p.Kafka}, &onTopic)
 		fleetDone <- err
 	}()
@@ -590,7 +592,7 @@ type demoGateway struct {
 }
 
 func startDemoGateway(ctx context.Context, k kafkax.Config, log *slog.Logger) (*demoGateway, error) {
-	pub, err := producer.NewPublisher(ctx, producer.PublisherConfig{Kafka: k})
+	pub, err := producer.NewPublisher(ctx, k.Publisher())
 	if err != nil {
 		return nil, err
 	}
@@ -599,11 +601,11 @@ func startDemoGateway(ctx context.Context, k kafkax.Config, log *slog.Logger) (*
 		return nil, err
 	}
 	key := hex.EncodeToString(raw)
-	fk, err := producer.ParseFleetKey("demo-fleet:" + producer.HashKey(key))
+	fk, err := gateway.ParseFleetKey("demo-fleet:" + gateway.HashKey(key))
 	if err != nil {
 		return nil, err
 	}
-	gw, err := producer.NewGateway(producer.GatewayConfig{Publisher: pub, Keys: []producer.FleetKey{fk}, Logger: log})
+	gw, err := gateway.New(gateway.Config{Publisher: pub, Keys: []gateway.FleetKey{fk}, Logger: log})
 	if err != nil {
 		return nil, err
 	}
@@ -631,11 +633,11 @@ func startDemoGateway(ctx context.Context, k kafkax.Config, log *slog.Logger) (*
 // send posts simulated segments to the gateway as NDJSON batches of 100 and
 // returns how many it accepted onto the events topic (also added to onTopic
 // as they are accepted).
-func (g *demoGateway) send(ctx context.Context, cfg producer.SimConfig, onTopic *atomic.Int64) (int, error) {
+func (g *demoGateway) send(ctx context.Context, cfg simulator.Config, onTopic *atomic.Int64) (int, error) {
 	if cfg.Events == 0 {
 		return 0, nil
 	}
-	gen, err := producer.NewSimGenerator(cfg)
+	gen, err := simulator.NewGenerator(cfg)
 	if err != nil {
 		return 0, err
 	}
@@ -663,7 +665,7 @@ func (g *demoGateway) send(ctx context.Context, cfg producer.SimConfig, onTopic 
 			return fmt.Errorf("ingest: %w", err)
 		}
 		defer resp.Body.Close()
-		var ir producer.IngestResponse
+		var ir gateway.IngestResponse
 		if err := json.NewDecoder(resp.Body).Decode(&ir); err != nil {
 			return fmt.Errorf("ingest: answer %d: %w", resp.StatusCode, err)
 		}

@@ -6,8 +6,10 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -18,6 +20,7 @@ import (
 	"github.com/playpipe/playpipe/internal/kafkax"
 	"github.com/playpipe/playpipe/internal/telemetry"
 	"github.com/playpipe/playpipe/producer"
+	"github.com/playpipe/playpipe/producer/gateway"
 	"github.com/playpipe/playpipe/schemas"
 )
 
@@ -48,101 +51,151 @@ func runIngest(ctx context.Context, args []string, stdout, stderr io.Writer) err
 // address once the gateway serves (tests).
 func runIngestWith(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, ready func(addr string)) error {
 	fs := newFlagSet("ingest", stderr, ingestSynopsis)
-	var (
-		lf        logFlags
-		kcfg      kafkax.Config
-		keySpecs  []string
-		addr      = fs.String("addr", envDefault("PLAYPIPE_INGEST_ADDR", "127.0.0.1:8090"), "listen address (env PLAYPIPE_INGEST_ADDR); use :8090 to serve other hosts")
-		keysFile  = fs.String("api-keys-file", os.Getenv("PLAYPIPE_INGEST_API_KEYS_FILE"), "file of fleet API keys, one fleet-name:hexsha256 per line, # comments (env PLAYPIPE_INGEST_API_KEYS_FILE)")
-		hashKey   = fs.Bool("hash-key", false, "read an API key from stdin, print its SHA-256 (hex) and exit")
-		newKey    = fs.String("new-key", "", "make a random API key for the named fleet, print it and its configuration line, and exit")
-		maxBody   = fs.Int64("max-body", 4<<20, "largest request body in bytes (larger: 413)")
-		maxEvent  = fs.String("max-event-bytes", envDefault("PLAYPIPE_MAX_EVENT_BYTES", strconv.Itoa(producer.DefaultMaxEventBytes)), fmt.Sprintf("largest event in bytes, 1–%d (env PLAYPIPE_MAX_EVENT_BYTES); a larger one is refused with reason too_large (413 when the request holds nothing else) and recorded with a bounded prefix of its bytes", producer.MaxEventBytesCeiling))
-		maxEvents = fs.Int("max-events", 5000, "most events in one request (more: 413)")
-		ratePer   = fs.Float64("rate", 20000, "sustained events per second allowed per API key (more: 429 with Retry-After)")
-		burst     = fs.Int("burst", 0, "events an API key may send at once; 0: max(--max-events, --rate); must be ≥ --max-events")
-		linger    = fs.Duration("linger", 5*time.Millisecond, "how long a Kafka partition batch waits to fill")
-		delivery  = fs.Duration("delivery-timeout", 30*time.Second, "how long an event may wait for Kafka's acknowledgement before the request answers 503")
-		allowNoU  = fs.Bool("allow-missing-user-id", false, "accept events without user_id (must match the consumer's policy)")
-		defVendor = fs.String("default-vendor", "", "vendor for events without one (must match the consumer's policy); empty: vendor is required")
-		maxConc   = fs.Int("max-concurrent", 64, "POST requests served at once (bounds memory to about this × --max-body); more: 503 with Retry-After. A request takes a slot only after its key passed its own limits")
-		maxPerKey = fs.Int("max-concurrent-per-key", 0, "POST requests one API key may have in flight, 1–--max-concurrent; more: 429 concurrency_limited. 0: a quarter of --max-concurrent")
-		minRate   = fs.Int64("min-body-rate", 1024, "slowest average rate, in bytes/s, a request body may arrive at after --body-grace; slower: cut with 408 slow_body")
-		bodyGrace = fs.Duration("body-grace", 10*time.Second, "time a request body may take before --min-body-rate applies")
-		readTO    = fs.Duration("read-timeout", time.Minute, "longest time from a request's headers to the end of its body; later: cut with 408 read_timeout")
-		adminAddr = telemetry.AdminAddrFlag(fs, "ingest")
-		shutdownT = fs.Duration("shutdown-timeout", 30*time.Second, "how long shutdown waits for requests in flight")
-	)
-	fs.Func("api-key", "a fleet API key as fleet-name:hexsha256 (repeatable; env PLAYPIPE_INGEST_API_KEYS, comma separated)", func(s string) error {
-		keySpecs = append(keySpecs, s)
-		return nil
-	})
-	kcfg.RegisterFlags(fs)
-	lf.register(fs.StringVar)
+	f := newIngestFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if *hashKey {
+	if *f.hashKey {
 		return printKeyHash(stdin, stdout, stderr)
 	}
-	if *newKey != "" {
-		return printNewKey(*newKey, stdout, stderr)
+	if *f.newKey != "" {
+		return printNewKey(*f.newKey, stdout, stderr)
 	}
-	log, err := lf.logger(stderr)
+	log, err := f.lf.logger(stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return errUsage
 	}
-	if v := os.Getenv("PLAYPIPE_INGEST_API_KEYS"); v != "" && len(keySpecs) == 0 {
-		keySpecs = strings.Split(v, ",")
-	}
-	keys, err := loadFleetKeys(keySpecs, *keysFile)
+	st, err := f.settings(stderr)
 	if err != nil {
 		return err
 	}
-	if len(keys) == 0 {
-		fmt.Fprintln(stderr, "playpipe ingest: no fleet API key configured: pass --api-key fleet:hexsha256, --api-keys-file or PLAYPIPE_INGEST_API_KEYS (make one with --new-key <fleet>)")
-		return errUsage
-	}
-	maxEventBytes, err := strconv.ParseInt(strings.TrimSpace(*maxEvent), 10, 64)
-	if err != nil || maxEventBytes < 1 || maxEventBytes > producer.MaxEventBytesCeiling {
-		fmt.Fprintf(stderr, "playpipe ingest: --max-event-bytes (env PLAYPIPE_MAX_EVENT_BYTES) %q: a whole number of bytes from 1 to %d is required\n", *maxEvent, producer.MaxEventBytesCeiling)
-		return errUsage
-	}
-	switch {
-	case *minRate < 1:
-		fmt.Fprintf(stderr, "playpipe ingest: --min-body-rate %d: at least 1 byte/s is required\n", *minRate)
-		return errUsage
-	case *bodyGrace <= 0:
-		fmt.Fprintf(stderr, "playpipe ingest: --body-grace %s: a duration > 0 is required (e.g. 10s)\n", *bodyGrace)
-		return errUsage
-	case *readTO <= 0:
-		fmt.Fprintf(stderr, "playpipe ingest: --read-timeout %s: a duration > 0 is required (e.g. 1m)\n", *readTO)
-		return errUsage
-	}
-	limits := producer.GatewayConfig{
-		MaxBodyBytes: *maxBody, MaxEventBytes: maxEventBytes, MaxEvents: *maxEvents,
-		RatePerKey: *ratePer, Burst: *burst, MaxConcurrent: *maxConc, MaxConcurrentPerKey: *maxPerKey,
-		MinBodyRate: *minRate, BodyGrace: *bodyGrace, ReadTimeout: *readTO,
-	}
-	if err := limits.ValidateLimits(); err != nil {
-		fmt.Fprintf(stderr, "playpipe ingest: %v\n", err)
-		return errUsage
-	}
-	vopts := schemas.ValidateOptions{AllowMissingUserID: *allowNoU}
-	if *defVendor != "" {
-		v, err := strconv.ParseInt(*defVendor, 10, 64)
-		if err != nil {
-			fmt.Fprintf(stderr, "--default-vendor %q: an integer is required\n", *defVendor)
-			return errUsage
-		}
-		vopts.DefaultVendor = &v
-	}
-	if err := requireKafka(kcfg); err != nil {
+	if err := requireKafka(f.kcfg); err != nil {
 		return err
 	}
+	return serveIngest(ctx, f, st, log, ready)
+}
 
-	tel, err := telemetry.StartRole(ctx, "ingest", *adminAddr, log)
+// ingestFlags are the flags of playpipe ingest.
+type ingestFlags struct {
+	lf       logFlags
+	kcfg     kafkax.Config
+	keySpecs []string
+
+	addr, keysFile, newKey, maxEvent, defVendor, adminAddr *string
+	hashKey, allowNoU                                      *bool
+	maxBody, minRate                                       *int64
+	maxEvents, burst, maxConc, maxPerKey                   *int
+	ratePer                                                *float64
+	linger, delivery, bodyGrace, readTO, shutdownT         *time.Duration
+}
+
+func newIngestFlags(fs *flag.FlagSet) *ingestFlags {
+	f := &ingestFlags{
+		addr:      fs.String("addr", envDefault("PLAYPIPE_INGEST_ADDR", "127.0.0.1:8090"), "listen address (env PLAYPIPE_INGEST_ADDR); use :8090 to serve other hosts"),
+		keysFile:  fs.String("api-keys-file", os.Getenv("PLAYPIPE_INGEST_API_KEYS_FILE"), "file of fleet API keys, one fleet-name:hexsha256 per line, # comments (env PLAYPIPE_INGEST_API_KEYS_FILE)"),
+		hashKey:   fs.Bool("hash-key", false, "read an API key from stdin, print its SHA-256 (hex) and exit"),
+		newKey:    fs.String("new-key", "", "make a random API key for the named fleet, print it and its configuration line, and exit"),
+		maxBody:   fs.Int64("max-body", 4<<20, "largest request body in bytes (larger: 413)"),
+		maxEvent:  fs.String("max-event-bytes", envDefault("PLAYPIPE_MAX_EVENT_BYTES", strconv.Itoa(gateway.DefaultMaxEventBytes)), fmt.Sprintf("largest event in bytes, 1–%d (env PLAYPIPE_MAX_EVENT_BYTES); a larger one is refused with reason too_large (413 when the request holds nothing else) and recorded with a bounded prefix of its bytes", gateway.MaxEventBytesCeiling)),
+		maxEvents: fs.Int("max-events", 5000, "most events in one request (more: 413)"),
+		ratePer:   fs.Float64("rate", 20000, "sustained events per second allowed per API key (more: 429 with Retry-After)"),
+		burst:     fs.Int("burst", 0, "events an API key may send at once; 0: max(--max-events, --rate); must be ≥ --max-events"),
+		linger:    fs.Duration("linger", 5*time.Millisecond, "how long a Kafka partition batch waits to fill"),
+		delivery:  fs.Duration("delivery-timeout", 30*time.Second, "how long an event may wait for Kafka's acknowledgement before the request answers 503"),
+		allowNoU:  fs.Bool("allow-missing-user-id", false, "accept events without user_id (must match the consumer's policy)"),
+		defVendor: fs.String("default-vendor", "", "vendor for events without one (must match the consumer's policy); empty: vendor is required"),
+		maxConc:   fs.Int("max-concurrent", 64, "POST requests served at once (bounds memory to about this × --max-body); more: 503 with Retry-After. A request takes a slot only after its key passed its own limits"),
+		maxPerKey: fs.Int("max-concurrent-per-key", 0, "POST requests one API key may have in flight, 1–--max-concurrent; more: 429 concurrency_limited. 0: a quarter of --max-concurrent"),
+		minRate:   fs.Int64("min-body-rate", 1024, "slowest average rate, in bytes/s, a request body may arrive at after --body-grace; slower: cut with 408 slow_body"),
+		bodyGrace: fs.Duration("body-grace", 10*time.Second, "time a request body may take before --min-body-rate applies"),
+		readTO:    fs.Duration("read-timeout", time.Minute, "longest time from a request's headers to the end of its body; later: cut with 408 read_timeout"),
+		adminAddr: telemetry.AdminAddrFlag(fs, "ingest"),
+		shutdownT: fs.Duration("shutdown-timeout", 30*time.Second, "how long shutdown waits for requests in flight"),
+	}
+	fs.Func("api-key", "a fleet API key as fleet-name:hexsha256 (repeatable; env PLAYPIPE_INGEST_API_KEYS, comma separated)", func(s string) error {
+		f.keySpecs = append(f.keySpecs, s)
+		return nil
+	})
+	f.kcfg.RegisterFlags(fs)
+	f.lf.register(fs.StringVar)
+	return f
+}
+
+// ingestSettings are the gateway's settings checked from the flags.
+type ingestSettings struct {
+	keys          []gateway.FleetKey
+	limits        gateway.Config // without Publisher, Keys and Logger
+	vopts         schemas.ValidateOptions
+	maxEventBytes int64
+}
+
+// settings checks the flags before anything is started; a bad one is
+// reported on stderr with errUsage.
+func (f *ingestFlags) settings(stderr io.Writer) (ingestSettings, error) {
+	var st ingestSettings
+	if v := os.Getenv("PLAYPIPE_INGEST_API_KEYS"); v != "" && len(f.keySpecs) == 0 {
+		f.keySpecs = strings.Split(v, ",")
+	}
+	keys, err := loadFleetKeys(f.keySpecs, *f.keysFile)
+	if err != nil {
+		return st, err
+	}
+	if len(keys) == 0 {
+		fmt.Fprintln(stderr, "playpipe ingest: no fleet API key configured: pass --api-key fleet:hexsha256, --api-keys-file or PLAYPIPE_INGEST_API_KEYS (make one with --new-key <fleet>)")
+		return st, errUsage
+	}
+	st.keys = keys
+	if st.maxEventBytes, err = f.eventBound(stderr); err != nil {
+		return st, err
+	}
+	st.limits = gateway.Config{
+		MaxBodyBytes: *f.maxBody, MaxEventBytes: st.maxEventBytes, MaxEvents: *f.maxEvents,
+		RatePerKey: *f.ratePer, Burst: *f.burst, MaxConcurrent: *f.maxConc, MaxConcurrentPerKey: *f.maxPerKey,
+		MinBodyRate: *f.minRate, BodyGrace: *f.bodyGrace, ReadTimeout: *f.readTO,
+	}
+	if err := st.limits.ValidateLimits(); err != nil {
+		fmt.Fprintf(stderr, "playpipe ingest: %v\n", err)
+		return st, errUsage
+	}
+	st.vopts = schemas.ValidateOptions{AllowMissingUserID: *f.allowNoU}
+	if *f.defVendor != "" {
+		v, err := strconv.ParseInt(*f.defVendor, 10, 64)
+		if err != nil {
+			fmt.Fprintf(stderr, "--default-vendor %q: an integer is required\n", *f.defVendor)
+			return st, errUsage
+		}
+		st.vopts.DefaultVendor = &v
+	}
+	return st, nil
+}
+
+// eventBound checks --max-event-bytes and the body deadline flags, and
+// returns the per-event bound.
+func (f *ingestFlags) eventBound(stderr io.Writer) (int64, error) {
+	maxEventBytes, err := strconv.ParseInt(strings.TrimSpace(*f.maxEvent), 10, 64)
+	if err != nil || maxEventBytes < 1 || maxEventBytes > gateway.MaxEventBytesCeiling {
+		fmt.Fprintf(stderr, "playpipe ingest: --max-event-bytes (env PLAYPIPE_MAX_EVENT_BYTES) %q: a whole number of bytes from 1 to %d is required\n", *f.maxEvent, gateway.MaxEventBytesCeiling)
+		return 0, errUsage
+	}
+	switch {
+	case *f.minRate < 1:
+		fmt.Fprintf(stderr, "playpipe ingest: --min-body-rate %d: at least 1 byte/s is required\n", *f.minRate)
+		return 0, errUsage
+	case *f.bodyGrace <= 0:
+		fmt.Fprintf(stderr, "playpipe ingest: --body-grace %s: a duration > 0 is required (e.g. 10s)\n", *f.bodyGrace)
+		return 0, errUsage
+	case *f.readTO <= 0:
+		fmt.Fprintf(stderr, "playpipe ingest: --read-timeout %s: a duration > 0 is required (e.g. 1m)\n", *f.readTO)
+		return 0, errUsage
+	}
+	return maxEventBytes, nil
+}
+
+// serveIngest starts telemetry, Kafka (when embedded), the Publisher and the
+// gateway, and serves until ctx ends.
+func serveIngest(ctx context.Context, f *ingestFlags, st ingestSettings, log *slog.Logger, ready func(addr string)) error {
+	tel, err := telemetry.StartRole(ctx, "ingest", *f.adminAddr, log)
 	if err != nil {
 		return err
 	}
@@ -153,50 +206,59 @@ func runIngestWith(ctx context.Context, args []string, stdin io.Reader, stdout, 
 			log.Warn("ingest: stopping telemetry", "err", err)
 		}
 	}()
-	kcfg, stopKafka, err := kafkax.Ready(ctx, kcfg, log)
+	kcfg, stopKafka, err := kafkax.Ready(ctx, f.kcfg, log)
 	if err != nil {
 		return err
 	}
 	defer stopKafka()
-	pub, err := producer.NewPublisher(ctx, producer.PublisherConfig{Kafka: kcfg, Validate: vopts, Linger: *linger, DeliveryTimeout: *delivery})
+	pcfg := kcfg.Publisher()
+	pcfg.Validate, pcfg.Linger, pcfg.DeliveryTimeout = st.vopts, *f.linger, *f.delivery
+	pub, err := producer.NewPublisher(ctx, pcfg)
 	if err != nil {
 		return err
 	}
 	defer func() {
-		cctx, cancel := context.WithTimeout(context.Background(), *shutdownT)
+		cctx, cancel := context.WithTimeout(context.Background(), *f.shutdownT)
 		defer cancel()
 		if err := pub.Close(cctx); err != nil {
 			log.Warn("ingest: closing the Kafka producer", "err", err)
 		}
 	}()
 	tel.AddReadyCheck("kafka", pub.Ping)
-	gcfg := limits
-	gcfg.Publisher, gcfg.Keys, gcfg.Logger = pub, keys, log
-	gw, err := producer.NewGateway(gcfg)
+	gcfg := st.limits
+	gcfg.Publisher, gcfg.Keys, gcfg.Logger = pub, st.keys, log
+	gw, err := gateway.New(gcfg)
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", *addr)
+	return serveGateway(ctx, gw, f, st, log.With("topic", pub.Topic()), ready)
+}
+
+// serveGateway serves gw on --addr until ctx ends or serving fails, then
+// drains: /readyz answers 503 and requests in flight get --shutdown-timeout.
+// log names the events topic.
+func serveGateway(ctx context.Context, gw *gateway.Gateway, f *ingestFlags, st ingestSettings, log *slog.Logger, ready func(addr string)) error {
+	ln, err := net.Listen("tcp", *f.addr)
 	if err != nil {
-		return fmt.Errorf("--addr %s: %w", *addr, err)
+		return fmt.Errorf("--addr %s: %w", *f.addr, err)
 	}
 	hs := &http.Server{
 		Handler:           gw,
 		ReadHeaderTimeout: 10 * time.Second,
 		// The gateway sets each POST's read deadline itself (--min-body-rate,
 		// --body-grace, --read-timeout); this is the backstop for the rest.
-		ReadTimeout:  *readTO + 10*time.Second,
-		WriteTimeout: *delivery + time.Minute, // a request waits for Kafka's acknowledgement
+		ReadTimeout:  *f.readTO + 10*time.Second,
+		WriteTimeout: *f.delivery + time.Minute, // a request waits for Kafka's acknowledgement
 		IdleTimeout:  2 * time.Minute,
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	fleets := map[string]bool{}
-	for _, k := range keys {
+	for _, k := range st.keys {
 		fleets[k.Fleet] = true
 	}
-	log.Info("ingest listening", "url", "http://"+ln.Addr().String()+"/v1/events", "topic", pub.Topic(),
-		"fleets", len(fleets), "keys", len(keys), "rate_per_key", *ratePer, "max_events", *maxEvents, "max_body", *maxBody, "max_event_bytes", maxEventBytes)
+	log.Info("ingest listening", "url", "http://"+ln.Addr().String()+"/v1/events",
+		"fleets", len(fleets), "keys", len(st.keys), "rate_per_key", *f.ratePer, "max_events", *f.maxEvents, "max_body", *f.maxBody, "max_event_bytes", st.maxEventBytes)
 	if ready != nil {
 		ready(ln.Addr().String())
 	}
@@ -207,8 +269,8 @@ func runIngestWith(ctx context.Context, args []string, stdin io.Reader, stdout, 
 		runErr = fmt.Errorf("serve: %w", err)
 	}
 	gw.SetDraining()
-	log.Info("ingest shutting down: finishing requests in flight", "timeout", *shutdownT)
-	sctx, scancel := context.WithTimeout(context.Background(), *shutdownT)
+	log.Info("ingest shutting down: finishing requests in flight", "timeout", *f.shutdownT)
+	sctx, scancel := context.WithTimeout(context.Background(), *f.shutdownT)
 	defer scancel()
 	if err := hs.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		log.Warn("ingest: requests still in flight at the shutdown timeout", "err", err)
@@ -219,13 +281,13 @@ func runIngestWith(ctx context.Context, args []string, stdin io.Reader, stdout, 
 
 // loadFleetKeys merges --api-key entries and the key file. Errors never
 // repeat an entry: a raw key pasted by mistake must not reach the logs.
-func loadFleetKeys(specs []string, file string) ([]producer.FleetKey, error) {
-	var keys []producer.FleetKey
+func loadFleetKeys(specs []string, file string) ([]gateway.FleetKey, error) {
+	var keys []gateway.FleetKey
 	for i, s := range specs {
 		if strings.TrimSpace(s) == "" {
 			continue
 		}
-		k, err := producer.ParseFleetKey(s)
+		k, err := gateway.ParseFleetKey(s)
 		if err != nil {
 			return nil, fmt.Errorf("--api-key #%d: %w", i+1, err)
 		}
@@ -237,7 +299,7 @@ func loadFleetKeys(specs []string, file string) ([]producer.FleetKey, error) {
 			return nil, fmt.Errorf("--api-keys-file: %w", err)
 		}
 		defer f.Close()
-		fk, err := producer.ParseFleetKeys(f)
+		fk, err := gateway.ParseFleetKeys(f)
 		if err != nil {
 			return nil, fmt.Errorf("--api-keys-file %s: %w", file, err)
 		}
@@ -256,12 +318,12 @@ func printKeyHash(stdin io.Reader, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stderr, "playpipe ingest --hash-key: no key on stdin")
 		return errUsage
 	}
-	_, err = fmt.Fprintln(stdout, producer.HashKey(key))
+	_, err = fmt.Fprintln(stdout, gateway.HashKey(key))
 	return err
 }
 
 func printNewKey(fleet string, stdout, stderr io.Writer) error {
-	if _, err := producer.ParseFleetKey(fleet + ":" + producer.HashKey("")); err != nil || strings.Contains(fleet, ":") {
+	if _, err := gateway.ParseFleetKey(fleet + ":" + gateway.HashKey("")); err != nil || strings.Contains(fleet, ":") {
 		fmt.Fprintf(stderr, "playpipe ingest --new-key %q: a fleet name without spaces or ':' is required\n", fleet)
 		return errUsage
 	}
@@ -270,6 +332,6 @@ func printNewKey(fleet string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("--new-key: %w", err)
 	}
 	key := "pp_" + base64.RawURLEncoding.EncodeToString(b[:])
-	_, err := fmt.Fprintf(stdout, "key:    %s\n--api-key %s:%s\n", key, fleet, producer.HashKey(key))
+	_, err := fmt.Fprintf(stdout, "key:    %s\n--api-key %s:%s\n", key, fleet, gateway.HashKey(key))
 	return err
 }

@@ -8,14 +8,14 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/playpipe/playpipe/producer"
+	"github.com/playpipe/playpipe/producer/gateway"
 )
 
 // TestIngestGatewayFlagErrors: a bad gateway limit (flag or environment)
 // stops the command with a usage error that names the flag and the values
 // it takes, before anything starts.
 func TestIngestGatewayFlagErrors(t *testing.T) {
-	key := "acme:" + producer.HashKey("k")
+	key := "acme:" + gateway.HashKey("k")
 	cases := []struct {
 		name string
 		env  string

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/playpipe/playpipe/internal/testenv"
-	"github.com/playpipe/playpipe/producer"
+	"github.com/playpipe/playpipe/producer/gateway"
 )
 
 func TestIngestHashKeyAndNewKey(t *testing.T) {
@@ -20,7 +20,7 @@ func TestIngestHashKeyAndNewKey(t *testing.T) {
 	if err := runIngestWith(context.Background(), []string{"--hash-key"}, strings.NewReader("s3cret\n"), &out, io.Discard, nil); err != nil {
 		t.Fatal(err)
 	}
-	if got := strings.TrimSpace(out.String()); got != producer.HashKey("s3cret") || len(got) != 64 {
+	if got := strings.TrimSpace(out.String()); got != gateway.HashKey("s3cret") || len(got) != 64 {
 		t.Fatalf("--hash-key printed %q", got)
 	}
 	if err := runIngestWith(context.Background(), []string{"--hash-key"}, strings.NewReader(""), io.Discard, io.Discard, nil); !errors.Is(err, errUsage) {
@@ -32,7 +32,7 @@ func TestIngestHashKeyAndNewKey(t *testing.T) {
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 	key := strings.TrimSpace(strings.TrimPrefix(lines[0], "key:"))
-	if len(lines) != 2 || lines[1] != "--api-key acme:"+producer.HashKey(key) {
+	if len(lines) != 2 || lines[1] != "--api-key acme:"+gateway.HashKey(key) {
 		t.Fatalf("--new-key printed %q", out.String())
 	}
 	if err := runIngestWith(context.Background(), []string{"--new-key", "a:b"}, nil, io.Discard, io.Discard, nil); !errors.Is(err, errUsage) {
@@ -65,7 +65,7 @@ func TestIngestCommandServesAndShutsDown(t *testing.T) {
 	var logs bytes.Buffer
 	go func() {
 		done <- runIngestWith(ctx, []string{"--addr", "127.0.0.1:0", "--brokers", strings.Join(k.Config.Brokers, ","),
-			"--api-key", "acme:" + producer.HashKey(key), "--log-level", "debug", "--admin-addr", "127.0.0.1:0"}, nil, io.Discard, &ingestLogBuffer{b: &logs}, func(a string) { addrc <- a })
+			"--api-key", "acme:" + gateway.HashKey(key), "--log-level", "debug", "--admin-addr", "127.0.0.1:0"}, nil, io.Discard, &ingestLogBuffer{b: &logs}, func(a string) { addrc <- a })
 	}()
 	var addr string
 	select {

@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"strconv"
 	"strings"
@@ -12,7 +14,7 @@ import (
 
 	"github.com/playpipe/playpipe/internal/kafkax"
 	"github.com/playpipe/playpipe/internal/telemetry"
-	"github.com/playpipe/playpipe/producer"
+	"github.com/playpipe/playpipe/producer/simulator"
 )
 
 func init() {
@@ -38,33 +40,11 @@ Example:
 
 func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("simulate", stderr, simulateSynopsis)
-	var (
-		lf       logFlags
-		kcfg     kafkax.Config
-		api      apiTarget
-		events   = fs.Int("events", 10000, "messages to send")
-		ratePS   = fs.Float64("rate", 0, "messages per second; 0: as fast as Kafka takes them")
-		devices  = fs.Int("devices", 200, "devices in the fleet")
-		users    = fs.Int("users", 0, "distinct users; 0: 80% of --devices")
-		badShare = fs.Float64("bad-share", 0.05, "share of bad messages, 0–1, spread evenly over malformed_json, missing_field, unknown_mix, bad_country")
-		seed     = fs.Int64("seed", 1, "random seed: the same seed and flags send the same messages")
-		startMS  = fs.Int64("start-ms", 0, "the simulated clock's start, epoch ms; 0: now (rounded down to the minute)")
-		mixes    = fs.String("mixes", "", "the catalog without the partner API: id:length[@start/start/…],… with length and track starts in ms or as Go durations (101:60m@0/4m/9m30s)")
-		maxMixes = fs.Int("max-mixes", 0, "use at most this many mixes of the partner API's catalog; 0: all")
-		record   = fs.String("record", "", "write every message Kafka acknowledged to this file, one JSON line each: {kind, key, value}")
-		batch    = fs.Int("batch-size", 2000, "messages per synchronous kafka-go write (each write waits up to --batch-timeout for partition batches to fill)")
-		batchTO  = fs.Duration("batch-timeout", 2*time.Millisecond, "kafka-go Writer.BatchTimeout: how long a partition batch waits to fill (kafka-go's own default, 1s, makes synchronous writes crawl)")
-	)
-	kcfg.RegisterFlags(fs)
-	api.register(fs, "walk the catalog of")
-	lf.register(fs.StringVar)
-	// The simulator publishes to a running Kafka: it has no embedded broker.
-	fs.Lookup("brokers").Usage = "Kafka seed brokers, comma separated (env PLAYPIPE_BROKERS); required: the simulator publishes to a running Kafka (it starts no embedded broker)"
-	hideFlags(fs, "simulate", simulateSynopsis, "embedded-kafka", "embedded-kafka-port")
+	f := newSimulateFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	log, err := lf.logger(stderr)
+	log, err := f.lf.logger(stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return errUsage
@@ -78,74 +58,118 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		defer cancel()
 		_ = tel.Close(cctx)
 	}()
-	if len(kcfg.Brokers) == 0 || kcfg.Embedded {
+	if len(f.kcfg.Brokers) == 0 || f.kcfg.Embedded {
 		fmt.Fprintln(stderr, "playpipe simulate: --brokers is required (env PLAYPIPE_BROKERS): the simulator publishes to a running Kafka, e.g. the one of docker compose or playpipe demo")
 		return errUsage
 	}
-	if err := kcfg.Validate(); err != nil {
+	if err := f.kcfg.Validate(); err != nil {
 		fmt.Fprintln(stderr, err)
 		return errUsage
 	}
-	var catalog []producer.MixInfo
-	if *mixes != "" {
-		catalog, err = parseMixes(*mixes)
-		if err != nil {
-			fmt.Fprintf(stderr, "--mixes: %v\n", err)
-			return errUsage
-		}
-	} else {
-		if api.cfg.BaseURL == "" && !api.sandbox {
-			return usageError{errors.New("no catalog: pass --mixes, --api-url (env PLAYPIPE_API_URL) to walk the partner API's catalog, or --sandbox to walk a built-in sandbox's (seed 1)")}
-		}
-		client, stopAPI, err := api.open(log)
-		if err != nil {
-			return err
-		}
-		defer stopAPI()
-		wctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-		catalog, err = producer.CatalogFromAPI(wctx, client, *maxMixes)
-		cancel()
-		if err != nil {
-			return err
-		}
-		log.Info("simulate: catalog walked through the partner API", "url", api.cfg.BaseURL, "mixes", len(catalog))
+	catalog, stopAPI, err := f.catalog(ctx, log, stderr)
+	if err != nil {
+		return err
 	}
-	if *startMS == 0 {
-		*startMS = time.Now().Truncate(time.Minute).UnixMilli()
+	defer stopAPI()
+	if *f.startMS == 0 {
+		*f.startMS = time.Now().Truncate(time.Minute).UnixMilli()
 	}
-	cfg := producer.SimConfig{
-		Kafka: kcfg, Mixes: catalog, Events: *events, Rate: *ratePS, Devices: *devices, Users: *users,
-		BadShare: *badShare, Seed: *seed, StartMS: *startMS, BatchSize: *batch, BatchTimeout: *batchTO,
+	cfg := simulator.Config{
+		Kafka: f.kcfg, Mixes: catalog, Events: *f.events, Rate: *f.ratePS, Devices: *f.devices, Users: *f.users,
+		BadShare: *f.badShare, Seed: *f.seed, StartMS: *f.startMS, BatchSize: *f.batch, BatchTimeout: *f.batchTO,
 	}
-	if *record != "" {
-		f, err := os.Create(*record)
+	if *f.record != "" {
+		rf, err := os.Create(*f.record)
 		if err != nil {
 			return fmt.Errorf("--record: %w", err)
 		}
-		defer f.Close()
-		cfg.Record = f
+		defer rf.Close()
+		cfg.Record = rf
 	}
-	if _, err := producer.NewSimGenerator(cfg); err != nil { // flag errors before connecting
+	if _, err := simulator.NewGenerator(cfg); err != nil { // flag errors before connecting
 		fmt.Fprintln(stderr, err)
 		return errUsage
 	}
-	log.Info("simulate: publishing", "topic", kcfg.Topics().Events, "events", *events, "rate", *ratePS, "devices", *devices,
-		"bad_share", *badShare, "seed", *seed, "start_ms", *startMS, "mixes", len(catalog))
-	stats, err := producer.Simulate(ctx, cfg)
+	log.Info("simulate: publishing", "topic", f.kcfg.Topics().Events, "events", *f.events, "rate", *f.ratePS, "devices", *f.devices,
+		"bad_share", *f.badShare, "seed", *f.seed, "start_ms", *f.startMS, "mixes", len(catalog))
+	stats, err := simulator.Run(ctx, cfg)
 	fmt.Fprintln(stdout, stats)
-	if err != nil {
-		if errors.Is(err, context.Canceled) {
-			return nil // interrupted: what was sent is printed
-		}
+	if err != nil && !errors.Is(err, context.Canceled) { // interrupted: what was sent is printed
 		return err
 	}
 	return nil
 }
 
+// simulateFlags are the flags of playpipe simulate.
+type simulateFlags struct {
+	lf   logFlags
+	kcfg kafkax.Config
+	api  apiTarget
+
+	events, devices, users, maxMixes, batch *int
+	ratePS, badShare                        *float64
+	seed, startMS                           *int64
+	mixes, record                           *string
+	batchTO                                 *time.Duration
+}
+
+func newSimulateFlags(fs *flag.FlagSet) *simulateFlags {
+	f := &simulateFlags{
+		events:   fs.Int("events", 10000, "messages to send"),
+		ratePS:   fs.Float64("rate", 0, "messages per second; 0: as fast as Kafka takes them"),
+		devices:  fs.Int("devices", 200, "devices in the fleet"),
+		users:    fs.Int("users", 0, "distinct users; 0: 80% of --devices"),
+		badShare: fs.Float64("bad-share", 0.05, "share of bad messages, 0–1, spread evenly over malformed_json, missing_field, unknown_mix, bad_country"),
+		seed:     fs.Int64("seed", 1, "random seed: the same seed and flags send the same messages"),
+		startMS:  fs.Int64("start-ms", 0, "the simulated clock's start, epoch ms; 0: now (rounded down to the minute)"),
+		mixes:    fs.String("mixes", "", "the catalog without the partner API: id:length[@start/start/…],… with length and track starts in ms or as Go durations (101:60m@0/4m/9m30s)"),
+		maxMixes: fs.Int("max-mixes", 0, "use at most this many mixes of the partner API's catalog; 0: all"),
+		record:   fs.String("record", "", "write every message Kafka acknowledged to this file, one JSON line each: {kind, key, value}"),
+		batch:    fs.Int("batch-size", 2000, "messages per synchronous kafka-go write (each write waits up to --batch-timeout for partition batches to fill)"),
+		batchTO:  fs.Duration("batch-timeout", 2*time.Millisecond, "kafka-go Writer.BatchTimeout: how long a partition batch waits to fill (kafka-go's own default, 1s, makes synchronous writes crawl)"),
+	}
+	f.kcfg.RegisterFlags(fs)
+	f.api.register(fs, "walk the catalog of")
+	f.lf.register(fs.StringVar)
+	// The simulator publishes to a running Kafka: it has no embedded broker.
+	fs.Lookup("brokers").Usage = "Kafka seed brokers, comma separated (env PLAYPIPE_BROKERS); required: the simulator publishes to a running Kafka (it starts no embedded broker)"
+	hideFlags(fs, "simulate", simulateSynopsis, "embedded-kafka", "embedded-kafka-port")
+	return f
+}
+
+// catalog returns the mixes to listen to: --mixes, or the partner API's
+// (--api-url or --sandbox) walked; stop ends the sandbox, when one was started.
+func (f *simulateFlags) catalog(ctx context.Context, log *slog.Logger, stderr io.Writer) (mixes []simulator.MixInfo, stop func(), err error) {
+	if *f.mixes != "" {
+		mixes, err = parseMixes(*f.mixes)
+		if err != nil {
+			fmt.Fprintf(stderr, "--mixes: %v\n", err)
+			return nil, nil, errUsage
+		}
+		return mixes, func() {}, nil
+	}
+	if f.api.cfg.BaseURL == "" && !f.api.sandbox {
+		return nil, nil, usageError{errors.New("no catalog: pass --mixes, --api-url (env PLAYPIPE_API_URL) to walk the partner API's catalog, or --sandbox to walk a built-in sandbox's (seed 1)")}
+	}
+	client, stopAPI, err := f.api.open(log)
+	if err != nil {
+		return nil, nil, err
+	}
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	mixes, err = simulator.CatalogFromAPI(wctx, client, *f.maxMixes)
+	cancel()
+	if err != nil {
+		stopAPI()
+		return nil, nil, err
+	}
+	log.Info("simulate: catalog walked through the partner API", "url", f.api.cfg.BaseURL, "mixes", len(mixes))
+	return mixes, stopAPI, nil
+}
+
 // parseMixes parses id:length[@start/start/…],… (lengths and starts in ms
 // or as Go durations).
-func parseMixes(s string) ([]producer.MixInfo, error) {
-	var out []producer.MixInfo
+func parseMixes(s string) ([]simulator.MixInfo, error) {
+	var out []simulator.MixInfo
 	for _, item := range strings.Split(s, ",") {
 		item = strings.TrimSpace(item)
 		if item == "" {
@@ -164,7 +188,7 @@ func parseMixes(s string) ([]producer.MixInfo, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%q: length: %w", item, err)
 		}
-		m := producer.MixInfo{ID: id, LengthMS: length}
+		m := simulator.MixInfo{ID: id, LengthMS: length}
 		if startsStr != "" {
 			for _, st := range strings.Split(startsStr, "/") {
 				v, err := parseMS(st)

@@ -14,12 +14,12 @@ import (
 	"time"
 
 	"github.com/playpipe/playpipe/internal/testenv"
-	"github.com/playpipe/playpipe/producer"
+	"github.com/playpipe/playpipe/producer/simulator"
 )
 
 func TestParseMixes(t *testing.T) {
 	got, err := parseMixes("101:60m@0/4m/9m30s, 7:5000")
-	want := []producer.MixInfo{{ID: 101, LengthMS: 3_600_000, TrackStartsMS: []int64{0, 240_000, 570_000}}, {ID: 7, LengthMS: 5000}}
+	want := []simulator.MixInfo{{ID: 101, LengthMS: 3_600_000, TrackStartsMS: []int64{0, 240_000, 570_000}}, {ID: 7, LengthMS: 5000}}
 	if err != nil || !reflect.DeepEqual(got, want) {
 		t.Fatalf("%v %+v", err, got)
 	}

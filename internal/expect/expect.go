@@ -11,7 +11,7 @@ import (
 	"slices"
 
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
-	"github.com/playpipe/playpipe/producer"
+	"github.com/playpipe/playpipe/producer/simulator"
 )
 
 // Play is one expected report, by what the partner records of it.
@@ -59,10 +59,10 @@ func Event(cat *sandbox.Catalog, value []byte) (plays []Play, belowMin int, err 
 // Sim is the expectation of a simulated fleet's messages: the plays their
 // valid events must yield (with multiplicity), the overlaps under one second,
 // and how many events were valid and bad.
-func Sim(cat *sandbox.Catalog, msgs []producer.SimMessage) (posted map[Play]int, belowMin, valid, bad int, err error) {
+func Sim(cat *sandbox.Catalog, msgs []simulator.Message) (posted map[Play]int, belowMin, valid, bad int, err error) {
 	posted = map[Play]int{}
 	for _, m := range msgs {
-		if m.Kind != producer.SimValid {
+		if m.Kind != simulator.KindValid {
 			bad++
 			continue
 		}

@@ -12,8 +12,6 @@ package kafkax
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -24,9 +22,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/sasl"
-	"github.com/twmb/franz-go/pkg/sasl/plain"
-	"github.com/twmb/franz-go/pkg/sasl/scram"
+
+	"github.com/playpipe/playpipe/producer"
 )
 
 // Topics names the four topics of the pipeline.
@@ -58,10 +55,10 @@ const DefaultTopicPrefix = "plays"
 
 // SASL mechanisms accepted by Config.SASLMechanism.
 const (
-	SASLNone        = ""
-	SASLPlain       = "PLAIN"
-	SASLScramSHA256 = "SCRAM-SHA-256"
-	SASLScramSHA512 = "SCRAM-SHA-512"
+	SASLNone        = producer.SASLNone
+	SASLPlain       = producer.SASLPlain
+	SASLScramSHA256 = producer.SASLScramSHA256
+	SASLScramSHA512 = producer.SASLScramSHA512
 )
 
 // Config is the Kafka connection of a role.
@@ -228,38 +225,22 @@ func (c Config) ClientOpts() ([]kgo.Opt, error) {
 	if len(c.Brokers) == 0 {
 		return nil, errors.New("kafka: no brokers configured")
 	}
-	opts := []kgo.Opt{kgo.SeedBrokers(c.Brokers...)}
-	if m := c.saslMechanism(); m != nil {
-		opts = append(opts, kgo.SASL(m))
-	}
-	if c.TLS {
-		tc := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: c.TLSInsecure} //nolint:gosec // opt-in for tests
-		if c.TLSCAFile != "" {
-			pem, err := os.ReadFile(c.TLSCAFile)
-			if err != nil {
-				return nil, fmt.Errorf("kafka: read --kafka-ca: %w", err)
-			}
-			pool := x509.NewCertPool()
-			if !pool.AppendCertsFromPEM(pem) {
-				return nil, fmt.Errorf("kafka: --kafka-ca %s holds no PEM certificate", c.TLSCAFile)
-			}
-			tc.RootCAs = pool
-		}
-		opts = append(opts, kgo.DialTLSConfig(tc))
+	opts, err := c.Publisher().ConnOpts()
+	if err != nil {
+		return nil, fmt.Errorf("kafka: %w", err)
 	}
 	return opts, nil
 }
 
-func (c Config) saslMechanism() sasl.Mechanism {
-	switch strings.ToUpper(c.SASLMechanism) {
-	case SASLPlain:
-		return plain.Auth{User: c.SASLUser, Pass: c.SASLPassword}.AsMechanism()
-	case SASLScramSHA256:
-		return scram.Auth{User: c.SASLUser, Pass: c.SASLPassword}.AsSha256Mechanism()
-	case SASLScramSHA512:
-		return scram.Auth{User: c.SASLUser, Pass: c.SASLPassword}.AsSha512Mechanism()
+// Publisher returns the connection and topic prefix of c as a fleet
+// Publisher's configuration (producer.Config); the caller sets the rest.
+func (c Config) Publisher() producer.Config {
+	return producer.Config{
+		Brokers:     c.Brokers,
+		SASL:        producer.SASL{Mechanism: c.SASLMechanism, User: c.SASLUser, Password: c.SASLPassword},
+		TLS:         producer.TLS{Enabled: c.TLS, CAFile: c.TLSCAFile, InsecureSkipVerify: c.TLSInsecure},
+		TopicPrefix: c.TopicPrefix,
 	}
-	return nil
 }
 
 // EnsureTopics creates the four topics when they do not exist yet.

@@ -1,4 +1,4 @@
-package producer
+package gateway
 
 import (
 	"bufio"
@@ -12,6 +12,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/playpipe/playpipe/producer"
+	"github.com/playpipe/playpipe/producer/internal/producertest"
 )
 
 // slowRequest is a POST /v1/events written by hand on a raw connection: it
@@ -103,7 +106,7 @@ func hostOf(t *testing.T, e *gatewayEnv) string {
 // slow_body once the grace period and its bytes' allowance are spent, and
 // the connection is closed.
 func TestGatewaySlowBodyCut(t *testing.T) {
-	e := startGateway(t, GatewayConfig{MinBodyRate: 1000, BodyGrace: 300 * time.Millisecond, ReadTimeout: 20 * time.Second}, PublisherConfig{})
+	e := startGateway(t, Config{MinBodyRate: 1000, BodyGrace: 300 * time.Millisecond, ReadTimeout: 20 * time.Second}, producer.Config{})
 	stop := make(chan struct{})
 	defer close(stop)
 	s := startSlowRequest(hostOf(t, e), acmeKey, 100_000, `{"event_id":`, time.Hour, stop)
@@ -128,7 +131,7 @@ func TestGatewaySlowBodyCut(t *testing.T) {
 // TestGatewayReadTimeout: a body that keeps above the minimum rate but is
 // not complete within ReadTimeout is cut with 408 read_timeout.
 func TestGatewayReadTimeout(t *testing.T) {
-	e := startGateway(t, GatewayConfig{MinBodyRate: 1, BodyGrace: time.Millisecond, ReadTimeout: 800 * time.Millisecond}, PublisherConfig{})
+	e := startGateway(t, Config{MinBodyRate: 1, BodyGrace: time.Millisecond, ReadTimeout: 800 * time.Millisecond}, producer.Config{})
 	stop := make(chan struct{})
 	defer close(stop)
 	s := startSlowRequest(hostOf(t, e), acmeKey, 10_000, "{", 50*time.Millisecond, stop) // 20 B/s
@@ -141,7 +144,7 @@ func TestGatewayReadTimeout(t *testing.T) {
 		t.Errorf("cut after %s, before the read timeout", a.after)
 	}
 	// A complete body within the limits still passes on the same gateway.
-	if resp, b := e.post(t, "", validEvent("in-time"), bearer...); resp.StatusCode != http.StatusAccepted {
+	if resp, b := e.post(t, "", producertest.ValidEvent("in-time"), bearer...); resp.StatusCode != http.StatusAccepted {
 		t.Fatalf("ordinary request: %d %s", resp.StatusCode, b)
 	}
 }
@@ -150,7 +153,7 @@ func TestGatewayReadTimeout(t *testing.T) {
 // flight gets 429 concurrency_limited for the next one, before it takes a
 // global slot; another key is served; the key's slots come back.
 func TestGatewayPerKeyConcurrency(t *testing.T) {
-	e := startGateway(t, GatewayConfig{MaxConcurrent: 8, MaxConcurrentPerKey: 2, BodyGrace: time.Minute}, PublisherConfig{})
+	e := startGateway(t, Config{MaxConcurrent: 8, MaxConcurrentPerKey: 2, BodyGrace: time.Minute}, producer.Config{})
 	stop := make(chan struct{})
 	var held []*slowRequest
 	for range 2 {
@@ -163,14 +166,14 @@ func TestGatewayPerKeyConcurrency(t *testing.T) {
 	if n := e.gw.inflight[0].Load(); n != 2 {
 		t.Fatalf("acme has %d requests in flight, want 2", n)
 	}
-	resp, b := e.post(t, "", validEvent("third"), bearer...)
+	resp, b := e.post(t, "", producertest.ValidEvent("third"), bearer...)
 	if resp.StatusCode != http.StatusTooManyRequests || !strings.Contains(string(b), `"concurrency_limited"`) || resp.Header.Get("Retry-After") == "" {
 		t.Fatalf("acme's third request: %d %s, want 429 concurrency_limited", resp.StatusCode, b)
 	}
 	if len(e.gw.slots) != 2 {
 		t.Errorf("%d global slots taken, want 2 (the refused request must not take one)", len(e.gw.slots))
 	}
-	if resp, b := e.post(t, "", validEvent("other"), "X-API-Key", otherKey); resp.StatusCode != http.StatusAccepted {
+	if resp, b := e.post(t, "", producertest.ValidEvent("other"), "X-API-Key", otherKey); resp.StatusCode != http.StatusAccepted {
 		t.Fatalf("other key while acme is at its limit: %d %s", resp.StatusCode, b)
 	}
 	close(stop)
@@ -181,7 +184,7 @@ func TestGatewayPerKeyConcurrency(t *testing.T) {
 	for e.gw.inflight[0].Load() > 0 && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}
-	if resp, b := e.post(t, "", validEvent("after"), bearer...); resp.StatusCode != http.StatusAccepted {
+	if resp, b := e.post(t, "", producertest.ValidEvent("after"), bearer...); resp.StatusCode != http.StatusAccepted {
 		t.Fatalf("acme after its slow requests ended: %d %s", resp.StatusCode, b)
 	}
 }
@@ -196,9 +199,9 @@ func TestGatewaySlowBodyAttackIsolation(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a 6 s attack")
 	}
-	e := startGateway(t, GatewayConfig{MinBodyRate: 100, BodyGrace: 2 * time.Second}, PublisherConfig{}) // 64 slots, 16 per key
+	e := startGateway(t, Config{MinBodyRate: 100, BodyGrace: 2 * time.Second}, producer.Config{}) // 64 slots, 16 per key
 	addr := hostOf(t, e)
-	if resp, b := e.post(t, "", validEvent("b-warm-up"), "X-API-Key", otherKey); resp.StatusCode != http.StatusAccepted {
+	if resp, b := e.post(t, "", producertest.ValidEvent("b-warm-up"), "X-API-Key", otherKey); resp.StatusCode != http.StatusAccepted {
 		t.Fatalf("warm-up: %d %s", resp.StatusCode, b)
 	}
 
@@ -256,7 +259,7 @@ func TestGatewaySlowBodyAttackIsolation(t *testing.T) {
 	sent := 0
 	time.Sleep(300 * time.Millisecond) // let the attack take its slots first
 	for i := 0; time.Now().Before(end); i++ {
-		body := strings.NewReader(string(validEvent(fmt.Sprintf("b-%d", i))))
+		body := strings.NewReader(string(producertest.ValidEvent(fmt.Sprintf("b-%d", i))))
 		req, _ := http.NewRequest(http.MethodPost, e.srv.URL+"/v1/events", body)
 		req.Header.Set("X-API-Key", otherKey)
 		began := time.Now()

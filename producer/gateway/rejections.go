@@ -1,11 +1,10 @@
-package producer
+package gateway
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sync"
 	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -15,7 +14,7 @@ import (
 )
 
 // ReasonTooLarge is the reason of an event larger than the gateway's event
-// size limit (GatewayConfig.MaxEventBytes, --max-event-bytes): the
+// size limit (Config.MaxEventBytes, --max-event-bytes): the
 // consumer's reason for the events it refuses by size.
 const ReasonTooLarge = schemas.ReasonTooLarge
 
@@ -44,13 +43,13 @@ func encodeRejection(raw []byte, eventID string, vs []schemas.Violation, src sch
 	for trimmed := false; ; trimmed = true {
 		val, err := json.Marshal(schemas.NewRejection(raw, eventID, vs, src, atMS))
 		if err != nil {
-			return nil, fmt.Errorf("producer: encode rejection: %w", err)
+			return nil, fmt.Errorf("gateway: encode rejection: %w", err)
 		}
 		if len(val) <= MaxRejectionRecordBytes {
 			return val, nil
 		}
 		if trimmed {
-			return nil, fmt.Errorf("producer: rejection record of %d bytes exceeds %d bytes even with its details cut", len(val), MaxRejectionRecordBytes)
+			return nil, fmt.Errorf("gateway: rejection record of %d bytes exceeds %d bytes even with its details cut", len(val), MaxRejectionRecordBytes)
 		}
 		vs = trimViolations(vs) // the violations alone are too long: shorten their details
 	}
@@ -76,40 +75,6 @@ func trimViolations(vs []schemas.Violation) []schemas.Violation {
 		out = append(out, v)
 	}
 	return out
-}
-
-// writeRecords produces recs through the Publisher's client and waits until
-// Kafka acknowledged or failed each; errs[i] is the error of recs[i]. Like
-// Publish, it fails with ErrClosed once the Publisher is closed, and Close
-// waits for it.
-func (p *Publisher) writeRecords(ctx context.Context, recs []*kgo.Record) []error {
-	errs := make([]error, len(recs))
-	if len(recs) == 0 {
-		return errs
-	}
-	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
-		for i := range errs {
-			errs[i] = ErrClosed
-		}
-		return errs
-	}
-	p.inflight.Add(1)
-	p.mu.Unlock()
-	defer p.inflight.Done()
-	var wg sync.WaitGroup
-	for i, rec := range recs {
-		wg.Add(1)
-		p.cl.Produce(ctx, rec, func(_ *kgo.Record, err error) {
-			if err != nil {
-				errs[i] = &PublishError{Topic: rec.Topic, Err: err}
-			}
-			wg.Done()
-		})
-	}
-	wg.Wait()
-	return errs
 }
 
 // refusal is one refused event of a request whose rejection record the
@@ -144,7 +109,7 @@ func (g *Gateway) recordRefusals(ctx context.Context, fleet string, refused []re
 		recs = append(recs, rec)
 		idx = append(idx, i)
 	}
-	for j, err := range g.cfg.Publisher.writeRecords(ctx, recs) {
+	for j, err := range g.cfg.Publisher.WriteRecords(ctx, recs) {
 		errs[idx[j]] = err
 	}
 	return errs

@@ -1,4 +1,4 @@
-package producer
+package gateway
 
 import (
 	"bytes"
@@ -7,8 +7,31 @@ import (
 	"sort"
 	"testing"
 
+	"github.com/playpipe/playpipe/producer"
+	"github.com/playpipe/playpipe/producer/internal/producertest"
+	"github.com/playpipe/playpipe/producer/simulator"
 	"github.com/playpipe/playpipe/schemas"
 )
+
+// simMixes is the simulated fleet's catalog: two mixes of 40 and 50 minutes.
+var simMixes = []simulator.MixInfo{
+	{ID: 7, LengthMS: 2_400_000, TrackStartsMS: []int64{0, 300_000, 700_000, 1_300_000, 2_000_000}},
+	{ID: 9, LengthMS: 3_000_000, TrackStartsMS: []int64{0, 600_000, 1_500_000, 2_400_000}},
+}
+
+// simulated returns every message of a simulation of cfg.
+func simulated(t *testing.T, cfg simulator.Config) []simulator.Message {
+	t.Helper()
+	g, err := simulator.NewGenerator(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []simulator.Message
+	for m, ok := g.Next(); ok; m, ok = g.Next() {
+		out = append(out, m)
+	}
+	return out
+}
 
 // TestGatewayWithSimulatedFleet posts a simulated fleet's messages (good and
 // bad) through the gateway in NDJSON batches: every valid and unknown_mix
@@ -16,10 +39,10 @@ import (
 // kind refused with its reason, the events topic must hold exactly the
 // accepted messages verbatim and the rejected topic exactly the refused ones.
 func TestGatewayWithSimulatedFleet(t *testing.T) {
-	e := startGateway(t, GatewayConfig{MaxEvents: 500}, PublisherConfig{})
+	e := startGateway(t, Config{MaxEvents: 500}, producer.Config{})
 	topics := e.k.Config.Topics()
-	msgs := generate(t, SimConfig{Mixes: testMixes, Events: 2000, Devices: 60, BadShare: 0.15, Seed: 11})
-	wantReason := map[string]string{SimMalformedJSON: schemas.ReasonMalformedJSON, SimMissingField: schemas.ReasonMissingField, SimBadCountry: schemas.ReasonBadCountry}
+	msgs := simulated(t, simulator.Config{Mixes: simMixes, Events: 2000, Devices: 60, BadShare: 0.15, Seed: 11})
+	wantReason := map[string]string{simulator.KindMalformedJSON: schemas.ReasonMalformedJSON, simulator.KindMissingField: schemas.ReasonMissingField, simulator.KindBadCountry: schemas.ReasonBadCountry}
 	var wantAccepted, wantRefused []string
 	for start := 0; start < len(msgs); start += 500 {
 		batch := msgs[start:min(start+500, len(msgs))]
@@ -42,13 +65,13 @@ func TestGatewayWithSimulatedFleet(t *testing.T) {
 		for i, m := range batch {
 			a := ir.Events[i]
 			switch m.Kind {
-			case SimValid, SimUnknownMix:
-				if a.Status != StatusAccepted || a.EventID != string(m.Key) {
+			case simulator.KindValid, simulator.KindUnknownMix:
+				if a.Status != producer.StatusAccepted || a.EventID != string(m.Key) {
 					t.Fatalf("%s message %s answered %+v", m.Kind, m.Value, a)
 				}
 				wantAccepted = append(wantAccepted, string(m.Value))
 			default:
-				if a.Status != StatusRefused || len(a.Reasons) != 1 || a.Reasons[0].Reason != wantReason[m.Kind] {
+				if a.Status != producer.StatusRefused || len(a.Reasons) != 1 || a.Reasons[0].Reason != wantReason[m.Kind] {
 					t.Fatalf("%s message %s answered %+v", m.Kind, m.Value, a)
 				}
 				wantRefused = append(wantRefused, string(m.Value))
@@ -56,10 +79,10 @@ func TestGatewayWithSimulatedFleet(t *testing.T) {
 		}
 	}
 	var gotAccepted, gotRefused []string
-	for _, r := range readTopic(t, e.k, topics.Events, len(wantAccepted)) {
+	for _, r := range producertest.ReadTopic(t, e.k, topics.Events, len(wantAccepted)) {
 		gotAccepted = append(gotAccepted, string(r.Value))
 	}
-	for _, r := range readTopic(t, e.k, topics.Rejected, len(wantRefused)) {
+	for _, r := range producertest.ReadTopic(t, e.k, topics.Rejected, len(wantRefused)) {
 		var rej schemas.Rejection
 		if err := json.Unmarshal(r.Value, &rej); err != nil {
 			t.Fatal(err)

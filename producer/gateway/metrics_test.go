@@ -1,4 +1,4 @@
-package producer
+package gateway
 
 import (
 	"bytes"
@@ -12,6 +12,9 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/playpipe/playpipe/producer"
+	"github.com/playpipe/playpipe/producer/internal/producertest"
 )
 
 // TestGatewayMetricLabelsBounded is issue 10's /metrics growth: 5000
@@ -19,8 +22,8 @@ import (
 // must not add a series: the /metrics page stays within ±10 % of its size
 // after a warm-up that made every bounded series once.
 func TestGatewayMetricLabelsBounded(t *testing.T) {
-	e := startGateway(t, GatewayConfig{RatePerKey: 1e6}, PublisherConfig{})
-	metrics := httptest.NewServer(promhttp.HandlerFor(promRegistry, promhttp.HandlerOpts{}))
+	e := startGateway(t, Config{RatePerKey: 1e6}, producer.Config{})
+	metrics := httptest.NewServer(promhttp.HandlerFor(producertest.PromRegistry, promhttp.HandlerOpts{}))
 	t.Cleanup(metrics.Close)
 	scrape := func() (int, string) {
 		resp, err := http.Get(metrics.URL)
@@ -44,7 +47,7 @@ func TestGatewayMetricLabelsBounded(t *testing.T) {
 		}
 		switch i % 6 {
 		case 0:
-			req, _ = http.NewRequest(http.MethodPost, e.srv.URL+"/v1/events", bytes.NewReader(validEvent(fmt.Sprint("m-", host, i))))
+			req, _ = http.NewRequest(http.MethodPost, e.srv.URL+"/v1/events", bytes.NewReader(producertest.ValidEvent(fmt.Sprint("m-", host, i))))
 			req.Header.Set("X-API-Key", acmeKey)
 		case 1:
 			req, _ = http.NewRequest(http.MethodPost, e.srv.URL+"/v1/events", strings.NewReader("{}"))

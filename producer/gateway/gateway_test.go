@@ -1,4 +1,4 @@
-package producer
+package gateway
 
 import (
 	"bytes"
@@ -17,6 +17,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/playpipe/playpipe/internal/testenv"
+	"github.com/playpipe/playpipe/producer"
+	"github.com/playpipe/playpipe/producer/internal/producertest"
 	"github.com/playpipe/playpipe/schemas"
 )
 
@@ -32,13 +34,13 @@ type gatewayEnv struct {
 	log *bytes.Buffer
 }
 
-func startGateway(t *testing.T, cfg GatewayConfig, pcfg PublisherConfig) *gatewayEnv {
+func startGateway(t *testing.T, cfg Config, pcfg producer.Config) *gatewayEnv {
 	t.Helper()
 	k := testenv.StartKafka(t, 3)
-	p := newTestPublisher(t, k, pcfg)
+	p := producertest.NewPublisher(t, k, pcfg)
 	var logBuf bytes.Buffer
 	cfg.Publisher = p
-	cfg.Logger = slog.New(slog.NewTextHandler(&lockedWriter{w: &logBuf}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	cfg.Logger = slog.New(slog.NewTextHandler(&producertest.LockedWriter{W: &logBuf}, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	for _, spec := range []string{"acme:" + HashKey(acmeKey), "other:" + HashKey(otherKey)} {
 		fk, err := ParseFleetKey(spec)
 		if err != nil {
@@ -46,7 +48,7 @@ func startGateway(t *testing.T, cfg GatewayConfig, pcfg PublisherConfig) *gatewa
 		}
 		cfg.Keys = append(cfg.Keys, fk)
 	}
-	gw, err := NewGateway(cfg)
+	gw, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,8 +84,8 @@ func (e *gatewayEnv) post(t *testing.T, contentType string, body []byte, header 
 var bearer = []string{"Authorization", "Bearer " + acmeKey}
 
 func TestGatewayAuth(t *testing.T) {
-	e := startGateway(t, GatewayConfig{}, PublisherConfig{})
-	body := []byte("[" + string(validEvent("a1")) + "]")
+	e := startGateway(t, Config{}, producer.Config{})
+	body := []byte("[" + string(producertest.ValidEvent("a1")) + "]")
 	for name, hdr := range map[string][]string{
 		"no key":          nil,
 		"wrong key":       {"Authorization", "Bearer nope"},
@@ -97,22 +99,22 @@ func TestGatewayAuth(t *testing.T) {
 			t.Errorf("%s: %d %s", name, resp.StatusCode, b)
 		}
 	}
-	if n := len(readTopic(t, e.k, e.k.Config.Topics().Events, 0)); n != 0 {
+	if n := len(producertest.ReadTopic(t, e.k, e.k.Config.Topics().Events, 0)); n != 0 {
 		t.Fatalf("unauthorized requests put %d events on the topic", n)
 	}
 	for name, hdr := range map[string][]string{
 		"bearer":    bearer,
 		"x-api-key": {"X-API-Key", otherKey},
 	} {
-		resp, b := e.post(t, "application/json", []byte("["+string(validEvent("ok-"+name))+"]"), hdr...)
+		resp, b := e.post(t, "application/json", []byte("["+string(producertest.ValidEvent("ok-"+name))+"]"), hdr...)
 		if resp.StatusCode != http.StatusAccepted {
 			t.Errorf("%s: %d %s", name, resp.StatusCode, b)
 		}
 	}
-	recs := readTopic(t, e.k, e.k.Config.Topics().Events, 2)
+	recs := producertest.ReadTopic(t, e.k, e.k.Config.Topics().Events, 2)
 	fleets := map[string]string{}
 	for _, r := range recs {
-		fleets[string(r.Key)] = headerValue(r, "fleet")
+		fleets[string(r.Key)] = producertest.HeaderValue(r, "fleet")
 	}
 	if len(recs) != 2 || fleets["ok-bearer"] != "acme" || fleets["ok-x-api-key"] != "other" {
 		t.Errorf("events on topic: %v", fleets)
@@ -125,11 +127,11 @@ func TestGatewayAuth(t *testing.T) {
 }
 
 func TestGatewayRateLimit(t *testing.T) {
-	e := startGateway(t, GatewayConfig{MaxEvents: 4, RatePerKey: 0.5, Burst: 4}, PublisherConfig{})
+	e := startGateway(t, Config{MaxEvents: 4, RatePerKey: 0.5, Burst: 4}, producer.Config{})
 	batch := func(prefix string, n int) []byte {
 		var b bytes.Buffer
 		for i := 0; i < n; i++ {
-			b.Write(validEvent(fmt.Sprintf("%s-%d", prefix, i)))
+			b.Write(producertest.ValidEvent(fmt.Sprintf("%s-%d", prefix, i)))
 			b.WriteByte('\n')
 		}
 		return b.Bytes()
@@ -158,7 +160,7 @@ func TestGatewayRateLimit(t *testing.T) {
 		t.Fatalf("empty bucket: %d", resp.StatusCode)
 	}
 	keys := map[string]bool{}
-	for _, r := range readTopic(t, e.k, e.k.Config.Topics().Events, 8) {
+	for _, r := range producertest.ReadTopic(t, e.k, e.k.Config.Topics().Events, 8) {
 		keys[string(r.Key)] = true
 	}
 	if len(keys) != 8 || keys["b-0"] || keys["e-0"] {
@@ -167,7 +169,7 @@ func TestGatewayRateLimit(t *testing.T) {
 }
 
 func TestGatewayRefusesWholeRequests(t *testing.T) {
-	e := startGateway(t, GatewayConfig{MaxBodyBytes: 2048, MaxEvents: 3}, PublisherConfig{})
+	e := startGateway(t, Config{MaxBodyBytes: 2048, MaxEvents: 3}, producer.Config{})
 	big := bytes.Repeat([]byte(" "), 3000)
 	tests := []struct {
 		name        string
@@ -231,15 +233,15 @@ func TestGatewayRefusesWholeRequests(t *testing.T) {
 // checks the exact per-event answer, that exactly the accepted events are on
 // the events topic and exactly the refused ones on the rejected topic.
 func TestGatewayMixedBatch(t *testing.T) {
-	e := startGateway(t, GatewayConfig{}, PublisherConfig{})
+	e := startGateway(t, Config{}, producer.Config{})
 	topics := e.k.Config.Topics()
 	badCountry := `{"event_id":"bad-country","mix_id":42,"started_at":1700000000000,"offset_ms":0,"duration_ms":1000,"user_id":"u","country":"Germany","os":"o","device":"d","vendor":1}`
 	noUser := `{"event_id":"no-user","mix_id":42,"started_at":1700000000000,"offset_ms":0,"duration_ms":1000,"country":"DE","os":"o","device":"d","vendor":1}`
-	arrayBody := "[" + string(validEvent("arr-0")) + "," + badCountry + ",\n  42, " + string(validEvent("arr-3")) + "]"
-	ndjsonBody := string(validEvent("nd-0")) + "\r\n\n" + `{"event_id":"broken",` + "\n" + noUser + "\n" + string(validEvent("nd-3"))
+	arrayBody := "[" + string(producertest.ValidEvent("arr-0")) + "," + badCountry + ",\n  42, " + string(producertest.ValidEvent("arr-3")) + "]"
+	ndjsonBody := string(producertest.ValidEvent("nd-0")) + "\r\n\n" + `{"event_id":"broken",` + "\n" + noUser + "\n" + string(producertest.ValidEvent("nd-3"))
 
 	type want struct {
-		status  Status
+		status  producer.Status
 		id      string
 		reasons []string
 	}
@@ -248,11 +250,11 @@ func TestGatewayMixedBatch(t *testing.T) {
 		want                    []want
 	}{
 		{"array", "application/json", arrayBody, []want{
-			{StatusAccepted, "arr-0", nil}, {StatusRefused, "bad-country", []string{"bad_country"}},
-			{StatusRefused, "", []string{"malformed_json"}}, {StatusAccepted, "arr-3", nil}}},
+			{producer.StatusAccepted, "arr-0", nil}, {producer.StatusRefused, "bad-country", []string{"bad_country"}},
+			{producer.StatusRefused, "", []string{"malformed_json"}}, {producer.StatusAccepted, "arr-3", nil}}},
 		{"ndjson sniffed", "", ndjsonBody, []want{
-			{StatusAccepted, "nd-0", nil}, {StatusRefused, "", []string{"malformed_json"}},
-			{StatusRefused, "no-user", []string{"missing_user_id"}}, {StatusAccepted, "nd-3", nil}}},
+			{producer.StatusAccepted, "nd-0", nil}, {producer.StatusRefused, "", []string{"malformed_json"}},
+			{producer.StatusRefused, "no-user", []string{"missing_user_id"}}, {producer.StatusAccepted, "nd-3", nil}}},
 	}
 	var acceptedIDs, refusedRaw []string
 	for _, c := range cases {
@@ -276,7 +278,7 @@ func TestGatewayMixedBatch(t *testing.T) {
 			if a.Index != i || a.Status != w.status || a.EventID != w.id || fmt.Sprint(reasons) != fmt.Sprint(w.reasons) {
 				t.Errorf("%s event %d: %+v, want %+v", c.name, i, a, w)
 			}
-			if w.status == StatusAccepted {
+			if w.status == producer.StatusAccepted {
 				if a.Partition == nil || a.Offset == nil {
 					t.Errorf("%s event %d: accepted without partition/offset", c.name, i)
 				}
@@ -287,7 +289,7 @@ func TestGatewayMixedBatch(t *testing.T) {
 	refusedRaw = []string{badCountry, "42", `{"event_id":"broken",`, noUser}
 
 	var onTopic []string
-	for _, r := range readTopic(t, e.k, topics.Events, len(acceptedIDs)) {
+	for _, r := range producertest.ReadTopic(t, e.k, topics.Events, len(acceptedIDs)) {
 		var ev schemas.PlayerEvent
 		if err := json.Unmarshal(r.Value, &ev); err != nil || ev.EventID != string(r.Key) {
 			t.Errorf("record %s: %v", r.Value, err)
@@ -300,7 +302,7 @@ func TestGatewayMixedBatch(t *testing.T) {
 		t.Errorf("events topic holds %v, want exactly %v", onTopic, acceptedIDs)
 	}
 	var rejected []string
-	for _, r := range readTopic(t, e.k, topics.Rejected, len(refusedRaw)) {
+	for _, r := range producertest.ReadTopic(t, e.k, topics.Rejected, len(refusedRaw)) {
 		var rej schemas.Rejection
 		if err := json.Unmarshal(r.Value, &rej); err != nil {
 			t.Fatal(err)
@@ -321,9 +323,9 @@ func TestGatewayMixedBatch(t *testing.T) {
 // gateway must not answer 202, must report the valid events as failed, and
 // nothing may be on the events topic.
 func TestGatewayProduceFailure(t *testing.T) {
-	e := startGateway(t, GatewayConfig{}, PublisherConfig{DeliveryTimeout: 2 * time.Second})
-	failProduce(t, e.k, e.k.Config.Topics().Events)
-	body := "[" + string(validEvent("f-0")) + `,{"event_id":"f-1"},` + string(validEvent("f-2")) + "]"
+	e := startGateway(t, Config{}, producer.Config{DeliveryTimeout: 2 * time.Second})
+	producertest.FailProduce(t, e.k, e.k.Config.Topics().Events)
+	body := "[" + string(producertest.ValidEvent("f-0")) + `,{"event_id":"f-1"},` + string(producertest.ValidEvent("f-2")) + "]"
 	resp, b := e.post(t, "application/json", []byte(body), bearer...)
 	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
 		t.Fatalf("status %d %s, want 503 with Retry-After", resp.StatusCode, b)
@@ -332,11 +334,11 @@ func TestGatewayProduceFailure(t *testing.T) {
 	if err := json.Unmarshal(b, &ir); err != nil {
 		t.Fatal(err)
 	}
-	if ir.Accepted != 0 || ir.Failed != 2 || ir.Refused != 1 || ir.Events[0].Status != StatusFailed || ir.Events[2].Status != StatusFailed ||
-		ir.Events[1].Status != StatusRefused || ir.Error == "" {
+	if ir.Accepted != 0 || ir.Failed != 2 || ir.Refused != 1 || ir.Events[0].Status != producer.StatusFailed || ir.Events[2].Status != producer.StatusFailed ||
+		ir.Events[1].Status != producer.StatusRefused || ir.Error == "" {
 		t.Fatalf("answer %s", b)
 	}
-	if n := len(readTopic(t, e.k, e.k.Config.Topics().Events, 0)); n != 0 {
+	if n := len(producertest.ReadTopic(t, e.k, e.k.Config.Topics().Events, 0)); n != 0 {
 		t.Fatalf("%d events on the topic after a failed produce", n)
 	}
 }
@@ -344,7 +346,7 @@ func TestGatewayProduceFailure(t *testing.T) {
 // TestGatewayBrokerDown stops the broker: the answer must be 503 and
 // /readyz must say not ready.
 func TestGatewayBrokerDown(t *testing.T) {
-	e := startGateway(t, GatewayConfig{}, PublisherConfig{DeliveryTimeout: time.Second})
+	e := startGateway(t, Config{}, producer.Config{DeliveryTimeout: time.Second})
 	get := func(path string) int {
 		resp, err := e.srv.Client().Get(e.srv.URL + path)
 		if err != nil {
@@ -357,7 +359,7 @@ func TestGatewayBrokerDown(t *testing.T) {
 		t.Fatalf("readyz with a broker: %d", s)
 	}
 	e.k.Close()
-	resp, b := e.post(t, "application/json", []byte("["+string(validEvent("down"))+"]"), bearer...)
+	resp, b := e.post(t, "application/json", []byte("["+string(producertest.ValidEvent("down"))+"]"), bearer...)
 	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(b), `"failed":1`) {
 		t.Fatalf("broker down: %d %s", resp.StatusCode, b)
 	}
@@ -373,11 +375,11 @@ func TestGatewayBrokerDown(t *testing.T) {
 	}
 }
 
-func TestGatewayConfigValidation(t *testing.T) {
+func TestConfigValidation(t *testing.T) {
 	k := testenv.StartKafka(t, 1)
-	p := newTestPublisher(t, k, PublisherConfig{})
+	p := producertest.NewPublisher(t, k, producer.Config{})
 	key, _ := ParseFleetKey("a:" + HashKey("x"))
-	for name, cfg := range map[string]GatewayConfig{
+	for name, cfg := range map[string]Config{
 		"Publisher":                {Keys: []FleetKey{key}},
 		"Keys":                     {Publisher: p},
 		"--burst":                  {Publisher: p, Keys: []FleetKey{key}, MaxEvents: 100, Burst: 10},
@@ -390,7 +392,7 @@ func TestGatewayConfigValidation(t *testing.T) {
 		"--body-grace":             {Publisher: p, Keys: []FleetKey{key}, BodyGrace: -time.Second},
 		"--read-timeout":           {Publisher: p, Keys: []FleetKey{key}, ReadTimeout: -time.Second},
 	} {
-		if _, err := NewGateway(cfg); err == nil || !strings.Contains(err.Error(), name) {
+		if _, err := New(cfg); err == nil || !strings.Contains(err.Error(), name) {
 			t.Errorf("%s: err = %v", name, err)
 		}
 	}
@@ -427,7 +429,7 @@ func TestParseFleetKeys(t *testing.T) {
 // request is answered 503 "overloaded" at once, and that the slot is
 // released afterwards.
 func TestGatewayOverloaded(t *testing.T) {
-	e := startGateway(t, GatewayConfig{MaxConcurrent: 1}, PublisherConfig{DeliveryTimeout: 3 * time.Second})
+	e := startGateway(t, Config{MaxConcurrent: 1}, producer.Config{DeliveryTimeout: 3 * time.Second})
 	hold, held := make(chan struct{}), make(chan struct{}, 1)
 	c := e.k.Cluster()
 	c.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
@@ -441,7 +443,7 @@ func TestGatewayOverloaded(t *testing.T) {
 	})
 	first := make(chan int, 1)
 	go func() {
-		req, _ := http.NewRequest(http.MethodPost, e.srv.URL+"/v1/events", bytes.NewReader(validEvent("slow")))
+		req, _ := http.NewRequest(http.MethodPost, e.srv.URL+"/v1/events", bytes.NewReader(producertest.ValidEvent("slow")))
 		req.Header.Set("X-API-Key", acmeKey)
 		resp, err := e.srv.Client().Do(req)
 		if err != nil {
@@ -456,7 +458,7 @@ func TestGatewayOverloaded(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the first request never reached Kafka")
 	}
-	resp, b := e.post(t, "", validEvent("second"), "X-API-Key", otherKey) // another key: acme's own limit would answer first
+	resp, b := e.post(t, "", producertest.ValidEvent("second"), "X-API-Key", otherKey) // another key: acme's own limit would answer first
 	close(hold)
 	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(b), `"overloaded"`) || resp.Header.Get("Retry-After") == "" {
 		t.Fatalf("while the slot is taken: %d %s", resp.StatusCode, b)
@@ -464,7 +466,7 @@ func TestGatewayOverloaded(t *testing.T) {
 	if s := <-first; s != http.StatusAccepted {
 		t.Fatalf("the slow request: %d", s)
 	}
-	if resp, b := e.post(t, "", validEvent("third"), bearer...); resp.StatusCode != http.StatusAccepted {
+	if resp, b := e.post(t, "", producertest.ValidEvent("third"), bearer...); resp.StatusCode != http.StatusAccepted {
 		t.Fatalf("after the slot was released: %d %s", resp.StatusCode, b)
 	}
 }

@@ -1,4 +1,4 @@
-package producer
+package gateway
 
 import (
 	"errors"
@@ -12,9 +12,9 @@ import (
 // Errors of a request body cut by the gateway's read limits.
 var (
 	// errSlowBody: after the grace period the body arrived slower than
-	// GatewayConfig.MinBodyRate on average.
+	// Config.MinBodyRate on average.
 	errSlowBody = errors.New("request body slower than the minimum rate")
-	// errReadTimeout: the body was not complete within GatewayConfig.ReadTimeout.
+	// errReadTimeout: the body was not complete within Config.ReadTimeout.
 	errReadTimeout = errors.New("request body not complete within the read timeout")
 )
 
@@ -39,7 +39,7 @@ type bodyReader struct {
 	now      func() time.Time
 }
 
-func newBodyReader(w http.ResponseWriter, body io.Reader, start time.Time, cfg *GatewayConfig) *bodyReader {
+func newBodyReader(w http.ResponseWriter, body io.Reader, start time.Time, cfg *Config) *bodyReader {
 	return &bodyReader{
 		r: body, rc: http.NewResponseController(w), start: start,
 		deadline: start.Add(cfg.ReadTimeout), grace: cfg.BodyGrace, minRate: float64(cfg.MinBodyRate),

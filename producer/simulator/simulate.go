@@ -1,32 +1,25 @@
-package producer
+package simulator
 
 import (
 	"bytes"
-	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"os"
 	"slices"
 	"sort"
 	"strings"
 	"time"
 
-	"github.com/segmentio/kafka-go"
-	"github.com/segmentio/kafka-go/sasl"
-	"github.com/segmentio/kafka-go/sasl/plain"
 	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
-	"golang.org/x/time/rate"
 
 	"github.com/playpipe/playpipe/internal/kafkax"
 	"github.com/playpipe/playpipe/schemas"
 )
+
+const instrumentation = "github.com/playpipe/playpipe/producer/simulator"
 
 // MixInfo is what the simulator needs to know of a mix of the catalog.
 type MixInfo struct {
@@ -38,15 +31,15 @@ type MixInfo struct {
 
 // Kinds of the messages the simulator sends.
 const (
-	SimValid         = "valid"          // a realistic segment: passes schemas.ParseEvent
-	SimMalformedJSON = "malformed_json" // a truncated or garbled event: not JSON
-	SimMissingField  = "missing_field"  // a required field (not user_id) is absent
-	SimUnknownMix    = "unknown_mix"    // a valid event whose mix_id is not in the catalog
-	SimBadCountry    = "bad_country"    // country is not two ASCII letters
+	KindValid         = "valid"          // a realistic segment: passes schemas.ParseEvent
+	KindMalformedJSON = "malformed_json" // a truncated or garbled event: not JSON
+	KindMissingField  = "missing_field"  // a required field (not user_id) is absent
+	KindUnknownMix    = "unknown_mix"    // a valid event whose mix_id is not in the catalog
+	KindBadCountry    = "bad_country"    // country is not two ASCII letters
 )
 
-// SimKinds lists every kind, the bad ones in the order they are chosen.
-var SimKinds = []string{SimValid, SimMalformedJSON, SimMissingField, SimUnknownMix, SimBadCountry}
+// Kinds lists every kind, the bad ones in the order they are chosen.
+var Kinds = []string{KindValid, KindMalformedJSON, KindMissingField, KindUnknownMix, KindBadCountry}
 
 // Simulated end_reason values (the partner API does not publish its codes).
 const (
@@ -57,9 +50,9 @@ const (
 	EndSkip     = 5 // the listener skipped to the next track
 )
 
-// SimConfig configures a simulation run. Zero values take the defaults named
+// Config configures a simulation run. Zero values take the defaults named
 // in the comments.
-type SimConfig struct {
+type Config struct {
 	// Kafka is the connection (brokers, SASL, TLS); at least one broker.
 	Kafka kafkax.Config
 	// Topic receives the events; defaults to Kafka.Topics().Events.
@@ -98,10 +91,10 @@ type SimConfig struct {
 	TracerProvider trace.TracerProvider
 }
 
-// DefaultSimStartMS is 2024-01-01T00:00:00Z.
-const DefaultSimStartMS = 1704067200000
+// DefaultStartMS is 2024-01-01T00:00:00Z.
+const DefaultStartMS = 1704067200000
 
-func (c *SimConfig) setDefaults() {
+func (c *Config) setDefaults() {
 	if c.Topic == "" {
 		c.Topic = c.Kafka.Topics().Events
 	}
@@ -112,7 +105,7 @@ func (c *SimConfig) setDefaults() {
 		c.Users = max(1, c.Devices*4/5)
 	}
 	if c.StartMS == 0 {
-		c.StartMS = DefaultSimStartMS
+		c.StartMS = DefaultStartMS
 	}
 	if c.BatchSize == 0 {
 		c.BatchSize = 2000
@@ -128,69 +121,69 @@ func (c *SimConfig) setDefaults() {
 	}
 }
 
-func (c *SimConfig) validateGen() error {
+func (c *Config) validateGen() error {
 	switch {
 	case len(c.Mixes) == 0:
-		return errors.New("producer: SimConfig.Mixes is empty: the simulator needs a catalog (--mixes or the partner API)")
+		return errors.New("simulator: Config.Mixes is empty: the simulator needs a catalog (--mixes or the partner API)")
 	case c.Events < 1:
-		return fmt.Errorf("producer: SimConfig.Events (--events) must be ≥ 1, got %d", c.Events)
+		return fmt.Errorf("simulator: Config.Events (--events) must be ≥ 1, got %d", c.Events)
 	case c.Devices < 1:
-		return fmt.Errorf("producer: SimConfig.Devices (--devices) must be ≥ 1, got %d", c.Devices)
+		return fmt.Errorf("simulator: Config.Devices (--devices) must be ≥ 1, got %d", c.Devices)
 	case c.Users < 1:
-		return fmt.Errorf("producer: SimConfig.Users (--users) must be ≥ 1, got %d", c.Users)
+		return fmt.Errorf("simulator: Config.Users (--users) must be ≥ 1, got %d", c.Users)
 	case !(c.BadShare >= 0 && c.BadShare <= 1):
-		return fmt.Errorf("producer: SimConfig.BadShare (--bad-share) must be within 0–1, got %v", c.BadShare)
+		return fmt.Errorf("simulator: Config.BadShare (--bad-share) must be within 0–1, got %v", c.BadShare)
 	case c.Rate < 0:
-		return fmt.Errorf("producer: SimConfig.Rate (--rate) must be ≥ 0 (0: unlimited), got %v", c.Rate)
+		return fmt.Errorf("simulator: Config.Rate (--rate) must be ≥ 0 (0: unlimited), got %v", c.Rate)
 	}
 	for _, m := range c.Mixes {
 		if m.LengthMS < 1000 {
-			return fmt.Errorf("producer: SimConfig.Mixes: mix %d is %d ms long; at least 1 s is required", m.ID, m.LengthMS)
+			return fmt.Errorf("simulator: Config.Mixes: mix %d is %d ms long; at least 1 s is required", m.ID, m.LengthMS)
 		}
 	}
 	return nil
 }
 
-func (c *SimConfig) validate() error {
+func (c *Config) validate() error {
 	if err := c.validateGen(); err != nil {
 		return err
 	}
 	switch {
 	case len(c.Kafka.Brokers) == 0:
-		return errors.New("producer: SimConfig.Kafka.Brokers is empty; at least one host:port is required")
+		return errors.New("simulator: Config.Kafka.Brokers is empty; at least one host:port is required")
 	case c.BatchSize < 1:
-		return fmt.Errorf("producer: SimConfig.BatchSize must be ≥ 1, got %d", c.BatchSize)
+		return fmt.Errorf("simulator: Config.BatchSize must be ≥ 1, got %d", c.BatchSize)
 	case c.BatchTimeout < 0:
-		return fmt.Errorf("producer: SimConfig.BatchTimeout must be ≥ 0, got %s", c.BatchTimeout)
+		return fmt.Errorf("simulator: Config.BatchTimeout must be ≥ 0, got %s", c.BatchTimeout)
 	}
 	if err := c.Kafka.Validate(); err != nil {
-		return fmt.Errorf("producer: %w", err)
+		return fmt.Errorf("simulator: %w", err)
 	}
 	return nil
 }
 
-// SimMessage is one message of the simulation.
-type SimMessage struct {
+// Message is one message of the simulation.
+type Message struct {
 	Kind  string
 	Key   []byte
 	Value []byte
 }
 
-// SimStats tells what a run sent (acknowledged by Kafka).
-type SimStats struct {
+// Stats tells what a run sent (acknowledged by Kafka).
+type Stats struct {
 	Sent    int
 	ByKind  map[string]int
 	Elapsed time.Duration
 }
 
-func (s SimStats) String() string {
+func (s Stats) String() string {
 	var b strings.Builder
 	rate := 0.0
 	if s.Elapsed > 0 {
 		rate = float64(s.Sent) / s.Elapsed.Seconds()
 	}
 	fmt.Fprintf(&b, "sent %d events in %s (%.0f/s):", s.Sent, s.Elapsed.Round(time.Millisecond), rate)
-	for _, k := range SimKinds {
+	for _, k := range Kinds {
 		fmt.Fprintf(&b, " %s=%d", k, s.ByKind[k])
 	}
 	return b.String()
@@ -230,10 +223,10 @@ type simMix struct {
 	starts []int64 // sorted, clipped to the mix
 }
 
-// SimGenerator produces the simulation's messages, deterministically for a
+// Generator produces the simulation's messages, deterministically for a
 // seed. Not safe for concurrent use.
-type SimGenerator struct {
-	cfg      SimConfig
+type Generator struct {
+	cfg      Config
 	rng      *rand.Rand
 	mixes    []simMix
 	devices  []simDevice
@@ -241,14 +234,14 @@ type SimGenerator struct {
 	produced int
 }
 
-// NewSimGenerator validates the generation settings of cfg (Kafka settings
+// NewGenerator validates the generation settings of cfg (Kafka settings
 // are not needed) and returns a generator.
-func NewSimGenerator(cfg SimConfig) (*SimGenerator, error) {
+func NewGenerator(cfg Config) (*Generator, error) {
 	cfg.setDefaults()
 	if err := cfg.validateGen(); err != nil {
 		return nil, err
 	}
-	g := &SimGenerator{cfg: cfg, rng: rand.New(rand.NewPCG(uint64(cfg.Seed), 0x706c61797069706))}
+	g := &Generator{cfg: cfg, rng: rand.New(rand.NewPCG(uint64(cfg.Seed), 0x706c61797069706))}
 	for _, m := range cfg.Mixes {
 		sm := simMix{MixInfo: m}
 		for _, s := range m.TrackStartsMS {
@@ -276,22 +269,22 @@ func NewSimGenerator(cfg SimConfig) (*SimGenerator, error) {
 }
 
 // Next returns the next message; ok is false after cfg.Events messages.
-func (g *SimGenerator) Next() (m SimMessage, ok bool) {
+func (g *Generator) Next() (m Message, ok bool) {
 	if g.produced >= g.cfg.Events {
-		return SimMessage{}, false
+		return Message{}, false
 	}
 	g.produced++
 	d := &g.devices[g.rng.IntN(len(g.devices))]
 	ev := g.segment(d)
-	kind := SimValid
+	kind := KindValid
 	if g.cfg.BadShare > 0 && g.rng.Float64() < g.cfg.BadShare {
-		kind = SimKinds[1+g.rng.IntN(len(SimKinds)-1)]
+		kind = Kinds[1+g.rng.IntN(len(Kinds)-1)]
 	}
 	return g.encode(kind, d, ev), true
 }
 
 // segment advances device d by one listening segment and returns its event.
-func (g *SimGenerator) segment(d *simDevice) schemas.PlayerEvent {
+func (g *Generator) segment(d *simDevice) schemas.PlayerEvent {
 	if d.mix == nil { // idle: a new session after a while
 		d.clock += 1000 + g.rng.Int64N(20*60_000)
 		d.mix = &g.mixes[g.zipf(len(g.mixes))]
@@ -320,10 +313,29 @@ func (g *SimGenerator) segment(d *simDevice) schemas.PlayerEvent {
 		Device:    p.device,
 		Vendor:    &vendor,
 	}
-	var dur int64
-	var end int64
-	next := int64(-1) // the position of the next segment, -1: the session ends
-	jump := false
+	dur, end, next, jump := g.listen(d, m, remaining)
+	ev.DurationMS = dur
+	d.optionalFields(&ev, end)
+	d.clock += dur
+	if end == EndPause {
+		d.clock += 2000 + g.rng.Int64N(10*60_000)
+	} else {
+		d.clock += g.rng.Int64N(800) // decoder and network latency between segments
+	}
+	if next < 0 || next >= m.LengthMS {
+		d.mix = nil
+	} else {
+		d.pos, d.jumpNew = next, jump
+	}
+	return ev
+}
+
+// listen picks how the listener plays the segment that starts at d.pos
+// (remaining ms before the end of mix m): its duration, end reason, the
+// position of the next segment (-1: the session ends) and whether that one
+// starts after a jump forward.
+func (g *Generator) listen(d *simDevice, m *simMix, remaining int64) (dur, end, next int64, jump bool) {
+	next = -1
 	switch r := g.rng.IntN(100); {
 	case r < 30: // plays through to the end of the mix
 		dur, end = remaining, EndFinished
@@ -352,7 +364,13 @@ func (g *SimGenerator) segment(d *simDevice) schemas.PlayerEvent {
 	if d.pos+dur >= m.LengthMS { // whatever the listener meant to do, the mix ended
 		dur, end, next = remaining, EndFinished, -1
 	}
-	ev.DurationMS = dur
+	return dur, end, next, jump
+}
+
+// optionalFields sets the fields that depend on the device's app: an old
+// (legacy) app sends no end_reason, jump_forward or cached, but still flags
+// cached plays.
+func (d *simDevice) optionalFields(ev *schemas.PlayerEvent, end int64) {
 	if !d.legacy {
 		ev.EndReason = &end
 		if d.jumpNew || d.seq%4 == 0 { // present also when false now and then
@@ -368,23 +386,11 @@ func (g *SimGenerator) segment(d *simDevice) schemas.PlayerEvent {
 		c := true
 		ev.Cached = &c
 	}
-	d.clock += dur
-	if end == EndPause {
-		d.clock += 2000 + g.rng.Int64N(10*60_000)
-	} else {
-		d.clock += g.rng.Int64N(800) // decoder and network latency between segments
-	}
-	if next < 0 || next >= m.LengthMS {
-		d.mix = nil
-	} else {
-		d.pos, d.jumpNew = next, jump
-	}
-	return ev
 }
 
 // part is a segment length within remaining: mostly tens of seconds to minutes,
 // sometimes under a second.
-func (g *SimGenerator) part(remaining int64) int64 {
+func (g *Generator) part(remaining int64) int64 {
 	var d int64
 	if g.rng.IntN(20) == 0 {
 		d = 1 + g.rng.Int64N(1500)
@@ -395,7 +401,7 @@ func (g *SimGenerator) part(remaining int64) int64 {
 }
 
 // zipf picks an index in [0, n) with a skew towards the first ones (popular mixes).
-func (g *SimGenerator) zipf(n int) int {
+func (g *Generator) zipf(n int) int {
 	u := g.rng.Float64()
 	return min(n-1, int(float64(n)*u*u*u))
 }
@@ -409,17 +415,17 @@ func nextStart(starts []int64, pos int64) int64 {
 	return -1
 }
 
-func (g *SimGenerator) encode(kind string, d *simDevice, ev schemas.PlayerEvent) SimMessage {
+func (g *Generator) encode(kind string, d *simDevice, ev schemas.PlayerEvent) Message {
 	valid, _ := json.Marshal(&ev)
-	m := SimMessage{Kind: kind, Key: []byte(ev.EventID), Value: valid}
+	m := Message{Kind: kind, Key: []byte(ev.EventID), Value: valid}
 	switch kind {
-	case SimUnknownMix:
+	case KindUnknownMix:
 		ev.MixID = g.unknown + g.rng.Int64N(1_000_000)
 		m.Value, _ = json.Marshal(&ev)
-	case SimBadCountry:
+	case KindBadCountry:
 		ev.Country = simBadCountries[g.rng.IntN(len(simBadCountries))]
 		m.Value, _ = json.Marshal(&ev)
-	case SimMissingField:
+	case KindMissingField:
 		var obj map[string]json.RawMessage
 		_ = json.Unmarshal(valid, &obj)
 		drop := simRequiredDrops[g.rng.IntN(len(simRequiredDrops))]
@@ -428,7 +434,7 @@ func (g *SimGenerator) encode(kind string, d *simDevice, ev schemas.PlayerEvent)
 		if drop == "event_id" {
 			m.Key = []byte(d.id)
 		}
-	case SimMalformedJSON:
+	case KindMalformedJSON:
 		switch g.rng.IntN(3) {
 		case 0: // truncated in transit
 			m.Value = valid[:1+g.rng.IntN(len(valid)-2)]
@@ -440,179 +446,4 @@ func (g *SimGenerator) encode(kind string, d *simDevice, ev schemas.PlayerEvent)
 		m.Key = []byte(d.id)
 	}
 	return m
-}
-
-// Simulate sends cfg.Events messages to the events topic through
-// segmentio/kafka-go (synchronous batches, murmur2 key partitioning like
-// franz-go and the Java client) and returns what Kafka acknowledged. It stops
-// early when ctx ends, returning the stats so far and ctx's error.
-func Simulate(ctx context.Context, cfg SimConfig) (stats SimStats, err error) {
-	cfg.setDefaults()
-	stats = SimStats{ByKind: map[string]int{}}
-	if err := cfg.validate(); err != nil {
-		return stats, err
-	}
-	gen, err := NewSimGenerator(cfg)
-	if err != nil {
-		return stats, err
-	}
-	transport, err := kafkaGoTransport(cfg.Kafka)
-	if err != nil {
-		return stats, err
-	}
-	w := &kafka.Writer{
-		Addr:         kafka.TCP(cfg.Kafka.Brokers...),
-		Topic:        cfg.Topic,
-		Balancer:     &kafka.Murmur2Balancer{},
-		BatchSize:    cfg.BatchSize,
-		BatchBytes:   16 << 20,
-		BatchTimeout: cfg.BatchTimeout,
-		RequiredAcks: kafka.RequireAll,
-		Transport:    transport,
-	}
-	defer w.Close()
-	chunk := cfg.BatchSize
-	var lim *rate.Limiter
-	if cfg.Rate > 0 {
-		chunk = max(1, min(chunk, int(cfg.Rate/20))) // ~20 writes a second keep the pace smooth
-		lim = rate.NewLimiter(rate.Limit(cfg.Rate), chunk)
-	}
-	start := time.Now()
-	defer func() { stats.Elapsed = time.Since(start) }()
-	msgs := make([]kafka.Message, 0, chunk)
-	kinds := make([]string, 0, chunk)
-	var rec *json.Encoder
-	if cfg.Record != nil {
-		rec = json.NewEncoder(cfg.Record)
-	}
-	tracer := cfg.TracerProvider.Tracer(instrumentation)
-	prop := otel.GetTextMapPropagator()
-	spans := make([]trace.Span, 0, chunk)
-	endSpans := func(err error) {
-		for _, sp := range spans {
-			if err != nil {
-				sp.RecordError(err)
-				sp.SetStatus(codes.Error, "not published")
-			}
-			sp.End()
-		}
-		spans = spans[:0]
-	}
-	defer func() { endSpans(err) }()
-	for {
-		msgs, kinds = msgs[:0], kinds[:0]
-		for len(msgs) < chunk {
-			m, ok := gen.Next()
-			if !ok {
-				break
-			}
-			sctx, span := tracer.Start(ctx, "send "+cfg.Topic, trace.WithSpanKind(trace.SpanKindProducer))
-			msg := kafka.Message{Key: m.Key, Value: m.Value}
-			prop.Inject(sctx, messageCarrier{&msg})
-			spans = append(spans, span)
-			msgs = append(msgs, msg)
-			kinds = append(kinds, m.Kind)
-		}
-		if len(msgs) == 0 {
-			return stats, nil
-		}
-		if lim != nil {
-			if err := lim.WaitN(ctx, len(msgs)); err != nil {
-				return stats, fmt.Errorf("producer: simulate: %w", ctxErr(ctx, err))
-			}
-		}
-		if err := w.WriteMessages(ctx, msgs...); err != nil {
-			if ctx.Err() != nil {
-				err = ctx.Err()
-			}
-			return stats, fmt.Errorf("producer: simulate: write to %s after %d events: %w", cfg.Topic, stats.Sent, err)
-		}
-		endSpans(nil)
-		for i, m := range msgs {
-			stats.Sent++
-			stats.ByKind[kinds[i]]++
-			if rec != nil {
-				if err := rec.Encode(simRecord{Kind: kinds[i], Key: string(m.Key), Value: string(m.Value)}); err != nil {
-					return stats, fmt.Errorf("producer: simulate: record: %w", err)
-				}
-			}
-		}
-	}
-}
-
-func ctxErr(ctx context.Context, err error) error {
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
-	return err
-}
-
-// messageCarrier is a propagation.TextMapCarrier over a kafka-go message's headers.
-type messageCarrier struct{ m *kafka.Message }
-
-func (c messageCarrier) Get(key string) string {
-	for _, h := range c.m.Headers {
-		if h.Key == key {
-			return string(h.Value)
-		}
-	}
-	return ""
-}
-
-func (c messageCarrier) Set(key, value string) {
-	for i, h := range c.m.Headers {
-		if h.Key == key {
-			c.m.Headers[i].Value = []byte(value)
-			return
-		}
-	}
-	c.m.Headers = append(c.m.Headers, kafka.Header{Key: key, Value: []byte(value)})
-}
-
-func (c messageCarrier) Keys() []string {
-	keys := make([]string, len(c.m.Headers))
-	for i, h := range c.m.Headers {
-		keys[i] = h.Key
-	}
-	return keys
-}
-
-// simRecord is one line of SimConfig.Record.
-type simRecord struct {
-	Kind  string `json:"kind"`
-	Key   string `json:"key"`
-	Value string `json:"value"`
-}
-
-// kafkaGoTransport builds kafka-go's transport from the shared Kafka settings
-// (SASL, TLS), mirroring kafkax.Config.ClientOpts for franz-go.
-func kafkaGoTransport(c kafkax.Config) (*kafka.Transport, error) {
-	t := &kafka.Transport{ClientID: "playpipe-simulate", DialTimeout: 10 * time.Second}
-	var mech sasl.Mechanism
-	switch strings.ToUpper(c.SASLMechanism) {
-	case kafkax.SASLNone:
-	case kafkax.SASLPlain:
-		mech = plain.Mechanism{Username: c.SASLUser, Password: c.SASLPassword}
-	default:
-		// kafka-go's SCRAM needs a module this build does not carry; the
-		// pipeline's own clients (franz-go) support SCRAM.
-		return nil, fmt.Errorf("producer: simulate supports --kafka-sasl PLAIN or none, not %q", c.SASLMechanism)
-	}
-	t.SASL = mech
-	if c.TLS {
-		tc := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: c.TLSInsecure} //nolint:gosec // opt-in for tests
-		if c.TLSCAFile != "" {
-			pem, err := os.ReadFile(c.TLSCAFile)
-			if err != nil {
-				return nil, fmt.Errorf("producer: read --kafka-ca: %w", err)
-			}
-			pool := x509.NewCertPool()
-			if !pool.AppendCertsFromPEM(pem) {
-				return nil, fmt.Errorf("producer: --kafka-ca %s holds no PEM certificate", c.TLSCAFile)
-			}
-			tc.RootCAs = pool
-		}
-		t.TLS = tc
-	}
-	return t, nil
 }

@@ -1,4 +1,4 @@
-package producer
+package gateway
 
 import (
 	"bufio"
@@ -28,7 +28,7 @@ func HashKey(key string) string {
 }
 
 // ErrBadKeySpec is returned for a key configuration entry that is not fleet:hexsha256.
-var ErrBadKeySpec = errors.New("producer: API key entry must be fleet-name:hex-sha256 (64 hex digits)")
+var ErrBadKeySpec = errors.New("gateway: API key entry must be fleet-name:hex-sha256 (64 hex digits)")
 
 // ParseFleetKey parses "fleet-name:hexsha256". The error never repeats the
 // entry (it might be a raw key pasted by mistake).
@@ -64,7 +64,7 @@ func ParseFleetKeys(r io.Reader) ([]FleetKey, error) {
 		out = append(out, k)
 	}
 	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("producer: read API keys: %w", err)
+		return nil, fmt.Errorf("gateway: read API keys: %w", err)
 	}
 	return out, nil
 }
@@ -74,15 +74,15 @@ type keyring struct{ keys []FleetKey }
 
 func newKeyring(keys []FleetKey) (*keyring, error) {
 	if len(keys) == 0 {
-		return nil, errors.New("producer: GatewayConfig.Keys is empty: configure at least one fleet API key (fleet-name:hex-sha256)")
+		return nil, errors.New("gateway: Config.Keys is empty: configure at least one fleet API key (fleet-name:hex-sha256)")
 	}
 	seen := map[[sha256.Size]byte]string{}
 	for _, k := range keys {
 		if k.Fleet == "" {
-			return nil, errors.New("producer: GatewayConfig.Keys: a key without a fleet name")
+			return nil, errors.New("gateway: Config.Keys: a key without a fleet name")
 		}
 		if other, dup := seen[k.Hash]; dup {
-			return nil, fmt.Errorf("producer: GatewayConfig.Keys: fleets %q and %q share the same key hash", other, k.Fleet)
+			return nil, fmt.Errorf("gateway: Config.Keys: fleets %q and %q share the same key hash", other, k.Fleet)
 		}
 		seen[k.Hash] = k.Fleet
 	}

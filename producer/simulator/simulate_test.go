@@ -1,4 +1,4 @@
-package producer
+package simulator
 
 import (
 	"bufio"
@@ -19,6 +19,7 @@ import (
 	"github.com/playpipe/playpipe/internal/telemetry"
 	"github.com/playpipe/playpipe/internal/testenv"
 	"github.com/playpipe/playpipe/partnerapi"
+	"github.com/playpipe/playpipe/producer/internal/producertest"
 	"github.com/playpipe/playpipe/schemas"
 )
 
@@ -29,13 +30,13 @@ var testMixes = []MixInfo{
 	{ID: 205, LengthMS: 2_700_000, TrackStartsMS: []int64{900_000, 0, 1_800_000}}, // unsorted listing
 }
 
-func generate(t *testing.T, cfg SimConfig) []SimMessage {
+func generate(t *testing.T, cfg Config) []Message {
 	t.Helper()
-	g, err := NewSimGenerator(cfg)
+	g, err := NewGenerator(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []SimMessage
+	var out []Message
 	for {
 		m, ok := g.Next()
 		if !ok {
@@ -46,7 +47,7 @@ func generate(t *testing.T, cfg SimConfig) []SimMessage {
 }
 
 func TestSimGeneratorDeterministic(t *testing.T) {
-	cfg := SimConfig{Mixes: testMixes, Events: 2000, Devices: 50, BadShare: 0.2, Seed: 7}
+	cfg := Config{Mixes: testMixes, Events: 2000, Devices: 50, BadShare: 0.2, Seed: 7}
 	a, b := generate(t, cfg), generate(t, cfg)
 	if len(a) != 2000 || !reflect.DeepEqual(a, b) {
 		t.Fatal("the same seed gave different messages")
@@ -63,7 +64,7 @@ func TestSimGeneratorDeterministic(t *testing.T) {
 // reason, jumps, cached plays, many devices and countries).
 func TestSimGeneratorRealism(t *testing.T) {
 	const n = 12000
-	msgs := generate(t, SimConfig{Mixes: testMixes, Events: n, Devices: 300, BadShare: 0.12, Seed: 42})
+	msgs := generate(t, Config{Mixes: testMixes, Events: n, Devices: 300, BadShare: 0.12, Seed: 42})
 	catalog := map[int64]MixInfo{}
 	for _, m := range testMixes {
 		catalog[m.ID] = m
@@ -82,7 +83,7 @@ func TestSimGeneratorRealism(t *testing.T) {
 		byKind[m.Kind]++
 		ev, vs := schemas.ParseEvent(m.Value, schemas.ValidateOptions{})
 		switch m.Kind {
-		case SimValid, SimUnknownMix:
+		case KindValid, KindUnknownMix:
 			if vs != nil {
 				t.Fatalf("%s message refused: %v\n%s", m.Kind, vs, m.Value)
 			}
@@ -90,10 +91,10 @@ func TestSimGeneratorRealism(t *testing.T) {
 				t.Fatalf("key %q is not the event_id %q", m.Key, ev.EventID)
 			}
 			mix, known := catalog[ev.MixID]
-			if known != (m.Kind == SimValid) {
+			if known != (m.Kind == KindValid) {
 				t.Fatalf("%s message with mix %d (in catalog: %v)", m.Kind, ev.MixID, known)
 			}
-			if m.Kind == SimUnknownMix {
+			if m.Kind == KindUnknownMix {
 				continue
 			}
 			if ev.OffsetMS >= mix.LengthMS || ev.OffsetMS+ev.DurationMS > mix.LengthMS {
@@ -132,17 +133,17 @@ func TestSimGeneratorRealism(t *testing.T) {
 			if vs == nil {
 				t.Fatalf("%s message accepted: %s", m.Kind, m.Value)
 			}
-			want := map[string]string{SimMalformedJSON: schemas.ReasonMalformedJSON, SimMissingField: schemas.ReasonMissingField, SimBadCountry: schemas.ReasonBadCountry}[m.Kind]
+			want := map[string]string{KindMalformedJSON: schemas.ReasonMalformedJSON, KindMissingField: schemas.ReasonMissingField, KindBadCountry: schemas.ReasonBadCountry}[m.Kind]
 			if len(vs) != 1 || vs[0].Reason != want {
 				t.Fatalf("%s message: violations %v, want exactly one %s\n%s", m.Kind, vs, want, m.Value)
 			}
 		}
 	}
-	bad := n - byKind[SimValid]
+	bad := n - byKind[KindValid]
 	if share := float64(bad) / n; math.Abs(share-0.12) > 0.01 {
 		t.Errorf("bad share %.4f, want 0.12 ± 0.01", share)
 	}
-	for _, k := range SimKinds[1:] {
+	for _, k := range Kinds[1:] {
 		if q := float64(byKind[k]) / float64(bad); q < 0.2 || q > 0.3 {
 			t.Errorf("%s is %.2f of the bad messages, want about a quarter", k, q)
 		}
@@ -166,8 +167,8 @@ func TestSimGeneratorRealism(t *testing.T) {
 func TestSimulateThroughKafka(t *testing.T) {
 	k := testenv.StartKafka(t, 4)
 	var rec bytes.Buffer
-	cfg := SimConfig{Kafka: k.Config, Mixes: testMixes, Events: 3000, Devices: 80, BadShare: 0.1, Seed: 3, Record: &rec, BatchSize: 400}
-	stats, err := Simulate(context.Background(), cfg)
+	cfg := Config{Kafka: k.Config, Mixes: testMixes, Events: 3000, Devices: 80, BadShare: 0.1, Seed: 3, Record: &rec, BatchSize: 400}
+	stats, err := Run(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,18 +176,18 @@ func TestSimulateThroughKafka(t *testing.T) {
 	for _, n := range stats.ByKind {
 		sum += n
 	}
-	if stats.Sent != 3000 || sum != 3000 || stats.ByKind[SimValid] < 2600 || stats.ByKind[SimValid] > 2800 {
+	if stats.Sent != 3000 || sum != 3000 || stats.ByKind[KindValid] < 2600 || stats.ByKind[KindValid] > 2800 {
 		t.Fatalf("stats %v", stats)
 	}
 	t.Log(stats)
 
-	recs := readTopic(t, k, k.Config.Topics().Events, stats.Sent)
+	recs := producertest.ReadTopic(t, k, k.Config.Topics().Events, stats.Sent)
 	if len(recs) != stats.Sent {
 		t.Fatalf("topic holds %d records, the simulator says it sent %d", len(recs), stats.Sent)
 	}
 	// What the run recorded, and what it would generate again for the seed.
 	want := generate(t, cfg)
-	var recorded []SimMessage
+	var recorded []Message
 	sc := bufio.NewScanner(&rec)
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
@@ -194,7 +195,7 @@ func TestSimulateThroughKafka(t *testing.T) {
 		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
 			t.Fatal(err)
 		}
-		recorded = append(recorded, SimMessage{Kind: r.Kind, Key: []byte(r.Key), Value: []byte(r.Value)})
+		recorded = append(recorded, Message{Kind: r.Kind, Key: []byte(r.Key), Value: []byte(r.Value)})
 	}
 	if !reflect.DeepEqual(recorded, want) {
 		t.Fatalf("the record file (%d lines) is not the generated sequence (%d)", len(recorded), len(want))
@@ -223,7 +224,7 @@ func TestSimulateThroughKafka(t *testing.T) {
 	if !reflect.DeepEqual(onTopic, sent) {
 		t.Fatal("the topic does not hold exactly the sent messages")
 	}
-	if wantValid := stats.ByKind[SimValid] + stats.ByKind[SimUnknownMix]; valid != wantValid {
+	if wantValid := stats.ByKind[KindValid] + stats.ByKind[KindUnknownMix]; valid != wantValid {
 		t.Errorf("%d records pass ParseEvent, want %d (valid + unknown_mix)", valid, wantValid)
 	}
 }
@@ -231,7 +232,7 @@ func TestSimulateThroughKafka(t *testing.T) {
 func TestSimulateRateAndCancel(t *testing.T) {
 	k := testenv.StartKafka(t, 1)
 	start := time.Now()
-	stats, err := Simulate(context.Background(), SimConfig{Kafka: k.Config, Mixes: testMixes, Events: 600, Rate: 3000})
+	stats, err := Run(context.Background(), Config{Kafka: k.Config, Mixes: testMixes, Events: 600, Rate: 3000})
 	if err != nil || stats.Sent != 600 {
 		t.Fatalf("%v %v", err, stats)
 	}
@@ -241,25 +242,25 @@ func TestSimulateRateAndCancel(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
-	stats, err = Simulate(ctx, SimConfig{Kafka: k.Config, Mixes: testMixes, Events: 1_000_000, Rate: 1000})
+	stats, err = Run(ctx, Config{Kafka: k.Config, Mixes: testMixes, Events: 1_000_000, Rate: 1000})
 	if err == nil || stats.Sent >= 1_000_000 || stats.Sent == 0 {
 		t.Fatalf("cancelled run: %v %v", err, stats)
 	}
 }
 
 func TestSimConfigValidation(t *testing.T) {
-	for name, cfg := range map[string]SimConfig{
+	for name, cfg := range map[string]Config{
 		"Mixes":        {Events: 1},
 		"--events":     {Mixes: testMixes},
 		"--bad-share":  {Mixes: testMixes, Events: 1, BadShare: 1.5},
 		"--rate":       {Mixes: testMixes, Events: 1, Rate: -1},
 		"at least 1 s": {Mixes: []MixInfo{{ID: 1, LengthMS: 10}}, Events: 1},
 	} {
-		if _, err := NewSimGenerator(cfg); err == nil || !bytes.Contains([]byte(err.Error()), []byte(name)) {
+		if _, err := NewGenerator(cfg); err == nil || !bytes.Contains([]byte(err.Error()), []byte(name)) {
 			t.Errorf("%s: err = %v", name, err)
 		}
 	}
-	if _, err := Simulate(context.Background(), SimConfig{Mixes: testMixes, Events: 1}); err == nil {
+	if _, err := Run(context.Background(), Config{Mixes: testMixes, Events: 1}); err == nil {
 		t.Error("no brokers accepted")
 	}
 }

@@ -1,4 +1,4 @@
-package producer
+package simulator
 
 import (
 	"context"
@@ -24,7 +24,7 @@ type CatalogAPI interface {
 func CatalogFromAPI(ctx context.Context, api CatalogAPI, maxMixes int) ([]MixInfo, error) {
 	entries, _, err := api.Catalog(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("producer: catalog walk: %w", err)
+		return nil, fmt.Errorf("simulator: catalog walk: %w", err)
 	}
 	seen := map[int64]bool{}
 	var out []MixInfo
@@ -34,7 +34,7 @@ func CatalogFromAPI(ctx context.Context, api CatalogAPI, maxMixes int) ([]MixInf
 			continue // "no results for given type": a page without content
 		}
 		if err != nil {
-			return nil, fmt.Errorf("producer: catalog walk: page %d: %w", e.PageID, err)
+			return nil, fmt.Errorf("simulator: catalog walk: page %d: %w", e.PageID, err)
 		}
 		for _, pl := range page.Lists {
 			list, _, err := api.List(ctx, pl.ListID)
@@ -42,7 +42,7 @@ func CatalogFromAPI(ctx context.Context, api CatalogAPI, maxMixes int) ([]MixInf
 				continue
 			}
 			if err != nil {
-				return nil, fmt.Errorf("producer: catalog walk: list %d: %w", pl.ListID, err)
+				return nil, fmt.Errorf("simulator: catalog walk: list %d: %w", pl.ListID, err)
 			}
 			for _, sum := range list.Mixes {
 				if seen[sum.ID] {
@@ -54,7 +54,7 @@ func CatalogFromAPI(ctx context.Context, api CatalogAPI, maxMixes int) ([]MixInf
 					continue
 				}
 				if err != nil {
-					return nil, fmt.Errorf("producer: catalog walk: mix %d: %w", sum.ID, err)
+					return nil, fmt.Errorf("simulator: catalog walk: mix %d: %w", sum.ID, err)
 				}
 				info, err := mixInfo(mix)
 				if err != nil {
@@ -68,7 +68,7 @@ func CatalogFromAPI(ctx context.Context, api CatalogAPI, maxMixes int) ([]MixInf
 		}
 	}
 	if len(out) == 0 {
-		return nil, errors.New("producer: catalog walk: the partner API listed no mix")
+		return nil, errors.New("simulator: catalog walk: the partner API listed no mix")
 	}
 	return out, nil
 }
@@ -76,13 +76,13 @@ func CatalogFromAPI(ctx context.Context, api CatalogAPI, maxMixes int) ([]MixInf
 func mixInfo(m partnerapi.Mix) (MixInfo, error) {
 	length, err := partnerapi.ParseHMS(m.Length)
 	if err != nil {
-		return MixInfo{}, fmt.Errorf("producer: mix %d: length: %w", m.ID, err)
+		return MixInfo{}, fmt.Errorf("simulator: mix %d: length: %w", m.ID, err)
 	}
 	info := MixInfo{ID: m.ID, LengthMS: length}
 	for _, t := range m.Tracks {
 		s, err := partnerapi.ParseHMS(t.Time)
 		if err != nil {
-			return MixInfo{}, fmt.Errorf("producer: mix %d: track %d time: %w", m.ID, t.ID, err)
+			return MixInfo{}, fmt.Errorf("simulator: mix %d: track %d time: %w", m.ID, t.ID, err)
 		}
 		info.TrackStartsMS = append(info.TrackStartsMS, s)
 	}

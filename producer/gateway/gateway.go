@@ -1,7 +1,6 @@
-package producer
+package gateway
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,21 +8,24 @@ import (
 	"io"
 	"log/slog"
 	"math"
-	"mime"
 	"net/http"
 	"strconv"
 	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/time/rate"
 
 	"github.com/playpipe/playpipe/internal/telemetry"
+	"github.com/playpipe/playpipe/producer"
 	"github.com/playpipe/playpipe/schemas"
 )
+
+const instrumentation = "github.com/playpipe/playpipe/producer/gateway"
 
 // IngestSource is Source.Topic of the rejections the gateway publishes for
 // events it refused before they reached Kafka (partition and offset are -1).
@@ -31,7 +33,7 @@ const IngestSource = "ingest"
 
 // Event size limits of the gateway.
 const (
-	// DefaultMaxEventBytes is GatewayConfig.MaxEventBytes' default: 64 KiB,
+	// DefaultMaxEventBytes is Config.MaxEventBytes' default: 64 KiB,
 	// about 200 times an ordinary event.
 	DefaultMaxEventBytes = 64 << 10
 	// MaxEventBytesCeiling is the largest MaxEventBytes allowed: 960 KiB
@@ -42,13 +44,14 @@ const (
 	MaxEventBytesCeiling = 960 << 10
 )
 
-// GatewayConfig configures the HTTP ingest gateway. Zero values take the
-// defaults named in the comments; NewGateway validates it once.
-type GatewayConfig struct {
+// Config configures the HTTP ingest gateway. Zero values take the
+// defaults named in the comments; New validates it once.
+type Config struct {
 	// Publisher sends the events; required. The gateway does not close it.
-	Publisher *Publisher
+	Publisher *producer.Publisher
 	// RejectedTopic receives a schemas.Rejection for every refused event;
-	// defaults to the rejected topic of the Publisher's Kafka configuration.
+	// defaults to <prefix>.rejected, beside the Publisher's topics
+	// (producer.Config.TopicPrefix).
 	RejectedTopic string
 	// Keys are the fleets' API keys (hashes); at least one is required.
 	Keys []FleetKey
@@ -96,9 +99,9 @@ type GatewayConfig struct {
 	Logger *slog.Logger
 }
 
-func (c *GatewayConfig) setDefaults() {
+func (c *Config) setDefaults() {
 	if c.RejectedTopic == "" && c.Publisher != nil {
-		c.RejectedTopic = c.Publisher.cfg.Kafka.Topics().Rejected
+		c.RejectedTopic = c.Publisher.TopicPrefix() + ".rejected"
 	}
 	if c.MaxBodyBytes == 0 {
 		c.MaxBodyBytes = 4 << 20
@@ -135,9 +138,9 @@ func (c *GatewayConfig) setDefaults() {
 	}
 }
 
-func (c *GatewayConfig) validate() error {
+func (c *Config) validate() error {
 	if c.Publisher == nil {
-		return errors.New("producer: GatewayConfig.Publisher is required")
+		return errors.New("gateway: Config.Publisher is required")
 	}
 	return c.validateLimits()
 }
@@ -145,34 +148,34 @@ func (c *GatewayConfig) validate() error {
 // ValidateLimits checks the limits of c (sizes, rates, concurrency, body
 // deadlines) with the defaults applied, leaving out the Publisher and the
 // keys: a command calls it before it connects to anything, so that a bad
-// flag is reported as such. NewGateway checks the same.
-func (c GatewayConfig) ValidateLimits() error {
+// flag is reported as such. New checks the same.
+func (c Config) ValidateLimits() error {
 	c.setDefaults()
 	return c.validateLimits()
 }
 
-func (c *GatewayConfig) validateLimits() error {
+func (c *Config) validateLimits() error {
 	switch {
 	case c.MaxBodyBytes < 1:
-		return fmt.Errorf("producer: GatewayConfig.MaxBodyBytes (--max-body) must be ≥ 1, got %d", c.MaxBodyBytes)
+		return fmt.Errorf("gateway: Config.MaxBodyBytes (--max-body) must be ≥ 1, got %d", c.MaxBodyBytes)
 	case c.MaxEventBytes < 1 || c.MaxEventBytes > MaxEventBytesCeiling:
-		return fmt.Errorf("producer: GatewayConfig.MaxEventBytes (--max-event-bytes) must be 1–%d bytes (an accepted event must fit one Kafka record), got %d", MaxEventBytesCeiling, c.MaxEventBytes)
+		return fmt.Errorf("gateway: Config.MaxEventBytes (--max-event-bytes) must be 1–%d bytes (an accepted event must fit one Kafka record), got %d", MaxEventBytesCeiling, c.MaxEventBytes)
 	case c.MaxEvents < 1:
-		return fmt.Errorf("producer: GatewayConfig.MaxEvents (--max-events) must be ≥ 1, got %d", c.MaxEvents)
+		return fmt.Errorf("gateway: Config.MaxEvents (--max-events) must be ≥ 1, got %d", c.MaxEvents)
 	case c.RatePerKey < 0 || math.IsNaN(c.RatePerKey) || math.IsInf(c.RatePerKey, 0):
-		return fmt.Errorf("producer: GatewayConfig.RatePerKey (--rate) must be > 0 events/s, got %v", c.RatePerKey)
+		return fmt.Errorf("gateway: Config.RatePerKey (--rate) must be > 0 events/s, got %v", c.RatePerKey)
 	case c.MaxConcurrent < 1:
-		return fmt.Errorf("producer: GatewayConfig.MaxConcurrent (--max-concurrent) must be ≥ 1, got %d", c.MaxConcurrent)
+		return fmt.Errorf("gateway: Config.MaxConcurrent (--max-concurrent) must be ≥ 1, got %d", c.MaxConcurrent)
 	case c.MaxConcurrentPerKey < 1 || c.MaxConcurrentPerKey > c.MaxConcurrent:
-		return fmt.Errorf("producer: GatewayConfig.MaxConcurrentPerKey (--max-concurrent-per-key) must be 1–%d (--max-concurrent), got %d", c.MaxConcurrent, c.MaxConcurrentPerKey)
+		return fmt.Errorf("gateway: Config.MaxConcurrentPerKey (--max-concurrent-per-key) must be 1–%d (--max-concurrent), got %d", c.MaxConcurrent, c.MaxConcurrentPerKey)
 	case c.MinBodyRate < 1:
-		return fmt.Errorf("producer: GatewayConfig.MinBodyRate (--min-body-rate) must be ≥ 1 byte/s, got %d", c.MinBodyRate)
+		return fmt.Errorf("gateway: Config.MinBodyRate (--min-body-rate) must be ≥ 1 byte/s, got %d", c.MinBodyRate)
 	case c.BodyGrace < 0:
-		return fmt.Errorf("producer: GatewayConfig.BodyGrace (--body-grace) must be ≥ 0, got %s", c.BodyGrace)
+		return fmt.Errorf("gateway: Config.BodyGrace (--body-grace) must be ≥ 0, got %s", c.BodyGrace)
 	case c.ReadTimeout < 0:
-		return fmt.Errorf("producer: GatewayConfig.ReadTimeout (--read-timeout) must be > 0, got %s", c.ReadTimeout)
+		return fmt.Errorf("gateway: Config.ReadTimeout (--read-timeout) must be > 0, got %s", c.ReadTimeout)
 	case c.Burst < c.MaxEvents:
-		return fmt.Errorf("producer: GatewayConfig.Burst (--burst) %d must be ≥ MaxEvents (--max-events) %d, or a full batch could never pass", c.Burst, c.MaxEvents)
+		return fmt.Errorf("gateway: Config.Burst (--burst) %d must be ≥ MaxEvents (--max-events) %d, or a full batch could never pass", c.Burst, c.MaxEvents)
 	}
 	return nil
 }
@@ -183,7 +186,7 @@ func (c *GatewayConfig) validateLimits() error {
 //	GET  /healthz    200 while the process serves
 //	GET  /readyz     200 when a Kafka broker answers and the gateway is not draining
 type Gateway struct {
-	cfg      GatewayConfig
+	cfg      Config
 	keys     *keyring
 	limiters []*rate.Limiter // one per configured key
 	inflight []atomic.Int32  // requests in flight per configured key
@@ -194,8 +197,8 @@ type Gateway struct {
 	requests metric.Int64Counter
 }
 
-// NewGateway builds a gateway from a validated configuration.
-func NewGateway(cfg GatewayConfig) (*Gateway, error) {
+// New builds a gateway from a validated configuration.
+func New(cfg Config) (*Gateway, error) {
 	cfg.setDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -209,7 +212,7 @@ func NewGateway(cfg GatewayConfig) (*Gateway, error) {
 		g.limiters = append(g.limiters, rate.NewLimiter(rate.Limit(cfg.RatePerKey), cfg.Burst))
 	}
 	g.inflight = make([]atomic.Int32, len(cfg.Keys))
-	g.requests, _ = meter.Int64Counter("playpipe.ingest.requests",
+	g.requests, _ = otel.Meter(instrumentation).Int64Counter("playpipe.ingest.requests",
 		metric.WithDescription("Requests to POST /v1/events, by HTTP status code."))
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/events", g.postEvents)
@@ -273,7 +276,7 @@ type EventAnswer struct {
 	EventID string `json:"event_id,omitempty"`
 	// Status: accepted (on the events topic), refused (broke a rule: do not
 	// retry; Reasons says why) or failed (not on Kafka: retry it).
-	Status    Status              `json:"status"`
+	Status    producer.Status     `json:"status"`
 	Partition *int32              `json:"partition,omitempty"`
 	Offset    *int64              `json:"offset,omitempty"`
 	Reasons   []schemas.Violation `json:"reasons,omitempty"`
@@ -292,50 +295,29 @@ func (g *Gateway) postEvents(w http.ResponseWriter, r *http.Request) {
 // slots shared by every key, and the body (the only slow part a client
 // controls) is read under a minimum rate and a deadline.
 func (g *Gateway) serveEvents(w http.ResponseWriter, r *http.Request) int {
-	start := time.Now()
-	bodyRead := false
-	// A request refused before its body is read closes its connection at
-	// once: otherwise the server would wait for up to 256 KiB of the unread
-	// body (at the client's pace) before reusing the connection.
-	closeUnread := func() {
-		if !bodyRead && r.ContentLength != 0 {
-			w.Header().Set("Connection", "close")
-			_ = http.NewResponseController(w).SetReadDeadline(time.Unix(1, 0))
-		}
-	}
-	fail := func(status int, code, msg string) int {
-		closeUnread()
-		writeJSON(w, status, ErrorResponse{Error: msg, Code: code})
-		return status
-	}
+	q := &request{w: w, r: r, start: time.Now()}
 	ki := g.keys.match(presentedKey(r))
 	if ki < 0 {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="playpipe-ingest"`)
 		g.cfg.Logger.Debug("ingest: request without a valid API key", "remote", r.RemoteAddr)
-		return fail(http.StatusUnauthorized, "unauthorized", "a valid fleet API key is required (Authorization: Bearer <key> or X-API-Key)")
+		return q.fail(http.StatusUnauthorized, "unauthorized", "a valid fleet API key is required (Authorization: Bearer <key> or X-API-Key)")
 	}
 	fleet := g.cfg.Keys[ki].Fleet
 	trace.SpanFromContext(r.Context()).SetAttributes(attribute.String("playpipe.fleet", fleet))
 	if !acquireUpTo(&g.inflight[ki], int32(g.cfg.MaxConcurrentPerKey)) {
 		w.Header().Set("Retry-After", "1")
 		g.cfg.Logger.Debug("ingest: too many requests in flight for one key; answering 429", "fleet", fleet, "max_concurrent_per_key", g.cfg.MaxConcurrentPerKey)
-		return fail(http.StatusTooManyRequests, "concurrency_limited", fmt.Sprintf("this API key has %d requests in flight already (the limit per key); retry when one is answered", g.cfg.MaxConcurrentPerKey))
+		return q.fail(http.StatusTooManyRequests, "concurrency_limited", fmt.Sprintf("this API key has %d requests in flight already (the limit per key); retry when one is answered", g.cfg.MaxConcurrentPerKey))
 	}
 	defer g.inflight[ki].Add(-1)
 	lim := g.limiters[ki]
 	if lim.Tokens() < 1 { // refuse before reading the body
-		closeUnread()
+		q.closeUnread()
 		return g.tooMany(w, lim.Reserve())
 	}
-	if ce := r.Header.Get("Content-Encoding"); ce != "" && ce != "identity" {
-		return fail(http.StatusUnsupportedMediaType, "unsupported_encoding", "Content-Encoding "+strconv.Quote(ce)+" is not supported; send the body uncompressed")
-	}
-	ndjson, known := bodyKind(r.Header.Get("Content-Type"))
-	if !known {
-		return fail(http.StatusUnsupportedMediaType, "unsupported_media_type", "Content-Type must be application/json (an array) or application/x-ndjson (one event per line)")
-	}
-	if r.ContentLength > g.cfg.MaxBodyBytes {
-		return fail(http.StatusRequestEntityTooLarge, "body_too_large", fmt.Sprintf("body of %d bytes exceeds the limit of %d bytes", r.ContentLength, g.cfg.MaxBodyBytes))
+	ndjson, status := g.checkHeaders(q)
+	if status != 0 {
+		return status
 	}
 	select {
 	case g.slots <- struct{}{}:
@@ -343,48 +325,100 @@ func (g *Gateway) serveEvents(w http.ResponseWriter, r *http.Request) int {
 	default:
 		w.Header().Set("Retry-After", "1")
 		g.cfg.Logger.Warn("ingest: too many requests in flight; answering 503", "fleet", fleet, "max_concurrent", g.cfg.MaxConcurrent)
-		return fail(http.StatusServiceUnavailable, "overloaded", fmt.Sprintf("the gateway is serving %d requests already; retry shortly", g.cfg.MaxConcurrent))
+		return q.fail(http.StatusServiceUnavailable, "overloaded", fmt.Sprintf("the gateway is serving %d requests already; retry shortly", g.cfg.MaxConcurrent))
 	}
-	br := newBodyReader(w, r.Body, start, &g.cfg)
-	body, err := io.ReadAll(http.MaxBytesReader(w, io.NopCloser(br), g.cfg.MaxBodyBytes))
-	br.done(err == nil)
-	bodyRead = err == nil
-	if err != nil {
-		var mbe *http.MaxBytesError
-		switch {
-		case errors.As(err, &mbe):
-			return fail(http.StatusRequestEntityTooLarge, "body_too_large", fmt.Sprintf("body exceeds the limit of %d bytes", g.cfg.MaxBodyBytes))
-		case errors.Is(err, errSlowBody):
-			w.Header().Set("Connection", "close")
-			g.cfg.Logger.Info("ingest: request body too slow; cut", "fleet", fleet, "bytes", br.n, "after", time.Since(start).Round(time.Millisecond), "min_body_rate", g.cfg.MinBodyRate)
-			return fail(http.StatusRequestTimeout, "slow_body", fmt.Sprintf("the body arrived slower than %d bytes/s after the first %s; send it faster", g.cfg.MinBodyRate, g.cfg.BodyGrace))
-		case errors.Is(err, errReadTimeout):
-			w.Header().Set("Connection", "close")
-			g.cfg.Logger.Info("ingest: request body not complete within the read timeout; cut", "fleet", fleet, "bytes", br.n, "read_timeout", g.cfg.ReadTimeout)
-			return fail(http.StatusRequestTimeout, "read_timeout", fmt.Sprintf("the body was not complete within %s; send smaller batches", g.cfg.ReadTimeout))
-		}
-		return fail(http.StatusBadRequest, "malformed_batch", "could not read the body")
-	}
-	events, err := splitBatch(body, ndjson, g.cfg.MaxEvents)
-	switch {
-	case errors.Is(err, errTooManyEvents):
-		return fail(http.StatusRequestEntityTooLarge, "too_many_events", fmt.Sprintf("more than %d events in one request; split the batch", g.cfg.MaxEvents))
-	case err != nil:
-		return fail(http.StatusBadRequest, "malformed_batch", err.Error())
-	case len(events) == 0:
-		return fail(http.StatusBadRequest, "empty_batch", "the batch holds no event")
+	events, status := g.readEvents(q, fleet, ndjson)
+	if status != 0 {
+		return status
 	}
 	now := time.Now()
 	if res := lim.ReserveN(now, len(events)); res.DelayFrom(now) > 0 {
 		return g.tooMany(w, res)
 	}
-
 	resp, status := g.publish(r.Context(), fleet, events)
 	if status == http.StatusServiceUnavailable {
 		w.Header().Set("Retry-After", "1")
 	}
 	writeJSON(w, status, resp)
 	return status
+}
+
+// request is one POST /v1/events being served.
+type request struct {
+	w        http.ResponseWriter
+	r        *http.Request
+	start    time.Time
+	bodyRead bool
+}
+
+// closeUnread closes the connection of a request refused before its body is
+// read, at once: otherwise the server would wait for up to 256 KiB of the
+// unread body (at the client's pace) before reusing the connection.
+func (q *request) closeUnread() {
+	if !q.bodyRead && q.r.ContentLength != 0 {
+		q.w.Header().Set("Connection", "close")
+		_ = http.NewResponseController(q.w).SetReadDeadline(time.Unix(1, 0))
+	}
+}
+
+// fail refuses the request as a whole and returns status.
+func (q *request) fail(status int, code, msg string) int {
+	q.closeUnread()
+	writeJSON(q.w, status, ErrorResponse{Error: msg, Code: code})
+	return status
+}
+
+// checkHeaders refuses a request whose headers already say it cannot be
+// served (encoding, media type, declared length): status is then its
+// answer's, else 0 and ndjson tells the body's format.
+func (g *Gateway) checkHeaders(q *request) (ndjson bool, status int) {
+	if ce := q.r.Header.Get("Content-Encoding"); ce != "" && ce != "identity" {
+		return false, q.fail(http.StatusUnsupportedMediaType, "unsupported_encoding", "Content-Encoding "+strconv.Quote(ce)+" is not supported; send the body uncompressed")
+	}
+	ndjson, known := bodyKind(q.r.Header.Get("Content-Type"))
+	if !known {
+		return false, q.fail(http.StatusUnsupportedMediaType, "unsupported_media_type", "Content-Type must be application/json (an array) or application/x-ndjson (one event per line)")
+	}
+	if q.r.ContentLength > g.cfg.MaxBodyBytes {
+		return false, q.fail(http.StatusRequestEntityTooLarge, "body_too_large", fmt.Sprintf("body of %d bytes exceeds the limit of %d bytes", q.r.ContentLength, g.cfg.MaxBodyBytes))
+	}
+	return ndjson, 0
+}
+
+// readEvents reads the body (bounded, under the minimum rate and the read
+// timeout) and splits it into events; status is the answer's when the
+// request is refused, else 0.
+func (g *Gateway) readEvents(q *request, fleet string, ndjson bool) (events [][]byte, status int) {
+	br := newBodyReader(q.w, q.r.Body, q.start, &g.cfg)
+	body, err := io.ReadAll(http.MaxBytesReader(q.w, io.NopCloser(br), g.cfg.MaxBodyBytes))
+	br.done(err == nil)
+	q.bodyRead = err == nil
+	if err != nil {
+		var mbe *http.MaxBytesError
+		switch {
+		case errors.As(err, &mbe):
+			return nil, q.fail(http.StatusRequestEntityTooLarge, "body_too_large", fmt.Sprintf("body exceeds the limit of %d bytes", g.cfg.MaxBodyBytes))
+		case errors.Is(err, errSlowBody):
+			q.w.Header().Set("Connection", "close")
+			g.cfg.Logger.Info("ingest: request body too slow; cut", "fleet", fleet, "bytes", br.n, "after", time.Since(q.start).Round(time.Millisecond), "min_body_rate", g.cfg.MinBodyRate)
+			return nil, q.fail(http.StatusRequestTimeout, "slow_body", fmt.Sprintf("the body arrived slower than %d bytes/s after the first %s; send it faster", g.cfg.MinBodyRate, g.cfg.BodyGrace))
+		case errors.Is(err, errReadTimeout):
+			q.w.Header().Set("Connection", "close")
+			g.cfg.Logger.Info("ingest: request body not complete within the read timeout; cut", "fleet", fleet, "bytes", br.n, "read_timeout", g.cfg.ReadTimeout)
+			return nil, q.fail(http.StatusRequestTimeout, "read_timeout", fmt.Sprintf("the body was not complete within %s; send smaller batches", g.cfg.ReadTimeout))
+		}
+		return nil, q.fail(http.StatusBadRequest, "malformed_batch", "could not read the body")
+	}
+	events, err = splitBatch(body, ndjson, g.cfg.MaxEvents)
+	switch {
+	case errors.Is(err, errTooManyEvents):
+		return nil, q.fail(http.StatusRequestEntityTooLarge, "too_many_events", fmt.Sprintf("more than %d events in one request; split the batch", g.cfg.MaxEvents))
+	case err != nil:
+		return nil, q.fail(http.StatusBadRequest, "malformed_batch", err.Error())
+	case len(events) == 0:
+		return nil, q.fail(http.StatusBadRequest, "empty_batch", "the batch holds no event")
+	}
+	return events, 0
 }
 
 // publish sends the events of one request, records the refused ones to the
@@ -399,7 +433,7 @@ func (g *Gateway) publish(ctx context.Context, fleet string, events [][]byte) (I
 	fitIndex := make([]int, 0, len(events))
 	for i, ev := range events {
 		if int64(len(ev)) > g.cfg.MaxEventBytes {
-			refused = append(refused, refusal{index: i, raw: ev, eventID: lenientEventID(ev), vs: []schemas.Violation{{
+			refused = append(refused, refusal{index: i, raw: ev, eventID: producer.LenientEventID(ev), vs: []schemas.Violation{{
 				Reason: ReasonTooLarge,
 				Detail: fmt.Sprintf("the event is %d bytes; the limit is %d bytes per event", len(ev), g.cfg.MaxEventBytes)}}})
 			continue
@@ -409,11 +443,11 @@ func (g *Gateway) publish(ctx context.Context, fleet string, events [][]byte) (I
 	}
 	tooLarge := len(refused)
 
-	var results []Result
+	var results []producer.Result
 	var pubErr error
 	if len(fit) > 0 {
 		results, pubErr = g.cfg.Publisher.Publish(ctx, fit,
-			WithHeaders(kgo.RecordHeader{Key: "fleet", Value: []byte(fleet)}))
+			producer.WithHeaders(kgo.RecordHeader{Key: "fleet", Value: []byte(fleet)}))
 	}
 	resp := IngestResponse{Events: make([]EventAnswer, len(events))}
 	for j := range results {
@@ -421,11 +455,11 @@ func (g *Gateway) publish(ctx context.Context, fleet string, events [][]byte) (I
 		i := fitIndex[j]
 		a := EventAnswer{Index: i, EventID: res.EventID, Status: res.Status}
 		switch res.Status {
-		case StatusAccepted:
+		case producer.StatusAccepted:
 			resp.Accepted++
 			p, o := res.Partition, res.Offset
 			a.Partition, a.Offset = &p, &o
-		case StatusRefused:
+		case producer.StatusRefused:
 			refused = append(refused, refusal{index: i, raw: events[i], eventID: res.EventID, vs: res.Violations})
 		default:
 			resp.Failed++
@@ -436,7 +470,7 @@ func (g *Gateway) publish(ctx context.Context, fleet string, events [][]byte) (I
 	rejectionLost := 0
 	for k, err := range g.recordRefusals(ctx, fleet, refused, now.UnixMilli()) {
 		rf := refused[k]
-		a := EventAnswer{Index: rf.index, EventID: rf.eventID, Status: StatusRefused, Reasons: rf.vs}
+		a := EventAnswer{Index: rf.index, EventID: rf.eventID, Status: producer.StatusRefused, Reasons: rf.vs}
 		if err != nil {
 			rejectionLost++
 			a.Error = errRejectionLost.Error()
@@ -479,93 +513,6 @@ func (g *Gateway) tooMany(w http.ResponseWriter, res *rate.Reservation) int {
 	writeJSON(w, http.StatusTooManyRequests, ErrorResponse{Code: "rate_limited",
 		Error: fmt.Sprintf("rate limit of this API key exceeded (%g events/s, burst %d); retry after %d s", g.cfg.RatePerKey, g.cfg.Burst, secs)})
 	return http.StatusTooManyRequests
-}
-
-// bodyKind maps a Content-Type to the body format: ndjson true for the
-// NDJSON types, false for JSON and the generic types (sniffed: a body
-// starting with '[' is an array, anything else NDJSON); known is false for
-// types the gateway does not take.
-func bodyKind(contentType string) (ndjson, known bool) {
-	if contentType == "" {
-		return false, true
-	}
-	mt, _, err := mime.ParseMediaType(contentType)
-	if err != nil {
-		return false, false
-	}
-	switch mt {
-	case "application/x-ndjson", "application/ndjson", "application/jsonl", "application/x-jsonlines", "application/jsonlines":
-		return true, true
-	case "application/json", "text/plain", "application/octet-stream",
-		"application/x-www-form-urlencoded": // curl -d's default: the body is sniffed
-		return false, true
-	}
-	return false, false
-}
-
-var errTooManyEvents = errors.New("too many events")
-
-// splitBatch splits a body into raw events: a JSON array (unless ndjson),
-// else one event per non-blank line (without its \n or \r\n). Each element is returned verbatim; an
-// element that is not a valid event is left to ParseEvent to refuse, but a
-// JSON array that does not parse is an error for the whole batch.
-func splitBatch(body []byte, ndjson bool, maxEvents int) ([][]byte, error) {
-	trimmed := bytes.TrimLeft(body, " \t\r\n")
-	if !ndjson && len(trimmed) > 0 && trimmed[0] == '[' {
-		return splitArray(trimmed, maxEvents)
-	}
-	if bytes.Count(body, []byte{'\n'}) >= maxEvents { // cheap upper bound before splitting
-		n := 0
-		for _, line := range bytes.Split(body, []byte{'\n'}) {
-			if len(bytes.TrimSpace(line)) > 0 {
-				n++
-			}
-		}
-		if n > maxEvents {
-			return nil, errTooManyEvents
-		}
-	}
-	var out [][]byte
-	for len(body) > 0 {
-		line := body
-		if i := bytes.IndexByte(body, '\n'); i >= 0 {
-			line, body = body[:i], body[i+1:]
-		} else {
-			body = nil
-		}
-		// Only the line terminator goes: the event's bytes stay verbatim (a
-		// refused one is recorded byte for byte). Blank lines are skipped.
-		line = bytes.TrimSuffix(line, []byte{'\r'})
-		if len(bytes.TrimSpace(line)) > 0 {
-			out = append(out, line)
-		}
-	}
-	return out, nil
-}
-
-func splitArray(body []byte, maxEvents int) ([][]byte, error) {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	if _, err := dec.Token(); err != nil {
-		return nil, fmt.Errorf("the body is not a JSON array: %w", err)
-	}
-	var out [][]byte
-	for dec.More() {
-		if len(out) == maxEvents {
-			return nil, errTooManyEvents
-		}
-		var raw json.RawMessage
-		if err := dec.Decode(&raw); err != nil {
-			return nil, fmt.Errorf("malformed JSON array at element %d: %w", len(out), err)
-		}
-		out = append(out, raw)
-	}
-	if _, err := dec.Token(); err != nil {
-		return nil, fmt.Errorf("malformed JSON array: %w", err)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, errors.New("malformed JSON array: data after the closing ]")
-	}
-	return out, nil
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -1,4 +1,4 @@
-package producer
+package gateway
 
 import (
 	"bytes"
@@ -11,6 +11,8 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/playpipe/playpipe/producer"
+	"github.com/playpipe/playpipe/producer/internal/producertest"
 	"github.com/playpipe/playpipe/schemas"
 )
 
@@ -39,7 +41,7 @@ func sha(b []byte) string {
 // answer of a 202 otherwise), never 503, and each refused event has a
 // rejection record that fits Kafka: a bounded prefix, its length and SHA-256.
 func TestGatewayEventSizeLimit(t *testing.T) {
-	e := startGateway(t, GatewayConfig{}, PublisherConfig{}) // defaults: 64 KiB per event, 4 MiB per body
+	e := startGateway(t, Config{}, producer.Config{}) // defaults: 64 KiB per event, 4 MiB per body
 	topics := e.k.Config.Topics()
 	poison := poisonEvent("poison-200k", 200_000)
 	huge := poisonEvent("huge-2m", 2<<20)
@@ -58,7 +60,7 @@ func TestGatewayEventSizeLimit(t *testing.T) {
 			t.Fatalf("%s event: answer %s", name, b)
 		}
 		a := ir.Events[0]
-		if a.Status != StatusRefused || len(a.Reasons) != 1 || a.Reasons[0].Reason != ReasonTooLarge ||
+		if a.Status != producer.StatusRefused || len(a.Reasons) != 1 || a.Reasons[0].Reason != ReasonTooLarge ||
 			!strings.Contains(a.Reasons[0].Detail, fmt.Sprint(len(ev))) || a.Error != "" {
 			t.Errorf("%s event: per-event answer %+v", name, a)
 		}
@@ -68,14 +70,14 @@ func TestGatewayEventSizeLimit(t *testing.T) {
 	}
 
 	// A batch: the oversized event is one refused answer; the others pass.
-	batch := bytes.Join([][]byte{validEvent("size-0"), poison, validEvent("size-2")}, []byte("\n"))
+	batch := bytes.Join([][]byte{producertest.ValidEvent("size-0"), poison, producertest.ValidEvent("size-2")}, []byte("\n"))
 	resp, b := e.post(t, "application/x-ndjson", batch, bearer...)
 	ir = IngestResponse{}
 	if resp.StatusCode != http.StatusAccepted || json.Unmarshal(b, &ir) != nil {
 		t.Fatalf("mixed batch: %d %.300s", resp.StatusCode, b)
 	}
-	if ir.Accepted != 2 || ir.Refused != 1 || ir.Events[1].Status != StatusRefused || ir.Events[1].Reasons[0].Reason != ReasonTooLarge ||
-		ir.Events[0].Status != StatusAccepted || ir.Events[2].Status != StatusAccepted || ir.Events[1].Index != 1 {
+	if ir.Accepted != 2 || ir.Refused != 1 || ir.Events[1].Status != producer.StatusRefused || ir.Events[1].Reasons[0].Reason != ReasonTooLarge ||
+		ir.Events[0].Status != producer.StatusAccepted || ir.Events[2].Status != producer.StatusAccepted || ir.Events[1].Index != 1 {
 		t.Errorf("mixed batch: %.500s", b)
 	}
 
@@ -98,7 +100,7 @@ func TestGatewayEventSizeLimit(t *testing.T) {
 
 	want := map[string][]byte{"poison-200k": poison, "huge-2m": huge}
 	got := map[string]int{}
-	for _, r := range readTopic(t, e.k, topics.Rejected, 3) {
+	for _, r := range producertest.ReadTopic(t, e.k, topics.Rejected, 3) {
 		if len(r.Value) > MaxRejectionRecordBytes {
 			t.Errorf("rejection record of %d bytes", len(r.Value))
 		}
@@ -118,15 +120,15 @@ func TestGatewayEventSizeLimit(t *testing.T) {
 			t.Errorf("rejection of %s: reason %s, raw %d bytes, raw_len %d, truncated %v, sha ok %v",
 				rej.EventID, rej.Reason, len(rej.Raw), rej.RawLen, rej.RawTruncated, rej.RawSHA256 == sha(raw))
 		}
-		if headerValue(r, "fleet") != "acme" {
-			t.Errorf("rejection of %s: fleet header %q", rej.EventID, headerValue(r, "fleet"))
+		if producertest.HeaderValue(r, "fleet") != "acme" {
+			t.Errorf("rejection of %s: fleet header %q", rej.EventID, producertest.HeaderValue(r, "fleet"))
 		}
 	}
 	if got["poison-200k"] != 2 || got["huge-2m"] != 1 {
 		t.Errorf("rejections on the topic: %v, want poison-200k twice and huge-2m once", got)
 	}
 	keys := map[string]bool{}
-	for _, r := range readTopic(t, e.k, topics.Events, 3) {
+	for _, r := range producertest.ReadTopic(t, e.k, topics.Events, 3) {
 		keys[string(r.Key)] = true
 	}
 	if len(keys) != 3 || !keys["size-0"] || !keys["size-2"] || !keys["at-limit"] {
@@ -138,13 +140,13 @@ func TestGatewayEventSizeLimit(t *testing.T) {
 // JSON escaping grows six-fold (control bytes) is still recorded in a record
 // under the bound, with its raw bytes cut.
 func TestGatewayRejectionOfEscapedEvent(t *testing.T) {
-	e := startGateway(t, GatewayConfig{MaxEventBytes: 900 << 10}, PublisherConfig{})
+	e := startGateway(t, Config{MaxEventBytes: 900 << 10}, producer.Config{})
 	ev := bytes.Repeat([]byte{0x01}, 900<<10) // not JSON: refused malformed_json; escapes to 5.4 MB
 	resp, b := e.post(t, "application/x-ndjson", ev, bearer...)
 	if resp.StatusCode != http.StatusAccepted || !strings.Contains(string(b), `"malformed_json"`) || !strings.Contains(string(b), `"refused":1`) {
 		t.Fatalf("%d %.300s", resp.StatusCode, b)
 	}
-	recs := readTopic(t, e.k, e.k.Config.Topics().Rejected, 1)
+	recs := producertest.ReadTopic(t, e.k, e.k.Config.Topics().Rejected, 1)
 	if len(recs) != 1 {
 		t.Fatalf("%d rejection records", len(recs))
 	}

@@ -1,0 +1,199 @@
+package producer
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/playpipe/playpipe/schemas"
+)
+
+// DefaultTopicPrefix is Config.TopicPrefix's default: events go to
+// plays.events.
+const DefaultTopicPrefix = "plays"
+
+// SASL mechanisms accepted by SASL.Mechanism (case-insensitive).
+const (
+	SASLNone        = ""
+	SASLPlain       = "PLAIN"
+	SASLScramSHA256 = "SCRAM-SHA-256"
+	SASLScramSHA512 = "SCRAM-SHA-512"
+)
+
+// SASL authenticates the connections to the brokers.
+type SASL struct {
+	// Mechanism is one of SASLNone (no authentication), SASLPlain,
+	// SASLScramSHA256 or SASLScramSHA512.
+	Mechanism string
+	// User is required with a Mechanism.
+	User string
+	// Password is a secret: it is never logged or put in errors.
+	Password string
+}
+
+// ClientOpts returns the franz-go option that authenticates with s; none
+// without a Mechanism.
+func (s SASL) ClientOpts() ([]kgo.Opt, error) {
+	var m sasl.Mechanism
+	switch strings.ToUpper(s.Mechanism) {
+	case SASLNone:
+		return nil, nil
+	case SASLPlain:
+		m = plain.Auth{User: s.User, Pass: s.Password}.AsMechanism()
+	case SASLScramSHA256:
+		m = scram.Auth{User: s.User, Pass: s.Password}.AsSha256Mechanism()
+	case SASLScramSHA512:
+		m = scram.Auth{User: s.User, Pass: s.Password}.AsSha512Mechanism()
+	default:
+		return nil, fmt.Errorf("producer: SASL.Mechanism %q is not supported; accepted: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or empty", s.Mechanism)
+	}
+	if s.User == "" {
+		return nil, errors.New("producer: SASL.User is required with SASL.Mechanism")
+	}
+	return []kgo.Opt{kgo.SASL(m)}, nil
+}
+
+// TLS encrypts the connections to the brokers.
+type TLS struct {
+	// Enabled turns TLS on (TLS 1.2 or later).
+	Enabled bool
+	// CAFile is a PEM bundle of CAs to trust besides the system's.
+	CAFile string
+	// InsecureSkipVerify skips the brokers' certificate verification
+	// (testing only).
+	InsecureSkipVerify bool
+}
+
+// ClientConfig returns the crypto/tls configuration of t, nil when TLS is
+// not enabled. Any Kafka client can use it.
+func (t TLS) ClientConfig() (*tls.Config, error) {
+	if !t.Enabled {
+		return nil, nil
+	}
+	tc := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: t.InsecureSkipVerify} //nolint:gosec // opt-in for tests
+	if t.CAFile != "" {
+		pem, err := os.ReadFile(t.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("producer: read TLS.CAFile: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("producer: TLS.CAFile %s holds no PEM certificate", t.CAFile)
+		}
+		tc.RootCAs = pool
+	}
+	return tc, nil
+}
+
+// Config configures a Publisher. Zero values take the defaults named in the
+// comments; NewPublisher validates it once.
+type Config struct {
+	// Brokers are the seed brokers, host:port; at least one is required.
+	Brokers []string
+	// SASL authenticates to the brokers; none by default.
+	SASL SASL
+	// TLS encrypts the connections; off by default.
+	TLS TLS
+	// TopicPrefix prefixes the pipeline's topic names (<prefix>.events,
+	// <prefix>.rejected, …); defaults to DefaultTopicPrefix.
+	TopicPrefix string
+	// Topic receives the valid events; defaults to <TopicPrefix>.events.
+	Topic string
+	// Validate is the deployment's event policy (events without user_id,
+	// default vendor). It must match the consumer's.
+	Validate schemas.ValidateOptions
+	// Linger is how long a partition waits to fill a batch; defaults to 5 ms.
+	// Publish always waits for the acknowledgement, so this is latency added
+	// to a small batch in exchange for fewer, larger produce requests.
+	Linger time.Duration
+	// MaxBufferedRecords bounds the records waiting for Kafka; Publish blocks
+	// when the buffer is full (it never drops). Defaults to 100000.
+	MaxBufferedRecords int
+	// DeliveryTimeout is how long an event may wait for Kafka's
+	// acknowledgement before it fails with ErrNotPublished; defaults to 30 s.
+	DeliveryTimeout time.Duration
+	// TracerProvider makes the producer spans (one per batch, one per event,
+	// whose context goes into the record's headers); defaults to the global
+	// provider (otel.GetTracerProvider).
+	TracerProvider trace.TracerProvider
+	// MeterProvider makes the counter playpipe.producer.events; defaults to
+	// the global provider (otel.GetMeterProvider).
+	MeterProvider metric.MeterProvider
+	// ClientOpts are extra franz-go options, applied last (tuning, tests).
+	ClientOpts []kgo.Opt
+}
+
+func (c *Config) setDefaults() {
+	if c.TopicPrefix == "" {
+		c.TopicPrefix = DefaultTopicPrefix
+	}
+	if c.Topic == "" {
+		c.Topic = c.TopicPrefix + ".events"
+	}
+	if c.Linger == 0 {
+		c.Linger = 5 * time.Millisecond
+	}
+	if c.MaxBufferedRecords == 0 {
+		c.MaxBufferedRecords = 100000
+	}
+	if c.DeliveryTimeout == 0 {
+		c.DeliveryTimeout = 30 * time.Second
+	}
+	if c.TracerProvider == nil {
+		c.TracerProvider = otel.GetTracerProvider()
+	}
+	if c.MeterProvider == nil {
+		c.MeterProvider = otel.GetMeterProvider()
+	}
+}
+
+func (c *Config) validate() error {
+	switch {
+	case len(c.Brokers) == 0:
+		return errors.New("producer: Config.Brokers is empty; at least one host:port is required")
+	case c.Linger < 0:
+		return fmt.Errorf("producer: Config.Linger must be ≥ 0, got %s", c.Linger)
+	case c.MaxBufferedRecords < 1:
+		return fmt.Errorf("producer: Config.MaxBufferedRecords must be ≥ 1, got %d", c.MaxBufferedRecords)
+	case c.DeliveryTimeout < 0:
+		return fmt.Errorf("producer: Config.DeliveryTimeout must be ≥ 0, got %s", c.DeliveryTimeout)
+	}
+	return nil
+}
+
+// ConnOpts returns the franz-go options that reach the brokers of c (seed
+// brokers, SASL, TLS) without the Publisher's own: other clients of the same
+// cluster can start from them.
+func (c Config) ConnOpts() ([]kgo.Opt, error) {
+	for _, b := range c.Brokers {
+		if !strings.Contains(b, ":") {
+			return nil, fmt.Errorf("producer: broker %q must be host:port", b)
+		}
+	}
+	opts := []kgo.Opt{kgo.SeedBrokers(c.Brokers...)}
+	auth, err := c.SASL.ClientOpts()
+	if err != nil {
+		return nil, err
+	}
+	opts = append(opts, auth...)
+	tc, err := c.TLS.ClientConfig()
+	if err != nil {
+		return nil, err
+	}
+	if tc != nil {
+		opts = append(opts, kgo.DialTLSConfig(tc))
+	}
+	return opts, nil
+}

@@ -1,0 +1,9 @@
+package gateway
+
+import (
+	"testing"
+
+	"github.com/playpipe/playpipe/producer/internal/producertest"
+)
+
+func TestMain(m *testing.M) { producertest.RunWithTelemetry(m) }
