@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"strings"
@@ -81,7 +80,10 @@ type Client struct {
 
 	lastMessage atomic.Pointer[string] // interned success word of play reports
 
-	tracer   trace.Tracer
+	tracer trace.Tracer
+	// policy is the wait before attempt n+1 after n failed attempts: full
+	// jitter over the exponential step, or Retry-After when longer.
+	policy   backoff.Policy
 	sessions metric.Int64Counter
 }
 
@@ -98,6 +100,7 @@ func New(cfg Config) (*Client, error) {
 		uaHeader: []string{cfg.UserAgent},
 		log:      cfg.Logger,
 		tracer:   otel.Tracer(instrumentationName),
+		policy:   backoff.Policy{Initial: cfg.BaseBackoff, Max: cfg.MaxBackoff, Jitter: backoff.Full},
 	}
 	c.reportURL = c.base + PathRoyaltyTracking
 	if cfg.HTTPClient != nil {
@@ -304,17 +307,6 @@ func (c *Client) scrub(s string) string {
 	return s
 }
 
-// backoff returns the wait before attempt n+1 after n failed attempts:
-// full jitter over an exponential ceiling, or Retry-After when longer.
-func (c *Client) backoff(n int, retryAfter time.Duration) time.Duration {
-	ceil := backoff.Step(c.cfg.BaseBackoff, c.cfg.MaxBackoff, n)
-	var d time.Duration
-	if ceil > 0 {
-		d = rand.N(ceil)
-	}
-	return max(d, retryAfter)
-}
-
 // retryable reports whether e may be retried after waiting d: a transient
 // error whose Retry-After is within MaxBackoff (a longer one is handed back
 // to the caller rather than blocking it), and a wait that ends before ctx does.
@@ -383,7 +375,7 @@ func (c *Client) getLoop(ctx context.Context, op, url string, s *slot, country s
 		if attempt >= c.cfg.MaxAttempts {
 			return meta, err
 		}
-		d := c.backoff(attempt, e.RetryAfter)
+		d := c.policy.Delay(attempt, e.RetryAfter)
 		if !c.retryable(ctx, e, d) || !backoff.Sleep(ctx, d) {
 			return meta, err
 		}

@@ -97,6 +97,11 @@ type Config struct {
 	// Logger receives session events (renewals, failures), never a token or
 	// the signature, and nothing per request. Defaults to slog.Default().
 	Logger *slog.Logger
+	// Now is the clock of token lifetimes (expiry, renewal window, the
+	// pause after a failed background renewal). Defaults to time.Now;
+	// tests set a fake clock instead of sleeping. Timeouts and retry waits
+	// are real time.
+	Now func() time.Time
 
 	envErr error // set by RegisterFlags when an environment value does not parse
 }
@@ -211,6 +216,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
 	}
 	return c, c.validate()
 }
