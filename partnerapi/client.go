@@ -16,7 +16,6 @@ import (
 
 	"github.com/playpipe/playpipe/internal/backoff"
 
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
@@ -99,7 +98,7 @@ func New(cfg Config) (*Client, error) {
 		base:     strings.TrimRight(cfg.BaseURL, "/"),
 		uaHeader: []string{cfg.UserAgent},
 		log:      cfg.Logger,
-		tracer:   otel.Tracer(instrumentationName),
+		tracer:   cfg.TracerProvider.Tracer(instrumentationName),
 		policy:   backoff.Policy{Initial: cfg.BaseBackoff, Max: cfg.MaxBackoff, Jitter: backoff.Full},
 	}
 	c.reportURL = c.base + PathRoyaltyTracking
@@ -118,7 +117,7 @@ func New(cfg Config) (*Client, error) {
 	c.root, c.cancel = context.WithCancel(context.Background())
 	c.main = &slot{c: c, path: PathSession, op: "POST " + PathSession}
 	c.user = &slot{c: c, path: PathSessionWithUser, op: "POST " + PathSessionWithUser, withUser: true}
-	c.sessions, _ = otel.Meter(instrumentationName).Int64Counter("playpipe.partnerapi.sessions",
+	c.sessions, _ = cfg.MeterProvider.Meter(instrumentationName).Int64Counter("playpipe.partnerapi.sessions",
 		metric.WithDescription("Partner API sessions created, by served_by and outcome"))
 	if looksLikeLibraryAgent(cfg.UserAgent) {
 		c.log.Warn("partner API User-Agent looks like a library default; the API's edge blocks those with 403/1010",
@@ -219,7 +218,7 @@ func (c *Client) send(ctx context.Context, op, method, url string, auth []string
 	if country != "" {
 		req.Header[headerCountry] = []string{country}
 	}
-	injectTrace(ctx, req.Header)
+	c.injectTrace(ctx, req.Header)
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		return Meta{}, nil, &Error{Kind: KindTransient, Op: op, Err: err}
