@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -515,10 +514,10 @@ func (s *Sink) insertTable(ctx context.Context, conn driver.Conn, t table) error
 	return bt.Send()
 }
 
-// backoff is exponential from RetryMin to RetryMax with ±25 % jitter.
+// backoff is the wait before the next insert or migration attempt:
+// exponential from RetryMin to RetryMax with ±25 % jitter.
 func (s *Sink) backoff(attempt int) time.Duration {
-	d := backoff.Step(s.cfg.RetryMin, s.cfg.RetryMax, attempt)
-	return time.Duration(float64(d) * (0.75 + 0.5*rand.Float64()))
+	return backoff.Policy{Initial: s.cfg.RetryMin, Max: s.cfg.RetryMax, Jitter: backoff.Proportional}.Delay(attempt, 0)
 }
 
 // reserveStrings makes an empty String column hold vals' bytes without

@@ -33,7 +33,7 @@ func fakeMixes() []partnerapi.Mix {
 		m := partnerapi.Mix{ID: id, Title: fmt.Sprintf("Mix %d \"live\"", id), Length: "01:00:00"}
 		at := 0
 		for k := 0; k < 15; k++ {
-			m.Tracks = append(m.Tracks, partnerapi.Track{ID: id*100 + int64(k), Time: partnerapi.FormatHMS(int64(at) * 1000),
+			m.Tracks = append(m.Tracks, partnerapi.Track{ID: id*100 + int64(k), Time: fmt.Sprintf("%02d:%02d:%02d", at/3600, at/60%60, at%60),
 				ISRC: fmt.Sprintf("QZ%03dK%07d", id, k)})
 			at += rng.IntN(400)
 		}

@@ -1,12 +1,12 @@
 package consumer
 
 import (
+	"cmp"
 	"container/list"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -73,33 +73,15 @@ type CacheOptions struct {
 }
 
 func (o *CacheOptions) setDefaults() {
-	if o.Size == 0 {
-		o.Size = 10000
-	}
-	if o.TTL == 0 {
-		o.TTL = 10 * time.Minute
-	}
-	if o.StandbyTTL == 0 {
-		o.StandbyTTL = 30 * time.Second
-	}
-	if o.NotFoundTTL == 0 {
-		o.NotFoundTTL = 30 * time.Second
-	}
-	if o.UnavailableAttempts == 0 {
-		o.UnavailableAttempts = 5
-	}
-	if o.UnavailableAfter == 0 {
-		o.UnavailableAfter = 30 * time.Second
-	}
-	if o.RetryMin == 0 {
-		o.RetryMin = 100 * time.Millisecond
-	}
-	if o.RetryMax == 0 {
-		o.RetryMax = 5 * time.Second
-	}
-	if o.Logger == nil {
-		o.Logger = slog.Default()
-	}
+	o.Size = cmp.Or(o.Size, 10000)
+	o.TTL = cmp.Or(o.TTL, 10*time.Minute)
+	o.StandbyTTL = cmp.Or(o.StandbyTTL, 30*time.Second)
+	o.NotFoundTTL = cmp.Or(o.NotFoundTTL, 30*time.Second)
+	o.UnavailableAttempts = cmp.Or(o.UnavailableAttempts, 5)
+	o.UnavailableAfter = cmp.Or(o.UnavailableAfter, 30*time.Second)
+	o.RetryMin = cmp.Or(o.RetryMin, 100*time.Millisecond)
+	o.RetryMax = cmp.Or(o.RetryMax, 5*time.Second)
+	o.Logger = cmp.Or(o.Logger, slog.Default())
 	if o.Now == nil {
 		o.Now = time.Now
 	}
@@ -149,6 +131,11 @@ type MixCache struct {
 	trouble  map[int64]*trouble // mixes answering 400 or undecodable bodies, until they answer or are declared unavailable
 
 	hits, misses, fetches, retries, stale, notFound, unavailable atomic.Int64
+
+	// retry is the wait between fetches after a transient failure: equal
+	// jitter over the exponential step, at least the server's Retry-After
+	// (both capped at RetryMax).
+	retry backoff.Policy
 }
 
 // trouble counts the 400 or undecodable answers of one mix.
@@ -183,7 +170,8 @@ func NewMixCache(src MixSource, opts CacheOptions) (*MixCache, error) {
 		return nil, err
 	}
 	opts.setDefaults()
-	return &MixCache{src: src, opts: opts, entries: make(map[int64]*list.Element), inflight: make(map[int64]*flight), trouble: make(map[int64]*trouble)}, nil
+	return &MixCache{src: src, opts: opts, entries: make(map[int64]*list.Element), inflight: make(map[int64]*flight), trouble: make(map[int64]*trouble),
+		retry: backoff.Policy{Initial: opts.RetryMin, Max: opts.RetryMax, Jitter: backoff.Equal, RetryAfterMax: opts.RetryMax}}, nil
 }
 
 // Stats returns the counters.
@@ -314,21 +302,16 @@ func (c *MixCache) fetch(ctx context.Context, id int64) (*Listing, error) {
 				return nil, verdict
 			}
 		}
-		wait := backoff.Step(c.opts.RetryMin, c.opts.RetryMax, attempt)
-		var apiErr *partnerapi.Error
-		if errors.As(err, &apiErr) && apiErr.RetryAfter > wait {
-			wait = min(apiErr.RetryAfter, c.opts.RetryMax)
+		var retryAfter time.Duration
+		if apiErr := (*partnerapi.Error)(nil); errors.As(err, &apiErr) {
+			retryAfter = apiErr.RetryAfter
 		}
-		wait = wait/2 + rand.N(wait/2+1) // jitter in [wait/2, wait]
+		wait := c.retry.Delay(attempt, retryAfter)
 		if attempt == 1 || attempt%10 == 0 {
 			c.opts.Logger.Warn("mix fetch failed; retrying while the partition waits", "mix_id", id, "attempt", attempt, "retry_in", wait, "err", err)
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !backoff.Sleep(ctx, wait) {
 			return nil, ctx.Err()
-		case <-t.C:
 		}
 	}
 }

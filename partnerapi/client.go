@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"strings"
@@ -17,7 +16,6 @@ import (
 
 	"github.com/playpipe/playpipe/internal/backoff"
 
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
@@ -81,7 +79,10 @@ type Client struct {
 
 	lastMessage atomic.Pointer[string] // interned success word of play reports
 
-	tracer   trace.Tracer
+	tracer trace.Tracer
+	// policy is the wait before attempt n+1 after n failed attempts: full
+	// jitter over the exponential step, or Retry-After when longer.
+	policy   backoff.Policy
 	sessions metric.Int64Counter
 }
 
@@ -97,7 +98,8 @@ func New(cfg Config) (*Client, error) {
 		base:     strings.TrimRight(cfg.BaseURL, "/"),
 		uaHeader: []string{cfg.UserAgent},
 		log:      cfg.Logger,
-		tracer:   otel.Tracer(instrumentationName),
+		tracer:   cfg.TracerProvider.Tracer(instrumentationName),
+		policy:   backoff.Policy{Initial: cfg.BaseBackoff, Max: cfg.MaxBackoff, Jitter: backoff.Full},
 	}
 	c.reportURL = c.base + PathRoyaltyTracking
 	if cfg.HTTPClient != nil {
@@ -115,7 +117,7 @@ func New(cfg Config) (*Client, error) {
 	c.root, c.cancel = context.WithCancel(context.Background())
 	c.main = &slot{c: c, path: PathSession, op: "POST " + PathSession}
 	c.user = &slot{c: c, path: PathSessionWithUser, op: "POST " + PathSessionWithUser, withUser: true}
-	c.sessions, _ = otel.Meter(instrumentationName).Int64Counter("playpipe.partnerapi.sessions",
+	c.sessions, _ = cfg.MeterProvider.Meter(instrumentationName).Int64Counter("playpipe.partnerapi.sessions",
 		metric.WithDescription("Partner API sessions created, by served_by and outcome"))
 	if looksLikeLibraryAgent(cfg.UserAgent) {
 		c.log.Warn("partner API User-Agent looks like a library default; the API's edge blocks those with 403/1010",
@@ -216,7 +218,7 @@ func (c *Client) send(ctx context.Context, op, method, url string, auth []string
 	if country != "" {
 		req.Header[headerCountry] = []string{country}
 	}
-	injectTrace(ctx, req.Header)
+	c.injectTrace(ctx, req.Header)
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		return Meta{}, nil, &Error{Kind: KindTransient, Op: op, Err: err}
@@ -304,17 +306,6 @@ func (c *Client) scrub(s string) string {
 	return s
 }
 
-// backoff returns the wait before attempt n+1 after n failed attempts:
-// full jitter over an exponential ceiling, or Retry-After when longer.
-func (c *Client) backoff(n int, retryAfter time.Duration) time.Duration {
-	ceil := backoff.Step(c.cfg.BaseBackoff, c.cfg.MaxBackoff, n)
-	var d time.Duration
-	if ceil > 0 {
-		d = rand.N(ceil)
-	}
-	return max(d, retryAfter)
-}
-
 // retryable reports whether e may be retried after waiting d: a transient
 // error whose Retry-After is within MaxBackoff (a longer one is handed back
 // to the caller rather than blocking it), and a wait that ends before ctx does.
@@ -383,7 +374,7 @@ func (c *Client) getLoop(ctx context.Context, op, url string, s *slot, country s
 		if attempt >= c.cfg.MaxAttempts {
 			return meta, err
 		}
-		d := c.backoff(attempt, e.RetryAfter)
+		d := c.policy.Delay(attempt, e.RetryAfter)
 		if !c.retryable(ctx, e, d) || !backoff.Sleep(ctx, d) {
 			return meta, err
 		}

@@ -370,46 +370,53 @@ func TestSingleFlightRenewal(t *testing.T) {
 
 func TestRenewBeforeExpiry(t *testing.T) {
 	f := newFake(t, func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, `{"catalogs":[]}`) })
-	c := f.client(t, func(c *Config) { c.LiveTokenTTL = 1500 * time.Millisecond; c.RenewBefore = 500 * time.Millisecond })
+	clock := newFakeClock()
+	c := f.client(t, func(c *Config) {
+		c.LiveTokenTTL = 1500 * time.Millisecond
+		c.RenewBefore = 500 * time.Millisecond
+		c.Now = clock.Now
+	})
 	ctx := context.Background()
 	if _, _, err := c.Catalog(ctx); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(1100 * time.Millisecond) // in the renewal window [1s, 1.5s), not expired
+	clock.Add(1100 * time.Millisecond) // in the renewal window [1s, 1.5s), not expired
 	if _, _, err := c.Catalog(ctx); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(2 * time.Second)
-	for !(f.sessions.Load() == 2 && c.main.cur.Load().hdr[0] == "tok2") && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
-	if n := f.sessions.Load(); n != 2 {
-		t.Fatalf("%d sessions, want a background renewal before expiry", n)
-	}
+	waitFor(t, "a background renewal before expiry", func() bool {
+		return f.sessions.Load() == 2 && c.main.cur.Load().hdr[0] == "tok2"
+	})
 	// The call in the window used the old token (no wait), later ones the new.
 	if _, _, err := c.Catalog(ctx); err != nil {
 		t.Fatal(err)
 	}
-	reqs := f.requests()
-	if got := reqs[len(reqs)-1].Header.Get("Authorization"); got != "tok2" {
-		t.Fatalf("last Authorization %q, want tok2", got)
+	var auth []string
+	for _, r := range f.requests() {
+		if r.URL.Path == PathCatalog {
+			auth = append(auth, r.Header.Get("Authorization"))
+		}
+	}
+	if strings.Join(auth, ",") != "tok1,tok1,tok2" {
+		t.Fatalf("catalog calls used tokens %v, want [tok1 tok1 tok2]", auth)
 	}
 }
 
 func TestStandbyTokenShortLived(t *testing.T) {
 	f := newFake(t, func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, `{"catalogs":[]}`) })
 	f.standby.Store(true)
-	c := f.client(t, func(c *Config) { c.StandbyTokenTTL = 60 * time.Millisecond })
+	clock := newFakeClock()
+	c := f.client(t, func(c *Config) { c.StandbyTokenTTL = 60 * time.Millisecond; c.Now = clock.Now })
 	meta, err := c.Session(context.Background())
 	if err != nil || meta.ServedBy != ServedStandby {
 		t.Fatalf("Session: %+v %v", meta, err)
 	}
 	tok := c.main.cur.Load()
-	if !tok.standby || time.Until(tok.expires) > 60*time.Millisecond {
-		t.Fatalf("standby token lives %v", time.Until(tok.expires))
+	if left := tok.expires.Sub(clock.Now()); !tok.standby || left > 60*time.Millisecond {
+		t.Fatalf("standby token lives %v", left)
 	}
 	f.standby.Store(false)
-	time.Sleep(80 * time.Millisecond)
+	clock.Add(80 * time.Millisecond)
 	if _, _, err := c.Catalog(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -577,12 +584,18 @@ func TestBackgroundRenewalBacksOffWhenSessionsFail(t *testing.T) {
 		}
 		fmt.Fprint(w, `{"session":{"token":{"token":"tokA","error":null}}}`)
 	}
-	c := f.client(t, func(c *Config) { c.LiveTokenTTL = 3 * time.Second; c.RenewBefore = time.Second; c.MaxAttempts = 1 })
+	clock := newFakeClock()
+	c := f.client(t, func(c *Config) {
+		c.LiveTokenTTL = 3 * time.Second
+		c.RenewBefore = time.Second
+		c.MaxAttempts = 1
+		c.Now = clock.Now
+	})
 	if _, err := c.Session(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	fail.Store(true)
-	time.Sleep(2100 * time.Millisecond) // in the renewal window
+	clock.Add(2100 * time.Millisecond) // in the renewal window
 	before := f.sessions.Load()
 	for range 300 {
 		if _, err := c.ReportPlay(context.Background(), schemas.PlayReport{TrackID: 1}); err != nil {
@@ -591,5 +604,37 @@ func TestBackgroundRenewalBacksOffWhenSessionsFail(t *testing.T) {
 	}
 	if n := f.sessions.Load() - before; n < 1 || n > 2 {
 		t.Fatalf("%d session calls during 300 reports with a failing session endpoint, want 1 (then back off)", n)
+	}
+}
+
+// fakeClock is Config.Now for tests: time moves only when Add is called.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func newFakeClock() *fakeClock { return &fakeClock{now: time.Unix(1767225600, 0)} }
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Add(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+// waitFor polls cond (work in background goroutines) for up to 5 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }

@@ -12,6 +12,11 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/playpipe/playpipe/internal/version"
 )
 
@@ -97,6 +102,19 @@ type Config struct {
 	// Logger receives session events (renewals, failures), never a token or
 	// the signature, and nothing per request. Defaults to slog.Default().
 	Logger *slog.Logger
+	// Now is the clock of token lifetimes (expiry, renewal window, the
+	// pause after a failed background renewal). Defaults to time.Now;
+	// tests set a fake clock instead of sleeping. Timeouts and retry waits
+	// are real time.
+	Now func() time.Time
+	// TracerProvider, MeterProvider and Propagator instrument the client
+	// (spans per call, playpipe.partnerapi.sessions, W3C trace context on
+	// play reports); the command passes telemetry.Role.Providers. The
+	// providers default to the otel globals, the propagator to W3C trace
+	// context plus baggage (the one playpipe uses everywhere).
+	TracerProvider trace.TracerProvider
+	MeterProvider  metric.MeterProvider
+	Propagator     propagation.TextMapPropagator
 
 	envErr error // set by RegisterFlags when an environment value does not parse
 }
@@ -211,6 +229,18 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.TracerProvider == nil {
+		c.TracerProvider = otel.GetTracerProvider()
+	}
+	if c.MeterProvider == nil {
+		c.MeterProvider = otel.GetMeterProvider()
+	}
+	if c.Propagator == nil {
+		c.Propagator = propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
 	}
 	return c, c.validate()
 }

@@ -95,27 +95,8 @@ func TestDecodeDegradedMix(t *testing.T) {
 	if m.MinBPM != m.MaxBPM || m.Description != "" || len(m.Tracks) != 1 || m.Tracks[0].ISRC != "GB-ABC-12-00001" {
 		t.Fatalf("%+v", m)
 	}
-	if got := StreamCandidates(m, "iOS"); !reflect.DeepEqual(got, []string{"https://cdn/x.mp3"}) {
-		t.Fatalf("candidates %q", got)
-	}
-}
-
-func TestStreamCandidates(t *testing.T) {
-	m := Mix{URL: "mp3", AndroidHLSURL: "and", IOSHLSURL: "ios", HLSURL: "and"}
-	for platform, want := range map[string][]string{
-		"iOS": {"ios", "and", "mp3"}, "ios": {"ios", "and", "mp3"}, "iPadOS 17.4": {"ios", "and", "mp3"}, "macos": {"ios", "and", "mp3"},
-		"android": {"and", "ios", "mp3"}, "Android 14": {"and", "ios", "mp3"}, "": {"and", "ios", "mp3"}, "linux": {"and", "ios", "mp3"},
-	} {
-		if got := StreamCandidates(m, platform); !reflect.DeepEqual(got, want) {
-			t.Errorf("%q: %q, want %q", platform, got, want)
-		}
-	}
-	// Legacy alias only; empty fields skipped.
-	if got := StreamCandidates(Mix{HLSURL: "legacy", URL: "mp3"}, "android"); !reflect.DeepEqual(got, []string{"legacy", "mp3"}) {
-		t.Errorf("%q", got)
-	}
-	if got := StreamCandidates(Mix{}, "ios"); len(got) != 0 {
-		t.Errorf("%q", got)
+	if m.IOSHLSURL != m.URL || m.AndroidHLSURL != m.URL || m.HLSURL != m.URL {
+		t.Fatalf("stream URLs %+v", m)
 	}
 }
 

@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
@@ -20,9 +19,9 @@ import (
 // injectTrace puts the W3C trace context of ctx (traceparent, tracestate)
 // into h when ctx carries a sampled span, so the partner API (and the
 // sandbox's ledger) can join the trace. Nothing is added otherwise.
-func injectTrace(ctx context.Context, h http.Header) {
+func (c *Client) injectTrace(ctx context.Context, h http.Header) {
 	if trace.SpanContextFromContext(ctx).IsSampled() {
-		otel.GetTextMapPropagator().Inject(ctx, propagation.HeaderCarrier(h))
+		c.cfg.Propagator.Inject(ctx, propagation.HeaderCarrier(h))
 	}
 }
 
@@ -124,7 +123,7 @@ func (c *Client) postReport(ctx context.Context, tok *token, body []byte) (*http
 	}
 	req := c.reportReq.WithContext(ctx)
 	req.Header = http.Header{"User-Agent": c.uaHeader, "Authorization": tok.hdr, "Content-Type": jsonHeader}
-	injectTrace(ctx, req.Header)
+	c.injectTrace(ctx, req.Header)
 	// io.NopCloser(*bytes.Reader) is a body net/http knows to be in memory:
 	// headers and body then leave in one write (with any other wrapper the
 	// transport flushes the headers first: a second syscall per report).
@@ -142,7 +141,7 @@ func (c *Client) postReportDo(ctx context.Context, tok *token, body []byte) (*ht
 	req.Header["User-Agent"] = c.uaHeader
 	req.Header["Authorization"] = tok.hdr
 	req.Header["Content-Type"] = jsonHeader
-	injectTrace(ctx, req.Header)
+	c.injectTrace(ctx, req.Header)
 	return c.hc.Do(req)
 }
 

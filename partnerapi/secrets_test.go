@@ -247,9 +247,7 @@ func FuzzDecoders(f *testing.F) {
 		_, _ = decodePage(data)
 		_, _ = decodeList(data)
 		_, _ = decodeGenreRow(data)
-		if m, err := decodeMix(data); err == nil {
-			_ = StreamCandidates(m, string(data))
-		}
+		_, _ = decodeMix(data)
 		_, _ = jwtExpiry(string(data))
 		r := errorReason(403, data)
 		_ = parseFields(r)

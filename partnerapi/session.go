@@ -58,7 +58,7 @@ type flight struct {
 // for a renewal (joining one in flight).
 func (s *slot) token(ctx context.Context) (*token, error) {
 	if t := s.cur.Load(); t != nil {
-		now := time.Now()
+		now := s.c.cfg.Now()
 		if now.Before(t.renewAt) {
 			return t, nil
 		}
@@ -82,7 +82,7 @@ func (s *slot) drop(t *token) {
 // the session endpoint is down).
 func (s *slot) renewAsync(stale *token) {
 	s.mu.Lock()
-	if s.flight == nil && s.cur.Load() == stale && !time.Now().Before(s.retryAt) {
+	if s.flight == nil && s.cur.Load() == stale && !s.c.cfg.Now().Before(s.retryAt) {
 		s.startLocked()
 	}
 	s.mu.Unlock()
@@ -90,7 +90,7 @@ func (s *slot) renewAsync(stale *token) {
 
 func (s *slot) renew(ctx context.Context) (*token, error) {
 	s.mu.Lock()
-	if t := s.cur.Load(); t != nil && time.Now().Before(t.expires) {
+	if t := s.cur.Load(); t != nil && s.c.cfg.Now().Before(t.expires) {
 		// Renewed by another caller between our check and the lock.
 		s.mu.Unlock()
 		return t, nil
@@ -129,7 +129,7 @@ func (s *slot) startLocked() *flight {
 			s.cur.Store(tok)
 			s.retryAt = time.Time{}
 		} else {
-			s.retryAt = time.Now().Add(max(c.cfg.MaxBackoff, time.Second))
+			s.retryAt = c.cfg.Now().Add(max(c.cfg.MaxBackoff, time.Second))
 		}
 		s.flight = nil
 		s.mu.Unlock()
@@ -193,7 +193,7 @@ func (c *Client) createSession(ctx context.Context, s *slot, attempts int, probe
 		if !errors.As(err, &e) || attempt >= attempts {
 			break
 		}
-		d := c.backoff(attempt, e.RetryAfter)
+		d := c.policy.Delay(attempt, e.RetryAfter)
 		if !c.retryable(ctx, e, d) || !backoff.Sleep(ctx, d) {
 			break
 		}
@@ -214,7 +214,7 @@ func (c *Client) createSession(ctx context.Context, s *slot, attempts int, probe
 	}
 	c.sessions.Add(context.Background(), 1, metric.WithAttributes(attribute.String("served_by", served), attribute.String("outcome", "ok")))
 	c.log.Log(ctx, okLevel, "partner API session created", "endpoint", s.path, "served_by", served,
-		"standby_minted", tok.standby, "renew_in", time.Until(tok.renewAt).Round(time.Second))
+		"standby_minted", tok.standby, "renew_in", tok.renewAt.Sub(c.cfg.Now()).Round(time.Second))
 	return tok, meta, nil
 }
 
@@ -227,7 +227,7 @@ func (c *Client) newToken(op string, meta Meta, data []byte) (*token, error) {
 		return nil, &Error{Kind: KindTransient, Op: op, Status: meta.Status, ServedBy: meta.ServedBy,
 			Reason: "malformed session answer", Err: err}
 	}
-	now := time.Now()
+	now := c.cfg.Now()
 	t := &token{hdr: []string{jwt}, standby: meta.ServedBy == ServedStandby}
 	ttl := c.cfg.LiveTokenTTL
 	if t.standby {

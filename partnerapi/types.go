@@ -105,9 +105,3 @@ func ParseHMS(s string) (int64, error) {
 	}
 	return total * int64(time.Second/time.Millisecond), nil
 }
-
-// FormatHMS writes milliseconds as HH:MM:SS (rounded down to the second).
-func FormatHMS(ms int64) string {
-	s := ms / 1000
-	return fmt.Sprintf("%02d:%02d:%02d", s/3600, s/60%60, s%60)
-}

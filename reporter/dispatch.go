@@ -482,11 +482,11 @@ func (rn *run) posted(j *job) {
 			// The first 401 retries at once (the client takes a new
 			// session); repeated ones back off like transient failures.
 			if j.renews > 1 {
-				delay = rn.backoff.delay(j.renews-1, 0)
+				delay = rn.backoff.Delay(j.renews-1, 0)
 			}
 		} else {
 			j.renews = 0
-			delay = rn.backoff.delay(j.failures, d.RetryAfter)
+			delay = rn.backoff.Delay(j.failures, d.RetryAfter)
 		}
 		rn.log.Debug("report post to be retried", "report_id", j.id, "attempt", j.attempt, "reason", d.Reason, "status", d.Status, "delay", delay)
 		if delay <= 0 {

@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"golang.org/x/time/rate"
 
+	"github.com/playpipe/playpipe/internal/backoff"
 	"github.com/playpipe/playpipe/internal/kafkax"
 	"github.com/playpipe/playpipe/partnerapi"
 	"github.com/playpipe/playpipe/schemas"
@@ -46,7 +47,7 @@ type Reporter struct {
 	log     *slog.Logger
 	met     *metrics
 	limiter *rate.Limiter
-	backoff retryPolicy
+	backoff backoff.Policy
 	// kgoOpts are appended to the Kafka client options (tests tune group
 	// timeouts with them).
 	kgoOpts []kgo.Opt
@@ -67,7 +68,7 @@ func New(cfg Config, api API) (*Reporter, error) {
 	}
 	r := &Reporter{
 		cfg: cfg, api: api, log: cfg.Logger, met: met,
-		backoff: retryPolicy{Initial: cfg.BackoffInitial, Max: cfg.BackoffMax, RetryAfterMax: cfg.RetryAfterMax},
+		backoff: retryPolicy(cfg),
 	}
 	if cfg.Rate > 0 {
 		r.limiter = rate.NewLimiter(rate.Limit(cfg.Rate), cfg.Burst)

@@ -185,20 +185,20 @@ func TestRecentSet(t *testing.T) {
 }
 
 func TestBackoff(t *testing.T) {
-	b := retryPolicy{Initial: 100 * time.Millisecond, Max: time.Second, RetryAfterMax: 5 * time.Second}
+	b := retryPolicy(Config{BackoffInitial: 100 * time.Millisecond, BackoffMax: time.Second, RetryAfterMax: 5 * time.Second})
 	for n := 1; n <= 10; n++ {
 		step := min(100*time.Millisecond<<(n-1), time.Second)
 		for range 50 {
-			d := b.delay(n, 0)
+			d := b.Delay(n, 0)
 			if d < step/2 || d > step {
 				t.Fatalf("delay(%d) = %v, want in [%v, %v]", n, d, step/2, step)
 			}
 		}
 	}
-	if d := b.delay(1, 3*time.Second); d != 3*time.Second {
+	if d := b.Delay(1, 3*time.Second); d != 3*time.Second {
 		t.Fatalf("Retry-After not honoured: %v", d)
 	}
-	if d := b.delay(1, time.Hour); d != 5*time.Second {
+	if d := b.Delay(1, time.Hour); d != 5*time.Second {
 		t.Fatalf("Retry-After not capped: %v", d)
 	}
 }

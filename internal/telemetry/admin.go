@@ -110,12 +110,6 @@ func (s *AdminServer) AddReadyCheck(name string, fn ReadyCheck) {
 	s.checks = append(s.checks, namedCheck{name, fn})
 }
 
-// Handle adds another handler (e.g. net/http/pprof) to the admin mux.
-func (s *AdminServer) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
-
-// Handler returns the admin mux (tests may serve it with httptest).
-func (s *AdminServer) Handler() http.Handler { return s.mux }
-
 // Ready runs the checks and returns their joined errors (nil: ready).
 func (s *AdminServer) Ready(ctx context.Context) error {
 	if s.draining.Load() {

@@ -61,35 +61,3 @@ func BenchmarkRecordTracing(b *testing.B) {
 		})
 	}
 }
-
-// BenchmarkMetrics measures the shared instruments on the hot path.
-func BenchmarkMetrics(b *testing.B) {
-	shutdown, err := Setup(context.Background(), Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer shutdown(context.Background()) //nolint:errcheck
-	m, err := NewMetrics(pkgMeter())
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx := context.Background()
-	b.Run("counter", func(b *testing.B) {
-		b.ReportAllocs()
-		for i := 0; i < b.N; i++ {
-			m.PlaysDerived(ctx, 1)
-		}
-	})
-	b.Run("counter-with-reason", func(b *testing.B) {
-		b.ReportAllocs()
-		for i := 0; i < b.N; i++ {
-			m.Rejected(ctx, "missing_user_id")
-		}
-	})
-	b.Run("delivery-with-histogram", func(b *testing.B) {
-		b.ReportAllocs()
-		for i := 0; i < b.N; i++ {
-			m.Delivery(ctx, "delivered", 1234567)
-		}
-	})
-}

@@ -81,38 +81,6 @@ func Redacted(s string) slog.Value {
 	return slog.StringValue(redactedText)
 }
 
-// Secret is a string that never prints itself: fmt verbs, %#v, JSON and slog
-// all show "[REDACTED]". Reveal returns the value for the one place that
-// needs it (a request body, a header).
-type Secret string
-
-// Reveal returns the secret value.
-func (s Secret) Reveal() string { return string(s) }
-
-// String implements fmt.Stringer.
-func (s Secret) String() string { return Redacted(string(s)).String() }
-
-// GoString implements fmt.GoStringer (%#v).
-func (s Secret) GoString() string { return fmt.Sprintf("%q", s.String()) }
-
-// Format implements fmt.Formatter so every verb (%s, %v, %q, %x) is redacted.
-func (s Secret) Format(f fmt.State, verb rune) {
-	if verb == 'q' {
-		fmt.Fprintf(f, "%q", s.String())
-		return
-	}
-	io.WriteString(f, s.String()) //nolint:errcheck // fmt.State writes cannot be reported
-}
-
-// LogValue implements slog.LogValuer.
-func (s Secret) LogValue() slog.Value { return Redacted(string(s)) }
-
-// MarshalJSON implements json.Marshaler.
-func (s Secret) MarshalJSON() ([]byte, error) { return fmt.Appendf(nil, "%q", s.String()), nil }
-
-// MarshalText implements encoding.TextMarshaler.
-func (s Secret) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
-
 // secretKeys are attribute keys (lower case, '-' and '.' read as '_') whose
 // values are always redacted by NewLogger.
 var secretKeys = map[string]bool{
@@ -143,7 +111,7 @@ func IsSecretKey(key string) bool {
 
 // RedactSecretKeys is a slog.HandlerOptions.ReplaceAttr that redacts the
 // values of attributes whose key names a secret (IsSecretKey). It is a second
-// line of defence behind Redacted and Secret.
+// line of defence behind Redacted.
 func RedactSecretKeys(_ []string, a slog.Attr) slog.Attr {
 	if a.Value.Kind() != slog.KindGroup && IsSecretKey(a.Key) {
 		if a.Value.Kind() == slog.KindString {

@@ -17,7 +17,7 @@ func TestAdminPprof(t *testing.T) {
 		}
 		for _, path := range []string{"/debug/pprof/", "/debug/pprof/goroutine?debug=1", "/debug/pprof/cmdline"} {
 			rec := httptest.NewRecorder()
-			s.Handler().ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
+			s.mux.ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
 			if served := rec.Code == 200; served != on {
 				t.Errorf("pprof %v: GET %s = %d", on, path, rec.Code)
 			}

@@ -20,6 +20,9 @@ import (
 type Role struct {
 	// Admin is nil when the admin server is off.
 	Admin *AdminServer
+	// Providers are the tracer and meter providers and the propagator that
+	// Setup built, for the role's libraries (their Config fields).
+	Providers Providers
 
 	shutdown func(context.Context) error
 	cancel   context.CancelFunc
@@ -37,7 +40,7 @@ func StartRole(ctx context.Context, role, adminAddr string, log *slog.Logger) (*
 	if err != nil {
 		return nil, err
 	}
-	r := &Role{shutdown: shutdown}
+	r := &Role{shutdown: shutdown, Providers: processProviders()}
 	if !AdminEnabled(adminAddr) {
 		return r, nil
 	}

@@ -87,14 +87,6 @@ func exportDecision(exporterVar, endpointVar string) (bool, error) {
 	return false, fmt.Errorf("%w: %s=%q; accepted: %s (one value)", ErrConfig, exporterVar, v, accepted)
 }
 
-// TracesExported reports whether the environment asks for spans to be exported
-// (OTEL_TRACES_EXPORTER=otlp|console, or an OTLP endpoint is set and
-// OTEL_TRACES_EXPORTER is not "none").
-func TracesExported() bool {
-	ok, _ := exportDecision(EnvTracesExporter, EnvOTLPTraces)
-	return ok
-}
-
 // Setup installs the global tracer provider, meter provider and propagator
 // for this process, configured by Options and the standard OTEL_* variables,
 // and returns the function that flushes and stops what it started.
@@ -267,10 +259,6 @@ func ensureMeterProvider(ctx context.Context, res *resource.Resource, otlp bool)
 // serves an empty registry.
 func MetricsHandler() http.Handler { return metricsHandler }
 
-// PrometheusGatherer is the registry behind MetricsHandler, for tests that
-// read metric values without HTTP.
-func PrometheusGatherer() prometheus.Gatherer { return promRegistry }
-
 // ---- traces: a global provider whose implementation Setup can swap ----
 
 // tracing is the tracer provider installed globally. Instrumentation obtains
@@ -343,10 +331,4 @@ func (t *switchTracer) Start(ctx context.Context, name string, opts ...trace.Spa
 		t.cur.Store(tg)
 	}
 	return tg.t.Start(ctx, name, opts...)
-}
-
-// Enabled reports whether spans started now are recorded (tracing on).
-func Enabled() bool {
-	_, off := tracing.cur.Load().tp.(noop.TracerProvider)
-	return !off
 }
