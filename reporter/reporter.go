@@ -167,36 +167,49 @@ type run struct {
 	// to the Kafka client yet.
 	publishing sync.WaitGroup
 
-	mu      sync.Mutex
-	cond    *sync.Cond
-	idle    int  // workers waiting on cond
-	exiting bool // workers return
-	retryAt time.Time
+	// One lock over the state below: a report moves between these
+	// concerns (intake → lease → post → answer → commit) in single steps
+	// that must be atomic, so they share it.
+	mu sync.Mutex
+
+	// Workers (dispatch.go).
+	cond       *sync.Cond
+	idle       int  // workers waiting on cond
+	exiting    bool // workers return
+	inflight   int  // jobs handed to workers whose post has not come back
+	unrecorded int  // answers handed to Kafka by workers, not acknowledged yet
+	thr        *throttle
+
+	// Intake and queues (intake.go, lease.go, outcome.go).
 	parts   map[tpKey]*partState
 	fresh   fifo
 	ready   fifo // retries and replays: leased before fresh records
 	delayed delayQueue
+	retryAt time.Time // when the coordinator's retry timer fires
 	// leased are reports whose lease marker is acknowledged: posted next.
 	leased fifo
 	// leasing counts reports in leases whose marker is not acknowledged.
 	leasing int
 	// logEnd is, per deliveries partition, the offset after the last
 	// record of ours acknowledged there (or its end when the run started).
-	logEnd      map[int32]int64
-	held        []*job // answered by standby during the current episode
-	active      map[string]*job
-	recent      *recentSet
-	inflight    int // jobs handed to workers whose post has not come back
-	unrecorded  int // answers handed to Kafka by workers, not acknowledged yet
-	persisting  int // final jobs waiting for their Delivery record
-	standby     *episode
-	gen         uint64
+	logEnd map[int32]int64
+
+	// Answers and duplicates (outcome.go).
+	active     map[string]*job
+	recent     *recentSet
+	persisting int // final jobs waiting for their Delivery record
+
+	// Standby episodes (standby.go).
+	held    []*job // answered by standby during the current episode
+	standby *episode
+	gen     uint64
+
+	// Rebalances, commits and shutdown (revoke.go, commit.go, lifecycle.go).
+	revocations []*revocation
+	commits     commitState
 	stopping    bool
 	noCommit    bool
 	fatal       error
-	revocations []*revocation
-	commits     commitState
-	thr         *throttle
 }
 
 // Run consumes <prefix>.reports and delivers every report until ctx ends
