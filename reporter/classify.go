@@ -94,29 +94,7 @@ type Decision struct {
 // a standby answer.
 func Classify(res partnerapi.ReportResult, err error, liveBypassDelivered bool) Decision {
 	if err == nil {
-		d := Decision{Status: res.Meta.Status, ServedBy: res.Meta.ServedBy, Message: res.Message}
-		if d.Status == 0 {
-			d.Status = 200
-		}
-		switch res.Meta.ServedBy {
-		case partnerapi.ServedStandby:
-			// 200 from standby: accepted without validation and NOT forwarded
-			// (spec, Standby mode 5). Not final: replay after standby ends.
-			d.Action, d.Outcome = ActStandby, schemas.OutcomeStandby
-		case partnerapi.ServedLiveBypass:
-			// live-bypass: the primary took the report past the failover layer.
-			// Counts as delivered unless the operator asked otherwise.
-			if liveBypassDelivered {
-				d.Action, d.Outcome = ActDelivered, schemas.OutcomeDelivered
-			} else {
-				d.Action, d.Outcome = ActStandby, schemas.OutcomeStandby
-			}
-		default:
-			// 200 without x-service-served-by: live service validated the
-			// report and handed it off. Final.
-			d.Action, d.Outcome = ActDelivered, schemas.OutcomeDelivered
-		}
-		return d
+		return classifyAnswer(res, liveBypassDelivered)
 	}
 
 	// Our own cancellation (graceful shutdown past its deadline, partition
@@ -134,6 +112,39 @@ func Classify(res partnerapi.ReportResult, err error, liveBypassDelivered bool) 
 		// drop a report on an error we do not understand.
 		return Decision{Action: ActRetry, Outcome: schemas.OutcomeRetry, Reason: transportReason(err), Err: err}
 	}
+	return classifyError(e, err)
+}
+
+// classifyAnswer decides what a 200 means, by the layer that served it.
+func classifyAnswer(res partnerapi.ReportResult, liveBypassDelivered bool) Decision {
+	d := Decision{Status: res.Meta.Status, ServedBy: res.Meta.ServedBy, Message: res.Message}
+	if d.Status == 0 {
+		d.Status = 200
+	}
+	switch res.Meta.ServedBy {
+	case partnerapi.ServedStandby:
+		// 200 from standby: accepted without validation and NOT forwarded
+		// (spec, Standby mode 5). Not final: replay after standby ends.
+		d.Action, d.Outcome = ActStandby, schemas.OutcomeStandby
+	case partnerapi.ServedLiveBypass:
+		// live-bypass: the primary took the report past the failover layer.
+		// Counts as delivered unless the operator asked otherwise.
+		if liveBypassDelivered {
+			d.Action, d.Outcome = ActDelivered, schemas.OutcomeDelivered
+		} else {
+			d.Action, d.Outcome = ActStandby, schemas.OutcomeStandby
+		}
+	default:
+		// 200 without x-service-served-by: live service validated the
+		// report and handed it off. Final.
+		d.Action, d.Outcome = ActDelivered, schemas.OutcomeDelivered
+	}
+	return d
+}
+
+// classifyError decides what an error answer of the partner API means, by
+// its kind; err is the error that wraps e.
+func classifyError(e *partnerapi.Error, err error) Decision {
 	d := Decision{Status: e.Status, ServedBy: e.ServedBy, Message: e.Reason, Fields: e.Fields, RetryAfter: e.RetryAfter, Err: err}
 	session := strings.HasPrefix(e.Op, "POST /partners/session")
 

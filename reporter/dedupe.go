@@ -67,5 +67,3 @@ func (s *recentSet) has(id string) bool {
 	_, ok := s.ids[idKey(id)]
 	return ok
 }
-
-func (s *recentSet) len() int { return len(s.ids) }

@@ -10,7 +10,7 @@
 //     stop, crash, rebalance or scale-out: each offset commit carries the
 //     partition's progress in its metadata (progress.go), reports are posted
 //     only after a lease marker naming them is in the deliveries log
-//     (dispatch.go), and a partition's new owner recovers from both
+//     (lease.go), and a partition's new owner recovers from both
 //     (recover.go).
 //   - A graceful stop (Run's ctx ends) waits for the posts in flight within
 //     ShutdownTimeout and commits every partition's progress: the next run
@@ -32,10 +32,13 @@
 //   - A 403 (edge 1010) or a refused credential stops the reporter with an
 //     error wrapping ErrConfiguration and commits nothing more.
 //
-// Files by concern: reporter.go (types, Run, intake), dispatch.go (leases,
-// workers, answers), commit.go and progress.go (commits and their
-// metadata), recover.go (assignment), revoke.go (rebalances), standby.go
-// (standby episodes), lifecycle.go (coordinator, shutdown).
+// Files by concern: reporter.go (types, Run), intake.go (polling, intake,
+// topics), lease.go (lease markers), dispatch.go (workers, posts, Delivery
+// records), outcome.go (applying answers), classify.go (what an answer
+// means), commit.go and progress.go (commits and their metadata),
+// recover.go (assignment), revoke.go (rebalances), standby.go (standby
+// episodes), throttle.go (the concurrency budget), lifecycle.go
+// (coordinator, shutdown).
 //
 // A Reporter runs once (Run). Run owns every goroutine it starts and returns
 // only after all of them ended and the Kafka client is closed.

@@ -1,12 +1,10 @@
 package reporter
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,7 +16,6 @@ import (
 	"github.com/playpipe/playpipe/internal/backoff"
 	"github.com/playpipe/playpipe/internal/kafkax"
 	"github.com/playpipe/playpipe/partnerapi"
-	"github.com/playpipe/playpipe/schemas"
 )
 
 // API is what the reporter needs of the partner API client
@@ -143,13 +140,6 @@ type partState struct {
 	start int64
 }
 
-// fetched is a record with its decoded track play.
-type fetched struct {
-	rec *kgo.Record
-	tp  schemas.TrackPlayHead // the report body stays raw: the exact bytes are posted
-	err error
-}
-
 // run is the state of one Run. The fields below mu are guarded by it;
 // workers apply their own answers and take their next report under it, so
 // a report costs no goroutine hand-off; idle workers wait on cond.
@@ -178,36 +168,49 @@ type run struct {
 	// to the Kafka client yet.
 	publishing sync.WaitGroup
 
-	mu      sync.Mutex
-	cond    *sync.Cond
-	idle    int  // workers waiting on cond
-	exiting bool // workers return
-	retryAt time.Time
+	// One lock over the state below: a report moves between these
+	// concerns (intake → lease → post → answer → commit) in single steps
+	// that must be atomic, so they share it.
+	mu sync.Mutex
+
+	// Workers (dispatch.go).
+	cond       *sync.Cond
+	idle       int  // workers waiting on cond
+	exiting    bool // workers return
+	inflight   int  // jobs handed to workers whose post has not come back
+	unrecorded int  // answers handed to Kafka by workers, not acknowledged yet
+	thr        *throttle
+
+	// Intake and queues (intake.go, lease.go, outcome.go).
 	parts   map[tpKey]*partState
 	fresh   fifo
 	ready   fifo // retries and replays: leased before fresh records
 	delayed delayQueue
+	retryAt time.Time // when the coordinator's retry timer fires
 	// leased are reports whose lease marker is acknowledged: posted next.
 	leased fifo
 	// leasing counts reports in leases whose marker is not acknowledged.
 	leasing int
 	// logEnd is, per deliveries partition, the offset after the last
 	// record of ours acknowledged there (or its end when the run started).
-	logEnd      map[int32]int64
-	held        []*job // answered by standby during the current episode
-	active      map[string]*job
-	recent      *recentSet
-	inflight    int // jobs handed to workers whose post has not come back
-	unrecorded  int // answers handed to Kafka by workers, not acknowledged yet
-	persisting  int // final jobs waiting for their Delivery record
-	standby     *episode
-	gen         uint64
+	logEnd map[int32]int64
+
+	// Answers and duplicates (outcome.go).
+	active     map[string]*job
+	recent     *recentSet
+	persisting int // final jobs waiting for their Delivery record
+
+	// Standby episodes (standby.go).
+	held    []*job // answered by standby during the current episode
+	standby *episode
+	gen     uint64
+
+	// Rebalances, commits and shutdown (revoke.go, commit.go, lifecycle.go).
+	revocations []*revocation
+	commits     commitState
 	stopping    bool
 	noCommit    bool
 	fatal       error
-	revocations []*revocation
-	commits     commitState
-	thr         *throttle
 }
 
 // Run consumes <prefix>.reports and delivers every report until ctx ends
@@ -218,6 +221,33 @@ type run struct {
 func (r *Reporter) Run(ctx context.Context) error {
 	postCtx, cancelPosts := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelPosts()
+	rn := r.newRun(postCtx, cancelPosts)
+	unreg, err := r.met.observeThrottle(func() (float64, float64, int64) {
+		rn.mu.Lock()
+		defer rn.mu.Unlock()
+		return rn.thr.limit, rn.thr.tokens, rn.thr.shed
+	})
+	if err != nil {
+		r.log.Warn("reporter throttle metrics not registered", "err", err)
+	} else {
+		defer unreg()
+	}
+	if err := rn.connect(ctx); err != nil {
+		return err
+	}
+	r.log.Info("reporter starting", "topic", rn.topics.Reports, "deliveries", rn.topics.Deliveries, "group", r.cfg.Group,
+		"instance_id", r.cfg.Kafka.InstanceID, "concurrency", r.cfg.Concurrency, "rate", r.cfg.Rate, "max_pending", r.cfg.MaxPending)
+	runErr := rn.serve(ctx)
+	if runErr != nil {
+		r.log.Error("reporter stopped", "err", runErr)
+	} else {
+		r.log.Info("reporter stopped")
+	}
+	return runErr
+}
+
+// newRun is the state of one Run; cancelPosts abandons the posts of postCtx.
+func (r *Reporter) newRun(postCtx context.Context, cancelPosts context.CancelFunc) *run {
 	rn := &run{
 		Reporter: r, topics: r.cfg.Kafka.Topics(),
 		postCtx: postCtx, cancelPosts: cancelPosts,
@@ -233,21 +263,17 @@ func (r *Reporter) Run(ctx context.Context) error {
 	}
 	rn.cond = sync.NewCond(&rn.mu)
 	rn.thr = newThrottle(r.cfg.Concurrency, r.cfg.BudgetFloor, r.cfg.BudgetRatio, time.Now())
-	unreg, err := r.met.observeThrottle(func() (float64, float64, int64) {
-		rn.mu.Lock()
-		defer rn.mu.Unlock()
-		return rn.thr.limit, rn.thr.tokens, rn.thr.shed
-	})
-	if err != nil {
-		r.log.Warn("reporter throttle metrics not registered", "err", err)
-	} else {
-		defer unreg()
-	}
-	base, err := r.cfg.Kafka.ClientOpts()
+	return rn
+}
+
+// connect makes the run's Kafka client (joining the group) and learns the
+// topics.
+func (rn *run) connect(ctx context.Context) error {
+	base, err := rn.cfg.Kafka.ClientOpts()
 	if err != nil {
 		return fmt.Errorf("reporter: %w", err)
 	}
-	opts := append(append(base, r.cfg.Kafka.GroupOpts(r.cfg.Group)...),
+	opts := append(append(base, rn.cfg.Kafka.GroupOpts(rn.cfg.Group)...),
 		kgo.ConsumeTopics(rn.topics.Reports),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
@@ -267,7 +293,7 @@ func (r *Reporter) Run(ctx context.Context) error {
 		// Small records, many small requests: compression costs more CPU than it saves.
 		kgo.ProducerBatchCompression(kgo.NoCompression()),
 	)
-	opts = append(opts, r.kgoOpts...)
+	opts = append(opts, rn.kgoOpts...)
 	rn.cl, err = kgo.NewClient(opts...)
 	if err != nil {
 		return fmt.Errorf("reporter: kafka client: %w", err)
@@ -280,11 +306,14 @@ func (r *Reporter) Run(ctx context.Context) error {
 		rn.cl.Close()
 		return err
 	}
-	r.log.Info("reporter starting", "topic", rn.topics.Reports, "deliveries", rn.topics.Deliveries, "group", r.cfg.Group,
-		"instance_id", r.cfg.Kafka.InstanceID, "concurrency", r.cfg.Concurrency, "rate", r.cfg.Rate, "max_pending", r.cfg.MaxPending)
+	return nil
+}
 
+// serve runs the workers, the leaser and the poller under the coordinator
+// until it returns, then stops them in order and closes the client.
+func (rn *run) serve(ctx context.Context) error {
 	var workers sync.WaitGroup
-	for range r.cfg.Concurrency {
+	for range rn.cfg.Concurrency {
 		workers.Go(rn.worker)
 	}
 	var leaser sync.WaitGroup
@@ -304,182 +333,8 @@ func (r *Reporter) Run(ctx context.Context) error {
 	rn.cond.Broadcast()
 	rn.mu.Unlock()
 	workers.Wait()
-	cancelPosts()
+	rn.cancelPosts()
 	rn.bg.Wait()
 	rn.cl.CloseAllowingRebalance()
-	if runErr != nil {
-		r.log.Error("reporter stopped", "err", runErr)
-	} else {
-		r.log.Info("reporter stopped")
-	}
 	return runErr
-}
-
-// describeTopics learns the reports topic's id (for offset commits) and the
-// deliveries topic's partitions and their end offsets (where the records of
-// this run will start).
-func (rn *run) describeTopics(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	var err error
-	for attempt := 0; ; attempt++ {
-		var tds kadm.TopicDetails
-		tds, err = rn.adm.ListTopics(ctx, rn.topics.Reports, rn.topics.Deliveries)
-		if err == nil {
-			err = tds.Error()
-		}
-		if err == nil {
-			rn.reportsID = tds[rn.topics.Reports].ID
-			rn.logParts = int32(len(tds[rn.topics.Deliveries].Partitions))
-			var ends kadm.ListedOffsets
-			if ends, err = rn.adm.ListEndOffsets(ctx, rn.topics.Deliveries); err == nil {
-				err = ends.Error()
-			}
-			if err == nil {
-				ends.Each(func(o kadm.ListedOffset) { rn.logEnd[o.Partition] = o.Offset })
-				if rn.logParts > 0 {
-					return nil
-				}
-				err = errors.New("no partitions")
-			}
-		}
-		if ctx.Err() != nil {
-			break
-		}
-		time.Sleep(200 * time.Millisecond) // topics still being created
-	}
-	return fmt.Errorf("reporter: describe topics %s and %s: %w", rn.topics.Reports, rn.topics.Deliveries, err)
-}
-
-// poll fetches records while the trackers have room and adds them to the
-// state. With BlockRebalanceOnPoll, a rebalance cannot slip between a poll
-// and the intake, so the state never holds a record of a partition that was
-// already revoked. A partition seen for the first time is recovered first:
-// what its previous owner left in the commit metadata and the deliveries
-// log (recover.go).
-func (rn *run) poll(ctx context.Context) {
-	maxPending := int64(rn.cfg.MaxPending)
-	for {
-		n := maxPending - rn.pending.Load()
-		if n <= 0 {
-			select {
-			case <-rn.room:
-				continue
-			case <-ctx.Done():
-				return
-			}
-		}
-		fs := rn.cl.PollRecords(ctx, int(n))
-		if ctx.Err() != nil || fs.IsClientClosed() {
-			rn.cl.AllowRebalance()
-			return
-		}
-		fs.EachError(func(t string, p int32, err error) {
-			if !errors.Is(err, context.Canceled) {
-				rn.log.Warn("kafka fetch error", "topic", t, "partition", p, "err", err)
-			}
-		})
-		recs := fs.Records()
-		if len(recs) > 0 {
-			if err := rn.recoverNew(ctx, recs); err != nil {
-				rn.cl.AllowRebalance()
-				if ctx.Err() == nil {
-					rn.mu.Lock()
-					rn.stop(err, true)
-					rn.mu.Unlock()
-				}
-				return
-			}
-			rn.pending.Add(int64(len(recs)))
-			// Decode outside the lock.
-			batch := make([]fetched, len(recs))
-			for i, rec := range recs {
-				batch[i].rec = rec
-				batch[i].err = schemas.DecodeTrackPlayHead(rec.Value, &batch[i].tp)
-			}
-			rn.mu.Lock()
-			invalid := rn.intake(batch)
-			rn.mu.Unlock()
-			for _, j := range invalid {
-				rn.cl.Produce(context.Background(), rn.deliveryRecord(context.Background(), j), func(r *kgo.Record, err error) {
-					rn.persistedLocked(j, r, err)
-				})
-			}
-		}
-		rn.cl.AllowRebalance()
-	}
-}
-
-// slimRecord copies what the reporter keeps of a fetched record: where it
-// came from and its headers (trace context), not its key and value.
-func slimRecord(r *kgo.Record) *kgo.Record {
-	c := &kgo.Record{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, LeaderEpoch: r.LeaderEpoch}
-	if len(r.Headers) > 0 {
-		c.Headers = make([]kgo.RecordHeader, len(r.Headers))
-		for i, h := range r.Headers {
-			c.Headers[i] = kgo.RecordHeader{Key: strings.Clone(h.Key), Value: bytes.Clone(h.Value)}
-		}
-	}
-	return c
-}
-
-// intake adds fetched records to their partitions' trackers and queues them
-// (mu held). It returns the records that cannot be posted, whose rejected
-// Delivery record the caller publishes outside the lock.
-func (rn *run) intake(batch []fetched) (invalid []*job) {
-	defer rn.jobsReady()
-	var ps *partState
-	for i := range batch {
-		rec, tp, err := batch[i].rec, &batch[i].tp, batch[i].err
-		key := tpKey{rec.Topic, rec.Partition}
-		if ps == nil || ps.key != key {
-			ps = rn.parts[key] // created by recoverNew
-		}
-		seq := ps.wm.add(rec.Offset, rec.LeaderEpoch)
-		st, known := ps.recovered[rec.Offset]
-		if known {
-			delete(ps.recovered, rec.Offset)
-			if st == recFinal {
-				// Its final outcome is in the deliveries log already (a stop or
-				// crash before the commit point passed it): never posted again.
-				rn.met.skip(context.Background(), "final_before_restart")
-				rn.markDone(ps, seq)
-				continue
-			}
-		}
-		// Keep a small copy of the record: the fetched one shares its memory
-		// with the whole fetched batch, which a pending report would pin.
-		rec = slimRecord(rec)
-		switch {
-		case err == nil && tp.ReportID != "" && tp.BelowMinimum:
-			// Shorter than the minimum play length: counted in the ledger,
-			// never posted. Final at once.
-			rn.met.skip(context.Background(), "below_minimum")
-			rn.markDone(ps, seq)
-		case err != nil || tp.ReportID == "" || len(tp.Report) == 0 || tp.Report[0] != '{':
-			// A record the reporter cannot post. It is published as rejected
-			// with the reason, so it is never lost silently.
-			msg := "invalid track play record: no report_id or report object"
-			if err != nil {
-				msg = "invalid track play record: " + err.Error()
-			}
-			rn.log.Error("invalid record on the reports topic", "topic", rec.Topic, "partition", rec.Partition, "offset", rec.Offset, "err", msg)
-			rn.met.skip(context.Background(), "invalid")
-			j := &job{ps: ps, seq: seq, rec: rec, id: tp.ReportID, evID: tp.EventID}
-			j.dec = Decision{Action: ActRejected, Outcome: schemas.OutcomeRejected, Message: msg}
-			ps.inflight++
-			rn.persisting++
-			invalid = append(invalid, j)
-		default:
-			j := &job{ps: ps, seq: seq, rec: rec, id: tp.ReportID, evID: tp.EventID, body: tp.Report}
-			if known && st == recDoubt {
-				// The previous owner may have posted it without recording the
-				// answer: post it again, labelled, so the audit counts it.
-				j.inDoubt = true
-				ps.unsure[j] = struct{}{}
-			}
-			rn.fresh.push(j)
-		}
-	}
-	return invalid
 }

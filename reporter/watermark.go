@@ -68,12 +68,6 @@ func (w *watermark) markDone(seq uint64) int {
 	return popped
 }
 
-// committable returns the offset to commit (one past the final prefix) and
-// its leader epoch; ok is false while no record has become final yet.
-func (w *watermark) committable() (offset int64, epoch int32, ok bool) {
-	return w.next, w.epoch, w.hasNext
-}
-
 // pending is the number of records not yet passed by the commit point
 // (not final, or final behind a record that is not).
 func (w *watermark) pending() int { return len(w.entries) - w.head }

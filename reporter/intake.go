@@ -1,0 +1,191 @@
+package reporter
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/playpipe/playpipe/schemas"
+)
+
+// fetched is a record with its decoded track play.
+type fetched struct {
+	rec *kgo.Record
+	tp  schemas.TrackPlayHead // the report body stays raw: the exact bytes are posted
+	err error
+}
+
+// describeTopics learns the reports topic's id (for offset commits) and the
+// deliveries topic's partitions and their end offsets (where the records of
+// this run will start).
+func (rn *run) describeTopics(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	var err error
+	for attempt := 0; ; attempt++ {
+		var tds kadm.TopicDetails
+		tds, err = rn.adm.ListTopics(ctx, rn.topics.Reports, rn.topics.Deliveries)
+		if err == nil {
+			err = tds.Error()
+		}
+		if err == nil {
+			rn.reportsID = tds[rn.topics.Reports].ID
+			rn.logParts = int32(len(tds[rn.topics.Deliveries].Partitions))
+			var ends kadm.ListedOffsets
+			if ends, err = rn.adm.ListEndOffsets(ctx, rn.topics.Deliveries); err == nil {
+				err = ends.Error()
+			}
+			if err == nil {
+				ends.Each(func(o kadm.ListedOffset) { rn.logEnd[o.Partition] = o.Offset })
+				if rn.logParts > 0 {
+					return nil
+				}
+				err = errors.New("no partitions")
+			}
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		time.Sleep(200 * time.Millisecond) // topics still being created
+	}
+	return fmt.Errorf("reporter: describe topics %s and %s: %w", rn.topics.Reports, rn.topics.Deliveries, err)
+}
+
+// poll fetches records while the trackers have room and adds them to the
+// state. With BlockRebalanceOnPoll, a rebalance cannot slip between a poll
+// and the intake, so the state never holds a record of a partition that was
+// already revoked. A partition seen for the first time is recovered first:
+// what its previous owner left in the commit metadata and the deliveries
+// log (recover.go).
+func (rn *run) poll(ctx context.Context) {
+	maxPending := int64(rn.cfg.MaxPending)
+	for {
+		n := maxPending - rn.pending.Load()
+		if n <= 0 {
+			select {
+			case <-rn.room:
+				continue
+			case <-ctx.Done():
+				return
+			}
+		}
+		fs := rn.cl.PollRecords(ctx, int(n))
+		if ctx.Err() != nil || fs.IsClientClosed() {
+			rn.cl.AllowRebalance()
+			return
+		}
+		fs.EachError(func(t string, p int32, err error) {
+			if !errors.Is(err, context.Canceled) {
+				rn.log.Warn("kafka fetch error", "topic", t, "partition", p, "err", err)
+			}
+		})
+		recs := fs.Records()
+		if len(recs) > 0 {
+			if err := rn.recoverNew(ctx, recs); err != nil {
+				rn.cl.AllowRebalance()
+				if ctx.Err() == nil {
+					rn.mu.Lock()
+					rn.stop(err, true)
+					rn.mu.Unlock()
+				}
+				return
+			}
+			rn.pending.Add(int64(len(recs)))
+			// Decode outside the lock.
+			batch := make([]fetched, len(recs))
+			for i, rec := range recs {
+				batch[i].rec = rec
+				batch[i].err = schemas.DecodeTrackPlayHead(rec.Value, &batch[i].tp)
+			}
+			rn.mu.Lock()
+			invalid := rn.intake(batch)
+			rn.mu.Unlock()
+			for _, j := range invalid {
+				rn.cl.Produce(context.Background(), rn.deliveryRecord(context.Background(), j), func(r *kgo.Record, err error) {
+					rn.persistedLocked(j, r, err)
+				})
+			}
+		}
+		rn.cl.AllowRebalance()
+	}
+}
+
+// slimRecord copies what the reporter keeps of a fetched record: where it
+// came from and its headers (trace context), not its key and value.
+func slimRecord(r *kgo.Record) *kgo.Record {
+	c := &kgo.Record{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, LeaderEpoch: r.LeaderEpoch}
+	if len(r.Headers) > 0 {
+		c.Headers = make([]kgo.RecordHeader, len(r.Headers))
+		for i, h := range r.Headers {
+			c.Headers[i] = kgo.RecordHeader{Key: strings.Clone(h.Key), Value: bytes.Clone(h.Value)}
+		}
+	}
+	return c
+}
+
+// intake adds fetched records to their partitions' trackers and queues them
+// (mu held). It returns the records that cannot be posted, whose rejected
+// Delivery record the caller publishes outside the lock.
+func (rn *run) intake(batch []fetched) (invalid []*job) {
+	defer rn.jobsReady()
+	var ps *partState
+	for i := range batch {
+		rec, tp, err := batch[i].rec, &batch[i].tp, batch[i].err
+		key := tpKey{rec.Topic, rec.Partition}
+		if ps == nil || ps.key != key {
+			ps = rn.parts[key] // created by recoverNew
+		}
+		seq := ps.wm.add(rec.Offset, rec.LeaderEpoch)
+		st, known := ps.recovered[rec.Offset]
+		if known {
+			delete(ps.recovered, rec.Offset)
+			if st == recFinal {
+				// Its final outcome is in the deliveries log already (a stop or
+				// crash before the commit point passed it): never posted again.
+				rn.met.skip(context.Background(), "final_before_restart")
+				rn.markDone(ps, seq)
+				continue
+			}
+		}
+		// Keep a small copy of the record: the fetched one shares its memory
+		// with the whole fetched batch, which a pending report would pin.
+		rec = slimRecord(rec)
+		switch {
+		case err == nil && tp.ReportID != "" && tp.BelowMinimum:
+			// Shorter than the minimum play length: counted in the ledger,
+			// never posted. Final at once.
+			rn.met.skip(context.Background(), "below_minimum")
+			rn.markDone(ps, seq)
+		case err != nil || tp.ReportID == "" || len(tp.Report) == 0 || tp.Report[0] != '{':
+			// A record the reporter cannot post. It is published as rejected
+			// with the reason, so it is never lost silently.
+			msg := "invalid track play record: no report_id or report object"
+			if err != nil {
+				msg = "invalid track play record: " + err.Error()
+			}
+			rn.log.Error("invalid record on the reports topic", "topic", rec.Topic, "partition", rec.Partition, "offset", rec.Offset, "err", msg)
+			rn.met.skip(context.Background(), "invalid")
+			j := &job{ps: ps, seq: seq, rec: rec, id: tp.ReportID, evID: tp.EventID}
+			j.dec = Decision{Action: ActRejected, Outcome: schemas.OutcomeRejected, Message: msg}
+			ps.inflight++
+			rn.persisting++
+			invalid = append(invalid, j)
+		default:
+			j := &job{ps: ps, seq: seq, rec: rec, id: tp.ReportID, evID: tp.EventID, body: tp.Report}
+			if known && st == recDoubt {
+				// The previous owner may have posted it without recording the
+				// answer: post it again, labelled, so the audit counts it.
+				j.inDoubt = true
+				ps.unsure[j] = struct{}{}
+			}
+			rn.fresh.push(j)
+		}
+	}
+	return invalid
+}

@@ -1,0 +1,207 @@
+package reporter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/playpipe/playpipe/schemas"
+)
+
+// A report is posted only after a lease marker naming its offset is in the
+// deliveries log (acknowledged): after a crash, the log says which reports
+// may have reached the partner without a recorded answer (recover.go). The
+// leaser keeps up to leaseAhead × Concurrency reports leased ahead of the
+// workers, one marker per partition per lease, so that the markers' round
+// trip overlaps the posts instead of adding to them.
+
+// leaseAhead × Concurrency reports at most are leased and not yet posted:
+// enough to cover a marker's round trip at full speed. They are the
+// over-count of "in doubt" after a crash (never of real duplicates).
+const leaseAhead = 2
+
+// lease is a batch of reports whose markers are on their way to Kafka.
+type lease struct {
+	jobs    []*job
+	markers int // markers not acknowledged yet
+}
+
+// leaser leases queued reports until the run ends.
+func (rn *run) leaser() {
+	for {
+		select {
+		case <-rn.leaseWake:
+		case <-rn.coordDone:
+			return
+		}
+		for {
+			rn.mu.Lock()
+			l, recs := rn.takeLease()
+			rn.mu.Unlock()
+			if l == nil {
+				break
+			}
+			for _, rec := range recs {
+				rn.cl.Produce(context.Background(), rec, func(r *kgo.Record, err error) { rn.leaseAcked(l, r, err) })
+			}
+		}
+	}
+}
+
+// takeLease moves up to the lease room's worth of queued reports into a
+// new lease and returns it with its marker records (mu held); nil when
+// there is nothing to lease or no room.
+func (rn *run) takeLease() (*lease, []*kgo.Record) {
+	if rn.stopping || rn.exiting || rn.standby != nil {
+		return nil, nil
+	}
+	room := leaseAhead*rn.cfg.Concurrency - rn.leased.len() - rn.leasing
+	if room <= 0 {
+		return nil, nil
+	}
+	l := &lease{}
+	byPart := map[*partState]*schemas.Lease{}
+	var order []*partState
+	for range room {
+		j := rn.take()
+		if j == nil {
+			break
+		}
+		l.jobs = append(l.jobs, j)
+		j.leasedOnly = true
+		j.ps.unsure[j] = struct{}{}
+		j.ps.dirty = true
+		m := byPart[j.ps]
+		if m == nil {
+			m = &schemas.Lease{V: 1, Partition: j.ps.key.partition}
+			byPart[j.ps] = m
+			order = append(order, j.ps)
+		}
+		if n := len(m.Offsets); n > 0 && m.Offsets[n-1][1]+1 == j.rec.Offset {
+			m.Offsets[n-1][1] = j.rec.Offset
+		} else {
+			m.Offsets = append(m.Offsets, [2]int64{j.rec.Offset, j.rec.Offset})
+		}
+	}
+	if len(l.jobs) == 0 {
+		return nil, nil
+	}
+	rn.leasing += len(l.jobs)
+	recs := make([]*kgo.Record, 0, len(order))
+	group := []byte(rn.cfg.Group)
+	for _, ps := range order {
+		recs = append(recs, &kgo.Record{
+			Partition: ps.logPart,
+			Headers:   []kgo.RecordHeader{{Key: schemas.HeaderLease, Value: group}},
+			Value:     appendLease(nil, byPart[ps]),
+		})
+	}
+	l.markers = len(recs)
+	return l, recs
+}
+
+// leaseAcked applies the acknowledgement of one lease marker; once all of a
+// lease's markers are in, its reports may be posted.
+func (rn *run) leaseAcked(l *lease, r *kgo.Record, err error) {
+	rn.mu.Lock()
+	defer rn.mu.Unlock()
+	if err != nil {
+		if !errors.Is(err, kgo.ErrClientClosed) {
+			rn.stop(fmt.Errorf("reporter: publish lease marker: %w", err), false)
+		}
+	} else {
+		rn.noteLog(r)
+	}
+	if l.markers--; l.markers > 0 {
+		return
+	}
+	rn.leasing -= len(l.jobs)
+	for _, j := range l.jobs {
+		rn.leased.push(j)
+	}
+	rn.jobsReady()
+}
+
+// noteLog records that r, produced by this run, is acknowledged (mu held).
+func (rn *run) noteLog(r *kgo.Record) {
+	if r.Offset+1 > rn.logEnd[r.Partition] {
+		rn.logEnd[r.Partition] = r.Offset + 1
+	}
+}
+
+// take pops the next report to lease (mu held): retries and replays first.
+// Reports already final (re-published events) are passed; a report whose
+// twin is on its way waits for the twin's outcome.
+func (rn *run) take() *job {
+	for {
+		j := rn.ready.pop()
+		if j == nil {
+			if j = rn.fresh.pop(); j == nil {
+				return nil
+			}
+		}
+		if j.ps.revoking || j.ps.dropped {
+			continue
+		}
+		if rn.recent.has(j.id) && rn.active[j.id] != j {
+			// Already delivered or rejected within the window (re-published
+			// event): final without a post.
+			rn.met.skip(context.Background(), "duplicate")
+			rn.log.Debug("skipping report already final", "report_id", j.id)
+			rn.finalWithoutPost(j)
+			continue
+		}
+		if a := rn.active[j.id]; a != nil && a != j {
+			// The same report is on its way: wait for its outcome.
+			a.followers = append(a.followers, j)
+			continue
+		}
+		rn.active[j.id] = j
+		return j
+	}
+}
+
+// unlease gives up j's lease without posting it (mu held): it is no longer
+// unsure unless something else makes it so.
+func (rn *run) unlease(j *job) {
+	if !j.leasedOnly {
+		return
+	}
+	j.leasedOnly = false
+	if j.unacked <= 0 && !j.inDoubt {
+		delete(j.ps.unsure, j)
+	}
+	j.ps.dirty = true
+}
+
+// unleaseAll gives up the leases of the reports not posted (mu held): the
+// run stops posting (shutdown) and they will be posted by the next one.
+func (rn *run) unleaseAll() {
+	for _, j := range rn.leased.all() {
+		rn.unlease(j)
+	}
+}
+
+// appendLease appends the JSON of a lease marker (what encoding/json would
+// write for it).
+func appendLease(dst []byte, l *schemas.Lease) []byte {
+	dst = append(dst, `{"v":`...)
+	dst = strconv.AppendInt(dst, int64(l.V), 10)
+	dst = append(dst, `,"partition":`...)
+	dst = strconv.AppendInt(dst, int64(l.Partition), 10)
+	dst = append(dst, `,"offsets":[`...)
+	for i, r := range l.Offsets {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = append(dst, '[')
+		dst = strconv.AppendInt(dst, r[0], 10)
+		dst = append(dst, ',')
+		dst = strconv.AppendInt(dst, r[1], 10)
+		dst = append(dst, ']')
+	}
+	return append(dst, "]}"...)
+}

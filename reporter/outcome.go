@@ -1,0 +1,190 @@
+package reporter
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// finalWithoutPost marks a job final that needs no post (mu held).
+func (rn *run) finalWithoutPost(j *job) {
+	delete(j.ps.unsure, j)
+	j.ps.dirty = true
+	rn.markDone(j.ps, j.seq)
+}
+
+// answerAcked: the answer of one post of j is on record (or will never be,
+// and j is in doubt) (mu held).
+func (rn *run) answerAcked(j *job) {
+	j.unacked--
+	if j.unacked <= 0 && !j.inDoubt && !j.leasedOnly {
+		delete(j.ps.unsure, j)
+	}
+	j.ps.dirty = true
+}
+
+func (rn *run) persistedLocked(j *job, r *kgo.Record, err error) {
+	rn.mu.Lock()
+	rn.persisted(j, r, err)
+	if len(rn.revocations) > 0 {
+		rn.poke()
+	}
+	rn.mu.Unlock()
+}
+
+// posted applies the answer of j's post to the state (mu held).
+func (rn *run) posted(j *job) {
+	ps, d := j.ps, j.dec
+	if d.Action.Final() {
+		rn.healthy()
+		rn.persisting++
+		rn.recent.add(j.id)
+		if d.Action == ActRejected {
+			rn.log.Warn("report rejected by the partner API", "report_id", j.id, "status", d.Status, "message", d.Message, "fields", d.Fields)
+		}
+		if rn.stopping {
+			rn.poke()
+		}
+		return // ps.inflight drops when the Delivery record is persisted
+	}
+	ps.inflight--
+	switch {
+	case d.Action == ActRetry && d.Reason != ReasonUnauthorized:
+		rn.thr.failure(time.Now())
+		if rn.thr.tokens < 1 {
+			rn.poke() // the coordinator wakes the workers when a token is back
+		}
+	case d.Action == ActStandby:
+	default:
+		rn.healthy()
+	}
+	if d.Action == ActAbandon {
+		// Cancelled while in flight: it may have reached the partner, and
+		// no answer will be recorded.
+		if !d.notSent {
+			j.inDoubt = true
+		}
+		rn.answerAcked(j)
+	}
+	if ps.dropped || ps.revoking {
+		rn.release(j)
+		return
+	}
+	switch d.Action {
+	case ActStandby:
+		rn.standbyAnswer(j)
+	case ActRetry:
+		rn.retry(j)
+	case ActStop:
+		rn.release(j)
+		rn.stop(rn.configError(j, d), true)
+	case ActAbandon:
+		rn.release(j)
+		if !rn.stopping {
+			// Cancelled without a shutdown (cannot happen today): post again.
+			rn.active[j.id] = j
+			rn.ready.push(j)
+			rn.jobsReady()
+		}
+	}
+	if rn.stopping || len(rn.revocations) > 0 {
+		rn.poke()
+	}
+}
+
+// retry queues j for another post after its backoff (mu held).
+func (rn *run) retry(j *job) {
+	d := j.dec
+	j.failures++
+	delay := time.Duration(0)
+	if d.Renew {
+		j.renews++
+		// The first 401 retries at once (the client takes a new
+		// session); repeated ones back off like transient failures.
+		if j.renews > 1 {
+			delay = rn.backoff.Delay(j.renews-1, 0)
+		}
+	} else {
+		j.renews = 0
+		delay = rn.backoff.Delay(j.failures, d.RetryAfter)
+	}
+	rn.log.Debug("report post to be retried", "report_id", j.id, "attempt", j.attempt, "reason", d.Reason, "status", d.Status, "delay", delay)
+	if delay <= 0 {
+		rn.ready.push(j)
+		rn.jobsReady()
+		return
+	}
+	j.readyAt = time.Now().Add(delay)
+	rn.delayed.add(j)
+	if rn.retryAt.IsZero() || j.readyAt.Before(rn.retryAt) {
+		rn.poke() // the retry timer must fire earlier
+	}
+}
+
+// healthy records an answer of a healthy partner (mu held); a grown limit
+// wakes a waiting worker.
+func (rn *run) healthy() {
+	before := math.Floor(rn.thr.limit)
+	rn.thr.success()
+	if math.Floor(rn.thr.limit) > before && rn.idle > 0 && rn.leased.len() > 0 {
+		rn.cond.Signal()
+	}
+}
+
+// release forgets that j is on its way (not final), requeueing followers
+// whose partition is still ours.
+func (rn *run) release(j *job) {
+	if rn.active[j.id] == j {
+		delete(rn.active, j.id)
+	}
+	for _, f := range j.followers {
+		if !f.ps.dropped && !f.ps.revoking && f.ps != j.ps {
+			rn.ready.push(f)
+		}
+	}
+	j.followers = nil
+	rn.jobsReady()
+}
+
+// persisted applies the acknowledgement of a final Delivery record (mu held).
+func (rn *run) persisted(j *job, r *kgo.Record, err error) {
+	rn.persisting--
+	if err != nil {
+		rn.stop(fmt.Errorf("reporter: publish delivery record of report %s: %w", j.id, err), false)
+		return
+	}
+	rn.noteLog(r)
+	j.ps.inflight--
+	if rn.active[j.id] == j {
+		delete(rn.active, j.id)
+	}
+	delete(j.ps.unsure, j)
+	j.ps.dirty = true
+	if j.ps.dropped {
+		return
+	}
+	rn.markDone(j.ps, j.seq)
+	for _, f := range j.followers {
+		if !f.ps.dropped {
+			rn.met.skip(context.Background(), "duplicate")
+			rn.finalWithoutPost(f)
+		}
+	}
+	j.followers = nil
+}
+
+// markDone records a final outcome in the partition's tracker.
+func (rn *run) markDone(ps *partState, seq uint64) {
+	ps.dirty = true
+	if n := ps.wm.markDone(seq); n > 0 {
+		if rn.pending.Add(-int64(n)) < int64(rn.cfg.MaxPending) {
+			select {
+			case rn.room <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
