@@ -1,5 +1,6 @@
 // Package schemas defines the records that travel between playpipe's roles,
-// each versioned and each described by a JSON Schema document embedded here:
+// each versioned and each described by a JSON Schema document, a file
+// *.schema.json of this directory:
 //
 //   - PlayerEvent (v1), on <prefix>.events: one continuous listening segment of a mix;
 //   - TrackPlay (v1), on <prefix>.reports: one track play derived from an event,

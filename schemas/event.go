@@ -287,75 +287,102 @@ func (r *rawEvent) field(name string) any {
 	panic("schemas: no field " + name)
 }
 
-func validate(r *rawEvent, opts ValidateOptions, vs []Violation) (PlayerEvent, []Violation) {
-	missing := func(field string) {
-		for _, v := range vs {
-			if v.Field == field {
-				return // already reported as wrong_type
-			}
-		}
-		vs = append(vs, Violation{Field: field, Reason: ReasonMissingField, Detail: field + " is required"})
+// eventCheck collects the violations of one event while validate reads its
+// fields in schema order.
+type eventCheck struct{ vs []Violation }
+
+func (c *eventCheck) add(field, reason, detail string) {
+	c.vs = append(c.vs, Violation{Field: field, Reason: reason, Detail: detail})
+}
+
+// missing reports a required field that is absent (or null), unless it was
+// already reported as wrong_type.
+func (c *eventCheck) missing(field string) {
+	if !hasField(c.vs, field) {
+		c.add(field, ReasonMissingField, field+" is required")
 	}
+}
+
+// validate checks the decoded fields of r in schema order, after the
+// violations vs found while decoding, and returns the event when none is
+// broken.
+func validate(r *rawEvent, opts ValidateOptions, vs []Violation) (PlayerEvent, []Violation) {
+	c := eventCheck{vs: vs}
 	var ev PlayerEvent
+	c.ids(r, &ev)
+	c.segment(r, &ev)
+	c.listener(r, opts, &ev)
+	ev.SourceStream = "mix"
+	if r.SourceStream != nil && *r.SourceStream != "" {
+		ev.SourceStream = *r.SourceStream
+	}
+	ev.Cached, ev.JumpForward, ev.EndReason = r.Cached, r.JumpForward, r.EndReason
+	if len(c.vs) > 0 {
+		return PlayerEvent{}, c.vs
+	}
+	return ev, nil
+}
+
+// ids checks event_id and mix_id.
+func (c *eventCheck) ids(r *rawEvent, ev *PlayerEvent) {
 	if r.EventID == nil {
-		missing("event_id")
+		c.missing("event_id")
 	} else if n := len(*r.EventID); n == 0 || n > MaxEventIDLen {
-		vs = append(vs, Violation{Field: "event_id", Reason: ReasonBadEventID, Detail: "event_id must be 1–128 bytes, got " + strconv.Itoa(n)})
+		c.add("event_id", ReasonBadEventID, "event_id must be 1–128 bytes, got "+strconv.Itoa(n))
 	} else {
 		ev.EventID = *r.EventID
 	}
 	if r.MixID == nil {
-		missing("mix_id")
+		c.missing("mix_id")
 	} else {
 		ev.MixID = *r.MixID
 	}
+}
+
+// segment checks started_at, offset_ms and duration_ms.
+func (c *eventCheck) segment(r *rawEvent, ev *PlayerEvent) {
 	if r.StartedAt == nil {
-		missing("started_at")
+		c.missing("started_at")
 	} else if *r.StartedAt <= 0 {
-		vs = append(vs, Violation{Field: "started_at", Reason: ReasonBadStartedAt, Detail: "started_at must be epoch milliseconds > 0"})
+		c.add("started_at", ReasonBadStartedAt, "started_at must be epoch milliseconds > 0")
 	} else {
 		ev.StartedAt = *r.StartedAt
 	}
 	if r.OffsetMS == nil {
-		missing("offset_ms")
+		c.missing("offset_ms")
 	} else if *r.OffsetMS < 0 {
-		vs = append(vs, Violation{Field: "offset_ms", Reason: ReasonNegativeOffset, Detail: "offset_ms must be ≥ 0, got " + strconv.FormatInt(*r.OffsetMS, 10)})
+		c.add("offset_ms", ReasonNegativeOffset, "offset_ms must be ≥ 0, got "+strconv.FormatInt(*r.OffsetMS, 10))
 	} else {
 		ev.OffsetMS = *r.OffsetMS
 	}
 	if r.DurationMS == nil {
-		missing("duration_ms")
+		c.missing("duration_ms")
 	} else if *r.DurationMS <= 0 {
-		vs = append(vs, Violation{Field: "duration_ms", Reason: ReasonBadDuration, Detail: "duration_ms must be > 0, got " + strconv.FormatInt(*r.DurationMS, 10)})
+		c.add("duration_ms", ReasonBadDuration, "duration_ms must be > 0, got "+strconv.FormatInt(*r.DurationMS, 10))
 	} else {
 		ev.DurationMS = *r.DurationMS
 	}
+}
+
+// listener checks user_id (by the deployment's policy), country, os, device
+// and vendor (or takes the deployment's default vendor).
+func (c *eventCheck) listener(r *rawEvent, opts ValidateOptions, ev *PlayerEvent) {
 	if r.UserID == nil || *r.UserID == "" {
-		if !opts.AllowMissingUserID && !hasField(vs, "user_id") {
-			vs = append(vs, Violation{Field: "user_id", Reason: ReasonMissingUserID, Detail: "user_id is required by the deployment's policy (reports without it corrupt royalty accounting)"})
+		if !opts.AllowMissingUserID && !hasField(c.vs, "user_id") {
+			c.add("user_id", ReasonMissingUserID, "user_id is required by the deployment's policy (reports without it corrupt royalty accounting)")
 		}
 	} else {
 		ev.UserID = *r.UserID
 	}
 	if r.Country == nil {
-		missing("country")
+		c.missing("country")
 	} else if !isCountry(*r.Country) {
-		vs = append(vs, Violation{Field: "country", Reason: ReasonBadCountry, Detail: fmt.Sprintf("country must be two ASCII letters (ISO 3166-1 alpha-2), got %q", truncate(*r.Country, 16))})
+		c.add("country", ReasonBadCountry, fmt.Sprintf("country must be two ASCII letters (ISO 3166-1 alpha-2), got %q", truncate(*r.Country, 16)))
 	} else {
 		ev.Country = upperASCII(*r.Country)
 	}
-	requiredString := func(field string, p *string, dst *string) {
-		switch {
-		case p == nil:
-			missing(field)
-		case *p == "":
-			vs = append(vs, Violation{Field: field, Reason: ReasonEmptyField, Detail: field + " must not be empty"})
-		default:
-			*dst = *p
-		}
-	}
-	requiredString("os", r.OS, &ev.OS)
-	requiredString("device", r.Device, &ev.Device)
+	c.requiredString("os", r.OS, &ev.OS)
+	c.requiredString("device", r.Device, &ev.Device)
 	switch {
 	case r.Vendor != nil:
 		v := *r.Vendor
@@ -364,17 +391,21 @@ func validate(r *rawEvent, opts ValidateOptions, vs []Violation) (PlayerEvent, [
 		v := *opts.DefaultVendor
 		ev.Vendor = &v
 	default:
-		missing("vendor")
+		c.missing("vendor")
 	}
-	ev.SourceStream = "mix"
-	if r.SourceStream != nil && *r.SourceStream != "" {
-		ev.SourceStream = *r.SourceStream
+}
+
+// requiredString checks a required string field that must not be empty and
+// stores it in dst.
+func (c *eventCheck) requiredString(field string, p *string, dst *string) {
+	switch {
+	case p == nil:
+		c.missing(field)
+	case *p == "":
+		c.add(field, ReasonEmptyField, field+" must not be empty")
+	default:
+		*dst = *p
 	}
-	ev.Cached, ev.JumpForward, ev.EndReason = r.Cached, r.JumpForward, r.EndReason
-	if len(vs) > 0 {
-		return PlayerEvent{}, vs
-	}
-	return ev, nil
 }
 
 func kindMatches(v json.RawMessage, kind byte) bool {
