@@ -252,20 +252,26 @@ var (
 
 const alnum = "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
 
-func newCatalog(o Options) *Catalog {
-	r := rand.New(rand.NewPCG(uint64(o.Seed), 0x706c61797069706)) //nolint:gosec // deterministic fixtures, not security
-	pick := func(s []string) string { return s[r.IntN(len(s))] }
-	phrase := func() string { return pick(words) + " " + pick(words) }
+// catalogGen draws one catalog's content from r; in strict mode its ids
+// and rankings from a stream of their own, sr (nil in lenient mode), so that
+// the content (titles, tracks, mix and track ids) is the same in both modes.
+type catalogGen struct {
+	o     Options
+	r, sr *rand.Rand
+}
 
-	// Strict mode draws its ids and rankings from a stream of its own, so
-	// that the content (titles, tracks, mix and track ids) is the same in
-	// both modes.
-	var sr *rand.Rand
+func (g *catalogGen) pick(s []string) string { return s[g.r.IntN(len(s))] }
+func (g *catalogGen) phrase() string         { return g.pick(words) + " " + g.pick(words) }
+
+// newCatalog generates the catalog of o.Seed. The steps draw from the
+// random streams in a fixed order: changing it changes every catalog.
+func newCatalog(o Options) *Catalog {
+	g := &catalogGen{o: o, r: rand.New(rand.NewPCG(uint64(o.Seed), 0x706c61797069706))} //nolint:gosec // deterministic fixtures, not security
 	if !o.Lenient {
-		sr = strictRand(o.Seed, 0)
+		g.sr = strictRand(o.Seed, 0)
 	}
-	pageIDs := idSeq(pageIDBase, o.Pages+1, sr)
-	listIDs := idSeq(listIDBase, o.Pages*o.ListsPerPage, sr)
+	pageIDs := idSeq(pageIDBase, o.Pages+1, g.sr)
+	listIDs := idSeq(listIDBase, o.Pages*o.ListsPerPage, g.sr)
 
 	c := &Catalog{
 		Strict:    !o.Lenient,
@@ -278,31 +284,62 @@ func newCatalog(o Options) *Catalog {
 	}
 
 	// Mix shells first: how many tracks each has decides the track pool size.
-	nMixes := o.Pages * o.ListsPerPage * o.MixesPerList
-	counts := make([]int, nMixes)
-	slots := 0
+	counts, slots := g.mixSizes(o.Pages * o.ListsPerPage * o.MixesPerList)
+	pool := g.trackPool(slots)
+	for i := range pool {
+		c.trackByID[pool[i].ID] = &pool[i]
+	}
+	mixTracks := g.fillMixes(pool, counts)
+
+	mixIdx := 0
+	for p := 0; p < o.Pages; p++ {
+		g.addPage(c, p, pageIDs[p], listIDs[p*o.ListsPerPage:(p+1)*o.ListsPerPage], mixTracks, &mixIdx)
+	}
+	g.addEmpty(c, pageIDs[o.Pages])
+	c.index()
+	c.Restrictions = Restrictions{
+		BlockedTypes:     []string{"explicit"},
+		BlockedByCountry: map[string][]int64{"DE": {c.Pages[0].ID}},
+		NoneCountries:    []string{"CN"},
+	}
+	return c
+}
+
+// mixSizes draws the number of tracks of each of n mixes, and their sum.
+func (g *catalogGen) mixSizes(n int) (counts []int, slots int) {
+	counts = make([]int, n)
 	for i := range counts {
-		counts[i] = 8 + r.IntN(18) // 8–25 tracks
+		counts[i] = 8 + g.r.IntN(18) // 8–25 tracks
 		slots += counts[i]
 	}
+	return counts, slots
+}
+
+// trackPool draws the tracks the mixes' slots are filled from, with the
+// ISRC quirks.
+func (g *catalogGen) trackPool(slots int) []Track {
 	// A pool smaller than the slots, so that some tracks recur across mixes.
 	// At least 25 tracks, so that any mix can be filled without repeats.
 	pool := make([]Track, max(slots*3/4, 25))
 	for i := range pool {
 		pool[i] = Track{
 			ID:        int64(trackIDBase + 1 + i),
-			ISRC:      fmt.Sprintf("%s%c%c%c%02d%05d", pick(countries), alnum[r.IntN(26)], alnum[r.IntN(36)], alnum[r.IntN(36)], 10+r.IntN(16), r.IntN(100000)),
-			Artist:    pick(words) + " " + pick([]string{"Collective", "Project", "& The Heat", "Sound", "Crew", ""}),
-			Title:     phrase(),
-			LengthSec: 90 + r.IntN(331), // 1:30 – 7:00
+			ISRC:      fmt.Sprintf("%s%c%c%c%02d%05d", g.pick(countries), alnum[g.r.IntN(26)], alnum[g.r.IntN(36)], alnum[g.r.IntN(36)], 10+g.r.IntN(16), g.r.IntN(100000)),
+			Artist:    g.pick(words) + " " + g.pick([]string{"Collective", "Project", "& The Heat", "Sound", "Crew", ""}),
+			Title:     g.phrase(),
+			LengthSec: 90 + g.r.IntN(331), // 1:30 – 7:00
 		}
 		pool[i].Artist = strings.TrimSpace(pool[i].Artist)
 	}
-	// The quirks, spread over the part of the pool that the in-order walk
-	// below hands out (so every quirk is in some mix, in different mixes
-	// when there are several).
+	addQuirks(pool, min(len(pool), slots))
+	return pool
+}
+
+// addQuirks spreads the ISRC quirks over the first used tracks of pool, the
+// part that fillMixes' in-order walk hands out (so every quirk is in some
+// mix, in different mixes when there are several).
+func addQuirks(pool []Track, used int) {
 	quirks := []ISRCQuirk{QuirkLowercase, QuirkHyphenated, QuirkTrailingSpace, QuirkShared, QuirkShared, QuirkEmpty}
-	used := min(len(pool), slots)
 	for q, kind := range quirks {
 		t := &pool[(q*used)/len(quirks)]
 		t.Quirk = kind
@@ -324,14 +361,14 @@ func newCatalog(o Options) *Catalog {
 		}
 	}
 	shared[1].ISRC = shared[0].ISRC
-	for i := range pool {
-		c.trackByID[pool[i].ID] = &pool[i]
-	}
+}
 
-	// Fill mixes: first walk the pool in order (every track, so every quirk,
-	// is used), then pick at random without repeats inside a mix.
+// fillMixes draws the tracks of each mix (counts[i] for mix i): first it
+// walks the pool in order (every track, so every quirk, is used), then it
+// picks at random without repeats inside a mix.
+func (g *catalogGen) fillMixes(pool []Track, counts []int) [][]Track {
 	cursor := 0
-	mixTracks := make([][]Track, nMixes)
+	mixTracks := make([][]Track, len(counts))
 	for i, n := range counts {
 		seen := map[int64]bool{}
 		for len(mixTracks[i]) < n {
@@ -340,7 +377,7 @@ func newCatalog(o Options) *Catalog {
 				t = pool[cursor]
 				cursor++
 			} else {
-				t = pool[r.IntN(len(pool))]
+				t = pool[g.r.IntN(len(pool))]
 			}
 			if seen[t.ID] {
 				continue
@@ -349,74 +386,87 @@ func newCatalog(o Options) *Catalog {
 			mixTracks[i] = append(mixTracks[i], t)
 		}
 	}
+	return mixTracks
+}
 
-	mixIdx := 0
-	for p := 0; p < o.Pages; p++ {
-		page := Page{
-			ID:      pageIDs[p],
-			Title:   pick(words) + " " + pick([]string{"Rides", "Runs", "Sessions", "Classics", "Hits", "Moves"}),
-			Type:    pageTypes[p%len(pageTypes)],
-			Ranking: p + 1,
-		}
-		var rowItems []GenreItem
-		for l := 0; l < o.ListsPerPage; l++ {
-			listID := listIDs[p*o.ListsPerPage+l]
-			list := List{
-				ID: listID, PageID: page.ID, Ranking: l + 1,
-				Title:       phrase(),
-				Description: "A " + strings.ToLower(pick(words)) + " list for " + pick(tagWords) + ".",
-				Image:       imageSet("list", listID),
-			}
-			for m := 0; m < o.MixesPerList; m++ {
-				mix := newMix(r, int64(mixIDBase+1+mixIdx), listID, mixTracks[mixIdx], pick, phrase)
-				mixIdx++
-				c.Mixes = append(c.Mixes, mix)
-				list.MixIDs = append(list.MixIDs, mix.ID)
-				if len(rowItems) < 8 {
-					rowItems = append(rowItems, GenreItem{
-						ID: mix.ID, Title: mix.Title, Description: mix.Description, BPM: mix.BPM,
-						Image:          fmt.Sprintf("https://img.sandbox.playpipe.example/row/%d/image.jpg", mix.ID),
-						ImageWideURL:   fmt.Sprintf("https://img.sandbox.playpipe.example/row/%d/wide.jpg", mix.ID),
-						PlayerImage:    fmt.Sprintf("https://img.sandbox.playpipe.example/row/%d/player.jpg", mix.ID),
-						Thumbnail:      fmt.Sprintf("https://img.sandbox.playpipe.example/row/%d/thumb.jpg", mix.ID),
-						BasicImage:     fmt.Sprintf("https://img.sandbox.playpipe.example/row/%d/basic.jpg", mix.ID),
-						WideImage:      fmt.Sprintf("https://img.sandbox.playpipe.example/row/%d/wide-image.jpg", mix.ID),
-						SpotlightImage: fmt.Sprintf("https://img.sandbox.playpipe.example/row/%d/spotlight.jpg", mix.ID),
-						Ordering:       len(rowItems) + 1,
-					})
-				}
-			}
-			list.MixCount = len(list.MixIDs)
-			if (p+l)%3 == 0 {
-				// The page advertises more than the list returns (broader filter).
-				list.MixCount += 1 + r.IntN(5)
-			}
-			page.Lists = append(page.Lists, list)
-		}
-		for l, rank := range rankings(len(page.Lists), sr) {
-			page.Lists[l].Ranking = rank
-		}
-		for i, ord := range rankings(len(rowItems), sr) {
-			rowItems[i].Ordering = ord
-		}
-		c.Pages = append(c.Pages, page)
-		c.Genres[page.ID] = GenreRow{ID: page.ID, Items: rowItems}
+// addPage generates page p (id pageID) with its lists (listIDs), their
+// mixes (from mixTracks[*mixIdx] on) and its genre row, and adds them to c.
+func (g *catalogGen) addPage(c *Catalog, p int, pageID int64, listIDs []int64, mixTracks [][]Track, mixIdx *int) {
+	page := Page{
+		ID:      pageID,
+		Title:   g.pick(words) + " " + g.pick([]string{"Rides", "Runs", "Sessions", "Classics", "Hits", "Moves"}),
+		Type:    pageTypes[p%len(pageTypes)],
+		Ranking: p + 1,
 	}
-	// One list without content: the page still advertises mixes for it.
+	var rowItems []GenreItem
+	for l, listID := range listIDs {
+		list := List{
+			ID: listID, PageID: page.ID, Ranking: l + 1,
+			Title:       g.phrase(),
+			Description: "A " + strings.ToLower(g.pick(words)) + " list for " + g.pick(tagWords) + ".",
+			Image:       imageSet("list", listID),
+		}
+		for m := 0; m < g.o.MixesPerList; m++ {
+			mix := newMix(g.r, int64(mixIDBase+1+*mixIdx), listID, mixTracks[*mixIdx], g.pick, g.phrase)
+			*mixIdx++
+			c.Mixes = append(c.Mixes, mix)
+			list.MixIDs = append(list.MixIDs, mix.ID)
+			if len(rowItems) < 8 {
+				rowItems = append(rowItems, genreItem(mix, len(rowItems)+1))
+			}
+		}
+		list.MixCount = len(list.MixIDs)
+		if (p+l)%3 == 0 {
+			// The page advertises more than the list returns (broader filter).
+			list.MixCount += 1 + g.r.IntN(5)
+		}
+		page.Lists = append(page.Lists, list)
+	}
+	for l, rank := range rankings(len(page.Lists), g.sr) {
+		page.Lists[l].Ranking = rank
+	}
+	for i, ord := range rankings(len(rowItems), g.sr) {
+		rowItems[i].Ordering = ord
+	}
+	c.Pages = append(c.Pages, page)
+	c.Genres[page.ID] = GenreRow{ID: page.ID, Items: rowItems}
+}
+
+// genreItem is the genre row's item of mix at ordering.
+func genreItem(mix Mix, ordering int) GenreItem {
+	return GenreItem{
+		ID: mix.ID, Title: mix.Title, Description: mix.Description, BPM: mix.BPM,
+		Image:          fmt.Sprintf("https://img.sandbox.playpipe.example/row/%d/image.jpg", mix.ID),
+		ImageWideURL:   fmt.Sprintf("https://img.sandbox.playpipe.example/row/%d/wide.jpg", mix.ID),
+		PlayerImage:    fmt.Sprintf("https://img.sandbox.playpipe.example/row/%d/player.jpg", mix.ID),
+		Thumbnail:      fmt.Sprintf("https://img.sandbox.playpipe.example/row/%d/thumb.jpg", mix.ID),
+		BasicImage:     fmt.Sprintf("https://img.sandbox.playpipe.example/row/%d/basic.jpg", mix.ID),
+		WideImage:      fmt.Sprintf("https://img.sandbox.playpipe.example/row/%d/wide-image.jpg", mix.ID),
+		SpotlightImage: fmt.Sprintf("https://img.sandbox.playpipe.example/row/%d/spotlight.jpg", mix.ID),
+		Ordering:       ordering,
+	}
+}
+
+// addEmpty adds the content-less fixtures: one list without content (the
+// page still advertises mixes for it) and one page without content (id
+// emptyID), listed in the catalog, whose genre row exists with items: null;
+// then it ranks the pages.
+func (g *catalogGen) addEmpty(c *Catalog, emptyID int64) {
 	if last := &c.Pages[len(c.Pages)-1]; len(last.Lists) > 1 || len(c.Pages) > 1 {
 		l := &last.Lists[len(last.Lists)-1]
 		l.MixCount = len(l.MixIDs) + 2
 		l.MixIDs = nil
 	}
-	// One page without content, listed in the catalog; its genre row exists
-	// with items: null.
-	empty := Page{ID: pageIDs[o.Pages], Title: "Coming Soon", Type: "genre", Ranking: o.Pages + 1}
+	empty := Page{ID: emptyID, Title: "Coming Soon", Type: "genre", Ranking: g.o.Pages + 1}
 	c.Pages = append(c.Pages, empty)
 	c.Genres[empty.ID] = GenreRow{ID: empty.ID, Items: nil}
-	for p, rank := range rankings(len(c.Pages), sr) {
+	for p, rank := range rankings(len(c.Pages), g.sr) {
 		c.Pages[p].Ranking = rank
 	}
+}
 
+// index fills c's lookup maps by id (of mixes, pages and lists).
+func (c *Catalog) index() {
 	for i := range c.Mixes {
 		c.mixByID[c.Mixes[i].ID] = &c.Mixes[i]
 	}
@@ -426,13 +476,6 @@ func newCatalog(o Options) *Catalog {
 			c.listByID[c.Pages[i].Lists[j].ID] = &c.Pages[i].Lists[j]
 		}
 	}
-
-	c.Restrictions = Restrictions{
-		BlockedTypes:     []string{"explicit"},
-		BlockedByCountry: map[string][]int64{"DE": {c.Pages[0].ID}},
-		NoneCountries:    []string{"CN"},
-	}
-	return c
 }
 
 func newMix(r *rand.Rand, id, listID int64, tracks []Track, pick func([]string) string, phrase func() string) Mix {
