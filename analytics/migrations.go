@@ -322,6 +322,10 @@ func Migrate(ctx context.Context, conn driver.Conn, db string) ([]uint32, error)
 // example SchemaPortable for a ledger to be copied to an older server). On a
 // server older than CurrentSchemaSince, SchemaCurrent fails unless the
 // context carries allow_experimental_low_cardinality_type = 1.
+//
+// No command calls it (deadcode lists it): the schema tests of analytics and
+// of the docker suite (e2e/docker, another package, so it cannot live in a
+// test file) build ledgers of a chosen schema with it.
 func MigrateWith(ctx context.Context, conn driver.Conn, db string, s Schema) ([]uint32, error) {
 	return migrateSchema(ctx, conn, db, Migrations, &s)
 }

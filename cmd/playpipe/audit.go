@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -53,30 +54,69 @@ func (auditExit) ExitCode() int { return exitAuditProblems }
 
 const exitAuditProblems = 3
 
-func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("audit", stderr, auditSynopsis)
-	var (
-		lf               logFlags
-		cfg              analytics.Config
-		from, to, format string
-		list, htmlFile   string
-		limit            int
-		threshold        time.Duration
-		sandboxes        []string
-	)
-	cfg.RegisterFlags(fs)
-	lf.register(fs.StringVar)
-	fs.StringVar(&from, "from", "-24h", "start of the window (inclusive)")
-	fs.StringVar(&to, "to", "now", "end of the window (exclusive)")
-	fs.StringVar(&format, "format", analytics.FormatTable, "output: table, csv or json")
-	fs.StringVar(&list, "list", "", "print the records behind one number instead of the audit: "+strings.Join(analytics.ListNames(), ", ")+", "+analytics.ReplayListPrefix+"<replay id> (the plays a replay re-sent)")
-	fs.IntVar(&limit, "limit", 1000, "most rows of a --list, and of each id list of the --html page (0: all)")
-	fs.StringVar(&htmlFile, "html", "", "also write the audit as one self-contained HTML page (inline SVG charts, the ids behind every number) to this file; same exit status")
+// auditFlags are the flags of playpipe audit.
+type auditFlags struct {
+	lf               logFlags
+	cfg              analytics.Config
+	from, to, format string
+	list, htmlFile   string
+	limit            int
+	threshold        time.Duration
+	sandboxes        []string
+}
+
+func (f *auditFlags) register(fs *flag.FlagSet) {
+	f.cfg.RegisterFlags(fs)
+	f.lf.register(fs.StringVar)
+	fs.StringVar(&f.from, "from", "-24h", "start of the window (inclusive)")
+	fs.StringVar(&f.to, "to", "now", "end of the window (exclusive)")
+	fs.StringVar(&f.format, "format", analytics.FormatTable, "output: table, csv or json")
+	fs.StringVar(&f.list, "list", "", "print the records behind one number instead of the audit: "+strings.Join(analytics.ListNames(), ", ")+", "+analytics.ReplayListPrefix+"<replay id> (the plays a replay re-sent)")
+	fs.IntVar(&f.limit, "limit", 1000, "most rows of a --list, and of each id list of the --html page (0: all)")
+	fs.StringVar(&f.htmlFile, "html", "", "also write the audit as one self-contained HTML page (inline SVG charts, the ids behind every number) to this file; same exit status")
 	fs.Func("sandbox-target", "a partner base URL that is a sandbox (repeatable), e.g. http://sandbox:8088: its deliveries are not counted as real; loopback URLs always are sandboxes", func(s string) error {
-		sandboxes = append(sandboxes, s)
+		f.sandboxes = append(f.sandboxes, s)
 		return nil
 	})
-	fs.DurationVar(&threshold, "pending-threshold", 10*time.Minute, "a play pending longer than this (since its record time) fails the audit")
+	fs.DurationVar(&f.threshold, "pending-threshold", 10*time.Minute, "a play pending longer than this (since its record time) fails the audit")
+}
+
+// options checks the flags and returns the audit's window and settings at
+// now; an error is a usage error.
+func (f *auditFlags) options(now time.Time) (analytics.AuditOptions, error) {
+	opts := analytics.AuditOptions{PendingThreshold: f.threshold, Now: now, SandboxTargets: f.sandboxes}
+	if f.threshold <= 0 {
+		return opts, fmt.Errorf("--pending-threshold must be > 0, got %s", f.threshold)
+	}
+	var err error
+	if opts.From, err = parseAuditTime(f.from, now); err != nil {
+		return opts, fmt.Errorf("--from: %w", err)
+	}
+	if opts.To, err = parseAuditTime(f.to, now); err != nil {
+		return opts, fmt.Errorf("--to: %w", err)
+	}
+	if err := opts.Validate(); err != nil {
+		return opts, err
+	}
+	if err := analytics.CheckFormat(f.format); err != nil {
+		return opts, err
+	}
+	if f.htmlFile != "" && f.list != "" {
+		return opts, errors.New("--html and --list: choose one (the page holds every list)")
+	}
+	if f.list != "" && !validList(f.list) {
+		return opts, fmt.Errorf("--list %q: accepted: %s, %s<replay id>", f.list, strings.Join(analytics.ListNames(), ", "), analytics.ReplayListPrefix)
+	}
+	if f.limit < 0 {
+		return opts, fmt.Errorf("--limit must be ≥ 0, got %d", f.limit)
+	}
+	return opts, nil
+}
+
+func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("audit", stderr, auditSynopsis)
+	var f auditFlags
+	f.register(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -84,72 +124,48 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintln(stderr, err)
 		return errUsage
 	}
-	log, err := lf.logger(stderr)
+	log, err := f.lf.logger(stderr)
 	if err != nil {
 		return usage(err)
 	}
-	now := time.Now()
-	opts := analytics.AuditOptions{PendingThreshold: threshold, Now: now, SandboxTargets: sandboxes}
-	if threshold <= 0 {
-		return usage(fmt.Errorf("--pending-threshold must be > 0, got %s", threshold))
-	}
-	if opts.From, err = parseAuditTime(from, now); err != nil {
-		return usage(fmt.Errorf("--from: %w", err))
-	}
-	if opts.To, err = parseAuditTime(to, now); err != nil {
-		return usage(fmt.Errorf("--to: %w", err))
-	}
-	if err := opts.Validate(); err != nil {
+	opts, err := f.options(time.Now())
+	if err != nil {
 		return usage(err)
 	}
-	if err := analytics.CheckFormat(format); err != nil {
-		return usage(err)
-	}
-	if htmlFile != "" && list != "" {
-		return usage(errors.New("--html and --list: choose one (the page holds every list)"))
-	}
-	if list != "" && !validList(list) {
-		return usage(fmt.Errorf("--list %q: accepted: %s, %s<replay id>", list, strings.Join(analytics.ListNames(), ", "), analytics.ReplayListPrefix))
-	}
-	if limit < 0 {
-		return usage(fmt.Errorf("--limit must be ≥ 0, got %d", limit))
-	}
-	if err := requireClickHouse(cfg); err != nil {
-		return err
-	}
-	cfg, stopCH, err := analytics.LocalOrConfigured(ctx, cfg, log)
+	cfg, conn, closeLedger, err := openLedger(ctx, f.cfg, log)
 	if err != nil {
 		return err
 	}
-	defer stopCH()
-	conn, err := cfg.Open()
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
+	defer closeLedger()
 	a, err := analytics.NewAuditor(conn, cfg.Database)
 	if err != nil {
 		return usage(err)
 	}
-	if list != "" {
-		rows, err := a.List(ctx, opts, list, limit)
+	if f.list != "" {
+		rows, err := a.List(ctx, opts, f.list, f.limit)
 		if err != nil {
 			return err
 		}
-		return analytics.WriteList(stdout, rows, format)
+		return analytics.WriteList(stdout, rows, f.format)
 	}
+	return writeAudit(ctx, a, opts, &f, stdout, stderr)
+}
+
+// writeAudit writes the audit to stdout (and the --html page); the error
+// of a clean write is an auditExit when the audit found problems.
+func writeAudit(ctx context.Context, a *analytics.Auditor, opts analytics.AuditOptions, f *auditFlags, stdout, stderr io.Writer) error {
 	r, err := a.Audit(ctx, opts)
 	if err != nil {
 		return err
 	}
-	if err := analytics.WriteReport(stdout, r, format); err != nil {
+	if err := analytics.WriteReport(stdout, r, f.format); err != nil {
 		return err
 	}
-	if htmlFile != "" {
-		if err := writeAuditHTML(ctx, a, opts, r, limit, htmlFile); err != nil {
+	if f.htmlFile != "" {
+		if err := writeAuditHTML(ctx, a, opts, r, f.limit, f.htmlFile); err != nil {
 			return err
 		}
-		fmt.Fprintf(stderr, "playpipe audit: wrote %s\n", htmlFile)
+		fmt.Fprintf(stderr, "playpipe audit: wrote %s\n", f.htmlFile)
 	}
 	if ps := r.Problems(); len(ps) > 0 {
 		return auditExit{ps}

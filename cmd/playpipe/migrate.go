@@ -43,19 +43,11 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		fmt.Fprintln(stderr, err)
 		return errUsage
 	}
-	if err := requireClickHouse(cfg); err != nil {
-		return err
-	}
-	cfg, stopCH, err := analytics.LocalOrConfigured(ctx, cfg, log)
+	cfg, conn, closeLedger, err := openLedger(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
-	defer stopCH()
-	conn, err := cfg.Open()
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
+	defer closeLedger()
 	applied, err := analytics.Migrate(ctx, conn, cfg.Database)
 	if err != nil {
 		return err

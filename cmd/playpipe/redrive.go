@@ -1,18 +1,7 @@
 package main
 
-import (
-	"context"
-	"io"
-
-	"github.com/playpipe/playpipe/replay"
-)
+import "github.com/playpipe/playpipe/replay"
 
 func init() {
-	register(command{
-		name:    "redrive",
-		summary: "re-send reports the partner API rejected (400) after a fix, audited as a replay",
-		run: func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-			return runReplay(ctx, replay.KindRedrive, args, stdout, stderr)
-		},
-	})
+	register(replayCommand(replay.KindRedrive, "re-send reports the partner API rejected (400) after a fix, audited as a replay"))
 }

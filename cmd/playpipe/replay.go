@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -16,13 +17,19 @@ import (
 )
 
 func init() {
-	register(command{
-		name:    "replay",
-		summary: "re-deliver the reports of a window the partner lost, audited as a replay (not as duplicates)",
+	register(replayCommand(replay.KindReplay, "re-deliver the reports of a window the partner lost, audited as a replay (not as duplicates)"))
+}
+
+// replayCommand is the command of a kind of replay run (replay.KindReplay,
+// replay.KindRedrive), named after it.
+func replayCommand(kind, summary string) command {
+	return command{
+		name:    kind,
+		summary: summary,
 		run: func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-			return runReplay(ctx, replay.KindReplay, args, stdout, stderr)
+			return runReplay(ctx, kind, args, stdout, stderr)
 		},
-	})
+	}
 }
 
 const replaySynopsis = `Re-delivers the reports of a window, for example after the partner lost the reports its
@@ -69,132 +76,146 @@ func (l listFlag) Set(s string) error {
 	return nil
 }
 
+// replayFlags are the flags of playpipe replay and playpipe redrive.
+type replayFlags struct {
+	lf                  logFlags
+	kcfg                kafkax.Config
+	api                 apiTarget
+	chCfg               analytics.Config
+	rcfg                replay.Config
+	sel                 replay.Selection
+	from, to            string
+	asJSON, liveBypassN bool
+}
+
+func (f *replayFlags) register(fs *flag.FlagSet) {
+	f.kcfg.RegisterFlags(fs)
+	f.api.register(fs, "post the reports to")
+	f.chCfg.RegisterFlags(fs)
+	f.lf.register(fs.StringVar)
+	if f.sel.Kind == replay.KindReplay {
+		fs.StringVar(&f.from, "from", "", "start of the window (inclusive; required): RFC 3339, 2026-11-21T14:02 (UTC), epoch ms, or -90m")
+		fs.StringVar(&f.to, "to", "now", "end of the window (exclusive)")
+		fs.StringVar(&f.sel.By, "by", replay.ByDelivered, "what the window applies to: "+strings.Join(replay.ByNames, ", ")+" (the play's time, the live delivery's time, the derivation's time)")
+		fs.BoolVar(&f.sel.OnlyStandby, "only-standby", false, "only reports answered by standby (with --by delivered: answered by standby in the window)")
+	} else {
+		fs.StringVar(&f.from, "from", "", "only rejections at or after this time")
+		fs.StringVar(&f.to, "to", "", "only rejections before this time")
+		fs.Var(listFlag{&f.sel.Messages}, "message", "only rejections with this API message (repeatable)")
+	}
+	fs.Var(listFlag{&f.sel.ReportIDs}, "report-id", "only these report ids (repeatable or comma separated)")
+	fs.StringVar(&f.rcfg.Reason, "reason", "", "why the reports are sent again (required; recorded with every delivery)")
+	fs.StringVar(&f.rcfg.ReplayID, "replay-id", "", "the run's id: empty for a new one; an earlier id resumes it (nothing it delivered is sent again)")
+	fs.BoolVar(&f.rcfg.DryRun, "dry-run", false, "print the counts and sample report ids; send nothing")
+	fs.Float64Var(&f.rcfg.Rate, "rate", 50, "most posts per second (0: no limit)")
+	fs.IntVar(&f.rcfg.Concurrency, "concurrency", 8, "most posts in flight")
+	fs.IntVar(&f.rcfg.MaxAttempts, "max-attempts", 8, "most posts of one report answered by a transient failure or standby")
+	fs.DurationVar(&f.rcfg.Progress, "progress", 5*time.Second, "interval of the progress lines (0: none)")
+	fs.IntVar(&f.rcfg.Samples, "samples", 10, "report ids a --dry-run prints")
+	fs.BoolVar(&f.liveBypassN, "live-bypass-not-delivered", false, "count a 200 served by live-bypass as not delivered (retried)")
+	fs.BoolVar(&f.asJSON, "json", false, "print the result as JSON")
+}
+
+// check reads the window (times relative to now) and checks the flags; an
+// error is a usage error.
+func (f *replayFlags) check(now time.Time) error {
+	var err error
+	if f.from != "" {
+		if f.sel.From, err = parseAuditTime(f.from, now); err != nil {
+			return fmt.Errorf("--from: %w", err)
+		}
+	}
+	if f.to != "" {
+		if f.sel.To, err = parseAuditTime(f.to, now); err != nil {
+			return fmt.Errorf("--to: %w", err)
+		}
+	}
+	if err := f.sel.Validate(); err != nil {
+		return err
+	}
+	rcfg := &f.rcfg
+	if strings.TrimSpace(rcfg.Reason) == "" {
+		return errors.New("--reason is required: say why the reports are sent again (it is recorded with every delivery)")
+	}
+	if rcfg.Concurrency < 1 || rcfg.Concurrency > 1024 {
+		return fmt.Errorf("--concurrency must be between 1 and 1024, got %d", rcfg.Concurrency)
+	}
+	if rcfg.Rate < 0 || rcfg.Progress < 0 || rcfg.MaxAttempts < 1 || rcfg.Samples < 0 {
+		return fmt.Errorf("--rate and --progress must be ≥ 0, --max-attempts ≥ 1, --samples ≥ 0 (got %v, %v, %d, %d)", rcfg.Rate, rcfg.Progress, rcfg.MaxAttempts, rcfg.Samples)
+	}
+	return nil
+}
+
 func runReplay(ctx context.Context, kind string, args []string, stdout, stderr io.Writer) error {
 	synopsis := replaySynopsis
 	if kind == replay.KindRedrive {
 		synopsis = redriveSynopsis
 	}
 	fs := newFlagSet(kind, stderr, synopsis)
-	var (
-		lf                  logFlags
-		kcfg                kafkax.Config
-		api                 apiTarget
-		chCfg               analytics.Config
-		rcfg                replay.Config
-		sel                 = replay.Selection{Kind: kind}
-		from, to            string
-		asJSON, liveBypassN bool
-	)
-	kcfg.RegisterFlags(fs)
-	api.register(fs, "post the reports to")
-	chCfg.RegisterFlags(fs)
-	lf.register(fs.StringVar)
-	if kind == replay.KindReplay {
-		fs.StringVar(&from, "from", "", "start of the window (inclusive; required): RFC 3339, 2026-11-21T14:02 (UTC), epoch ms, or -90m")
-		fs.StringVar(&to, "to", "now", "end of the window (exclusive)")
-		fs.StringVar(&sel.By, "by", replay.ByDelivered, "what the window applies to: "+strings.Join(replay.ByNames, ", ")+" (the play's time, the live delivery's time, the derivation's time)")
-		fs.BoolVar(&sel.OnlyStandby, "only-standby", false, "only reports answered by standby (with --by delivered: answered by standby in the window)")
-	} else {
-		fs.StringVar(&from, "from", "", "only rejections at or after this time")
-		fs.StringVar(&to, "to", "", "only rejections before this time")
-		fs.Var(listFlag{&sel.Messages}, "message", "only rejections with this API message (repeatable)")
-	}
-	fs.Var(listFlag{&sel.ReportIDs}, "report-id", "only these report ids (repeatable or comma separated)")
-	fs.StringVar(&rcfg.Reason, "reason", "", "why the reports are sent again (required; recorded with every delivery)")
-	fs.StringVar(&rcfg.ReplayID, "replay-id", "", "the run's id: empty for a new one; an earlier id resumes it (nothing it delivered is sent again)")
-	fs.BoolVar(&rcfg.DryRun, "dry-run", false, "print the counts and sample report ids; send nothing")
-	fs.Float64Var(&rcfg.Rate, "rate", 50, "most posts per second (0: no limit)")
-	fs.IntVar(&rcfg.Concurrency, "concurrency", 8, "most posts in flight")
-	fs.IntVar(&rcfg.MaxAttempts, "max-attempts", 8, "most posts of one report answered by a transient failure or standby")
-	fs.DurationVar(&rcfg.Progress, "progress", 5*time.Second, "interval of the progress lines (0: none)")
-	fs.IntVar(&rcfg.Samples, "samples", 10, "report ids a --dry-run prints")
-	fs.BoolVar(&liveBypassN, "live-bypass-not-delivered", false, "count a 200 served by live-bypass as not delivered (retried)")
-	fs.BoolVar(&asJSON, "json", false, "print the result as JSON")
+	f := replayFlags{sel: replay.Selection{Kind: kind}}
+	f.register(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	usage := func(err error) error { return usageError{err} }
-	log, err := lf.logger(stderr)
+	log, err := f.lf.logger(stderr)
 	if err != nil {
 		return usage(err)
 	}
-	now := time.Now()
-	if from != "" {
-		if sel.From, err = parseAuditTime(from, now); err != nil {
-			return usage(fmt.Errorf("--from: %w", err))
-		}
-	}
-	if to != "" {
-		if sel.To, err = parseAuditTime(to, now); err != nil {
-			return usage(fmt.Errorf("--to: %w", err))
-		}
-	}
-	if err := sel.Validate(); err != nil {
+	if err := f.check(time.Now()); err != nil {
 		return usage(err)
 	}
-	if strings.TrimSpace(rcfg.Reason) == "" {
-		return usage(errors.New("--reason is required: say why the reports are sent again (it is recorded with every delivery)"))
-	}
-	if rcfg.Concurrency < 1 || rcfg.Concurrency > 1024 {
-		return usage(fmt.Errorf("--concurrency must be between 1 and 1024, got %d", rcfg.Concurrency))
-	}
-	if rcfg.Rate < 0 || rcfg.Progress < 0 || rcfg.MaxAttempts < 1 || rcfg.Samples < 0 {
-		return usage(fmt.Errorf("--rate and --progress must be ≥ 0, --max-attempts ≥ 1, --samples ≥ 0 (got %v, %v, %d, %d)", rcfg.Rate, rcfg.Progress, rcfg.MaxAttempts, rcfg.Samples))
-	}
-	if err := requireKafka(kcfg); err != nil {
+	if err := requireKafka(f.kcfg); err != nil {
 		return err
 	}
-	if !rcfg.DryRun {
-		if err := api.check(); err != nil {
+	if !f.rcfg.DryRun {
+		if err := f.api.check(); err != nil {
 			return err
 		}
 	}
-	if err := requireClickHouse(chCfg); err != nil {
-		return err
-	}
-	chCfg, stopCH, err := analytics.LocalOrConfigured(ctx, chCfg, log)
+	chCfg, conn, closeLedger, err := openLedger(ctx, f.chCfg, log)
 	if err != nil {
 		return err
 	}
-	defer stopCH()
-	conn, err := chCfg.Open()
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
+	defer closeLedger()
 	// The selection reads deliveries.replay_id (migration 4).
 	if _, err := analytics.Migrate(ctx, conn, chCfg.Database); err != nil {
 		return err
 	}
-	kcfg, stopKafka, err := kafkax.Ready(ctx, kcfg, log)
+	kcfg, stopKafka, err := kafkax.Ready(ctx, f.kcfg, log)
 	if err != nil {
 		return err
 	}
 	defer stopKafka()
+	rcfg := f.rcfg
 	rcfg.Kafka, rcfg.CH, rcfg.Database, rcfg.Logger, rcfg.Out = kcfg, conn, chCfg.Database, log, stdout
-	rcfg.LiveBypassDelivered = !liveBypassN
+	rcfg.LiveBypassDelivered = !f.liveBypassN
 	if rcfg.Samples == 0 {
 		rcfg.Samples = -1
 	}
-	res, err := func() (replay.Result, error) {
-		if rcfg.DryRun {
-			return replay.Run(ctx, rcfg, nil, sel)
-		}
-		if api.cfg.MaxConns < rcfg.Concurrency {
-			api.cfg.MaxConns = rcfg.Concurrency
-		}
-		client, stopAPI, err := api.open(log)
-		if err != nil {
-			return replay.Result{}, err
-		}
-		defer stopAPI()
-		rcfg.Partner = api.cfg.BaseURL
-		return replay.Run(ctx, rcfg, client, sel)
-	}()
+	res, err := f.run(ctx, rcfg, log)
 	if res.ReplayID != "" {
-		printReplayResult(stdout, kind, res, asJSON)
+		printReplayResult(stdout, kind, res, f.asJSON)
 	}
 	return err
+}
+
+// run runs the replay with rcfg: without a partner API client on a dry
+// run, else with one of up to rcfg.Concurrency connections.
+func (f *replayFlags) run(ctx context.Context, rcfg replay.Config, log *slog.Logger) (replay.Result, error) {
+	if rcfg.DryRun {
+		return replay.Run(ctx, rcfg, nil, f.sel)
+	}
+	if f.api.cfg.MaxConns < rcfg.Concurrency {
+		f.api.cfg.MaxConns = rcfg.Concurrency
+	}
+	client, stopAPI, err := f.api.open(log)
+	if err != nil {
+		return replay.Result{}, err
+	}
+	defer stopAPI()
+	rcfg.Partner = f.api.cfg.BaseURL
+	return replay.Run(ctx, rcfg, client, f.sel)
 }
 
 func printReplayResult(w io.Writer, kind string, r replay.Result, asJSON bool) {

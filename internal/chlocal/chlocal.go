@@ -21,11 +21,6 @@ import (
 	"time"
 )
 
-// ErrNotInstalled is returned when no ClickHouse server binary can be found.
-var ErrNotInstalled = errors.New("chlocal: no ClickHouse server binary found (looked for clickhouse-server and clickhouse on PATH, in /usr/sbin, /usr/bin and /usr/local/bin); " +
-	"install it with `apt-get install -y clickhouse-server` (Debian/Ubuntu), or see https://clickhouse.com/docs/en/install, " +
-	"or set PLAYPIPE_CLICKHOUSE_BIN to its path, or point playpipe at a running server with PLAYPIPE_CLICKHOUSE_ADDR")
-
 // ErrNotRunning is returned by operations that need a running server.
 var ErrNotRunning = errors.New("chlocal: server is not running")
 
@@ -62,53 +57,6 @@ type Options struct {
 	// Logger receives start/stop messages; defaults to slog.Default().
 	Logger *slog.Logger
 }
-
-// Binary is a located server executable and the arguments that select the
-// server mode before the configuration flag.
-type Binary struct {
-	Path string
-	Args []string // nil for clickhouse-server, ["server"] for the single clickhouse binary
-}
-
-// FindBinary locates the ClickHouse server: PLAYPIPE_CLICKHOUSE_BIN, then
-// clickhouse-server and clickhouse on PATH, then the usual system folders.
-func FindBinary() (Binary, error) {
-	if p := os.Getenv("PLAYPIPE_CLICKHOUSE_BIN"); p != "" {
-		if !isExecutable(p) {
-			return Binary{}, fmt.Errorf("chlocal: PLAYPIPE_CLICKHOUSE_BIN=%s is not an executable file", p)
-		}
-		return binaryFor(p), nil
-	}
-	for _, name := range []string{"clickhouse-server", "clickhouse"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return binaryFor(p), nil
-		}
-	}
-	for _, dir := range systemDirs {
-		for _, name := range []string{"clickhouse-server", "clickhouse"} {
-			p := filepath.Join(dir, name)
-			if isExecutable(p) {
-				return binaryFor(p), nil
-			}
-		}
-	}
-	return Binary{}, ErrNotInstalled
-}
-
-func binaryFor(p string) Binary {
-	if filepath.Base(p) == "clickhouse" {
-		return Binary{Path: p, Args: []string{"server"}}
-	}
-	return Binary{Path: p}
-}
-
-func isExecutable(p string) bool {
-	st, err := os.Stat(p)
-	return err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0
-}
-
-// systemDirs are searched after PATH.
-var systemDirs = []string{"/usr/sbin", "/usr/bin", "/usr/local/bin", "/usr/local/sbin"}
 
 // Server is a local ClickHouse server process in a data folder.
 type Server struct {
@@ -260,13 +208,6 @@ func (s *Server) Addr() string {
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.tcpPort))
 }
 
-// HTTPAddr returns the HTTP interface address, 127.0.0.1:port.
-func (s *Server) HTTPAddr() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.httpPort))
-}
-
 // Dir returns the data folder.
 func (s *Server) Dir() string { return s.dir }
 
@@ -412,7 +353,8 @@ func (s *Server) Stop(ctx context.Context) error {
 }
 
 // Kill stops the server at once with SIGKILL (a crash): for throwaway folders
-// and fault tests. The data written so far survives.
+// and fault tests. The data written so far survives. Used by
+// internal/testenv (tests) and internal/bench, not by the playpipe binary.
 func (s *Server) Kill() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -431,7 +373,8 @@ func (s *Server) Kill() {
 }
 
 // PID returns the process id of the server this Server started (0 when it
-// never started one, or attached to another process's).
+// never started one, or attached to another process's). Used by
+// internal/bench and the tests, not by the playpipe binary.
 func (s *Server) PID() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -439,81 +382,6 @@ func (s *Server) PID() int {
 		return 0
 	}
 	return s.cmd.Process.Pid
-}
-
-// Watch restarts the server, on the same folder and ports with its data,
-// whenever its process exits without Stop or Kill (a crash, an OOM kill, a
-// kill by pid), until ctx ends; it returns then. Failed restarts are retried
-// with a growing pause (up to 10 s). A no-op for a server it did not start
-// (Owned false). Run it in a goroutine owned by whoever owns the Server, and
-// end its ctx before Stop.
-func (s *Server) Watch(ctx context.Context) {
-	if !s.Owned() {
-		return
-	}
-	pause := 200 * time.Millisecond
-	recheck := time.NewTicker(time.Second) // after a Stop, or a failed restart
-	defer recheck.Stop()
-	for {
-		s.mu.Lock()
-		exited, stopped := s.exited, s.stopped
-		s.mu.Unlock()
-		if exited == nil || stopped {
-			select {
-			case <-ctx.Done():
-				return
-			case <-recheck.C:
-				continue
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-exited:
-		}
-		s.mu.Lock()
-		stopped = s.stopped
-		s.mu.Unlock()
-		if stopped {
-			continue
-		}
-		s.log.Warn("clickhouse: the local server exited; restarting it on the same ports", "dir", s.dir, "addr", s.Addr())
-		for {
-			err := s.Start(ctx)
-			if err == nil {
-				pause = 200 * time.Millisecond
-				break
-			}
-			if ctx.Err() != nil {
-				return
-			}
-			s.log.Error("clickhouse: restarting the local server failed; retrying", "dir", s.dir, "err", err, "in", pause)
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(pause):
-			}
-			pause = min(2*pause, 10*time.Second)
-		}
-	}
-}
-
-// Running reports whether the server process is alive.
-func (s *Server) Running() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.owned {
-		return true
-	}
-	if s.cmd == nil {
-		return false
-	}
-	select {
-	case <-s.exited:
-		return false
-	default:
-		return true
-	}
 }
 
 func (s *Server) errorLogTail() string {
@@ -529,113 +397,4 @@ func (s *Server) errorLogTail() string {
 		parts = append(parts, string(b))
 	}
 	return strings.Join(parts, "\n")
-}
-
-func freePorts() (int, int, error) {
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	var ports []int
-	for range 2 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return 0, 0, fmt.Errorf("chlocal: pick a free port: %w", err)
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports[0], ports[1], nil
-}
-
-func (s *Server) writeConfig() error {
-	for _, sub := range []string{"data", "tmp", "log", "user_files", "format_schemas"} {
-		if err := os.MkdirAll(filepath.Join(s.dir, sub), 0o755); err != nil {
-			return fmt.Errorf("chlocal: data folder: %w", err)
-		}
-	}
-	p := func(sub string) string { return xmlEscape(filepath.Join(s.dir, sub) + "/") }
-	// The root element's name is ignored by the configuration loader of
-	// every release; 18.16 documents <yandex>, current ones <clickhouse>.
-	config := `<?xml version="1.0"?>
-<!-- Written by playpipe (internal/chlocal) on every start; edits are overwritten. -->
-<yandex>
-    <logger>
-        <level>warning</level>
-        <log>` + p("log") + `server.log</log>
-        <errorlog>` + p("log") + `error.log</errorlog>
-        <size>10M</size>
-        <count>2</count>
-    </logger>
-    <listen_host>127.0.0.1</listen_host>
-    <tcp_port>` + strconv.Itoa(s.tcpPort) + `</tcp_port>
-    <http_port>` + strconv.Itoa(s.httpPort) + `</http_port>
-    <path>` + p("data") + `</path>
-    <tmp_path>` + p("tmp") + `</tmp_path>
-    <user_files_path>` + p("user_files") + `</user_files_path>
-    <format_schema_path>` + p("format_schemas") + `</format_schema_path>
-    <users_config>users.xml</users_config>
-    <default_profile>default</default_profile>
-    <default_database>default</default_database>
-    <mark_cache_size>268435456</mark_cache_size>
-    <uncompressed_cache_size>268435456</uncompressed_cache_size>
-    <max_concurrent_queries>100</max_concurrent_queries>
-    <mlock_executable>false</mlock_executable>
-    <shutdown_wait_unfinished>2</shutdown_wait_unfinished>
-</yandex>
-`
-	users := `<?xml version="1.0"?>
-<!-- Written by playpipe (internal/chlocal): one passwordless user, loopback only. -->
-<yandex>
-    <profiles>
-        <default>
-            <log_queries>0</log_queries>
-            <!-- An idle native connection checks for shutdown every poll_interval
-                 seconds (default 10): 1 makes a stop take about a second. -->
-            <poll_interval>1</poll_interval>
-        </default>
-    </profiles>
-    <users>
-        <default>
-            <password></password>
-            <networks>
-                <ip>127.0.0.1</ip>
-                <ip>::1</ip>
-            </networks>
-            <profile>default</profile>
-            <quota>default</quota>
-            <access_management>1</access_management>
-        </default>
-    </users>
-    <quotas>
-        <default></default>
-    </quotas>
-</yandex>
-`
-	if err := os.WriteFile(filepath.Join(s.dir, "config.xml"), []byte(config), 0o644); err != nil {
-		return fmt.Errorf("chlocal: write config: %w", err)
-	}
-	if err := os.WriteFile(filepath.Join(s.dir, "users.xml"), []byte(users), 0o644); err != nil {
-		return fmt.Errorf("chlocal: write users: %w", err)
-	}
-	return nil
-}
-
-func xmlEscape(s string) string {
-	var b bytes.Buffer
-	for _, r := range s {
-		switch r {
-		case '&':
-			b.WriteString("&amp;")
-		case '<':
-			b.WriteString("&lt;")
-		case '>':
-			b.WriteString("&gt;")
-		default:
-			b.WriteRune(r)
-		}
-	}
-	return b.String()
 }

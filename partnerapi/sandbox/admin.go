@@ -36,99 +36,37 @@ const AdminUsage = `Admin API (JSON; loopback callers only unless allowed):
 // get 403 unless Options.AdminAllowRemote.
 func (s *Server) AdminHandler() http.Handler { return s.admin }
 
+// adminMux is the admin API's route table (see AdminUsage), behind the
+// loopback check.
 func (s *Server) adminMux() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /admin/health", func(w http.ResponseWriter, r *http.Request) {
-		adminJSON(w, http.StatusOK, map[string]any{"ok": true, "mode": s.Mode().String()})
-	})
+	mux.HandleFunc("GET /admin/health", s.adminHealth)
 	mux.HandleFunc("GET /admin/mode", func(w http.ResponseWriter, r *http.Request) {
 		adminJSON(w, http.StatusOK, map[string]string{"mode": s.Mode().String()})
 	})
-	setMode := func(w http.ResponseWriter, r *http.Request) {
-		var req struct {
-			Mode string `json:"mode"`
-		}
-		if err := decodeStrict(r, &req); err != nil {
-			adminError(w, http.StatusBadRequest, err.Error())
-			return
-		}
-		m, err := ParseMode(req.Mode)
-		if err != nil {
-			adminError(w, http.StatusBadRequest, "mode: "+err.Error())
-			return
-		}
-		s.SetMode(m)
-		adminJSON(w, http.StatusOK, map[string]string{"mode": m.String()})
-	}
-	mux.HandleFunc("PUT /admin/mode", setMode)
-	mux.HandleFunc("POST /admin/mode", setMode)
+	mux.HandleFunc("PUT /admin/mode", s.adminSetMode)
+	mux.HandleFunc("POST /admin/mode", s.adminSetMode)
 	mux.HandleFunc("GET /admin/faults", func(w http.ResponseWriter, r *http.Request) {
 		adminJSON(w, http.StatusOK, s.Faults())
 	})
-	setFaults := func(w http.ResponseWriter, r *http.Request) {
-		var f Faults
-		if err := decodeStrict(r, &f); err != nil {
-			adminError(w, http.StatusBadRequest, err.Error())
-			return
-		}
-		if err := f.Validate(); err != nil {
-			adminError(w, http.StatusBadRequest, err.Error())
-			return
-		}
-		s.SetFaults(f)
-		s.log.Info("sandbox faults set")
-		adminJSON(w, http.StatusOK, s.Faults())
-	}
-	mux.HandleFunc("PUT /admin/faults", setFaults)
-	mux.HandleFunc("POST /admin/faults", setFaults)
+	mux.HandleFunc("PUT /admin/faults", s.adminSetFaults)
+	mux.HandleFunc("POST /admin/faults", s.adminSetFaults)
 	mux.HandleFunc("DELETE /admin/faults", func(w http.ResponseWriter, r *http.Request) {
 		s.SetFaults(Faults{})
 		adminJSON(w, http.StatusOK, s.Faults())
 	})
 	mux.HandleFunc("POST /admin/reset", func(w http.ResponseWriter, r *http.Request) {
 		s.Reset()
-		adminJSON(w, http.StatusOK, map[string]any{"ok": true, "mode": s.Mode().String()})
+		s.adminHealth(w, r)
 	})
-	mux.HandleFunc("GET /admin/ledger", func(w http.ResponseWriter, r *http.Request) {
-		var since uint64
-		if v := r.URL.Query().Get("since"); v != "" {
-			n, err := strconv.ParseUint(v, 10, 64)
-			if err != nil {
-				adminError(w, http.StatusBadRequest, "since: a non-negative integer expected")
-				return
-			}
-			since = n
-		}
-		l := s.ledger.snapshot(since)
-		l.Counters = s.counts.snapshot()
-		adminJSON(w, http.StatusOK, l)
-	})
+	mux.HandleFunc("GET /admin/ledger", s.adminLedger)
 	mux.HandleFunc("GET /admin/counters", func(w http.ResponseWriter, r *http.Request) {
 		adminJSON(w, http.StatusOK, s.counts.snapshot())
 	})
 	mux.HandleFunc("GET /admin/catalog", func(w http.ResponseWriter, r *http.Request) {
 		adminJSON(w, http.StatusOK, s.cat)
 	})
-	mux.HandleFunc("POST /admin/token", func(w http.ResponseWriter, r *http.Request) {
-		var req struct {
-			TTL      string `json:"ttl"`
-			WithUser bool   `json:"with_user"`
-		}
-		if err := decodeStrict(r, &req); err != nil {
-			adminError(w, http.StatusBadRequest, err.Error())
-			return
-		}
-		var ttl time.Duration
-		if req.TTL != "" {
-			d, err := time.ParseDuration(req.TTL)
-			if err != nil || d < 0 {
-				adminError(w, http.StatusBadRequest, "ttl: a non-negative Go duration expected, e.g. \"2s\"")
-				return
-			}
-			ttl = d
-		}
-		adminJSON(w, http.StatusOK, map[string]string{"token": s.MintToken(ttl, req.WithUser)})
-	})
+	mux.HandleFunc("POST /admin/token", s.adminToken)
 	mux.HandleFunc("POST /admin/revoke-tokens", func(w http.ResponseWriter, r *http.Request) {
 		adminJSON(w, http.StatusOK, map[string]uint64{"revocations": s.RevokeTokens()})
 	})
@@ -139,6 +77,83 @@ func (s *Server) adminMux() http.Handler {
 		}
 		mux.ServeHTTP(w, r)
 	})
+}
+
+// adminHealth answers {"ok":true,"mode":…}.
+func (s *Server) adminHealth(w http.ResponseWriter, _ *http.Request) {
+	adminJSON(w, http.StatusOK, map[string]any{"ok": true, "mode": s.Mode().String()})
+}
+
+// adminSetMode sets the mode of the body {"mode":…}.
+func (s *Server) adminSetMode(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Mode string `json:"mode"`
+	}
+	if err := decodeStrict(r, &req); err != nil {
+		adminError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	m, err := ParseMode(req.Mode)
+	if err != nil {
+		adminError(w, http.StatusBadRequest, "mode: "+err.Error())
+		return
+	}
+	s.SetMode(m)
+	adminJSON(w, http.StatusOK, map[string]string{"mode": m.String()})
+}
+
+// adminSetFaults replaces the injected faults with the body's.
+func (s *Server) adminSetFaults(w http.ResponseWriter, r *http.Request) {
+	var f Faults
+	if err := decodeStrict(r, &f); err != nil {
+		adminError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if err := f.Validate(); err != nil {
+		adminError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	s.SetFaults(f)
+	s.log.Info("sandbox faults set")
+	adminJSON(w, http.StatusOK, s.Faults())
+}
+
+// adminLedger answers the ledger, since=N: its entries with seq > N.
+func (s *Server) adminLedger(w http.ResponseWriter, r *http.Request) {
+	var since uint64
+	if v := r.URL.Query().Get("since"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			adminError(w, http.StatusBadRequest, "since: a non-negative integer expected")
+			return
+		}
+		since = n
+	}
+	l := s.ledger.snapshot(since)
+	l.Counters = s.counts.snapshot()
+	adminJSON(w, http.StatusOK, l)
+}
+
+// adminToken mints a session token: body {"ttl":"2s","with_user":false}.
+func (s *Server) adminToken(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		TTL      string `json:"ttl"`
+		WithUser bool   `json:"with_user"`
+	}
+	if err := decodeStrict(r, &req); err != nil {
+		adminError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	var ttl time.Duration
+	if req.TTL != "" {
+		d, err := time.ParseDuration(req.TTL)
+		if err != nil || d < 0 {
+			adminError(w, http.StatusBadRequest, "ttl: a non-negative Go duration expected, e.g. \"2s\"")
+			return
+		}
+		ttl = d
+	}
+	adminJSON(w, http.StatusOK, map[string]string{"token": s.MintToken(ttl, req.WithUser)})
 }
 
 func isLoopback(remote string) bool {

@@ -162,24 +162,24 @@ func (l *ledger) addAccepted(e LedgerEntry) {
 func (l *ledger) addStandby(e StandbyEntry) {
 	e.Seq = l.seq.Add(1)
 	l.standby.Add(1)
-	if !l.keep() {
-		return
-	}
-	sh := &l.shards[e.Seq%ledgerShards]
-	sh.mu.Lock()
-	sh.standby.add(e)
-	sh.mu.Unlock()
+	store(l, e.Seq, func(sh *ledgerShard) *chunked[StandbyEntry] { return &sh.standby }, e)
 }
 
 func (l *ledger) addRejected(e RejectedEntry) {
 	e.Seq = l.seq.Add(1)
 	l.rejected.Add(1)
+	store(l, e.Seq, func(sh *ledgerShard) *chunked[RejectedEntry] { return &sh.rejected }, e)
+}
+
+// store keeps the entry e numbered seq, unless the ledger is full, in the
+// list of its shard that list picks.
+func store[E any](l *ledger, seq uint64, list func(*ledgerShard) *chunked[E], e E) {
 	if !l.keep() {
 		return
 	}
-	sh := &l.shards[e.Seq%ledgerShards]
+	sh := &l.shards[seq%ledgerShards]
 	sh.mu.Lock()
-	sh.rejected.add(e)
+	list(sh).add(e)
 	sh.mu.Unlock()
 }
 

@@ -50,7 +50,8 @@ func (s *Server) RegisterMetrics(m metric.Meter) (metric.Registration, error) {
 }
 
 // LedgerSince is Ledger restricted to entries with Seq > seq (counts and
-// counters are totals), for tests that poll the ledger.
+// counters are totals), for tests that poll the ledger; documented for
+// tests embedding the sandbox (docs/sandbox.md), not used by the binary.
 func (s *Server) LedgerSince(seq uint64) LedgerSnapshot {
 	l := s.ledger.snapshot(seq)
 	l.Counters = s.counts.snapshot()

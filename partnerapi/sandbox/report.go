@@ -125,6 +125,9 @@ const requiredFields = 1<<fTrackID | 1<<fPlayedAt | 1<<fPlayLength | 1<<fSourceS
 //     called a required field.
 //
 // A failure is a *ReportError listing every offending field.
+//
+// The server validates with validateReport; ValidateReport is the entry
+// point for tests and benchmarks of the rules (docs/sandbox.md).
 func ValidateReport(body []byte) (Report, error) {
 	return validateReport(body, string(body))
 }
@@ -162,57 +165,7 @@ func validateReport(body []byte, s string) (Report, error) {
 			}
 			continue
 		}
-		var ok bool
-		switch i {
-		case fTrackID:
-			r.TrackID, ok = jsonInt(v)
-			ok = ok && r.TrackID >= 1
-		case fPlayedAt:
-			r.PlayedAt, ok = jsonInt(v)
-			ok = ok && r.PlayedAt >= 1
-		case fPlayLength:
-			r.PlayLength, ok = jsonInt(v)
-			ok = ok && r.PlayLength >= 0
-		case fVendor:
-			r.Vendor, ok = jsonInt(v)
-			ok = ok && r.Vendor >= 0
-		case fEndReason:
-			var n int64
-			n, ok = jsonInt(v)
-			r.EndReason = &n
-		case fSourceStream:
-			r.SourceStream, ok = jsonString(v)
-			ok = ok && r.SourceStream != ""
-		case fSourceDetail:
-			r.SourceDetail, ok = jsonString(v)
-			ok = ok && r.SourceDetail != ""
-		case fOS:
-			r.OS, ok = jsonString(v)
-			ok = ok && r.OS != ""
-		case fDevice:
-			r.Device, ok = jsonString(v)
-			ok = ok && r.Device != ""
-		case fCountry:
-			r.Country, ok = jsonString(v)
-			ok = ok && len(r.Country) == 2 && isLetter(r.Country[0]) && isLetter(r.Country[1])
-		case fUserID:
-			var str string
-			str, ok = jsonString(v)
-			r.UserID = &str
-		case fISRC:
-			var str string
-			str, ok = jsonString(v)
-			r.ISRC = &str
-		case fCachedPlay, fJumpForward:
-			b := v == "true"
-			ok = b || v == "false"
-			if i == fCachedPlay {
-				r.CachedPlay = &b
-			} else {
-				r.JumpForward = &b
-			}
-		}
-		if !ok {
+		if !r.decodeField(i, v) {
 			bad |= 1 << i
 		}
 	}
@@ -220,6 +173,70 @@ func validateReport(body []byte, s string) (Report, error) {
 		return Report{}, &ReportError{Fields: fieldList(bad)}
 	}
 	return r, nil
+}
+
+// decodeField decodes the raw JSON value v of field i into r: false when
+// it is wrongly typed or out of range.
+func (r *Report) decodeField(i int, v string) bool {
+	switch i {
+	case fTrackID:
+		return intAtLeast(v, 1, &r.TrackID)
+	case fPlayedAt:
+		return intAtLeast(v, 1, &r.PlayedAt)
+	case fPlayLength:
+		return intAtLeast(v, 0, &r.PlayLength)
+	case fVendor:
+		return intAtLeast(v, 0, &r.Vendor)
+	case fEndReason:
+		n, ok := jsonInt(v)
+		r.EndReason = &n
+		return ok
+	case fSourceStream:
+		return nonEmptyString(v, &r.SourceStream)
+	case fSourceDetail:
+		return nonEmptyString(v, &r.SourceDetail)
+	case fOS:
+		return nonEmptyString(v, &r.OS)
+	case fDevice:
+		return nonEmptyString(v, &r.Device)
+	case fCountry:
+		var ok bool
+		r.Country, ok = jsonString(v)
+		return ok && len(r.Country) == 2 && isLetter(r.Country[0]) && isLetter(r.Country[1])
+	case fUserID:
+		str, ok := jsonString(v)
+		r.UserID = &str
+		return ok
+	case fISRC:
+		str, ok := jsonString(v)
+		r.ISRC = &str
+		return ok
+	case fCachedPlay, fJumpForward:
+		b := v == "true"
+		if i == fCachedPlay {
+			r.CachedPlay = &b
+		} else {
+			r.JumpForward = &b
+		}
+		return b || v == "false"
+	}
+	return false
+}
+
+// intAtLeast decodes the JSON integer v into *dst: false when v is not one
+// or is below lo.
+func intAtLeast(v string, lo int64, dst *int64) bool {
+	n, ok := jsonInt(v)
+	*dst = n
+	return ok && n >= lo
+}
+
+// nonEmptyString decodes the JSON string v into *dst: false when v is not
+// one or is empty.
+func nonEmptyString(v string, dst *string) bool {
+	str, ok := jsonString(v)
+	*dst = str
+	return ok && str != ""
 }
 
 func fieldIndex(key string) int {

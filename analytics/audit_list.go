@@ -1,0 +1,189 @@
+package analytics
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+)
+
+// ListRow is one record behind a number of the audit.
+type ListRow struct {
+	ReportID string    `json:"report_id,omitempty"`
+	EventID  string    `json:"event_id,omitempty"`
+	At       time.Time `json:"at"`               // record time of the play, event or rejection
+	Detail   string    `json:"detail,omitempty"` // last outcome, API message, rejection reason, decode error
+	// Delivered is the number of distinct `delivered` records of the play.
+	Delivered uint64   `json:"delivered,omitempty"`
+	TraceIDs  []string `json:"trace_ids,omitempty"` // trace ids of the play's deliveries
+	Kafka     string   `json:"kafka,omitempty"`     // topic/partition@offset of an event-level record
+}
+
+// ErrUnknownList is returned by List for a metric it does not know.
+var ErrUnknownList = errors.New("unknown list")
+
+// listConds are the play-level lists: metric → condition over perReport.
+var listConds = map[string]string{
+	"derived":                 "1",
+	"below-minimum":           "below = 1",
+	"reportable":              condReportable,
+	"delivered":               condDelivered,
+	"rejected-by-api":         condRejected,
+	"standby":                 condStandby,
+	"standby-delivered":       condStandbyDel,
+	"pending":                 condPending,
+	"pending-overdue":         condPending, // plus the cutoff
+	"delivered-twice":         condTwice,
+	"possibly-twice":          condDoubt,
+	"below-minimum-delivered": condBelowDel,
+}
+
+// eventLists are the record-level lists.
+var eventLists = []string{"received", "not-json", "rejected", "malformed"}
+
+// ReplayListPrefix starts the List metric of one replay's plays:
+// "replay:<replay id>".
+const ReplayListPrefix = "replay:"
+
+// ListNames returns the metrics List accepts, sorted (besides
+// ReplayListPrefix+id).
+func ListNames() []string {
+	out := append([]string(nil), eventLists...)
+	for k := range listConds {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// List returns the records behind one number of the audit (see ListNames):
+// report ids with their trace ids for play-level numbers, event records for
+// event-level ones. limit ≤ 0 means no limit.
+func (a *Auditor) List(ctx context.Context, o AuditOptions, metric string, limit int) ([]ListRow, error) {
+	o, err := a.prepare(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	return a.list(ctx, o, metric, limit)
+}
+
+// list is List on the snapshot of o.
+func (a *Auditor) list(ctx context.Context, o AuditOptions, metric string, limit int) ([]ListRow, error) {
+	lim := ""
+	if limit > 0 {
+		lim = " LIMIT " + strconv.Itoa(limit)
+	}
+	q, play, err := a.listQuery(o, metric, lim)
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := strings.CutPrefix(metric, ReplayListPrefix); ok {
+		metric = "replay"
+	}
+	rows, err := a.conn.Query(ctx, q)
+	if err != nil {
+		return nil, fmt.Errorf("analytics: audit list %s: %w", metric, err)
+	}
+	defer rows.Close()
+	out := []ListRow{}
+	for rows.Next() {
+		r, err := scanListRow(rows, play)
+		if err != nil {
+			return nil, fmt.Errorf("analytics: audit list %s: %w", metric, err)
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// listQuery returns the query of a List metric (lim: its LIMIT clause) and
+// whether its rows are plays (else event-level records).
+func (a *Auditor) listQuery(o AuditOptions, metric, lim string) (q string, play bool, err error) {
+	w := window(o)
+	if id, ok := strings.CutPrefix(metric, ReplayListPrefix); ok {
+		// The plays a replay answered: report id, the replay's last outcome,
+		// how many of its answers said delivered.
+		return `SELECT report_id, any(event_id), toUInt64(min(at_ms)), argMax(outcome, at_ms),
+    toUInt64(uniqExactIf(kafka_topic, kafka_partition, kafka_offset, outcome = 'delivered')), groupUniqArrayIf(trace_id, trace_id != '')
+FROM ` + a.db + `.deliveries
+WHERE replay_id = ` + quoteSQL(id) + ` AND report_id IN (SELECT report_id FROM ` + a.db + `.plays WHERE ` + w + `)` + asOf(o) + `
+GROUP BY report_id ORDER BY min(at_ms), report_id` + lim, true, nil
+	}
+	switch metric {
+	case "received", "not-json":
+		return a.receivedQuery(w, metric, lim), false, nil
+	case "rejected":
+		return `SELECT '', event_id, kafka_time_ms, reason, if(src_partition >= 0, src_topic, kafka_topic), if(src_partition >= 0, src_partition, kafka_partition),
+    if(src_partition >= 0, src_offset, kafka_offset) FROM ` + a.db + `.rejections
+WHERE ` + w + ` AND ` + condRealReject + ` ORDER BY kafka_time_ms, src_topic, src_partition, src_offset LIMIT 1 BY ` + rejectionKey + lim, false, nil
+	case "replay":
+		// A bare "replay" (without its id) names no list: its empty
+		// query fails with an error naming it.
+		return "", false, nil
+	case "malformed":
+		return `SELECT '', '', kafka_time_ms, error, kafka_topic, kafka_partition, kafka_offset FROM ` + a.db + `.malformed
+WHERE ` + w + ` ORDER BY kafka_time_ms, kafka_topic, kafka_partition, kafka_offset LIMIT 1 BY kafka_topic, kafka_partition, kafka_offset` + lim, false, nil
+	}
+	cond, ok := listConds[metric]
+	if !ok {
+		return "", false, fmt.Errorf("analytics: --list %q: %w; accepted: %s, %s<replay id>", metric, ErrUnknownList, strings.Join(ListNames(), ", "), ReplayListPrefix)
+	}
+	if metric == "pending-overdue" {
+		cond += " AND derived_ms < " + o.overdueCutoff()
+	}
+	detail := "last_outcome"
+	traces := "trace_ids"
+	switch metric {
+	case "rejected-by-api":
+		detail = "message"
+	case "delivered-twice", "possibly-twice", "delivered":
+		traces = "delivered_trace_ids"
+	}
+	return `SELECT report_id, event_id, derived_ms, ` + detail + `, delivered_n, ` + traces + ` FROM ` + a.perReport(o) + `
+WHERE ` + cond + ` ORDER BY derived_ms, report_id` + lim, true, nil
+}
+
+// receivedQuery is the query of the "received" and "not-json" lists over
+// the window condition w.
+func (a *Auditor) receivedQuery(w, metric, lim string) string {
+	if metric == "received" { // plus the events refused at the ingest gateway (their rejection records)
+		// The detail is cast to String: on the current-server schema
+		// reason is LowCardinality(String), and the UNION needs one type
+		// (docs/audit.md, "Two schema paths").
+		return `SELECT * FROM (SELECT '', event_id, kafka_time_ms AS t, if(parsed = 1, '', 'not JSON'), kafka_topic AS kt, kafka_partition AS kp, kafka_offset AS ko FROM ` + a.db + `.events
+WHERE ` + w + ` LIMIT 1 BY kafka_topic, kafka_partition, kafka_offset
+UNION ALL SELECT '', event_id, kafka_time_ms AS t, CAST(concat('refused at the ingest gateway: ', reason) AS String), kafka_topic AS kt, kafka_partition AS kp, kafka_offset AS ko FROM ` + a.db + `.rejections
+WHERE ` + w + ` AND src_partition < 0 LIMIT 1 BY kafka_topic, kafka_partition, kafka_offset)
+ORDER BY t, kt, kp, ko` + lim
+	}
+	return `SELECT '', event_id, kafka_time_ms, if(parsed = 1, '', 'not JSON'), kafka_topic, kafka_partition, kafka_offset FROM ` + a.db + `.events
+WHERE ` + w + ` AND parsed = 0 ORDER BY kafka_time_ms, kafka_topic, kafka_partition, kafka_offset LIMIT 1 BY kafka_topic, kafka_partition, kafka_offset` + lim
+}
+
+// scanListRow reads one row of a List query: a play's (play) or an
+// event-level record's.
+func scanListRow(rows driver.Rows, play bool) (ListRow, error) {
+	var r ListRow
+	var ms uint64
+	if play {
+		if err := rows.Scan(&r.ReportID, &r.EventID, &ms, &r.Detail, &r.Delivered, &r.TraceIDs); err != nil {
+			return r, err
+		}
+		sort.Strings(r.TraceIDs)
+	} else {
+		var topic string
+		var part int32
+		var off int64
+		if err := rows.Scan(&r.ReportID, &r.EventID, &ms, &r.Detail, &topic, &part, &off); err != nil {
+			return r, err
+		}
+		r.Kafka = topic + "/" + strconv.Itoa(int(part)) + "@" + strconv.FormatInt(off, 10)
+	}
+	r.At = time.UnixMilli(int64(ms)).UTC()
+	return r, nil
+}

@@ -1,0 +1,234 @@
+package replay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/playpipe/playpipe/internal/kafkax"
+	"github.com/playpipe/playpipe/schemas"
+)
+
+// metaPrefix starts the offset-commit metadata of a run's group:
+// "pp-replay1:<start ms>:<running|done>".
+const metaPrefix = "pp-replay1:"
+
+// runStart returns the start time a previous run of this id recorded.
+func runStart(ctx context.Context, adm *kadm.Client, group, topic string) (int64, bool, error) {
+	resp, err := adm.FetchOffsets(ctx, group)
+	if errors.Is(err, kerr.GroupIDNotFound) {
+		return 0, false, nil // a first run
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("replay: read the progress of %s: %w", group, err)
+	}
+	var start int64
+	found := false
+	resp.Each(func(o kadm.OffsetResponse) {
+		if o.Err != nil || o.Topic != topic || !strings.HasPrefix(o.Metadata, metaPrefix) {
+			return
+		}
+		f := strings.SplitN(strings.TrimPrefix(o.Metadata, metaPrefix), ":", 2)
+		v, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			return
+		}
+		if !found || v < start {
+			start, found = v, true
+		}
+	})
+	return start, found, nil
+}
+
+// commitRanges records the run in its own group: each partition's range
+// start (end when done), with the run's start time in the metadata.
+func commitRanges(ctx context.Context, adm *kadm.Client, group, topic string, ranges map[int32][2]int64, startMS int64, done bool) error {
+	state := "running"
+	if done {
+		state = "done"
+	}
+	var os kadm.Offsets
+	for p, rg := range ranges {
+		at := rg[0]
+		if done {
+			at = rg[1]
+		}
+		os.Add(kadm.Offset{Topic: topic, Partition: p, At: at, LeaderEpoch: -1,
+			Metadata: metaPrefix + strconv.FormatInt(startMS, 10) + ":" + state})
+	}
+	resp, err := adm.CommitOffsets(ctx, group, os)
+	if err == nil {
+		err = resp.Error()
+	}
+	if err != nil {
+		return fmt.Errorf("replay: record the run in group %s: %w", group, err)
+	}
+	return nil
+}
+
+// offsetRanges returns, per partition of the reports topic, the offsets
+// [start, end) holding the selected records: ListOffsets by the records'
+// timestamps, widened to the ledger's offsets.
+func offsetRanges(ctx context.Context, adm *kadm.Client, topic string, items []item) (map[int32][2]int64, error) {
+	minT, maxT := items[0].timeMS, items[0].timeMS
+	type span struct{ lo, hi int64 }
+	parts := map[int32]*span{}
+	for _, it := range items {
+		minT, maxT = min(minT, it.timeMS), max(maxT, it.timeMS)
+		s := parts[it.partition]
+		if s == nil {
+			parts[it.partition] = &span{it.offset, it.offset}
+			continue
+		}
+		s.lo, s.hi = min(s.lo, it.offset), max(s.hi, it.offset)
+	}
+	lo, err := adm.ListOffsetsAfterMilli(ctx, minT, topic)
+	if err == nil {
+		err = lo.Error()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("replay: list offsets of %s at %d: %w", topic, minT, err)
+	}
+	hi, err := adm.ListOffsetsAfterMilli(ctx, maxT+1, topic)
+	if err == nil {
+		err = hi.Error()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("replay: list offsets of %s at %d: %w", topic, maxT+1, err)
+	}
+	out := map[int32][2]int64{}
+	for p, s := range parts {
+		start, end := s.lo, s.hi+1
+		if o, ok := lo.Lookup(topic, p); ok && o.Offset >= 0 {
+			start = min(start, o.Offset)
+		}
+		if o, ok := hi.Lookup(topic, p); ok && o.Offset >= 0 {
+			end = max(end, o.Offset)
+		}
+		out[p] = [2]int64{start, end}
+	}
+	return out, nil
+}
+
+// readRanges reads the records of topic in ranges (read_committed) and
+// calls fn for each, until every partition reached its end or no record
+// came for idle (the offsets left hold none: transaction markers, aborted).
+func readRanges(ctx context.Context, opts []kgo.Opt, topic string, ranges map[int32][2]int64, fn func(*kgo.Record) error) error {
+	if len(ranges) == 0 {
+		return nil
+	}
+	parts := map[int32]kgo.Offset{}
+	next := map[int32]int64{}
+	for p, rg := range ranges {
+		if rg[1] <= rg[0] {
+			continue
+		}
+		parts[p] = kgo.NewOffset().At(rg[0])
+		next[p] = rg[0]
+	}
+	if len(parts) == 0 {
+		return nil
+	}
+	opts = append(append([]kgo.Opt(nil), opts...), kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: parts}),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return fmt.Errorf("replay: read %s: %w", topic, err)
+	}
+	defer cl.Close()
+	const idle = 3 * time.Second
+	last := time.Now()
+	for len(next) > 0 {
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		fs := cl.PollFetches(pctx)
+		cancel()
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		var ferr error
+		fs.EachError(func(t string, p int32, err error) {
+			if !errors.Is(err, context.DeadlineExceeded) && ferr == nil {
+				ferr = fmt.Errorf("replay: read %s/%d: %w", t, p, err)
+			}
+		})
+		if ferr != nil {
+			return ferr
+		}
+		got := false
+		var rerr error
+		fs.EachRecord(func(r *kgo.Record) {
+			n, ok := next[r.Partition]
+			if !ok || rerr != nil {
+				return
+			}
+			got = true
+			if r.Offset >= ranges[r.Partition][1] {
+				delete(next, r.Partition)
+				return
+			}
+			if r.Offset >= n {
+				rerr = fn(r)
+				next[r.Partition] = r.Offset + 1
+				if r.Offset+1 >= ranges[r.Partition][1] {
+					delete(next, r.Partition)
+				}
+			}
+		})
+		if rerr != nil {
+			return rerr
+		}
+		if got {
+			last = time.Now()
+		} else if time.Since(last) > idle {
+			return nil
+		}
+	}
+	return nil
+}
+
+// alreadyDone returns the report ids replayID already got a final answer
+// for, read from the deliveries log since the run's start.
+func alreadyDone(ctx context.Context, opts []kgo.Opt, adm *kadm.Client, topic, replayID string, startMS int64) (map[string]bool, error) {
+	from, err := adm.ListOffsetsAfterMilli(ctx, startMS, topic)
+	if err == nil {
+		err = from.Error()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("replay: list offsets of %s: %w", topic, err)
+	}
+	ends, err := adm.ListEndOffsets(ctx, topic)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("replay: list end offsets of %s: %w", topic, err)
+	}
+	ranges := map[int32][2]int64{}
+	from.Each(func(o kadm.ListedOffset) {
+		if e, ok := ends.Lookup(topic, o.Partition); ok && o.Offset >= 0 && o.Offset < e.Offset {
+			ranges[o.Partition] = [2]int64{o.Offset, e.Offset}
+		}
+	})
+	done := map[string]bool{}
+	err = readRanges(ctx, opts, topic, ranges, func(r *kgo.Record) error {
+		if kafkax.HasHeader(r, schemas.HeaderLease) {
+			return nil
+		}
+		var d schemas.Delivery
+		if schemas.DecodeDelivery(r.Value, &d) != nil || d.ReplayID != replayID {
+			return nil
+		}
+		if d.Outcome == schemas.OutcomeDelivered || d.Outcome == schemas.OutcomeRejected {
+			done[d.ReportID] = true
+		}
+		return nil
+	})
+	return done, err
+}

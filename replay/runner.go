@@ -1,0 +1,252 @@
+package replay
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"golang.org/x/time/rate"
+
+	"github.com/playpipe/playpipe/partnerapi"
+	"github.com/playpipe/playpipe/reporter"
+	"github.com/playpipe/playpipe/schemas"
+)
+
+// runner posts the selected reports.
+type runner struct {
+	cfg     Config
+	api     *partnerapi.Client
+	log     *slog.Logger
+	cl      *kgo.Client
+	topic   string
+	kind    string
+	lim     *rate.Limiter
+	inDoubt bool
+
+	posts, delivered, rejected, unfinished, found atomic.Int64
+}
+
+type job struct {
+	it   item
+	body []byte
+}
+
+// send records the run in its group (the offset ranges of the selected
+// records of the reports topic, and startMS, or now on a first run), posts
+// the reports, and records the end of the run if every report got a final
+// answer.
+func (r *runner) send(ctx context.Context, opts []kgo.Opt, adm *kadm.Client, group, reports string, items []item, startMS int64, resumed bool, res *Result) error {
+	ranges, err := offsetRanges(ctx, adm, reports, items)
+	if err != nil {
+		return err
+	}
+	if !resumed {
+		startMS = time.Now().UnixMilli()
+	}
+	if err := commitRanges(ctx, adm, group, reports, ranges, startMS, false); err != nil {
+		return err
+	}
+	r.log.Info("replay started", "reason", r.cfg.Reason, "reports", len(items), "resumed", resumed)
+	err = r.run(ctx, opts, reports, ranges, items, res)
+	if err == nil {
+		if cerr := commitRanges(ctx, adm, group, reports, ranges, startMS, true); cerr != nil {
+			r.log.Warn("recording the end of the replay", "err", cerr)
+		}
+	}
+	return err
+}
+
+// run reads the selected records in ranges and posts their reports with
+// cfg.Concurrency workers, filling in res.
+func (r *runner) run(ctx context.Context, opts []kgo.Opt, reports string, ranges map[int32][2]int64, items []item, res *Result) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	want := make(map[int32]map[int64]item, len(ranges))
+	for _, it := range items {
+		if want[it.partition] == nil {
+			want[it.partition] = map[int64]item{}
+		}
+		want[it.partition][it.offset] = it
+	}
+	jobs := make(chan job)
+	var wg sync.WaitGroup
+	for range r.cfg.Concurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range jobs {
+				if err := r.deliver(ctx, j); err != nil {
+					cancel(err)
+				}
+			}
+		}()
+	}
+	stopProgress := r.startProgress(len(items))
+	readErr := readRanges(ctx, opts, reports, ranges, func(rec *kgo.Record) error {
+		return r.enqueue(ctx, reports, want, rec, jobs)
+	})
+	close(jobs)
+	wg.Wait()
+	stopProgress()
+	r.progress(len(items))
+	for _, m := range want {
+		res.Missing += len(m)
+	}
+	res.Posts, res.Delivered, res.Rejected, res.Unfinished = int(r.posts.Load()), int(r.delivered.Load()), int(r.rejected.Load()), int(r.unfinished.Load())
+	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	if readErr != nil {
+		return readErr
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return r.problems(reports, want, res)
+}
+
+// startProgress writes a progress line every cfg.Progress (if > 0) until
+// the returned function is called; that function waits for the last line.
+func (r *runner) startProgress(total int) (stop func()) {
+	progressDone := make(chan struct{})
+	var pwg sync.WaitGroup
+	if r.cfg.Progress > 0 {
+		pwg.Add(1)
+		go func() {
+			defer pwg.Done()
+			t := time.NewTicker(r.cfg.Progress)
+			defer t.Stop()
+			for {
+				select {
+				case <-progressDone:
+					return
+				case <-t.C:
+					r.progress(total)
+				}
+			}
+		}()
+	}
+	return func() {
+		close(progressDone)
+		pwg.Wait()
+	}
+}
+
+// enqueue hands the report of rec to the workers if rec is one of want
+// (removing it from want), after checking it is the track play the ledger
+// names.
+func (r *runner) enqueue(ctx context.Context, reports string, want map[int32]map[int64]item, rec *kgo.Record, jobs chan<- job) error {
+	it, ok := want[rec.Partition][rec.Offset]
+	if !ok {
+		return nil
+	}
+	var tp schemas.TrackPlayHead
+	if err := schemas.DecodeTrackPlayHead(rec.Value, &tp); err != nil || tp.ReportID != it.reportID || len(tp.Report) == 0 {
+		return fmt.Errorf("replay: %s/%d@%d is not the track play %s the ledger names (%v)", reports, rec.Partition, rec.Offset, it.reportID, err)
+	}
+	delete(want[rec.Partition], rec.Offset)
+	r.found.Add(1)
+	select {
+	case jobs <- job{it: it, body: tp.Report}:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
+// problems is the error of a run that ended with selected reports not
+// found (want: those left) or without a final answer; nil if none.
+func (r *runner) problems(reports string, want map[int32]map[int64]item, res *Result) error {
+	var problems []string
+	if res.Missing > 0 {
+		var ids []string
+		for _, m := range want {
+			for _, it := range m {
+				ids = append(ids, it.reportID)
+			}
+		}
+		sort.Strings(ids)
+		problems = append(problems, fmt.Sprintf("%d selected reports not found in %s (retention?), e.g. %s", res.Missing, reports, ids[0]))
+	}
+	if res.Unfinished > 0 {
+		problems = append(problems, fmt.Sprintf("%d reports without a final answer after %d attempts: run again with --replay-id %s", res.Unfinished, r.cfg.MaxAttempts, r.cfg.ReplayID))
+	}
+	if len(problems) > 0 {
+		return errors.New("replay: " + strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+func (r *runner) progress(total int) {
+	fmt.Fprintf(r.cfg.Out, "%s %s: %d/%d found, %d posts, %d delivered, %d rejected, %d unfinished\n",
+		r.kind, r.cfg.ReplayID, r.found.Load(), total, r.posts.Load(), r.delivered.Load(), r.rejected.Load(), r.unfinished.Load())
+}
+
+// deliver posts one report until a final answer or MaxAttempts, publishing
+// every answer. It returns an error only when the whole run must stop.
+func (r *runner) deliver(ctx context.Context, j job) error {
+	backoff := r.cfg.BackoffInitial
+	for attempt := 1; ; attempt++ {
+		if r.lim != nil {
+			if err := r.lim.Wait(ctx); err != nil {
+				return nil // stopping
+			}
+		}
+		r.posts.Add(1)
+		res, err := r.api.ReportPlayJSON(ctx, j.body)
+		dec := reporter.Classify(res, err, r.cfg.LiveBypassDelivered)
+		if dec.Action == reporter.ActAbandon || ctx.Err() != nil {
+			return nil
+		}
+		d := schemas.Delivery{V: schemas.DeliveryVersion, ReportID: j.it.reportID, EventID: j.it.eventID, Outcome: dec.Outcome,
+			Attempt: attempt, HTTPStatus: dec.Status, ServedBy: string(dec.ServedBy), Partner: r.cfg.Partner, Message: dec.Message,
+			Fields: dec.Fields, Reason: dec.Reason, LatencyUS: res.Latency.Microseconds(), InDoubt: r.inDoubt && attempt == 1,
+			ReplayID: r.cfg.ReplayID, ReplayReason: r.cfg.Reason, At: time.Now().UnixMilli()}
+		if d.Message == "" && dec.Err != nil && dec.Action != reporter.ActDelivered {
+			d.Message = dec.Err.Error()
+		}
+		if dec.Action != reporter.ActStop {
+			val, merr := json.Marshal(d)
+			if merr != nil {
+				return fmt.Errorf("replay: encode delivery: %w", merr)
+			}
+			if perr := r.cl.ProduceSync(ctx, &kgo.Record{Topic: r.topic, Key: []byte(d.ReportID), Value: val}).FirstErr(); perr != nil {
+				return fmt.Errorf("replay: publish the answer for %s to %s: %w", d.ReportID, r.topic, perr)
+			}
+		}
+		switch dec.Action {
+		case reporter.ActDelivered:
+			r.delivered.Add(1)
+			return nil
+		case reporter.ActRejected:
+			r.rejected.Add(1)
+			r.log.Warn("report rejected", "report_id", d.ReportID, "message", d.Message)
+			return nil
+		case reporter.ActStop:
+			return fmt.Errorf("replay: the partner API refuses us (configuration): %w", dec.Err)
+		}
+		if attempt >= r.cfg.MaxAttempts {
+			r.unfinished.Add(1)
+			r.log.Warn("no final answer", "report_id", d.ReportID, "attempts", attempt, "last", d.Outcome, "reason", d.Reason)
+			return nil
+		}
+		wait := max(backoff, dec.RetryAfter)
+		backoff = min(2*backoff, r.cfg.BackoffMax)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+	}
+}
