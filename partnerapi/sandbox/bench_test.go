@@ -125,6 +125,7 @@ func BenchmarkReportHandler(b *testing.B) {
 		for pb.Next() {
 			req, _ := http.NewRequest("POST", "/partners/royalty-tracking", bytes.NewReader(body))
 			req.Header.Set("User-Agent", testUA)
+			req.Header.Set("Content-Type", "application/json")
 			req.Header.Set("Authorization", tok)
 			clear(w.h)
 			h.ServeHTTP(w, req)
