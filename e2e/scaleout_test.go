@@ -61,7 +61,7 @@ func TestScaleOutWithFaults(t *testing.T) {
 	bin := buildBinary(t, dir)
 
 	k := testenv.StartKafka(t, scalePartitions)
-	sb := testenv.StartSandbox(t, func(o *sandbox.Options) {
+	sb := testenv.StartSandbox(t, func(o *sandbox.Config) {
 		o.Seed, o.Pages, o.ListsPerPage, o.MixesPerList = 7, 2, 2, 5
 	})
 	sb.SetFaults(sandbox.Faults{Report: sandbox.GroupFaults{Latency: scaleReportLatency}})

@@ -31,7 +31,10 @@ const (
 	DefaultMetadataMaxBytes = 4096
 )
 
-// ErrInvalidConfig is wrapped by every error Validate returns.
+// ErrInvalidConfig is wrapped by every error Validate (and so New) returns,
+// and by the error Run returns when the partner API answered in a way no
+// retry can fix (edge 403/1010, credentials rejected, endpoint not found):
+// the reporter then stopped and committed nothing more.
 var ErrInvalidConfig = errors.New("reporter: invalid configuration")
 
 // Config configures a Reporter. Zero fields take the default stated in their

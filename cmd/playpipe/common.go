@@ -61,7 +61,7 @@ func (a *apiTarget) open(log *slog.Logger) (*partnerapi.Client, func(), error) {
 	cfg := a.cfg
 	stop := func() {}
 	if a.sandbox {
-		sb, err := sandbox.ServeLoopback(sandbox.Options{Seed: 1, Logger: log})
+		sb, err := sandbox.ServeLoopback(sandbox.Config{Seed: 1, Logger: log})
 		if err != nil {
 			return nil, stop, err
 		}

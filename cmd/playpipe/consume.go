@@ -94,11 +94,11 @@ func (c *consumeFlags) register(fs *flag.FlagSet) {
 }
 
 // options turns the flags into consumer options; errors name the flag.
-func (c *consumeFlags) options() (consumer.Options, error) {
-	o := consumer.Options{
+func (c *consumeFlags) options() (consumer.Config, error) {
+	o := consumer.Config{
 		Group: c.group, TransactionalID: c.txnID, MaxEventBytes: c.maxEventBytes,
 		TxnRecords: c.txnRecords, TxnInterval: c.txnInterval, MaxTxnWait: c.maxTxnWait, TransactionTimeout: c.txnTimeout,
-		CacheOptions: consumer.CacheOptions{Size: c.cacheSize, TTL: c.cacheTTL, StandbyTTL: c.standbyTTL, NotFoundTTL: c.notFoundTTL,
+		CacheConfig: consumer.CacheConfig{Size: c.cacheSize, TTL: c.cacheTTL, StandbyTTL: c.standbyTTL, NotFoundTTL: c.notFoundTTL,
 			UnavailableAttempts: c.unavailAttempts, UnavailableAfter: c.unavailAfter},
 	}
 	if c.envErr != nil {
@@ -209,7 +209,7 @@ func runConsume(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	cs := enr.Cache().Stats()
 	fmt.Fprintf(stdout, "consume: %d events committed: %d track plays (%d below the minimum), %d rejected, %d valid without plays; %d transactions, %d aborted; mix cache %d hits, %d misses, %d fetches\n",
 		st.Events, st.Plays, st.BelowMinimum, st.Rejected, st.WithoutPlays, st.Commits, st.Aborts, cs.Hits, cs.Misses, cs.Fetches)
-	if errors.Is(err, consumer.ErrMisconfigured) {
+	if errors.Is(err, consumer.ErrInvalidConfig) {
 		return configExit{err}
 	}
 	return err

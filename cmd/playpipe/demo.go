@@ -27,7 +27,7 @@ import (
 	"github.com/playpipe/playpipe/internal/kafkax"
 	"github.com/playpipe/playpipe/internal/version"
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
-	"github.com/playpipe/playpipe/pipeline"
+	"github.com/playpipe/playpipe/internal/harness"
 	"github.com/playpipe/playpipe/producer"
 	"github.com/playpipe/playpipe/reporter"
 )
@@ -184,9 +184,9 @@ func demo(ctx context.Context, c demoConfig, out io.Writer) error {
 
 	fmt.Fprintf(out, "playpipe %s demo — logs in %s\n", version.Version, c.logFile)
 	start := time.Now()
-	p, err := pipeline.Start(ctx, pipeline.Options{
+	p, err := harness.Start(ctx, harness.Config{
 		Kafka:      c.kafka,
-		Sandbox:    sandbox.Options{Seed: c.seed, Pages: c.pages, ListsPerPage: c.lists, MixesPerList: c.mixes, Logger: log},
+		Sandbox:    sandbox.Config{Seed: c.seed, Pages: c.pages, ListsPerPage: c.lists, MixesPerList: c.mixes, Logger: log},
 		ClickHouse: c.clickhouse,
 		Reporter:   reporter.Config{Concurrency: c.concurrency, ProbeInterval: 200 * time.Millisecond, BackoffMax: time.Second},
 		Logger:     log,
@@ -362,7 +362,7 @@ func (demoInterrupted) ExitCode() int   { return 130 }
 
 // interruptedSummary prints what an interrupted run did, from one last audit
 // (on a context of its own: the run's is cancelled).
-func interruptedSummary(out io.Writer, a *analytics.Auditor, window analytics.AuditOptions, p *pipeline.Pipeline, start time.Time, published int64, s *demoSchedule) error {
+func interruptedSummary(out io.Writer, a *analytics.Auditor, window analytics.AuditOptions, p *harness.Pipeline, start time.Time, published int64, s *demoSchedule) error {
 	actx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	window.To = time.Now().Add(time.Minute)
@@ -395,7 +395,7 @@ func (l lineCounter) Write(p []byte) (int, error) {
 
 // drained reports whether every event on the topic went through the consumer
 // and every reportable play reached a final outcome, as the ledger shows.
-func drained(r *analytics.Report, onTopic int64, p *pipeline.Pipeline) bool {
+func drained(r *analytics.Report, onTopic int64, p *harness.Pipeline) bool {
 	e := p.Enricher()
 	if e == nil || r.EventsReceived < uint64(onTopic) {
 		return false
@@ -405,7 +405,7 @@ func drained(r *analytics.Report, onTopic int64, p *pipeline.Pipeline) bool {
 		r.Delivered+r.RejectedByAPI == r.PlaysReportable
 }
 
-func finishDemo(ctx context.Context, out io.Writer, a *analytics.Auditor, window analytics.AuditOptions, p *pipeline.Pipeline, start time.Time) error {
+func finishDemo(ctx context.Context, out io.Writer, a *analytics.Auditor, window analytics.AuditOptions, p *harness.Pipeline, start time.Time) error {
 	window.To = time.Now().Add(time.Minute)
 	r, err := a.Audit(ctx, window)
 	if err != nil {

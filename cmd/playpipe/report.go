@@ -104,7 +104,7 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	defer stopLag()
 	if err := rep.Run(ctx); err != nil {
-		if errors.Is(err, reporter.ErrConfiguration) {
+		if errors.Is(err, reporter.ErrInvalidConfig) {
 			return configExit{err}
 		}
 		if ctx.Err() != nil && errors.Is(err, context.Canceled) {

@@ -82,7 +82,7 @@ func runSandbox(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		fmt.Fprintf(stderr, "--admin-addr %q is not a loopback address: pass --admin-public to expose the admin API\n", *adminAddr)
 		return errUsage
 	}
-	opts := sandbox.Options{
+	opts := sandbox.Config{
 		Seed: *seed, ClientID: *clientID, ClientSignature: *clientSig, Email: *email,
 		LiveTokenTTL: *liveTTL, StandbyTokenTTL: *standbyTTL, Logger: log, Mode: mode,
 		Pages: *pages, ListsPerPage: *lists, MixesPerList: *mixes, EmptyCatalog: *empty,

@@ -58,8 +58,8 @@ const (
 	EnvOTLPMetrics     = "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"
 )
 
-// ErrConfig is wrapped by every configuration error Setup returns.
-var ErrConfig = errors.New("telemetry: invalid configuration")
+// ErrInvalidConfig is wrapped by every configuration error Setup returns.
+var ErrInvalidConfig = errors.New("telemetry: invalid configuration")
 
 // exportDecision says whether a signal is exported and through which
 // autoexport name.
@@ -84,7 +84,7 @@ func exportDecision(exporterVar, endpointVar string) (bool, error) {
 	if exporterVar == EnvMetricsExporter {
 		accepted = "otlp, console, prometheus, none"
 	}
-	return false, fmt.Errorf("%w: %s=%q; accepted: %s (one value)", ErrConfig, exporterVar, v, accepted)
+	return false, fmt.Errorf("%w: %s=%q; accepted: %s (one value)", ErrInvalidConfig, exporterVar, v, accepted)
 }
 
 // TracesExported reports whether the environment asks for spans to be exported

@@ -107,13 +107,13 @@ func TestSetupRejectsUnknownExporter(t *testing.T) {
 	clearEnv(t)
 	t.Setenv(EnvTracesExporter, "zipkin")
 	_, err := Setup(context.Background(), Options{})
-	if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), EnvTracesExporter) {
-		t.Fatalf("err = %v, want ErrConfig naming %s", err, EnvTracesExporter)
+	if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), EnvTracesExporter) {
+		t.Fatalf("err = %v, want ErrInvalidConfig naming %s", err, EnvTracesExporter)
 	}
 	t.Setenv(EnvTracesExporter, "")
 	t.Setenv(EnvMetricsExporter, "statsd")
-	if _, err := Setup(context.Background(), Options{}); !errors.Is(err, ErrConfig) {
-		t.Fatalf("err = %v, want ErrConfig", err)
+	if _, err := Setup(context.Background(), Options{}); !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("err = %v, want ErrInvalidConfig", err)
 	}
 }
 
@@ -446,10 +446,10 @@ func TestLoggerAddsTraceIDsAndRedacts(t *testing.T) {
 	if strings.Contains(lines[1], LogTraceID) {
 		t.Fatalf("trace id on a record without span: %s", lines[1])
 	}
-	if _, err := NewLogger(io.Discard, "xml", "info"); !errors.Is(err, ErrConfig) {
+	if _, err := NewLogger(io.Discard, "xml", "info"); !errors.Is(err, ErrInvalidConfig) {
 		t.Fatalf("bad format: %v", err)
 	}
-	if _, err := NewLogger(io.Discard, "text", "loud"); !errors.Is(err, ErrConfig) {
+	if _, err := NewLogger(io.Discard, "text", "loud"); !errors.Is(err, ErrInvalidConfig) {
 		t.Fatalf("bad level: %v", err)
 	}
 }
@@ -565,7 +565,7 @@ func TestConsumerLagGauge(t *testing.T) {
 		t.Fatalf("lag p0=%v p1=%v, want 3 and 5:\n%s", p0, p1, grep(string(body), "playpipe_consumer_lag"))
 	}
 
-	if _, err := RegisterConsumerLag(otel.Meter("x"), nil, "", ConsumerLagOptions{}); !errors.Is(err, ErrConfig) {
+	if _, err := RegisterConsumerLag(otel.Meter("x"), nil, "", ConsumerLagOptions{}); !errors.Is(err, ErrInvalidConfig) {
 		t.Fatalf("missing client: %v", err)
 	}
 }

@@ -37,7 +37,7 @@ func BenchmarkLeanVsDefault(b *testing.B) {
 			name = "lean"
 		}
 		b.Run(name, func(b *testing.B) {
-			srv, err := sandbox.New(sandbox.Options{Seed: 1, Lean: lean})
+			srv, err := sandbox.New(sandbox.Config{Seed: 1, Lean: lean})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -9,7 +9,7 @@ import (
 
 // Catalog is the sandbox's generated content, for tests that compute the
 // expected answers independently: every page, list and mix, with each mix's
-// full track listing. It is built once by New from Options.Seed and never
+// full track listing. It is built once by New from Config.Seed and never
 // changes; callers must not modify it.
 type Catalog struct {
 	// Pages in id order (in lenient mode also their ranking order; in strict
@@ -23,12 +23,12 @@ type Catalog struct {
 	// whose Items is nil is served as items: null.
 	Genres map[int64]GenreRow
 	// Restrictions are the content restrictions of the partner account
-	// (Options.Email), applied by GET /partners/catalog/restricted to tokens
+	// (Config.Email), applied by GET /partners/catalog/restricted to tokens
 	// from /partners/session/with-user.
 	Restrictions Restrictions
 
 	// Strict is true when the catalog was built in strict mode (not
-	// Options.Lenient): gapped page and list ids, shuffled rankings.
+	// Config.Lenient): gapped page and list ids, shuffled rankings.
 	Strict bool
 
 	seed      int64
@@ -252,7 +252,7 @@ var (
 
 const alnum = "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
 
-func newCatalog(o Options) *Catalog {
+func newCatalog(o Config) *Catalog {
 	r := rand.New(rand.NewPCG(uint64(o.Seed), 0x706c61797069706)) //nolint:gosec // deterministic fixtures, not security
 	pick := func(s []string) string { return s[r.IntN(len(s))] }
 	phrase := func() string { return pick(words) + " " + pick(words) }

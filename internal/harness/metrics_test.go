@@ -1,4 +1,4 @@
-package pipeline_test
+package harness_test
 
 import (
 	"bufio"
@@ -15,7 +15,7 @@ import (
 	"github.com/playpipe/playpipe/internal/telemetry"
 	"github.com/playpipe/playpipe/internal/testenv"
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
-	"github.com/playpipe/playpipe/pipeline"
+	"github.com/playpipe/playpipe/internal/harness"
 	"github.com/playpipe/playpipe/producer"
 )
 
@@ -75,11 +75,11 @@ func TestMetricsFollowTheLedger(t *testing.T) {
 
 	k := testenv.StartKafka(t, 3)
 	ch := testenv.StartClickHouse(t)
-	p, err := pipeline.Start(ctx, pipeline.Options{
+	p, err := harness.Start(ctx, harness.Config{
 		Kafka:      k.Config,
-		Sandbox:    sandbox.Options{Seed: 5, Pages: 1, ListsPerPage: 2, MixesPerList: 4},
+		Sandbox:    sandbox.Config{Seed: 5, Pages: 1, ListsPerPage: 2, MixesPerList: 4},
 		ClickHouse: analytics.Config{Addr: ch.Addr, Database: ch.Database, User: ch.User, Password: ch.Password},
-		Consumer:   consumer.Options{TransactionalID: "metrics-enrich"},
+		Consumer:   consumer.Config{TransactionalID: "metrics-enrich"},
 		Sink:       analytics.SinkConfig{BatchRows: 1000, Linger: 100 * time.Millisecond},
 		Logger:     testenv.Logger(t),
 	})

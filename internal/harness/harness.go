@@ -10,7 +10,7 @@
 // the local parts, in reverse order of start. Roles can be stopped and
 // started again (StopRole, StartRole) to exercise crash recovery. A Pipeline
 // is safe for concurrent use.
-package pipeline
+package harness
 
 import (
 	"context"
@@ -34,8 +34,8 @@ const (
 	RoleSink    = "sink"
 )
 
-// Options configure a Pipeline. Zero values start local parts.
-type Options struct {
+// Config configures a Pipeline. Zero values start local parts.
+type Config struct {
 	// Kafka is the connection: Brokers, or Embedded to start an embedded
 	// in-memory broker; with neither Start refuses (kafkax.ErrNoBrokers).
 	Kafka kafkax.Config
@@ -43,7 +43,7 @@ type Options struct {
 	// sandbox (configured by Sandbox) is started on loopback and its
 	// credentials are used.
 	API     partnerapi.Config
-	Sandbox sandbox.Options
+	Sandbox sandbox.Config
 	// ClickHouse is the ledger's server: Addr, or DataDir to start (or reuse)
 	// a local server in that folder; with neither Start refuses
 	// (analytics.ErrNoClickHouse). NoSink skips the sink and ClickHouse.
@@ -51,7 +51,7 @@ type Options struct {
 	NoSink     bool
 	// Consumer, Reporter and Sink configure the roles; their Kafka (and
 	// ClickHouse, Source) fields are filled in by Start.
-	Consumer consumer.Options
+	Consumer consumer.Config
 	Reporter reporter.Config
 	Sink     analytics.SinkConfig
 	// Logger defaults to slog.Default().
@@ -71,7 +71,7 @@ type Pipeline struct {
 	// ClickHouse is the effective ClickHouse configuration (zero with NoSink).
 	ClickHouse analytics.Config
 
-	opts    Options
+	opts    Config
 	log     *slog.Logger
 	closers []func() // local parts, stopped in reverse order
 	errc    chan error
@@ -89,7 +89,7 @@ type running struct {
 
 // Start brings up the local parts that are not configured and starts the
 // three roles. ctx bounds the start-up only; the roles run until Close.
-func Start(ctx context.Context, o Options) (p *Pipeline, err error) {
+func Start(ctx context.Context, o Config) (p *Pipeline, err error) {
 	log := o.Logger
 	if log == nil {
 		log = slog.Default()
