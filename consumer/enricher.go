@@ -46,7 +46,7 @@ type Config struct {
 	// Source serves mixes (a *partnerapi.Client); required unless Cache is set.
 	Source MixSource
 	// Cache, when set, is used instead of building one over Source with CacheConfig.
-	Cache        *MixCache
+	Cache       *MixCache
 	CacheConfig CacheConfig
 	// Events are the deployment's event policies (--allow-missing-user-id, --default-vendor).
 	Events schemas.ValidateOptions

@@ -15,10 +15,10 @@ import (
 
 	"github.com/playpipe/playpipe/analytics"
 	"github.com/playpipe/playpipe/consumer"
+	"github.com/playpipe/playpipe/internal/harness"
 	"github.com/playpipe/playpipe/internal/testenv"
 	"github.com/playpipe/playpipe/partnerapi"
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
-	"github.com/playpipe/playpipe/internal/harness"
 	"github.com/playpipe/playpipe/producer"
 	"github.com/playpipe/playpipe/replay"
 	"github.com/playpipe/playpipe/reporter"
