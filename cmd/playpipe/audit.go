@@ -64,7 +64,7 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		threshold        time.Duration
 		sandboxes        []string
 	)
-	cfg.RegisterFlags(fs)
+	registerClickHouseFlags(fs, &cfg)
 	lf.register(fs.StringVar)
 	fs.StringVar(&from, "from", "-24h", "start of the window (inclusive)")
 	fs.StringVar(&to, "to", "now", "end of the window (exclusive)")

@@ -70,14 +70,14 @@ func runIngestWith(ctx context.Context, args []string, stdin io.Reader, stdout, 
 		minRate   = fs.Int64("min-body-rate", 1024, "slowest average rate, in bytes/s, a request body may arrive at after --body-grace; slower: cut with 408 slow_body")
 		bodyGrace = fs.Duration("body-grace", 10*time.Second, "time a request body may take before --min-body-rate applies")
 		readTO    = fs.Duration("read-timeout", time.Minute, "longest time from a request's headers to the end of its body; later: cut with 408 read_timeout")
-		adminAddr = telemetry.AdminAddrFlag(fs, "ingest")
+		adminAddr = adminAddrFlag(fs, "ingest")
 		shutdownT = fs.Duration("shutdown-timeout", 30*time.Second, "how long shutdown waits for requests in flight")
 	)
 	fs.Func("api-key", "a fleet API key as fleet-name:hexsha256 (repeatable; env PLAYPIPE_INGEST_API_KEYS, comma separated)", func(s string) error {
 		keySpecs = append(keySpecs, s)
 		return nil
 	})
-	kcfg.RegisterFlags(fs)
+	registerKafkaFlags(fs, &kcfg)
 	lf.register(fs.StringVar)
 	if err := parseFlags(fs, args); err != nil {
 		return err

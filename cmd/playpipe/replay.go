@@ -12,6 +12,7 @@ import (
 
 	"github.com/playpipe/playpipe/analytics"
 	"github.com/playpipe/playpipe/internal/kafkax"
+	"github.com/playpipe/playpipe/internal/roles"
 	"github.com/playpipe/playpipe/replay"
 )
 
@@ -85,9 +86,9 @@ func runReplay(ctx context.Context, kind string, args []string, stdout, stderr i
 		from, to            string
 		asJSON, liveBypassN bool
 	)
-	kcfg.RegisterFlags(fs)
+	registerKafkaFlags(fs, &kcfg)
 	api.register(fs, "post the reports to")
-	chCfg.RegisterFlags(fs)
+	registerClickHouseFlags(fs, &chCfg)
 	lf.register(fs.StringVar)
 	if kind == replay.KindReplay {
 		fs.StringVar(&from, "from", "", "start of the window (inclusive; required): RFC 3339, 2026-11-21T14:02 (UTC), epoch ms, or -90m")
@@ -180,9 +181,7 @@ func runReplay(ctx context.Context, kind string, args []string, stdout, stderr i
 		if rcfg.DryRun {
 			return replay.Run(ctx, rcfg, nil, sel)
 		}
-		if api.cfg.MaxConns < rcfg.Concurrency {
-			api.cfg.MaxConns = rcfg.Concurrency
-		}
+		api.cfg.MaxConns = roles.PoolSize(api.cfg.MaxConns, rcfg.Concurrency)
 		client, stopAPI, err := api.open(log)
 		if err != nil {
 			return replay.Result{}, err

@@ -55,7 +55,7 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		batch    = fs.Int("batch-size", 2000, "messages per synchronous kafka-go write (each write waits up to --batch-timeout for partition batches to fill)")
 		batchTO  = fs.Duration("batch-timeout", 2*time.Millisecond, "kafka-go Writer.BatchTimeout: how long a partition batch waits to fill (kafka-go's own default, 1s, makes synchronous writes crawl)")
 	)
-	kcfg.RegisterFlags(fs)
+	registerKafkaFlags(fs, &kcfg)
 	api.register(fs, "walk the catalog of")
 	lf.register(fs.StringVar)
 	// The simulator publishes to a running Kafka: it has no embedded broker.
