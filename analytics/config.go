@@ -167,7 +167,7 @@ func LocalOrConfigured(ctx context.Context, cfg Config, log *slog.Logger) (Confi
 	if log == nil {
 		log = slog.Default()
 	}
-	s, err := chlocal.Start(ctx, chlocal.Options{Dir: cfg.DataDir, Reuse: true, Logger: log})
+	s, err := chlocal.Start(ctx, chlocal.Config{Dir: cfg.DataDir, Reuse: true, Logger: log})
 	if err != nil {
 		return cfg, func() {}, fmt.Errorf("analytics: --clickhouse-data %s: the local server did not start: %w", cfg.DataDir, err)
 	}

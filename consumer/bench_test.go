@@ -44,7 +44,7 @@ func benchRecords(n int) ([]*kgo.Record, int) {
 func BenchmarkEnrich(b *testing.B) {
 	b.Run("tracing=off", benchEnrich)
 	b.Run("tracing=on", func(b *testing.B) {
-		shutdown, err := telemetry.Setup(context.Background(), telemetry.Options{SpanExporter: tracetest.NewNoopExporter()})
+		shutdown, err := telemetry.Setup(context.Background(), telemetry.Config{SpanExporter: tracetest.NewNoopExporter()})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -98,7 +98,7 @@ func TestReplayAfterPartnerDataLoss(t *testing.T) {
 		now := time.Now()
 		return analytics.AuditOptions{From: now.Add(-time.Hour), To: now.Add(time.Minute), Now: now}
 	}
-	audit := func() *analytics.Report {
+	audit := func() *analytics.Audit {
 		r, err := aud.Audit(ctx, opts())
 		if err != nil {
 			t.Fatal(err)
@@ -106,7 +106,7 @@ func TestReplayAfterPartnerDataLoss(t *testing.T) {
 		return r
 	}
 	// The live run settles: every reportable play final, twice in a row.
-	var live *analytics.Report
+	var live *analytics.Audit
 	prev := uint64(0)
 	waitFor(t, ctx, 90*time.Second, "the live run to settle", func() (bool, string) {
 		r := audit()

@@ -142,7 +142,7 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	if err := analytics.WriteReport(stdout, r, format); err != nil {
+	if err := analytics.WriteAudit(stdout, r, format); err != nil {
 		return err
 	}
 	if htmlFile != "" {
@@ -194,7 +194,7 @@ func parseAuditTime(s string, now time.Time) (time.Time, error) {
 
 // writeAuditHTML writes the page of r to path (through a temporary file in
 // the same folder, renamed when complete).
-func writeAuditHTML(ctx context.Context, a *analytics.Auditor, opts analytics.AuditOptions, r *analytics.Report, limit int, path string) error {
+func writeAuditHTML(ctx context.Context, a *analytics.Auditor, opts analytics.AuditOptions, r *analytics.Audit, limit int, path string) error {
 	h, err := a.HTML(ctx, opts, r, limit)
 	if err != nil {
 		return err

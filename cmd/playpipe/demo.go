@@ -379,7 +379,7 @@ func (d *demoRun) watch(ctx context.Context, cancel context.CancelFunc, fleetDon
 				return finishDemo(ctx, d.out, auditor, window, d.p, d.start)
 			}
 			if fleetsRunning == 0 && time.Now().After(drainDeadline) {
-				_ = analytics.WriteReport(d.out, r, "table")
+				_ = analytics.WriteAudit(d.out, r, "table")
 				return fmt.Errorf("the pipeline did not drain within --drain-timeout %s", d.c.drainTimeout)
 			}
 		}
@@ -391,7 +391,7 @@ func (d *demoRun) watch(ctx context.Context, cancel context.CancelFunc, fleetDon
 // numbers agree with each other: plays ≥ delivered, and pending = plays −
 // delivered − rejected. The partner API's own counters (its standby answers
 // and mode) are labelled as such.
-func progressLine(elapsed time.Duration, published int64, r *analytics.Report, sb *sandbox.Server) string {
+func progressLine(elapsed time.Duration, published int64, r *analytics.Audit, sb *sandbox.Server) string {
 	counts := sb.Counts()
 	return fmt.Sprintf("%6.1fs  published %6d | ledger: events %6d  plays %6d  delivered %6d  rejected %4d  pending %5d | api: standby-answers %4d  %s",
 		elapsed.Seconds(), published, r.EventsReceived, r.PlaysReportable, r.Delivered, r.RejectedByAPI, r.Pending, counts.Standby, sb.Mode())
@@ -439,7 +439,7 @@ func (l lineCounter) Write(p []byte) (int, error) {
 
 // drained reports whether every event on the topic went through the consumer
 // and every reportable play reached a final outcome, as the ledger shows.
-func drained(r *analytics.Report, onTopic int64, p *harness.Pipeline) bool {
+func drained(r *analytics.Audit, onTopic int64, p *harness.Pipeline) bool {
 	e := p.Enricher()
 	if e == nil || r.EventsReceived < uint64(onTopic) {
 		return false
@@ -456,7 +456,7 @@ func finishDemo(ctx context.Context, out io.Writer, a *analytics.Auditor, window
 		return err
 	}
 	fmt.Fprintf(out, "\ndrained in %s. The audit of this run (playpipe audit):\n\n", time.Since(start).Round(100*time.Millisecond))
-	if err := analytics.WriteReport(out, r, "table"); err != nil {
+	if err := analytics.WriteAudit(out, r, "table"); err != nil {
 		return err
 	}
 	led := p.Sandbox.Counts()

@@ -106,7 +106,7 @@ func runSandbox(ctx context.Context, args []string, stdout, stderr io.Writer) er
 
 	// OTEL_* export of server spans and metrics; the sandbox's counters are
 	// also served as /metrics on the admin listener.
-	shutdownTel, err := telemetry.Setup(ctx, telemetry.Options{ServiceName: "playpipe-sandbox"})
+	shutdownTel, err := telemetry.Setup(ctx, telemetry.Config{ServiceName: "playpipe-sandbox"})
 	if err != nil {
 		return fmt.Errorf("telemetry: %w", err)
 	}

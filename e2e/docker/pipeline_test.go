@@ -160,7 +160,7 @@ func TestPipelineOnContainers(t *testing.T) {
 		t.Fatal(err)
 	}
 	window := analytics.AuditOptions{From: time.Now().Add(-time.Hour), To: time.Now().Add(time.Hour)}
-	var rep *analytics.Report
+	var rep *analytics.Audit
 	deadline := time.Now().Add(4 * time.Minute)
 	for {
 		if err := anyExited(roles...); err != nil {

@@ -121,7 +121,7 @@ func TestPipelineEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	window := analytics.AuditOptions{From: time.Now().Add(-time.Hour), To: time.Now().Add(time.Hour)}
-	var rep *analytics.Report
+	var rep *analytics.Audit
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		select {

@@ -66,7 +66,7 @@ func TestMetricsFollowTheLedger(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	shutdown, err := telemetry.Setup(ctx, telemetry.Options{ServiceName: "playpipe-metrics-test"})
+	shutdown, err := telemetry.Setup(ctx, telemetry.Config{ServiceName: "playpipe-metrics-test"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +115,7 @@ func TestMetricsFollowTheLedger(t *testing.T) {
 	// what moved since the run began.
 	var m map[string]float64
 	delta := func(name string) float64 { return m[name] - before[name] }
-	var rep *analytics.Report
+	var rep *analytics.Audit
 	auditor, err := analytics.NewAuditor(ch.Conn(t), ch.Database)
 	if err != nil {
 		t.Fatal(err)

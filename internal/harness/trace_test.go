@@ -32,7 +32,7 @@ func TestTraceEndToEnd(t *testing.T) {
 	exp := tracetest.NewInMemoryExporter()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	opts := telemetry.Options{ServiceName: "playpipe-test", SpanExporter: exp}
+	opts := telemetry.Config{ServiceName: "playpipe-test", SpanExporter: exp}
 	if os.Getenv("NOTRACE") != "" {
 		opts.SpanExporter = nil
 	}

@@ -7,7 +7,7 @@
 // (otel.Tracer("github.com/playpipe/playpipe/<pkg>"), otel.Meter(…)); the
 // command wiring a role calls, once per process:
 //
-//	shutdown, err := telemetry.Setup(ctx, telemetry.Options{ServiceName: "playpipe-consume"})
+//	shutdown, err := telemetry.Setup(ctx, telemetry.Config{ServiceName: "playpipe-consume"})
 //	defer shutdown(context.Background())            // idempotent, flushes
 //	admin := telemetry.NewAdminServer(*adminAddr, log)
 //	admin.AddReadyCheck("kafka", func(ctx context.Context) error { return cl.Ping(ctx) })

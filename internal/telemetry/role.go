@@ -30,7 +30,7 @@ type Role struct {
 // (cmd/playpipe binds it to --admin-addr, env PLAYPIPE_ADMIN_ADDR). The admin port is bound before StartRole returns, so
 // a busy port is reported here. log may be nil.
 func StartRole(ctx context.Context, role, adminAddr string, log *slog.Logger) (*Role, error) {
-	shutdown, err := Setup(ctx, Options{
+	shutdown, err := Setup(ctx, Config{
 		ServiceName: "playpipe-" + role,
 		Attributes:  []attribute.KeyValue{attribute.String("playpipe.role", role)},
 	})

@@ -43,7 +43,7 @@ func clearEnv(t *testing.T) {
 }
 
 // setup runs Setup and registers its shutdown.
-func setup(t *testing.T, o Options) {
+func setup(t *testing.T, o Config) {
 	t.Helper()
 	shutdown, err := Setup(context.Background(), o)
 	if err != nil {
@@ -60,13 +60,13 @@ func recording(t *testing.T) *tracetest.InMemoryExporter {
 	t.Helper()
 	clearEnv(t)
 	exp := tracetest.NewInMemoryExporter()
-	setup(t, Options{ServiceName: "telemetry-test", SpanExporter: exp})
+	setup(t, Config{ServiceName: "telemetry-test", SpanExporter: exp})
 	return exp
 }
 
 func TestSetupNothingConfiguredRecordsNothing(t *testing.T) {
 	clearEnv(t)
-	shutdown, err := Setup(context.Background(), Options{ServiceName: "t"})
+	shutdown, err := Setup(context.Background(), Config{ServiceName: "t"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,13 +106,13 @@ func TestSetupNothingConfiguredRecordsNothing(t *testing.T) {
 func TestSetupRejectsUnknownExporter(t *testing.T) {
 	clearEnv(t)
 	t.Setenv(EnvTracesExporter, "zipkin")
-	_, err := Setup(context.Background(), Options{})
+	_, err := Setup(context.Background(), Config{})
 	if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), EnvTracesExporter) {
 		t.Fatalf("err = %v, want ErrInvalidConfig naming %s", err, EnvTracesExporter)
 	}
 	t.Setenv(EnvTracesExporter, "")
 	t.Setenv(EnvMetricsExporter, "statsd")
-	if _, err := Setup(context.Background(), Options{}); !errors.Is(err, ErrInvalidConfig) {
+	if _, err := Setup(context.Background(), Config{}); !errors.Is(err, ErrInvalidConfig) {
 		t.Fatalf("err = %v, want ErrInvalidConfig", err)
 	}
 }
@@ -157,7 +157,7 @@ func TestSetupInProcessExporterRecordsSpans(t *testing.T) {
 	// A second Setup (another test, another exporter) takes over the same
 	// package-level tracer.
 	exp2 := tracetest.NewInMemoryExporter()
-	setup(t, Options{SpanExporter: exp2})
+	setup(t, Config{SpanExporter: exp2})
 	_, span = pkgTracer.Start(context.Background(), "deliver")
 	span.End()
 	if n := len(exp2.GetSpans()); n != 1 {
@@ -172,7 +172,7 @@ func TestServiceNameFromEnvWins(t *testing.T) {
 	exp := tracetest.NewInMemoryExporter()
 	clearEnv(t)
 	t.Setenv("OTEL_SERVICE_NAME", "from-env")
-	setup(t, Options{ServiceName: "from-options", SpanExporter: exp})
+	setup(t, Config{ServiceName: "from-options", SpanExporter: exp})
 	_, span := pkgTracer.Start(context.Background(), "x")
 	span.End()
 	v, _ := exp.GetSpans()[0].Resource.Set().Value("service.name")
@@ -338,7 +338,7 @@ func sumSamples(t *testing.T, r io.Reader, name, labelFilter string) float64 {
 
 func TestAdminServerEndpoints(t *testing.T) {
 	clearEnv(t)
-	setup(t, Options{ServiceName: "admin-test"})
+	setup(t, Config{ServiceName: "admin-test"})
 	m, err := NewMetrics(otel.Meter("github.com/playpipe/playpipe/internal/telemetry/test"))
 	if err != nil {
 		t.Fatal(err)
@@ -527,7 +527,7 @@ func TestPathTemplate(t *testing.T) {
 
 func TestConsumerLagGauge(t *testing.T) {
 	clearEnv(t)
-	setup(t, Options{})
+	setup(t, Config{})
 	k := testenv.StartKafka(t, 2)
 	topic := k.Config.Topics().Reports
 	cl := k.Client(t, kgo.RecordPartitioner(kgo.ManualPartitioner()))
@@ -576,7 +576,7 @@ func TestConsumerLagGauge(t *testing.T) {
 // counts the records really pending (committed records past the commit).
 func TestConsumerLagTransactional(t *testing.T) {
 	clearEnv(t)
-	setup(t, Options{})
+	setup(t, Config{})
 	k := testenv.StartKafka(t, 2)
 	topic := k.Config.Topics().Reports
 	ctx := context.Background()
@@ -667,7 +667,7 @@ func pkgMeter() metric.Meter {
 // use: each helper moves the series it is documented to move.
 func TestPrometheusNames(t *testing.T) {
 	clearEnv(t)
-	setup(t, Options{})
+	setup(t, Config{})
 	m, err := NewMetrics(pkgMeter())
 	if err != nil {
 		t.Fatal(err)
@@ -785,7 +785,7 @@ func TestOTLPExportFromEnv(t *testing.T) {
 	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
 	t.Setenv("OTEL_SERVICE_NAME", "playpipe-otlp-test")
 
-	shutdown, err := Setup(context.Background(), Options{ServiceName: "ignored"})
+	shutdown, err := Setup(context.Background(), Config{ServiceName: "ignored"})
 	if err != nil {
 		t.Fatal(err)
 	}

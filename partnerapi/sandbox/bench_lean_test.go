@@ -26,7 +26,7 @@ import (
 //
 //	go test -run '^$' -bench LeanVsDefault -benchtime 100000x -count 3 ./partnerapi/sandbox/
 func BenchmarkLeanVsDefault(b *testing.B) {
-	shutdown, err := telemetry.Setup(context.Background(), telemetry.Options{ServiceName: "playpipe-sandbox-bench"})
+	shutdown, err := telemetry.Setup(context.Background(), telemetry.Config{ServiceName: "playpipe-sandbox-bench"})
 	if err != nil {
 		b.Fatal(err)
 	}
