@@ -120,13 +120,18 @@ func (r *roleFlags) register(fs *flag.FlagSet, name string) {
 	r.pprof = pprofFlag(fs)
 }
 
-// parse parses args and builds the logger the flags ask for; a bad flag or
-// log setting is a usage error, printed on stderr.
+// parse parses args and builds the logger the flags ask for (parseLogged).
 func (r *roleFlags) parse(fs *flag.FlagSet, args []string, stderr io.Writer) (*slog.Logger, error) {
+	return parseLogged(fs, args, &r.log, stderr)
+}
+
+// parseLogged parses args (parseFlags) and builds the logger lf asks for; a
+// bad flag or log setting is a usage error, printed on stderr.
+func parseLogged(fs *flag.FlagSet, args []string, lf *logFlags, stderr io.Writer) (*slog.Logger, error) {
 	if err := parseFlags(fs, args); err != nil {
 		return nil, err
 	}
-	log, err := r.log.logger(stderr)
+	log, err := lf.logger(stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return nil, errUsage
