@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/playpipe/playpipe/internal/kafkax"
+	"github.com/playpipe/playpipe/internal/roles"
 )
 
 // registerKafkaFlags binds the Kafka flags, shared by every role, to c.
@@ -29,8 +30,8 @@ func registerKafkaFlags(fs *flag.FlagSet, c *kafkax.Config) {
 	fs.BoolVar(&c.TLSInsecure, "kafka-tls-insecure", false, "skip broker certificate verification (testing only)")
 	fs.BoolVar(&c.Embedded, "embedded-kafka", false, "instead of --brokers: start an embedded in-process Kafka broker on loopback (in memory, NOT durable: records are lost when this process exits; for try-outs)")
 	fs.IntVar(&c.EmbeddedPort, "embedded-kafka-port", 0, "with --embedded-kafka: the loopback port of the embedded broker, so other playpipe processes can use it with --brokers 127.0.0.1:<port> (0: a free port)")
-	fs.IntVar(&c.Partitions, "partitions", 6, "partitions of topics that playpipe creates")
-	fs.IntVar(&c.ReplicationFactor, "replication-factor", -1, "replication factor of topics that playpipe creates (-1: broker default)")
+	fs.IntVar(&c.Partitions, "partitions", roles.DefaultPartitions, "partitions of topics that playpipe creates")
+	fs.IntVar(&c.ReplicationFactor, "replication-factor", roles.DefaultReplicationFactor, "replication factor of topics that playpipe creates (-1: broker default)")
 	fs.StringVar(&c.InstanceID, "instance-id", os.Getenv("PLAYPIPE_INSTANCE_ID"),
 		"static group membership id of this instance (group.instance.id): stable across its restarts, unique among running instances, e.g. the pod name (env PLAYPIPE_INSTANCE_ID; empty: dynamic membership)")
 	c.SessionTimeout = kafkax.DefaultSessionTimeout
