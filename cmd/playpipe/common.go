@@ -143,7 +143,6 @@ func parseLogged(fs *flag.FlagSet, args []string, lf *logFlags, stderr io.Writer
 // /metrics, /healthz, /readyz) and its Kafka, ready. close stops them in
 // reverse order.
 type roleRun struct {
-	tel   *telemetry.Role
 	kafka kafkax.Config // effective: the embedded broker's address if started
 	stops []func()
 }
@@ -157,7 +156,7 @@ func (r *roleFlags) start(ctx context.Context, log *slog.Logger, checks func(*te
 	if err != nil {
 		return nil, err
 	}
-	run := &roleRun{tel: tel, stops: []func(){stopTelemetry}}
+	run := &roleRun{stops: []func(){stopTelemetry}}
 	setKafkaReady := addKafkaReadyCheck(tel)
 	if checks != nil {
 		checks(tel)
