@@ -71,10 +71,10 @@ type Delay struct {
 	MaxMS float64 `json:"max_ms"`
 }
 
-// Report is the audit of a window: finance's numbers. Every play counted is
+// Audit is the audit of a window: finance's numbers. Every play counted is
 // a distinct report id; every event or rejection a distinct Kafka record
 // (re-inserted rows are never counted twice).
-type Report struct {
+type Audit struct {
 	From             time.Time `json:"from"`
 	To               time.Time `json:"to"`
 	GeneratedAt      time.Time `json:"generated_at"`
@@ -152,7 +152,7 @@ type ReplayCount struct {
 // Problems lists what should fail a cron or CI check: overdue pending plays,
 // plays delivered more than once, and plays below the minimum that were
 // delivered. Empty means the window is clean.
-func (r Report) Problems() []string {
+func (r Audit) Problems() []string {
 	var out []string
 	if r.PendingOverdue > 0 {
 		out = append(out, fmt.Sprintf("%d plays pending for longer than %s (--list pending-overdue)", r.PendingOverdue, r.PendingThreshold))
@@ -303,12 +303,12 @@ func (a *Auditor) prepare(ctx context.Context, o AuditOptions) (AuditOptions, er
 }
 
 // Audit computes the report of a window.
-func (a *Auditor) Audit(ctx context.Context, o AuditOptions) (*Report, error) {
+func (a *Auditor) Audit(ctx context.Context, o AuditOptions) (*Audit, error) {
 	o, err := a.prepare(ctx, o)
 	if err != nil {
 		return nil, err
 	}
-	r := &Report{From: o.From.UTC(), To: o.To.UTC(), GeneratedAt: o.Now.UTC(), PendingThreshold: o.PendingThreshold.String(),
+	r := &Audit{From: o.From.UTC(), To: o.To.UTC(), GeneratedAt: o.Now.UTC(), PendingThreshold: o.PendingThreshold.String(),
 		LedgerAsOf: time.Unix(o.asOf, 0).UTC()}
 	w := window(o)
 

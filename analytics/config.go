@@ -4,10 +4,8 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
-	"os"
 	"regexp"
 	"strings"
 	"time"
@@ -18,7 +16,9 @@ import (
 	"github.com/playpipe/playpipe/internal/chlocal"
 )
 
-// Environment variables read by Config.RegisterFlags (as flag defaults).
+// Environment variables of the Config fields: the defaults of the
+// --clickhouse-* flags, bound by cmd/playpipe (this package reads no
+// environment). They are named here because the errors name them.
 const (
 	EnvAddr     = "PLAYPIPE_CLICKHOUSE_ADDR"
 	EnvDatabase = "PLAYPIPE_CLICKHOUSE_DATABASE"
@@ -60,17 +60,6 @@ type Config struct {
 	DataDir string
 	// DialTimeout defaults to 5 s.
 	DialTimeout time.Duration
-}
-
-// RegisterFlags binds the --clickhouse-* flags to fs; defaults come from the
-// environment variables named in each flag's help.
-func (c *Config) RegisterFlags(fs *flag.FlagSet) {
-	fs.StringVar(&c.Addr, "clickhouse-addr", os.Getenv(EnvAddr), "ClickHouse native address host:port, comma separated (env "+EnvAddr+"); required unless --clickhouse-data")
-	fs.StringVar(&c.Database, "clickhouse-db", envOr(EnvDatabase, DefaultDatabase), "ClickHouse database of the ledger (env "+EnvDatabase+")")
-	fs.StringVar(&c.User, "clickhouse-user", envOr(EnvUser, DefaultUser), "ClickHouse user (env "+EnvUser+"; the password is read from "+EnvPassword+" only)")
-	c.Password = os.Getenv(EnvPassword)
-	fs.BoolVar(&c.TLS, "clickhouse-tls", os.Getenv(EnvTLS) == "true", "connect to ClickHouse with TLS (env "+EnvTLS+"=true)")
-	fs.StringVar(&c.DataDir, "clickhouse-data", os.Getenv(EnvDataDir), "instead of --clickhouse-addr: run a local clickhouse-server with its data in this folder, or reuse the one already running there (env "+EnvDataDir+")")
 }
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
@@ -178,7 +167,7 @@ func LocalOrConfigured(ctx context.Context, cfg Config, log *slog.Logger) (Confi
 	if log == nil {
 		log = slog.Default()
 	}
-	s, err := chlocal.Start(ctx, chlocal.Options{Dir: cfg.DataDir, Reuse: true, Logger: log})
+	s, err := chlocal.Start(ctx, chlocal.Config{Dir: cfg.DataDir, Reuse: true, Logger: log})
 	if err != nil {
 		return cfg, func() {}, fmt.Errorf("analytics: --clickhouse-data %s: the local server did not start: %w", cfg.DataDir, err)
 	}
@@ -200,11 +189,4 @@ func LocalOrConfigured(ctx context.Context, cfg Config, log *slog.Logger) (Confi
 		_ = s.Stop(sctx)
 	}
 	return cfg, stop, nil
-}
-
-func envOr(k, def string) string {
-	if v := os.Getenv(k); v != "" {
-		return v
-	}
-	return def
 }

@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// Output formats of WriteReport and WriteList.
+// Output formats of WriteAudit and WriteList.
 const (
 	FormatTable = "table"
 	FormatCSV   = "csv"
@@ -35,7 +35,7 @@ type line struct {
 	indent               int
 }
 
-func (r *Report) lines() []line {
+func (r *Audit) lines() []line {
 	ls := []line{
 		{section: "events", metric: "received", n: r.EventsReceived, list: "received"},
 		{section: "events", metric: "not JSON", n: r.EventsNotJSON, list: "not-json", indent: 1},
@@ -85,14 +85,14 @@ func (r *Report) lines() []line {
 	return ls
 }
 
-// WriteReport writes the audit in the given format.
-func WriteReport(w io.Writer, r *Report, format string) error {
+// WriteAudit writes the audit in the given format.
+func WriteAudit(w io.Writer, r *Audit, format string) error {
 	switch format {
 	case FormatJSON:
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
 		return enc.Encode(struct {
-			*Report
+			*Audit
 			Problems []string `json:"problems"`
 		}{r, append([]string{}, r.Problems()...)})
 	case FormatCSV:

@@ -13,7 +13,7 @@ import (
 
 // The HTML audit report (`playpipe audit --html FILE`): one self-contained
 // page — inline CSS and SVG, no script, no network — with the same numbers as
-// the table (the same Report, so the same RESULT and exit status), charts of
+// the table (the same Audit, so the same RESULT and exit status), charts of
 // deliveries and pending over time, rejections by reason, deliveries by
 // partner target (with the table's sandbox note), the delay percentiles and
 // the standby episodes, and the ids behind every number
@@ -39,9 +39,9 @@ type StandbyEpisode struct {
 // EpisodeGap separates two standby episodes.
 const EpisodeGap = 10 * time.Second
 
-// HTMLReport is everything the page shows.
-type HTMLReport struct {
-	Report   *Report
+// HTMLAudit is everything the page shows.
+type HTMLAudit struct {
+	Audit    *Audit
 	Bucket   time.Duration
 	Series   []SeriesPoint
 	Episodes []StandbyEpisode
@@ -60,13 +60,13 @@ type HTMLList struct {
 // HTML gathers the page of report r (from Audit with the same options): its
 // series, standby episodes and lists, read from the same ledger snapshot as r.
 // limit bounds each list (≤ 0: no limit).
-func (a *Auditor) HTML(ctx context.Context, o AuditOptions, r *Report, limit int) (*HTMLReport, error) {
+func (a *Auditor) HTML(ctx context.Context, o AuditOptions, r *Audit, limit int) (*HTMLAudit, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
 	o = o.withDefaults()
 	o.asOf = max(r.LedgerAsOf.Unix(), 1)
-	h := &HTMLReport{Report: r, Limit: limit}
+	h := &HTMLAudit{Audit: r, Limit: limit}
 	if err := a.series(ctx, o, h); err != nil {
 		return nil, err
 	}
@@ -114,7 +114,7 @@ func (a *Auditor) finals(o AuditOptions) string {
 var niceSteps = []time.Duration{time.Second, 2 * time.Second, 5 * time.Second, 10 * time.Second, 30 * time.Second,
 	time.Minute, 5 * time.Minute, 15 * time.Minute, 30 * time.Minute, time.Hour, 3 * time.Hour, 6 * time.Hour, 12 * time.Hour, 24 * time.Hour}
 
-func (a *Auditor) series(ctx context.Context, o AuditOptions, h *HTMLReport) error {
+func (a *Auditor) series(ctx context.Context, o AuditOptions, h *HTMLAudit) error {
 	f := a.finals(o)
 	var lo, hi int64
 	var n uint64
@@ -161,7 +161,7 @@ func (a *Auditor) series(ctx context.Context, o AuditOptions, h *HTMLReport) err
 	return rows.Err()
 }
 
-func (a *Auditor) episodes(ctx context.Context, o AuditOptions, h *HTMLReport) error {
+func (a *Auditor) episodes(ctx context.Context, o AuditOptions, h *HTMLAudit) error {
 	rows, err := a.conn.Query(ctx, `SELECT at_ms, report_id FROM `+a.db+`.deliveries
 WHERE outcome = 'standby' AND report_id IN (SELECT report_id FROM `+a.db+`.plays WHERE `+window(o)+`)`+asOf(o)+`
 ORDER BY at_ms LIMIT 1 BY kafka_topic, kafka_partition, kafka_offset LIMIT 1000000`)
@@ -194,8 +194,8 @@ ORDER BY at_ms LIMIT 1 BY kafka_topic, kafka_partition, kafka_offset LIMIT 10000
 }
 
 // WriteHTML writes the page.
-func WriteHTML(w io.Writer, h *HTMLReport) error {
-	r := h.Report
+func WriteHTML(w io.Writer, h *HTMLAudit) error {
+	r := h.Audit
 	result, ok := "OK: every reportable play has a final outcome; none delivered more than once", true
 	if ps := r.Problems(); len(ps) > 0 {
 		result, ok = "FAIL: "+strings.Join(ps, "; "), false
@@ -256,7 +256,7 @@ func delayBars(d Delay) []Count {
 const chartW, chartH, padL, padB, padT = 860.0, 240.0, 64.0, 34.0, 16.0
 
 // timelineSVG: bars of deliveries per bucket, the line of pending plays.
-func timelineSVG(h *HTMLReport) template.HTML {
+func timelineSVG(h *HTMLAudit) template.HTML {
 	if len(h.Series) == 0 {
 		return `<p class="empty">No reportable plays in the window.</p>`
 	}
@@ -328,7 +328,7 @@ func barsSVG(cs []Count, what string) template.HTML {
 	return template.HTML(b.String())
 }
 
-func episodesSVG(h *HTMLReport) template.HTML {
+func episodesSVG(h *HTMLAudit) template.HTML {
 	if len(h.Episodes) == 0 {
 		return `<p class="empty">No standby answers in the window.</p>`
 	}
@@ -345,7 +345,7 @@ var htmlTmpl = template.Must(template.New("audit").Funcs(template.FuncMap{
 	"rfc":        func(t time.Time) string { return t.Format(time.RFC3339) },
 	"join":       strings.Join,
 	"more":       func(l HTMLList) bool { return uint64(len(l.Rows)) < l.N },
-	"episodeGap": func(*HTMLReport) string { return EpisodeGap.String() },
+	"episodeGap": func(*HTMLAudit) string { return EpisodeGap.String() },
 }).Parse(`<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>playpipe audit {{rfc .R.From}} → {{rfc .R.To}}</title>
 <meta name="viewport" content="width=device-width, initial-scale=1">

@@ -26,7 +26,7 @@ func TestHTMLReportRendersInChromium(t *testing.T) {
 	s := e.startSink(t, e.cfg)
 	a := e.auditor(t)
 	opts := AuditOptions{From: now.Add(-2 * time.Hour), To: now.Add(time.Minute), PendingThreshold: 10 * time.Minute, Now: now}
-	var r *Report
+	var r *Audit
 	waitFor(t, 30*time.Second, "the audit to match", func() (bool, string) {
 		var err error
 		r, err = a.Audit(context.Background(), opts)
@@ -50,7 +50,7 @@ func TestHTMLReportRendersInChromium(t *testing.T) {
 
 	// The same numbers and verdict as the table, the ids behind them, no network.
 	var table bytes.Buffer
-	if err := WriteReport(&table, r, FormatTable); err != nil {
+	if err := WriteAudit(&table, r, FormatTable); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"RESULT: FAIL: " + strings.Join(r.Problems(), "; "), `href="#list-delivered-twice"`, `id="list-delivered-twice"`,
@@ -113,19 +113,19 @@ func fetches(html string) []string {
 // deliveries (sandbox targets marked, and the table's sandbox note), the
 // valid events without plays and the possibly-twice list, like the table.
 func TestWriteHTMLPartnersAndEventsWithoutPlays(t *testing.T) {
-	r := &Report{PendingThreshold: "10m0s", EventsReceived: 12, EventsWithoutPlays: 5, PlaysDerived: 3, PlaysReportable: 3,
+	r := &Audit{PendingThreshold: "10m0s", EventsReceived: 12, EventsWithoutPlays: 5, PlaysDerived: 3, PlaysReportable: 3,
 		Delivered: 3, DeliveredToSandbox: 2, DeliveredReal: 1, PossiblyTwice: 1,
 		ByPartner: []PartnerCount{
 			{Partner: "http://127.0.0.1:8088", Sandbox: true, Delivered: 2, Answers: 2},
 			{Partner: "https://partner.example.com", Delivered: 1, Answers: 1},
 		}}
-	h := &HTMLReport{Report: r, Bucket: time.Minute,
+	h := &HTMLAudit{Audit: r, Bucket: time.Minute,
 		Lists: []HTMLList{{Name: "possibly-twice", Label: "possibly delivered twice", N: 1, Play: true, Rows: []ListRow{{ReportID: "r-1", EventID: "e-1", Delivered: 1}}}}}
 	var page, table bytes.Buffer
 	if err := WriteHTML(&page, h); err != nil {
 		t.Fatal(err)
 	}
-	if err := WriteReport(&table, r, FormatTable); err != nil {
+	if err := WriteAudit(&table, r, FormatTable); err != nil {
 		t.Fatal(err)
 	}
 	html := page.String()

@@ -56,7 +56,7 @@ func IsSandboxTarget(partner string, extra []string) bool {
 // its distinct answers; and the reportable plays whose every `delivered`
 // answer came from a sandbox target (delivered to nobody real). Like every
 // number of an audit, it reads the audit's snapshot (o.asOf).
-func (a *Auditor) partners(ctx context.Context, o AuditOptions, r *Report) error {
+func (a *Auditor) partners(ctx context.Context, o AuditOptions, r *Audit) error {
 	w := window(o)
 	rows, err := a.conn.Query(ctx, `SELECT partner, uniqExactIf(report_id, outcome = 'delivered'), uniqExact(kafka_topic, kafka_partition, kafka_offset)
 FROM `+a.db+`.deliveries

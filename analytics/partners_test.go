@@ -84,7 +84,7 @@ func TestAuditPerPartnerTarget(t *testing.T) {
 		{Partner: compose, Sandbox: true, Delivered: 1, Answers: 1},
 		{Partner: real, Delivered: 2, Answers: 3},
 	}
-	var got *Report
+	var got *Audit
 	waitFor(t, 30*time.Second, "the per-partner audit", func() (bool, string) {
 		var err error
 		if got, err = a.Audit(context.Background(), opts); err != nil {
@@ -109,7 +109,7 @@ func TestAuditPerPartnerTarget(t *testing.T) {
 	}
 
 	var table, js bytes.Buffer
-	if err := WriteReport(&table, got, FormatTable); err != nil {
+	if err := WriteAudit(&table, got, FormatTable); err != nil {
 		t.Fatal(err)
 	}
 	for _, w := range []string{loop + " [SANDBOX: not a real delivery]", compose + " [SANDBOX", real, "(not recorded",
@@ -118,7 +118,7 @@ func TestAuditPerPartnerTarget(t *testing.T) {
 			t.Errorf("table output lacks %q:\n%s", w, table.String())
 		}
 	}
-	if err := WriteReport(&js, got, FormatJSON); err != nil {
+	if err := WriteAudit(&js, got, FormatJSON); err != nil {
 		t.Fatal(err)
 	}
 	for _, w := range []string{`"delivered_to_sandbox": 2`, `"delivered_real": 3`, `"deliveries_by_partner"`, `"sandbox": true`} {

@@ -48,7 +48,7 @@ func TestAuditReplays(t *testing.T) {
 	s := e.startSink(t, e.cfg)
 	a := e.auditor(t)
 	opts := AuditOptions{From: now.Add(-time.Hour), To: now.Add(time.Minute), PendingThreshold: 10 * time.Minute, Now: now}
-	var got *Report
+	var got *Audit
 	waitFor(t, 30*time.Second, "the audit to see every delivery", func() (bool, string) {
 		var err error
 		if got, err = a.Audit(context.Background(), opts); err != nil {

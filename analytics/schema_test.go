@@ -241,7 +241,7 @@ func TestAuditSameOnBothSchemas(t *testing.T) {
 		}
 		auditors[name] = a
 	}
-	reports := map[string]*Report{}
+	reports := map[string]*Audit{}
 	for _, name := range []string{"portable", "current"} {
 		a := auditors[name]
 		waitFor(t, 30*time.Second, "the "+name+" ledger's audit to match", func() (bool, string) {

@@ -64,7 +64,7 @@ func TestMigrateTwiceIsIdempotent(t *testing.T) {
 
 // fixture produces a small ledger with one play in each state and returns
 // the expected report.
-func fixture(t *testing.T, e *env, now time.Time) Report {
+func fixture(t *testing.T, e *env, now time.Time) Audit {
 	t.Helper()
 	at := func(d time.Duration) time.Time { return now.Add(d).Truncate(time.Millisecond) }
 	t0 := at(-5 * time.Minute)
@@ -130,7 +130,7 @@ func fixture(t *testing.T, e *env, now time.Time) Report {
 	rec(e.topics.Deliveries, "junk", []byte("not a delivery"), t0)
 	e.produce(t, recs...)
 
-	return Report{
+	return Audit{
 		// received: 9 records on the events topic + 2 refused at the gateway;
 		// not JSON: bad, arr, null; rejected: bad, e5 (published twice), g1,
 		// g2 (e7's offset_beyond_mix is not a rejection); without plays: e6, e7.
@@ -146,7 +146,7 @@ func fixture(t *testing.T, e *env, now time.Time) Report {
 }
 
 // numbers strips the window fields for comparison.
-func numbers(r *Report) Report {
+func numbers(r *Audit) Audit {
 	c := *r
 	c.From, c.To, c.GeneratedAt, c.PendingThreshold, c.LedgerAsOf = time.Time{}, time.Time{}, time.Time{}, "", time.Time{}
 	// The per-partner numbers are TestAuditPerPartnerTarget's (partners_test.go).
@@ -165,7 +165,7 @@ func TestSinkEndToEndAudit(t *testing.T) {
 	s := e.startSink(t, e.cfg)
 	a := e.auditor(t)
 	opts := AuditOptions{From: now.Add(-2 * time.Hour), To: now.Add(time.Minute), PendingThreshold: 10 * time.Minute, Now: now}
-	var got *Report
+	var got *Audit
 	waitFor(t, 30*time.Second, "the audit to match", func() (bool, string) {
 		var err error
 		got, err = a.Audit(context.Background(), opts)
@@ -178,7 +178,7 @@ func TestSinkEndToEndAudit(t *testing.T) {
 		t.Fatalf("Run: %v", err)
 	}
 	var table bytes.Buffer
-	if err := WriteReport(&table, got, FormatTable); err != nil {
+	if err := WriteAudit(&table, got, FormatTable); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("audit:\n%s", table.String())
@@ -189,7 +189,7 @@ func TestSinkEndToEndAudit(t *testing.T) {
 	}
 	for _, f := range []string{FormatCSV, FormatJSON} {
 		var b bytes.Buffer
-		if err := WriteReport(&b, got, f); err != nil || b.Len() == 0 {
+		if err := WriteAudit(&b, got, f); err != nil || b.Len() == 0 {
 			t.Errorf("%s output: %v", f, err)
 		}
 	}

@@ -44,7 +44,7 @@ func benchRecords(n int) ([]*kgo.Record, int) {
 func BenchmarkEnrich(b *testing.B) {
 	b.Run("tracing=off", benchEnrich)
 	b.Run("tracing=on", func(b *testing.B) {
-		shutdown, err := telemetry.Setup(context.Background(), telemetry.Options{SpanExporter: tracetest.NewNoopExporter()})
+		shutdown, err := telemetry.Setup(context.Background(), telemetry.Config{SpanExporter: tracetest.NewNoopExporter()})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -55,7 +55,7 @@ func BenchmarkEnrich(b *testing.B) {
 
 func benchEnrich(b *testing.B) {
 	recs, avg := benchRecords(1000)
-	cache, _ := NewMixCache(newFakeSource(fakeMixes()...), CacheOptions{})
+	cache, _ := NewMixCache(newFakeSource(fakeMixes()...), CacheConfig{})
 	p := newProcessor(cache, kafkax.TopicsFor(""), schemas.ValidateOptions{}, SplitOptions{}, 8)
 	ctx := context.Background()
 	if _, err := p.process(ctx, ctx, recs, time.Now().UnixMilli()); err != nil { // warm the cache
@@ -142,7 +142,7 @@ func BenchmarkEnrichKafka(b *testing.B) {
 			b.Fatal(err)
 		}
 		src := newFakeSource(fakeMixes()...)
-		e, err := New(Options{Kafka: k.Config, Source: src, TransactionalID: "bench", Logger: quietLogger()})
+		e, err := New(Config{Kafka: k.Config, Source: src, TransactionalID: "bench", Logger: quietLogger()})
 		if err != nil {
 			b.Fatal(err)
 		}

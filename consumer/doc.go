@@ -9,8 +9,8 @@
 //   - Exactly once: every produced record and the consumer group's offset
 //     commit go into one Kafka transaction (franz-go GroupTransactSession), so
 //     with read_committed downstream a crash or rebalance never loses or
-//     doubles a track play. A transaction holds up to Options.TxnRecords
-//     events or Options.TxnInterval of work.
+//     doubles a track play. A transaction holds up to Config.TxnRecords
+//     events or Config.TxnInterval of work.
 //   - Determinism: the same event always yields the same plays with the same
 //     report ids (schemas.ReportID(event_id, position)); isrc is copied byte
 //     for byte from the listing.
@@ -19,12 +19,12 @@
 //     rejects the event as unknown_mix; a 500, 503 or network error is
 //     retried with backoff while the partition waits, never turned into a
 //     rejection; a 400 or undecodable answer is retried until a bounded
-//     policy (CacheOptions.UnavailableAttempts) rejects the mix's events as
+//     policy (CacheConfig.UnavailableAttempts) rejects the mix's events as
 //     mix_unavailable.
-//   - Nothing stalls a partition for good: events over Options.MaxEventBytes
+//   - Nothing stalls a partition for good: events over Config.MaxEventBytes
 //     are rejected too_large; rejection records are bounded
 //     (schemas.MaxRejectionRaw); an event whose outputs Kafka refuses for
-//     themselves is retried on its own Options.MaxProduceAttempts times, then
+//     themselves is retried on its own Config.MaxProduceAttempts times, then
 //     rejected as produce_failed.
 //   - A segment past the mix end is a valid event with zero plays
 //     (Stats.WithoutPlays), not a rejection.

@@ -196,7 +196,7 @@ func TestStandbyListingFlaggedAndShortLived(t *testing.T) {
 	api := sandboxClient(t, sb)
 	sb.SetMode(sandbox.ModeStandby)
 	clock := &fakeClock{t: time.Unix(1_700_000_000, 0)}
-	c, err := NewMixCache(api, fastRetry(CacheOptions{StandbyTTL: 5 * time.Second, TTL: time.Hour, Now: clock.Now}))
+	c, err := NewMixCache(api, fastRetry(CacheConfig{StandbyTTL: 5 * time.Second, TTL: time.Hour, Now: clock.Now}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,8 +22,8 @@ const instrumentationName = "github.com/playpipe/playpipe/consumer"
 // DefaultGroup is the consumer group of the enrich role.
 const DefaultGroup = "playpipe-enrich"
 
-// Options configure an Enricher. Zero fields take the stated defaults.
-type Options struct {
+// Config configures an Enricher. Zero fields take the stated defaults.
+type Config struct {
 	// Kafka is the connection and topic names; Brokers must be set.
 	Kafka kafkax.Config
 	// Group is the consumer group; defaults to DefaultGroup.
@@ -36,9 +36,9 @@ type Options struct {
 	TransactionalID string
 	// Source serves mixes (a *partnerapi.Client); required unless Cache is set.
 	Source MixSource
-	// Cache, when set, is used instead of building one over Source with CacheOptions.
-	Cache        *MixCache
-	CacheOptions CacheOptions
+	// Cache, when set, is used instead of building one over Source with CacheConfig.
+	Cache       *MixCache
+	CacheConfig CacheConfig
 	// Events are the deployment's event policies (--allow-missing-user-id, --default-vendor).
 	Events schemas.ValidateOptions
 	// MaxEventBytes is the longest event accepted; a longer one is rejected
@@ -78,13 +78,13 @@ type Options struct {
 	Now func() time.Time
 }
 
-// DefaultMaxEventBytes is the default Options.MaxEventBytes: 64 KiB, two
+// DefaultMaxEventBytes is the default Config.MaxEventBytes: 64 KiB, two
 // orders of magnitude above a real event (~300 bytes), far below Kafka's
 // 1 MiB record limit even after the sixfold growth of JSON escaping.
 const DefaultMaxEventBytes = 64 << 10
 
 // Validate checks the options once; errors name the flag or field.
-func (o Options) Validate() error {
+func (o Config) Validate() error {
 	if err := o.Kafka.Validate(); err != nil {
 		return err
 	}
@@ -121,10 +121,10 @@ func (o Options) Validate() error {
 	if wait*2 > tt {
 		return fmt.Errorf("consumer: --max-txn-wait (%s) must be at most half of --txn-timeout (%s)", wait, tt)
 	}
-	return o.CacheOptions.Validate()
+	return o.CacheConfig.Validate()
 }
 
-func (o *Options) setDefaults() {
+func (o *Config) setDefaults() {
 	orDefault(&o.Group, DefaultGroup)
 	if o.TransactionalID == "" {
 		host, _ := os.Hostname()
@@ -147,8 +147,8 @@ func (o *Options) setDefaults() {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	if o.CacheOptions.Logger == nil {
-		o.CacheOptions.Logger = o.Logger
+	if o.CacheConfig.Logger == nil {
+		o.CacheConfig.Logger = o.Logger
 	}
 }
 
@@ -162,7 +162,7 @@ func orDefault[T comparable](v *T, def T) {
 
 // Enricher is the enrich role. Make one with New; call Run once.
 type Enricher struct {
-	opts   Options
+	opts   Config
 	topics kafkax.Topics
 	cache  *MixCache
 	proc   *processor
@@ -177,7 +177,7 @@ type Enricher struct {
 }
 
 // New validates opts and returns an Enricher.
-func New(opts Options) (*Enricher, error) {
+func New(opts Config) (*Enricher, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
@@ -185,7 +185,7 @@ func New(opts Options) (*Enricher, error) {
 	cache := opts.Cache
 	if cache == nil {
 		var err error
-		if cache, err = NewMixCache(opts.Source, opts.CacheOptions); err != nil {
+		if cache, err = NewMixCache(opts.Source, opts.CacheConfig); err != nil {
 			return nil, err
 		}
 	}

@@ -76,10 +76,10 @@ func runEnricher(t *testing.T, e *Enricher) (stop func() error) {
 	return stop
 }
 
-func newTestEnricher(t *testing.T, k *testenv.Kafka, src MixSource, mod func(*Options)) *Enricher {
+func newTestEnricher(t *testing.T, k *testenv.Kafka, src MixSource, mod func(*Config)) *Enricher {
 	t.Helper()
-	o := Options{Kafka: k.Config, Source: src, TransactionalID: "enrich-test-" + t.Name(), Logger: quietLogger(),
-		CacheOptions: fastRetry(CacheOptions{})}
+	o := Config{Kafka: k.Config, Source: src, TransactionalID: "enrich-test-" + t.Name(), Logger: quietLogger(),
+		CacheConfig: fastRetry(CacheConfig{})}
 	if mod != nil {
 		mod(&o)
 	}
@@ -138,14 +138,14 @@ func testKillAndRestart(t *testing.T, replacementID string, killedTxnTimeout tim
 
 	// A slow first instance with small transactions, killed mid-stream.
 	slow := newFakeSource(mixes...)
-	a := newTestEnricher(t, k, slow, func(o *Options) {
+	a := newTestEnricher(t, k, slow, func(o *Config) {
 		o.TransactionalID = "enrich-restart"
 		o.TransactionTimeout = killedTxnTimeout
 		o.MaxTxnWait = killedTxnTimeout / 2
 		o.TxnRecords = 100
 		o.TxnInterval = 20 * time.Millisecond
 		// Listings expire at once, so every event waits ~1ms for a fetch.
-		o.Cache, _ = NewMixCache(slowHits{slow}, CacheOptions{TTL: time.Nanosecond})
+		o.Cache, _ = NewMixCache(slowHits{slow}, CacheConfig{TTL: time.Nanosecond})
 	})
 	// Kill it once it has committed some and has records of an open
 	// transaction on the broker: no End, no clean leave.
@@ -183,7 +183,7 @@ func testKillAndRestart(t *testing.T, replacementID string, killedTxnTimeout tim
 	}
 
 	// The replacement: same group, same transactional id (a restarted pod).
-	b := newTestEnricher(t, k, newFakeSource(mixes...), func(o *Options) { o.TransactionalID = replacementID })
+	b := newTestEnricher(t, k, newFakeSource(mixes...), func(o *Config) { o.TransactionalID = replacementID })
 	stop := runEnricher(t, b)
 	waitGroupDone(t, k, DefaultGroup, 40*time.Second)
 	if replacementID != "enrich-restart" {
@@ -230,7 +230,7 @@ func TestEnricher503StormNothingRejected(t *testing.T) {
 	phase1 := genEvents(3, 1500, calm, 999_999)
 	phase2 := genEvents(4, 1500, refMixes(mixes), 999_999)
 
-	e := newTestEnricher(t, k, storm, func(o *Options) {
+	e := newTestEnricher(t, k, storm, func(o *Config) {
 		o.TxnRecords = 100_000
 		o.TxnInterval = 2 * time.Second
 		o.MaxTxnWait = 200 * time.Millisecond
@@ -296,15 +296,15 @@ func TestOptionsValidate(t *testing.T) {
 	k := testenv.StartKafka(t, 1)
 	for _, tc := range []struct {
 		name string
-		mod  func(*Options)
+		mod  func(*Config)
 	}{
-		{"no brokers", func(o *Options) { o.Kafka.Brokers = nil }},
-		{"no source", func(o *Options) { o.Source = nil }},
-		{"negative txn records", func(o *Options) { o.TxnRecords = -1 }},
-		{"wait over half the txn timeout", func(o *Options) { o.MaxTxnWait = 40 * time.Second; o.TransactionTimeout = 60 * time.Second }},
-		{"bad cache size", func(o *Options) { o.CacheOptions.Size = -5 }},
+		{"no brokers", func(o *Config) { o.Kafka.Brokers = nil }},
+		{"no source", func(o *Config) { o.Source = nil }},
+		{"negative txn records", func(o *Config) { o.TxnRecords = -1 }},
+		{"wait over half the txn timeout", func(o *Config) { o.MaxTxnWait = 40 * time.Second; o.TransactionTimeout = 60 * time.Second }},
+		{"bad cache size", func(o *Config) { o.CacheConfig.Size = -5 }},
 	} {
-		o := Options{Kafka: k.Config, Source: newFakeSource()}
+		o := Config{Kafka: k.Config, Source: newFakeSource()}
 		tc.mod(&o)
 		if _, err := New(o); err == nil {
 			t.Errorf("%s: accepted", tc.name)
@@ -381,8 +381,8 @@ func TestEnricherStopsOnEdgeBlock(t *testing.T) {
 	go func() { errc <- e.Run(context.Background()) }()
 	select {
 	case err := <-errc:
-		if !errors.Is(err, ErrMisconfigured) {
-			t.Fatalf("Run returned %v, want ErrMisconfigured", err)
+		if !errors.Is(err, ErrInvalidConfig) {
+			t.Fatalf("Run returned %v, want ErrInvalidConfig", err)
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("Run did not stop on an edge block")

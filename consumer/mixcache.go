@@ -30,18 +30,18 @@ var ErrUnknownMix = errors.New("consumer: mix unknown to the partner API")
 
 // ErrMixUnavailable is wrapped by the error MixCache returns for a mix the
 // partner API kept answering 400 or an undecodable body for (see
-// CacheOptions.UnavailableAttempts): events of it are rejected as
+// CacheConfig.UnavailableAttempts): events of it are rejected as
 // mix_unavailable, raw bytes kept, so they can be re-driven once the API
 // serves the mix.
 var ErrMixUnavailable = errors.New("consumer: mix unavailable from the partner API")
 
-// ErrMisconfigured wraps a partner API failure that no retry fixes (the edge
+// ErrInvalidConfig wraps a partner API failure that no retry fixes (the edge
 // blocked our User-Agent, or the session endpoint refused our credentials):
 // the enricher stops and says so.
-var ErrMisconfigured = errors.New("consumer: partner API refuses this client (configuration error)")
+var ErrInvalidConfig = errors.New("consumer: partner API refuses this client (configuration error)")
 
-// CacheOptions configure a MixCache. Zero fields take the stated defaults.
-type CacheOptions struct {
+// CacheConfig configures a MixCache. Zero fields take the stated defaults.
+type CacheConfig struct {
 	// Size is the most listings kept (least recently used evicted first);
 	// defaults to 10000.
 	Size int
@@ -72,7 +72,7 @@ type CacheOptions struct {
 	Now func() time.Time
 }
 
-func (o *CacheOptions) setDefaults() {
+func (o *CacheConfig) setDefaults() {
 	o.Size = cmp.Or(o.Size, 10000)
 	o.TTL = cmp.Or(o.TTL, 10*time.Minute)
 	o.StandbyTTL = cmp.Or(o.StandbyTTL, 30*time.Second)
@@ -88,7 +88,7 @@ func (o *CacheOptions) setDefaults() {
 }
 
 // Validate checks the options once; errors name the flag.
-func (o CacheOptions) Validate() error {
+func (o CacheConfig) Validate() error {
 	switch {
 	case o.Size < 0:
 		return fmt.Errorf("consumer: --mix-cache-size must be ≥ 1, got %d", o.Size)
@@ -122,7 +122,7 @@ type CacheStats struct {
 // MixCache holds prepared listings by mix id. Safe for concurrent use.
 type MixCache struct {
 	src  MixSource
-	opts CacheOptions
+	opts CacheConfig
 
 	mu       sync.Mutex
 	entries  map[int64]*list.Element // of *cacheEntry
@@ -162,7 +162,7 @@ type flight struct {
 }
 
 // NewMixCache returns a cache over src.
-func NewMixCache(src MixSource, opts CacheOptions) (*MixCache, error) {
+func NewMixCache(src MixSource, opts CacheConfig) (*MixCache, error) {
 	if src == nil {
 		return nil, errors.New("consumer: a MixSource is required")
 	}
@@ -213,9 +213,9 @@ func (c *MixCache) Lookup(id int64) (*Listing, error) {
 // of one mix share one fetch. A transient failure (500, 503, 401, timeout,
 // network) is retried with backoff until ctx ends; an expired listing is
 // served meanwhile when one is held. A 400 or undecodable answer is retried
-// the same way until CacheOptions.UnavailableAttempts declares the mix
+// the same way until CacheConfig.UnavailableAttempts declares the mix
 // unavailable. It returns ErrUnknownMix on 404, an error wrapping
-// ErrMixUnavailable, an error wrapping ErrMisconfigured when the API
+// ErrMixUnavailable, an error wrapping ErrInvalidConfig when the API
 // refuses this client for good, or ctx's error.
 func (c *MixCache) Get(ctx context.Context, id int64) (*Listing, error) {
 	if l, err := c.Lookup(id); l != nil || err != nil {
@@ -278,13 +278,13 @@ func (c *MixCache) fetch(ctx context.Context, id int64) (*Listing, error) {
 			return nil, ErrUnknownMix
 		case partnerapi.KindEdgeBlocked:
 			// 403 edge 1010: our User-Agent is blocked; no retry fixes it.
-			return nil, fmt.Errorf("%w: the partner API's edge blocked our User-Agent (HTTP 403, edge error 1010): %w", ErrMisconfigured, err)
+			return nil, fmt.Errorf("%w: the partner API's edge blocked our User-Agent (HTTP 403, edge error 1010): %w", ErrInvalidConfig, err)
 		}
 		if refusedCredentials(err) {
 			// 400 or 401 from the session endpoint: our client id or
 			// signature is refused. No retry fixes it (the reporter stops
 			// the same way).
-			return nil, fmt.Errorf("%w: the partner API refused our credentials (check the client id and signature): %w", ErrMisconfigured, err)
+			return nil, fmt.Errorf("%w: the partner API refused our credentials (check the client id and signature): %w", ErrInvalidConfig, err)
 		}
 		// Everything else is retried: 500, 503, timeout, connection error
 		// (KindTransient) and 401 (the client has dropped its token and

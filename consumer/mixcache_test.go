@@ -104,7 +104,7 @@ func (c *fakeClock) Advance(d time.Duration) {
 	c.mu.Unlock()
 }
 
-func fastRetry(o CacheOptions) CacheOptions {
+func fastRetry(o CacheConfig) CacheConfig {
 	o.RetryMin, o.RetryMax = time.Millisecond, 5*time.Millisecond
 	o.Logger = quietLogger()
 	return o
@@ -113,7 +113,7 @@ func fastRetry(o CacheOptions) CacheOptions {
 func TestMixCacheSingleFlight(t *testing.T) {
 	src := newFakeSource(testMix())
 	src.gate = make(chan struct{})
-	c, err := NewMixCache(src, CacheOptions{})
+	c, err := NewMixCache(src, CacheConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +161,7 @@ func TestMixCacheSingleFlight(t *testing.T) {
 func TestMixCacheTTLAndStandby(t *testing.T) {
 	clock := &fakeClock{t: time.Unix(1_700_000_000, 0)}
 	src := newFakeSource(testMix())
-	c, _ := NewMixCache(src, CacheOptions{TTL: time.Minute, StandbyTTL: 5 * time.Second, Now: clock.Now})
+	c, _ := NewMixCache(src, CacheConfig{TTL: time.Minute, StandbyTTL: 5 * time.Second, Now: clock.Now})
 	ctx := context.Background()
 	mustGet := func() *Listing {
 		t.Helper()
@@ -206,7 +206,7 @@ func TestMixCacheTTLAndStandby(t *testing.T) {
 func TestMixCacheNotFound(t *testing.T) {
 	clock := &fakeClock{t: time.Unix(1_700_000_000, 0)}
 	src := newFakeSource()
-	c, _ := NewMixCache(src, CacheOptions{NotFoundTTL: 10 * time.Second, Now: clock.Now})
+	c, _ := NewMixCache(src, CacheConfig{NotFoundTTL: 10 * time.Second, Now: clock.Now})
 	for i := 0; i < 5; i++ {
 		if _, err := c.Get(context.Background(), 7); !errors.Is(err, ErrUnknownMix) {
 			t.Fatalf("want ErrUnknownMix, got %v", err)
@@ -228,7 +228,7 @@ func TestMixCacheNotFound(t *testing.T) {
 func TestMixCacheTransientRetriedNeverRejected(t *testing.T) {
 	src := newFakeSource(testMix())
 	src.failNext = 5
-	c, _ := NewMixCache(src, fastRetry(CacheOptions{}))
+	c, _ := NewMixCache(src, fastRetry(CacheConfig{}))
 	l, err := c.Get(context.Background(), 42)
 	if err != nil || l == nil {
 		t.Fatalf("after 5 transient failures: %v", err)
@@ -244,7 +244,7 @@ func TestMixCacheTransientRetriedNeverRejected(t *testing.T) {
 	} {
 		src2 := newFakeSource(testMix())
 		src2.failNext, src2.failErr = 2, e
-		c2, _ := NewMixCache(src2, fastRetry(CacheOptions{}))
+		c2, _ := NewMixCache(src2, fastRetry(CacheConfig{}))
 		if _, err := c2.Get(context.Background(), 42); err != nil {
 			t.Fatalf("%v: %v", e, err)
 		}
@@ -259,8 +259,8 @@ func TestMixCacheTransientRetriedNeverRejected(t *testing.T) {
 	// Edge-blocked is a configuration error.
 	src3 := newFakeSource(testMix())
 	src3.failNext, src3.failErr = 1, &partnerapi.Error{Kind: partnerapi.KindEdgeBlocked, Status: 403}
-	c3, _ := NewMixCache(src3, fastRetry(CacheOptions{}))
-	if _, err := c3.Get(context.Background(), 42); !errors.Is(err, ErrMisconfigured) || !errors.Is(err, partnerapi.ErrEdgeBlocked) {
+	c3, _ := NewMixCache(src3, fastRetry(CacheConfig{}))
+	if _, err := c3.Get(context.Background(), 42); !errors.Is(err, ErrInvalidConfig) || !errors.Is(err, partnerapi.ErrEdgeBlocked) {
 		t.Fatalf("edge blocked: %v", err)
 	}
 }
@@ -268,7 +268,7 @@ func TestMixCacheTransientRetriedNeverRejected(t *testing.T) {
 func TestMixCacheServesStaleOnTransientRefreshFailure(t *testing.T) {
 	clock := &fakeClock{t: time.Unix(1_700_000_000, 0)}
 	src := newFakeSource(testMix())
-	c, _ := NewMixCache(src, fastRetry(CacheOptions{TTL: time.Minute, Now: clock.Now}))
+	c, _ := NewMixCache(src, fastRetry(CacheConfig{TTL: time.Minute, Now: clock.Now}))
 	first, _ := c.Get(context.Background(), 42)
 	clock.Advance(2 * time.Minute)
 	src.byID[42] = true
@@ -286,7 +286,7 @@ func TestMixCacheBounded(t *testing.T) {
 	for id := int64(1); id <= 10; id++ {
 		src.mixes[id] = partnerapi.Mix{ID: id, Length: "00:01:00"}
 	}
-	c, _ := NewMixCache(src, CacheOptions{Size: 3})
+	c, _ := NewMixCache(src, CacheConfig{Size: 3})
 	ctx := context.Background()
 	for id := int64(1); id <= 10; id++ {
 		if _, err := c.Get(ctx, id); err != nil {
@@ -309,13 +309,13 @@ func TestMixCacheBounded(t *testing.T) {
 }
 
 func TestCacheOptionsValidate(t *testing.T) {
-	if _, err := NewMixCache(newFakeSource(), CacheOptions{Size: -1}); err == nil {
+	if _, err := NewMixCache(newFakeSource(), CacheConfig{Size: -1}); err == nil {
 		t.Fatal("negative size accepted")
 	}
-	if _, err := NewMixCache(newFakeSource(), CacheOptions{RetryMin: time.Second, RetryMax: time.Millisecond}); err == nil {
+	if _, err := NewMixCache(newFakeSource(), CacheConfig{RetryMin: time.Second, RetryMax: time.Millisecond}); err == nil {
 		t.Fatal("min > max accepted")
 	}
-	if _, err := NewMixCache(nil, CacheOptions{}); err == nil {
+	if _, err := NewMixCache(nil, CacheConfig{}); err == nil {
 		t.Fatal("nil source accepted")
 	}
 }
@@ -339,7 +339,7 @@ func TestMixUnavailablePolicy(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			src := newFakeSource()
 			src.byID[7], src.failErr = true, tc.err
-			c, err := NewMixCache(src, CacheOptions{UnavailableAttempts: 4, UnavailableAfter: time.Second,
+			c, err := NewMixCache(src, CacheConfig{UnavailableAttempts: 4, UnavailableAfter: time.Second,
 				RetryMin: time.Millisecond, RetryMax: 2 * time.Millisecond, Now: clock, Logger: quietLogger()})
 			if err != nil {
 				t.Fatal(err)
@@ -369,7 +369,7 @@ func TestMixUnavailablePolicy(t *testing.T) {
 	t.Run("503 never", func(t *testing.T) {
 		src := newFakeSource()
 		src.byID[8] = true // 503 for ever
-		c, err := NewMixCache(src, CacheOptions{UnavailableAttempts: 1, UnavailableAfter: 0,
+		c, err := NewMixCache(src, CacheConfig{UnavailableAttempts: 1, UnavailableAfter: 0,
 			RetryMin: time.Millisecond, RetryMax: 2 * time.Millisecond, Now: clock, Logger: quietLogger()})
 		if err != nil {
 			t.Fatal(err)
@@ -383,12 +383,12 @@ func TestMixUnavailablePolicy(t *testing.T) {
 	t.Run("refused credentials", func(t *testing.T) {
 		src := newFakeSource()
 		src.byID[9], src.failErr = true, &partnerapi.Error{Kind: partnerapi.KindUnauthorized, Op: "POST /partners/session", Status: 401, Reason: "invalid client_signature"}
-		c, err := NewMixCache(src, CacheOptions{Logger: quietLogger()})
+		c, err := NewMixCache(src, CacheConfig{Logger: quietLogger()})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := c.Get(context.Background(), 9); !errors.Is(err, ErrMisconfigured) {
-			t.Fatalf("Get: %v, want ErrMisconfigured", err)
+		if _, err := c.Get(context.Background(), 9); !errors.Is(err, ErrInvalidConfig) {
+			t.Fatalf("Get: %v, want ErrInvalidConfig", err)
 		}
 	})
 }

@@ -147,7 +147,7 @@ func TestRefusedRecordIsRejected(t *testing.T) {
 		genEvent{key: []byte("fat-os"), value: fb, eventID: "fat-os", wantReason: schemas.ReasonProduceFailed}), evs[half:]...)
 	publish(t, k, topics.Events, all)
 
-	e := newTestEnricher(t, k, sandboxClient(t, sb), func(o *Options) { o.MaxProduceAttempts = 2 })
+	e := newTestEnricher(t, k, sandboxClient(t, sb), func(o *Config) { o.MaxProduceAttempts = 2 })
 	stop := runEnricher(t, e)
 	waitFor(t, 60*time.Second, "all events committed", func() bool { return e.Stats().Events >= int64(len(all)) })
 	if err := stop(); err != nil {
@@ -212,8 +212,8 @@ func TestStrictKeysAndBadMixEndToEnd(t *testing.T) {
 	all := append(evs, ordinary...)
 	publish(t, k, topics.Events, all)
 
-	e := newTestEnricher(t, k, sandboxClient(t, &sbFront), func(o *Options) {
-		o.CacheOptions.UnavailableAttempts, o.CacheOptions.UnavailableAfter = 3, 200*time.Millisecond
+	e := newTestEnricher(t, k, sandboxClient(t, &sbFront), func(o *Config) {
+		o.CacheConfig.UnavailableAttempts, o.CacheConfig.UnavailableAfter = 3, 200*time.Millisecond
 	})
 	stop := runEnricher(t, e)
 	waitFor(t, 60*time.Second, "all events committed", func() bool { return e.Stats().Events >= int64(len(all)) })

@@ -25,7 +25,7 @@ func (p *processor) resolve(waitCtx context.Context, ids []int64) error {
 			if _, err := p.cache.Get(waitCtx, id); err != nil && !rejectsEvents(err) {
 				mu.Lock()
 				failed = append(failed, id)
-				if first == nil || errors.Is(err, ErrMisconfigured) {
+				if first == nil || errors.Is(err, ErrInvalidConfig) {
 					first = err
 				}
 				mu.Unlock()
@@ -40,7 +40,7 @@ func (p *processor) resolve(waitCtx context.Context, ids []int64) error {
 }
 
 func (p *processor) waitErr(waitCtx context.Context, err error, ids []int64) error {
-	if errors.Is(err, ErrMisconfigured) {
+	if errors.Is(err, ErrInvalidConfig) {
 		return err
 	}
 	if waitCtx.Err() != nil {

@@ -15,7 +15,7 @@ import (
 // It is used by one goroutine (Run's).
 type txn struct {
 	e    *Enricher
-	o    Options
+	o    Config
 	p    *processor
 	sess *kgo.GroupTransactSession
 

@@ -61,7 +61,7 @@ func TestScaleOutWithFaults(t *testing.T) {
 	bin := buildBinary(t, dir)
 
 	k := testenv.StartKafka(t, scalePartitions)
-	sb := testenv.StartSandbox(t, func(o *sandbox.Options) {
+	sb := testenv.StartSandbox(t, func(o *sandbox.Config) {
 		o.Seed, o.Pages, o.ListsPerPage, o.MixesPerList = 7, 2, 2, 5
 	})
 	sb.SetFaults(sandbox.Faults{Report: sandbox.GroupFaults{Latency: scaleReportLatency}})
@@ -248,7 +248,7 @@ func TestScaleOutWithFaults(t *testing.T) {
 
 	// Wait (bounded) until the sinks have the ledger complete.
 	auditArgs := append(append([]string{"audit"}, chArgs...), "--from", "-1h", "--to", "+1h", "--format", "json")
-	var rep analytics.Report
+	var rep analytics.Audit
 	waitFor("the audit to see every delivery", 90*time.Second, func() bool {
 		rep = runAudit(t, bin, auditArgs)
 		return rep.Delivered >= uint64(wantReports) && rep.Pending == 0 && rep.EventsReceived >= uint64(len(msgs))
@@ -346,7 +346,7 @@ func since(t0 time.Time) string { return time.Since(t0).Round(10 * time.Millisec
 
 // runAudit runs `playpipe audit` as a process and decodes its JSON report;
 // exit status 3 (problems found) still yields the report.
-func runAudit(t *testing.T, bin string, args []string) analytics.Report {
+func runAudit(t *testing.T, bin string, args []string) analytics.Audit {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -357,7 +357,7 @@ func runAudit(t *testing.T, bin string, args []string) analytics.Report {
 	if err != nil && cmd.ProcessState != nil && cmd.ProcessState.ExitCode() != 3 {
 		t.Fatalf("playpipe audit: %v\n%s", err, stderr.String())
 	}
-	var rep analytics.Report
+	var rep analytics.Audit
 	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
 		t.Fatalf("playpipe audit --format json: %v\n%s\n%s", err, stdout.String(), stderr.String())
 	}

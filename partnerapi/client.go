@@ -109,7 +109,7 @@ func New(cfg Config) (*Client, error) {
 		c.hc = &http.Client{Transport: c.transport}
 		req, err := http.NewRequest(http.MethodPost, c.reportURL, nil)
 		if err != nil {
-			return nil, fmt.Errorf("partnerapi: invalid config: Config.BaseURL (--api-url): %w", err)
+			return nil, fmt.Errorf("%w: Config.BaseURL (--api-url): %w", ErrInvalidConfig, err)
 		}
 		req.Header = nil
 		c.reportReq = req

@@ -2,13 +2,10 @@ package partnerapi
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"net/url"
-	"os"
-	"strconv"
 	"strings"
 	"time"
 
@@ -20,7 +17,9 @@ import (
 	"github.com/playpipe/playpipe/internal/version"
 )
 
-// Environment variables read by Config.RegisterFlags (as flag defaults).
+// Environment variables of the Config fields: the defaults of the --api-*
+// flags, bound by cmd/playpipe (this package reads no environment). They are
+// named here because the validation errors name them.
 const (
 	EnvURL             = "PLAYPIPE_API_URL"
 	EnvClientID        = "PLAYPIPE_API_CLIENT_ID"
@@ -43,6 +42,16 @@ const (
 	DefaultStandbyTokenTTL = 15 * time.Minute
 	DefaultRenewBefore     = 5 * time.Minute
 )
+
+// ErrInvalidConfig is wrapped by every error New returns: a Config (or its
+// credentials file) that does not validate.
+var ErrInvalidConfig = errors.New("partnerapi: invalid config")
+
+// configError marks an error as wrapping ErrInvalidConfig, its message as is.
+type configError struct{ error }
+
+func (e configError) Is(target error) bool { return target == ErrInvalidConfig }
+func (e configError) Unwrap() error        { return e.error }
 
 // Config configures a Client. Zero fields take the default stated in their
 // comment; New validates the result once and names the offending field.
@@ -115,80 +124,15 @@ type Config struct {
 	TracerProvider trace.TracerProvider
 	MeterProvider  metric.MeterProvider
 	Propagator     propagation.TextMapPropagator
-
-	envErr error // set by RegisterFlags when an environment value does not parse
-}
-
-// RegisterFlags registers the --api-* flags on fs, with the environment
-// variables as defaults. PLAYPIPE_API_CLIENT_SIGNATURE has no flag (a secret
-// on a command line leaks through ps and shell history): it is read from the
-// environment here, or from the credentials file by New.
-//
-// Precedence: flag, then environment, then credentials file, then default.
-func (c *Config) RegisterFlags(fs *flag.FlagSet) {
-	env := func(k, def string) string {
-		if v, ok := os.LookupEnv(k); ok && v != "" {
-			return v
-		}
-		return def
-	}
-	fs.StringVar(&c.BaseURL, "api-url", env(EnvURL, c.BaseURL),
-		"partner API base URL, e.g. https://api.example.com (env "+EnvURL+")")
-	fs.StringVar(&c.Credentials.ClientID, "api-client-id", env(EnvClientID, c.Credentials.ClientID),
-		"partner client_id (env "+EnvClientID+"); the client_signature comes from env "+EnvClientSignature+" or --api-credentials-file, never a flag")
-	fs.StringVar(&c.CredentialsFile, "api-credentials-file", env(EnvCredentialsFile, c.CredentialsFile),
-		"file with client_id, client_signature and email, as JSON or KEY=VALUE lines (env "+EnvCredentialsFile+")")
-	fs.StringVar(&c.Credentials.Email, "api-email", env(EnvEmail, c.Credentials.Email),
-		"partner account e-mail; enables /partners/session/with-user for the restricted catalog (env "+EnvEmail+")")
-	ua := c.UserAgent
-	if ua == "" {
-		ua = version.UserAgent()
-	}
-	fs.StringVar(&c.UserAgent, "api-user-agent", env(EnvUserAgent, ua),
-		"User-Agent sent to the partner API; library defaults are blocked by its edge (env "+EnvUserAgent+")")
-	maxConns := c.MaxConns
-	if maxConns == 0 {
-		maxConns = DefaultMaxConns
-	}
-	if v := env(EnvMaxConns, ""); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			c.envErr = errors.Join(c.envErr, fmt.Errorf("partnerapi: env %s=%q: want an integer", EnvMaxConns, v))
-		} else {
-			maxConns = n
-		}
-	}
-	fs.IntVar(&c.MaxConns, "api-max-conns", maxConns,
-		"maximum connections (and idle keep-alive connections) to the partner API (env "+EnvMaxConns+")")
-	timeout := c.RequestTimeout
-	if timeout == 0 {
-		timeout = DefaultRequestTimeout
-	}
-	if v := env(EnvTimeout, ""); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			c.envErr = errors.Join(c.envErr, fmt.Errorf("partnerapi: env %s=%q: want a duration such as 10s", EnvTimeout, v))
-		} else {
-			timeout = d
-		}
-	}
-	fs.DurationVar(&c.RequestTimeout, "api-timeout", timeout,
-		"timeout of one attempt of one partner API request (env "+EnvTimeout+")")
-	if c.Credentials.ClientSignature == "" {
-		c.Credentials.ClientSignature = os.Getenv(EnvClientSignature)
-	}
 }
 
 // withDefaults returns the config with the credentials file read and every
 // zero field set to its default, then validated.
 func (c Config) withDefaults() (Config, error) {
-	if c.envErr != nil {
-		return c, c.envErr
-	}
 	if c.CredentialsFile != "" {
 		f, err := LoadCredentialsFile(c.CredentialsFile)
 		if err != nil {
-			return c, fmt.Errorf("Config.CredentialsFile (--api-credentials-file): %w", err)
+			return c, configError{fmt.Errorf("Config.CredentialsFile (--api-credentials-file): %w", err)}
 		}
 		if c.Credentials.ClientID == "" {
 			c.Credentials.ClientID = f.ClientID
@@ -247,7 +191,7 @@ func (c Config) withDefaults() (Config, error) {
 
 func (c Config) validate() error {
 	bad := func(field, format string, args ...any) error {
-		return fmt.Errorf("partnerapi: invalid config: %s: %s", field, fmt.Sprintf(format, args...))
+		return fmt.Errorf("%w: %s: %s", ErrInvalidConfig, field, fmt.Sprintf(format, args...))
 	}
 	u, err := url.Parse(c.BaseURL)
 	switch {

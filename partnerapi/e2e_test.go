@@ -58,7 +58,7 @@ type env struct {
 	rec *recorder
 }
 
-func start(t testing.TB, mod func(*partnerapi.Config), opts ...func(*sandbox.Options)) *env {
+func start(t testing.TB, mod func(*partnerapi.Config), opts ...func(*sandbox.Config)) *env {
 	t.Helper()
 	sb := testenv.StartSandbox(t, opts...)
 	tr := http.DefaultTransport.(*http.Transport).Clone()
@@ -318,7 +318,7 @@ func TestE2EMissingIDReasons(t *testing.T) {
 }
 
 func TestE2EEmptyCatalog(t *testing.T) {
-	e := start(t, nil, func(o *sandbox.Options) { o.EmptyCatalog = true })
+	e := start(t, nil, func(o *sandbox.Config) { o.EmptyCatalog = true })
 	_, _, err := e.c.Catalog(context.Background())
 	wantErr(t, err, partnerapi.KindRejected, 400, "no catalogs available")
 }
@@ -531,7 +531,7 @@ func TestE2EStandbySwitch(t *testing.T) {
 }
 
 func TestE2EStandbyTokenDiesForReports(t *testing.T) {
-	e := start(t, nil, func(o *sandbox.Options) { o.Mode = sandbox.ModeStandby })
+	e := start(t, nil, func(o *sandbox.Config) { o.Mode = sandbox.ModeStandby })
 	ctx := context.Background()
 	mix := &e.sb.Catalog().Mixes[0]
 	if _, err := e.c.ReportPlay(ctx, goodReport(mix, 0)); err != nil {
@@ -551,7 +551,7 @@ func TestE2EStandbyTokenDiesForReports(t *testing.T) {
 }
 
 func TestE2ELiveBypass(t *testing.T) {
-	e := start(t, nil, func(o *sandbox.Options) { o.Mode = sandbox.ModeLiveBypass })
+	e := start(t, nil, func(o *sandbox.Config) { o.Mode = sandbox.ModeLiveBypass })
 	ctx := context.Background()
 	_, meta, err := e.c.Catalog(ctx)
 	if err != nil || meta.ServedBy != partnerapi.ServedLiveBypass {
@@ -585,7 +585,7 @@ func TestE2ESingleFlightFirstSession(t *testing.T) {
 
 func TestE2ETokenExpiryRenewal(t *testing.T) {
 	// The sandbox mints 3 s tokens; the client reads exp and renews ahead.
-	e := start(t, nil, func(o *sandbox.Options) { o.LiveTokenTTL = 3 * time.Second })
+	e := start(t, nil, func(o *sandbox.Config) { o.LiveTokenTTL = 3 * time.Second })
 	ctx := context.Background()
 	deadline := time.Now().Add(4500 * time.Millisecond)
 	for time.Now().Before(deadline) {
@@ -670,7 +670,7 @@ func TestE2ESessionWithUserErrors(t *testing.T) {
 }
 
 func TestE2EStandbyUpstreamError(t *testing.T) {
-	e := start(t, nil, func(o *sandbox.Options) { o.Mode = sandbox.ModeStandby })
+	e := start(t, nil, func(o *sandbox.Config) { o.Mode = sandbox.ModeStandby })
 	ctx := context.Background()
 	mix := &e.sb.Catalog().Mixes[0]
 	if _, err := e.c.Session(ctx); err != nil {

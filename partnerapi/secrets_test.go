@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"flag"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -159,27 +159,19 @@ func TestConfigValidationNamesField(t *testing.T) {
 	}
 }
 
-func TestRegisterFlagsEnvAndFile(t *testing.T) {
+// TestCredentialsFilePrecedence: fields set in the Config (from flags or
+// the environment, bound by cmd/playpipe) win over the credentials file,
+// which fills the rest. The flag and environment side is tested in
+// cmd/playpipe (TestPartnerFlagsEnvAndFile).
+func TestCredentialsFilePrecedence(t *testing.T) {
 	dir := t.TempDir()
 	jsonFile := filepath.Join(dir, "creds.json")
 	os.WriteFile(jsonFile, []byte(`{"client_id":"fromfile01","client_signature":"`+testSig+`","email":"f@example.com"}`), 0o600)
 	envFile := filepath.Join(dir, "creds.env")
 	os.WriteFile(envFile, []byte("# comment\nPLAYPIPE_API_CLIENT_ID=envfile001\nclient_signature='"+testSig+"'\n"), 0o600)
 
-	t.Setenv(EnvURL, "http://127.0.0.1:9")
-	t.Setenv(EnvClientID, "fromenv001")
-	t.Setenv(EnvClientSignature, "")
-	t.Setenv(EnvMaxConns, "8")
-	var cfg Config
-	fs := flag.NewFlagSet("t", flag.ContinueOnError)
-	cfg.RegisterFlags(fs)
-	if fs.Lookup("api-client-signature") != nil {
-		t.Fatal("the signature has a flag")
-	}
-	if err := fs.Parse([]string{"--api-credentials-file", jsonFile, "--api-timeout", "3s"}); err != nil {
-		t.Fatal(err)
-	}
-	c, err := New(cfg)
+	c, err := New(Config{BaseURL: "http://127.0.0.1:9", Credentials: Credentials{ClientID: "fromenv001"}, CredentialsFile: jsonFile,
+		MaxConns: 8, RequestTimeout: 3 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -187,19 +179,11 @@ func TestRegisterFlagsEnvAndFile(t *testing.T) {
 	got := c.cfg
 	if got.BaseURL != "http://127.0.0.1:9" || got.Credentials.ClientID != "fromenv001" || got.Credentials.ClientSignature != testSig ||
 		got.Credentials.Email != "f@example.com" || got.MaxConns != 8 || got.RequestTimeout.String() != "3s" {
-		t.Fatalf("precedence flag > env > file broken: %+v", got)
+		t.Fatalf("precedence config > file broken: %+v", got)
 	}
 
-	// KEY=VALUE file; env signature wins over the file.
-	t.Setenv(EnvClientID, "")
-	t.Setenv(EnvClientSignature, "Z"+testSig[1:])
-	cfg = Config{}
-	fs = flag.NewFlagSet("t", flag.ContinueOnError)
-	cfg.RegisterFlags(fs)
-	if err := fs.Parse([]string{"--api-credentials-file", envFile}); err != nil {
-		t.Fatal(err)
-	}
-	c2, err := New(cfg)
+	// KEY=VALUE file; a signature in the config wins over the file.
+	c2, err := New(Config{BaseURL: "http://127.0.0.1:9", Credentials: Credentials{ClientSignature: "Z" + testSig[1:]}, CredentialsFile: envFile})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,12 +192,12 @@ func TestRegisterFlagsEnvAndFile(t *testing.T) {
 		t.Fatalf("%+v", c2.cfg)
 	}
 
-	// Bad environment values are reported by New, naming the variable.
-	t.Setenv(EnvMaxConns, "many")
-	cfg = Config{}
-	cfg.RegisterFlags(flag.NewFlagSet("t", flag.ContinueOnError))
-	if _, err := New(cfg); err == nil || !strings.Contains(err.Error(), EnvMaxConns) {
-		t.Fatalf("err = %v", err)
+	// Every error of New wraps ErrInvalidConfig, a missing file's included.
+	if _, err := New(Config{BaseURL: "http://127.0.0.1:9", CredentialsFile: filepath.Join(dir, "none")}); !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("missing credentials file: err = %v, want ErrInvalidConfig", err)
+	}
+	if _, err := New(Config{}); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), EnvURL) {
+		t.Fatalf("empty config: err = %v, want ErrInvalidConfig naming %s", err, EnvURL)
 	}
 }
 

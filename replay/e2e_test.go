@@ -15,10 +15,10 @@ import (
 
 	"github.com/playpipe/playpipe/analytics"
 	"github.com/playpipe/playpipe/consumer"
+	"github.com/playpipe/playpipe/internal/harness"
 	"github.com/playpipe/playpipe/internal/testenv"
 	"github.com/playpipe/playpipe/partnerapi"
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
-	"github.com/playpipe/playpipe/pipeline"
 	"github.com/playpipe/playpipe/producer/simulator"
 	"github.com/playpipe/playpipe/replay"
 	"github.com/playpipe/playpipe/reporter"
@@ -45,7 +45,7 @@ func TestReplayAfterPartnerDataLoss(t *testing.T) {
 	defer cancel()
 	log := testenv.Logger(t)
 
-	srv, err := sandbox.New(sandbox.Options{Seed: 11, Pages: 2, ListsPerPage: 2, MixesPerList: 5})
+	srv, err := sandbox.New(sandbox.Config{Seed: 11, Pages: 2, ListsPerPage: 2, MixesPerList: 5})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,12 +67,12 @@ func TestReplayAfterPartnerDataLoss(t *testing.T) {
 	url := testenv.ServeHandler(t, proxy)
 
 	chCfg := analytics.Config{Addr: ch.Addr, Database: ch.Database, User: ch.User, Password: ch.Password}
-	p, err := pipeline.Start(ctx, pipeline.Options{
+	p, err := harness.Start(ctx, harness.Config{
 		Kafka: k.Config,
 		API: partnerapi.Config{BaseURL: url, Credentials: partnerapi.Credentials{ClientID: sandbox.DefaultClientID,
 			ClientSignature: sandbox.DefaultClientSignature, Email: sandbox.DefaultEmail}},
 		ClickHouse: chCfg,
-		Consumer:   consumer.Options{TransactionalID: "replay-e2e-enrich"},
+		Consumer:   consumer.Config{TransactionalID: "replay-e2e-enrich"},
 		Reporter:   reporter.Config{Concurrency: 8, BackoffMax: 300 * time.Millisecond},
 		Sink:       analytics.SinkConfig{BatchRows: 500, Linger: 100 * time.Millisecond},
 		Logger:     log,
@@ -98,7 +98,7 @@ func TestReplayAfterPartnerDataLoss(t *testing.T) {
 		now := time.Now()
 		return analytics.AuditOptions{From: now.Add(-time.Hour), To: now.Add(time.Minute), Now: now}
 	}
-	audit := func() *analytics.Report {
+	audit := func() *analytics.Audit {
 		r, err := aud.Audit(ctx, opts())
 		if err != nil {
 			t.Fatal(err)
@@ -106,7 +106,7 @@ func TestReplayAfterPartnerDataLoss(t *testing.T) {
 		return r
 	}
 	// The live run settles: every reportable play final, twice in a row.
-	var live *analytics.Report
+	var live *analytics.Audit
 	prev := uint64(0)
 	waitFor(t, ctx, 90*time.Second, "the live run to settle", func() (bool, string) {
 		r := audit()

@@ -111,7 +111,7 @@ func BenchmarkReporter(b *testing.B) {
 		rounds = 5
 	)
 	n := max(b.N, 10000)
-	e := newE2E(b, 3, func(o *sandbox.Options) { o.MaxLedgerEntries = 1 })
+	e := newE2E(b, 3, func(o *sandbox.Config) { o.MaxLedgerEntries = 1 })
 	bodies := make([][]byte, n)
 	recs := make([]*kgo.Record, n)
 	for i := range n {

@@ -30,7 +30,7 @@
 //     held between the commit points and the newest fetched record, fetches
 //     are capped at 2 MiB, and the duplicate window holds RecentWindow ids.
 //   - A 403 (edge 1010) or a refused credential stops the reporter with an
-//     error wrapping ErrConfiguration and commits nothing more.
+//     error wrapping ErrInvalidConfig and commits nothing more.
 //
 // Files by concern: reporter.go (types, Run), intake.go (polling, intake,
 // topics), lease.go (lease markers), dispatch.go (workers, posts, Delivery

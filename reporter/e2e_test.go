@@ -78,7 +78,7 @@ func TestStorm500And503(t *testing.T) {
 // every report is delivered once.
 func TestTokenExpiresMidRun(t *testing.T) {
 	var skew atomicDuration
-	e := newE2E(t, 3, func(o *sandbox.Options) {
+	e := newE2E(t, 3, func(o *sandbox.Config) {
 		o.LiveTokenTTL = time.Hour
 		o.Now = func() time.Time { return time.Now().Add(skew.Load()) }
 	})
@@ -162,8 +162,8 @@ func TestBlockedUserAgent(t *testing.T) {
 	})
 	time.Sleep(200 * time.Millisecond) // let it stop on its own
 	err := stop()
-	if !errors.Is(err, ErrConfiguration) {
-		t.Fatalf("Run = %v, want ErrConfiguration", err)
+	if !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("Run = %v, want ErrInvalidConfig", err)
 	}
 	t.Logf("Run: %v", err)
 	// The progress of each partition is committed when it is assigned, at

@@ -34,7 +34,7 @@ type e2e struct {
 	skipped   map[string]bool // below-minimum plays: never posted
 }
 
-func newE2E(t testing.TB, partitions int, opts ...func(*sandbox.Options)) *e2e {
+func newE2E(t testing.TB, partitions int, opts ...func(*sandbox.Config)) *e2e {
 	return &e2e{
 		t: t, kafka: testenv.StartKafka(t, partitions), sb: testenv.StartSandbox(t, opts...),
 		group:     "reporter-test",

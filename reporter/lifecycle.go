@@ -156,7 +156,7 @@ func (rn *run) configError(j *job, d Decision) error {
 	default:
 		hint = "the partner API refused our credentials: check the client id and signature"
 	}
-	return fmt.Errorf("%w: %s (report %s): %w", ErrConfiguration, hint, j.id, d.Err)
+	return fmt.Errorf("%w: %s (report %s): %w", ErrInvalidConfig, hint, j.id, d.Err)
 }
 
 // stop ends the run after a configuration or publishing error: posts in

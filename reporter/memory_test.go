@@ -42,7 +42,7 @@ func TestBacklogMemory(t *testing.T) {
 // SIGTERM; not rusage, whose maxrss of a forked child can include the
 // parent's) and the reports delivered.
 func backlogRun(t *testing.T, n int) (peak int64, delivered int64) {
-	e := newE2E(t, 6, func(o *sandbox.Options) { o.MaxLedgerEntries = 1 })
+	e := newE2E(t, 6, func(o *sandbox.Config) { o.MaxLedgerEntries = 1 })
 	e.group = fmt.Sprintf("reporter-backlog-%d", n)
 	topic := e.kafka.Config.Topics().Reports
 	cl := e.kafka.Client(t, kgo.MaxBufferedRecords(100_000), kgo.ProducerLinger(5*time.Millisecond))

@@ -2,7 +2,6 @@ package reporter
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -29,11 +28,6 @@ type API interface {
 	// probe of a standby episode.
 	Session(ctx context.Context) (partnerapi.Meta, error)
 }
-
-// ErrConfiguration is wrapped by the error Run returns when the partner API
-// answered in a way no retry can fix (edge 403/1010, credentials rejected,
-// endpoint not found). The reporter stopped and committed nothing more.
-var ErrConfiguration = errors.New("reporter: configuration error")
 
 // Reporter delivers the track plays of <prefix>.reports to the partner API
 // and publishes every answer to <prefix>.deliveries. Build it with New, run
@@ -217,7 +211,7 @@ type run struct {
 // (graceful shutdown: stop posting, let posts in flight finish within
 // ShutdownTimeout or abandon them, commit what is final, return nil) or the
 // API answers with a configuration error (returns an error wrapping
-// ErrConfiguration, having committed nothing more).
+// ErrInvalidConfig, having committed nothing more).
 func (r *Reporter) Run(ctx context.Context) error {
 	postCtx, cancelPosts := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelPosts()

@@ -110,7 +110,7 @@ func (rn *run) probed(err error) {
 		return
 	}
 	if err != nil {
-		rn.stop(fmt.Errorf("%w: standby probe: %w", ErrConfiguration, err), true)
+		rn.stop(fmt.Errorf("%w: standby probe: %w", ErrInvalidConfig, err), true)
 		return
 	}
 	held := rn.held

@@ -66,7 +66,7 @@ type auditFlags struct {
 }
 
 func (f *auditFlags) register(fs *flag.FlagSet) {
-	f.cfg.RegisterFlags(fs)
+	registerClickHouseFlags(fs, &f.cfg)
 	f.lf.register(fs.StringVar)
 	fs.StringVar(&f.from, "from", "-24h", "start of the window (inclusive)")
 	fs.StringVar(&f.to, "to", "now", "end of the window (exclusive)")
@@ -158,7 +158,7 @@ func writeAudit(ctx context.Context, a *analytics.Auditor, opts analytics.AuditO
 	if err != nil {
 		return err
 	}
-	if err := analytics.WriteReport(stdout, r, f.format); err != nil {
+	if err := analytics.WriteAudit(stdout, r, f.format); err != nil {
 		return err
 	}
 	if f.htmlFile != "" {
@@ -210,7 +210,7 @@ func parseAuditTime(s string, now time.Time) (time.Time, error) {
 
 // writeAuditHTML writes the page of r to path (through a temporary file in
 // the same folder, renamed when complete).
-func writeAuditHTML(ctx context.Context, a *analytics.Auditor, opts analytics.AuditOptions, r *analytics.Report, limit int, path string) error {
+func writeAuditHTML(ctx context.Context, a *analytics.Auditor, opts analytics.AuditOptions, r *analytics.Audit, limit int, path string) error {
 	h, err := a.HTML(ctx, opts, r, limit)
 	if err != nil {
 		return err

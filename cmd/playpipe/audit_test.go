@@ -74,7 +74,7 @@ func TestAuditExitCodes(t *testing.T) {
 		t.Fatalf("double delivery: exit %d, want %d\n%s", code, exitAuditProblems, out)
 	}
 	var rep struct {
-		analytics.Report
+		analytics.Audit
 		Problems []string `json:"problems"`
 	}
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {

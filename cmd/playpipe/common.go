@@ -7,106 +7,16 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"sync/atomic"
 	"time"
 
-	"github.com/playpipe/playpipe/analytics"
 	"github.com/playpipe/playpipe/internal/kafkax"
+	"github.com/playpipe/playpipe/internal/roles"
 	"github.com/playpipe/playpipe/internal/telemetry"
-	"github.com/playpipe/playpipe/partnerapi"
-	"github.com/playpipe/playpipe/partnerapi/sandbox"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel"
 )
-
-// apiTarget is the partner API a role talks to: the configured --api-url,
-// or, only when --sandbox is given, a built-in sandbox on loopback. There is
-// no implicit fallback: a role that needs the API and has neither refuses to
-// start (exit 2), so a missing PLAYPIPE_API_URL can never make a reporter
-// tell finance that plays were delivered that never left the machine.
-type apiTarget struct {
-	cfg     partnerapi.Config
-	sandbox bool
-}
-
-// register binds the --api-* flags and --sandbox to fs; what names the
-// sandbox's use in the role (its help text).
-func (a *apiTarget) register(fs *flag.FlagSet, what string) {
-	a.cfg.RegisterFlags(fs)
-	fs.BoolVar(&a.sandbox, "sandbox", false, "instead of --api-url: "+what+" a built-in sandbox of the partner API on loopback (seed 1, its sandbox-only credentials; for try-outs)")
-}
-
-// check reports a missing or doubled target as a usage error naming the
-// flags, before anything starts.
-func (a *apiTarget) check() error {
-	switch {
-	case a.cfg.BaseURL == "" && !a.sandbox:
-		return usageError{fmt.Errorf("no partner API configured: set --api-url (env %s) or pass --sandbox to use a built-in sandbox on loopback", partnerapi.EnvURL)}
-	case a.cfg.BaseURL != "" && a.sandbox:
-		return usageError{fmt.Errorf("--api-url (%s) and --sandbox exclude each other: set one (%s counts as --api-url)", a.cfg.BaseURL, partnerapi.EnvURL)}
-	}
-	return nil
-}
-
-// open returns a client of the target: with --sandbox it first serves a
-// built-in sandbox (seed 1, its sandbox-only credentials) on loopback and
-// says so. The returned stop function closes the client and the sandbox. A
-// configuration error is a usage error (exit 2).
-func (a *apiTarget) open(log *slog.Logger) (*partnerapi.Client, func(), error) {
-	if err := a.check(); err != nil {
-		return nil, func() {}, err
-	}
-	cfg := a.cfg
-	stop := func() {}
-	if a.sandbox {
-		sb, err := sandbox.ServeLoopback(sandbox.Options{Seed: 1, Logger: log})
-		if err != nil {
-			return nil, stop, err
-		}
-		log.Warn("--sandbox: using a built-in sandbox of the partner API on loopback; nothing reaches the real partner", "url", sb.URL)
-		stop = func() {
-			sb.Close()
-			c := sb.Counts()
-			log.Info("built-in sandbox stopped", "accepted", c.Accepted, "standby", c.Standby, "rejected", c.Rejected, "duplicates", c.Duplicates)
-		}
-		cfg.BaseURL = sb.URL
-		cfg.Credentials = partnerapi.Credentials{ClientID: sandbox.DefaultClientID, ClientSignature: sandbox.DefaultClientSignature}
-	}
-	cfg.Logger = log
-	api, err := partnerapi.New(cfg)
-	if err != nil {
-		stop()
-		return nil, func() {}, usageError{err}
-	}
-	a.cfg.BaseURL = cfg.BaseURL // the URL in use, for the delivery records
-	return api, func() { api.Close(); stop() }, nil
-}
-
-// requireKafka reports a role with neither --brokers nor --embedded-kafka
-// (or an invalid Kafka configuration) as a usage error naming the flags.
-func requireKafka(kcfg kafkax.Config) error {
-	if err := kcfg.Validate(); err != nil {
-		return usageError{err}
-	}
-	if err := kcfg.RequireBrokers(); err != nil {
-		return usageError{fmt.Errorf("kafka: %w", err)}
-	}
-	return nil
-}
-
-// requireClickHouse reports a role with neither --clickhouse-addr nor
-// --clickhouse-data (or both) as a usage error naming the flags.
-func requireClickHouse(cfg analytics.Config) error {
-	if err := cfg.Validate(); err != nil {
-		return usageError{err}
-	}
-	if err := cfg.RequireServer(); err != nil {
-		return usageError{fmt.Errorf("analytics: %w", err)}
-	}
-	return nil
-}
 
 // logFlags are the logging flags shared by every subcommand.
 type logFlags struct {
@@ -130,13 +40,6 @@ func (l *logFlags) logger(w io.Writer) (*slog.Logger, error) {
 	return log, nil
 }
 
-func envDefault(k, def string) string {
-	if v := os.Getenv(k); v != "" {
-		return v
-	}
-	return def
-}
-
 // startTelemetry sets up OpenTelemetry for a role (OTEL_* export, metrics on
 // the admin port's /metrics, /healthz, /readyz) and returns a stop function
 // that flushes within ten seconds.
@@ -156,12 +59,6 @@ func startTelemetry(ctx context.Context, role, adminAddr string, pprof bool, log
 			log.Warn("stopping telemetry", "role", role, "err", err)
 		}
 	}, nil
-}
-
-// pprofFlag binds --pprof: net/http/pprof on the admin listener.
-func pprofFlag(fs *flag.FlagSet) *bool {
-	return fs.Bool("pprof", os.Getenv("PLAYPIPE_PPROF") == "true",
-		"serve net/http/pprof under /debug/pprof/ on the admin listener (env PLAYPIPE_PPROF=true); off by default")
 }
 
 // addKafkaReadyCheck registers the role's "kafka" readiness check at once,
@@ -202,4 +99,96 @@ func exportLag(kcfg kafkax.Config, group string, topics ...string) (func(), erro
 		_ = reg.Unregister()
 		cl.Close()
 	}, nil
+}
+
+// roleFlags are the flags every long-running role (consume, report, sink)
+// shares: Kafka, logging, --admin-addr and --pprof.
+type roleFlags struct {
+	name      string
+	kafka     kafkax.Config
+	log       logFlags
+	adminAddr *string
+	pprof     *bool
+}
+
+// register binds the shared flags of the role name to fs.
+func (r *roleFlags) register(fs *flag.FlagSet, name string) {
+	r.name = name
+	registerKafkaFlags(fs, &r.kafka)
+	r.log.register(fs.StringVar)
+	r.adminAddr = adminAddrFlag(fs, name)
+	r.pprof = pprofFlag(fs)
+}
+
+// parse parses args and builds the logger the flags ask for (parseLogged).
+func (r *roleFlags) parse(fs *flag.FlagSet, args []string, stderr io.Writer) (*slog.Logger, error) {
+	return parseLogged(fs, args, &r.log, stderr)
+}
+
+// parseLogged parses args (parseFlags) and builds the logger lf asks for; a
+// bad flag or log setting is a usage error, printed on stderr.
+func parseLogged(fs *flag.FlagSet, args []string, lf *logFlags, stderr io.Writer) (*slog.Logger, error) {
+	if err := parseFlags(fs, args); err != nil {
+		return nil, err
+	}
+	log, err := lf.logger(stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return nil, errUsage
+	}
+	return log, nil
+}
+
+// roleRun is the running frame of a role: its telemetry (admin server with
+// /metrics, /healthz, /readyz) and its Kafka, ready. close stops them in
+// reverse order.
+type roleRun struct {
+	kafka kafkax.Config // effective: the embedded broker's address if started
+	stops []func()
+}
+
+// start starts the role's telemetry, registers the "kafka" readiness check
+// (and the role's own, from checks, before Kafka is reached: /readyz must
+// not answer ready while a part is still starting), and makes Kafka ready
+// (roles.StartKafka). On error what was started is stopped.
+func (r *roleFlags) start(ctx context.Context, log *slog.Logger, checks func(*telemetry.Role)) (*roleRun, error) {
+	tel, stopTelemetry, err := startTelemetry(ctx, r.name, *r.adminAddr, *r.pprof, log)
+	if err != nil {
+		return nil, err
+	}
+	run := &roleRun{stops: []func(){stopTelemetry}}
+	setKafkaReady := addKafkaReadyCheck(tel)
+	if checks != nil {
+		checks(tel)
+	}
+	kcfg, stopKafka, err := roles.StartKafka(ctx, r.kafka, log)
+	if err != nil {
+		run.close()
+		return nil, err
+	}
+	run.kafka = kcfg
+	run.onClose(stopKafka)
+	setKafkaReady(kcfg)
+	return run, nil
+}
+
+// onClose adds stop to what close runs (first added, last run).
+func (r *roleRun) onClose(stop func()) { r.stops = append(r.stops, stop) }
+
+// close runs the stop functions in reverse order of addition.
+func (r *roleRun) close() {
+	for i := len(r.stops) - 1; i >= 0; i-- {
+		r.stops[i]()
+	}
+	r.stops = nil
+}
+
+// exportLagOf is exportLag registered as one of the run's stops.
+func (r *roleRun) exportLagOf(group string, topics ...string) error {
+	stop, err := exportLag(r.kafka, group, topics...)
+	if err != nil {
+		return err
+	}
+	r.onClose(stop)
+	return nil
 }

@@ -10,8 +10,7 @@ import (
 	"time"
 
 	"github.com/playpipe/playpipe/consumer"
-	"github.com/playpipe/playpipe/internal/kafkax"
-	"github.com/playpipe/playpipe/internal/telemetry"
+	"github.com/playpipe/playpipe/internal/roles"
 )
 
 func init() {
@@ -93,12 +92,13 @@ func (c *consumeFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.txnTimeout, "txn-timeout", 60*time.Second, "broker-side transaction timeout (≥ 2 × --max-txn-wait)")
 }
 
-// options turns the flags into consumer options; errors name the flag.
-func (c *consumeFlags) options() (consumer.Options, error) {
-	o := consumer.Options{
+// config turns the flags into the consumer's configuration; errors name
+// the flag.
+func (c *consumeFlags) config() (consumer.Config, error) {
+	o := consumer.Config{
 		Group: c.group, TransactionalID: c.txnID, MaxEventBytes: c.maxEventBytes,
 		TxnRecords: c.txnRecords, TxnInterval: c.txnInterval, MaxTxnWait: c.maxTxnWait, TransactionTimeout: c.txnTimeout,
-		CacheOptions: consumer.CacheOptions{Size: c.cacheSize, TTL: c.cacheTTL, StandbyTTL: c.standbyTTL, NotFoundTTL: c.notFoundTTL,
+		CacheConfig: consumer.CacheConfig{Size: c.cacheSize, TTL: c.cacheTTL, StandbyTTL: c.standbyTTL, NotFoundTTL: c.notFoundTTL,
 			UnavailableAttempts: c.unavailAttempts, UnavailableAfter: c.unavailAfter},
 	}
 	if c.envErr != nil {
@@ -144,72 +144,53 @@ func (c *consumeFlags) options() (consumer.Options, error) {
 func runConsume(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("consume", stderr, consumeSynopsis)
 	var (
-		lf   logFlags
-		kcfg kafkax.Config
-		api  apiTarget
-		cf   consumeFlags
+		rf  roleFlags
+		api apiTarget
+		cf  consumeFlags
 	)
-	kcfg.RegisterFlags(fs)
+	rf.register(fs, "consume")
 	api.register(fs, "read mix listings from")
 	cf.register(fs)
-	lf.register(fs.StringVar)
-	adminAddr := telemetry.AdminAddrFlag(fs, "consume")
-	pprof := pprofFlag(fs)
-	if err := parseFlags(fs, args); err != nil {
+	log, err := rf.parse(fs, args, stderr)
+	if err != nil {
 		return err
 	}
-	log, err := lf.logger(stderr)
+	cfg, err := cf.config()
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return errUsage
 	}
-	opts, err := cf.options()
-	if err != nil {
-		fmt.Fprintln(stderr, err)
-		return errUsage
-	}
-	if err := requireKafka(kcfg); err != nil {
+	if err := requireKafka(rf.kafka); err != nil {
 		return err
 	}
 	if err := api.check(); err != nil {
 		return err
 	}
-	tel, stopTelemetry, err := startTelemetry(ctx, "consume", *adminAddr, *pprof, log)
+	run, err := rf.start(ctx, log, nil)
 	if err != nil {
 		return err
 	}
-	defer stopTelemetry()
-	setKafkaReady := addKafkaReadyCheck(tel)
-	kcfg, stopKafka, err := kafkax.Ready(ctx, kcfg, log)
-	if err != nil {
-		return err
-	}
-	defer stopKafka()
-	setKafkaReady(kcfg)
+	defer run.close()
 	client, stopAPI, err := api.open(log)
 	if err != nil {
 		return err
 	}
-	defer stopAPI()
-	opts.Kafka = kcfg
-	opts.Source = client
-	opts.Logger = log
-	enr, err := consumer.New(opts)
+	run.onClose(stopAPI)
+	cfg.Logger = log
+	enr, err := roles.NewEnricher(cfg, run.kafka, client, log)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return errUsage
 	}
-	stopLag, err := exportLag(kcfg, opts.Group, kcfg.Topics().Events)
-	if err != nil {
+	if err := run.exportLagOf(cfg.Group, run.kafka.Topics().Events); err != nil {
 		return err
 	}
-	defer stopLag()
 	err = enr.Run(ctx)
 	st := enr.Stats()
 	cs := enr.Cache().Stats()
 	fmt.Fprintf(stdout, "consume: %d events committed: %d track plays (%d below the minimum), %d rejected, %d valid without plays; %d transactions, %d aborted; mix cache %d hits, %d misses, %d fetches\n",
 		st.Events, st.Plays, st.BelowMinimum, st.Rejected, st.WithoutPlays, st.Commits, st.Aborts, cs.Hits, cs.Misses, cs.Fetches)
-	if errors.Is(err, consumer.ErrMisconfigured) {
+	if errors.Is(err, consumer.ErrInvalidConfig) {
 		return configExit{err}
 	}
 	return err

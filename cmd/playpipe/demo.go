@@ -3,16 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -24,12 +19,10 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/playpipe/playpipe/analytics"
+	"github.com/playpipe/playpipe/internal/harness"
 	"github.com/playpipe/playpipe/internal/kafkax"
 	"github.com/playpipe/playpipe/internal/version"
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
-	"github.com/playpipe/playpipe/pipeline"
-	"github.com/playpipe/playpipe/producer"
-	"github.com/playpipe/playpipe/producer/gateway"
 	"github.com/playpipe/playpipe/producer/simulator"
 	"github.com/playpipe/playpipe/reporter"
 )
@@ -103,8 +96,8 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.IntVar(&c.pages, "pages", 3, "sandbox catalog: content pages")
 	fs.IntVar(&c.lists, "lists-per-page", 3, "sandbox catalog: lists per page")
 	fs.IntVar(&c.mixes, "mixes-per-list", 6, "sandbox catalog: mixes per list")
-	c.kafka.RegisterFlags(fs)
-	c.clickhouse.RegisterFlags(fs)
+	registerKafkaFlags(fs, &c.kafka)
+	registerClickHouseFlags(fs, &c.clickhouse)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -167,7 +160,73 @@ func (c *demoConfig) validate() error {
 	return c.clickhouse.Validate()
 }
 
+// demoRun is one run of the demo: the harness with its ledger connection
+// and ingest gateway, and what the fleet has put on the events topic.
+type demoRun struct {
+	c       demoConfig
+	out     io.Writer
+	log     *slog.Logger
+	start   time.Time
+	p       *harness.Pipeline
+	conn    driver.Conn
+	gw      *demoGateway
+	onTopic atomic.Int64 // events on the events topic (Kafka-acknowledged), as they are
+	closers []func()
+}
+
 func demo(ctx context.Context, c demoConfig, out io.Writer) error {
+	d := &demoRun{c: c, out: out}
+	defer d.close()
+	if err := d.setUp(ctx); err != nil {
+		return err
+	}
+	mixes, err := simulator.CatalogFromAPI(ctx, d.p.API, 0)
+	if err != nil {
+		if ctx.Err() != nil {
+			return demoInterrupted{summary: "interrupted while reading the catalog"}
+		}
+		return fmt.Errorf("catalog walk: %w", err)
+	}
+	// The fleet and the fault schedule run in goroutines owned here: on any
+	// return they are cancelled and waited for before the pipeline closes.
+	runCtx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() {
+		cancel()
+		wg.Wait()
+	}()
+	d.out = &syncWriter{w: d.out} // the schedule and the progress line both print
+	fleetDone := d.startFleet(runCtx, &wg, mixes)
+
+	// The partner API's bad day, scheduled by the consumer's progress.
+	var idle atomic.Bool // the fleet is done and the ledger drained
+	faults := &demoSchedule{c: c, sb: d.p.Sandbox, out: d.out, start: d.start, idle: idle.Load,
+		progress: func() float64 {
+			if e := d.p.Enricher(); e != nil {
+				return float64(e.Stats().Events) / float64(c.events)
+			}
+			return 0
+		}}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		faults.run(runCtx)
+	}()
+	return d.watch(ctx, cancel, fleetDone, faults, &idle)
+}
+
+// close stops what setUp started, in reverse order.
+func (d *demoRun) close() {
+	for i := len(d.closers) - 1; i >= 0; i-- {
+		d.closers[i]()
+	}
+}
+
+// setUp opens the log file, starts the harness (embedded or configured
+// Kafka, the built-in sandbox, the local or configured ClickHouse), drops
+// the old demo ledgers and starts the ingest gateway, saying so on out.
+func (d *demoRun) setUp(ctx context.Context) error {
+	c := &d.c
 	if err := os.MkdirAll(c.dataDir, 0o755); err != nil {
 		return fmt.Errorf("data folder: %w", err)
 	}
@@ -178,20 +237,20 @@ func demo(ctx context.Context, c demoConfig, out io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("log file: %w", err)
 	}
-	defer lf.Close()
-	log := slog.New(slog.NewTextHandler(lf, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	d.closers = append(d.closers, func() { lf.Close() })
+	d.log = slog.New(slog.NewTextHandler(lf, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	if c.clickhouse.Addr == "" && c.clickhouse.DataDir == "" {
 		c.clickhouse.DataDir = filepath.Join(c.dataDir, "clickhouse")
 	}
 
-	fmt.Fprintf(out, "playpipe %s demo — logs in %s\n", version.Version, c.logFile)
-	start := time.Now()
-	p, err := pipeline.Start(ctx, pipeline.Options{
+	fmt.Fprintf(d.out, "playpipe %s demo — logs in %s\n", version.Version, c.logFile)
+	d.start = time.Now()
+	d.p, err = harness.Start(ctx, harness.Config{
 		Kafka:      c.kafka,
-		Sandbox:    sandbox.Options{Seed: c.seed, Pages: c.pages, ListsPerPage: c.lists, MixesPerList: c.mixes, Logger: log},
+		Sandbox:    sandbox.Config{Seed: c.seed, Pages: c.pages, ListsPerPage: c.lists, MixesPerList: c.mixes, Logger: d.log},
 		ClickHouse: c.clickhouse,
 		Reporter:   reporter.Config{Concurrency: c.concurrency, ProbeInterval: 200 * time.Millisecond, BackoffMax: time.Second},
-		Logger:     log,
+		Logger:     d.log,
 	})
 	if err != nil {
 		if ctx.Err() != nil {
@@ -199,112 +258,99 @@ func demo(ctx context.Context, c demoConfig, out io.Writer) error {
 		}
 		return err
 	}
-	defer p.Close()
+	d.closers = append(d.closers, func() { d.p.Close() })
 	kafkaNote := "embedded in-process broker (in memory, not durable)"
 	if len(c.kafka.Brokers) > 0 {
 		kafkaNote = strings.Join(c.kafka.Brokers, ",")
 	}
-	fmt.Fprintf(out, "  kafka       %s at %s\n  partner API built-in sandbox at %s\n  clickhouse  %s (database %s)\n",
-		kafkaNote, strings.Join(p.Kafka.Brokers, ","), p.APIURL, p.ClickHouse.Addr, p.ClickHouse.Database)
+	fmt.Fprintf(d.out, "  kafka       %s at %s\n  partner API built-in sandbox at %s\n  clickhouse  %s (database %s)\n",
+		kafkaNote, strings.Join(d.p.Kafka.Brokers, ","), d.p.APIURL, d.p.ClickHouse.Addr, d.p.ClickHouse.Database)
+	if err := d.openLedger(ctx); err != nil {
+		return err
+	}
+	// The ingest gateway, with a key made for this run.
+	if d.gw, err = startDemoGateway(ctx, d.p.Kafka, d.log); err != nil {
+		return err
+	}
+	d.closers = append(d.closers, d.gw.close)
+	fmt.Fprintf(d.out, "  ingest      http://%s/v1/events\n\n", d.gw.addr)
+	return nil
+}
 
-	conn, err := p.ClickHouse.Open()
+// openLedger connects to the ledger and, for a demo_<time> ledger of the
+// demo's own server, drops the old ones.
+func (d *demoRun) openLedger(ctx context.Context) error {
+	conn, err := d.p.ClickHouse.Open()
 	if err != nil {
 		return fmt.Errorf("clickhouse: %w", err)
 	}
-	defer conn.Close()
-	if c.dropOld {
-		dropped, err := dropOldDemoDatabases(ctx, conn, p.ClickHouse.Database, demoKeepDatabases)
-		if err != nil {
-			log.Warn("dropping old demo ledgers", "err", err)
-			fmt.Fprintf(out, "  (old demo ledgers not dropped: %v)\n", err)
-		} else if len(dropped) > 0 {
-			fmt.Fprintf(out, "  dropped %d old demo ledger(s), keeping the last %d: %s\n", len(dropped), demoKeepDatabases, strings.Join(dropped, ", "))
-		}
+	d.conn = conn
+	d.closers = append(d.closers, func() { conn.Close() })
+	if !d.c.dropOld {
+		return nil
 	}
-
-	// The ingest gateway, with a key made for this run.
-	gw, err := startDemoGateway(ctx, p.Kafka, log)
+	dropped, err := dropOldDemoDatabases(ctx, conn, d.p.ClickHouse.Database, demoKeepDatabases)
 	if err != nil {
-		return err
+		d.log.Warn("dropping old demo ledgers", "err", err)
+		fmt.Fprintf(d.out, "  (old demo ledgers not dropped: %v)\n", err)
+	} else if len(dropped) > 0 {
+		fmt.Fprintf(d.out, "  dropped %d old demo ledger(s), keeping the last %d: %s\n", len(dropped), demoKeepDatabases, strings.Join(dropped, ", "))
 	}
-	defer gw.close()
-	fmt.Fprintf(out, "  ingest      http://%s/v1/events\n\n", gw.addr)
+	return nil
+}
 
-	mixes, err := simulator.CatalogFromAPI(ctx, p.API, 0)
-	if err != nil {
-		if ctx.Err() != nil {
-			return demoInterrupted{summary: "interrupted while reading the catalog"}
-		}
-		return fmt.Errorf("catalog walk: %w", err)
-	}
+// startFleet starts the simulated fleet: most segments through Kafka with
+// kafka-go, the --ingest-share through the ingest gateway. Each of the two
+// sends its outcome on the returned channel.
+func (d *demoRun) startFleet(ctx context.Context, wg *sync.WaitGroup, mixes []simulator.MixInfo) <-chan error {
+	c := d.c
 	viaIngest := int(float64(c.events) * c.ingestShare)
 	viaKafka := c.events - viaIngest
-	var onTopic atomic.Int64 // events on the events topic (Kafka-acknowledged), as they are
-	simCfg := simulator.Config{Kafka: p.Kafka, Mixes: mixes, Events: viaKafka, Rate: c.rate * float64(viaKafka) / float64(c.events),
+	simCfg := simulator.Config{Kafka: d.p.Kafka, Mixes: mixes, Events: viaKafka, Rate: c.rate * float64(viaKafka) / float64(c.events),
 		Devices: c.devices, BadShare: c.badShare, Seed: c.seed,
 		// Small synchronous writes and a counting Record keep onTopic current.
-		BatchSize: 100, Record: lineCounter{&onTopic}}
-	fmt.Fprintf(out, "fleet: %d devices publish %d segments over %d mixes (%d via kafka-go, %d via the ingest gateway), %.0f%% bad\n",
+		BatchSize: 100, Record: lineCounter{&d.onTopic}}
+	fmt.Fprintf(d.out, "fleet: %d devices publish %d segments over %d mixes (%d via kafka-go, %d via the ingest gateway), %.0f%% bad\n",
 		c.devices, c.events, len(mixes), viaKafka, viaIngest, c.badShare*100)
-
-	// The fleet and the fault schedule run in goroutines owned here: on any
-	// return they are cancelled and waited for before the pipeline closes.
-	runCtx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	defer func() {
-		cancel()
-		wg.Wait()
-	}()
-	out = &syncWriter{w: out} // the schedule and the progress line both print
 	fleetDone := make(chan error, 2)
-	wg.Add(3)
+	wg.Add(2)
 	go func() {
 		defer wg.Done()
 		if viaKafka == 0 {
 			fleetDone <- nil
 			return
 		}
-		_, err := simulator.Run(runCtx, simCfg)
+		_, err := simulator.Run(ctx, simCfg)
 		fleetDone <- err
 	}()
 	go func() {
 		defer wg.Done()
-		_, err := gw.send(runCtx, simulator.Config{Mixes: mixes, Events: viaIngest, Devices: c.devices, BadShare: c.badShare, Seed: c.seed + 1,
-			Rate: c.rate * float64(viaIngest) / float64(c.events), Kafka: p.Kafka}, &onTopic)
+		_, err := d.gw.send(ctx, simulator.Config{Mixes: mixes, Events: viaIngest, Devices: c.devices, BadShare: c.badShare, Seed: c.seed + 1,
+			Rate: c.rate * float64(viaIngest) / float64(c.events), Kafka: d.p.Kafka}, &d.onTopic)
 		fleetDone <- err
 	}()
+	return fleetDone
+}
 
-	// The partner API's bad day, scheduled by the consumer's progress.
-	var idle atomic.Bool // the fleet is done and the ledger drained
-	faults := &demoSchedule{c: c, sb: p.Sandbox, out: out, start: start, idle: idle.Load,
-		progress: func() float64 {
-			if e := p.Enricher(); e != nil {
-				return float64(e.Stats().Events) / float64(c.events)
-			}
-			return 0
-		}}
-	go func() {
-		defer wg.Done()
-		faults.run(runCtx)
-	}()
-
-	auditor, err := analytics.NewAuditor(conn, p.ClickHouse.Database)
+// watch prints the progress line until the pipeline drained and the fault
+// schedule is done (then the final audit), a role or the fleet fails, the
+// drain times out, or ctx ends (then the interrupted summary).
+func (d *demoRun) watch(ctx context.Context, cancel context.CancelFunc, fleetDone <-chan error, faults *demoSchedule, idle *atomic.Bool) error {
+	auditor, err := analytics.NewAuditor(d.conn, d.p.ClickHouse.Database)
 	if err != nil {
 		return err
 	}
-	window := analytics.AuditOptions{From: start.Add(-time.Minute)}
-
-	tick := time.NewTicker(c.progressEvery)
+	window := analytics.AuditOptions{From: d.start.Add(-time.Minute)}
+	tick := time.NewTicker(d.c.progressEvery)
 	defer tick.Stop()
 	fleetsRunning := 2
 	var drainDeadline time.Time
-	var rep *analytics.Report
 	for {
 		select {
 		case <-ctx.Done():
 			cancel()
-			return interruptedSummary(out, auditor, window, p, start, onTopic.Load(), faults)
-		case err := <-p.Errors():
+			return interruptedSummary(d.out, auditor, window, d.p, d.start, d.onTopic.Load(), faults)
+		case err := <-d.p.Errors():
 			return fmt.Errorf("a role failed: %w", err)
 		case err := <-fleetDone:
 			if err != nil {
@@ -314,31 +360,27 @@ func demo(ctx context.Context, c demoConfig, out io.Writer) error {
 				return fmt.Errorf("fleet: %w", err)
 			}
 			if fleetsRunning--; fleetsRunning == 0 {
-				drainDeadline = time.Now().Add(c.drainTimeout)
-				fmt.Fprintf(out, "fleet done: %d events on the topic; draining…\n", onTopic.Load())
+				drainDeadline = time.Now().Add(d.c.drainTimeout)
+				fmt.Fprintf(d.out, "fleet done: %d events on the topic; draining…\n", d.onTopic.Load())
 			}
 		case <-tick.C:
 			window.To = time.Now().Add(time.Minute)
 			r, err := auditor.Audit(ctx, window)
 			if err != nil {
-				if ctx.Err() != nil {
-					continue
+				if ctx.Err() == nil {
+					fmt.Fprintf(d.out, "  (audit not ready: %v)\n", err)
 				}
-				fmt.Fprintf(out, "  (audit not ready: %v)\n", err)
 				continue
 			}
-			rep = r
-			fmt.Fprintln(out, progressLine(time.Since(start), onTopic.Load(), r, p.Sandbox))
-			isDrained := fleetsRunning == 0 && drained(r, onTopic.Load(), p)
+			fmt.Fprintln(d.out, progressLine(time.Since(d.start), d.onTopic.Load(), r, d.p.Sandbox))
+			isDrained := fleetsRunning == 0 && drained(r, d.onTopic.Load(), d.p)
 			idle.Store(isDrained)
 			if isDrained && faults.done() {
-				return finishDemo(ctx, out, auditor, window, p, start)
+				return finishDemo(ctx, d.out, auditor, window, d.p, d.start)
 			}
 			if fleetsRunning == 0 && time.Now().After(drainDeadline) {
-				if rep != nil {
-					_ = analytics.WriteReport(out, rep, "table")
-				}
-				return fmt.Errorf("the pipeline did not drain within --drain-timeout %s", c.drainTimeout)
+				_ = analytics.WriteAudit(d.out, r, "table")
+				return fmt.Errorf("the pipeline did not drain within --drain-timeout %s", d.c.drainTimeout)
 			}
 		}
 	}
@@ -349,7 +391,7 @@ func demo(ctx context.Context, c demoConfig, out io.Writer) error {
 // numbers agree with each other: plays ≥ delivered, and pending = plays −
 // delivered − rejected. The partner API's own counters (its standby answers
 // and mode) are labelled as such.
-func progressLine(elapsed time.Duration, published int64, r *analytics.Report, sb *sandbox.Server) string {
+func progressLine(elapsed time.Duration, published int64, r *analytics.Audit, sb *sandbox.Server) string {
 	counts := sb.Counts()
 	return fmt.Sprintf("%6.1fs  published %6d | ledger: events %6d  plays %6d  delivered %6d  rejected %4d  pending %5d | api: standby-answers %4d  %s",
 		elapsed.Seconds(), published, r.EventsReceived, r.PlaysReportable, r.Delivered, r.RejectedByAPI, r.Pending, counts.Standby, sb.Mode())
@@ -364,7 +406,7 @@ func (demoInterrupted) ExitCode() int   { return 130 }
 
 // interruptedSummary prints what an interrupted run did, from one last audit
 // (on a context of its own: the run's is cancelled).
-func interruptedSummary(out io.Writer, a *analytics.Auditor, window analytics.AuditOptions, p *pipeline.Pipeline, start time.Time, published int64, s *demoSchedule) error {
+func interruptedSummary(out io.Writer, a *analytics.Auditor, window analytics.AuditOptions, p *harness.Pipeline, start time.Time, published int64, s *demoSchedule) error {
 	actx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	window.To = time.Now().Add(time.Minute)
@@ -397,7 +439,7 @@ func (l lineCounter) Write(p []byte) (int, error) {
 
 // drained reports whether every event on the topic went through the consumer
 // and every reportable play reached a final outcome, as the ledger shows.
-func drained(r *analytics.Report, onTopic int64, p *pipeline.Pipeline) bool {
+func drained(r *analytics.Audit, onTopic int64, p *harness.Pipeline) bool {
 	e := p.Enricher()
 	if e == nil || r.EventsReceived < uint64(onTopic) {
 		return false
@@ -407,14 +449,14 @@ func drained(r *analytics.Report, onTopic int64, p *pipeline.Pipeline) bool {
 		r.Delivered+r.RejectedByAPI == r.PlaysReportable
 }
 
-func finishDemo(ctx context.Context, out io.Writer, a *analytics.Auditor, window analytics.AuditOptions, p *pipeline.Pipeline, start time.Time) error {
+func finishDemo(ctx context.Context, out io.Writer, a *analytics.Auditor, window analytics.AuditOptions, p *harness.Pipeline, start time.Time) error {
 	window.To = time.Now().Add(time.Minute)
 	r, err := a.Audit(ctx, window)
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(out, "\ndrained in %s. The audit of this run (playpipe audit):\n\n", time.Since(start).Round(100*time.Millisecond))
-	if err := analytics.WriteReport(out, r, "table"); err != nil {
+	if err := analytics.WriteAudit(out, r, "table"); err != nil {
 		return err
 	}
 	led := p.Sandbox.Counts()
@@ -482,220 +524,6 @@ func dropOldDemoDatabases(ctx context.Context, conn driver.Conn, current string,
 
 // demoDBRE matches the names runDemo gives its ledgers.
 var demoDBRE = regexp.MustCompile(`^demo_[0-9]{8}_[0-9]{6}$`)
-
-// demoSchedule drives the sandbox's 500 storm and standby window by progress:
-// each opens when the consumer has gone through its share of the events and
-// closes when it has lasted its least duration and the partner API answered
-// reports during it — so both overlap traffic on a fast or a slow machine —
-// or when nothing is left to deliver (idle).
-type demoSchedule struct {
-	c        demoConfig
-	sb       *sandbox.Server
-	out      io.Writer
-	start    time.Time
-	progress func() float64 // share of the events through the consumer
-	idle     func() bool    // fleet done, ledger drained
-	finished atomic.Bool
-
-	mu           sync.Mutex
-	stormAnswers int64 // reports accepted while the storm was on
-	standbyAns   int64 // reports answered by standby during the window
-	notes        []string
-}
-
-func (s *demoSchedule) done() bool { return s.finished.Load() }
-
-func (s *demoSchedule) summary() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.notes) == 0 {
-		return "none happened yet"
-	}
-	return strings.Join(s.notes, "; ")
-}
-
-func (s *demoSchedule) say(format string, args ...any) {
-	msg := fmt.Sprintf(format, args...)
-	s.mu.Lock()
-	s.notes = append(s.notes, msg)
-	s.mu.Unlock()
-	fmt.Fprintf(s.out, "%6.1fs  >>> partner API: %s\n", time.Since(s.start).Seconds(), msg)
-}
-
-// waitFor polls cond until it holds (true) or ctx ends (false).
-func waitFor(ctx context.Context, cond func() bool) bool {
-	t := time.NewTicker(20 * time.Millisecond)
-	defer t.Stop()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			return false
-		case <-t.C:
-		}
-	}
-	return true
-}
-
-func (s *demoSchedule) run(ctx context.Context) {
-	defer s.finished.Store(true)
-	if s.c.storm > 0 {
-		if !waitFor(ctx, func() bool { return s.progress() >= s.c.stormAt || s.idle() }) {
-			return
-		}
-		s.sb.SetFaults(sandbox.Faults{Report: sandbox.GroupFaults{Rate500: s.c.stormRate}})
-		at := s.progress()
-		s.say("500 storm begins (%.0f%% of play reports) at %.0f%% of the events", s.c.stormRate*100, at*100)
-		acc0, t0 := s.sb.Counts().Accepted, time.Now()
-		// At least 20 reports accepted during the storm: with a 30 % rate the
-		// chance that none of the posts around them was answered 500 is ~0.
-		ok := waitFor(ctx, func() bool {
-			return (time.Since(t0) >= s.c.storm && s.sb.Counts().Accepted-acc0 >= 20) || s.idle()
-		})
-		s.sb.SetFaults(sandbox.Faults{})
-		if !ok {
-			return
-		}
-		s.mu.Lock()
-		s.stormAnswers = s.sb.Counts().Accepted - acc0
-		s.mu.Unlock()
-		s.say("500 storm over after %s (%d reports accepted during it)", time.Since(t0).Round(100*time.Millisecond), s.stormAnswers)
-	}
-	if s.c.standby > 0 {
-		if !waitFor(ctx, func() bool { return s.progress() >= s.c.standbyAt || s.idle() }) {
-			return
-		}
-		s.sb.SetMode(sandbox.ModeStandby)
-		s.say("failover to STANDBY (reports answered 200 but not forwarded) at %.0f%% of the events", s.progress()*100)
-		sb0, t0 := s.sb.Counts().Standby, time.Now()
-		ok := waitFor(ctx, func() bool {
-			return (time.Since(t0) >= s.c.standby && s.sb.Counts().Standby-sb0 >= 1) || s.idle()
-		})
-		s.sb.SetMode(sandbox.ModeLive)
-		if !ok {
-			return
-		}
-		s.mu.Lock()
-		s.standbyAns = s.sb.Counts().Standby - sb0
-		s.mu.Unlock()
-		s.say("live service is back after %s (%d reports answered by standby, to be replayed)", time.Since(t0).Round(100*time.Millisecond), s.standbyAns)
-	}
-}
-
-// demoGateway is the ingest gateway of the demo, on loopback.
-type demoGateway struct {
-	addr  string
-	key   string
-	pub   *producer.Publisher
-	srv   *http.Server
-	done  chan struct{}
-	close func()
-}
-
-func startDemoGateway(ctx context.Context, k kafkax.Config, log *slog.Logger) (*demoGateway, error) {
-	pub, err := producer.NewPublisher(ctx, k.Publisher())
-	if err != nil {
-		return nil, err
-	}
-	raw := make([]byte, 24)
-	if _, err := rand.Read(raw); err != nil {
-		return nil, err
-	}
-	key := hex.EncodeToString(raw)
-	fk, err := gateway.ParseFleetKey("demo-fleet:" + gateway.HashKey(key))
-	if err != nil {
-		return nil, err
-	}
-	gw, err := gateway.New(gateway.Config{Publisher: pub, Keys: []gateway.FleetKey{fk}, Logger: log})
-	if err != nil {
-		return nil, err
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, fmt.Errorf("ingest listen: %w", err)
-	}
-	g := &demoGateway{addr: ln.Addr().String(), key: key, pub: pub, done: make(chan struct{}),
-		srv: &http.Server{Handler: gw, ReadHeaderTimeout: 10 * time.Second}}
-	go func() {
-		defer close(g.done)
-		_ = g.srv.Serve(ln) // http.ErrServerClosed on shutdown
-	}()
-	g.close = func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		gw.SetDraining()
-		_ = g.srv.Shutdown(sctx)
-		<-g.done
-		_ = pub.Close(sctx)
-	}
-	return g, nil
-}
-
-// send posts simulated segments to the gateway as NDJSON batches of 100 and
-// returns how many it accepted onto the events topic (also added to onTopic
-// as they are accepted).
-func (g *demoGateway) send(ctx context.Context, cfg simulator.Config, onTopic *atomic.Int64) (int, error) {
-	if cfg.Events == 0 {
-		return 0, nil
-	}
-	gen, err := simulator.NewGenerator(cfg)
-	if err != nil {
-		return 0, err
-	}
-	hc := &http.Client{Timeout: 30 * time.Second}
-	accepted := 0
-	var batch bytes.Buffer
-	n := 0
-	every := time.Duration(0)
-	if cfg.Rate > 0 {
-		every = time.Duration(float64(time.Second) * 100 / cfg.Rate)
-	}
-	flush := func() error {
-		if n == 0 {
-			return nil
-		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+g.addr+"/v1/events", bytes.NewReader(batch.Bytes()))
-		if err != nil {
-			return err
-		}
-		req.Header.Set("Content-Type", "application/x-ndjson")
-		req.Header.Set("Authorization", "Bearer "+g.key)
-		req.Header.Set("User-Agent", version.UserAgent())
-		resp, err := hc.Do(req)
-		if err != nil {
-			return fmt.Errorf("ingest: %w", err)
-		}
-		defer resp.Body.Close()
-		var ir gateway.IngestResponse
-		if err := json.NewDecoder(resp.Body).Decode(&ir); err != nil {
-			return fmt.Errorf("ingest: answer %d: %w", resp.StatusCode, err)
-		}
-		if resp.StatusCode != http.StatusAccepted {
-			return fmt.Errorf("ingest: answer %d: %s", resp.StatusCode, ir.Error)
-		}
-		accepted += ir.Accepted
-		onTopic.Add(int64(ir.Accepted))
-		batch.Reset()
-		n = 0
-		if every > 0 {
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(every):
-			}
-		}
-		return nil
-	}
-	for m, ok := gen.Next(); ok; m, ok = gen.Next() {
-		batch.Write(bytes.ReplaceAll(m.Value, []byte("\n"), []byte(" ")))
-		batch.WriteByte('\n')
-		if n++; n == 100 {
-			if err := flush(); err != nil {
-				return accepted, err
-			}
-		}
-	}
-	return accepted, flush()
-}
 
 // syncWriter serialises writes from several goroutines.
 type syncWriter struct {

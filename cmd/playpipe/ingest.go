@@ -110,14 +110,14 @@ func newIngestFlags(fs *flag.FlagSet) *ingestFlags {
 		minRate:   fs.Int64("min-body-rate", 1024, "slowest average rate, in bytes/s, a request body may arrive at after --body-grace; slower: cut with 408 slow_body"),
 		bodyGrace: fs.Duration("body-grace", 10*time.Second, "time a request body may take before --min-body-rate applies"),
 		readTO:    fs.Duration("read-timeout", time.Minute, "longest time from a request's headers to the end of its body; later: cut with 408 read_timeout"),
-		adminAddr: telemetry.AdminAddrFlag(fs, "ingest"),
+		adminAddr: adminAddrFlag(fs, "ingest"),
 		shutdownT: fs.Duration("shutdown-timeout", 30*time.Second, "how long shutdown waits for requests in flight"),
 	}
 	fs.Func("api-key", "a fleet API key as fleet-name:hexsha256 (repeatable; env PLAYPIPE_INGEST_API_KEYS, comma separated)", func(s string) error {
 		f.keySpecs = append(f.keySpecs, s)
 		return nil
 	})
-	f.kcfg.RegisterFlags(fs)
+	registerKafkaFlags(fs, &f.kcfg)
 	f.lf.register(fs.StringVar)
 	return f
 }

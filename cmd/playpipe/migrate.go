@@ -33,7 +33,7 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		lf  logFlags
 		cfg analytics.Config
 	)
-	cfg.RegisterFlags(fs)
+	registerClickHouseFlags(fs, &cfg)
 	lf.register(fs.StringVar)
 	if err := parseFlags(fs, args); err != nil {
 		return err

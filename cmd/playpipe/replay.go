@@ -13,6 +13,7 @@ import (
 
 	"github.com/playpipe/playpipe/analytics"
 	"github.com/playpipe/playpipe/internal/kafkax"
+	"github.com/playpipe/playpipe/internal/roles"
 	"github.com/playpipe/playpipe/replay"
 )
 
@@ -89,9 +90,9 @@ type replayFlags struct {
 }
 
 func (f *replayFlags) register(fs *flag.FlagSet) {
-	f.kcfg.RegisterFlags(fs)
+	registerKafkaFlags(fs, &f.kcfg)
 	f.api.register(fs, "post the reports to")
-	f.chCfg.RegisterFlags(fs)
+	registerClickHouseFlags(fs, &f.chCfg)
 	f.lf.register(fs.StringVar)
 	if f.sel.Kind == replay.KindReplay {
 		fs.StringVar(&f.from, "from", "", "start of the window (inclusive; required): RFC 3339, 2026-11-21T14:02 (UTC), epoch ms, or -90m")
@@ -206,9 +207,7 @@ func (f *replayFlags) run(ctx context.Context, rcfg replay.Config, log *slog.Log
 	if rcfg.DryRun {
 		return replay.Run(ctx, rcfg, nil, f.sel)
 	}
-	if f.api.cfg.MaxConns < rcfg.Concurrency {
-		f.api.cfg.MaxConns = rcfg.Concurrency
-	}
+	f.api.cfg.MaxConns = roles.PoolSize(f.api.cfg.MaxConns, rcfg.Concurrency)
 	client, stopAPI, err := f.api.open(log)
 	if err != nil {
 		return replay.Result{}, err

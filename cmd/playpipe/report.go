@@ -6,8 +6,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/playpipe/playpipe/internal/kafkax"
-	"github.com/playpipe/playpipe/internal/telemetry"
+	"github.com/playpipe/playpipe/internal/roles"
 	"github.com/playpipe/playpipe/reporter"
 )
 
@@ -44,67 +43,45 @@ func (e configExit) Unwrap() error { return e.error }
 func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("report", stderr, reportSynopsis)
 	var (
-		lf   logFlags
-		kcfg kafkax.Config
+		rf   roleFlags
 		api  apiTarget
 		rcfg reporter.Config
 	)
-	kcfg.RegisterFlags(fs)
+	rf.register(fs, "report")
 	api.register(fs, "post the reports to")
-	rcfg.RegisterFlags(fs)
-	lf.register(fs.StringVar)
-	adminAddr := telemetry.AdminAddrFlag(fs, "report")
-	pprof := pprofFlag(fs)
-	if err := parseFlags(fs, args); err != nil {
+	registerReporterFlags(fs, &rcfg)
+	log, err := rf.parse(fs, args, stderr)
+	if err != nil {
 		return err
 	}
-	log, err := lf.logger(stderr)
-	if err != nil {
-		fmt.Fprintln(stderr, err)
-		return errUsage
-	}
-	if err := requireKafka(kcfg); err != nil {
+	if err := requireKafka(rf.kafka); err != nil {
 		return err
 	}
 	if err := api.check(); err != nil {
 		return err
 	}
-	tel, stopTelemetry, err := startTelemetry(ctx, "report", *adminAddr, *pprof, log)
+	run, err := rf.start(ctx, log, nil)
 	if err != nil {
 		return err
 	}
-	defer stopTelemetry()
-	setKafkaReady := addKafkaReadyCheck(tel)
-	kcfg, stopKafka, err := kafkax.Ready(ctx, kcfg, log)
+	defer run.close()
+	// Every post in flight needs its own keep-alive connection.
+	partner, stopAPI, err := api.openFor(log, roles.InFlight(rcfg.Concurrency, false))
 	if err != nil {
 		return err
 	}
-	defer stopKafka()
-	setKafkaReady(kcfg)
-	if api.cfg.MaxConns < rcfg.Concurrency {
-		// Every post in flight needs its own keep-alive connection.
-		api.cfg.MaxConns = rcfg.Concurrency
-	}
-	client, stopAPI, err := api.open(log)
-	if err != nil {
-		return err
-	}
-	defer stopAPI()
-	rcfg.Kafka = kcfg
+	run.onClose(stopAPI)
 	rcfg.Logger = log
-	rcfg.PartnerURL = api.cfg.BaseURL // --api-url, or the sandbox's loopback URL
-	rep, err := reporter.New(rcfg, client)
+	rep, err := roles.NewReporter(rcfg, run.kafka, partner, log) // PartnerURL: --api-url, or the sandbox's loopback URL
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return errUsage
 	}
-	stopLag, err := exportLag(kcfg, rcfg.Group, kcfg.Topics().Reports)
-	if err != nil {
+	if err := run.exportLagOf(rcfg.Group, run.kafka.Topics().Reports); err != nil {
 		return err
 	}
-	defer stopLag()
 	if err := rep.Run(ctx); err != nil {
-		if errors.Is(err, reporter.ErrConfiguration) {
+		if errors.Is(err, reporter.ErrInvalidConfig) {
 			return configExit{err}
 		}
 		if ctx.Err() != nil && errors.Is(err, context.Canceled) {

@@ -77,17 +77,17 @@ func (f *sandboxFlags) adminOn() bool { return f.adminAddr != "" && f.adminAddr 
 
 // options checks the flags and returns the sandbox's options; a usage
 // error is written to stderr and returned as errUsage.
-func (f *sandboxFlags) options(log *slog.Logger, stderr io.Writer) (sandbox.Options, error) {
+func (f *sandboxFlags) options(log *slog.Logger, stderr io.Writer) (sandbox.Config, error) {
 	mode, err := sandbox.ParseMode(f.modeName)
 	if err != nil {
 		fmt.Fprintf(stderr, "--mode: %v\n", err)
-		return sandbox.Options{}, errUsage
+		return sandbox.Config{}, errUsage
 	}
 	if f.adminOn() && !f.adminPublic && !loopbackAddr(f.adminAddr) {
 		fmt.Fprintf(stderr, "--admin-addr %q is not a loopback address: pass --admin-public to expose the admin API\n", f.adminAddr)
-		return sandbox.Options{}, errUsage
+		return sandbox.Config{}, errUsage
 	}
-	opts := sandbox.Options{
+	opts := sandbox.Config{
 		Seed: f.seed, ClientID: f.clientID, ClientSignature: f.clientSig, Email: f.email,
 		LiveTokenTTL: f.liveTTL, StandbyTokenTTL: f.standbyTTL, Logger: log, Mode: mode,
 		Pages: f.pages, ListsPerPage: f.lists, MixesPerList: f.mixes, EmptyCatalog: f.empty,
@@ -172,7 +172,7 @@ func runSandbox(ctx context.Context, args []string, stdout, stderr io.Writer) er
 // the sandbox's counters are also served as /metrics on the admin
 // listener. stop unregisters them and shuts the export down.
 func sandboxTelemetry(ctx context.Context, srv *sandbox.Server) (stop func(), _ error) {
-	shutdownTel, err := telemetry.Setup(ctx, telemetry.Options{ServiceName: "playpipe-sandbox"})
+	shutdownTel, err := telemetry.Setup(ctx, telemetry.Config{ServiceName: "playpipe-sandbox"})
 	if err != nil {
 		return nil, fmt.Errorf("telemetry: %w", err)
 	}

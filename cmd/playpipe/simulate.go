@@ -128,7 +128,7 @@ func newSimulateFlags(fs *flag.FlagSet) *simulateFlags {
 		batch:    fs.Int("batch-size", 2000, "messages per synchronous kafka-go write (each write waits up to --batch-timeout for partition batches to fill)"),
 		batchTO:  fs.Duration("batch-timeout", 2*time.Millisecond, "kafka-go Writer.BatchTimeout: how long a partition batch waits to fill (kafka-go's own default, 1s, makes synchronous writes crawl)"),
 	}
-	f.kcfg.RegisterFlags(fs)
+	registerKafkaFlags(fs, &f.kcfg)
 	f.api.register(fs, "walk the catalog of")
 	f.lf.register(fs.StringVar)
 	// The simulator publishes to a running Kafka: it has no embedded broker.

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"sync/atomic"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/playpipe/playpipe/analytics"
 	"github.com/playpipe/playpipe/internal/kafkax"
+	"github.com/playpipe/playpipe/internal/roles"
 	"github.com/playpipe/playpipe/internal/telemetry"
 )
 
@@ -41,85 +43,82 @@ ClickHouse both answer.`
 func runSink(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("sink", stderr, sinkSynopsis)
 	var (
-		lf   logFlags
-		kcfg kafkax.Config
-		sc   analytics.SinkConfig
+		rf roleFlags
+		sc analytics.SinkConfig
 	)
-	kcfg.RegisterFlags(fs)
-	sc.ClickHouse.RegisterFlags(fs)
-	lf.register(fs.StringVar)
-	adminAddr := telemetry.AdminAddrFlag(fs, "sink")
-	pprof := pprofFlag(fs)
-	fs.StringVar(&sc.Group, "group", envDefault("PLAYPIPE_SINK_GROUP", "playpipe-sink"), "consumer group of the sink (env PLAYPIPE_SINK_GROUP)")
-	fs.IntVar(&sc.BatchRows, "batch-rows", 10000, "most records per insert (10k-row batches are the sweet spot; small batches cost the server much more per row)")
-	fs.DurationVar(&sc.Linger, "linger", time.Second, "longest a non-empty batch waits for more records before it is inserted")
-	fs.DurationVar(&sc.ShutdownTimeout, "shutdown-timeout", 10*time.Second, "on SIGTERM, how long to keep inserting and committing what was read")
-	fs.DurationVar(&sc.RetryMax, "retry-max", 5*time.Second, "longest wait between insert attempts while ClickHouse fails")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	log, err := lf.logger(stderr)
-	if err != nil {
-		fmt.Fprintln(stderr, err)
-		return errUsage
-	}
-	// Check the flags before starting anything.
-	if err := requireKafka(kcfg); err != nil {
-		return err
-	}
-	if err := requireClickHouse(sc.ClickHouse); err != nil {
-		return err
-	}
-	check := sc
-	check.Kafka, check.ClickHouse.Addr = kcfg, "127.0.0.1:0"
-	if check.Kafka.Embedded {
-		check.Kafka.Embedded, check.Kafka.EmbeddedPort, check.Kafka.Brokers = false, 0, []string{"127.0.0.1:0"}
-	}
-	if err := check.Validate(); err != nil {
-		fmt.Fprintln(stderr, err)
-		return errUsage
-	}
-	tel, stopTelemetry, err := startTelemetry(ctx, "sink", *adminAddr, *pprof, log)
+	rf.register(fs, "sink")
+	registerClickHouseFlags(fs, &sc.ClickHouse)
+	registerSinkFlags(fs, &sc)
+	log, err := rf.parse(fs, args, stderr)
 	if err != nil {
 		return err
 	}
-	defer stopTelemetry()
+	if err := checkSink(rf.kafka, sc); err != nil {
+		if errors.Is(err, errUsage) { // names the flags; printed by runMain
+			return err
+		}
+		fmt.Fprintln(stderr, err)
+		return errUsage
+	}
 	// The readiness checks exist from the first /readyz on: not ready while
 	// Kafka or ClickHouse are being reached (a local server starting), nor
 	// until the sink has applied the ledger schema, nor whenever either
 	// stops answering.
-	setKafkaReady := addKafkaReadyCheck(tel)
 	var readySink atomic.Pointer[analytics.Sink]
-	tel.AddReadyCheck("clickhouse", func(ctx context.Context) error {
-		s := readySink.Load()
-		if s == nil {
-			return errors.New("clickhouse: not reached yet")
-		}
-		return s.Ready(ctx)
+	run, err := rf.start(ctx, log, func(tel *telemetry.Role) {
+		tel.AddReadyCheck("clickhouse", func(ctx context.Context) error {
+			s := readySink.Load()
+			if s == nil {
+				return errors.New("clickhouse: not reached yet")
+			}
+			return s.Ready(ctx)
+		})
 	})
-	kcfg, stopKafka, err := kafkax.Ready(ctx, kcfg, log)
 	if err != nil {
 		return err
 	}
-	defer stopKafka()
-	setKafkaReady(kcfg)
+	defer run.close()
 	chcfg, stopCH, err := analytics.LocalOrConfigured(ctx, sc.ClickHouse, log)
 	if err != nil {
 		return err
 	}
-	defer stopCH()
-	sc.ClickHouse = chcfg
-	stopLag, err := exportLag(kcfg, sc.Group, kcfg.Topics().All()...)
-	if err != nil {
+	run.onClose(stopCH)
+	if err := run.exportLagOf(sc.Group, run.kafka.Topics().All()...); err != nil {
 		return err
 	}
-	defer stopLag()
-	sc.Kafka, sc.Logger = kcfg, log
-	s, err := analytics.NewSink(sc)
+	sc.Logger = log
+	s, err := roles.NewSink(sc, run.kafka, chcfg, log)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return errUsage
 	}
 	readySink.Store(s)
 	return s.Run(ctx)
+}
+
+// registerSinkFlags binds the sink's own flags (not Kafka's nor ClickHouse's)
+// to sc.
+func registerSinkFlags(fs *flag.FlagSet, sc *analytics.SinkConfig) {
+	fs.StringVar(&sc.Group, "group", envDefault("PLAYPIPE_SINK_GROUP", "playpipe-sink"), "consumer group of the sink (env PLAYPIPE_SINK_GROUP)")
+	fs.IntVar(&sc.BatchRows, "batch-rows", 10000, "most records per insert (10k-row batches are the sweet spot; small batches cost the server much more per row)")
+	fs.DurationVar(&sc.Linger, "linger", time.Second, "longest a non-empty batch waits for more records before it is inserted")
+	fs.DurationVar(&sc.ShutdownTimeout, "shutdown-timeout", 10*time.Second, "on SIGTERM, how long to keep inserting and committing what was read")
+	fs.DurationVar(&sc.RetryMax, "retry-max", 5*time.Second, "longest wait between insert attempts while ClickHouse fails")
+}
+
+// checkSink checks the flags before anything starts: Kafka and ClickHouse
+// named (usage errors naming the flags), and the sink's own settings, with
+// placeholders for the addresses only known once the parts run.
+func checkSink(kcfg kafkax.Config, sc analytics.SinkConfig) error {
+	if err := requireKafka(kcfg); err != nil {
+		return err
+	}
+	if err := requireClickHouse(sc.ClickHouse); err != nil {
+		return err
+	}
+	sc.Kafka, sc.ClickHouse.Addr = kcfg, "127.0.0.1:0"
+	if sc.Kafka.Embedded {
+		sc.Kafka.Embedded, sc.Kafka.EmbeddedPort, sc.Kafka.Brokers = false, 0, []string{"127.0.0.1:0"}
+	}
+	return sc.Validate()
 }

@@ -32,7 +32,7 @@ func TestPipelineOnContainers(t *testing.T) {
 
 	kc := startKafka(ctx, t)
 	ch := startClickHouse(ctx, t)
-	sb := testenv.StartSandbox(t, func(o *sandbox.Options) { o.Seed, o.Pages, o.ListsPerPage, o.MixesPerList = 11, 2, 2, 5 })
+	sb := testenv.StartSandbox(t, func(o *sandbox.Config) { o.Seed, o.Pages, o.ListsPerPage, o.MixesPerList = 11, 2, 2, 5 })
 	bin := buildPlaypipe(t)
 	t.Logf("kafka %s (%s), clickhouse %s (%s), sandbox %s",
 		kc.Broker, composeImage(t, "apache/kafka:"), ch.Addr, composeImage(t, "clickhouse/clickhouse-server:"), sb.URL)
@@ -160,7 +160,7 @@ func TestPipelineOnContainers(t *testing.T) {
 		t.Fatal(err)
 	}
 	window := analytics.AuditOptions{From: time.Now().Add(-time.Hour), To: time.Now().Add(time.Hour)}
-	var rep *analytics.Report
+	var rep *analytics.Audit
 	deadline := time.Now().Add(4 * time.Minute)
 	for {
 		if err := anyExited(roles...); err != nil {

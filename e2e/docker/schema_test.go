@@ -90,9 +90,9 @@ func copyLedger(ctx context.Context, t *testing.T, conn driver.Conn, from, to st
 
 // assertSameAudit requires the same audit and the same lists from the
 // ledgers in dbs a and b over window.
-func assertSameAudit(ctx context.Context, t *testing.T, conn driver.Conn, a, b string, window analytics.AuditOptions) *analytics.Report {
+func assertSameAudit(ctx context.Context, t *testing.T, conn driver.Conn, a, b string, window analytics.AuditOptions) *analytics.Audit {
 	t.Helper()
-	var reports [2]*analytics.Report
+	var reports [2]*analytics.Audit
 	var auditors [2]*analytics.Auditor
 	for i, db := range []string{a, b} {
 		au, err := analytics.NewAuditor(conn, db)

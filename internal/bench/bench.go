@@ -100,7 +100,7 @@ func runBench(ctx context.Context, o options, log *slog.Logger) (res result, err
 	}
 	defer os.RemoveAll(chDir)
 	sctx, cancel := context.WithTimeout(ctx, time.Minute)
-	ch, err := chlocal.Start(sctx, chlocal.Options{Dir: chDir, Logger: log})
+	ch, err := chlocal.Start(sctx, chlocal.Config{Dir: chDir, Logger: log})
 	cancel()
 	if err != nil {
 		return res, fmt.Errorf("clickhouse: %w", err)

@@ -42,8 +42,8 @@ func (e *StartError) Error() string {
 
 func (e *StartError) Unwrap() error { return e.Err }
 
-// Options configure a local server.
-type Options struct {
+// Config configures a local server.
+type Config struct {
 	// Dir is the data folder (created when missing). Required.
 	Dir string
 	// Binary is the server binary; defaults to the first found by FindBinary.
@@ -83,11 +83,11 @@ type state struct {
 
 const stateFile = "server.json"
 
-// Start starts a server in opts.Dir (or attaches to one, see Options.Reuse)
+// Start starts a server in opts.Dir (or attaches to one, see Config.Reuse)
 // and returns once it answers a query.
-func Start(ctx context.Context, opts Options) (*Server, error) {
+func Start(ctx context.Context, opts Config) (*Server, error) {
 	if opts.Dir == "" {
-		return nil, errors.New("chlocal: Options.Dir is required")
+		return nil, errors.New("chlocal: Config.Dir is required")
 	}
 	dir, err := filepath.Abs(opts.Dir)
 	if err != nil {

@@ -29,7 +29,7 @@ func query(t *testing.T, s *chlocal.Server, q string) string {
 
 var noKeepAlive = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 
-func startOrSkip(t *testing.T, opts chlocal.Options) *chlocal.Server {
+func startOrSkip(t *testing.T, opts chlocal.Config) *chlocal.Server {
 	t.Helper()
 	s, err := chlocal.Start(context.Background(), opts)
 	if errors.Is(err, chlocal.ErrNotInstalled) {
@@ -44,7 +44,7 @@ func startOrSkip(t *testing.T, opts chlocal.Options) *chlocal.Server {
 
 func TestStartStopRestartKeepsData(t *testing.T) {
 	dir := t.TempDir()
-	s := startOrSkip(t, chlocal.Options{Dir: dir})
+	s := startOrSkip(t, chlocal.Config{Dir: dir})
 	query(t, s, "CREATE TABLE default.t (x UInt32) ENGINE = MergeTree ORDER BY x")
 	query(t, s, "INSERT INTO default.t (x) VALUES (1), (2), (3)")
 	addr := s.Addr()
@@ -81,8 +81,8 @@ func TestStartStopRestartKeepsData(t *testing.T) {
 
 func TestReuseAttachesToRunningServer(t *testing.T) {
 	dir := t.TempDir()
-	s := startOrSkip(t, chlocal.Options{Dir: dir})
-	s2, err := chlocal.Start(context.Background(), chlocal.Options{Dir: dir, Reuse: true})
+	s := startOrSkip(t, chlocal.Config{Dir: dir})
+	s2, err := chlocal.Start(context.Background(), chlocal.Config{Dir: dir, Reuse: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,8 +99,8 @@ func TestReuseAttachesToRunningServer(t *testing.T) {
 
 func TestSecondServerOnSameFolderFails(t *testing.T) {
 	dir := t.TempDir()
-	startOrSkip(t, chlocal.Options{Dir: dir})
-	s2, err := chlocal.Start(context.Background(), chlocal.Options{Dir: dir, StartTimeout: 10 * time.Second})
+	startOrSkip(t, chlocal.Config{Dir: dir})
+	s2, err := chlocal.Start(context.Background(), chlocal.Config{Dir: dir, StartTimeout: 10 * time.Second})
 	if err == nil {
 		s2.Kill()
 		t.Fatal("a second server started on a folder in use")

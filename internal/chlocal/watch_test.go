@@ -33,7 +33,7 @@ func waitAnswer(t *testing.T, s *chlocal.Server, within time.Duration) {
 // started again by Watch on the same ports with its data; after Stop it is
 // left down.
 func TestWatchRestartsAKilledServer(t *testing.T) {
-	s := startOrSkip(t, chlocal.Options{Dir: t.TempDir()})
+	s := startOrSkip(t, chlocal.Config{Dir: t.TempDir()})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); s.Watch(ctx) }()
@@ -75,7 +75,7 @@ func TestWatchRestartsAKilledServer(t *testing.T) {
 // clients of the old one reconnect, instead of new ones.
 func TestStartOnAFolderWhoseServerDiedKeepsItsPorts(t *testing.T) {
 	dir := t.TempDir()
-	s := startOrSkip(t, chlocal.Options{Dir: dir})
+	s := startOrSkip(t, chlocal.Config{Dir: dir})
 	addr, httpAddr := s.Addr(), s.HTTPAddr()
 	if err := syscall.Kill(s.PID(), syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -86,7 +86,7 @@ func TestStartOnAFolderWhoseServerDiedKeepsItsPorts(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "server.json")); err != nil {
 		t.Fatalf("the dead server's record: %v", err)
 	}
-	s2 := startOrSkip(t, chlocal.Options{Dir: dir, Reuse: true})
+	s2 := startOrSkip(t, chlocal.Config{Dir: dir, Reuse: true})
 	if !s2.Owned() || s2.Addr() != addr || s2.HTTPAddr() != httpAddr {
 		t.Fatalf("restart on a dead server's folder: owned=%v %s/%s, want a new owned server on %s/%s", s2.Owned(), s2.Addr(), s2.HTTPAddr(), addr, httpAddr)
 	}
@@ -96,7 +96,7 @@ func TestStartOnAFolderWhoseServerDiedKeepsItsPorts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s3, err := chlocal.Start(context.Background(), chlocal.Options{Dir: dir, Reuse: true})
+	s3, err := chlocal.Start(context.Background(), chlocal.Config{Dir: dir, Reuse: true})
 	if err != nil {
 		t.Fatal(err)
 	}

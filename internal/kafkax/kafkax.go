@@ -6,16 +6,15 @@
 // to start (ErrNoBrokers) instead of silently running on a broker that loses
 // every record when the process exits.
 //
-// A Config is a value: build it with flags (RegisterFlags) or by hand, call
-// Validate once, then ClientOpts for every client of the role.
+// A Config is a plain value (cmd/playpipe fills it from flags and the
+// environment; the harness and tests by hand): call Validate once, then
+// ClientOpts for every client of the role.
 package kafkax
 
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
-	"os"
 	"strings"
 	"time"
 
@@ -132,39 +131,6 @@ func (c Config) GroupOpts(group string) []kgo.Opt {
 // Topics returns the topic names of this configuration.
 func (c Config) Topics() Topics { return TopicsFor(c.TopicPrefix) }
 
-// RegisterFlags binds the Kafka flags, shared by every role, to fs. Defaults
-// come from the environment variables named in each flag's help.
-func (c *Config) RegisterFlags(fs *flag.FlagSet) {
-	fs.Func("brokers", "Kafka seed brokers, comma separated (env PLAYPIPE_BROKERS); required unless --embedded-kafka", func(s string) error {
-		c.Brokers = splitList(s)
-		return nil
-	})
-	if v := os.Getenv("PLAYPIPE_BROKERS"); v != "" {
-		c.Brokers = splitList(v)
-	}
-	fs.StringVar(&c.TopicPrefix, "topic-prefix", envOr("PLAYPIPE_TOPIC_PREFIX", DefaultTopicPrefix), "prefix of the topic names: <prefix>.events, .reports, .rejected, .deliveries (env PLAYPIPE_TOPIC_PREFIX)")
-	fs.StringVar(&c.SASLMechanism, "kafka-sasl", os.Getenv("PLAYPIPE_KAFKA_SASL"), "SASL mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (env PLAYPIPE_KAFKA_SASL); empty for none")
-	fs.StringVar(&c.SASLUser, "kafka-user", os.Getenv("PLAYPIPE_KAFKA_USER"), "SASL user (env PLAYPIPE_KAFKA_USER; the password is read from PLAYPIPE_KAFKA_PASSWORD only)")
-	c.SASLPassword = os.Getenv("PLAYPIPE_KAFKA_PASSWORD") // env only: never on a command line
-	fs.BoolVar(&c.TLS, "kafka-tls", os.Getenv("PLAYPIPE_KAFKA_TLS") == "true", "use TLS to the brokers (env PLAYPIPE_KAFKA_TLS=true)")
-	fs.StringVar(&c.TLSCAFile, "kafka-ca", os.Getenv("PLAYPIPE_KAFKA_CA"), "PEM file of CAs to trust for broker TLS (env PLAYPIPE_KAFKA_CA)")
-	fs.BoolVar(&c.TLSInsecure, "kafka-tls-insecure", false, "skip broker certificate verification (testing only)")
-	fs.BoolVar(&c.Embedded, "embedded-kafka", false, "instead of --brokers: start an embedded in-process Kafka broker on loopback (in memory, NOT durable: records are lost when this process exits; for try-outs)")
-	fs.IntVar(&c.EmbeddedPort, "embedded-kafka-port", 0, "with --embedded-kafka: the loopback port of the embedded broker, so other playpipe processes can use it with --brokers 127.0.0.1:<port> (0: a free port)")
-	fs.IntVar(&c.Partitions, "partitions", 6, "partitions of topics that playpipe creates")
-	fs.IntVar(&c.ReplicationFactor, "replication-factor", -1, "replication factor of topics that playpipe creates (-1: broker default)")
-	fs.StringVar(&c.InstanceID, "instance-id", os.Getenv("PLAYPIPE_INSTANCE_ID"),
-		"static group membership id of this instance (group.instance.id): stable across its restarts, unique among running instances, e.g. the pod name (env PLAYPIPE_INSTANCE_ID; empty: dynamic membership)")
-	c.SessionTimeout = DefaultSessionTimeout
-	if v := os.Getenv("PLAYPIPE_SESSION_TIMEOUT"); v != "" {
-		if d, err := time.ParseDuration(v); err == nil {
-			c.SessionTimeout = d
-		}
-	}
-	fs.DurationVar(&c.SessionTimeout, "session-timeout", c.SessionTimeout,
-		"group session timeout: how long a silent (killed) instance keeps its partitions (env PLAYPIPE_SESSION_TIMEOUT; 6s–300s)")
-}
-
 // Validate checks the configuration once; errors name the offending setting.
 func (c Config) Validate() error {
 	switch strings.ToUpper(c.SASLMechanism) {
@@ -265,23 +231,6 @@ func EnsureTopics(ctx context.Context, c Config) error {
 		}
 	}
 	return nil
-}
-
-func splitList(s string) []string {
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
-func envOr(k, def string) string {
-	if v := os.Getenv(k); v != "" {
-		return v
-	}
-	return def
 }
 
 // Ping checks that the brokers answer (a metadata request), for readiness probes.

@@ -3,7 +3,6 @@ package kafkax
 import (
 	"context"
 	"errors"
-	"flag"
 	"io"
 	"log/slog"
 	"strings"
@@ -43,23 +42,6 @@ func TestValidateNamesTheFlag(t *testing.T) {
 	}
 	if err := (Config{Partitions: 3, SASLMechanism: "scram-sha-512", SASLUser: "u", Brokers: []string{"k:9092"}}).Validate(); err != nil {
 		t.Errorf("valid config refused: %v", err)
-	}
-}
-
-func TestFlagsNeverTakeThePassword(t *testing.T) {
-	t.Setenv("PLAYPIPE_KAFKA_PASSWORD", "s3cret")
-	t.Setenv("PLAYPIPE_BROKERS", "a:1, b:2")
-	var c Config
-	fs := flag.NewFlagSet("x", flag.ContinueOnError)
-	c.RegisterFlags(fs)
-	if fs.Lookup("kafka-password") != nil {
-		t.Fatal("a password flag would put the secret on command lines")
-	}
-	if err := fs.Parse([]string{"--topic-prefix", "p"}); err != nil {
-		t.Fatal(err)
-	}
-	if c.SASLPassword != "s3cret" || strings.Join(c.Brokers, ",") != "a:1,b:2" || c.TopicPrefix != "p" {
-		t.Fatalf("config from env and flags: %+v", c)
 	}
 }
 

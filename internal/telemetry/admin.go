@@ -3,13 +3,11 @@ package telemetry
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/pprof"
-	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -25,20 +23,6 @@ var DefaultAdminAddrs = map[string]string{
 	"report":  "127.0.0.1:9463",
 	"sink":    "127.0.0.1:9464",
 	"demo":    "127.0.0.1:9460",
-}
-
-// AdminAddrFlag binds --admin-addr for role on fs and returns where the value
-// lands: the default is $PLAYPIPE_ADMIN_ADDR, else DefaultAdminAddrs[role]
-// (else 127.0.0.1:9460). "off" (or "") disables the admin server.
-func AdminAddrFlag(fs *flag.FlagSet, role string) *string {
-	def := os.Getenv("PLAYPIPE_ADMIN_ADDR")
-	if def == "" {
-		def = DefaultAdminAddrs[role]
-	}
-	if def == "" {
-		def = "127.0.0.1:9460"
-	}
-	return fs.String("admin-addr", def, "admin HTTP listen address serving /metrics, /healthz, /readyz (env PLAYPIPE_ADMIN_ADDR); \"off\" disables; use :port to listen beyond loopback")
 }
 
 // EnablePprof serves net/http/pprof under /debug/pprof/ on the admin

@@ -24,18 +24,18 @@ func BenchmarkRecordTracing(b *testing.B) {
 	const upstream = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 	for _, c := range []struct {
 		name string
-		o    *Options // nil: nothing configured
+		o    *Config // nil: nothing configured
 	}{
 		{"off-no-header", nil},
 		{"off", nil},
-		{"on-sampled", &Options{SpanExporter: discardExporter{}}},
-		{"on-ratio-0", &Options{SpanExporter: discardExporter{}, Sampler: sdktrace.TraceIDRatioBased(0)}},
+		{"on-sampled", &Config{SpanExporter: discardExporter{}}},
+		{"on-ratio-0", &Config{SpanExporter: discardExporter{}, Sampler: sdktrace.TraceIDRatioBased(0)}},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			for _, k := range []string{EnvTracesExporter, EnvMetricsExporter, EnvOTLPEndpoint, EnvOTLPTraces, EnvOTLPMetrics, "OTEL_TRACES_SAMPLER"} {
 				b.Setenv(k, "")
 			}
-			o := Options{}
+			o := Config{}
 			if c.o != nil {
 				o = *c.o
 			}

@@ -15,7 +15,7 @@ import (
 // HTTPHandler: one series per (route, method, status) whatever the client sent.
 func TestHTTPHandlerLabelsBounded(t *testing.T) {
 	clearEnv(t)
-	setup(t, Options{})
+	setup(t, Config{})
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /item/{id}", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })
 	srv := httptest.NewServer(HTTPHandler(mux, "bounded-labels-test"))

@@ -23,7 +23,7 @@ const (
 func NewLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 	var lv slog.Level
 	if err := lv.UnmarshalText([]byte(level)); err != nil {
-		return nil, fmt.Errorf("%w: log level %q; accepted: debug, info, warn, error", ErrConfig, level)
+		return nil, fmt.Errorf("%w: log level %q; accepted: debug, info, warn, error", ErrInvalidConfig, level)
 	}
 	opts := &slog.HandlerOptions{Level: lv, ReplaceAttr: RedactSecretKeys}
 	var h slog.Handler
@@ -33,7 +33,7 @@ func NewLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 	case "text":
 		h = slog.NewTextHandler(w, opts)
 	default:
-		return nil, fmt.Errorf("%w: log format %q; accepted: text, json", ErrConfig, format)
+		return nil, fmt.Errorf("%w: log format %q; accepted: text, json", ErrInvalidConfig, format)
 	}
 	return slog.New(NewTraceHandler(h)), nil
 }

@@ -67,7 +67,7 @@ type ConsumerLagOptions struct {
 // Unregister the returned registration before closing adm's client.
 func RegisterConsumerLag(m metric.Meter, adm *kadm.Client, group string, o ConsumerLagOptions) (metric.Registration, error) {
 	if adm == nil || group == "" {
-		return nil, fmt.Errorf("%w: RegisterConsumerLag needs a kadm client and a group", ErrConfig)
+		return nil, fmt.Errorf("%w: RegisterConsumerLag needs a kadm client and a group", ErrInvalidConfig)
 	}
 	if o.Timeout <= 0 {
 		o.Timeout = 5 * time.Second

@@ -26,9 +26,9 @@ import (
 	"github.com/playpipe/playpipe/internal/version"
 )
 
-// Options configures Setup. The zero value is valid: service "playpipe",
+// Config configures Setup. The zero value is valid: service "playpipe",
 // exporters from the OTEL_* environment only.
-type Options struct {
+type Config struct {
 	// ServiceName is the service.name resource attribute; defaults to
 	// "playpipe". OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES override it.
 	ServiceName string
@@ -58,8 +58,8 @@ const (
 	EnvOTLPMetrics     = "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"
 )
 
-// ErrConfig is wrapped by every configuration error Setup returns.
-var ErrConfig = errors.New("telemetry: invalid configuration")
+// ErrInvalidConfig is wrapped by every configuration error Setup returns.
+var ErrInvalidConfig = errors.New("telemetry: invalid configuration")
 
 // exportDecision says whether a signal is exported and through which
 // autoexport name.
@@ -84,14 +84,14 @@ func exportDecision(exporterVar, endpointVar string) (bool, error) {
 	if exporterVar == EnvMetricsExporter {
 		accepted = "otlp, console, prometheus, none"
 	}
-	return false, fmt.Errorf("%w: %s=%q; accepted: %s (one value)", ErrConfig, exporterVar, v, accepted)
+	return false, fmt.Errorf("%w: %s=%q; accepted: %s (one value)", ErrInvalidConfig, exporterVar, v, accepted)
 }
 
 // Setup installs the global tracer provider, meter provider and propagator
-// for this process, configured by Options and the standard OTEL_* variables,
+// for this process, configured by Config and the standard OTEL_* variables,
 // and returns the function that flushes and stops what it started.
 //
-// Traces: when neither the environment nor Options.SpanExporter exports spans,
+// Traces: when neither the environment nor Config.SpanExporter exports spans,
 // the global tracer stays a no-op that only carries incoming trace context
 // forward (no ids are generated, nothing is recorded). Otherwise an SDK
 // tracer provider samples by OTEL_TRACES_SAMPLER (default
@@ -108,7 +108,7 @@ func exportDecision(exporterVar, endpointVar string) (bool, error) {
 // Setup may be called again (tests do): each call replaces the tracing
 // configuration. shutdown is idempotent; it flushes and stops this call's span
 // exporters and, for the call that created it, the OTLP metric reader.
-func Setup(ctx context.Context, o Options) (shutdown func(context.Context) error, err error) {
+func Setup(ctx context.Context, o Config) (shutdown func(context.Context) error, err error) {
 	tracesOn, err := exportDecision(EnvTracesExporter, EnvOTLPTraces)
 	if err != nil {
 		return nil, err
@@ -176,7 +176,7 @@ func Setup(ctx context.Context, o Options) (shutdown func(context.Context) error
 	}, nil
 }
 
-func newResource(ctx context.Context, o Options) (*resource.Resource, error) {
+func newResource(ctx context.Context, o Config) (*resource.Resource, error) {
 	name := o.ServiceName
 	if name == "" {
 		name = "playpipe"

@@ -46,7 +46,7 @@ func clearEnv(t *testing.T) {
 }
 
 // setup runs Setup and registers its shutdown.
-func setup(t *testing.T, o Options) {
+func setup(t *testing.T, o Config) {
 	t.Helper()
 	shutdown, err := Setup(context.Background(), o)
 	if err != nil {
@@ -63,13 +63,13 @@ func recording(t *testing.T) *tracetest.InMemoryExporter {
 	t.Helper()
 	clearEnv(t)
 	exp := tracetest.NewInMemoryExporter()
-	setup(t, Options{ServiceName: "telemetry-test", SpanExporter: exp})
+	setup(t, Config{ServiceName: "telemetry-test", SpanExporter: exp})
 	return exp
 }
 
 func TestSetupNothingConfiguredRecordsNothing(t *testing.T) {
 	clearEnv(t)
-	shutdown, err := Setup(context.Background(), Options{ServiceName: "t"})
+	shutdown, err := Setup(context.Background(), Config{ServiceName: "t"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,14 +109,14 @@ func TestSetupNothingConfiguredRecordsNothing(t *testing.T) {
 func TestSetupRejectsUnknownExporter(t *testing.T) {
 	clearEnv(t)
 	t.Setenv(EnvTracesExporter, "zipkin")
-	_, err := Setup(context.Background(), Options{})
-	if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), EnvTracesExporter) {
-		t.Fatalf("err = %v, want ErrConfig naming %s", err, EnvTracesExporter)
+	_, err := Setup(context.Background(), Config{})
+	if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), EnvTracesExporter) {
+		t.Fatalf("err = %v, want ErrInvalidConfig naming %s", err, EnvTracesExporter)
 	}
 	t.Setenv(EnvTracesExporter, "")
 	t.Setenv(EnvMetricsExporter, "statsd")
-	if _, err := Setup(context.Background(), Options{}); !errors.Is(err, ErrConfig) {
-		t.Fatalf("err = %v, want ErrConfig", err)
+	if _, err := Setup(context.Background(), Config{}); !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("err = %v, want ErrInvalidConfig", err)
 	}
 }
 
@@ -160,7 +160,7 @@ func TestSetupInProcessExporterRecordsSpans(t *testing.T) {
 	// A second Setup (another test, another exporter) takes over the same
 	// package-level tracer.
 	exp2 := tracetest.NewInMemoryExporter()
-	setup(t, Options{SpanExporter: exp2})
+	setup(t, Config{SpanExporter: exp2})
 	_, span = pkgTracer.Start(context.Background(), "deliver")
 	span.End()
 	if n := len(exp2.GetSpans()); n != 1 {
@@ -175,7 +175,7 @@ func TestServiceNameFromEnvWins(t *testing.T) {
 	exp := tracetest.NewInMemoryExporter()
 	clearEnv(t)
 	t.Setenv("OTEL_SERVICE_NAME", "from-env")
-	setup(t, Options{ServiceName: "from-options", SpanExporter: exp})
+	setup(t, Config{ServiceName: "from-options", SpanExporter: exp})
 	_, span := pkgTracer.Start(context.Background(), "x")
 	span.End()
 	v, _ := exp.GetSpans()[0].Resource.Set().Value("service.name")
@@ -266,7 +266,7 @@ func sumSamples(t *testing.T, r io.Reader, name, labelFilter string) float64 {
 
 func TestAdminServerEndpoints(t *testing.T) {
 	clearEnv(t)
-	setup(t, Options{ServiceName: "admin-test"})
+	setup(t, Config{ServiceName: "admin-test"})
 	events, err := pkgMeter().Int64Counter("playpipe.events.in")
 	if err != nil {
 		t.Fatal(err)
@@ -376,10 +376,10 @@ func TestLoggerAddsTraceIDsAndRedacts(t *testing.T) {
 	if strings.Contains(lines[1], LogTraceID) {
 		t.Fatalf("trace id on a record without span: %s", lines[1])
 	}
-	if _, err := NewLogger(io.Discard, "xml", "info"); !errors.Is(err, ErrConfig) {
+	if _, err := NewLogger(io.Discard, "xml", "info"); !errors.Is(err, ErrInvalidConfig) {
 		t.Fatalf("bad format: %v", err)
 	}
-	if _, err := NewLogger(io.Discard, "text", "loud"); !errors.Is(err, ErrConfig) {
+	if _, err := NewLogger(io.Discard, "text", "loud"); !errors.Is(err, ErrInvalidConfig) {
 		t.Fatalf("bad level: %v", err)
 	}
 }
@@ -444,7 +444,7 @@ func TestPathTemplate(t *testing.T) {
 
 func TestConsumerLagGauge(t *testing.T) {
 	clearEnv(t)
-	setup(t, Options{})
+	setup(t, Config{})
 	k := testenv.StartKafka(t, 2)
 	topic := k.Config.Topics().Reports
 	cl := k.Client(t, kgo.RecordPartitioner(kgo.ManualPartitioner()))
@@ -482,7 +482,7 @@ func TestConsumerLagGauge(t *testing.T) {
 		t.Fatalf("lag p0=%v p1=%v, want 3 and 5:\n%s", p0, p1, grep(string(body), "playpipe_consumer_lag"))
 	}
 
-	if _, err := RegisterConsumerLag(otel.Meter("x"), nil, "", ConsumerLagOptions{}); !errors.Is(err, ErrConfig) {
+	if _, err := RegisterConsumerLag(otel.Meter("x"), nil, "", ConsumerLagOptions{}); !errors.Is(err, ErrInvalidConfig) {
 		t.Fatalf("missing client: %v", err)
 	}
 }
@@ -493,7 +493,7 @@ func TestConsumerLagGauge(t *testing.T) {
 // counts the records really pending (committed records past the commit).
 func TestConsumerLagTransactional(t *testing.T) {
 	clearEnv(t)
-	setup(t, Options{})
+	setup(t, Config{})
 	k := testenv.StartKafka(t, 2)
 	topic := k.Config.Topics().Reports
 	ctx := context.Background()
@@ -586,7 +586,7 @@ func pkgMeter() metric.Meter {
 // counters get _total, seconds histograms _seconds and LatencyBuckets.
 func TestPrometheusNames(t *testing.T) {
 	clearEnv(t)
-	setup(t, Options{})
+	setup(t, Config{})
 	m := pkgMeter()
 	counter := func(name string) metric.Int64Counter {
 		c, err := m.Int64Counter(name)
@@ -715,7 +715,7 @@ func TestOTLPExportFromEnv(t *testing.T) {
 	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
 	t.Setenv("OTEL_SERVICE_NAME", "playpipe-otlp-test")
 
-	shutdown, err := Setup(context.Background(), Options{ServiceName: "ignored"})
+	shutdown, err := Setup(context.Background(), Config{ServiceName: "ignored"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -49,7 +49,7 @@ func StartClickHouse(t testing.TB) *ClickHouse {
 		c.Password = os.Getenv("PLAYPIPE_CLICKHOUSE_PASSWORD")
 	} else {
 		dir := clickHouseDir(t)
-		s, err := chlocal.Start(ctx, chlocal.Options{Dir: dir})
+		s, err := chlocal.Start(ctx, chlocal.Config{Dir: dir})
 		if errors.Is(err, chlocal.ErrNotInstalled) && os.Getenv("PLAYPIPE_REQUIRE_CLICKHOUSE") != "1" {
 			t.Skipf("testenv: %v", err)
 		}

@@ -26,9 +26,9 @@ type Sandbox struct {
 
 // StartSandbox starts a sandbox (options applied in order over the defaults:
 // seed 1, default credentials) and stops its listeners when the test ends.
-func StartSandbox(t testing.TB, opts ...func(*sandbox.Options)) *Sandbox {
+func StartSandbox(t testing.TB, opts ...func(*sandbox.Config)) *Sandbox {
 	t.Helper()
-	o := sandbox.Options{Seed: 1}
+	o := sandbox.Config{Seed: 1}
 	for _, f := range opts {
 		f(&o)
 	}

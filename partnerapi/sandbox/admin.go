@@ -33,7 +33,7 @@ const AdminUsage = `Admin API (JSON; loopback callers only unless allowed):
                                   from now on; new sessions work): {"revocations":N}`
 
 // AdminHandler is the admin API (see AdminUsage). Callers not on loopback
-// get 403 unless Options.AdminAllowRemote.
+// get 403 unless Config.AdminAllowRemote.
 func (s *Server) AdminHandler() http.Handler { return s.admin }
 
 // adminMux is the admin API's route table (see AdminUsage), behind the

@@ -112,7 +112,7 @@ func jsonNum(n uint64) string { b, _ := json.Marshal(n); return string(b) }
 
 func TestAdminLoopbackOnly(t *testing.T) {
 	for _, allow := range []bool{false, true} {
-		srv, err := sandbox.New(sandbox.Options{AdminAllowRemote: allow})
+		srv, err := sandbox.New(sandbox.Config{AdminAllowRemote: allow})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -26,7 +26,7 @@ import (
 //
 //	go test -run '^$' -bench LeanVsDefault -benchtime 100000x -count 3 ./partnerapi/sandbox/
 func BenchmarkLeanVsDefault(b *testing.B) {
-	shutdown, err := telemetry.Setup(context.Background(), telemetry.Options{ServiceName: "playpipe-sandbox-bench"})
+	shutdown, err := telemetry.Setup(context.Background(), telemetry.Config{ServiceName: "playpipe-sandbox-bench"})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -37,7 +37,7 @@ func BenchmarkLeanVsDefault(b *testing.B) {
 			name = "lean"
 		}
 		b.Run(name, func(b *testing.B) {
-			srv, err := sandbox.New(sandbox.Options{Seed: 1, Lean: lean})
+			srv, err := sandbox.New(sandbox.Config{Seed: 1, Lean: lean})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -111,7 +111,7 @@ func BenchmarkBaselinePlainServer(b *testing.B) {
 // BenchmarkReportHandler is the server's own CPU per accepted report (no
 // network): the handler called directly, in parallel.
 func BenchmarkReportHandler(b *testing.B) {
-	srv, err := sandbox.New(sandbox.Options{Seed: 1})
+	srv, err := sandbox.New(sandbox.Config{Seed: 1})
 	if err != nil {
 		b.Fatal(err)
 	}

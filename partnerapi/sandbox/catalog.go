@@ -8,7 +8,7 @@ import (
 
 // Catalog is the sandbox's generated content, for tests that compute the
 // expected answers independently: every page, list and mix, with each mix's
-// full track listing. It is built once by New from Options.Seed and never
+// full track listing. It is built once by New from Config.Seed and never
 // changes; callers must not modify it.
 type Catalog struct {
 	// Pages in id order (in lenient mode also their ranking order; in strict
@@ -22,12 +22,12 @@ type Catalog struct {
 	// whose Items is nil is served as items: null.
 	Genres map[int64]GenreRow
 	// Restrictions are the content restrictions of the partner account
-	// (Options.Email), applied by GET /partners/catalog/restricted to tokens
+	// (Config.Email), applied by GET /partners/catalog/restricted to tokens
 	// from /partners/session/with-user.
 	Restrictions Restrictions
 
 	// Strict is true when the catalog was built in strict mode (not
-	// Options.Lenient): gapped page and list ids, shuffled rankings.
+	// Config.Lenient): gapped page and list ids, shuffled rankings.
 	Strict bool
 
 	seed      int64

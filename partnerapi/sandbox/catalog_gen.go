@@ -30,7 +30,7 @@ const alnum = "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
 // and rankings from a stream of their own, sr (nil in lenient mode), so that
 // the content (titles, tracks, mix and track ids) is the same in both modes.
 type catalogGen struct {
-	o     Options
+	o     Config
 	r, sr *rand.Rand
 }
 
@@ -40,7 +40,7 @@ func (g *catalogGen) phrase() string { return g.pick(words) + " " + g.pick(words
 
 // newCatalog generates the catalog of o.Seed. The steps draw from the
 // random streams in a fixed order: changing it changes every catalog.
-func newCatalog(o Options) *Catalog {
+func newCatalog(o Config) *Catalog {
 	g := &catalogGen{o: o, r: rand.New(rand.NewPCG(uint64(o.Seed), 0x706c61797069706))} //nolint:gosec // deterministic fixtures, not security
 	if !o.Lenient {
 		g.sr = strictRand(o.Seed, 0)

@@ -227,7 +227,7 @@ func TestMixesTracksAndISRCQuirks(t *testing.T) {
 
 func TestCatalogDeterministicBySeed(t *testing.T) {
 	body := func(seed int64) string {
-		sb := testenv.StartSandbox(t, func(o *sandbox.Options) { o.Seed = seed })
+		sb := testenv.StartSandbox(t, func(o *sandbox.Config) { o.Seed = seed })
 		a := newAPI(t, sb)
 		tok := a.session()
 		return string(a.do("GET", "/partners/catalog", tok, nil).body) + string(a.do("GET", "/partners/mix/30007", tok, nil).body)
@@ -311,7 +311,7 @@ func TestGenreRows(t *testing.T) {
 }
 
 func TestEmptyCatalog(t *testing.T) {
-	sb := testenv.StartSandbox(t, func(o *sandbox.Options) { o.EmptyCatalog = true })
+	sb := testenv.StartSandbox(t, func(o *sandbox.Config) { o.EmptyCatalog = true })
 	a := newAPI(t, sb)
 	wantEnvelope(t, a.do("GET", "/partners/catalog", a.session(), nil), 400, "no catalogs available")
 	wantEnvelope(t, a.do("GET", "/partners/catalog/restricted", a.session(), nil), 400, "no catalogs available")
@@ -380,7 +380,7 @@ func TestRestrictedCatalog(t *testing.T) {
 }
 
 func TestTinyAndLargeCatalogsKeepEveryFixture(t *testing.T) {
-	for _, o := range []sandbox.Options{{Pages: 1, ListsPerPage: 1, MixesPerList: 1}, {Pages: 1, ListsPerPage: 2, MixesPerList: 1}, {Pages: 20, ListsPerPage: 10, MixesPerList: 10, Seed: 99}} {
+	for _, o := range []sandbox.Config{{Pages: 1, ListsPerPage: 1, MixesPerList: 1}, {Pages: 1, ListsPerPage: 2, MixesPerList: 1}, {Pages: 20, ListsPerPage: 10, MixesPerList: 10, Seed: 99}} {
 		srv, err := sandbox.New(o)
 		if err != nil {
 			t.Fatal(err)

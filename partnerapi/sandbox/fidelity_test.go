@@ -79,7 +79,7 @@ func TestStandbyWithUserTokenKeepsPartnerIdentity(t *testing.T) {
 // type"; an existing row without items is 200 items: null.
 func TestGenreRowUnknownIDIsNotAnEmptyRow(t *testing.T) {
 	for _, mode := range []sandbox.Mode{sandbox.ModeLive, sandbox.ModeStandby} {
-		sb := testenv.StartSandbox(t, func(o *sandbox.Options) { o.Mode = mode })
+		sb := testenv.StartSandbox(t, func(o *sandbox.Config) { o.Mode = mode })
 		a := newAPI(t, sb)
 		tok := a.session()
 		for _, id := range []string{"987654321", "-5", "0", "100"} {
@@ -99,7 +99,7 @@ func TestGenreRowUnknownIDIsNotAnEmptyRow(t *testing.T) {
 	}
 }
 
-func lenient(o *sandbox.Options) { o.Lenient = true }
+func lenient(o *sandbox.Config) { o.Lenient = true }
 
 // wireRanks decodes a ranked collection: the ids and ranks in wire order.
 func wireRanks(t *testing.T, r resp, path []string, idKey, rankKey string) (ids []int64, ranks []int) {
@@ -198,11 +198,11 @@ func TestStrictRankedCollectionsAreShuffled(t *testing.T) {
 			t.Fatalf("strict=%v: list ids %v", strict, listIDs)
 		}
 	}
-	s, err := sandbox.New(sandbox.Options{Seed: 4})
+	s, err := sandbox.New(sandbox.Config{Seed: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := sandbox.New(sandbox.Options{Seed: 4, Lenient: true})
+	l, err := sandbox.New(sandbox.Config{Seed: 4, Lenient: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,7 +251,7 @@ func rawDo(t *testing.T, method, url, body string, hdr ...string) resp {
 // application/json, with 415 and the endpoint's error shape.
 func TestStrictRefusesNonJSONContentTypes(t *testing.T) {
 	for _, mode := range []sandbox.Mode{sandbox.ModeLive, sandbox.ModeStandby} {
-		sb := testenv.StartSandbox(t, func(o *sandbox.Options) { o.Mode = mode })
+		sb := testenv.StartSandbox(t, func(o *sandbox.Config) { o.Mode = mode })
 		a := newAPI(t, sb)
 		tok := a.session()
 		session, _ := json.Marshal(a.creds())

@@ -14,7 +14,7 @@ import (
 // LeanMaxLedgerEntries reports only, and no traceparent; every count, the
 // duplicates included, stays exact.
 func TestLeanLedgerIsBoundedAndCountsStayExact(t *testing.T) {
-	srv, err := sandbox.New(sandbox.Options{Seed: 1, Lean: true})
+	srv, err := sandbox.New(sandbox.Config{Seed: 1, Lean: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +54,7 @@ func TestLeanLedgerIsBoundedAndCountsStayExact(t *testing.T) {
 	}
 
 	// The default mode keeps traceparent.
-	def, err := sandbox.New(sandbox.Options{Seed: 1, MaxLedgerEntries: 1})
+	def, err := sandbox.New(sandbox.Config{Seed: 1, MaxLedgerEntries: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

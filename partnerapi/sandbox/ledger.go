@@ -71,7 +71,7 @@ type LedgerSnapshot struct {
 	Accepted []LedgerEntry   `json:"accepted"`
 	Standby  []StandbyEntry  `json:"standby"`
 	Rejected []RejectedEntry `json:"rejected"`
-	// Counts include entries dropped beyond Options.MaxLedgerEntries.
+	// Counts include entries dropped beyond Config.MaxLedgerEntries.
 	AcceptedCount int64 `json:"accepted_count"`
 	StandbyCount  int64 `json:"standby_count"`
 	RejectedCount int64 `json:"rejected_count"`

@@ -63,7 +63,7 @@ func TestLedgerConcurrentDuplicates(t *testing.T) {
 }
 
 func TestLedgerLimitDropsEntriesKeepsCounts(t *testing.T) {
-	sb := testenv.StartSandbox(t, func(o *sandbox.Options) { o.MaxLedgerEntries = 3 })
+	sb := testenv.StartSandbox(t, func(o *sandbox.Config) { o.MaxLedgerEntries = 3 })
 	a := newAPI(t, sb)
 	tok := a.session()
 	for i := range 5 {

@@ -23,7 +23,7 @@ type Loopback struct {
 
 // ServeLoopback builds a Server from opts and serves its API (not the admin
 // API) on a free loopback port until Close.
-func ServeLoopback(opts Options) (*Loopback, error) {
+func ServeLoopback(opts Config) (*Loopback, error) {
 	srv, err := New(opts)
 	if err != nil {
 		return nil, err

@@ -16,7 +16,7 @@ import (
 // API behind the edge layer) and AdminHandler (the admin API) on listeners
 // of your choice.
 type Server struct {
-	opts   Options
+	opts   Config
 	log    *slog.Logger
 	cat    *Catalog
 	bodies *bodies
@@ -40,7 +40,7 @@ type Server struct {
 
 // New builds the catalog from opts.Seed, encodes every fixed response and
 // returns a Server in opts.Mode. It fails only on invalid options.
-func New(opts Options) (*Server, error) {
+func New(opts Config) (*Server, error) {
 	o, err := opts.withDefaults()
 	if err != nil {
 		return nil, err
@@ -108,7 +108,7 @@ func (s *Server) Ledger() LedgerSnapshot {
 }
 
 // Reset empties the ledger and the counters, clears the faults and returns
-// to the starting mode (Options.Mode). Tokens stay valid unless they were
+// to the starting mode (Config.Mode). Tokens stay valid unless they were
 // minted in a standby episode that the reset ends; revocations stay in
 // force (a revoked token never comes back).
 func (s *Server) Reset() {

@@ -105,7 +105,7 @@ func TestSessionWithUser(t *testing.T) {
 
 func TestTokenRejections(t *testing.T) {
 	clk := &fakeClock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
-	sb := testenv.StartSandbox(t, func(o *sandbox.Options) { o.Now = clk.Now; o.LiveTokenTTL = time.Hour })
+	sb := testenv.StartSandbox(t, func(o *sandbox.Config) { o.Now = clk.Now; o.LiveTokenTTL = time.Hour })
 	a := newAPI(t, sb)
 	tok := a.session()
 
@@ -146,7 +146,7 @@ func TestTokenRejections(t *testing.T) {
 }
 
 func TestOptionsValidation(t *testing.T) {
-	for name, o := range map[string]sandbox.Options{
+	for name, o := range map[string]sandbox.Config{
 		"ClientID":        {ClientID: "short"},
 		"ClientSignature": {ClientSignature: "short"},
 		"Email":           {Email: "nobody"},
@@ -161,7 +161,7 @@ func TestOptionsValidation(t *testing.T) {
 			t.Errorf("%s: err %v, want one naming the field", name, err)
 		}
 	}
-	_, err := sandbox.New(sandbox.Options{ClientSignature: "s3cr3t"})
+	_, err := sandbox.New(sandbox.Config{ClientSignature: "s3cr3t"})
 	if err == nil || strings.Contains(err.Error(), "s3cr3t") {
 		t.Fatalf("error must not echo the signature: %v", err)
 	}

@@ -13,7 +13,7 @@ import (
 
 func TestStandbySwitch(t *testing.T) {
 	clk := &fakeClock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
-	sb := testenv.StartSandbox(t, func(o *sandbox.Options) { o.Now = clk.Now })
+	sb := testenv.StartSandbox(t, func(o *sandbox.Config) { o.Now = clk.Now })
 	a := newAPI(t, sb)
 	live := a.session()
 	cat := sb.Catalog()
@@ -176,7 +176,7 @@ func TestStandbySwitch(t *testing.T) {
 }
 
 func TestLiveBypass(t *testing.T) {
-	sb := testenv.StartSandbox(t, func(o *sandbox.Options) { o.Mode = sandbox.ModeLiveBypass })
+	sb := testenv.StartSandbox(t, func(o *sandbox.Config) { o.Mode = sandbox.ModeLiveBypass })
 	a := newAPI(t, sb)
 	// Credentials are checked; live shapes; header on every answer.
 	r := a.do("POST", "/partners/session", "", map[string]string{"client_id": "x", "client_signature": "y"})

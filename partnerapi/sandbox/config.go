@@ -22,7 +22,7 @@ const (
 	DefaultEmail = "integration@playpipe.example"
 )
 
-// Defaults of the Options fields.
+// Defaults of the Config fields.
 const (
 	DefaultLiveTokenTTL     = 8 * time.Hour
 	DefaultStandbyTokenTTL  = 15 * time.Minute
@@ -35,10 +35,10 @@ const (
 	LeanMaxLedgerEntries = 10_000
 )
 
-// Options configure a Server. The zero value is valid: every field has a
+// Config configures a Server. The zero value is valid: every field has a
 // default, stated in its comment. New validates the options once and names the
 // offending field in its error.
-type Options struct {
+type Config struct {
 	// Seed drives the generated catalog: the same seed always yields the same
 	// pages, lists, mixes, tracks and ISRCs. Zero is a valid seed.
 	Seed int64
@@ -130,10 +130,10 @@ type Options struct {
 	AdminAllowRemote bool
 }
 
-// ErrInvalidOptions is wrapped by every error New returns for bad options.
-var ErrInvalidOptions = errors.New("sandbox: invalid options")
+// ErrInvalidConfig is wrapped by every error New returns for bad options.
+var ErrInvalidConfig = errors.New("sandbox: invalid configuration")
 
-func (o Options) withDefaults() (Options, error) {
+func (o Config) withDefaults() (Config, error) {
 	if o.ClientID == "" {
 		o.ClientID = DefaultClientID
 	}
@@ -182,9 +182,9 @@ func (o Options) withDefaults() (Options, error) {
 	return o, o.validate()
 }
 
-func (o Options) validate() error {
+func (o Config) validate() error {
 	bad := func(field, format string, args ...any) error {
-		return fmt.Errorf("%w: %s: %s", ErrInvalidOptions, field, fmt.Sprintf(format, args...))
+		return fmt.Errorf("%w: %s: %s", ErrInvalidConfig, field, fmt.Sprintf(format, args...))
 	}
 	switch {
 	case len(o.ClientID) != 10:

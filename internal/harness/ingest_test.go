@@ -1,4 +1,4 @@
-package pipeline_test
+package harness_test
 
 import (
 	"bytes"
@@ -11,10 +11,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/playpipe/playpipe/consumer"
+	"github.com/playpipe/playpipe/internal/harness"
 	"github.com/playpipe/playpipe/internal/testenv"
 	"github.com/playpipe/playpipe/internal/version"
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
-	"github.com/playpipe/playpipe/pipeline"
 	"github.com/playpipe/playpipe/producer"
 	"github.com/playpipe/playpipe/producer/gateway"
 	"github.com/playpipe/playpipe/producer/simulator"
@@ -43,18 +43,18 @@ func TestIngestAndEnrichEndToEnd(t *testing.T) {
 	k := testenv.StartKafka(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	p, err := pipeline.Start(ctx, pipeline.Options{
+	p, err := harness.Start(ctx, harness.Config{
 		Kafka:    k.Config,
-		Sandbox:  sandbox.Options{Seed: 21, Pages: 2, ListsPerPage: 2, MixesPerList: 4},
+		Sandbox:  sandbox.Config{Seed: 21, Pages: 2, ListsPerPage: 2, MixesPerList: 4},
 		NoSink:   true,
-		Consumer: consumer.Options{TransactionalID: "ingest-e2e"},
+		Consumer: consumer.Config{TransactionalID: "ingest-e2e"},
 		Logger:   testenv.Logger(t),
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	if err := p.StopRole(pipeline.RoleReport); err != nil { // the reports stay on their topic: nothing but enrich reads them here
+	if err := p.StopRole(harness.RoleReport); err != nil { // the reports stay on their topic: nothing but enrich reads them here
 		t.Fatal(err)
 	}
 

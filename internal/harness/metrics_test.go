@@ -1,4 +1,4 @@
-package pipeline_test
+package harness_test
 
 import (
 	"bufio"
@@ -12,10 +12,10 @@ import (
 
 	"github.com/playpipe/playpipe/analytics"
 	"github.com/playpipe/playpipe/consumer"
+	"github.com/playpipe/playpipe/internal/harness"
 	"github.com/playpipe/playpipe/internal/telemetry"
 	"github.com/playpipe/playpipe/internal/testenv"
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
-	"github.com/playpipe/playpipe/pipeline"
 	"github.com/playpipe/playpipe/producer/simulator"
 )
 
@@ -66,7 +66,7 @@ func TestMetricsFollowTheLedger(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	shutdown, err := telemetry.Setup(ctx, telemetry.Options{ServiceName: "playpipe-metrics-test"})
+	shutdown, err := telemetry.Setup(ctx, telemetry.Config{ServiceName: "playpipe-metrics-test"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,11 +75,11 @@ func TestMetricsFollowTheLedger(t *testing.T) {
 
 	k := testenv.StartKafka(t, 3)
 	ch := testenv.StartClickHouse(t)
-	p, err := pipeline.Start(ctx, pipeline.Options{
+	p, err := harness.Start(ctx, harness.Config{
 		Kafka:      k.Config,
-		Sandbox:    sandbox.Options{Seed: 5, Pages: 1, ListsPerPage: 2, MixesPerList: 4},
+		Sandbox:    sandbox.Config{Seed: 5, Pages: 1, ListsPerPage: 2, MixesPerList: 4},
 		ClickHouse: analytics.Config{Addr: ch.Addr, Database: ch.Database, User: ch.User, Password: ch.Password},
-		Consumer:   consumer.Options{TransactionalID: "metrics-enrich"},
+		Consumer:   consumer.Config{TransactionalID: "metrics-enrich"},
 		Sink:       analytics.SinkConfig{BatchRows: 1000, Linger: 100 * time.Millisecond},
 		Logger:     testenv.Logger(t),
 	})
@@ -115,7 +115,7 @@ func TestMetricsFollowTheLedger(t *testing.T) {
 	// what moved since the run began.
 	var m map[string]float64
 	delta := func(name string) float64 { return m[name] - before[name] }
-	var rep *analytics.Report
+	var rep *analytics.Audit
 	auditor, err := analytics.NewAuditor(ch.Conn(t), ch.Database)
 	if err != nil {
 		t.Fatal(err)

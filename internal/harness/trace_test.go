@@ -1,4 +1,4 @@
-package pipeline_test
+package harness_test
 
 import (
 	"context"
@@ -12,10 +12,10 @@ import (
 
 	"github.com/playpipe/playpipe/analytics"
 	"github.com/playpipe/playpipe/consumer"
+	"github.com/playpipe/playpipe/internal/harness"
 	"github.com/playpipe/playpipe/internal/telemetry"
 	"github.com/playpipe/playpipe/internal/testenv"
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
-	"github.com/playpipe/playpipe/pipeline"
 	"github.com/playpipe/playpipe/producer"
 	"github.com/playpipe/playpipe/schemas"
 )
@@ -32,7 +32,7 @@ func TestTraceEndToEnd(t *testing.T) {
 	exp := tracetest.NewInMemoryExporter()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	opts := telemetry.Options{ServiceName: "playpipe-test", SpanExporter: exp}
+	opts := telemetry.Config{ServiceName: "playpipe-test", SpanExporter: exp}
 	if os.Getenv("NOTRACE") != "" {
 		opts.SpanExporter = nil
 	}
@@ -44,11 +44,11 @@ func TestTraceEndToEnd(t *testing.T) {
 
 	k := testenv.StartKafka(t, 2)
 	ch := testenv.StartClickHouse(t)
-	p, err := pipeline.Start(ctx, pipeline.Options{
+	p, err := harness.Start(ctx, harness.Config{
 		Kafka:      k.Config,
-		Sandbox:    sandbox.Options{Seed: 3, Pages: 1, ListsPerPage: 1, MixesPerList: 2},
+		Sandbox:    sandbox.Config{Seed: 3, Pages: 1, ListsPerPage: 1, MixesPerList: 2},
 		ClickHouse: analytics.Config{Addr: ch.Addr, Database: ch.Database, User: ch.User, Password: ch.Password},
-		Consumer:   consumer.Options{TransactionalID: "trace-enrich", KafkaOpts: nil},
+		Consumer:   consumer.Config{TransactionalID: "trace-enrich", KafkaOpts: nil},
 		Sink:       analytics.SinkConfig{BatchRows: 100, Linger: 100 * time.Millisecond},
 		Logger:     testenv.Logger(t),
 	})

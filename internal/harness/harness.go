@@ -1,16 +1,18 @@
-// Package pipeline runs every role of playpipe in one process — the enrich
-// consumer, the reporter and the ClickHouse sink — over one Kafka, one partner
-// API and one ClickHouse, each either configured or started locally (the
-// embedded Kafka-protocol broker, the built-in sandbox, a local
-// clickhouse-server). It is what `playpipe demo` and the full end-to-end tests
-// run.
+// Package harness is the all-in-one harness: every role of playpipe in one
+// process — the enrich consumer, the reporter and the ClickHouse sink, wired
+// by internal/roles as the production commands wire them — over one Kafka,
+// one partner API and one ClickHouse, each either configured or started
+// locally (the embedded Kafka-protocol broker, the built-in sandbox, a local
+// clickhouse-server). It is what `playpipe demo` and the full end-to-end
+// tests run; it is not the production path, where each role is its own
+// process (`playpipe consume`, `report`, `sink`).
 //
 // A Pipeline owns everything it started: Close stops the roles (consumer,
 // then reporter, then sink, each draining within its own deadline) and then
 // the local parts, in reverse order of start. Roles can be stopped and
 // started again (StopRole, StartRole) to exercise crash recovery. A Pipeline
 // is safe for concurrent use.
-package pipeline
+package harness
 
 import (
 	"context"
@@ -22,6 +24,7 @@ import (
 	"github.com/playpipe/playpipe/analytics"
 	"github.com/playpipe/playpipe/consumer"
 	"github.com/playpipe/playpipe/internal/kafkax"
+	"github.com/playpipe/playpipe/internal/roles"
 	"github.com/playpipe/playpipe/partnerapi"
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
 	"github.com/playpipe/playpipe/reporter"
@@ -34,8 +37,8 @@ const (
 	RoleSink    = "sink"
 )
 
-// Options configure a Pipeline. Zero values start local parts.
-type Options struct {
+// Config configures a Pipeline. Zero values start local parts.
+type Config struct {
 	// Kafka is the connection: Brokers, or Embedded to start an embedded
 	// in-memory broker; with neither Start refuses (kafkax.ErrNoBrokers).
 	Kafka kafkax.Config
@@ -43,7 +46,7 @@ type Options struct {
 	// sandbox (configured by Sandbox) is started on loopback and its
 	// credentials are used.
 	API     partnerapi.Config
-	Sandbox sandbox.Options
+	Sandbox sandbox.Config
 	// ClickHouse is the ledger's server: Addr, or DataDir to start (or reuse)
 	// a local server in that folder; with neither Start refuses
 	// (analytics.ErrNoClickHouse). NoSink skips the sink and ClickHouse.
@@ -51,7 +54,7 @@ type Options struct {
 	NoSink     bool
 	// Consumer, Reporter and Sink configure the roles; their Kafka (and
 	// ClickHouse, Source) fields are filled in by Start.
-	Consumer consumer.Options
+	Consumer consumer.Config
 	Reporter reporter.Config
 	Sink     analytics.SinkConfig
 	// Logger defaults to slog.Default().
@@ -71,11 +74,12 @@ type Pipeline struct {
 	// ClickHouse is the effective ClickHouse configuration (zero with NoSink).
 	ClickHouse analytics.Config
 
-	opts    Options
+	opts    Config
 	log     *slog.Logger
 	closers []func() // local parts, stopped in reverse order
 	errc    chan error
 
+	partner  *roles.Partner
 	mu       sync.Mutex
 	roles    map[string]*running
 	enricher *consumer.Enricher
@@ -88,8 +92,9 @@ type running struct {
 }
 
 // Start brings up the local parts that are not configured and starts the
-// three roles. ctx bounds the start-up only; the roles run until Close.
-func Start(ctx context.Context, o Options) (p *Pipeline, err error) {
+// three roles, wired by internal/roles as `playpipe consume`, `report` and
+// `sink` wire them. ctx bounds the start-up only; the roles run until Close.
+func Start(ctx context.Context, o Config) (p *Pipeline, err error) {
 	log := o.Logger
 	if log == nil {
 		log = slog.Default()
@@ -102,52 +107,21 @@ func Start(ctx context.Context, o Options) (p *Pipeline, err error) {
 		}
 	}()
 
-	p.Kafka = o.Kafka
-	if p.Kafka.Partitions == 0 {
-		p.Kafka.Partitions = 6
-	}
-	if p.Kafka.ReplicationFactor == 0 {
-		p.Kafka.ReplicationFactor = -1
-	}
-	kcfg, stopKafka, err := kafkax.Ready(ctx, p.Kafka, log)
+	kcfg, stopKafka, err := roles.StartKafka(ctx, o.Kafka, log)
 	if err != nil {
 		return nil, err
 	}
 	p.Kafka = kcfg
 	p.closers = append(p.closers, stopKafka)
 
-	apiCfg := o.API
-	if apiCfg.BaseURL == "" {
-		sb, err := sandbox.ServeLoopback(o.Sandbox)
-		if err != nil {
-			return nil, fmt.Errorf("pipeline: %w", err)
-		}
-		p.closers = append(p.closers, sb.Close)
-		p.Sandbox = sb.Server
-		url := sb.URL
-		apiCfg.BaseURL = url
-		apiCfg.Credentials = partnerapi.Credentials{ClientID: orDefault(o.Sandbox.ClientID, sandbox.DefaultClientID),
-			ClientSignature: orDefault(o.Sandbox.ClientSignature, sandbox.DefaultClientSignature),
-			Email:           orDefault(o.Sandbox.Email, sandbox.DefaultEmail)}
-		log.Info("built-in partner API sandbox started", "url", url)
+	if err := p.openPartner(); err != nil {
+		return nil, err
 	}
-	if apiCfg.Logger == nil {
-		apiCfg.Logger = log
-	}
-	if apiCfg.MaxConns == 0 && o.Reporter.Concurrency > 0 {
-		apiCfg.MaxConns = o.Reporter.Concurrency + 8
-	}
-	p.APIURL = apiCfg.BaseURL
-	p.API, err = partnerapi.New(apiCfg)
-	if err != nil {
-		return nil, fmt.Errorf("pipeline: partner API client: %w", err)
-	}
-	p.closers = append(p.closers, p.API.Close)
 
 	if !o.NoSink {
 		ch, stop, err := analytics.LocalOrConfigured(ctx, o.ClickHouse, log)
 		if err != nil {
-			return nil, fmt.Errorf("pipeline: clickhouse: %w", err)
+			return nil, fmt.Errorf("harness: clickhouse: %w", err)
 		}
 		p.closers = append(p.closers, stop)
 		p.ClickHouse = ch
@@ -160,6 +134,32 @@ func Start(ctx context.Context, o Options) (p *Pipeline, err error) {
 		}
 	}
 	return p, nil
+}
+
+// openPartner opens the partner API the roles share: the configured one, or
+// (no API.BaseURL) the built-in sandbox of o.Sandbox on loopback, its
+// credentials used with its e-mail (restricted catalog) too. The pool is
+// sized for the reporter and the consumer sharing it (roles.PoolSize).
+func (p *Pipeline) openPartner() error {
+	pc := roles.PartnerConfig{API: p.opts.API, InFlight: roles.InFlight(p.opts.Reporter.Concurrency, true)}
+	if pc.API.BaseURL == "" {
+		sb := p.opts.Sandbox
+		if sb.Email == "" {
+			sb.Email = sandbox.DefaultEmail
+		}
+		pc.Sandbox = &sb
+	}
+	partner, err := roles.OpenPartner(pc, p.log)
+	if err != nil {
+		return fmt.Errorf("harness: partner API: %w", err)
+	}
+	p.closers = append(p.closers, partner.Close)
+	p.partner, p.API, p.APIURL = partner, partner.Client, partner.URL
+	if partner.Sandbox != nil {
+		p.Sandbox = partner.Sandbox.Server
+		p.log.Info("built-in partner API sandbox started", "url", partner.URL)
+	}
+	return nil
 }
 
 func (p *Pipeline) roleNames() []string {
@@ -185,52 +185,11 @@ func (p *Pipeline) StartRole(name string) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if _, ok := p.roles[name]; ok {
-		return fmt.Errorf("pipeline: role %s is already running", name)
+		return fmt.Errorf("harness: role %s is already running", name)
 	}
-	var run func(context.Context) error
-	switch name {
-	case RoleConsume:
-		o := p.opts.Consumer
-		o.Kafka, o.Source = p.Kafka, p.API
-		if o.Logger == nil {
-			o.Logger = p.log.With("role", name)
-		}
-		e, err := consumer.New(o)
-		if err != nil {
-			return fmt.Errorf("pipeline: consumer: %w", err)
-		}
-		p.enricher = e
-		run = e.Run
-	case RoleReport:
-		c := p.opts.Reporter
-		c.Kafka = p.Kafka
-		if c.PartnerURL == "" {
-			c.PartnerURL = p.APIURL // recorded in every delivery: which partner target answered
-		}
-		if c.Logger == nil {
-			c.Logger = p.log.With("role", name)
-		}
-		r, err := reporter.New(c, p.API)
-		if err != nil {
-			return fmt.Errorf("pipeline: reporter: %w", err)
-		}
-		run = r.Run
-	case RoleSink:
-		if p.opts.NoSink {
-			return errors.New("pipeline: the sink is disabled (NoSink)")
-		}
-		c := p.opts.Sink
-		c.Kafka, c.ClickHouse = p.Kafka, p.ClickHouse
-		if c.Logger == nil {
-			c.Logger = p.log.With("role", name)
-		}
-		s, err := analytics.NewSink(c)
-		if err != nil {
-			return fmt.Errorf("pipeline: sink: %w", err)
-		}
-		run = s.Run
-	default:
-		return fmt.Errorf("pipeline: unknown role %q; accepted: %s, %s, %s", name, RoleConsume, RoleReport, RoleSink)
+	run, err := p.newRole(name)
+	if err != nil {
+		return err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &running{cancel: cancel, done: make(chan struct{})}
@@ -240,7 +199,7 @@ func (p *Pipeline) StartRole(name string) error {
 		r.err = run(ctx)
 		if ctx.Err() == nil { // stopped by itself
 			if r.err == nil {
-				r.err = fmt.Errorf("pipeline: role %s stopped unexpectedly", name)
+				r.err = fmt.Errorf("harness: role %s stopped unexpectedly", name)
 			}
 			select {
 			case p.errc <- fmt.Errorf("%s: %w", name, r.err):
@@ -249,6 +208,37 @@ func (p *Pipeline) StartRole(name string) error {
 		}
 	}()
 	return nil
+}
+
+// newRole builds the role name (internal/roles) over the pipeline's parts
+// and returns its Run. Called with p.mu held.
+func (p *Pipeline) newRole(name string) (func(context.Context) error, error) {
+	log := p.log.With("role", name)
+	switch name {
+	case RoleConsume:
+		e, err := roles.NewEnricher(p.opts.Consumer, p.Kafka, p.API, log)
+		if err != nil {
+			return nil, fmt.Errorf("harness: consumer: %w", err)
+		}
+		p.enricher = e
+		return e.Run, nil
+	case RoleReport:
+		r, err := roles.NewReporter(p.opts.Reporter, p.Kafka, p.partner, log)
+		if err != nil {
+			return nil, fmt.Errorf("harness: reporter: %w", err)
+		}
+		return r.Run, nil
+	case RoleSink:
+		if p.opts.NoSink {
+			return nil, errors.New("harness: the sink is disabled (NoSink)")
+		}
+		s, err := roles.NewSink(p.opts.Sink, p.Kafka, p.ClickHouse, log)
+		if err != nil {
+			return nil, fmt.Errorf("harness: sink: %w", err)
+		}
+		return s.Run, nil
+	}
+	return nil, fmt.Errorf("harness: unknown role %q; accepted: %s, %s, %s", name, RoleConsume, RoleReport, RoleSink)
 }
 
 // StopRole cancels a running role and waits until it has returned (each role
@@ -294,11 +284,4 @@ func (p *Pipeline) Close() error {
 	err := p.stopRoles()
 	p.stopParts()
 	return err
-}
-
-func orDefault(v, def string) string {
-	if v == "" {
-		return def
-	}
-	return v
 }

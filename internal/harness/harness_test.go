@@ -1,17 +1,18 @@
-package pipeline_test
+package harness_test
 
 import (
 	"context"
 	"fmt"
-	"github.com/playpipe/playpipe/internal/expect"
 	"testing"
 	"time"
 
+	"github.com/playpipe/playpipe/internal/expect"
+
 	"github.com/playpipe/playpipe/analytics"
 	"github.com/playpipe/playpipe/consumer"
+	"github.com/playpipe/playpipe/internal/harness"
 	"github.com/playpipe/playpipe/internal/testenv"
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
-	"github.com/playpipe/playpipe/pipeline"
 	"github.com/playpipe/playpipe/producer/simulator"
 	"github.com/playpipe/playpipe/reporter"
 )
@@ -34,11 +35,11 @@ func TestPipelineEndToEnd(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 
-	p, err := pipeline.Start(ctx, pipeline.Options{
+	p, err := harness.Start(ctx, harness.Config{
 		Kafka:      k.Config,
-		Sandbox:    sandbox.Options{Seed: 11, Pages: 2, ListsPerPage: 2, MixesPerList: 5},
+		Sandbox:    sandbox.Config{Seed: 11, Pages: 2, ListsPerPage: 2, MixesPerList: 5},
 		ClickHouse: analytics.Config{Addr: ch.Addr, Database: ch.Database, User: ch.User, Password: ch.Password},
-		Consumer:   consumer.Options{TransactionalID: "e2e-enrich"},
+		Consumer:   consumer.Config{TransactionalID: "e2e-enrich"},
 		Reporter:   reporter.Config{Concurrency: 16, ProbeInterval: 100 * time.Millisecond, BackoffMax: 300 * time.Millisecond},
 		Sink:       analytics.SinkConfig{BatchRows: 2000, Linger: 200 * time.Millisecond, RetryMax: 500 * time.Millisecond},
 		Logger:     testenv.Logger(t),
@@ -94,7 +95,7 @@ func TestPipelineEndToEnd(t *testing.T) {
 		p.Sandbox.SetFaults(sandbox.Faults{Report: sandbox.GroupFaults{Rate500: 0.3}})
 	})
 	step(time.Second, "sink stopped", func() {
-		if err := p.StopRole(pipeline.RoleSink); err != nil {
+		if err := p.StopRole(harness.RoleSink); err != nil {
 			t.Errorf("stop sink: %v", err)
 		}
 	})
@@ -103,7 +104,7 @@ func TestPipelineEndToEnd(t *testing.T) {
 		p.Sandbox.SetMode(sandbox.ModeStandby)
 	})
 	step(300*time.Millisecond, "sink restarted; ClickHouse stopped", func() {
-		if err := p.StartRole(pipeline.RoleSink); err != nil {
+		if err := p.StartRole(harness.RoleSink); err != nil {
 			t.Fatal(err)
 		}
 		ch.Stop(t)
@@ -121,7 +122,7 @@ func TestPipelineEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	window := analytics.AuditOptions{From: time.Now().Add(-time.Hour), To: time.Now().Add(time.Hour)}
-	var rep *analytics.Report
+	var rep *analytics.Audit
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		select {

@@ -1,0 +1,148 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/playpipe/playpipe/internal/roles"
+	"github.com/playpipe/playpipe/internal/version"
+	"github.com/playpipe/playpipe/partnerapi"
+	"github.com/playpipe/playpipe/partnerapi/sandbox"
+)
+
+// registerPartnerFlags registers the --api-* flags on fs, bound to c, with
+// the environment variables as defaults. PLAYPIPE_API_CLIENT_SIGNATURE has
+// no flag (a secret on a command line leaks through ps and shell history):
+// it is read from the environment here, or from the credentials file by
+// partnerapi.New. It returns the error of an environment value that does
+// not parse (nil when all do), to be reported before anything starts.
+//
+// Precedence: flag, then environment, then credentials file, then default.
+func registerPartnerFlags(fs *flag.FlagSet, c *partnerapi.Config) (envErr error) {
+	fs.StringVar(&c.BaseURL, "api-url", envDefault(partnerapi.EnvURL, c.BaseURL),
+		"partner API base URL, e.g. https://api.example.com (env "+partnerapi.EnvURL+")")
+	fs.StringVar(&c.Credentials.ClientID, "api-client-id", envDefault(partnerapi.EnvClientID, c.Credentials.ClientID),
+		"partner client_id (env "+partnerapi.EnvClientID+"); the client_signature comes from env "+partnerapi.EnvClientSignature+" or --api-credentials-file, never a flag")
+	fs.StringVar(&c.CredentialsFile, "api-credentials-file", envDefault(partnerapi.EnvCredentialsFile, c.CredentialsFile),
+		"file with client_id, client_signature and email, as JSON or KEY=VALUE lines (env "+partnerapi.EnvCredentialsFile+")")
+	fs.StringVar(&c.Credentials.Email, "api-email", envDefault(partnerapi.EnvEmail, c.Credentials.Email),
+		"partner account e-mail; enables /partners/session/with-user for the restricted catalog (env "+partnerapi.EnvEmail+")")
+	ua := c.UserAgent
+	if ua == "" {
+		ua = version.UserAgent()
+	}
+	fs.StringVar(&c.UserAgent, "api-user-agent", envDefault(partnerapi.EnvUserAgent, ua),
+		"User-Agent sent to the partner API; library defaults are blocked by its edge (env "+partnerapi.EnvUserAgent+")")
+	maxConns := c.MaxConns
+	if maxConns == 0 {
+		maxConns = partnerapi.DefaultMaxConns
+	}
+	if v := envDefault(partnerapi.EnvMaxConns, ""); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			envErr = errors.Join(envErr, fmt.Errorf("partnerapi: env %s=%q: want an integer", partnerapi.EnvMaxConns, v))
+		} else {
+			maxConns = n
+		}
+	}
+	fs.IntVar(&c.MaxConns, "api-max-conns", maxConns,
+		"maximum connections (and idle keep-alive connections) to the partner API (env "+partnerapi.EnvMaxConns+")")
+	timeout := c.RequestTimeout
+	if timeout == 0 {
+		timeout = partnerapi.DefaultRequestTimeout
+	}
+	if v := envDefault(partnerapi.EnvTimeout, ""); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			envErr = errors.Join(envErr, fmt.Errorf("partnerapi: env %s=%q: want a duration such as 10s", partnerapi.EnvTimeout, v))
+		} else {
+			timeout = d
+		}
+	}
+	fs.DurationVar(&c.RequestTimeout, "api-timeout", timeout,
+		"timeout of one attempt of one partner API request (env "+partnerapi.EnvTimeout+")")
+	if c.Credentials.ClientSignature == "" {
+		c.Credentials.ClientSignature = os.Getenv(partnerapi.EnvClientSignature)
+	}
+	return envErr
+}
+
+// apiTarget is the partner API a role talks to: the configured --api-url,
+// or, only when --sandbox is given, a built-in sandbox on loopback. There is
+// no implicit fallback: a role that needs the API and has neither refuses to
+// start (exit 2), so a missing PLAYPIPE_API_URL can never make a reporter
+// tell finance that plays were delivered that never left the machine.
+type apiTarget struct {
+	cfg     partnerapi.Config
+	sandbox bool
+	envErr  error // an --api-* environment default that does not parse
+}
+
+// register binds the --api-* flags and --sandbox to fs; what names the
+// sandbox's use in the role (its help text).
+func (a *apiTarget) register(fs *flag.FlagSet, what string) {
+	a.envErr = registerPartnerFlags(fs, &a.cfg)
+	fs.BoolVar(&a.sandbox, "sandbox", false, "instead of --api-url: "+what+" a built-in sandbox of the partner API on loopback (seed 1, its sandbox-only credentials; for try-outs)")
+}
+
+// check reports a missing or doubled target, or an environment default that
+// does not parse, as a usage error naming the flags, before anything starts.
+func (a *apiTarget) check() error {
+	switch {
+	case a.envErr != nil:
+		return usageError{a.envErr}
+	case a.cfg.BaseURL == "" && !a.sandbox:
+		return usageError{fmt.Errorf("no partner API configured: set --api-url (env %s) or pass --sandbox to use a built-in sandbox on loopback", partnerapi.EnvURL)}
+	case a.cfg.BaseURL != "" && a.sandbox:
+		return usageError{fmt.Errorf("--api-url (%s) and --sandbox exclude each other: set one (%s counts as --api-url)", a.cfg.BaseURL, partnerapi.EnvURL)}
+	}
+	return nil
+}
+
+// open returns a client of the target (roles.OpenPartner): with --sandbox it
+// first serves a built-in sandbox (seed 1, its sandbox-only credentials) on
+// loopback and says so. inFlight sizes the connection pool (roles.InFlight;
+// 0: --api-max-conns as is). The returned stop function closes the client
+// and the sandbox. A configuration error is a usage error (exit 2).
+func (a *apiTarget) openFor(log *slog.Logger, inFlight int) (*roles.Partner, func(), error) {
+	if err := a.check(); err != nil {
+		return nil, func() {}, err
+	}
+	pc := roles.PartnerConfig{API: a.cfg, InFlight: inFlight}
+	if a.sandbox {
+		pc.Sandbox = &sandbox.Config{Seed: 1, Logger: log}
+	}
+	p, err := roles.OpenPartner(pc, log)
+	if err != nil {
+		if errors.Is(err, partnerapi.ErrInvalidConfig) {
+			return nil, func() {}, usageError{err}
+		}
+		return nil, func() {}, err
+	}
+	if p.Sandbox != nil {
+		log.Warn("--sandbox: using a built-in sandbox of the partner API on loopback; nothing reaches the real partner", "url", p.URL)
+	}
+	a.cfg.BaseURL = p.URL // the URL in use, for the delivery records
+	return p, func() {
+		p.Close()
+		if p.Sandbox != nil {
+			c := p.Sandbox.Counts()
+			log.Info("built-in sandbox stopped", "accepted", c.Accepted, "standby", c.Standby, "rejected", c.Rejected, "duplicates", c.Duplicates)
+		}
+	}, nil
+}
+
+// open is openFor with the pool as configured (--api-max-conns), returning
+// the client.
+func (a *apiTarget) open(log *slog.Logger) (*partnerapi.Client, func(), error) {
+	p, stop, err := a.openFor(log, 0)
+	if err != nil {
+		return nil, stop, err
+	}
+	return p.Client, stop, nil
+}

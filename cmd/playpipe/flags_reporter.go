@@ -1,0 +1,51 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"strconv"
+
+	"github.com/playpipe/playpipe/reporter"
+)
+
+// registerReporterFlags binds the reporter's own flags (not Kafka's nor the
+// partner API's) to c, with the reporter package's defaults.
+func registerReporterFlags(fs *flag.FlagSet, c *reporter.Config) {
+	fs.StringVar(&c.Group, "group", reporter.DefaultGroup, "Kafka consumer group of the reporter")
+	fs.IntVar(&c.Concurrency, "concurrency", reporter.DefaultConcurrency, "reports in flight (posts at once, keep-alive connections)")
+	fs.Float64Var(&c.Rate, "rate", 0, "client-side rate limit in reports/s (0: unlimited)")
+	fs.IntVar(&c.Burst, "rate-burst", 0, "burst of the rate limit (0: --concurrency)")
+	fs.Var(notBool{&c.LiveBypassNotDelivered}, "live-bypass-delivered", "count a 200 served by live-bypass as delivered; --live-bypass-delivered=false replays it like a standby answer")
+	fs.DurationVar(&c.BackoffInitial, "backoff-initial", reporter.DefaultBackoffInitial, "first retry delay of a transient failure (doubles per failure, with jitter)")
+	fs.DurationVar(&c.BackoffMax, "backoff-max", reporter.DefaultBackoffMax, "largest retry delay of a transient failure")
+	fs.DurationVar(&c.RetryAfterMax, "retry-after-max", reporter.DefaultRetryAfterMax, "longest server Retry-After honoured")
+	fs.DurationVar(&c.ProbeInterval, "standby-probe-interval", reporter.DefaultProbeInterval, "pause between live probes while the API is in standby")
+	fs.DurationVar(&c.CommitInterval, "commit-interval", reporter.DefaultCommitInterval, "least time between two commits of final offsets (one commit in flight at a time)")
+	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", reporter.DefaultShutdownTimeout, "how long shutdown waits for posts in flight before abandoning them")
+	fs.IntVar(&c.MaxPending, "max-pending", reporter.DefaultMaxPending, "records held between the commit point and the newest fetched record (fetching pauses beyond)")
+	fs.Float64Var(&c.BudgetFloor, "retry-budget-floor", reporter.DefaultBudgetFloor, "retry budget: failed posts allowed per second whatever happens (the probes of a full outage)")
+	fs.Float64Var(&c.BudgetRatio, "retry-budget-ratio", reporter.DefaultBudgetRatio, "retry budget: failed posts allowed per successful post")
+	fs.IntVar(&c.MetadataMaxBytes, "offset-metadata-max-bytes", reporter.DefaultMetadataMaxBytes, "the brokers' offset.metadata.max.bytes: the largest progress the reporter stores with a commit (bounds --max-pending)")
+	fs.IntVar(&c.RecentWindow, "dedupe-window", reporter.DefaultRecentWindow, "report ids with a final outcome remembered to skip duplicates (-1: off)")
+}
+
+// notBool is a boolean flag bound to the negation of *p (default true).
+type notBool struct{ p *bool }
+
+func (b notBool) String() string {
+	if b.p == nil || !*b.p {
+		return "true"
+	}
+	return "false"
+}
+
+func (b notBool) Set(s string) error {
+	v, err := strconv.ParseBool(s)
+	if err != nil {
+		return errors.New("accepted: true, false")
+	}
+	*b.p = !v
+	return nil
+}
+
+func (b notBool) IsBoolFlag() bool { return true }

@@ -1,0 +1,87 @@
+// Package roles wires playpipe's roles from plain configuration structs: the
+// Kafka connection (configured brokers or the embedded broker), the partner
+// API client (a configured API or a built-in sandbox on loopback, with the
+// one connection-pool sizing rule, PoolSize), and the enrich consumer, the
+// reporter and the ClickHouse sink over them.
+//
+// It is the one place roles are put together: cmd/playpipe fills the
+// structs from flags and environment variables (nothing here reads either)
+// and internal/harness from struct literals, for the demo and the
+// end-to-end tests.
+package roles
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/playpipe/playpipe/analytics"
+	"github.com/playpipe/playpipe/consumer"
+	"github.com/playpipe/playpipe/internal/kafkax"
+	"github.com/playpipe/playpipe/reporter"
+)
+
+// Defaults of the topics playpipe creates when a Kafka configuration leaves
+// them zero (the flags' defaults too).
+const (
+	DefaultPartitions        = 6
+	DefaultReplicationFactor = -1 // the broker's default
+)
+
+// StartKafka makes the Kafka of cfg ready: zero Partitions and
+// ReplicationFactor take DefaultPartitions and DefaultReplicationFactor,
+// then kafkax.Ready starts the embedded broker when cfg.Embedded asks for it
+// and creates the missing topics. It returns the effective configuration
+// (the embedded broker's address) and the function that stops what it
+// started.
+func StartKafka(ctx context.Context, cfg kafkax.Config, log *slog.Logger) (kafkax.Config, func(), error) {
+	if cfg.Partitions == 0 {
+		cfg.Partitions = DefaultPartitions
+	}
+	if cfg.ReplicationFactor == 0 {
+		cfg.ReplicationFactor = DefaultReplicationFactor
+	}
+	return kafkax.Ready(ctx, cfg, logger(log))
+}
+
+// NewEnricher builds the enrich role over k, reading mixes from src; a nil
+// cfg.Logger takes log. The constructors' errors are the packages' own, as
+// they are (each names its package and the offending flag or field).
+func NewEnricher(cfg consumer.Config, k kafkax.Config, src consumer.MixSource, log *slog.Logger) (*consumer.Enricher, error) {
+	cfg.Kafka, cfg.Source = k, src
+	if cfg.Logger == nil {
+		cfg.Logger = logger(log)
+	}
+	return consumer.New(cfg)
+}
+
+// NewReporter builds the report role over k, posting through p; an empty
+// cfg.PartnerURL takes p.URL (recorded in every delivery: which partner
+// target answered) and a nil cfg.Logger takes log.
+func NewReporter(cfg reporter.Config, k kafkax.Config, p *Partner, log *slog.Logger) (*reporter.Reporter, error) {
+	cfg.Kafka = k
+	if cfg.PartnerURL == "" {
+		cfg.PartnerURL = p.URL
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = logger(log)
+	}
+	return reporter.New(cfg, p.Client)
+}
+
+// NewSink builds the sink role from k into the ClickHouse ch (an address:
+// analytics.LocalOrConfigured resolves a data folder first); a nil
+// cfg.Logger takes log.
+func NewSink(cfg analytics.SinkConfig, k kafkax.Config, ch analytics.Config, log *slog.Logger) (*analytics.Sink, error) {
+	cfg.Kafka, cfg.ClickHouse = k, ch
+	if cfg.Logger == nil {
+		cfg.Logger = logger(log)
+	}
+	return analytics.NewSink(cfg)
+}
+
+func logger(log *slog.Logger) *slog.Logger {
+	if log == nil {
+		return slog.Default()
+	}
+	return log
+}
