@@ -5,7 +5,7 @@ STATICCHECK_VERSION ?= v0.8.2
 BIN       := bin/playpipe
 export PATH := $(PATH):$(shell $(GO) env GOPATH)/bin:/usr/sbin
 
-.PHONY: all build demo test test-race unit lint fmt-check vet staticcheck bench bench-e2e fuzz fuzz-short tools clickhouse chromium clean e2e-docker
+.PHONY: all build demo test test-race unit lint fmt-check vet staticcheck bench bench-e2e bench-report fuzz fuzz-short tools clickhouse chromium clean e2e-docker
 
 all: build
 
@@ -60,6 +60,15 @@ bench:
 BENCH_E2E_FLAGS ?=
 bench-e2e: clickhouse build
 	$(GO) run ./internal/bench -bin $(BIN) $(BENCH_E2E_FLAGS)
+
+## bench-report: the reporter alone as a process (`playpipe report`, consuming,
+## posting, producing Delivery records, committing) against a plain net/http
+## client posting the same bodies with the same number in flight to the same
+## `sandbox --lean` process; interleaved rounds, medians of the rate and the
+## CPU-per-report ratios. BENCH_REPORT_FLAGS="-reports 200000 -rounds 5 -profile report.pprof".
+BENCH_REPORT_FLAGS ?=
+bench-report: build
+	$(GO) run ./internal/bench -bin $(BIN) -mode report $(BENCH_REPORT_FLAGS)
 
 ## fuzz: each fuzz target for FUZZTIME (untrusted input: events, API answers, report bodies, records).
 ## fuzz-short: the same targets for 3s each, run by `make test`.

@@ -68,6 +68,7 @@ type Client struct {
 	log       *slog.Logger
 	reportURL string
 	reportReq *http.Request // template of the play report POST (own transport)
+	wire      *wireClient   // lean path of the play report POST (own transport), nil when off
 
 	main *slot // POST /partners/session: every endpoint
 	user *slot // POST /partners/session/with-user: the restricted catalog, when Email is set
@@ -113,6 +114,7 @@ func New(cfg Config) (*Client, error) {
 		}
 		req.Header = nil
 		c.reportReq = req
+		c.wire = newWireClient(c.reportURL, cfg.UserAgent, cfg.MaxConns, cfg.RequestTimeout, c.transport.Proxy)
 	}
 	c.root, c.cancel = context.WithCancel(context.Background())
 	c.main = &slot{c: c, path: PathSession, op: "POST " + PathSession}
@@ -169,6 +171,9 @@ func (c *Client) Close() {
 	if c.transport != nil {
 		c.transport.CloseIdleConnections()
 	}
+	if c.wire != nil {
+		c.wire.close()
+	}
 }
 
 // servedBy reads the x-service-served-by header.
@@ -177,15 +182,7 @@ func servedBy(h http.Header) ServedBy {
 	if len(v) == 0 {
 		return ServedLive
 	}
-	switch v[0] {
-	case "":
-		return ServedLive
-	case "standby":
-		return ServedStandby
-	case "live-bypass":
-		return ServedLiveBypass
-	}
-	return ServedBy(bound(v[0], 64))
+	return servedByValue(v[0])
 }
 
 // send makes one attempt of one request and reads the answer with a size

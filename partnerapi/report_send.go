@@ -45,6 +45,10 @@ func (c *Client) ReportPlay(ctx context.Context, r schemas.PlayReport) (ReportRe
 //     the message and Fields; 403 KindEdgeBlocked; 500/503/timeout/connection
 //     KindTransient with RetryAfter).
 //
+// With the client's own transport the POST takes the lean HTTP/1.1 path
+// (report_wire.go); with a caller's HTTPClient, behind a proxy, or off
+// Linux it goes through net/http. Both answers meet the same classifier.
+//
 // body must not be modified until the call returns.
 func (c *Client) ReportPlayJSON(ctx context.Context, body []byte) (ReportResult, error) {
 	if c.closed.Load() {
@@ -64,39 +68,77 @@ func (c *Client) ReportPlayJSON(ctx context.Context, body []byte) (ReportResult,
 		defer span.End()
 	}
 	start := time.Now()
-	resp, err := c.postReport(ctx, tok, body)
-	if err != nil {
-		if span != nil {
-			span.SetStatus(codes.Error, "no answer")
-		}
-		return ReportResult{}, &Error{Kind: KindTransient, Op: opReport, Err: err}
-	}
-	meta := Meta{Status: resp.StatusCode, ServedBy: servedBy(resp.Header)}
-	if span != nil {
-		span.SetAttributes(attribute.Int("http.response.status_code", meta.Status))
-		if meta.ServedBy != ServedLive {
-			span.SetAttributes(attribute.String("partnerapi.served_by", string(meta.ServedBy)))
-		}
-		if meta.Status >= 400 {
-			span.SetStatus(codes.Error, http.StatusText(meta.Status))
-		}
-	}
 	bp := readPool.Get().(*[]byte)
 	defer readPool.Put(bp)
-	data, err := readInto((*bp)[:0], resp.Body, maxSmallBody)
-	resp.Body.Close()
-	*bp = data[:0]
+	var a wireAnswer
+	if c.wire != nil && validHeaderValue(tok.hdr[0]) {
+		var extra http.Header
+		if span != nil {
+			extra = http.Header{}
+			c.injectTrace(ctx, extra)
+		}
+		a, err = c.wire.post(ctx, tok.hdr[0], extra, body, (*bp)[:0])
+	} else {
+		a, err = c.postReportHTTP(ctx, tok, body, (*bp)[:0])
+	}
+	if cap(a.body) <= 64<<10 {
+		*bp = a.body[:0]
+	}
 	latency := time.Since(start)
+	meta := Meta{Status: a.status, ServedBy: a.servedBy}
+	if meta.ServedBy == "" {
+		meta.ServedBy = ServedLive
+	}
+	if span != nil {
+		reportSpanEnd(span, meta, err)
+	}
 	if err != nil {
+		if a.status == 0 {
+			return ReportResult{}, &Error{Kind: KindTransient, Op: opReport, Err: err}
+		}
 		return ReportResult{}, &Error{Kind: KindTransient, Op: opReport, Status: meta.Status, ServedBy: meta.ServedBy, Reason: "reading the answer", Err: err}
 	}
-	if resp.StatusCode == http.StatusOK {
-		return ReportResult{Meta: meta, Message: c.reportMessage(data), Latency: latency}, nil
+	if a.status == http.StatusOK {
+		return ReportResult{Meta: meta, Message: c.reportMessage(a.body), Latency: latency}, nil
 	}
-	if resp.StatusCode == http.StatusUnauthorized {
+	if a.status == http.StatusUnauthorized {
 		c.main.drop(tok)
 	}
-	return ReportResult{}, c.statusError(opReport, meta, resp.Header, data)
+	var h http.Header
+	if a.retryAfter != "" {
+		h = http.Header{"Retry-After": {a.retryAfter}}
+	}
+	return ReportResult{}, c.statusError(opReport, meta, h, a.body)
+}
+
+// reportSpanEnd sets the HTTP client span's attributes and status.
+func reportSpanEnd(span trace.Span, meta Meta, err error) {
+	if meta.Status == 0 {
+		span.SetStatus(codes.Error, "no answer")
+		return
+	}
+	span.SetAttributes(attribute.Int("http.response.status_code", meta.Status))
+	if meta.ServedBy != ServedLive {
+		span.SetAttributes(attribute.String("partnerapi.served_by", string(meta.ServedBy)))
+	}
+	if meta.Status >= 400 {
+		span.SetStatus(codes.Error, http.StatusText(meta.Status))
+	} else if err != nil {
+		span.SetStatus(codes.Error, "reading the answer")
+	}
+}
+
+// postReportHTTP posts one report through net/http and reads the answer
+// into dst, as wireClient.post does.
+func (c *Client) postReportHTTP(ctx context.Context, tok *token, body, dst []byte) (wireAnswer, error) {
+	resp, err := c.postReport(ctx, tok, body)
+	if err != nil {
+		return wireAnswer{}, err
+	}
+	a := wireAnswer{status: resp.StatusCode, servedBy: servedBy(resp.Header), retryAfter: resp.Header.Get("Retry-After")}
+	a.body, err = readInto(dst, resp.Body, maxSmallBody)
+	resp.Body.Close()
+	return a, err
 }
 
 // postReport sends one report. With the client's own transport it goes

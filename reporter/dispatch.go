@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -139,7 +140,7 @@ func (rn *run) post(j *job) *kgo.Record {
 	// A consumer span per attempt ("process <topic>", messaging semantic
 	// conventions) continues the trace the record carries (or starts one);
 	// the delivery span and the partner API's HTTP span are inside it.
-	ctx, proc := tracer.Start(telemetry.Extract(rn.postCtx, j.rec), "process "+j.rec.Topic, trace.WithSpanKind(trace.SpanKindConsumer))
+	ctx, proc := tracer.Start(telemetry.Extract(rn.postCtx, j.rec), processSpanName(j.rec.Topic), consumerSpan...)
 	defer proc.End()
 	if proc.IsRecording() {
 		proc.SetAttributes(attribute.String("messaging.system", "kafka"), attribute.String("messaging.operation.type", "process"),
@@ -189,6 +190,23 @@ func (rn *run) post(j *job) *kgo.Record {
 	return rn.deliveryRecord(ctx, j)
 }
 
+// consumerSpan is the option of the per-attempt consumer span, made once
+// (a variadic option built per call allocates on the hot path).
+var consumerSpan = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer)}
+
+// lastProcessName caches "process <topic>": a run consumes one topic.
+var lastProcessName atomic.Pointer[[2]string]
+
+// processSpanName is "process " + topic without building it per post.
+func processSpanName(topic string) string {
+	if p := lastProcessName.Load(); p != nil && p[0] == topic {
+		return p[1]
+	}
+	p := &[2]string{topic, "process " + topic}
+	lastProcessName.Store(p)
+	return p[1]
+}
+
 // neverSent reports whether a transport error proves the request never left
 // (the connection could not be made).
 func neverSent(err error) bool {
@@ -211,7 +229,12 @@ func (rn *run) deliveryRecord(ctx context.Context, j *job) *kgo.Record {
 	if del.Message == "" && d.Err != nil && d.Action != ActDelivered {
 		del.Message = d.Err.Error()
 	}
-	src := make([]byte, 0, 24)
+	// One buffer for the key, the source header and the value, and one
+	// allocation for the record and its header (the hot path's allocations).
+	buf := make([]byte, 0, len(j.id)+24+320)
+	buf = append(buf, j.id...)
+	key := buf[:len(j.id):len(j.id)]
+	src := buf[len(buf):]
 	src = strconv.AppendInt(src, int64(j.rec.Partition), 10)
 	src = append(src, ':')
 	src = strconv.AppendInt(src, j.rec.Offset, 10)
@@ -224,10 +247,16 @@ func (rn *run) deliveryRecord(ctx context.Context, j *job) *kgo.Record {
 	default:
 		src = append(src, '-')
 	}
-	rec := &kgo.Record{
-		Key: []byte(j.id), Value: schemas.AppendDelivery(make([]byte, 0, 256), &del), Partition: j.ps.logPart,
-		Headers: []kgo.RecordHeader{{Key: schemas.HeaderSource, Value: src}},
-	}
-	telemetry.Inject(ctx, rec)
-	return rec
+	src = src[:len(src):len(src)]
+	rh := &recordWithHeader{}
+	rh.hdr[0] = kgo.RecordHeader{Key: schemas.HeaderSource, Value: src}
+	rh.rec = kgo.Record{Key: key, Value: schemas.AppendDelivery(buf[len(buf)+len(src):len(buf)+len(src)], &del), Partition: j.ps.logPart, Headers: rh.hdr[:1:1]}
+	telemetry.Inject(ctx, &rh.rec)
+	return &rh.rec
+}
+
+// recordWithHeader is a record and room for its one header, allocated together.
+type recordWithHeader struct {
+	rec kgo.Record
+	hdr [1]kgo.RecordHeader
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -62,9 +63,10 @@ func (rn *run) takeLease() (*lease, []*kgo.Record) {
 	if room <= 0 {
 		return nil, nil
 	}
-	l := &lease{}
-	byPart := map[*partState]*schemas.Lease{}
-	var order []*partState
+	// Few partitions per lease: a slice, not a map (allocations per lease
+	// are allocations per report at full speed).
+	l := &lease{jobs: make([]*job, 0, min(room, rn.ready.len()+rn.fresh.len()))}
+	var parts []partLease
 	for range room {
 		j := rn.take()
 		if j == nil {
@@ -74,12 +76,14 @@ func (rn *run) takeLease() (*lease, []*kgo.Record) {
 		j.leasedOnly = true
 		j.ps.unsure[j] = struct{}{}
 		j.ps.dirty = true
-		m := byPart[j.ps]
-		if m == nil {
-			m = &schemas.Lease{V: 1, Partition: j.ps.key.partition}
-			byPart[j.ps] = m
-			order = append(order, j.ps)
+		i := 0
+		for i < len(parts) && parts[i].ps != j.ps {
+			i++
 		}
+		if i == len(parts) {
+			parts = append(parts, partLease{ps: j.ps, m: schemas.Lease{V: 1, Partition: j.ps.key.partition}})
+		}
+		m := &parts[i].m
 		if n := len(m.Offsets); n > 0 && m.Offsets[n-1][1]+1 == j.rec.Offset {
 			m.Offsets[n-1][1] = j.rec.Offset
 		} else {
@@ -90,17 +94,40 @@ func (rn *run) takeLease() (*lease, []*kgo.Record) {
 		return nil, nil
 	}
 	rn.leasing += len(l.jobs)
-	recs := make([]*kgo.Record, 0, len(order))
-	group := []byte(rn.cfg.Group)
-	for _, ps := range order {
-		recs = append(recs, &kgo.Record{
-			Partition: ps.logPart,
-			Headers:   []kgo.RecordHeader{{Key: schemas.HeaderLease, Value: group}},
-			Value:     appendLease(nil, byPart[ps]),
-		})
+	recs := make([]*kgo.Record, 0, len(parts))
+	group := groupBytes(rn.cfg.Group)
+	for i := range parts {
+		rh := &recordWithHeader{}
+		rh.hdr[0] = kgo.RecordHeader{Key: schemas.HeaderLease, Value: group}
+		rh.rec = kgo.Record{Partition: parts[i].ps.logPart, Headers: rh.hdr[:1:1], Value: appendLease(make([]byte, 0, 48+44*len(parts[i].m.Offsets)), &parts[i].m)}
+		recs = append(recs, &rh.rec)
 	}
 	l.markers = len(recs)
 	return l, recs
+}
+
+// partLease is the lease marker of one partition in the making.
+type partLease struct {
+	ps *partState
+	m  schemas.Lease
+}
+
+// lastGroup caches the group name as header bytes (never modified: shared
+// by every lease marker of the process).
+var lastGroup atomic.Pointer[groupName]
+
+type groupName struct {
+	name  string
+	bytes []byte
+}
+
+func groupBytes(group string) []byte {
+	if g := lastGroup.Load(); g != nil && g.name == group {
+		return g.bytes
+	}
+	g := &groupName{name: group, bytes: []byte(group)}
+	lastGroup.Store(g)
+	return g.bytes
 }
 
 // leaseAcked applies the acknowledgement of one lease marker; once all of a

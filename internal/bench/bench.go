@@ -62,160 +62,264 @@ func childEnv(extra ...string) []string {
 	return append(env, extra...)
 }
 
-func runBench(ctx context.Context, o options, log *slog.Logger) (res result, err error) {
-	res.started = time.Now()
+// env is what every mode of the benchmark shares: the run folder (process
+// logs), the embedded broker and the processes started, which close stops
+// in reverse order.
+type env struct {
+	o        options
+	log      *slog.Logger
+	dir      string
+	broker   *kafkax.Embedded
+	brokers  string // comma separated, for --brokers
+	children []*child
+	cleanup  []func() // run by close, last first
+}
+
+// newEnv makes the run folder and starts the broker: kfake in this
+// process, over TCP on loopback.
+func newEnv(o options, log *slog.Logger) (*env, error) {
 	dir, err := os.MkdirTemp("", "playpipe-bench-")
 	if err != nil {
-		return res, err
+		return nil, fmt.Errorf("run folder: %w", err)
 	}
-	var children []*child
-	defer func() {
-		for i := len(children) - 1; i >= 0; i-- {
-			children[i].stop(10 * time.Second)
-		}
-		if o.keep || err != nil {
-			log.Info("process logs kept", "dir", dir)
-			return
-		}
+	e := &env{o: o, log: log, dir: dir}
+	e.broker, err = kafkax.StartEmbedded(topicPrefix, o.partitions)
+	if err != nil {
 		_ = os.RemoveAll(dir)
-	}()
-
-	// The broker: kfake in this process, over TCP on loopback.
-	broker, err := kafkax.StartEmbedded(topicPrefix, o.partitions)
-	if err != nil {
-		return res, err
+		return nil, err
 	}
-	defer broker.Close()
-	brokers := strings.Join(broker.Addrs(), ",")
+	e.cleanup = append(e.cleanup, e.broker.Close)
+	e.brokers = strings.Join(e.broker.Addrs(), ",")
+	return e, nil
+}
 
-	// ClickHouse: a local server process, its data in RAM when possible
-	// (every insert writes a part of a few dozen files).
-	chParent := dir
+// close stops the children (SIGTERM, then SIGKILL), runs the clean-ups and
+// removes the run folder unless -keep or the run failed.
+func (e *env) close(failed bool) {
+	for i := len(e.children) - 1; i >= 0; i-- {
+		e.children[i].stop(10 * time.Second)
+	}
+	for i := len(e.cleanup) - 1; i >= 0; i-- {
+		e.cleanup[i]()
+	}
+	if e.o.keep || failed {
+		e.log.Info("process logs kept", "dir", e.dir)
+		return
+	}
+	_ = os.RemoveAll(e.dir)
+}
+
+// start runs the binary as a child with the sandbox's credentials in its
+// environment (never in flags).
+func (e *env) start(name string, args ...string) (*child, error) {
+	c, err := startChild(e.dir, name, childEnv(
+		"PLAYPIPE_API_CLIENT_ID="+sandbox.DefaultClientID,
+		"PLAYPIPE_API_CLIENT_SIGNATURE="+sandbox.DefaultClientSignature,
+		"PLAYPIPE_LOG_LEVEL=warn",
+	), e.o.bin, args...)
+	if err == nil {
+		e.children = append(e.children, c)
+	}
+	return c, err
+}
+
+// kafkaArgs are the Kafka flags of every role.
+func (e *env) kafkaArgs() []string {
+	return []string{"--brokers", e.brokers, "--partitions", strconv.Itoa(e.o.partitions)}
+}
+
+// startClickHouse starts a local ClickHouse server, its data in RAM when
+// possible (every insert writes a part of a few dozen files).
+func (e *env) startClickHouse(ctx context.Context) (*chlocal.Server, error) {
+	parent := e.dir
 	if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
-		chParent = "/dev/shm"
+		parent = "/dev/shm"
 	}
-	chDir, err := os.MkdirTemp(chParent, "playpipe-bench-clickhouse-")
+	chDir, err := os.MkdirTemp(parent, "playpipe-bench-clickhouse-")
 	if err != nil {
-		return res, err
+		return nil, fmt.Errorf("clickhouse folder: %w", err)
 	}
-	defer os.RemoveAll(chDir)
+	e.cleanup = append(e.cleanup, func() { _ = os.RemoveAll(chDir) })
 	sctx, cancel := context.WithTimeout(ctx, time.Minute)
-	ch, err := chlocal.Start(sctx, chlocal.Config{Dir: chDir, Logger: log})
-	cancel()
+	defer cancel()
+	ch, err := chlocal.Start(sctx, chlocal.Config{Dir: chDir, Logger: e.log})
 	if err != nil {
-		return res, fmt.Errorf("clickhouse: %w", err)
+		return nil, fmt.Errorf("clickhouse: %w", err)
 	}
-	defer ch.Kill() // throwaway data
-	log.Info("broker and ClickHouse up", "brokers", brokers, "clickhouse", ch.Addr(), "dir", dir)
+	e.cleanup = append(e.cleanup, ch.Kill) // throwaway data
+	return ch, nil
+}
 
-	start := func(name string, args ...string) (*child, error) {
-		c, err := startChild(dir, name, childEnv(
-			"PLAYPIPE_API_CLIENT_ID="+sandbox.DefaultClientID,
-			"PLAYPIPE_API_CLIENT_SIGNATURE="+sandbox.DefaultClientSignature, // environment only, never a flag
-			"PLAYPIPE_LOG_LEVEL=warn",
-		), o.bin, args...)
-		if err == nil {
-			children = append(children, c)
-		}
-		return c, err
-	}
+// partner is the sandbox process: the partner API and its admin API.
+type partner struct {
+	c     *child
+	url   string // http://host:port of the API
+	admin string // host:port of the admin API
+}
 
-	// The partner API.
+// startSandbox starts `playpipe sandbox --lean` and waits for its health.
+func (e *env) startSandbox() (partner, error) {
+	var p partner
 	apiAddr, err := freeAddr()
 	if err != nil {
-		return res, err
+		return p, err
 	}
-	sbAdmin, err := freeAddr()
-	if err != nil {
-		return res, err
+	if p.admin, err = freeAddr(); err != nil {
+		return p, err
 	}
-	sb, err := start("sandbox", "sandbox", "--lean", "--addr", apiAddr, "--admin-addr", sbAdmin)
-	if err != nil {
-		return res, err
+	if p.c, err = e.start("sandbox", "sandbox", "--lean", "--addr", apiAddr, "--admin-addr", p.admin); err != nil {
+		return p, err
 	}
-	if err := waitHTTP(sb, "http://"+sbAdmin+"/admin/health", 30*time.Second); err != nil {
-		return res, err
+	if err := waitHTTP(p.c, "http://"+p.admin+"/admin/health", 30*time.Second); err != nil {
+		return p, err
 	}
-	apiURL := "http://" + apiAddr
+	p.url = "http://" + apiAddr
+	return p, nil
+}
 
-	// The roles, each on its own admin port.
-	kafkaArgs := []string{"--brokers", brokers, "--partitions", strconv.Itoa(o.partitions)}
-	type role struct {
-		c     *child
-		admin string
+// role is a pipeline role's process and its admin address (metrics).
+type role struct {
+	c     *child
+	admin string
+}
+
+// startRole starts a role (args[0] is its subcommand) on its own admin port.
+func (e *env) startRole(name string, args ...string) (*role, error) {
+	admin, err := freeAddr()
+	if err != nil {
+		return nil, err
 	}
+	c, err := e.start(name, append([]string{args[0], "--admin-addr", admin}, args[1:]...)...)
+	if err != nil {
+		return nil, err
+	}
+	return &role{c: c, admin: admin}, nil
+}
+
+// startRoles starts sink, consume and report and waits until all are ready.
+func (e *env) startRoles(ch *chlocal.Server, p partner) (map[string]*role, error) {
+	ka := e.kafkaArgs()
 	roles := map[string]*role{}
 	for _, r := range []struct {
 		name string
 		args []string
 	}{
-		{"sink", append(append([]string{"sink"}, kafkaArgs...), "--clickhouse-addr", ch.Addr(), "--clickhouse-db", "playpipe_bench", "--clickhouse-user", "default")},
-		{"consume", append(append([]string{"consume"}, kafkaArgs...), "--api-url", apiURL)},
-		{"report", append(append([]string{"report"}, kafkaArgs...), "--api-url", apiURL, "--concurrency", strconv.Itoa(o.concurrency))},
+		{"sink", append(append([]string{"sink"}, ka...), "--clickhouse-addr", ch.Addr(), "--clickhouse-db", "playpipe_bench", "--clickhouse-user", "default")},
+		{"consume", append(append([]string{"consume"}, ka...), "--api-url", p.url)},
+		{"report", append(append([]string{"report"}, ka...), "--api-url", p.url, "--concurrency", strconv.Itoa(e.o.concurrency))},
 	} {
-		admin, err := freeAddr()
+		rl, err := e.startRole(r.name, r.args...)
 		if err != nil {
-			return res, err
+			return nil, err
 		}
-		c, err := start(r.name, append([]string{r.args[0], "--admin-addr", admin}, r.args[1:]...)...)
-		if err != nil {
-			return res, err
-		}
-		roles[r.name] = &role{c: c, admin: admin}
+		roles[r.name] = rl
 	}
 	for name, r := range roles {
 		if err := waitHTTP(r.c, "http://"+r.admin+"/readyz", 90*time.Second); err != nil {
-			return res, fmt.Errorf("%s: %w", name, err)
+			return nil, fmt.Errorf("%s: %w", name, err)
 		}
 	}
-	log.Info("sandbox, sink, consume and report ready", "events", o.events, "concurrency", o.concurrency)
+	return roles, nil
+}
 
-	// The processes measured in the pipeline phase, in table order.
-	type tracked struct {
-		name string
-		pid  int
-		cpu0 time.Duration
-	}
+// tracked is a process whose CPU is measured over a phase.
+type tracked struct {
+	name string
+	pid  int
+	cpu0 time.Duration
+}
+
+// trackProcs lists the processes measured in the pipeline phase, in table
+// order, with their CPU time so far.
+func trackProcs(roles map[string]*role, p partner, ch *chlocal.Server) ([]*tracked, error) {
 	var track []*tracked
 	for _, n := range []string{"consume", "report", "sink"} {
 		track = append(track, &tracked{name: n, pid: roles[n].c.pid()})
 	}
 	track = append(track,
-		&tracked{name: "sandbox (partner API)", pid: sb.pid()},
+		&tracked{name: "sandbox (partner API)", pid: p.c.pid()},
 		&tracked{name: "clickhouse-server", pid: ch.PID()},
 		&tracked{name: "bench (kfake broker)", pid: os.Getpid()},
 	)
 	for _, t := range track {
+		var err error
 		if t.cpu0, err = cpuTime(t.pid); err != nil {
-			return res, fmt.Errorf("%s: %w", t.name, err)
+			return nil, fmt.Errorf("%s: %w", t.name, err)
 		}
 	}
+	return track, nil
+}
 
-	t0 := time.Now()
-	sim, err := start("simulate", append(append([]string{"simulate"}, kafkaArgs...),
-		"--api-url", apiURL, "--events", strconv.Itoa(o.events), "--rate", "0",
-		"--seed", strconv.FormatInt(o.seed, 10), "--bad-share", strconv.FormatFloat(o.badShare, 'f', -1, 64))...)
+// runBench is the end-to-end mode: the whole pipeline, then the ceiling.
+func runBench(ctx context.Context, o options, log *slog.Logger) (res result, err error) {
+	res.started = time.Now()
+	e, err := newEnv(o, log)
 	if err != nil {
 		return res, err
 	}
+	defer func() { e.close(err != nil) }()
+	ch, err := e.startClickHouse(ctx)
+	if err != nil {
+		return res, err
+	}
+	log.Info("broker and ClickHouse up", "brokers", e.brokers, "clickhouse", ch.Addr(), "dir", e.dir)
+	sb, err := e.startSandbox()
+	if err != nil {
+		return res, err
+	}
+	roles, err := e.startRoles(ch, sb)
+	if err != nil {
+		return res, err
+	}
+	log.Info("sandbox, sink, consume and report ready", "events", o.events, "concurrency", o.concurrency)
+	track, err := trackProcs(roles, sb, ch)
+	if err != nil {
+		return res, err
+	}
+	sim, err := e.runPipeline(ctx, roles, sb, &res)
+	if err != nil {
+		return res, err
+	}
+	if err := res.collect(track, sim); err != nil {
+		return res, err
+	}
+	log.Info("pipeline finished", "plays", res.plays, "delivered", res.posted, "elapsed", res.elapsed.Round(time.Millisecond))
+	// Nothing lost, nothing doubled: the partner's own count.
+	if err := checkPartner(ctx, sb.admin, res.posted); err != nil {
+		return res, err
+	}
+	res.ceiling, err = e.rawCeiling(ctx, sb, res)
+	return res, err
+}
 
-	// Done when the simulator has published everything, the consumer has
-	// committed every event, every derived play that is to be posted has a
-	// final answer, and the ledger holds as many delivery rows as the
-	// reporter recorded answers (retries included, should there be any).
+// runPipeline starts the simulator and waits until the pipeline is done:
+// the simulator has published everything, the consumer has committed every
+// event, every derived play that is to be posted has a final answer, and
+// the ledger holds as many delivery rows as the reporter recorded answers
+// (retries included, should there be any). It returns the (exited)
+// simulator.
+func (e *env) runPipeline(ctx context.Context, roles map[string]*role, p partner, res *result) (*child, error) {
+	o := e.o
+	t0 := time.Now()
+	sim, err := e.start("simulate", append(append([]string{"simulate"}, e.kafkaArgs()...),
+		"--api-url", p.url, "--events", strconv.Itoa(o.events), "--rate", "0",
+		"--seed", strconv.FormatInt(o.seed, 10), "--bad-share", strconv.FormatFloat(o.badShare, 'f', -1, 64))...)
+	if err != nil {
+		return nil, err
+	}
 	deadline := t0.Add(o.timeout)
 	var last string
 	for {
 		if err := ctx.Err(); err != nil {
-			return res, err
+			return nil, err
 		}
 		for name, r := range roles {
 			if !r.c.running() {
-				return res, fmt.Errorf("%s exited during the run (%v); log %s:\n%s", name, r.c.err, r.c.log, r.c.tail(20))
+				return nil, fmt.Errorf("%s exited during the run (%v); log %s:\n%s", name, r.c.err, r.c.log, r.c.tail(20))
 			}
 		}
 		if !sim.running() && sim.err != nil {
-			return res, fmt.Errorf("simulate failed (%v); log %s:\n%s", sim.err, sim.log, sim.tail(20))
+			return nil, fmt.Errorf("simulate failed (%v); log %s:\n%s", sim.err, sim.log, sim.tail(20))
 		}
 		st, err := progress(roles["consume"].admin, roles["report"].admin, roles["sink"].admin)
 		if err == nil {
@@ -224,50 +328,50 @@ func runBench(ctx context.Context, o options, log *slog.Logger) (res result, err
 			if !sim.running() && st.events >= int64(o.events) && st.final >= toPost && st.ledger >= max(toPost, st.answers) && toPost > 0 {
 				res.elapsed = time.Since(t0)
 				res.events, res.plays, res.posted = st.events, st.plays, st.delivered
-				break
+				return sim, nil
 			}
 		}
 		if time.Now().After(deadline) {
-			return res, fmt.Errorf("the pipeline did not finish within -timeout %s (last: %s; scrape error: %v)", o.timeout, last, err)
+			return nil, fmt.Errorf("the pipeline did not finish within -timeout %s (last: %s; scrape error: %v)", o.timeout, last, err)
 		}
 		time.Sleep(25 * time.Millisecond)
 	}
+}
+
+// collect adds the tracked processes' CPU and peak RSS over the phase, and
+// the exited simulator's from its rusage.
+func (r *result) collect(track []*tracked, sim *child) error {
 	for _, t := range track {
 		cpu, err := cpuTime(t.pid)
 		if err != nil {
-			return res, fmt.Errorf("%s: %w", t.name, err)
+			return fmt.Errorf("%s: %w", t.name, err)
 		}
 		rss, err := peakRSS(t.pid)
 		if err != nil {
-			return res, fmt.Errorf("%s: %w", t.name, err)
+			return fmt.Errorf("%s: %w", t.name, err)
 		}
-		res.procs = append(res.procs, measured{name: t.name, cpu: cpu - t.cpu0, rss: rss})
+		r.procs = append(r.procs, measured{name: t.name, cpu: cpu - t.cpu0, rss: rss})
 	}
-	// The simulator has exited: its figures come from its rusage.
 	if u := sim.cmd.ProcessState; u != nil {
 		if ru, ok := u.SysUsage().(*syscall.Rusage); ok {
-			res.procs = append(res.procs, measured{name: "simulate (publisher)", cpu: u.UserTime() + u.SystemTime(), rss: ru.Maxrss << 10})
+			r.procs = append(r.procs, measured{name: "simulate (publisher)", cpu: u.UserTime() + u.SystemTime(), rss: ru.Maxrss << 10})
 		}
 	}
-	log.Info("pipeline finished", "plays", res.plays, "delivered", res.posted, "elapsed", res.elapsed.Round(time.Millisecond))
-	// Nothing lost, nothing doubled: the partner's own count.
-	if err := checkPartner(ctx, sbAdmin, res.posted); err != nil {
-		return res, err
-	}
+	return nil
+}
 
-	// The raw ceiling: the same bodies, the same sandbox, the same number in flight.
-	bodies, err := reportBodies(ctx, broker.Addrs(), topicPrefix, res.plays)
+// rawCeiling is the plain client on the very bodies the reporter posted
+// (read back from the reports topic), the same sandbox, the same number in
+// flight.
+func (e *env) rawCeiling(ctx context.Context, p partner, res result) (ceilingResult, error) {
+	bodies, err := reportBodies(ctx, e.broker.Addrs(), topicPrefix, res.plays)
 	if err != nil {
-		return res, err
+		return ceilingResult{}, err
 	}
 	if int64(len(bodies)) < res.posted {
-		return res, fmt.Errorf("read %d report bodies back from the reports topic, but %d were delivered", len(bodies), res.posted)
+		return ceilingResult{}, fmt.Errorf("read %d report bodies back from the reports topic, but %d were delivered", len(bodies), res.posted)
 	}
-	res.ceiling, err = ceiling(ctx, apiURL, sbAdmin, sb.pid(), bodies, o.concurrency)
-	if err != nil {
-		return res, err
-	}
-	return res, nil
+	return ceiling(ctx, p.url, p.admin, p.c.pid(), bodies, e.o.concurrency)
 }
 
 // state is the pipeline's progress as its roles' metrics tell it.

@@ -32,6 +32,9 @@ func TestParseOptionsRefusesBadFlags(t *testing.T) {
 		{[]string{"-bin", filepath.Join(t.TempDir(), "missing")}, "not a file (run `make build` first)"},
 		{[]string{"-bin", bin, "extra"}, "bench takes flags only"},
 		{[]string{"-nope"}, "flag provided but not defined: -nope"},
+		{[]string{"-bin", bin, "-mode", "x"}, "-mode x: accepted e2e or report"},
+		{[]string{"-bin", bin, "-mode", "report", "-rounds", "0"}, "-rounds 0: accepted 1–100"},
+		{[]string{"-bin", bin, "-mode", "report", "-reports", "0"}, "-reports 0: accepted 1 or more"},
 	} {
 		var stderr bytes.Buffer
 		_, err := parseOptions(c.args, &stderr)
@@ -45,6 +48,17 @@ func TestParseOptionsRefusesBadFlags(t *testing.T) {
 	o, err := parseOptions([]string{"-bin", bin, "-events", "5"}, &bytes.Buffer{})
 	if err != nil || o.events != 5 || o.concurrency != 32 || o.bin != bin {
 		t.Fatalf("valid flags: %+v, %v", o, err)
+	}
+}
+
+func TestMedian(t *testing.T) {
+	for _, c := range []struct {
+		in   []float64
+		want float64
+	}{{nil, 0}, {[]float64{3}, 3}, {[]float64{3, 1, 2}, 2}, {[]float64{4, 1, 3, 2}, 2.5}} {
+		if got := median(c.in); got != c.want {
+			t.Errorf("median(%v) = %v, want %v", c.in, got, c.want)
+		}
 	}
 }
 

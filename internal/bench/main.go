@@ -27,8 +27,12 @@
 // binary `make build` made, and embeds the test broker), and it must not
 // ship in the production binary or image.
 //
+// With -mode report (`make bench-report`) it measures the reporter alone
+// as a process against the plain client: see runReportBench.
+//
 //	make bench-e2e                              # defaults: 40000 events, 32 in flight
 //	go run ./internal/bench -bin bin/playpipe -events 80000 -keep
+//	make bench-report                           # -mode report -reports 100000 -rounds 3
 package main
 
 import (
@@ -64,6 +68,7 @@ var errUsage = errors.New("usage")
 
 // options are the benchmark's flags.
 type options struct {
+	mode        string // "e2e" (the whole pipeline) or "report" (reporter vs plain client)
 	bin         string
 	events      int
 	concurrency int
@@ -72,12 +77,19 @@ type options struct {
 	badShare    float64
 	keep        bool
 	timeout     time.Duration
+	reports     int    // -mode report: play reports per round
+	rounds      int    // -mode report: rounds of (reporter, plain client)
+	profile     string // -mode report: file for a CPU profile of the first reporter round
 }
 
 func parseOptions(args []string, stderr io.Writer) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.StringVar(&o.mode, "mode", "e2e", "e2e: the whole pipeline, then the raw ceiling; report: a fresh `playpipe report` process against a plain net/http client on the same N reports, interleaved rounds")
+	fs.IntVar(&o.reports, "reports", 100000, "-mode report: play reports per round (pre-enriched TrackPlay records on a fresh reports topic)")
+	fs.IntVar(&o.rounds, "rounds", 3, "-mode report: rounds, each a reporter run and a plain-client run")
+	fs.StringVar(&o.profile, "profile", "", "-mode report: write a 3 s CPU profile of the first reporter round to this file, and its allocation profile to <file>.allocs (the reporter runs with --pprof)")
 	fs.StringVar(&o.bin, "bin", "bin/playpipe", "the playpipe binary to run (make build makes it)")
 	fs.IntVar(&o.events, "events", 40000, "player events to publish (about 4.4 plays each with the sandbox's default catalog; 40000 take ~30 s on a 2-core machine)")
 	fs.IntVar(&o.concurrency, "concurrency", 32, "reports in flight: the reporter's --concurrency and the plain client's goroutines")
@@ -104,6 +116,12 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	case fs.NArg() > 0:
 		fmt.Fprintf(stderr, "unexpected arguments %q: bench takes flags only\n", fs.Args())
 		return o, errUsage
+	case o.mode != "e2e" && o.mode != "report":
+		return bad("mode", o.mode, "e2e or report")
+	case o.reports < 1:
+		return bad("reports", o.reports, "1 or more")
+	case o.rounds < 1 || o.rounds > 100:
+		return bad("rounds", o.rounds, "1–100")
 	case o.events < 1:
 		return bad("events", o.events, "1 or more")
 	case o.concurrency < 1 || o.concurrency > 1024:
@@ -133,6 +151,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	if o.mode == "report" {
+		rr, err := runReportBench(ctx, o, log)
+		if err != nil {
+			return err
+		}
+		rr.print(stdout, o)
+		return nil
+	}
 	res, err := runBench(ctx, o, log)
 	if err != nil {
 		return err

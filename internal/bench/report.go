@@ -19,7 +19,7 @@ func (r result) print(w io.Writer, o options) {
 	plays := float64(r.posted)
 	rate := plays / r.elapsed.Seconds()
 	c := r.ceiling
-	fmt.Fprintf(w, "\nplaypipe end-to-end benchmark, %s, %d CPUs, %s\n", r.started.Format("2006-01-02 15:04"), runtime.NumCPU(), runtime.Version())
+	fmt.Fprintf(w, "\nplaypipe end-to-end benchmark, %s, %s\n", r.started.Format("2006-01-02 15:04"), runtimeDesc())
 	fmt.Fprintf(w, "%d events → %d plays derived, %d delivered (the partner accepted each once), every delivery in the ledger; --concurrency %d, %d partitions\n\n",
 		r.events, r.plays, r.posted, o.concurrency, o.partitions)
 	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', tabwriter.Debug)
@@ -43,3 +43,8 @@ func (r result) print(w io.Writer, o options) {
 }
 
 func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+
+// runtimeDesc is the machine's CPU count and the Go version.
+func runtimeDesc() string {
+	return fmt.Sprintf("%d CPUs, %s", runtime.NumCPU(), runtime.Version())
+}
