@@ -162,7 +162,9 @@ type SinkStats struct {
 	LastInsert    time.Time // zero before the first insert
 }
 
-// Stats returns the sink's counters; safe to call while Run runs.
+// Stats returns the sink's counters; safe to call while Run runs. The
+// playpipe binary reports them as metrics instead (deadcode lists Stats):
+// it is for programs that embed the sink, and the sink tests.
 func (s *Sink) Stats() SinkStats {
 	st := SinkStats{Records: s.stats.records.Load(), Batches: s.stats.batches.Load(), InsertRetries: s.stats.retries.Load(), Committed: s.stats.committed.Load()}
 	if ms := s.stats.lastInsertMS.Load(); ms > 0 {

@@ -8,7 +8,10 @@ import "strconv"
 // AppendTrackPlay appends the JSON encoding of p to dst and returns it. The
 // bytes are identical to encoding/json's json.Marshal(p) (same field order,
 // omitempty rules and string escaping, HTML characters included); the tests
-// hold it to that. It allocates only when dst must grow.
+// hold it to that. It allocates only when dst must grow. The enricher
+// writes report ids in place with AppendTrackPlayWithID, so the binary
+// never calls this one (deadcode lists it): it is the contract's encoder for
+// other producers of track plays and the tests and benchmarks.
 func AppendTrackPlay(dst []byte, p *TrackPlay) []byte {
 	return AppendTrackPlayWithID(dst, p, p.ReportID)
 }

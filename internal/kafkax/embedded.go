@@ -20,7 +20,8 @@ type Embedded struct {
 
 // StartEmbedded starts an embedded broker on a free loopback port with the
 // four topics of prefix created with the given number of partitions. Close
-// stops it.
+// stops it. The binary's --embedded-kafka goes through Ready instead
+// (deadcode lists StartEmbedded): internal/testenv and internal/bench use it.
 func StartEmbedded(prefix string, partitions int) (*Embedded, error) {
 	return StartEmbeddedOn(prefix, partitions, 0)
 }
@@ -47,7 +48,8 @@ func StartEmbeddedOn(prefix string, partitions, port int) (*Embedded, error) {
 // Addrs returns the broker addresses, host:port on loopback.
 func (e *Embedded) Addrs() []string { return append([]string(nil), e.addrs...) }
 
-// Cluster exposes the kfake cluster for fault injection in tests.
+// Cluster exposes the kfake cluster for fault injection in tests (the
+// binary never injects faults: deadcode lists it).
 func (e *Embedded) Cluster() *kfake.Cluster { return e.cluster }
 
 // Close stops the broker; records are gone. Safe to call twice.
