@@ -74,4 +74,3 @@ func BenchmarkPublisher(b *testing.B) {
 		})
 	}
 }
-
