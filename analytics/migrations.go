@@ -45,13 +45,7 @@ var Migrations = []Migration{
 		// Raw player events, one row per record of <prefix>.events, valid or
 		// not: raw holds the bytes verbatim; parsed = 1 when they are a JSON
 		// object (the typed columns are then filled where present).
-		`CREATE TABLE IF NOT EXISTS {db}.events (
-    kafka_topic String,
-    kafka_partition Int32,
-    kafka_offset Int64,
-    kafka_time DateTime,
-    kafka_time_ms UInt64,
-    inserted_at DateTime DEFAULT now(),
+		ledgerTable("events", `
     kafka_key String,
     trace_id String,
     parsed UInt8,
@@ -62,20 +56,12 @@ var Migrations = []Migration{
     duration_ms Int64,
     user_id String,
     country String,
-    raw String
-) ENGINE = ReplacingMergeTree
-PARTITION BY toYYYYMM(kafka_time)
-ORDER BY (kafka_time_ms, kafka_topic, kafka_partition, kafka_offset)`,
+    raw String`,
+			"kafka_time_ms, kafka_topic, kafka_partition, kafka_offset"),
 		// Track plays derived by the consumer (<prefix>.reports): the columns
 		// the audit and finance filter on; record holds the record's exact
 		// bytes, the posted body included (visitParamExtract… reads the rest).
-		`CREATE TABLE IF NOT EXISTS {db}.plays (
-    kafka_topic String,
-    kafka_partition Int32,
-    kafka_offset Int64,
-    kafka_time DateTime,
-    kafka_time_ms UInt64,
-    inserted_at DateTime DEFAULT now(),
+		ledgerTable("plays", `
     trace_id String,
     v Int32,
     report_id String,
@@ -93,18 +79,10 @@ ORDER BY (kafka_time_ms, kafka_topic, kafka_partition, kafka_offset)`,
     user_id String,
     country String,
     isrc String,
-    record String
-) ENGINE = ReplacingMergeTree
-PARTITION BY toYYYYMM(kafka_time)
-ORDER BY (report_id, kafka_topic, kafka_partition, kafka_offset)`,
+    record String`,
+			"report_id, kafka_topic, kafka_partition, kafka_offset"),
 		// Answers of the partner API and final outcomes (<prefix>.deliveries).
-		`CREATE TABLE IF NOT EXISTS {db}.deliveries (
-    kafka_topic String,
-    kafka_partition Int32,
-    kafka_offset Int64,
-    kafka_time DateTime,
-    kafka_time_ms UInt64,
-    inserted_at DateTime DEFAULT now(),
+		ledgerTable("deliveries", `
     v Int32,
     report_id String,
     event_id String,
@@ -118,20 +96,12 @@ ORDER BY (report_id, kafka_topic, kafka_partition, kafka_offset)`,
     latency_us Int64,
     trace_id String,
     replay UInt8,
-    at_ms Int64
-) ENGINE = ReplacingMergeTree
-PARTITION BY toYYYYMM(kafka_time)
-ORDER BY (report_id, kafka_topic, kafka_partition, kafka_offset)`,
+    at_ms Int64`,
+			"report_id, kafka_topic, kafka_partition, kafka_offset"),
 		// Events that broke a rule (<prefix>.rejected); raw holds the event's
 		// bytes (base64 decoded when the record carried them so), src_* the
 		// event record's location.
-		`CREATE TABLE IF NOT EXISTS {db}.rejections (
-    kafka_topic String,
-    kafka_partition Int32,
-    kafka_offset Int64,
-    kafka_time DateTime,
-    kafka_time_ms UInt64,
-    inserted_at DateTime DEFAULT now(),
+		ledgerTable("rejections", `
     trace_id String,
     v Int32,
     event_id String,
@@ -143,25 +113,15 @@ ORDER BY (report_id, kafka_topic, kafka_partition, kafka_offset)`,
     src_partition Int32,
     src_offset Int64,
     at_ms Int64,
-    raw String
-) ENGINE = ReplacingMergeTree
-PARTITION BY toYYYYMM(kafka_time)
-ORDER BY (kafka_time_ms, kafka_topic, kafka_partition, kafka_offset)`,
+    raw String`,
+			"kafka_time_ms, kafka_topic, kafka_partition, kafka_offset"),
 		// Records of the reports, deliveries and rejected topics that are not
 		// the JSON their topic promises: kept with their bytes, never dropped.
-		`CREATE TABLE IF NOT EXISTS {db}.malformed (
-    kafka_topic String,
-    kafka_partition Int32,
-    kafka_offset Int64,
-    kafka_time DateTime,
-    kafka_time_ms UInt64,
-    inserted_at DateTime DEFAULT now(),
+		ledgerTable("malformed", `
     kafka_key String,
     error String,
-    raw String
-) ENGINE = ReplacingMergeTree
-PARTITION BY toYYYYMM(kafka_time)
-ORDER BY (kafka_topic, kafka_partition, kafka_offset)`,
+    raw String`,
+			"kafka_topic, kafka_partition, kafka_offset"),
 	}},
 	{Version: 2, Name: "deliveries.partner", Statements: []string{
 		// The base URL of the partner API that answered (the reporter's
@@ -185,6 +145,24 @@ ORDER BY (kafka_topic, kafka_partition, kafka_offset)`,
 		`ALTER TABLE {db}.deliveries ADD COLUMN replay_id String DEFAULT ''`,
 		`ALTER TABLE {db}.deliveries ADD COLUMN replay_reason String DEFAULT ''`,
 	}},
+}
+
+// ledgerTable is the portable DDL of the ledger table name: the Kafka
+// location and time columns every row carries, then cols (the table's own
+// columns as DDL, each line starting with a newline and four spaces, comma
+// separated), in a ReplacingMergeTree partitioned by month of kafka_time and
+// sorted by orderBy.
+func ledgerTable(name, cols, orderBy string) string {
+	return "CREATE TABLE IF NOT EXISTS {db}." + name + ` (
+    kafka_topic String,
+    kafka_partition Int32,
+    kafka_offset Int64,
+    kafka_time DateTime,
+    kafka_time_ms UInt64,
+    inserted_at DateTime DEFAULT now(),` + cols + `
+) ENGINE = ReplacingMergeTree
+PARTITION BY toYYYYMM(kafka_time)
+ORDER BY (` + orderBy + ")"
 }
 
 // Schema is the DDL dialect the migrations are written in, chosen once per

@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/playpipe/playpipe/internal/backoff"
+	"github.com/playpipe/playpipe/internal/confcheck"
 	"github.com/playpipe/playpipe/partnerapi"
 )
 
@@ -89,20 +90,17 @@ func (o *CacheConfig) setDefaults() {
 
 // Validate checks the options once; errors name the flag.
 func (o CacheConfig) Validate() error {
-	switch {
-	case o.Size < 0:
-		return fmt.Errorf("consumer: --mix-cache-size must be ≥ 1, got %d", o.Size)
-	case o.TTL < 0:
-		return fmt.Errorf("consumer: --mix-cache-ttl must be > 0, got %s", o.TTL)
-	case o.StandbyTTL < 0:
-		return fmt.Errorf("consumer: --mix-cache-standby-ttl must be > 0, got %s", o.StandbyTTL)
-	case o.NotFoundTTL < 0:
-		return fmt.Errorf("consumer: --mix-cache-notfound-ttl must be > 0, got %s", o.NotFoundTTL)
-	case o.UnavailableAttempts < 0:
-		return fmt.Errorf("consumer: --mix-unavailable-attempts must be ≥ 1, got %d", o.UnavailableAttempts)
-	case o.UnavailableAfter < 0:
-		return fmt.Errorf("consumer: --mix-unavailable-after must be ≥ 0, got %s", o.UnavailableAfter)
-	case o.RetryMin < 0 || o.RetryMax < 0 || (o.RetryMax != 0 && o.RetryMin > o.RetryMax):
+	if err := confcheck.First(
+		confcheck.Rule(o.Size < 0, "consumer: --mix-cache-size", "≥ 1", o.Size),
+		confcheck.Rule(o.TTL < 0, "consumer: --mix-cache-ttl", "> 0", o.TTL),
+		confcheck.Rule(o.StandbyTTL < 0, "consumer: --mix-cache-standby-ttl", "> 0", o.StandbyTTL),
+		confcheck.Rule(o.NotFoundTTL < 0, "consumer: --mix-cache-notfound-ttl", "> 0", o.NotFoundTTL),
+		confcheck.Rule(o.UnavailableAttempts < 0, "consumer: --mix-unavailable-attempts", "≥ 1", o.UnavailableAttempts),
+		confcheck.Rule(o.UnavailableAfter < 0, "consumer: --mix-unavailable-after", "≥ 0", o.UnavailableAfter),
+	); err != nil {
+		return err
+	}
+	if o.RetryMin < 0 || o.RetryMax < 0 || (o.RetryMax != 0 && o.RetryMin > o.RetryMax) {
 		return fmt.Errorf("consumer: mix retry backoff must satisfy 0 < min ≤ max, got %s and %s", o.RetryMin, o.RetryMax)
 	}
 	return nil

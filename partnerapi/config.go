@@ -1,6 +1,7 @@
 package partnerapi
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -14,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/playpipe/playpipe/internal/confcheck"
 	"github.com/playpipe/playpipe/internal/version"
 )
 
@@ -31,13 +33,17 @@ const (
 	EnvTimeout         = "PLAYPIPE_API_TIMEOUT"
 )
 
-// Defaults of the Config fields.
+// Defaults of the Config fields for connections and retries.
 const (
-	DefaultMaxConns        = 64
-	DefaultRequestTimeout  = 30 * time.Second
-	DefaultMaxAttempts     = 4
-	DefaultBaseBackoff     = 200 * time.Millisecond
-	DefaultMaxBackoff      = 10 * time.Second
+	DefaultMaxConns       = 64
+	DefaultRequestTimeout = 30 * time.Second
+	DefaultMaxAttempts    = 4
+	DefaultBaseBackoff    = 200 * time.Millisecond
+	DefaultMaxBackoff     = 10 * time.Second
+)
+
+// Defaults of the Config fields for the session's tokens.
+const (
 	DefaultLiveTokenTTL    = 8 * time.Hour
 	DefaultStandbyTokenTTL = 15 * time.Minute
 	DefaultRenewBefore     = 5 * time.Minute
@@ -144,36 +150,16 @@ func (c Config) withDefaults() (Config, error) {
 			c.Credentials.Email = f.Email
 		}
 	}
-	if c.UserAgent == "" {
-		c.UserAgent = version.UserAgent()
-	}
-	if c.MaxConns == 0 {
-		c.MaxConns = DefaultMaxConns
-	}
-	if c.RequestTimeout == 0 {
-		c.RequestTimeout = DefaultRequestTimeout
-	}
-	if c.MaxAttempts == 0 {
-		c.MaxAttempts = DefaultMaxAttempts
-	}
-	if c.BaseBackoff == 0 {
-		c.BaseBackoff = DefaultBaseBackoff
-	}
-	if c.MaxBackoff == 0 {
-		c.MaxBackoff = max(DefaultMaxBackoff, c.BaseBackoff)
-	}
-	if c.LiveTokenTTL == 0 {
-		c.LiveTokenTTL = DefaultLiveTokenTTL
-	}
-	if c.StandbyTokenTTL == 0 {
-		c.StandbyTokenTTL = DefaultStandbyTokenTTL
-	}
-	if c.RenewBefore == 0 {
-		c.RenewBefore = DefaultRenewBefore
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
+	c.UserAgent = cmp.Or(c.UserAgent, version.UserAgent())
+	c.MaxConns = cmp.Or(c.MaxConns, DefaultMaxConns)
+	c.RequestTimeout = cmp.Or(c.RequestTimeout, DefaultRequestTimeout)
+	c.MaxAttempts = cmp.Or(c.MaxAttempts, DefaultMaxAttempts)
+	c.BaseBackoff = cmp.Or(c.BaseBackoff, DefaultBaseBackoff)
+	c.MaxBackoff = cmp.Or(c.MaxBackoff, max(DefaultMaxBackoff, c.BaseBackoff))
+	c.LiveTokenTTL = cmp.Or(c.LiveTokenTTL, DefaultLiveTokenTTL)
+	c.StandbyTokenTTL = cmp.Or(c.StandbyTokenTTL, DefaultStandbyTokenTTL)
+	c.RenewBefore = cmp.Or(c.RenewBefore, DefaultRenewBefore)
+	c.Logger = cmp.Or(c.Logger, slog.Default())
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -211,24 +197,23 @@ func (c Config) validate() error {
 		return bad("Config.Credentials.Email (--api-email, "+EnvEmail+")", "%q is not an e-mail address", c.Credentials.Email)
 	case strings.ContainsAny(c.UserAgent, "\r\n\x00"):
 		return bad("Config.UserAgent (--api-user-agent)", "contains control characters")
-	case c.MaxConns < 1:
-		return bad("Config.MaxConns (--api-max-conns)", "must be ≥ 1, got %d", c.MaxConns)
-	case c.RequestTimeout < 0:
-		return bad("Config.RequestTimeout (--api-timeout)", "must be > 0, got %v", c.RequestTimeout)
-	case c.MaxAttempts < 1:
-		return bad("Config.MaxAttempts", "must be ≥ 1, got %d", c.MaxAttempts)
-	case c.BaseBackoff < 0:
-		return bad("Config.BaseBackoff", "must be > 0, got %v", c.BaseBackoff)
-	case c.MaxBackoff < c.BaseBackoff:
-		return bad("Config.MaxBackoff", "must be ≥ BaseBackoff (%v), got %v", c.BaseBackoff, c.MaxBackoff)
-	case c.LiveTokenTTL < 0:
-		return bad("Config.LiveTokenTTL", "must be > 0, got %v", c.LiveTokenTTL)
-	case c.StandbyTokenTTL < 0:
-		return bad("Config.StandbyTokenTTL", "must be > 0, got %v", c.StandbyTokenTTL)
-	case c.RenewBefore < 0:
-		return bad("Config.RenewBefore", "must be > 0, got %v", c.RenewBefore)
 	}
-	return nil
+	rule := func(broken bool, field, format string, args ...any) error {
+		if !broken {
+			return nil
+		}
+		return bad(field, format, args...)
+	}
+	return confcheck.First(
+		rule(c.MaxConns < 1, "Config.MaxConns (--api-max-conns)", "must be ≥ 1, got %d", c.MaxConns),
+		rule(c.RequestTimeout < 0, "Config.RequestTimeout (--api-timeout)", "must be > 0, got %v", c.RequestTimeout),
+		rule(c.MaxAttempts < 1, "Config.MaxAttempts", "must be ≥ 1, got %d", c.MaxAttempts),
+		rule(c.BaseBackoff < 0, "Config.BaseBackoff", "must be > 0, got %v", c.BaseBackoff),
+		rule(c.MaxBackoff < c.BaseBackoff, "Config.MaxBackoff", "must be ≥ BaseBackoff (%v), got %v", c.BaseBackoff, c.MaxBackoff),
+		rule(c.LiveTokenTTL < 0, "Config.LiveTokenTTL", "must be > 0, got %v", c.LiveTokenTTL),
+		rule(c.StandbyTokenTTL < 0, "Config.StandbyTokenTTL", "must be > 0, got %v", c.StandbyTokenTTL),
+		rule(c.RenewBefore < 0, "Config.RenewBefore", "must be > 0, got %v", c.RenewBefore),
+	)
 }
 
 // LogValue implements slog.LogValuer: the configuration without secrets.

@@ -25,18 +25,18 @@ const (
 	KindNotFound
 )
 
+// kindNames are the names String gives the kinds.
+var kindNames = [...]string{
+	KindTransient:    "transient",
+	KindRejected:     "rejected",
+	KindUnauthorized: "unauthorized",
+	KindEdgeBlocked:  "edge-blocked",
+	KindNotFound:     "not-found",
+}
+
 func (k Kind) String() string {
-	switch k {
-	case KindTransient:
-		return "transient"
-	case KindRejected:
-		return "rejected"
-	case KindUnauthorized:
-		return "unauthorized"
-	case KindEdgeBlocked:
-		return "edge-blocked"
-	case KindNotFound:
-		return "not-found"
+	if k >= KindTransient && int(k) < len(kindNames) {
+		return kindNames[k]
 	}
 	return "kind(" + strconv.Itoa(int(k)) + ")"
 }

@@ -1,6 +1,7 @@
 package reporter
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -105,51 +106,21 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
-	if c.Group == "" {
-		c.Group = DefaultGroup
-	}
-	if c.Concurrency == 0 {
-		c.Concurrency = DefaultConcurrency
-	}
-	if c.Burst == 0 {
-		c.Burst = c.Concurrency
-	}
-	if c.BackoffInitial == 0 {
-		c.BackoffInitial = DefaultBackoffInitial
-	}
-	if c.BackoffMax == 0 {
-		c.BackoffMax = DefaultBackoffMax
-	}
-	if c.RetryAfterMax == 0 {
-		c.RetryAfterMax = DefaultRetryAfterMax
-	}
-	if c.ProbeInterval == 0 {
-		c.ProbeInterval = DefaultProbeInterval
-	}
-	if c.CommitInterval == 0 {
-		c.CommitInterval = DefaultCommitInterval
-	}
-	if c.ShutdownTimeout == 0 {
-		c.ShutdownTimeout = DefaultShutdownTimeout
-	}
-	if c.MaxPending == 0 {
-		c.MaxPending = DefaultMaxPending
-	}
-	if c.RecentWindow == 0 {
-		c.RecentWindow = DefaultRecentWindow
-	}
-	if c.MetadataMaxBytes == 0 {
-		c.MetadataMaxBytes = DefaultMetadataMaxBytes
-	}
-	if c.BudgetFloor == 0 {
-		c.BudgetFloor = DefaultBudgetFloor
-	}
-	if c.BudgetRatio == 0 {
-		c.BudgetRatio = DefaultBudgetRatio
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
+	c.Group = cmp.Or(c.Group, DefaultGroup)
+	c.Concurrency = cmp.Or(c.Concurrency, DefaultConcurrency)
+	c.Burst = cmp.Or(c.Burst, c.Concurrency)
+	c.BackoffInitial = cmp.Or(c.BackoffInitial, DefaultBackoffInitial)
+	c.BackoffMax = cmp.Or(c.BackoffMax, DefaultBackoffMax)
+	c.RetryAfterMax = cmp.Or(c.RetryAfterMax, DefaultRetryAfterMax)
+	c.ProbeInterval = cmp.Or(c.ProbeInterval, DefaultProbeInterval)
+	c.CommitInterval = cmp.Or(c.CommitInterval, DefaultCommitInterval)
+	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, DefaultShutdownTimeout)
+	c.MaxPending = cmp.Or(c.MaxPending, DefaultMaxPending)
+	c.RecentWindow = cmp.Or(c.RecentWindow, DefaultRecentWindow)
+	c.MetadataMaxBytes = cmp.Or(c.MetadataMaxBytes, DefaultMetadataMaxBytes)
+	c.BudgetFloor = cmp.Or(c.BudgetFloor, DefaultBudgetFloor)
+	c.BudgetRatio = cmp.Or(c.BudgetRatio, DefaultBudgetRatio)
+	c.Logger = cmp.Or(c.Logger, slog.Default())
 	return c
 }
 

@@ -172,6 +172,19 @@ func (r *roleFlags) start(ctx context.Context, log *slog.Logger, checks func(*te
 	return run, nil
 }
 
+// startWithAPI starts a role that reads Kafka and talks to the partner API
+// (consume, report): it checks that Kafka is configured and that api
+// answers its flags, then starts the role as start does with no own checks.
+func (r *roleFlags) startWithAPI(ctx context.Context, log *slog.Logger, api *apiTarget) (*roleRun, error) {
+	if err := requireKafka(r.kafka); err != nil {
+		return nil, err
+	}
+	if err := api.check(); err != nil {
+		return nil, err
+	}
+	return r.start(ctx, log, nil)
+}
+
 // onClose adds stop to what close runs (first added, last run).
 func (r *roleRun) onClose(stop func()) { r.stops = append(r.stops, stop) }
 

@@ -160,13 +160,7 @@ func runConsume(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		fmt.Fprintln(stderr, err)
 		return errUsage
 	}
-	if err := requireKafka(rf.kafka); err != nil {
-		return err
-	}
-	if err := api.check(); err != nil {
-		return err
-	}
-	run, err := rf.start(ctx, log, nil)
+	run, err := rf.startWithAPI(ctx, log, &api)
 	if err != nil {
 		return err
 	}

@@ -67,45 +67,67 @@ func waitFor(ctx context.Context, cond func() bool) bool {
 
 func (s *demoSchedule) run(ctx context.Context) {
 	defer s.finished.Store(true)
-	if s.c.storm > 0 {
-		if !waitFor(ctx, func() bool { return s.progress() >= s.c.stormAt || s.idle() }) {
-			return
-		}
-		s.sb.SetFaults(sandbox.Faults{Report: sandbox.GroupFaults{Rate500: s.c.stormRate}})
-		at := s.progress()
-		s.say("500 storm begins (%.0f%% of play reports) at %.0f%% of the events", s.c.stormRate*100, at*100)
-		acc0, t0 := s.sb.Counts().Accepted, time.Now()
+	if s.c.storm > 0 && !s.incident(ctx, incident{
+		at: s.c.stormAt, least: s.c.storm,
 		// At least 20 reports accepted during the storm: with a 30 % rate the
 		// chance that none of the posts around them was answered 500 is ~0.
-		ok := waitFor(ctx, func() bool {
-			return (time.Since(t0) >= s.c.storm && s.sb.Counts().Accepted-acc0 >= 20) || s.idle()
-		})
-		s.sb.SetFaults(sandbox.Faults{})
-		if !ok {
-			return
-		}
-		s.mu.Lock()
-		s.stormAnswers = s.sb.Counts().Accepted - acc0
-		s.mu.Unlock()
-		s.say("500 storm over after %s (%d reports accepted during it)", time.Since(t0).Round(100*time.Millisecond), s.stormAnswers)
+		min: 20, count: func() int64 { return s.sb.Counts().Accepted },
+		begin: func() {
+			s.sb.SetFaults(sandbox.Faults{Report: sandbox.GroupFaults{Rate500: s.c.stormRate}})
+			s.say("500 storm begins (%.0f%% of play reports) at %.0f%% of the events", s.c.stormRate*100, s.progress()*100)
+		},
+		end:  func() { s.sb.SetFaults(sandbox.Faults{}) },
+		rose: &s.stormAnswers, over: "500 storm over after %s (%d reports accepted during it)",
+	}) {
+		return
 	}
 	if s.c.standby > 0 {
-		if !waitFor(ctx, func() bool { return s.progress() >= s.c.standbyAt || s.idle() }) {
-			return
-		}
-		s.sb.SetMode(sandbox.ModeStandby)
-		s.say("failover to STANDBY (reports answered 200 but not forwarded) at %.0f%% of the events", s.progress()*100)
-		sb0, t0 := s.sb.Counts().Standby, time.Now()
-		ok := waitFor(ctx, func() bool {
-			return (time.Since(t0) >= s.c.standby && s.sb.Counts().Standby-sb0 >= 1) || s.idle()
+		s.incident(ctx, incident{
+			at: s.c.standbyAt, least: s.c.standby,
+			min: 1, count: func() int64 { return s.sb.Counts().Standby },
+			begin: func() {
+				s.sb.SetMode(sandbox.ModeStandby)
+				s.say("failover to STANDBY (reports answered 200 but not forwarded) at %.0f%% of the events", s.progress()*100)
+			},
+			end:  func() { s.sb.SetMode(sandbox.ModeLive) },
+			rose: &s.standbyAns, over: "live service is back after %s (%d reports answered by standby, to be replayed)",
 		})
-		s.sb.SetMode(sandbox.ModeLive)
-		if !ok {
-			return
-		}
-		s.mu.Lock()
-		s.standbyAns = s.sb.Counts().Standby - sb0
-		s.mu.Unlock()
-		s.say("live service is back after %s (%d reports answered by standby, to be replayed)", time.Since(t0).Round(100*time.Millisecond), s.standbyAns)
 	}
+}
+
+// incident is one partner API incident of the demo: it begins once the
+// consumer is through share at of the events and ends when it has lasted
+// least and count rose by min (or when the demo is idle).
+type incident struct {
+	at         float64
+	least      time.Duration
+	min        int64
+	count      func() int64
+	begin, end func()
+	rose       *int64 // where the rise of count during it is kept (under mu)
+	over       string // the note when it ends: format of its duration and rise
+}
+
+// incident runs in: waits for its start, begins it, waits for its end, ends
+// it, then keeps and says how much count rose. It returns false when ctx
+// ended first (end is still called if begin was).
+func (s *demoSchedule) incident(ctx context.Context, in incident) bool {
+	if !waitFor(ctx, func() bool { return s.progress() >= in.at || s.idle() }) {
+		return false
+	}
+	in.begin()
+	c0, t0 := in.count(), time.Now()
+	ok := waitFor(ctx, func() bool {
+		return (time.Since(t0) >= in.least && in.count()-c0 >= in.min) || s.idle()
+	})
+	in.end()
+	if !ok {
+		return false
+	}
+	s.mu.Lock()
+	*in.rose = in.count() - c0
+	n := *in.rose
+	s.mu.Unlock()
+	s.say(in.over, time.Since(t0).Round(100*time.Millisecond), n)
+	return true
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"flag"
-	"fmt"
 	"os"
 
 	"github.com/playpipe/playpipe/analytics"
@@ -23,11 +22,5 @@ func registerClickHouseFlags(fs *flag.FlagSet, c *analytics.Config) {
 // requireClickHouse reports a role with neither --clickhouse-addr nor
 // --clickhouse-data (or both) as a usage error naming the flags.
 func requireClickHouse(cfg analytics.Config) error {
-	if err := cfg.Validate(); err != nil {
-		return usageError{err}
-	}
-	if err := cfg.RequireServer(); err != nil {
-		return usageError{fmt.Errorf("analytics: %w", err)}
-	}
-	return nil
+	return requireServer(cfg.Validate, cfg.RequireServer, "analytics")
 }

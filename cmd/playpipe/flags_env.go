@@ -1,7 +1,9 @@
 package main
 
 import (
+	"errors"
 	"flag"
+	"fmt"
 	"os"
 	"strings"
 
@@ -58,4 +60,33 @@ func adminAddrFlag(fs *flag.FlagSet, role string) *string {
 func pprofFlag(fs *flag.FlagSet) *bool {
 	return fs.Bool("pprof", os.Getenv("PLAYPIPE_PPROF") == "true",
 		"serve net/http/pprof under /debug/pprof/ on the admin listener (env PLAYPIPE_PPROF=true); off by default")
+}
+
+// requireServer reports a store's configuration that does not validate, or
+// that names no server to reach (require), as a usage error; the message of
+// the latter is prefixed with prefix and a colon.
+func requireServer(validate, require func() error, prefix string) error {
+	if err := validate(); err != nil {
+		return usageError{err}
+	}
+	if err := require(); err != nil {
+		return usageError{fmt.Errorf("%s: %w", prefix, err)}
+	}
+	return nil
+}
+
+// envParsed returns the environment variable k parsed by parse, or def when
+// it is unset or empty. A value that does not parse leaves def and is
+// joined to *errs as "<prefix>: env K="v": want <want>".
+func envParsed[T any](k string, def T, parse func(string) (T, error), prefix, want string, errs *error) T {
+	v := os.Getenv(k)
+	if v == "" {
+		return def
+	}
+	t, err := parse(v)
+	if err != nil {
+		*errs = errors.Join(*errs, fmt.Errorf("%s: env %s=%q: want %s", prefix, k, v, want))
+		return def
+	}
+	return t
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"flag"
-	"fmt"
 	"os"
 	"time"
 
@@ -47,11 +46,5 @@ func registerKafkaFlags(fs *flag.FlagSet, c *kafkax.Config) {
 // requireKafka reports a role with neither --brokers nor --embedded-kafka
 // (or an invalid Kafka configuration) as a usage error naming the flags.
 func requireKafka(kcfg kafkax.Config) error {
-	if err := kcfg.Validate(); err != nil {
-		return usageError{err}
-	}
-	if err := kcfg.RequireBrokers(); err != nil {
-		return usageError{fmt.Errorf("kafka: %w", err)}
-	}
-	return nil
+	return requireServer(kcfg.Validate, kcfg.RequireBrokers, "kafka")
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"flag"
 	"fmt"
@@ -38,32 +39,10 @@ func registerPartnerFlags(fs *flag.FlagSet, c *partnerapi.Config) (envErr error)
 	}
 	fs.StringVar(&c.UserAgent, "api-user-agent", envDefault(partnerapi.EnvUserAgent, ua),
 		"User-Agent sent to the partner API; library defaults are blocked by its edge (env "+partnerapi.EnvUserAgent+")")
-	maxConns := c.MaxConns
-	if maxConns == 0 {
-		maxConns = partnerapi.DefaultMaxConns
-	}
-	if v := envDefault(partnerapi.EnvMaxConns, ""); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			envErr = errors.Join(envErr, fmt.Errorf("partnerapi: env %s=%q: want an integer", partnerapi.EnvMaxConns, v))
-		} else {
-			maxConns = n
-		}
-	}
+	maxConns := envParsed(partnerapi.EnvMaxConns, cmp.Or(c.MaxConns, partnerapi.DefaultMaxConns), strconv.Atoi, "partnerapi", "an integer", &envErr)
 	fs.IntVar(&c.MaxConns, "api-max-conns", maxConns,
 		"maximum connections (and idle keep-alive connections) to the partner API (env "+partnerapi.EnvMaxConns+")")
-	timeout := c.RequestTimeout
-	if timeout == 0 {
-		timeout = partnerapi.DefaultRequestTimeout
-	}
-	if v := envDefault(partnerapi.EnvTimeout, ""); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			envErr = errors.Join(envErr, fmt.Errorf("partnerapi: env %s=%q: want a duration such as 10s", partnerapi.EnvTimeout, v))
-		} else {
-			timeout = d
-		}
-	}
+	timeout := envParsed(partnerapi.EnvTimeout, cmp.Or(c.RequestTimeout, partnerapi.DefaultRequestTimeout), time.ParseDuration, "partnerapi", "a duration such as 10s", &envErr)
 	fs.DurationVar(&c.RequestTimeout, "api-timeout", timeout,
 		"timeout of one attempt of one partner API request (env "+partnerapi.EnvTimeout+")")
 	if c.Credentials.ClientSignature == "" {

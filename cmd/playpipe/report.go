@@ -54,13 +54,7 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	if err := requireKafka(rf.kafka); err != nil {
-		return err
-	}
-	if err := api.check(); err != nil {
-		return err
-	}
-	run, err := rf.start(ctx, log, nil)
+	run, err := rf.startWithAPI(ctx, log, &api)
 	if err != nil {
 		return err
 	}

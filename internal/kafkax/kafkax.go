@@ -209,15 +209,25 @@ func (c Config) Publisher() producer.Config {
 	}
 }
 
-// EnsureTopics creates the four topics when they do not exist yet.
-func EnsureTopics(ctx context.Context, c Config) error {
+// newClient returns a client of c for one short task (what, as its errors
+// name it).
+func (c Config) newClient(what string) (*kgo.Client, error) {
 	opts, err := c.ClientOpts()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
-		return fmt.Errorf("kafka: new admin client: %w", err)
+		return nil, fmt.Errorf("kafka: %s: %w", what, err)
+	}
+	return cl, nil
+}
+
+// EnsureTopics creates the four topics when they do not exist yet.
+func EnsureTopics(ctx context.Context, c Config) error {
+	cl, err := c.newClient("new admin client")
+	if err != nil {
+		return err
 	}
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
@@ -235,13 +245,9 @@ func EnsureTopics(ctx context.Context, c Config) error {
 
 // Ping checks that the brokers answer (a metadata request), for readiness probes.
 func Ping(ctx context.Context, c Config) error {
-	opts, err := c.ClientOpts()
+	cl, err := c.newClient("ping")
 	if err != nil {
 		return err
-	}
-	cl, err := kgo.NewClient(opts...)
-	if err != nil {
-		return fmt.Errorf("kafka: ping: %w", err)
 	}
 	defer cl.Close()
 	if err := cl.Ping(ctx); err != nil {

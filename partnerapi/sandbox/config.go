@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"cmp"
 	"crypto/rand"
 	"errors"
 	"fmt"
@@ -134,51 +135,31 @@ type Config struct {
 var ErrInvalidConfig = errors.New("sandbox: invalid configuration")
 
 func (o Config) withDefaults() (Config, error) {
-	if o.ClientID == "" {
-		o.ClientID = DefaultClientID
-	}
-	if o.ClientSignature == "" {
-		o.ClientSignature = DefaultClientSignature
-	}
-	if o.Email == "" {
-		o.Email = DefaultEmail
-	}
+	o.ClientID = cmp.Or(o.ClientID, DefaultClientID)
+	o.ClientSignature = cmp.Or(o.ClientSignature, DefaultClientSignature)
+	o.Email = cmp.Or(o.Email, DefaultEmail)
 	if o.JWTSecret == nil {
 		o.JWTSecret = make([]byte, 32)
 		if _, err := io.ReadFull(rand.Reader, o.JWTSecret); err != nil {
 			return o, fmt.Errorf("sandbox: JWT secret: %w", err)
 		}
 	}
-	if o.LiveTokenTTL == 0 {
-		o.LiveTokenTTL = DefaultLiveTokenTTL
-	}
-	if o.StandbyTokenTTL == 0 {
-		o.StandbyTokenTTL = DefaultStandbyTokenTTL
-	}
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
-	}
+	o.LiveTokenTTL = cmp.Or(o.LiveTokenTTL, DefaultLiveTokenTTL)
+	o.StandbyTokenTTL = cmp.Or(o.StandbyTokenTTL, DefaultStandbyTokenTTL)
+	o.Logger = cmp.Or(o.Logger, slog.New(slog.DiscardHandler))
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	if o.Pages == 0 {
-		o.Pages = DefaultPages
-	}
-	if o.ListsPerPage == 0 {
-		o.ListsPerPage = DefaultListsPerPage
-	}
-	if o.MixesPerList == 0 {
-		o.MixesPerList = DefaultMixesPerList
-	}
+	o.Pages = cmp.Or(o.Pages, DefaultPages)
+	o.ListsPerPage = cmp.Or(o.ListsPerPage, DefaultListsPerPage)
+	o.MixesPerList = cmp.Or(o.MixesPerList, DefaultMixesPerList)
 	if o.MaxLedgerEntries == 0 {
 		o.MaxLedgerEntries = DefaultMaxLedgerEntries
 		if o.Lean {
 			o.MaxLedgerEntries = LeanMaxLedgerEntries
 		}
 	}
-	if o.MaxBodyBytes == 0 {
-		o.MaxBodyBytes = DefaultMaxBodyBytes
-	}
+	o.MaxBodyBytes = cmp.Or(o.MaxBodyBytes, DefaultMaxBodyBytes)
 	return o, o.validate()
 }
 

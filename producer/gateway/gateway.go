@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/time/rate"
 
+	"github.com/playpipe/playpipe/internal/confcheck"
 	"github.com/playpipe/playpipe/internal/telemetry"
 	"github.com/playpipe/playpipe/producer"
 	"github.com/playpipe/playpipe/schemas"
@@ -155,26 +156,22 @@ func (c Config) ValidateLimits() error {
 }
 
 func (c *Config) validateLimits() error {
-	switch {
-	case c.MaxBodyBytes < 1:
-		return fmt.Errorf("gateway: Config.MaxBodyBytes (--max-body) must be ≥ 1, got %d", c.MaxBodyBytes)
-	case c.MaxEventBytes < 1 || c.MaxEventBytes > MaxEventBytesCeiling:
-		return fmt.Errorf("gateway: Config.MaxEventBytes (--max-event-bytes) must be 1–%d bytes (an accepted event must fit one Kafka record), got %d", MaxEventBytesCeiling, c.MaxEventBytes)
-	case c.MaxEvents < 1:
-		return fmt.Errorf("gateway: Config.MaxEvents (--max-events) must be ≥ 1, got %d", c.MaxEvents)
-	case c.RatePerKey < 0 || math.IsNaN(c.RatePerKey) || math.IsInf(c.RatePerKey, 0):
-		return fmt.Errorf("gateway: Config.RatePerKey (--rate) must be > 0 events/s, got %v", c.RatePerKey)
-	case c.MaxConcurrent < 1:
-		return fmt.Errorf("gateway: Config.MaxConcurrent (--max-concurrent) must be ≥ 1, got %d", c.MaxConcurrent)
-	case c.MaxConcurrentPerKey < 1 || c.MaxConcurrentPerKey > c.MaxConcurrent:
-		return fmt.Errorf("gateway: Config.MaxConcurrentPerKey (--max-concurrent-per-key) must be 1–%d (--max-concurrent), got %d", c.MaxConcurrent, c.MaxConcurrentPerKey)
-	case c.MinBodyRate < 1:
-		return fmt.Errorf("gateway: Config.MinBodyRate (--min-body-rate) must be ≥ 1 byte/s, got %d", c.MinBodyRate)
-	case c.BodyGrace < 0:
-		return fmt.Errorf("gateway: Config.BodyGrace (--body-grace) must be ≥ 0, got %s", c.BodyGrace)
-	case c.ReadTimeout < 0:
-		return fmt.Errorf("gateway: Config.ReadTimeout (--read-timeout) must be > 0, got %s", c.ReadTimeout)
-	case c.Burst < c.MaxEvents:
+	if err := confcheck.First(
+		confcheck.Rule(c.MaxBodyBytes < 1, "gateway: Config.MaxBodyBytes (--max-body)", "≥ 1", c.MaxBodyBytes),
+		confcheck.Rule(c.MaxEventBytes < 1 || c.MaxEventBytes > MaxEventBytesCeiling, "gateway: Config.MaxEventBytes (--max-event-bytes)",
+			fmt.Sprintf("1–%d bytes (an accepted event must fit one Kafka record)", MaxEventBytesCeiling), c.MaxEventBytes),
+		confcheck.Rule(c.MaxEvents < 1, "gateway: Config.MaxEvents (--max-events)", "≥ 1", c.MaxEvents),
+		confcheck.Rule(c.RatePerKey < 0 || math.IsNaN(c.RatePerKey) || math.IsInf(c.RatePerKey, 0), "gateway: Config.RatePerKey (--rate)", "> 0 events/s", c.RatePerKey),
+		confcheck.Rule(c.MaxConcurrent < 1, "gateway: Config.MaxConcurrent (--max-concurrent)", "≥ 1", c.MaxConcurrent),
+		confcheck.Rule(c.MaxConcurrentPerKey < 1 || c.MaxConcurrentPerKey > c.MaxConcurrent, "gateway: Config.MaxConcurrentPerKey (--max-concurrent-per-key)",
+			fmt.Sprintf("1–%d (--max-concurrent)", c.MaxConcurrent), c.MaxConcurrentPerKey),
+		confcheck.Rule(c.MinBodyRate < 1, "gateway: Config.MinBodyRate (--min-body-rate)", "≥ 1 byte/s", c.MinBodyRate),
+		confcheck.Rule(c.BodyGrace < 0, "gateway: Config.BodyGrace (--body-grace)", "≥ 0", c.BodyGrace),
+		confcheck.Rule(c.ReadTimeout < 0, "gateway: Config.ReadTimeout (--read-timeout)", "> 0", c.ReadTimeout),
+	); err != nil {
+		return err
+	}
+	if c.Burst < c.MaxEvents {
 		return fmt.Errorf("gateway: Config.Burst (--burst) %d must be ≥ MaxEvents (--max-events) %d, or a full batch could never pass", c.Burst, c.MaxEvents)
 	}
 	return nil

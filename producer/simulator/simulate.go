@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/playpipe/playpipe/internal/confcheck"
 	"github.com/playpipe/playpipe/internal/kafkax"
 	"github.com/playpipe/playpipe/schemas"
 )
@@ -122,19 +123,17 @@ func (c *Config) setDefaults() {
 }
 
 func (c *Config) validateGen() error {
-	switch {
-	case len(c.Mixes) == 0:
+	if len(c.Mixes) == 0 {
 		return errors.New("simulator: Config.Mixes is empty: the simulator needs a catalog (--mixes or the partner API)")
-	case c.Events < 1:
-		return fmt.Errorf("simulator: Config.Events (--events) must be ≥ 1, got %d", c.Events)
-	case c.Devices < 1:
-		return fmt.Errorf("simulator: Config.Devices (--devices) must be ≥ 1, got %d", c.Devices)
-	case c.Users < 1:
-		return fmt.Errorf("simulator: Config.Users (--users) must be ≥ 1, got %d", c.Users)
-	case !(c.BadShare >= 0 && c.BadShare <= 1):
-		return fmt.Errorf("simulator: Config.BadShare (--bad-share) must be within 0–1, got %v", c.BadShare)
-	case c.Rate < 0:
-		return fmt.Errorf("simulator: Config.Rate (--rate) must be ≥ 0 (0: unlimited), got %v", c.Rate)
+	}
+	if err := confcheck.First(
+		confcheck.Rule(c.Events < 1, "simulator: Config.Events (--events)", "≥ 1", c.Events),
+		confcheck.Rule(c.Devices < 1, "simulator: Config.Devices (--devices)", "≥ 1", c.Devices),
+		confcheck.Rule(c.Users < 1, "simulator: Config.Users (--users)", "≥ 1", c.Users),
+		confcheck.Rule(!(c.BadShare >= 0 && c.BadShare <= 1), "simulator: Config.BadShare (--bad-share)", "within 0–1", c.BadShare),
+		confcheck.Rule(c.Rate < 0, "simulator: Config.Rate (--rate)", "≥ 0 (0: unlimited)", c.Rate),
+	); err != nil {
+		return err
 	}
 	for _, m := range c.Mixes {
 		if m.LengthMS < 1000 {
@@ -148,13 +147,14 @@ func (c *Config) validate() error {
 	if err := c.validateGen(); err != nil {
 		return err
 	}
-	switch {
-	case len(c.Kafka.Brokers) == 0:
+	if len(c.Kafka.Brokers) == 0 {
 		return errors.New("simulator: Config.Kafka.Brokers is empty; at least one host:port is required")
-	case c.BatchSize < 1:
-		return fmt.Errorf("simulator: Config.BatchSize must be ≥ 1, got %d", c.BatchSize)
-	case c.BatchTimeout < 0:
-		return fmt.Errorf("simulator: Config.BatchTimeout must be ≥ 0, got %s", c.BatchTimeout)
+	}
+	if err := confcheck.First(
+		confcheck.Rule(c.BatchSize < 1, "simulator: Config.BatchSize", "≥ 1", c.BatchSize),
+		confcheck.Rule(c.BatchTimeout < 0, "simulator: Config.BatchTimeout", "≥ 0", c.BatchTimeout),
+	); err != nil {
+		return err
 	}
 	if err := c.Kafka.Validate(); err != nil {
 		return fmt.Errorf("simulator: %w", err)
