@@ -9,11 +9,11 @@ import (
 	"strings"
 	"time"
 
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/playpipe/playpipe/internal/telemetry"
 	"github.com/playpipe/playpipe/internal/version"
 )
 
@@ -118,9 +118,10 @@ type Config struct {
 	Now func() time.Time
 	// TracerProvider, MeterProvider and Propagator instrument the client
 	// (spans per call, playpipe.partnerapi.sessions, W3C trace context on
-	// play reports); the command passes telemetry.Role.Providers. The
-	// providers default to the otel globals, the propagator to W3C trace
-	// context plus baggage (the one playpipe uses everywhere).
+	// play reports); the command passes telemetry.Role.Providers. A nil
+	// provider is a no-op one (nothing is recorded; no otel global is
+	// read, and the context's trace is still propagated); a nil propagator
+	// is W3C trace context plus baggage (the one playpipe uses everywhere).
 	TracerProvider trace.TracerProvider
 	MeterProvider  metric.MeterProvider
 	Propagator     propagation.TextMapPropagator
@@ -177,15 +178,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
-	if c.TracerProvider == nil {
-		c.TracerProvider = otel.GetTracerProvider()
-	}
-	if c.MeterProvider == nil {
-		c.MeterProvider = otel.GetMeterProvider()
-	}
-	if c.Propagator == nil {
-		c.Propagator = propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
-	}
+	c.TracerProvider = telemetry.OrNoopTracerProvider(c.TracerProvider)
+	c.MeterProvider = telemetry.OrNoopMeterProvider(c.MeterProvider)
+	c.Propagator = telemetry.OrW3CPropagator(c.Propagator)
 	return c, c.validate()
 }
 
