@@ -232,7 +232,7 @@ func TestSandboxMetricsBoundedUnderRandomHosts(t *testing.T) {
 	}
 }
 
-// --lean leaves out the tracing middleware. The meter provider is global
+// --lean leaves out the tracing middleware. The meter provider is process-wide
 // to the test binary and the middleware's series carry no per-run label
 // (no Host or port: bounded labels), so a request must move its request
 // count in the default mode and leave it alone in lean mode.
