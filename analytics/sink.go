@@ -13,7 +13,6 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/playpipe/playpipe/internal/backoff"
 	"github.com/playpipe/playpipe/internal/kafkax"
+	"github.com/playpipe/playpipe/internal/telemetry"
 )
 
 // SinkConfig configures the sink role. Zero values take the defaults named
@@ -52,6 +52,13 @@ type SinkConfig struct {
 	ShutdownTimeout time.Duration
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+	// MeterProvider makes the sink's instruments (playpipe.sink.*); the
+	// command passes telemetry.Role.Providers.Meter. Nil: a no-op provider
+	// (nothing is measured; no otel global is read).
+	MeterProvider metric.MeterProvider
+	// TracerProvider makes the sink's spans; the command passes
+	// telemetry.Role.Providers.Tracer. Nil: a no-op provider.
+	TracerProvider trace.TracerProvider
 
 	// afterInsert, when set (tests), runs after a batch is in ClickHouse and
 	// before its offsets are committed; an error ends Run at once without
@@ -179,8 +186,8 @@ func NewSink(cfg SinkConfig) (*Sink, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	m := otel.Meter("github.com/playpipe/playpipe/analytics")
-	s := &Sink{cfg: cfg, log: cfg.Logger.With("role", "sink"), tracer: otel.Tracer("github.com/playpipe/playpipe/analytics")}
+	m := telemetry.OrNoopMeterProvider(cfg.MeterProvider).Meter("github.com/playpipe/playpipe/analytics")
+	s := &Sink{cfg: cfg, log: cfg.Logger.With("role", "sink"), tracer: telemetry.OrNoopTracerProvider(cfg.TracerProvider).Tracer("github.com/playpipe/playpipe/analytics")}
 	var err error
 	if s.rows, err = m.Int64Counter("playpipe.sink.rows", metric.WithDescription("rows inserted into the ledger, by table")); err != nil {
 		return nil, fmt.Errorf("analytics: metric: %w", err)

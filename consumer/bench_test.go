@@ -16,6 +16,7 @@ import (
 	"github.com/playpipe/playpipe/partnerapi"
 	"github.com/playpipe/playpipe/schemas"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // benchRecords are valid events over the fake mixes, as fetched records.
@@ -42,21 +43,24 @@ func benchRecords(n int) ([]*kgo.Record, int) {
 // It runs with tracing off (no exporter configured: the default) and on
 // (every span sampled and handed to an exporter), to show what tracing costs.
 func BenchmarkEnrich(b *testing.B) {
-	b.Run("tracing=off", benchEnrich)
+	b.Run("tracing=off", func(b *testing.B) { benchEnrich(b, nil) })
 	b.Run("tracing=on", func(b *testing.B) {
-		shutdown, err := telemetry.Setup(context.Background(), telemetry.Config{SpanExporter: tracetest.NewNoopExporter()})
+		prov, shutdown, err := telemetry.Setup(context.Background(), telemetry.Config{SpanExporter: tracetest.NewNoopExporter()})
 		if err != nil {
 			b.Fatal(err)
 		}
 		defer func() { _ = shutdown(context.Background()) }()
-		benchEnrich(b)
+		benchEnrich(b, prov.Tracer)
 	})
 }
 
-func benchEnrich(b *testing.B) {
+// benchEnrich runs the benchmark with tp's tracer (nil: the no-op one, as
+// an Enricher whose Config.TracerProvider is nil).
+func benchEnrich(b *testing.B, tp trace.TracerProvider) {
 	recs, avg := benchRecords(1000)
 	cache, _ := NewMixCache(newFakeSource(fakeMixes()...), CacheConfig{})
 	p := newProcessor(cache, kafkax.TopicsFor(""), schemas.ValidateOptions{}, SplitOptions{}, 8)
+	p.tracer = telemetry.OrNoopTracerProvider(tp).Tracer(instrumentationName)
 	ctx := context.Background()
 	if _, err := p.process(ctx, ctx, recs, time.Now().UnixMilli()); err != nil { // warm the cache
 		b.Fatal(err)

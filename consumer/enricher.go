@@ -11,9 +11,11 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
-	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/playpipe/playpipe/internal/kafkax"
+	"github.com/playpipe/playpipe/internal/telemetry"
 	"github.com/playpipe/playpipe/schemas"
 )
 
@@ -76,6 +78,15 @@ type Config struct {
 	KafkaOpts []kgo.Opt
 	// Now is the clock for derived_at and rejection times; defaults to time.Now.
 	Now func() time.Time
+	// MeterProvider makes the enricher's and its mix cache's instruments;
+	// the command passes telemetry.Role.Providers.Meter. Nil: a no-op
+	// provider (nothing is measured; no otel global is read).
+	MeterProvider metric.MeterProvider
+	// TracerProvider makes the enrich and send spans; the command passes
+	// telemetry.Role.Providers.Tracer. Nil: a no-op provider, which still
+	// carries an event's trace context on to the records produced. The
+	// trace context in Kafka headers is always W3C (telemetry.Inject, Extract).
+	TracerProvider trace.TracerProvider
 }
 
 // DefaultMaxEventBytes is the default Config.MaxEventBytes: 64 KiB, two
@@ -191,6 +202,7 @@ func New(opts Config) (*Enricher, error) {
 	}
 	e := &Enricher{opts: opts, topics: opts.Kafka.Topics(), cache: cache}
 	e.proc = newProcessor(cache, e.topics, opts.Events, SplitOptions{MinPlayMS: opts.MinPlayLength.Milliseconds()}, opts.FetchConcurrency)
+	e.proc.tracer = telemetry.OrNoopTracerProvider(opts.TracerProvider).Tracer(instrumentationName)
 	e.proc.maxEvent = opts.MaxEventBytes
 	e.proc.maxProduce = opts.MaxProduceAttempts
 	return e, nil
@@ -255,7 +267,7 @@ func (e *Enricher) Run(ctx context.Context) error {
 		sess.Close()
 		return fmt.Errorf("consumer: claim transactional id %q: %w", o.TransactionalID, err)
 	}
-	meter := otel.Meter(instrumentationName)
+	meter := telemetry.OrNoopMeterProvider(o.MeterProvider).Meter(instrumentationName)
 	unreg, err := e.cache.registerMetrics(meter)
 	if err != nil {
 		o.Logger.Warn("mix cache metrics not registered", "err", err)

@@ -7,10 +7,10 @@ import (
 	"sync"
 
 	"github.com/twmb/franz-go/pkg/kgo"
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/playpipe/playpipe/internal/kafkax"
 	"github.com/playpipe/playpipe/internal/telemetry"
@@ -72,7 +72,7 @@ func newProcessor(cache *MixCache, topics kafkax.Topics, v schemas.ValidateOptio
 		conc = 8
 	}
 	return &processor{cache: cache, topics: topics, validate: v, split: split, conc: conc,
-		tracer: otel.Tracer(instrumentationName), spanOpts: []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer)}, rejectedByReason: map[string]int64{}}
+		tracer: noop.NewTracerProvider().Tracer(instrumentationName), spanOpts: []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer)}, rejectedByReason: map[string]int64{}}
 }
 
 func (p *processor) initMetrics(m metric.Meter) error {

@@ -10,10 +10,11 @@ import (
 	"strings"
 	"time"
 
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/playpipe/playpipe/internal/confcheck"
 	"github.com/playpipe/playpipe/internal/version"
@@ -124,9 +125,10 @@ type Config struct {
 	Now func() time.Time
 	// TracerProvider, MeterProvider and Propagator instrument the client
 	// (spans per call, playpipe.partnerapi.sessions, W3C trace context on
-	// play reports); the command passes telemetry.Role.Providers. The
-	// providers default to the otel globals, the propagator to W3C trace
-	// context plus baggage (the one playpipe uses everywhere).
+	// play reports); the command passes telemetry.Role.Providers. A nil
+	// provider is a no-op one (nothing is recorded; no otel global is
+	// read, and the context's trace is still propagated); a nil propagator
+	// is W3C trace context plus baggage (the one playpipe uses everywhere).
 	TracerProvider trace.TracerProvider
 	MeterProvider  metric.MeterProvider
 	Propagator     propagation.TextMapPropagator
@@ -163,11 +165,13 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
+	// Inline rather than internal/telemetry's helpers: the client must not
+	// link the OTel SDK and exporters for three nil checks.
 	if c.TracerProvider == nil {
-		c.TracerProvider = otel.GetTracerProvider()
+		c.TracerProvider = tracenoop.NewTracerProvider()
 	}
 	if c.MeterProvider == nil {
-		c.MeterProvider = otel.GetMeterProvider()
+		c.MeterProvider = metricnoop.NewMeterProvider()
 	}
 	if c.Propagator == nil {
 		c.Propagator = propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})

@@ -19,8 +19,6 @@ import (
 	"testing"
 	"time"
 
-	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -251,9 +249,6 @@ func TestWireCancelAndTimeout(t *testing.T) {
 // TestWireTraceContext: a sampled context's traceparent is sent; none
 // otherwise.
 func TestWireTraceContext(t *testing.T) {
-	prev := otel.GetTextMapPropagator()
-	otel.SetTextMapPropagator(propagation.TraceContext{})
-	defer otel.SetTextMapPropagator(prev)
 	s := newRawServer(t, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
 	c := rawClient(t, s.url(), nil)
 	sc := trace.NewSpanContext(trace.SpanContextConfig{

@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/playpipe/playpipe/schemas"
-	"go.opentelemetry.io/otel"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 )
@@ -61,9 +60,6 @@ func TestCredentialsRedacted(t *testing.T) {
 func TestNoSecretInLogsErrorsTraces(t *testing.T) {
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-	prev := otel.GetTracerProvider()
-	otel.SetTracerProvider(tp)
-	t.Cleanup(func() { otel.SetTracerProvider(prev) })
 
 	calls := 0
 	f := newFake(t, func(w http.ResponseWriter, r *http.Request) {
@@ -85,6 +81,7 @@ func TestNoSecretInLogsErrorsTraces(t *testing.T) {
 	c := f.client(t, func(c *Config) {
 		c.Logger = slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 		c.MaxAttempts = 1
+		c.TracerProvider = tp
 	})
 	var errs bytes.Buffer
 	for range 3 {

@@ -125,11 +125,15 @@ type Config struct {
 	// acknowledgement before it fails with ErrNotPublished; defaults to 30 s.
 	DeliveryTimeout time.Duration
 	// TracerProvider makes the producer spans (one per batch, one per event,
-	// whose context goes into the record's headers); defaults to the global
-	// provider (otel.GetTracerProvider).
+	// whose context goes into the record's headers). Nil: the global
+	// provider (otel.GetTracerProvider). This package is a library for
+	// fleets' backends, which install their OpenTelemetry set-up globally
+	// and expect an instrumented library to follow it, as OpenTelemetry's
+	// instrumentation libraries do; playpipe's own commands always pass
+	// their telemetry.Role.Providers, so none of them depends on a global.
 	TracerProvider trace.TracerProvider
-	// MeterProvider makes the counter playpipe.producer.events; defaults to
-	// the global provider (otel.GetMeterProvider).
+	// MeterProvider makes the counter playpipe.producer.events. Nil: the
+	// global provider (otel.GetMeterProvider), for the same reason.
 	MeterProvider metric.MeterProvider
 	// ClientOpts are extra franz-go options, applied last (tuning, tests).
 	ClientOpts []kgo.Opt

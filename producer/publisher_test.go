@@ -9,7 +9,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/playpipe/playpipe/internal/telemetry"
@@ -31,7 +30,7 @@ func TestPublisherPublishesValidRefusesInvalid(t *testing.T) {
 		[]byte(`not json`),
 		producertest.ValidEvent("ev-3"),
 	}
-	parent, parentSpan := otel.Tracer("test").Start(context.Background(), "fleet batch")
+	parent, parentSpan := producertest.TracerProvider.Tracer("test").Start(context.Background(), "fleet batch")
 	results, err := p.Publish(parent, events)
 	parentSpan.End()
 	if err != nil {

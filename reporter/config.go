@@ -7,6 +7,9 @@ import (
 	"log/slog"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/playpipe/playpipe/internal/kafkax"
 )
 
@@ -103,6 +106,16 @@ type Config struct {
 	PartnerURL string
 	// Logger receives the reporter's logs. Defaults to slog.Default().
 	Logger *slog.Logger
+	// MeterProvider makes the reporter's instruments (reporter/metrics.go);
+	// the command passes telemetry.Role.Providers.Meter. Nil: a no-op
+	// provider (nothing is measured; no otel global is read).
+	MeterProvider metric.MeterProvider
+	// TracerProvider makes the reporter's spans (a consumer span per post,
+	// playpipe.report.deliver, standby.episode); the command passes
+	// telemetry.Role.Providers.Tracer. Nil: a no-op provider, which still
+	// carries a record's trace context on to the delivery record. The trace
+	// context in Kafka headers is always W3C (telemetry.Inject, Extract).
+	TracerProvider trace.TracerProvider
 }
 
 func (c Config) withDefaults() Config {

@@ -140,14 +140,14 @@ func (rn *run) post(j *job) *kgo.Record {
 	// A consumer span per attempt ("process <topic>", messaging semantic
 	// conventions) continues the trace the record carries (or starts one);
 	// the delivery span and the partner API's HTTP span are inside it.
-	ctx, proc := tracer.Start(telemetry.Extract(rn.postCtx, j.rec), processSpanName(j.rec.Topic), consumerSpan...)
+	ctx, proc := rn.met.tracer.Start(telemetry.Extract(rn.postCtx, j.rec), processSpanName(j.rec.Topic), consumerSpan...)
 	defer proc.End()
 	if proc.IsRecording() {
 		proc.SetAttributes(attribute.String("messaging.system", "kafka"), attribute.String("messaging.operation.type", "process"),
 			attribute.String("messaging.destination.name", j.rec.Topic), attribute.Int("messaging.destination.partition.id", int(j.rec.Partition)),
 			attribute.Int64("messaging.kafka.offset", j.rec.Offset), attribute.String("messaging.kafka.message.key", j.id))
 	}
-	ctx, span := tracer.Start(ctx, "playpipe.report.deliver")
+	ctx, span := rn.met.tracer.Start(ctx, "playpipe.report.deliver")
 	start := time.Now()
 	res, err := rn.api.ReportPlayJSON(ctx, j.body)
 	lat := res.Latency

@@ -3,19 +3,22 @@ package reporter
 import (
 	"context"
 
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/playpipe/playpipe/internal/telemetry"
 	"github.com/playpipe/playpipe/schemas"
 )
 
 const instrumentation = "github.com/playpipe/playpipe/reporter"
 
-// metrics are the reporter's instruments on the global meter provider, with
-// the attribute sets of the hot path built once.
+// metrics are the reporter's instruments, from Config.MeterProvider and
+// Config.TracerProvider, with the attribute sets of the hot path built once.
 type metrics struct {
+	meter  metric.Meter
+	tracer trace.Tracer
+
 	deliveries     metric.Int64Counter
 	retries        metric.Int64Counter
 	latency        metric.Float64Histogram
@@ -27,10 +30,11 @@ type metrics struct {
 	reason  map[string]metric.MeasurementOption
 }
 
-func newMetrics() (*metrics, error) {
-	m := otel.Meter(instrumentation)
+func newMetrics(mp metric.MeterProvider, tp trace.TracerProvider) (*metrics, error) {
+	m := telemetry.OrNoopMeterProvider(mp).Meter(instrumentation)
 	var err error
-	x := &metrics{outcome: map[string]metric.MeasurementOption{}, reason: map[string]metric.MeasurementOption{}}
+	x := &metrics{meter: m, tracer: telemetry.OrNoopTracerProvider(tp).Tracer(instrumentation),
+		outcome: map[string]metric.MeasurementOption{}, reason: map[string]metric.MeasurementOption{}}
 	if x.deliveries, err = m.Int64Counter("playpipe.deliveries", metric.WithDescription("answers of the partner API to play reports, by outcome")); err != nil {
 		return nil, err
 	}
@@ -80,7 +84,7 @@ func (m *metrics) record(ctx context.Context, d Decision, seconds float64) {
 // through state on each collection: playpipe.reporter.concurrency_limit,
 // playpipe.reporter.retry_budget and playpipe.reporter.shed.
 func (m *metrics) observeThrottle(state func() (limit, tokens float64, shed int64)) (func(), error) {
-	mt := otel.Meter(instrumentation)
+	mt := m.meter
 	lim, err := mt.Float64ObservableGauge("playpipe.reporter.concurrency_limit", metric.WithDescription("posts allowed in flight now (adaptive, between 1 and --concurrency)"))
 	if err != nil {
 		return nil, err
@@ -109,5 +113,3 @@ func (m *metrics) observeThrottle(state func() (limit, tokens float64, shed int6
 func (m *metrics) skip(ctx context.Context, reason string) {
 	m.skipped.Add(ctx, 1, metric.WithAttributes(attribute.String("reason", reason)))
 }
-
-var tracer trace.Tracer = otel.Tracer(instrumentation)

@@ -53,7 +53,7 @@ func New(cfg Config, api API) (*Reporter, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	met, err := newMetrics()
+	met, err := newMetrics(cfg.MeterProvider, cfg.TracerProvider)
 	if err != nil {
 		return nil, fmt.Errorf("reporter: metrics: %w", err)
 	}

@@ -49,7 +49,7 @@ func (rn *run) startEpisode(j *job) {
 	if sc := trace.SpanContextFromContext(telemetry.Extract(context.Background(), j.rec)); sc.IsValid() {
 		link = append(link, trace.Link{SpanContext: sc})
 	}
-	_, ep.span = tracer.Start(context.Background(), "standby.episode", trace.WithLinks(link...), trace.WithAttributes(
+	_, ep.span = rn.met.tracer.Start(context.Background(), "standby.episode", trace.WithLinks(link...), trace.WithAttributes(
 		attribute.String("playpipe.first_report_id", j.id),
 		attribute.String("messaging.destination.name", j.rec.Topic),
 		attribute.Int("messaging.kafka.partition", int(j.rec.Partition)),

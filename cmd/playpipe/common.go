@@ -15,7 +15,7 @@ import (
 	"github.com/playpipe/playpipe/internal/telemetry"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
 )
 
 // logFlags are the logging flags shared by every subcommand.
@@ -78,9 +78,10 @@ func addKafkaReadyCheck(tel *telemetry.Role) (set func(kafkax.Config)) {
 }
 
 // exportLag registers the playpipe.consumer.lag gauge of group (per topic
-// and partition, read from Kafka at scrape time) on the role's meter, and
-// returns the function that unregisters it and closes its admin client.
-func exportLag(kcfg kafkax.Config, group string, topics ...string) (func(), error) {
+// and partition, read from Kafka at scrape time) on the role's meter
+// provider mp, and returns the function that unregisters it and closes its
+// admin client.
+func exportLag(kcfg kafkax.Config, mp metric.MeterProvider, group string, topics ...string) (func(), error) {
 	opts, err := kcfg.ClientOpts()
 	if err != nil {
 		return nil, err
@@ -89,7 +90,7 @@ func exportLag(kcfg kafkax.Config, group string, topics ...string) (func(), erro
 	if err != nil {
 		return nil, fmt.Errorf("lag metrics: %w", err)
 	}
-	reg, err := telemetry.RegisterConsumerLag(otel.Meter("github.com/playpipe/playpipe/cmd/playpipe"), kadm.NewClient(cl), group,
+	reg, err := telemetry.RegisterConsumerLag(telemetry.OrNoopMeterProvider(mp).Meter("github.com/playpipe/playpipe/cmd/playpipe"), kadm.NewClient(cl), group,
 		telemetry.ConsumerLagOptions{Topics: topics, Client: cl})
 	if err != nil {
 		cl.Close()
@@ -143,7 +144,8 @@ func parseLogged(fs *flag.FlagSet, args []string, lf *logFlags, stderr io.Writer
 // /metrics, /healthz, /readyz) and its Kafka, ready. close stops them in
 // reverse order.
 type roleRun struct {
-	kafka kafkax.Config // effective: the embedded broker's address if started
+	kafka kafkax.Config       // effective: the embedded broker's address if started
+	tel   telemetry.Providers // the role's providers, for its Config
 	stops []func()
 }
 
@@ -156,7 +158,7 @@ func (r *roleFlags) start(ctx context.Context, log *slog.Logger, checks func(*te
 	if err != nil {
 		return nil, err
 	}
-	run := &roleRun{stops: []func(){stopTelemetry}}
+	run := &roleRun{tel: tel.Providers, stops: []func(){stopTelemetry}}
 	setKafkaReady := addKafkaReadyCheck(tel)
 	if checks != nil {
 		checks(tel)
@@ -198,7 +200,7 @@ func (r *roleRun) close() {
 
 // exportLagOf is exportLag registered as one of the run's stops.
 func (r *roleRun) exportLagOf(group string, topics ...string) error {
-	stop, err := exportLag(r.kafka, group, topics...)
+	stop, err := exportLag(r.kafka, r.tel.Meter, group, topics...)
 	if err != nil {
 		return err
 	}

@@ -165,13 +165,13 @@ func runConsume(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	defer run.close()
-	client, stopAPI, err := api.open(log)
+	client, stopAPI, err := api.open(log, run.tel)
 	if err != nil {
 		return err
 	}
 	run.onClose(stopAPI)
 	cfg.Logger = log
-	enr, err := roles.NewEnricher(cfg, run.kafka, client, log)
+	enr, err := roles.NewEnricher(cfg, run.kafka, client, run.tel, log)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return errUsage

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/playpipe/playpipe/internal/roles"
+	"github.com/playpipe/playpipe/internal/telemetry"
 	"github.com/playpipe/playpipe/internal/version"
 	"github.com/playpipe/playpipe/partnerapi"
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
@@ -87,12 +88,13 @@ func (a *apiTarget) check() error {
 // first serves a built-in sandbox (seed 1, its sandbox-only credentials) on
 // loopback and says so. inFlight sizes the connection pool (roles.InFlight;
 // 0: --api-max-conns as is). The returned stop function closes the client
-// and the sandbox. A configuration error is a usage error (exit 2).
-func (a *apiTarget) openFor(log *slog.Logger, inFlight int) (*roles.Partner, func(), error) {
+// and the sandbox. tel instruments the client (zero: not instrumented). A
+// configuration error is a usage error (exit 2).
+func (a *apiTarget) openFor(log *slog.Logger, inFlight int, tel telemetry.Providers) (*roles.Partner, func(), error) {
 	if err := a.check(); err != nil {
 		return nil, func() {}, err
 	}
-	pc := roles.PartnerConfig{API: a.cfg, InFlight: inFlight}
+	pc := roles.PartnerConfig{API: a.cfg, InFlight: inFlight, Telemetry: tel}
 	if a.sandbox {
 		pc.Sandbox = &sandbox.Config{Seed: 1, Logger: log}
 	}
@@ -118,8 +120,8 @@ func (a *apiTarget) openFor(log *slog.Logger, inFlight int) (*roles.Partner, fun
 
 // open is openFor with the pool as configured (--api-max-conns), returning
 // the client.
-func (a *apiTarget) open(log *slog.Logger) (*partnerapi.Client, func(), error) {
-	p, stop, err := a.openFor(log, 0)
+func (a *apiTarget) open(log *slog.Logger, tel telemetry.Providers) (*partnerapi.Client, func(), error) {
+	p, stop, err := a.openFor(log, 0, tel)
 	if err != nil {
 		return nil, stop, err
 	}

@@ -213,6 +213,7 @@ func serveIngest(ctx context.Context, f *ingestFlags, st ingestSettings, log *sl
 	defer stopKafka()
 	pcfg := kcfg.Publisher()
 	pcfg.Validate, pcfg.Linger, pcfg.DeliveryTimeout = st.vopts, *f.linger, *f.delivery
+	pcfg.TracerProvider, pcfg.MeterProvider = tel.Providers.Tracer, tel.Providers.Meter
 	pub, err := producer.NewPublisher(ctx, pcfg)
 	if err != nil {
 		return err
@@ -227,6 +228,7 @@ func serveIngest(ctx context.Context, f *ingestFlags, st ingestSettings, log *sl
 	tel.AddReadyCheck("kafka", pub.Ping)
 	gcfg := st.limits
 	gcfg.Publisher, gcfg.Keys, gcfg.Logger = pub, st.keys, log
+	gcfg.MeterProvider, gcfg.TracerProvider = tel.Providers.Meter, tel.Providers.Tracer
 	gw, err := gateway.New(gcfg)
 	if err != nil {
 		return err

@@ -14,6 +14,7 @@ import (
 	"github.com/playpipe/playpipe/analytics"
 	"github.com/playpipe/playpipe/internal/kafkax"
 	"github.com/playpipe/playpipe/internal/roles"
+	"github.com/playpipe/playpipe/internal/telemetry"
 	"github.com/playpipe/playpipe/replay"
 )
 
@@ -208,7 +209,7 @@ func (f *replayFlags) run(ctx context.Context, rcfg replay.Config, log *slog.Log
 		return replay.Run(ctx, rcfg, nil, f.sel)
 	}
 	f.api.cfg.MaxConns = roles.PoolSize(f.api.cfg.MaxConns, rcfg.Concurrency)
-	client, stopAPI, err := f.api.open(log)
+	client, stopAPI, err := f.api.open(log, telemetry.Providers{}) // no telemetry set up: not instrumented
 	if err != nil {
 		return replay.Result{}, err
 	}

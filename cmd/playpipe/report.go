@@ -60,13 +60,13 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	defer run.close()
 	// Every post in flight needs its own keep-alive connection.
-	partner, stopAPI, err := api.openFor(log, roles.InFlight(rcfg.Concurrency, false))
+	partner, stopAPI, err := api.openFor(log, roles.InFlight(rcfg.Concurrency, false), run.tel)
 	if err != nil {
 		return err
 	}
 	run.onClose(stopAPI)
 	rcfg.Logger = log
-	rep, err := roles.NewReporter(rcfg, run.kafka, partner, log) // PartnerURL: --api-url, or the sandbox's loopback URL
+	rep, err := roles.NewReporter(rcfg, run.kafka, partner, run.tel, log) // PartnerURL: --api-url, or the sandbox's loopback URL
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return errUsage

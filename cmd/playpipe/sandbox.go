@@ -13,8 +13,6 @@ import (
 	"strconv"
 	"time"
 
-	"go.opentelemetry.io/otel"
-
 	"github.com/playpipe/playpipe/internal/telemetry"
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
 )
@@ -131,7 +129,7 @@ func runSandbox(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return fmt.Errorf("%w (check the matching flag)", err)
 	}
-	stopTel, err := sandboxTelemetry(ctx, srv)
+	tel, stopTel, err := sandboxTelemetry(ctx, srv)
 	if err != nil {
 		return err
 	}
@@ -142,7 +140,7 @@ func runSandbox(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		if f.lean {
 			return srv.Handler() // no tracing middleware: the partner side must not eat a load test's cores
 		}
-		return pinHost(telemetry.HTTPHandler(srv.Handler(), "sandbox"), listenAddr)
+		return pinHost(telemetry.HTTPHandler(srv.Handler(), "sandbox", tel), listenAddr)
 	}
 	if err := ls.start("api", f.addr, api); err != nil {
 		return err
@@ -168,25 +166,26 @@ func runSandbox(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	return runErr
 }
 
-// sandboxTelemetry sets up the OTEL_* export of server spans and metrics;
-// the sandbox's counters are also served as /metrics on the admin
-// listener. stop unregisters them and shuts the export down.
-func sandboxTelemetry(ctx context.Context, srv *sandbox.Server) (stop func(), _ error) {
-	shutdownTel, err := telemetry.Setup(ctx, telemetry.Config{ServiceName: "playpipe-sandbox"})
+// sandboxTelemetry sets up the OTEL_* export of server spans and metrics
+// and returns the providers for the HTTP middleware; the sandbox's counters
+// are also served as /metrics on the admin listener. stop unregisters them
+// and shuts the export down.
+func sandboxTelemetry(ctx context.Context, srv *sandbox.Server) (_ telemetry.Providers, stop func(), _ error) {
+	tel, shutdownTel, err := telemetry.Setup(ctx, telemetry.Config{ServiceName: "playpipe-sandbox"})
 	if err != nil {
-		return nil, fmt.Errorf("telemetry: %w", err)
+		return telemetry.Providers{}, nil, fmt.Errorf("telemetry: %w", err)
 	}
 	closeTel := func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = shutdownTel(sctx)
 	}
-	reg, err := srv.RegisterMetrics(otel.Meter("github.com/playpipe/playpipe/partnerapi/sandbox"))
+	reg, err := srv.RegisterMetrics(tel.Meter.Meter("github.com/playpipe/playpipe/partnerapi/sandbox"))
 	if err != nil {
 		closeTel()
-		return nil, err
+		return telemetry.Providers{}, nil, err
 	}
-	return func() {
+	return tel, func() {
 		_ = reg.Unregister()
 		closeTel()
 	}, nil

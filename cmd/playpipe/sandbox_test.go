@@ -232,10 +232,11 @@ func TestSandboxMetricsBoundedUnderRandomHosts(t *testing.T) {
 	}
 }
 
-// --lean leaves out the tracing middleware. The meter provider is global
-// to the test binary and the middleware's series carry no per-run label
-// (no Host or port: bounded labels), so a request must move its request
-// count in the default mode and leave it alone in lean mode.
+// --lean leaves out the tracing middleware. The meter provider is shared by
+// the whole test binary (telemetry's is process-wide) and the middleware's
+// series carry no per-run label (no Host or port: bounded labels), so a
+// request must move its request count in the default mode and leave it
+// alone in lean mode.
 func TestSandboxLeanFlag(t *testing.T) {
 	if err := runSandbox(context.Background(), []string{"--max-ledger-entries", "-1"}, io.Discard, io.Discard); !errors.Is(err, errUsage) {
 		t.Fatalf("--max-ledger-entries -1: %v", err)

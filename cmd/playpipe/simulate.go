@@ -66,7 +66,7 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		fmt.Fprintln(stderr, err)
 		return errUsage
 	}
-	catalog, stopAPI, err := f.catalog(ctx, log, stderr)
+	catalog, stopAPI, err := f.catalog(ctx, log, tel.Providers, stderr)
 	if err != nil {
 		return err
 	}
@@ -77,6 +77,7 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	cfg := simulator.Config{
 		Kafka: f.kcfg, Mixes: catalog, Events: *f.events, Rate: *f.ratePS, Devices: *f.devices, Users: *f.users,
 		BadShare: *f.badShare, Seed: *f.seed, StartMS: *f.startMS, BatchSize: *f.batch, BatchTimeout: *f.batchTO,
+		TracerProvider: tel.Providers.Tracer, Propagator: tel.Providers.Propagator,
 	}
 	if *f.record != "" {
 		rf, err := os.Create(*f.record)
@@ -138,8 +139,9 @@ func newSimulateFlags(fs *flag.FlagSet) *simulateFlags {
 }
 
 // catalog returns the mixes to listen to: --mixes, or the partner API's
-// (--api-url or --sandbox) walked; stop ends the sandbox, when one was started.
-func (f *simulateFlags) catalog(ctx context.Context, log *slog.Logger, stderr io.Writer) (mixes []simulator.MixInfo, stop func(), err error) {
+// (--api-url or --sandbox, its client instrumented by tel) walked; stop ends
+// the sandbox, when one was started.
+func (f *simulateFlags) catalog(ctx context.Context, log *slog.Logger, tel telemetry.Providers, stderr io.Writer) (mixes []simulator.MixInfo, stop func(), err error) {
 	if *f.mixes != "" {
 		mixes, err = parseMixes(*f.mixes)
 		if err != nil {
@@ -151,7 +153,7 @@ func (f *simulateFlags) catalog(ctx context.Context, log *slog.Logger, stderr io
 	if f.api.cfg.BaseURL == "" && !f.api.sandbox {
 		return nil, nil, usageError{errors.New("no catalog: pass --mixes, --api-url (env PLAYPIPE_API_URL) to walk the partner API's catalog, or --sandbox to walk a built-in sandbox's (seed 1)")}
 	}
-	client, stopAPI, err := f.api.open(log)
+	client, stopAPI, err := f.api.open(log, tel)
 	if err != nil {
 		return nil, nil, err
 	}

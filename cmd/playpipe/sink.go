@@ -87,7 +87,7 @@ func runSink(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	sc.Logger = log
-	s, err := roles.NewSink(sc, run.kafka, chcfg, log)
+	s, err := roles.NewSink(sc, run.kafka, chcfg, run.tel, log)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return errUsage

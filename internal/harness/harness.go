@@ -25,6 +25,7 @@ import (
 	"github.com/playpipe/playpipe/consumer"
 	"github.com/playpipe/playpipe/internal/kafkax"
 	"github.com/playpipe/playpipe/internal/roles"
+	"github.com/playpipe/playpipe/internal/telemetry"
 	"github.com/playpipe/playpipe/partnerapi"
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
 	"github.com/playpipe/playpipe/reporter"
@@ -59,6 +60,10 @@ type Config struct {
 	Sink     analytics.SinkConfig
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+	// Telemetry instruments the roles and the partner API client (the
+	// providers of telemetry.Setup; a Config field of a role set already
+	// wins). Zero: nothing is recorded, trace context still propagates.
+	Telemetry telemetry.Providers
 }
 
 // Pipeline is a running set of roles; see the package documentation.
@@ -141,7 +146,7 @@ func Start(ctx context.Context, o Config) (p *Pipeline, err error) {
 // credentials used with its e-mail (restricted catalog) too. The pool is
 // sized for the reporter and the consumer sharing it (roles.PoolSize).
 func (p *Pipeline) openPartner() error {
-	pc := roles.PartnerConfig{API: p.opts.API, InFlight: roles.InFlight(p.opts.Reporter.Concurrency, true)}
+	pc := roles.PartnerConfig{API: p.opts.API, InFlight: roles.InFlight(p.opts.Reporter.Concurrency, true), Telemetry: p.opts.Telemetry}
 	if pc.API.BaseURL == "" {
 		sb := p.opts.Sandbox
 		if sb.Email == "" {
@@ -216,14 +221,14 @@ func (p *Pipeline) newRole(name string) (func(context.Context) error, error) {
 	log := p.log.With("role", name)
 	switch name {
 	case RoleConsume:
-		e, err := roles.NewEnricher(p.opts.Consumer, p.Kafka, p.API, log)
+		e, err := roles.NewEnricher(p.opts.Consumer, p.Kafka, p.API, p.opts.Telemetry, log)
 		if err != nil {
 			return nil, fmt.Errorf("harness: consumer: %w", err)
 		}
 		p.enricher = e
 		return e.Run, nil
 	case RoleReport:
-		r, err := roles.NewReporter(p.opts.Reporter, p.Kafka, p.partner, log)
+		r, err := roles.NewReporter(p.opts.Reporter, p.Kafka, p.partner, p.opts.Telemetry, log)
 		if err != nil {
 			return nil, fmt.Errorf("harness: reporter: %w", err)
 		}
@@ -232,7 +237,7 @@ func (p *Pipeline) newRole(name string) (func(context.Context) error, error) {
 		if p.opts.NoSink {
 			return nil, errors.New("harness: the sink is disabled (NoSink)")
 		}
-		s, err := roles.NewSink(p.opts.Sink, p.Kafka, p.ClickHouse, log)
+		s, err := roles.NewSink(p.opts.Sink, p.Kafka, p.ClickHouse, p.opts.Telemetry, log)
 		if err != nil {
 			return nil, fmt.Errorf("harness: sink: %w", err)
 		}

@@ -66,7 +66,7 @@ func TestMetricsFollowTheLedger(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	shutdown, err := telemetry.Setup(ctx, telemetry.Config{ServiceName: "playpipe-metrics-test"})
+	tel, shutdown, err := telemetry.Setup(ctx, telemetry.Config{ServiceName: "playpipe-metrics-test"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,6 +82,7 @@ func TestMetricsFollowTheLedger(t *testing.T) {
 		Consumer:   consumer.Config{TransactionalID: "metrics-enrich"},
 		Sink:       analytics.SinkConfig{BatchRows: 1000, Linger: 100 * time.Millisecond},
 		Logger:     testenv.Logger(t),
+		Telemetry:  tel,
 	})
 	if err != nil {
 		t.Fatal(err)

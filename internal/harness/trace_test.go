@@ -36,7 +36,7 @@ func TestTraceEndToEnd(t *testing.T) {
 	if os.Getenv("NOTRACE") != "" {
 		opts.SpanExporter = nil
 	}
-	shutdown, err := telemetry.Setup(ctx, opts)
+	tel, shutdown, err := telemetry.Setup(ctx, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,6 +51,7 @@ func TestTraceEndToEnd(t *testing.T) {
 		Consumer:   consumer.Config{TransactionalID: "trace-enrich", KafkaOpts: nil},
 		Sink:       analytics.SinkConfig{BatchRows: 100, Linger: 100 * time.Millisecond},
 		Logger:     testenv.Logger(t),
+		Telemetry:  tel,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -60,7 +61,9 @@ func TestTraceEndToEnd(t *testing.T) {
 	mix := p.Sandbox.Catalog().Mixes[0]
 	ev := fmt.Sprintf(`{"event_id":"trace-1","mix_id":%d,"started_at":1767225600000,"offset_ms":0,"duration_ms":%d,`+
 		`"user_id":"u-trace","country":"DE","os":"Android 15","device":"phone","vendor":4}`, mix.ID, (mix.Tracks[1].StartSec+5)*1000)
-	pub, err := producer.NewPublisher(ctx, p.Kafka.Publisher())
+	pcfg := p.Kafka.Publisher()
+	pcfg.TracerProvider, pcfg.MeterProvider = tel.Tracer, tel.Meter
+	pub, err := producer.NewPublisher(ctx, pcfg)
 	if err != nil {
 		t.Fatal(err)
 	}

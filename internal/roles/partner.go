@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 
+	"github.com/playpipe/playpipe/internal/telemetry"
 	"github.com/playpipe/playpipe/partnerapi"
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
 	"github.com/playpipe/playpipe/reporter"
@@ -51,6 +52,9 @@ type PartnerConfig struct {
 	// InFlight is the requests the roles sharing the client may have in
 	// flight at once (see InFlight); 0 leaves API.MaxConns alone.
 	InFlight int
+	// Telemetry instruments the client: nil API.MeterProvider,
+	// API.TracerProvider and API.Propagator take its providers.
+	Telemetry telemetry.Providers
 }
 
 // Partner is an open partner API target.
@@ -84,6 +88,11 @@ func OpenPartner(cfg PartnerConfig, log *slog.Logger) (*Partner, error) {
 	}
 	if api.Logger == nil {
 		api.Logger = logger(log)
+	}
+	api.MeterProvider = orMeter(api.MeterProvider, cfg.Telemetry)
+	api.TracerProvider = orTracer(api.TracerProvider, cfg.Telemetry)
+	if api.Propagator == nil {
+		api.Propagator = cfg.Telemetry.Propagator
 	}
 	if cfg.InFlight > 0 {
 		api.MaxConns = PoolSize(api.MaxConns, cfg.InFlight)

@@ -7,16 +7,22 @@
 // It is the one place roles are put together: cmd/playpipe fills the
 // structs from flags and environment variables (nothing here reads either)
 // and internal/harness from struct literals, for the demo and the
-// end-to-end tests.
+// end-to-end tests. Telemetry is handed in too (telemetry.Providers, from
+// telemetry.StartRole or Setup) and goes into each role's Config: no role
+// reads an otel global.
 package roles
 
 import (
 	"context"
 	"log/slog"
 
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/playpipe/playpipe/analytics"
 	"github.com/playpipe/playpipe/consumer"
 	"github.com/playpipe/playpipe/internal/kafkax"
+	"github.com/playpipe/playpipe/internal/telemetry"
 	"github.com/playpipe/playpipe/reporter"
 )
 
@@ -44,10 +50,13 @@ func StartKafka(ctx context.Context, cfg kafkax.Config, log *slog.Logger) (kafka
 }
 
 // NewEnricher builds the enrich role over k, reading mixes from src; a nil
-// cfg.Logger takes log. The constructors' errors are the packages' own, as
-// they are (each names its package and the offending flag or field).
-func NewEnricher(cfg consumer.Config, k kafkax.Config, src consumer.MixSource, log *slog.Logger) (*consumer.Enricher, error) {
+// cfg.Logger takes log, and nil cfg.MeterProvider and cfg.TracerProvider
+// take tel's. The constructors' errors are the packages' own, as they are
+// (each names its package and the offending flag or field).
+func NewEnricher(cfg consumer.Config, k kafkax.Config, src consumer.MixSource, tel telemetry.Providers, log *slog.Logger) (*consumer.Enricher, error) {
 	cfg.Kafka, cfg.Source = k, src
+	cfg.MeterProvider = orMeter(cfg.MeterProvider, tel)
+	cfg.TracerProvider = orTracer(cfg.TracerProvider, tel)
 	if cfg.Logger == nil {
 		cfg.Logger = logger(log)
 	}
@@ -56,9 +65,12 @@ func NewEnricher(cfg consumer.Config, k kafkax.Config, src consumer.MixSource, l
 
 // NewReporter builds the report role over k, posting through p; an empty
 // cfg.PartnerURL takes p.URL (recorded in every delivery: which partner
-// target answered) and a nil cfg.Logger takes log.
-func NewReporter(cfg reporter.Config, k kafkax.Config, p *Partner, log *slog.Logger) (*reporter.Reporter, error) {
+// target answered), a nil cfg.Logger takes log, and nil cfg.MeterProvider
+// and cfg.TracerProvider take tel's.
+func NewReporter(cfg reporter.Config, k kafkax.Config, p *Partner, tel telemetry.Providers, log *slog.Logger) (*reporter.Reporter, error) {
 	cfg.Kafka = k
+	cfg.MeterProvider = orMeter(cfg.MeterProvider, tel)
+	cfg.TracerProvider = orTracer(cfg.TracerProvider, tel)
 	if cfg.PartnerURL == "" {
 		cfg.PartnerURL = p.URL
 	}
@@ -70,13 +82,32 @@ func NewReporter(cfg reporter.Config, k kafkax.Config, p *Partner, log *slog.Log
 
 // NewSink builds the sink role from k into the ClickHouse ch (an address:
 // analytics.LocalOrConfigured resolves a data folder first); a nil
-// cfg.Logger takes log.
-func NewSink(cfg analytics.SinkConfig, k kafkax.Config, ch analytics.Config, log *slog.Logger) (*analytics.Sink, error) {
+// cfg.Logger takes log, and nil cfg.MeterProvider and cfg.TracerProvider
+// take tel's.
+func NewSink(cfg analytics.SinkConfig, k kafkax.Config, ch analytics.Config, tel telemetry.Providers, log *slog.Logger) (*analytics.Sink, error) {
 	cfg.Kafka, cfg.ClickHouse = k, ch
+	cfg.MeterProvider = orMeter(cfg.MeterProvider, tel)
+	cfg.TracerProvider = orTracer(cfg.TracerProvider, tel)
 	if cfg.Logger == nil {
 		cfg.Logger = logger(log)
 	}
 	return analytics.NewSink(cfg)
+}
+
+// orMeter is mp, or tel's meter provider when mp is nil.
+func orMeter(mp metric.MeterProvider, tel telemetry.Providers) metric.MeterProvider {
+	if mp == nil {
+		return tel.Meter
+	}
+	return mp
+}
+
+// orTracer is tp, or tel's tracer provider when tp is nil.
+func orTracer(tp trace.TracerProvider, tel telemetry.Providers) trace.TracerProvider {
+	if tp == nil {
+		return tel.Tracer
+	}
+	return tp
 }
 
 func logger(log *slog.Logger) *slog.Logger {

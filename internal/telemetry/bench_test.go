@@ -39,7 +39,7 @@ func BenchmarkRecordTracing(b *testing.B) {
 			if c.o != nil {
 				o = *c.o
 			}
-			shutdown, err := Setup(context.Background(), o)
+			p, shutdown, err := Setup(context.Background(), o)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -50,10 +50,11 @@ func BenchmarkRecordTracing(b *testing.B) {
 			}
 			out := &kgo.Record{Headers: make([]kgo.RecordHeader, 0, 2)}
 			bg := context.Background()
+			tracer := testTracer(p)
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
-				ctx, span := pkgTracer.Start(Extract(bg, in), "enrich")
+				ctx, span := tracer.Start(Extract(bg, in), "enrich")
 				out.Headers = out.Headers[:0]
 				Inject(ctx, out)
 				span.End()

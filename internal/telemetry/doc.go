@@ -12,6 +12,8 @@
 //	defer tel.Close(context.Background())                         // idempotent, flushes
 //	tel.AddReadyCheck("kafka", func(ctx context.Context) error { return cl.Ping(ctx) })
 //	apiCfg.TracerProvider, apiCfg.MeterProvider = tel.Providers.Tracer, tel.Providers.Meter
+//	enr, _ := roles.NewEnricher(cfg, kcfg, client, tel.Providers, log)    // fills the role's Config
+//	meter := tel.Providers.Meter.Meter("github.com/playpipe/playpipe/cmd/playpipe")
 //	reg, _ := telemetry.RegisterConsumerLag(meter, kadm.NewClient(cl), group, telemetry.ConsumerLagOptions{})
 //
 // What it promises:
@@ -20,11 +22,18 @@
 //     recorded: the tracer is a no-op that only passes incoming trace
 //     context on (measured in BenchmarkRecordTracing*). Metrics are always
 //     collected and served at /metrics from a registry of their own.
-//   - Providers are handed to libraries (Role.Providers, Config fields); a
-//     library whose field is nil uses the otel globals, which Setup also
-//     installs, so code not yet handed providers is instrumented the same.
-//   - One propagator everywhere: W3C traceparent/tracestate plus baggage, in
-//     Kafka headers (Inject, Extract) and in HTTP headers (HTTPHandler).
+//   - Providers are injected, never global: Setup returns them
+//     (Role.Providers) and sets none of the otel globals, and every role
+//     takes them through its Config fields (MeterProvider, TracerProvider,
+//     Propagator). A library treats a nil field as a no-op provider
+//     (OrNoopMeterProvider, OrNoopTracerProvider; OrW3CPropagator), except
+//     the fleets' library producer, which follows otel's globals as its
+//     users expect. HTTPHandler takes the providers too.
+//   - The meter provider is process-wide, behind the one registry
+//     MetricsHandler serves; each Setup builds a tracer provider of its own.
+//   - One propagator everywhere: W3C traceparent/tracestate plus baggage
+//     (Propagator), in Kafka headers (Inject, Extract) and in HTTP headers
+//     (HTTPHandler, the partner API client).
 //   - No header, token or credential becomes a span attribute through
 //     HTTPHandler; loggers from NewLogger redact secret-named attributes, and
 //     Redacted hides a value explicitly.

@@ -9,8 +9,9 @@ import (
 
 // HTTPHandler wraps a server handler so each request gets a server span
 // (named "<name> <METHOD> <path template>") that continues the caller's
-// trace, and http.server.* metrics. No header (the Authorization token
-// among them) becomes an attribute.
+// trace, and http.server.* metrics, made with p's providers (p.WithDefaults:
+// a nil field is a no-op provider, a nil propagator playpipe's W3C one). No
+// header (the Authorization token among them) becomes an attribute.
 //
 // Metric labels are bounded: no label value comes from the request.
 // otelhttp labels server.address and server.port from the Host header unless
@@ -20,10 +21,13 @@ import (
 // take the Host's). The other labels are bounded by otelhttp itself: method
 // (unknown ones become _OTHER), status code, scheme, protocol version, and
 // http.route from the ServeMux pattern (absent for unmatched paths).
-func HTTPHandler(h http.Handler, name string) http.Handler {
+func HTTPHandler(h http.Handler, name string, p Providers) http.Handler {
+	p = p.WithDefaults()
 	return otelhttp.NewHandler(h, name,
 		otelhttp.WithServerName(name+":0"),
-		otelhttp.WithPropagators(propagator),
+		otelhttp.WithTracerProvider(p.Tracer),
+		otelhttp.WithMeterProvider(p.Meter),
+		otelhttp.WithPropagators(p.Propagator),
 		otelhttp.WithSpanNameFormatter(func(op string, r *http.Request) string {
 			return op + " " + r.Method + " " + PathTemplate(r.URL.Path)
 		}),

@@ -15,10 +15,10 @@ import (
 // HTTPHandler: one series per (route, method, status) whatever the client sent.
 func TestHTTPHandlerLabelsBounded(t *testing.T) {
 	clearEnv(t)
-	setup(t, Config{})
+	p := setup(t, Config{})
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /item/{id}", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })
-	srv := httptest.NewServer(HTTPHandler(mux, "bounded-labels-test"))
+	srv := httptest.NewServer(HTTPHandler(mux, "bounded-labels-test", p))
 	defer srv.Close()
 	for i := range 300 {
 		path, method := fmt.Sprintf("/item/%d", rand.Int64()), http.MethodGet

@@ -5,12 +5,19 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/plugin/kotel"
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/propagation"
 )
 
-// propagator is W3C trace context plus baggage, whatever the global one is.
+// propagator is W3C trace context plus baggage: the one propagator of
+// playpipe, in Kafka headers and HTTP headers alike. It is a package value,
+// never the otel global.
 var propagator = propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
+
+// Propagator returns playpipe's propagator: W3C trace context
+// (traceparent, tracestate) plus baggage. Setup hands it out as
+// Providers.Propagator; Inject and Extract use it for Kafka records, whose
+// header format is part of the topics' contract (docs/operating.md).
+func Propagator() propagation.TextMapPropagator { return propagator }
 
 // Inject writes the trace context of ctx (traceparent, tracestate) into r's
 // headers, through kotel's record carrier (an existing header is replaced).
@@ -21,9 +28,3 @@ func Inject(ctx context.Context, r *kgo.Record) { propagator.Inject(ctx, kotel.N
 func Extract(ctx context.Context, r *kgo.Record) context.Context {
 	return propagator.Extract(ctx, kotel.NewRecordCarrier(r))
 }
-
-// init makes the W3C propagator the global one at import, for code that
-// still reads otel.GetTextMapPropagator (producer/simulate.go) in processes
-// and tests that never call Setup. TODO(issue 14): remove once every
-// library takes telemetry.Providers.Propagator.
-func init() { otel.SetTextMapPropagator(propagator) }

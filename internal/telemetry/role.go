@@ -21,7 +21,8 @@ type Role struct {
 	// Admin is nil when the admin server is off.
 	Admin *AdminServer
 	// Providers are the tracer and meter providers and the propagator that
-	// Setup built, for the role's libraries (their Config fields).
+	// Setup built, for the role's libraries (their Config fields) and
+	// HTTPHandler.
 	Providers Providers
 
 	shutdown func(context.Context) error
@@ -33,14 +34,14 @@ type Role struct {
 // (cmd/playpipe binds it to --admin-addr, env PLAYPIPE_ADMIN_ADDR). The admin port is bound before StartRole returns, so
 // a busy port is reported here. log may be nil.
 func StartRole(ctx context.Context, role, adminAddr string, log *slog.Logger) (*Role, error) {
-	shutdown, err := Setup(ctx, Config{
+	providers, shutdown, err := Setup(ctx, Config{
 		ServiceName: "playpipe-" + role,
 		Attributes:  []attribute.KeyValue{attribute.String("playpipe.role", role)},
 	})
 	if err != nil {
 		return nil, err
 	}
-	r := &Role{shutdown: shutdown, Providers: processProviders()}
+	r := &Role{shutdown: shutdown, Providers: providers}
 	if !AdminEnabled(adminAddr) {
 		return r, nil
 	}

@@ -13,14 +13,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/contrib/exporters/autoexport"
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	promexporter "go.opentelemetry.io/otel/exporters/prometheus"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/embedded"
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/playpipe/playpipe/internal/version"
@@ -87,12 +85,15 @@ func exportDecision(exporterVar, endpointVar string) (bool, error) {
 	return false, fmt.Errorf("%w: %s=%q; accepted: %s (one value)", ErrInvalidConfig, exporterVar, v, accepted)
 }
 
-// Setup installs the global tracer provider, meter provider and propagator
-// for this process, configured by Config and the standard OTEL_* variables,
-// and returns the function that flushes and stops what it started.
+// Setup builds this process's tracer provider, meter provider and
+// propagator, configured by Config and the standard OTEL_* variables, and
+// returns them (to hand to the roles' Config fields) with the function that
+// flushes and stops what it started. It sets none of the otel globals: a
+// library instruments itself with the providers it is given, no-ops when
+// given none.
 //
 // Traces: when neither the environment nor Config.SpanExporter exports spans,
-// the global tracer stays a no-op that only carries incoming trace context
+// the tracer provider is a no-op that only carries incoming trace context
 // forward (no ids are generated, nothing is recorded). Otherwise an SDK
 // tracer provider samples by OTEL_TRACES_SAMPLER (default
 // parentbased_always_on) and exports in batches (OTLP over gRPC or
@@ -101,70 +102,49 @@ func exportDecision(exporterVar, endpointVar string) (bool, error) {
 // Metrics are always collected and served for Prometheus by MetricsHandler
 // (its own registry, not prometheus.DefaultRegisterer); they are also pushed
 // by OTLP when OTEL_METRICS_EXPORTER=otlp|console or an OTLP endpoint is set.
-// The meter provider is process-wide: the first Setup creates it and later
-// calls reuse it (instruments created through the global API bind to the
-// first provider installed, so swapping it would lose them).
+// The meter provider is process-wide, like the registry MetricsHandler
+// serves: the first Setup creates it and later calls return it again (a
+// second provider would register the same series twice).
 //
-// Setup may be called again (tests do): each call replaces the tracing
-// configuration. shutdown is idempotent; it flushes and stops this call's span
+// Setup may be called again (tests do): each call builds a tracer provider
+// of its own. shutdown is idempotent; it flushes and stops this call's span
 // exporters and, for the call that created it, the OTLP metric reader.
-func Setup(ctx context.Context, o Config) (shutdown func(context.Context) error, err error) {
+func Setup(ctx context.Context, o Config) (p Providers, shutdown func(context.Context) error, err error) {
 	tracesOn, err := exportDecision(EnvTracesExporter, EnvOTLPTraces)
 	if err != nil {
-		return nil, err
+		return Providers{}, nil, err
 	}
 	metricsOTLP, err := exportDecision(EnvMetricsExporter, EnvOTLPMetrics)
 	if err != nil {
-		return nil, err
+		return Providers{}, nil, err
 	}
 	res, err := newResource(ctx, o)
 	if err != nil {
-		return nil, err
+		return Providers{}, nil, err
 	}
-
-	otel.SetTextMapPropagator(propagator)
-	installGlobals()
 
 	var stops []func(context.Context) error
 
 	// Metrics: once per process.
-	stopMetrics, err := ensureMeterProvider(ctx, res, metricsOTLP)
+	mp, stopMetrics, err := ensureMeterProvider(ctx, res, metricsOTLP)
 	if err != nil {
-		return nil, err
+		return Providers{}, nil, err
 	}
 	if stopMetrics != nil {
 		stops = append(stops, stopMetrics)
 	}
 
-	// Traces.
-	if tracesOn || o.SpanExporter != nil {
-		topts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res)}
-		if o.Sampler != nil {
-			topts = append(topts, sdktrace.WithSampler(o.Sampler))
-		}
-		if tracesOn {
-			exp, err := autoexport.NewSpanExporter(ctx)
-			if err != nil {
-				return nil, fmt.Errorf("telemetry: traces exporter: %w", err)
-			}
-			topts = append(topts, sdktrace.WithBatcher(exp))
-		}
-		if o.SpanExporter != nil {
-			topts = append(topts, sdktrace.WithSyncer(o.SpanExporter))
-		}
-		tp := sdktrace.NewTracerProvider(topts...)
-		tracing.set(tp)
-		stops = append(stops, func(ctx context.Context) error {
-			tracing.unset(tp)
-			return tp.Shutdown(ctx)
-		})
-	} else {
-		tracing.set(noop.NewTracerProvider())
+	tp, stopTraces, err := newTracerProvider(ctx, res, o, tracesOn)
+	if err != nil {
+		return Providers{}, nil, err
+	}
+	if stopTraces != nil {
+		stops = append(stops, stopTraces)
 	}
 
 	var once sync.Once
 	var shutdownErr error
-	return func(ctx context.Context) error {
+	return Providers{Meter: mp, Tracer: tp, Propagator: propagator}, func(ctx context.Context) error {
 		once.Do(func() {
 			var errs []error
 			for i := len(stops) - 1; i >= 0; i-- {
@@ -174,6 +154,31 @@ func Setup(ctx context.Context, o Config) (shutdown func(context.Context) error,
 		})
 		return shutdownErr
 	}, nil
+}
+
+// newTracerProvider builds the tracer provider Setup returns: an SDK one
+// when spans are exported (by the environment or o.SpanExporter), with the
+// function that flushes and stops it, or a no-op one (stop nil).
+func newTracerProvider(ctx context.Context, res *resource.Resource, o Config, tracesOn bool) (trace.TracerProvider, func(context.Context) error, error) {
+	if !tracesOn && o.SpanExporter == nil {
+		return noop.NewTracerProvider(), nil, nil
+	}
+	topts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res)}
+	if o.Sampler != nil {
+		topts = append(topts, sdktrace.WithSampler(o.Sampler))
+	}
+	if tracesOn {
+		exp, err := autoexport.NewSpanExporter(ctx)
+		if err != nil {
+			return nil, nil, fmt.Errorf("telemetry: traces exporter: %w", err)
+		}
+		topts = append(topts, sdktrace.WithBatcher(exp))
+	}
+	if o.SpanExporter != nil {
+		topts = append(topts, sdktrace.WithSyncer(o.SpanExporter))
+	}
+	tp := sdktrace.NewTracerProvider(topts...)
+	return tp, tp.Shutdown, nil
 }
 
 func newResource(ctx context.Context, o Config) (*resource.Resource, error) {
@@ -214,17 +219,17 @@ var (
 )
 
 // ensureMeterProvider creates the process-wide meter provider on first call
-// and returns the stop function of the OTLP reader it started (nil when none
-// or when the provider already existed).
-func ensureMeterProvider(ctx context.Context, res *resource.Resource, otlp bool) (func(context.Context) error, error) {
+// and returns it with the stop function of the OTLP reader it started (nil
+// when none or when the provider already existed).
+func ensureMeterProvider(ctx context.Context, res *resource.Resource, otlp bool) (*sdkmetric.MeterProvider, func(context.Context) error, error) {
 	metricsMu.Lock()
 	defer metricsMu.Unlock()
 	if meterProvider != nil {
-		return nil, nil
+		return meterProvider, nil, nil
 	}
 	prom, err := promexporter.New(promexporter.WithRegisterer(promRegistry))
 	if err != nil {
-		return nil, fmt.Errorf("telemetry: prometheus exporter: %w", err)
+		return nil, nil, fmt.Errorf("telemetry: prometheus exporter: %w", err)
 	}
 	mopts := []sdkmetric.Option{sdkmetric.WithResource(res), sdkmetric.WithReader(prom),
 		// Seconds histograms get second-scale buckets (the SDK default is for ms).
@@ -236,16 +241,16 @@ func ensureMeterProvider(ctx context.Context, res *resource.Resource, otlp bool)
 	if otlp {
 		otlpReader, err = autoexport.NewMetricReader(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("telemetry: metrics exporter: %w", err)
+			return nil, nil, fmt.Errorf("telemetry: metrics exporter: %w", err)
 		}
 		mopts = append(mopts, sdkmetric.WithReader(otlpReader))
 	}
-	meterProvider = sdkmetric.NewMeterProvider(mopts...)
-	otel.SetMeterProvider(meterProvider)
+	mp := sdkmetric.NewMeterProvider(mopts...)
+	meterProvider = mp
 	if otlpReader == nil {
-		return func(ctx context.Context) error { return meterProvider.ForceFlush(ctx) }, nil
+		return mp, func(ctx context.Context) error { return mp.ForceFlush(ctx) }, nil
 	}
-	return func(ctx context.Context) error {
+	return mp, func(ctx context.Context) error {
 		// Stop the push reader (it exports a last time); the Prometheus pull reader stays.
 		if otlpMetricsStop.Swap(true) {
 			return nil
@@ -258,77 +263,3 @@ func ensureMeterProvider(ctx context.Context, res *resource.Resource, otlp bool)
 // format (the registry Setup's Prometheus exporter writes to). Before Setup it
 // serves an empty registry.
 func MetricsHandler() http.Handler { return metricsHandler }
-
-// ---- traces: a global provider whose implementation Setup can swap ----
-
-// tracing is the tracer provider installed globally. Instrumentation obtains
-// tracers once (often at package init) and keeps them, and the global API
-// binds to the first provider set; routing through a switchable provider lets
-// every Setup (one per test, for instance) take effect for all of them.
-var tracing = &switchProvider{}
-
-func init() { tracing.set(noop.NewTracerProvider()) }
-
-var globalsOnce sync.Once
-
-func installGlobals() {
-	globalsOnce.Do(func() { otel.SetTracerProvider(tracing) })
-}
-
-type providerGen struct {
-	tp  trace.TracerProvider
-	gen uint64
-}
-
-type switchProvider struct {
-	embedded.TracerProvider
-	cur atomic.Pointer[providerGen]
-	mu  sync.Mutex
-}
-
-func (p *switchProvider) set(tp trace.TracerProvider) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	var gen uint64
-	if c := p.cur.Load(); c != nil {
-		gen = c.gen + 1
-	}
-	p.cur.Store(&providerGen{tp: tp, gen: gen})
-}
-
-// unset reverts to the no-op provider when tp is still the current one.
-func (p *switchProvider) unset(tp trace.TracerProvider) {
-	p.mu.Lock()
-	c := p.cur.Load()
-	p.mu.Unlock()
-	if c != nil && c.tp == tp {
-		p.set(noop.NewTracerProvider())
-	}
-}
-
-func (p *switchProvider) Tracer(name string, opts ...trace.TracerOption) trace.Tracer {
-	return &switchTracer{p: p, name: name, opts: opts}
-}
-
-type tracerGen struct {
-	t   trace.Tracer
-	gen uint64
-}
-
-type switchTracer struct {
-	embedded.Tracer
-	p    *switchProvider
-	name string
-	opts []trace.TracerOption
-	cur  atomic.Pointer[tracerGen]
-}
-
-func (t *switchTracer) Start(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
-	pg := t.p.cur.Load()
-	tg := t.cur.Load()
-	if tg == nil || tg.gen != pg.gen {
-		tg = &tracerGen{t: pg.tp.Tracer(t.name, t.opts...), gen: pg.gen}
-		t.cur.Store(tg)
-	}
-	return tg.t.Start(ctx, name, opts...)
-}

@@ -20,9 +20,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/plugin/kotel"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
@@ -32,8 +32,12 @@ import (
 	"github.com/playpipe/playpipe/internal/testenv"
 )
 
-// pkgTracer is obtained at package init, before any Setup, like roles do.
-var pkgTracer = otel.Tracer("github.com/playpipe/playpipe/internal/telemetry/test")
+// testScope is the instrumentation scope of the tests' own spans and instruments.
+const testScope = "github.com/playpipe/playpipe/internal/telemetry/test"
+
+// testTracer is the tests' tracer from the providers Setup returned, as a
+// role gets its tracer from its Config.
+func testTracer(p Providers) trace.Tracer { return p.Tracer.Tracer(testScope) }
 
 // clearEnv unsets the OTEL_* variables Setup looks at, so a developer's
 // environment cannot turn exporting on during tests.
@@ -45,10 +49,10 @@ func clearEnv(t *testing.T) {
 	}
 }
 
-// setup runs Setup and registers its shutdown.
-func setup(t *testing.T, o Config) {
+// setup runs Setup, registers its shutdown and returns its providers.
+func setup(t *testing.T, o Config) Providers {
 	t.Helper()
-	shutdown, err := Setup(context.Background(), o)
+	p, shutdown, err := Setup(context.Background(), o)
 	if err != nil {
 		t.Fatalf("Setup: %v", err)
 	}
@@ -57,26 +61,30 @@ func setup(t *testing.T, o Config) {
 			t.Errorf("shutdown: %v", err)
 		}
 	})
+	return p
 }
 
-func recording(t *testing.T) *tracetest.InMemoryExporter {
+// recording sets up tracing into an in-memory exporter; it returns the
+// exporter and the providers.
+func recording(t *testing.T) (*tracetest.InMemoryExporter, Providers) {
 	t.Helper()
 	clearEnv(t)
 	exp := tracetest.NewInMemoryExporter()
-	setup(t, Config{ServiceName: "telemetry-test", SpanExporter: exp})
-	return exp
+	p := setup(t, Config{ServiceName: "telemetry-test", SpanExporter: exp})
+	return exp, p
 }
 
 func TestSetupNothingConfiguredRecordsNothing(t *testing.T) {
 	clearEnv(t)
-	shutdown, err := Setup(context.Background(), Config{ServiceName: "t"})
+	p, shutdown, err := Setup(context.Background(), Config{ServiceName: "t"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if tracingOn() {
+	if tracingOn(p) {
 		t.Fatal("tracing enabled with nothing configured")
 	}
-	ctx, span := pkgTracer.Start(context.Background(), "work")
+	tracer := testTracer(p)
+	ctx, span := tracer.Start(context.Background(), "work")
 	if span.IsRecording() || span.SpanContext().IsValid() {
 		t.Fatalf("span with nothing configured: recording=%v valid=%v", span.IsRecording(), span.SpanContext().IsValid())
 	}
@@ -90,7 +98,7 @@ func TestSetupNothingConfiguredRecordsNothing(t *testing.T) {
 
 	// An incoming trace passes through a role that does not trace.
 	up := &kgo.Record{Headers: []kgo.RecordHeader{{Key: "traceparent", Value: []byte("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")}}}
-	ctx, span = pkgTracer.Start(Extract(context.Background(), up), "enrich")
+	ctx, span = tracer.Start(Extract(context.Background(), up), "enrich")
 	down := &kgo.Record{}
 	Inject(ctx, down)
 	span.End()
@@ -109,13 +117,13 @@ func TestSetupNothingConfiguredRecordsNothing(t *testing.T) {
 func TestSetupRejectsUnknownExporter(t *testing.T) {
 	clearEnv(t)
 	t.Setenv(EnvTracesExporter, "zipkin")
-	_, err := Setup(context.Background(), Config{})
+	_, _, err := Setup(context.Background(), Config{})
 	if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), EnvTracesExporter) {
 		t.Fatalf("err = %v, want ErrInvalidConfig naming %s", err, EnvTracesExporter)
 	}
 	t.Setenv(EnvTracesExporter, "")
 	t.Setenv(EnvMetricsExporter, "statsd")
-	if _, err := Setup(context.Background(), Config{}); !errors.Is(err, ErrInvalidConfig) {
+	if _, _, err := Setup(context.Background(), Config{}); !errors.Is(err, ErrInvalidConfig) {
 		t.Fatalf("err = %v, want ErrInvalidConfig", err)
 	}
 }
@@ -143,11 +151,11 @@ func TestExportDecisionFromEnv(t *testing.T) {
 }
 
 func TestSetupInProcessExporterRecordsSpans(t *testing.T) {
-	exp := recording(t)
-	if !tracingOn() {
+	exp, p := recording(t)
+	if !tracingOn(p) {
 		t.Fatal("tracing off with an in-process exporter")
 	}
-	_, span := pkgTracer.Start(context.Background(), "enrich")
+	_, span := testTracer(p).Start(context.Background(), "enrich")
 	span.End()
 	spans := exp.GetSpans()
 	if len(spans) != 1 || spans[0].Name != "enrich" {
@@ -157,17 +165,17 @@ func TestSetupInProcessExporterRecordsSpans(t *testing.T) {
 		t.Fatalf("resource without service.name: %v", got)
 	}
 
-	// A second Setup (another test, another exporter) takes over the same
-	// package-level tracer.
+	// A second Setup (another test, another exporter) builds providers of
+	// its own: their spans reach its exporter only.
 	exp2 := tracetest.NewInMemoryExporter()
-	setup(t, Config{SpanExporter: exp2})
-	_, span = pkgTracer.Start(context.Background(), "deliver")
+	p2 := setup(t, Config{SpanExporter: exp2})
+	_, span = testTracer(p2).Start(context.Background(), "deliver")
 	span.End()
 	if n := len(exp2.GetSpans()); n != 1 {
 		t.Fatalf("second exporter got %d spans, want 1", n)
 	}
 	if n := len(exp.GetSpans()); n != 1 {
-		t.Fatalf("first exporter got %d spans after the second Setup, want still 1", n)
+		t.Fatalf("first exporter got %d spans after the second Setup's span, want still 1", n)
 	}
 }
 
@@ -175,8 +183,8 @@ func TestServiceNameFromEnvWins(t *testing.T) {
 	exp := tracetest.NewInMemoryExporter()
 	clearEnv(t)
 	t.Setenv("OTEL_SERVICE_NAME", "from-env")
-	setup(t, Config{ServiceName: "from-options", SpanExporter: exp})
-	_, span := pkgTracer.Start(context.Background(), "x")
+	p := setup(t, Config{ServiceName: "from-options", SpanExporter: exp})
+	_, span := testTracer(p).Start(context.Background(), "x")
 	span.End()
 	v, _ := exp.GetSpans()[0].Resource.Set().Value("service.name")
 	if v.AsString() != "from-env" {
@@ -187,11 +195,12 @@ func TestServiceNameFromEnvWins(t *testing.T) {
 // TestKafkaInjectExtractThroughBroker sends a record carrying trace context
 // through the embedded broker and continues the trace on the far side.
 func TestKafkaInjectExtractThroughBroker(t *testing.T) {
-	exp := recording(t)
+	exp, p := recording(t)
+	tracer := testTracer(p)
 	k := testenv.StartKafka(t, 1)
 	topic := k.Config.Topics().Events
 
-	ctx, pub := pkgTracer.Start(context.Background(), "publish-event")
+	ctx, pub := tracer.Start(context.Background(), "publish-event")
 	rec := &kgo.Record{Topic: topic, Key: []byte("e1"), Value: []byte(`{}`)}
 	Inject(ctx, rec)
 	pub.End()
@@ -204,7 +213,7 @@ func TestKafkaInjectExtractThroughBroker(t *testing.T) {
 	if len(recs) != 1 {
 		t.Fatalf("read %d records", len(recs))
 	}
-	cctx, enrich := pkgTracer.Start(Extract(context.Background(), recs[0]), "enrich")
+	cctx, enrich := tracer.Start(Extract(context.Background(), recs[0]), "enrich")
 	enrich.End()
 	if got, want := trace.SpanContextFromContext(cctx).TraceID(), pub.SpanContext().TraceID(); got != want {
 		t.Fatalf("trace id after Kafka = %s, want %s", got, want)
@@ -220,7 +229,7 @@ func TestKafkaInjectExtractThroughBroker(t *testing.T) {
 	}
 
 	// A record without trace context starts a new trace.
-	_, fresh := pkgTracer.Start(Extract(context.Background(), &kgo.Record{}), "enrich")
+	_, fresh := tracer.Start(Extract(context.Background(), &kgo.Record{}), "enrich")
 	fresh.End()
 	if fresh.SpanContext().TraceID() == pub.SpanContext().TraceID() || !fresh.SpanContext().IsValid() {
 		t.Fatal("record without headers did not start a new trace")
@@ -266,12 +275,12 @@ func sumSamples(t *testing.T, r io.Reader, name, labelFilter string) float64 {
 
 func TestAdminServerEndpoints(t *testing.T) {
 	clearEnv(t)
-	setup(t, Config{ServiceName: "admin-test"})
-	events, err := pkgMeter().Int64Counter("playpipe.events.in")
+	p := setup(t, Config{ServiceName: "admin-test"})
+	events, err := pkgMeter(p).Int64Counter("playpipe.events.in")
 	if err != nil {
 		t.Fatal(err)
 	}
-	latency, err := pkgMeter().Float64Histogram("playpipe.delivery.latency", metric.WithUnit("s"))
+	latency, err := pkgMeter(p).Float64Histogram("playpipe.delivery.latency", metric.WithUnit("s"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -342,7 +351,8 @@ func TestAdminServerEndpoints(t *testing.T) {
 }
 
 func TestLoggerAddsTraceIDsAndRedacts(t *testing.T) {
-	recording(t)
+	_, p := recording(t)
+	tracer := testTracer(p)
 	var buf bytes.Buffer
 	log, err := NewLogger(&buf, "json", "info")
 	if err != nil {
@@ -350,7 +360,7 @@ func TestLoggerAddsTraceIDsAndRedacts(t *testing.T) {
 	}
 	const sig = "0123456789abcdef0123456789abcdef01234567"
 	const token = "eyJhbGciOiJIUzI1NiJ9.secret-token"
-	ctx, span := pkgTracer.Start(context.Background(), "deliver")
+	ctx, span := tracer.Start(context.Background(), "deliver")
 	log.With("role", "report").InfoContext(ctx, "delivered",
 		"client_signature", Redacted(sig),
 		"Authorization", "Bearer "+token,
@@ -391,17 +401,18 @@ func TestRedactedKeepsEmpty(t *testing.T) {
 }
 
 func TestHTTPWrappersPropagateAndKeepTokensOut(t *testing.T) {
-	exp := recording(t)
+	exp, p := recording(t)
+	tracer := testTracer(p)
 	const token = "tok-very-secret-0123456789"
 	var serverTrace trace.TraceID
 	srv := httptest.NewServer(HTTPHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		serverTrace = trace.SpanContextFromContext(r.Context()).TraceID()
 		w.WriteHeader(http.StatusOK)
-	}), "sandbox"))
+	}), "sandbox", p))
 	defer srv.Close()
 
 	client := &http.Client{Transport: otelhttp.NewTransport(http.DefaultTransport, otelhttp.WithPropagators(propagator))}
-	ctx, parent := pkgTracer.Start(context.Background(), "deliver")
+	ctx, parent := tracer.Start(context.Background(), "deliver")
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/partners/mix/42", strings.NewReader(`{}`))
 	req.Header.Set("Authorization", token)
 	resp, err := client.Do(req)
@@ -444,7 +455,7 @@ func TestPathTemplate(t *testing.T) {
 
 func TestConsumerLagGauge(t *testing.T) {
 	clearEnv(t)
-	setup(t, Config{})
+	p := setup(t, Config{})
 	k := testenv.StartKafka(t, 2)
 	topic := k.Config.Topics().Reports
 	cl := k.Client(t, kgo.RecordPartitioner(kgo.ManualPartitioner()))
@@ -461,7 +472,7 @@ func TestConsumerLagGauge(t *testing.T) {
 	if _, err := adm.CommitOffsets(context.Background(), "lag-g", offs); err != nil {
 		t.Fatal(err)
 	}
-	reg, err := RegisterConsumerLag(otel.Meter("github.com/playpipe/playpipe/internal/telemetry/test"), adm, "lag-g",
+	reg, err := RegisterConsumerLag(pkgMeter(p), adm, "lag-g",
 		ConsumerLagOptions{Topics: []string{topic}, MinInterval: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -482,7 +493,7 @@ func TestConsumerLagGauge(t *testing.T) {
 		t.Fatalf("lag p0=%v p1=%v, want 3 and 5:\n%s", p0, p1, grep(string(body), "playpipe_consumer_lag"))
 	}
 
-	if _, err := RegisterConsumerLag(otel.Meter("x"), nil, "", ConsumerLagOptions{}); !errors.Is(err, ErrInvalidConfig) {
+	if _, err := RegisterConsumerLag(metricnoop.NewMeterProvider().Meter("x"), nil, "", ConsumerLagOptions{}); !errors.Is(err, ErrInvalidConfig) {
 		t.Fatalf("missing client: %v", err)
 	}
 }
@@ -493,7 +504,7 @@ func TestConsumerLagGauge(t *testing.T) {
 // counts the records really pending (committed records past the commit).
 func TestConsumerLagTransactional(t *testing.T) {
 	clearEnv(t)
-	setup(t, Config{})
+	p := setup(t, Config{})
 	k := testenv.StartKafka(t, 2)
 	topic := k.Config.Topics().Reports
 	ctx := context.Background()
@@ -537,7 +548,7 @@ func TestConsumerLagTransactional(t *testing.T) {
 			sumSamples(t, bytes.NewReader(body), "playpipe_consumer_lag", `partition="1"`)
 	}
 	// Without the client: kadm.Lag's figure, the marker counted.
-	raw, err := RegisterConsumerLag(pkgMeter(), adm, "lag-tx-g", ConsumerLagOptions{Topics: []string{topic}, MinInterval: time.Millisecond})
+	raw, err := RegisterConsumerLag(pkgMeter(p), adm, "lag-tx-g", ConsumerLagOptions{Topics: []string{topic}, MinInterval: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -546,7 +557,7 @@ func TestConsumerLagTransactional(t *testing.T) {
 	if p0 != 1 || p1 != 3 {
 		t.Fatalf("kadm.Lag figures p0=%v p1=%v, want 1 (the marker) and 3", p0, p1)
 	}
-	reg, err := RegisterConsumerLag(pkgMeter(), adm, "lag-tx-g", ConsumerLagOptions{Topics: []string{topic}, MinInterval: time.Millisecond, Client: cl})
+	reg, err := RegisterConsumerLag(pkgMeter(p), adm, "lag-tx-g", ConsumerLagOptions{Topics: []string{topic}, MinInterval: time.Millisecond, Client: cl})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -576,9 +587,8 @@ func grep(s, sub string) string {
 	return strings.Join(out, "\n")
 }
 
-func pkgMeter() metric.Meter {
-	return otel.Meter("github.com/playpipe/playpipe/internal/telemetry/test")
-}
+// pkgMeter is the tests' meter from the providers Setup returned.
+func pkgMeter(p Providers) metric.Meter { return p.Meter.Meter(testScope) }
 
 // TestPrometheusNames pins how the roles' instrument names (reporter,
 // consumer, analytics, declared there) read in Prometheus, as
@@ -586,8 +596,7 @@ func pkgMeter() metric.Meter {
 // counters get _total, seconds histograms _seconds and LatencyBuckets.
 func TestPrometheusNames(t *testing.T) {
 	clearEnv(t)
-	setup(t, Config{})
-	m := pkgMeter()
+	m := pkgMeter(setup(t, Config{}))
 	counter := func(name string) metric.Int64Counter {
 		c, err := m.Int64Counter(name)
 		if err != nil {
@@ -643,9 +652,9 @@ func TestPrometheusNames(t *testing.T) {
 	}
 }
 
-// tracingOn reports whether spans started now are recorded.
-func tracingOn() bool {
-	_, off := tracing.cur.Load().tp.(noop.TracerProvider)
+// tracingOn reports whether p's tracer provider records spans.
+func tracingOn(p Providers) bool {
+	_, off := p.Tracer.(noop.TracerProvider)
 	return !off
 }
 
@@ -715,11 +724,11 @@ func TestOTLPExportFromEnv(t *testing.T) {
 	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
 	t.Setenv("OTEL_SERVICE_NAME", "playpipe-otlp-test")
 
-	shutdown, err := Setup(context.Background(), Config{ServiceName: "ignored"})
+	p, shutdown, err := Setup(context.Background(), Config{ServiceName: "ignored"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, span := pkgTracer.Start(context.Background(), "deliver")
+	_, span := testTracer(p).Start(context.Background(), "deliver")
 	span.End()
 	if err := shutdown(context.Background()); err != nil { // flushes the batch
 		t.Fatal(err)

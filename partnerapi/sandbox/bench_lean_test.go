@@ -26,7 +26,7 @@ import (
 //
 //	go test -run '^$' -bench LeanVsDefault -benchtime 100000x -count 3 ./partnerapi/sandbox/
 func BenchmarkLeanVsDefault(b *testing.B) {
-	shutdown, err := telemetry.Setup(context.Background(), telemetry.Config{ServiceName: "playpipe-sandbox-bench"})
+	tel, shutdown, err := telemetry.Setup(context.Background(), telemetry.Config{ServiceName: "playpipe-sandbox-bench"})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -43,7 +43,7 @@ func BenchmarkLeanVsDefault(b *testing.B) {
 			}
 			h := srv.Handler()
 			if !lean {
-				h = telemetry.HTTPHandler(h, "sandbox")
+				h = telemetry.HTTPHandler(h, "sandbox", tel)
 			}
 			url := testenv.ServeHandler(b, h) + "/partners/royalty-tracking"
 			tok := srv.MintToken(0, false)

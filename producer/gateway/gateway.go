@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
@@ -98,6 +97,15 @@ type Config struct {
 	ReadTimeout time.Duration
 	// Logger defaults to slog.Default(). API keys are never logged.
 	Logger *slog.Logger
+	// MeterProvider makes playpipe.ingest.requests and the http.server.*
+	// metrics; the command passes telemetry.Role.Providers.Meter. Nil: a
+	// no-op provider (nothing is measured; no otel global is read).
+	MeterProvider metric.MeterProvider
+	// TracerProvider makes the server span of each request (which
+	// continues the fleet's W3C trace context); the command passes
+	// telemetry.Role.Providers.Tracer. Nil: a no-op provider, which still
+	// carries the fleet's trace context on to the records.
+	TracerProvider trace.TracerProvider
 }
 
 func (c *Config) setDefaults() {
@@ -209,7 +217,7 @@ func New(cfg Config) (*Gateway, error) {
 		g.limiters = append(g.limiters, rate.NewLimiter(rate.Limit(cfg.RatePerKey), cfg.Burst))
 	}
 	g.inflight = make([]atomic.Int32, len(cfg.Keys))
-	g.requests, _ = otel.Meter(instrumentation).Int64Counter("playpipe.ingest.requests",
+	g.requests, _ = telemetry.OrNoopMeterProvider(cfg.MeterProvider).Meter(instrumentation).Int64Counter("playpipe.ingest.requests",
 		metric.WithDescription("Requests to POST /v1/events, by HTTP status code."))
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/events", g.postEvents)
@@ -217,7 +225,7 @@ func New(cfg Config) (*Gateway, error) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	mux.HandleFunc("GET /readyz", g.readyz)
-	g.handler = telemetry.HTTPHandler(mux, "ingest")
+	g.handler = telemetry.HTTPHandler(mux, "ingest", telemetry.Providers{Meter: cfg.MeterProvider, Tracer: cfg.TracerProvider})
 	return g, nil
 }
 

@@ -10,7 +10,6 @@ import (
 
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/sasl/plain"
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
@@ -89,7 +88,7 @@ type sender struct {
 
 func newSender(cfg Config, gen *Generator) *sender {
 	s := &sender{cfg: cfg, gen: gen, chunk: cfg.BatchSize,
-		tracer: cfg.TracerProvider.Tracer(instrumentation), prop: otel.GetTextMapPropagator()}
+		tracer: cfg.TracerProvider.Tracer(instrumentation), prop: cfg.Propagator}
 	if cfg.Rate > 0 {
 		s.chunk = max(1, min(s.chunk, int(cfg.Rate/20))) // ~20 writes a second keep the pace smooth
 		s.lim = rate.NewLimiter(rate.Limit(cfg.Rate), s.chunk)

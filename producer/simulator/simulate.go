@@ -12,11 +12,12 @@ import (
 	"strings"
 	"time"
 
-	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/playpipe/playpipe/internal/confcheck"
 	"github.com/playpipe/playpipe/internal/kafkax"
+	"github.com/playpipe/playpipe/internal/telemetry"
 	"github.com/playpipe/playpipe/schemas"
 )
 
@@ -86,10 +87,15 @@ type Config struct {
 	// Record, when set, receives one JSON line per message acknowledged by
 	// Kafka: {"kind":…,"key":…,"value":…} (value as a string).
 	Record io.Writer
-	// TracerProvider makes one producer span per message, whose W3C trace
-	// context goes into the message headers (as the Publisher does); defaults
-	// to the global provider.
+	// TracerProvider makes one producer span per message, whose trace
+	// context goes into the message headers (as the Publisher does); the
+	// command passes telemetry.Role.Providers.Tracer. Nil: a no-op provider
+	// (no span, no header; no otel global is read).
 	TracerProvider trace.TracerProvider
+	// Propagator writes the trace context into the message headers. Nil:
+	// W3C trace context plus baggage (telemetry.Propagator), as everywhere
+	// in playpipe.
+	Propagator propagation.TextMapPropagator
 }
 
 // DefaultStartMS is 2024-01-01T00:00:00Z.
@@ -117,9 +123,8 @@ func (c *Config) setDefaults() {
 	if c.Kafka.Partitions == 0 {
 		c.Kafka.Partitions = 6
 	}
-	if c.TracerProvider == nil {
-		c.TracerProvider = otel.GetTracerProvider()
-	}
+	c.TracerProvider = telemetry.OrNoopTracerProvider(c.TracerProvider)
+	c.Propagator = telemetry.OrW3CPropagator(c.Propagator)
 }
 
 func (c *Config) validateGen() error {

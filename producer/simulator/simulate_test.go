@@ -167,7 +167,8 @@ func TestSimGeneratorRealism(t *testing.T) {
 func TestSimulateThroughKafka(t *testing.T) {
 	k := testenv.StartKafka(t, 4)
 	var rec bytes.Buffer
-	cfg := Config{Kafka: k.Config, Mixes: testMixes, Events: 3000, Devices: 80, BadShare: 0.1, Seed: 3, Record: &rec, BatchSize: 400}
+	cfg := Config{Kafka: k.Config, Mixes: testMixes, Events: 3000, Devices: 80, BadShare: 0.1, Seed: 3, Record: &rec, BatchSize: 400,
+		TracerProvider: producertest.TracerProvider}
 	stats, err := Run(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -1,6 +1,6 @@
 // Package producertest holds the test helpers shared by the tests of
 // producer, producer/gateway and producer/simulator: Kafka (kfake) set-up,
-// valid events, reading a topic back, and the global telemetry recorders.
+// valid events, reading a topic back, and the telemetry recorders.
 // Only tests import it.
 package producertest
 
@@ -18,7 +18,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
-	"go.opentelemetry.io/otel"
 	promexporter "go.opentelemetry.io/otel/exporters/prometheus"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -28,27 +27,33 @@ import (
 	"github.com/playpipe/playpipe/producer"
 )
 
-// Spans records every span of a test binary that called RunWithTelemetry.
+// Spans records every span of TracerProvider.
 var Spans = tracetest.NewSpanRecorder()
 
-// PromRegistry holds every metric of a test binary that called
-// RunWithTelemetry, as a role's /metrics would.
+// PromRegistry holds every metric of MeterProvider, as a role's /metrics
+// would.
 var PromRegistry = prometheus.NewRegistry()
 
-// RunWithTelemetry is a TestMain body: it sets the global tracer provider
-// (recording into Spans) and meter provider (a Prometheus exporter writing to
-// PromRegistry, as telemetry.Setup does) before any test, runs the tests and
-// exits with their code.
+// TracerProvider (recording into Spans) and MeterProvider (a Prometheus
+// exporter writing to PromRegistry, as telemetry.Setup does) are the
+// providers the tests hand to what they build (NewPublisher does); set by
+// RunWithTelemetry. No otel global is set.
+var (
+	TracerProvider *sdktrace.TracerProvider
+	MeterProvider  *sdkmetric.MeterProvider
+)
+
+// RunWithTelemetry is a TestMain body: it builds TracerProvider and
+// MeterProvider before any test, runs the tests and exits with their code.
 func RunWithTelemetry(m *testing.M) {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(Spans))
-	otel.SetTracerProvider(tp)
 	exp, err := promexporter.New(promexporter.WithRegisterer(PromRegistry))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "prometheus exporter:", err)
 		os.Exit(1)
 	}
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp))
-	otel.SetMeterProvider(mp)
+	TracerProvider, MeterProvider = tp, mp
 	code := m.Run()
 	_ = tp.Shutdown(context.Background())
 	_ = mp.Shutdown(context.Background())
@@ -61,9 +66,16 @@ func ValidEvent(id string) []byte {
 }
 
 // NewPublisher starts a Publisher on k (cfg's connection and topic prefix
-// are k's) that the test closes when it ends.
+// are k's; its nil providers TracerProvider and MeterProvider) that the
+// test closes when it ends.
 func NewPublisher(t testing.TB, k *testenv.Kafka, cfg producer.Config) *producer.Publisher {
 	t.Helper()
+	if cfg.TracerProvider == nil && TracerProvider != nil {
+		cfg.TracerProvider = TracerProvider
+	}
+	if cfg.MeterProvider == nil && MeterProvider != nil {
+		cfg.MeterProvider = MeterProvider
+	}
 	conn := k.Config.Publisher()
 	cfg.Brokers, cfg.SASL, cfg.TLS, cfg.TopicPrefix = conn.Brokers, conn.SASL, conn.TLS, conn.TopicPrefix
 	p, err := producer.NewPublisher(context.Background(), cfg)
