@@ -10,14 +10,10 @@ import (
 
 // propagator is W3C trace context plus baggage: the one propagator of
 // playpipe, in Kafka headers and HTTP headers alike. It is a package value,
-// never the otel global.
+// never the otel global. Setup hands it out as Providers.Propagator;
+// Inject and Extract use it for Kafka records, whose header format is part
+// of the topics' contract (docs/operating.md).
 var propagator = propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
-
-// Propagator returns playpipe's propagator: W3C trace context
-// (traceparent, tracestate) plus baggage. Setup hands it out as
-// Providers.Propagator; Inject and Extract use it for Kafka records, whose
-// header format is part of the topics' contract (docs/operating.md).
-func Propagator() propagation.TextMapPropagator { return propagator }
 
 // Inject writes the trace context of ctx (traceparent, tracestate) into r's
 // headers, through kotel's record carrier (an existing header is replaced).

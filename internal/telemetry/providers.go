@@ -42,7 +42,7 @@ func OrNoopTracerProvider(tp trace.TracerProvider) trace.TracerProvider {
 	return tp
 }
 
-// OrW3CPropagator returns p, or playpipe's propagator (Propagator) when p is
+// OrW3CPropagator returns p, or playpipe's propagator (W3C trace context plus baggage) when p is
 // nil: trace context is carried even when telemetry was not set up.
 func OrW3CPropagator(p propagation.TextMapPropagator) propagation.TextMapPropagator {
 	if p == nil {
