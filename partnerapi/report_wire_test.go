@@ -30,14 +30,16 @@ import (
 // the next scripted answer (the last one repeats). It records the raw bytes
 // of each report request.
 type rawServer struct {
-	ln      net.Listener
-	answers []string
-	mu      sync.Mutex
-	reports []string
-	next    int
-	conns   atomic.Int32
-	hang    chan struct{} // when set, reports are not answered until closed
-	close   atomic.Bool   // close the connection after each report's answer
+	ln       net.Listener
+	answers  []string
+	mu       sync.Mutex
+	reports  []string
+	next     int
+	conns    atomic.Int32
+	hang     chan struct{}   // when set, reports are not answered until closed
+	close    atomic.Bool     // close the connection after each report's answer
+	settled  atomic.Int32    // report answers written, each followed by its close decision (and the close)
+	closedBy map[string]bool // the client addresses of the connections closed after an answer (mu)
 }
 
 func newRawServer(t *testing.T, answers ...string) *rawServer {
@@ -91,8 +93,17 @@ func (s *rawServer) serve(nc net.Conn) {
 			return
 		}
 		if _, err := io.WriteString(nc, a); err != nil || s.close.Load() || strings.Contains(a, "Connection: close") || !strings.Contains(a, "\r\n\r\n") {
+			nc.Close()
+			s.mu.Lock()
+			if s.closedBy == nil {
+				s.closedBy = map[string]bool{}
+			}
+			s.closedBy[nc.RemoteAddr().String()] = true
+			s.mu.Unlock()
+			s.settled.Add(1)
 			return
 		}
+		s.settled.Add(1)
 	}
 }
 
@@ -202,19 +213,43 @@ func TestWireServerClosedIdleConnection(t *testing.T) {
 	if _, err := c.ReportPlayJSON(context.Background(), []byte(`{}`)); err != nil {
 		t.Fatal(err)
 	}
-	s.close.Store(true)               // from now on the server closes each connection after its answer
-	time.Sleep(20 * time.Millisecond) // (the first one too, should it read the flag after the store)
+	s.close.Store(true) // from now on the server closes each connection after its answer
+	// The first post's connection too, should the server read the flag
+	// after the store: wait until it has decided.
+	waitClosesSeen(t, s, c, 1)
 	for i := range 3 {
 		if _, err := c.ReportPlayJSON(context.Background(), []byte(`{}`)); err != nil {
 			t.Fatalf("post %d: %v", i, err)
 		}
-		time.Sleep(20 * time.Millisecond) // the close reaches the client
+		waitClosesSeen(t, s, c, int32(i)+2) // the close reaches the client
 	}
 	// The session's connection, the first post's, and a new one after each
 	// close (the first post's may have served post 0 as well).
 	if n := s.conns.Load(); n < 4 {
 		t.Fatalf("%d connections, want a new one after each close", n)
 	}
+}
+
+// waitClosesSeen waits until the server has settled answers answers
+// (written each, then kept the connection or closed it) and the client sees
+// every idle connection the server closed as closed.
+func waitClosesSeen(t *testing.T, s *rawServer, c *Client, answers int32) {
+	t.Helper()
+	waitFor(t, fmt.Sprintf("%d answers settled, their closes seen by the client", answers), func() bool {
+		if s.settled.Load() < answers {
+			return false
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		c.wire.mu.Lock()
+		defer c.wire.mu.Unlock()
+		for _, wc := range c.wire.idle {
+			if s.closedBy[wc.nc.LocalAddr().String()] && wc.peek.alive() {
+				return false
+			}
+		}
+		return true
+	})
 }
 
 // TestWireCancelAndTimeout: a hung server does not hold a post past its
