@@ -168,6 +168,8 @@ func TestEndToEnd503StormWithSandbox(t *testing.T) {
 	e := newTestEnricher(t, k, sandboxClient(t, sb), nil)
 	stop := runEnricher(t, e)
 	waitFor(t, 20*time.Second, "the storm to be hit", func() bool { return e.Cache().Stats().Retries >= 5 })
+	// A negative wait: for half a second of the storm nothing may be
+	// derived or rejected, so there is no condition to wait for instead.
 	time.Sleep(500 * time.Millisecond)
 	if st := e.Stats(); st.Plays != 0 {
 		t.Fatalf("plays derived during a total mix outage: %+v", st)

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -216,7 +217,7 @@ func testKillAndRestart(t *testing.T, replacementID string, killedTxnTimeout tim
 type slowHits struct{ src MixSource }
 
 func (s slowHits) Mix(ctx context.Context, id int64) (partnerapi.Mix, partnerapi.Meta, error) {
-	time.Sleep(time.Millisecond)
+	time.Sleep(time.Millisecond) // the latency of each fetch (scenario), not synchronisation
 	return s.src.Mix(ctx, id)
 }
 
@@ -235,9 +236,13 @@ func TestEnricher503StormNothingRejected(t *testing.T) {
 		o.TxnInterval = 2 * time.Second
 		o.MaxTxnWait = 200 * time.Millisecond
 	})
+	// Phase 1 is produced in an open transaction before phase 2 (and its
+	// storm) is published: the hook tells when a batch was produced.
+	var produced atomic.Int64
+	e.testHookProduced = func(*kgo.Client) { produced.Add(1) }
 	stop := runEnricher(t, e)
 	publish(t, k, k.Config.Topics().Events, phase1)
-	time.Sleep(500 * time.Millisecond) // phase 1 is produced in an open transaction
+	waitFor(t, 20*time.Second, "phase 1 produced in an open transaction", func() bool { return produced.Load() > 0 })
 	publish(t, k, k.Config.Topics().Events, phase2)
 	all := append(phase1, phase2...)
 	waitFor(t, 40*time.Second, "all events committed", func() bool { return e.Stats().Events >= int64(len(all)) })
