@@ -257,7 +257,13 @@ func TestGatewaySlowBodyAttackIsolation(t *testing.T) {
 	client := &http.Client{Timeout: 5 * time.Second}
 	var worst time.Duration
 	sent := 0
-	time.Sleep(300 * time.Millisecond) // let the attack take its slots first
+	// Let the attack take its slots first: fleet A at its per-key limit.
+	for deadline := time.Now().Add(5 * time.Second); e.gw.inflight[0].Load() < 16; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the attack holds %d requests after 5 s, want the per-key limit 16", e.gw.inflight[0].Load())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	for i := 0; time.Now().Before(end); i++ {
 		body := strings.NewReader(string(producertest.ValidEvent(fmt.Sprintf("b-%d", i))))
 		req, _ := http.NewRequest(http.MethodPost, e.srv.URL+"/v1/events", body)
@@ -275,7 +281,7 @@ func TestGatewaySlowBodyAttackIsolation(t *testing.T) {
 		}
 		worst = max(worst, took)
 		sent++
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // fleet B's pace (scenario): an event every 100 ms
 	}
 	close(stop)
 	attackWG.Wait()
