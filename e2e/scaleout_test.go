@@ -169,7 +169,7 @@ func TestScaleOutWithFaults(t *testing.T) {
 	marks["kill consume-0"] = time.Now()
 	t.Logf("%6s SIGKILL %s (pid %d); partner accepted %d of %d", since(simStart), consumers[0].name, consumers[0].p.cmd.Process.Pid, accepted(), genReports)
 	consumers[0].p.wait(t, 10*time.Second)
-	time.Sleep(time.Second)
+	time.Sleep(time.Second) // the outage (scenario): the consumer stays down a second
 	startRole(consumers[0])
 	t.Logf("%6s restarted %s", since(simStart), consumers[0].name)
 
@@ -186,7 +186,7 @@ func TestScaleOutWithFaults(t *testing.T) {
 		sinks[0].name, sinks[0].p.cmd.Process.Pid, acceptedAtKill)
 	reporters[0].p.wait(t, 10*time.Second)
 	sinks[0].p.wait(t, 10*time.Second)
-	time.Sleep(time.Second)
+	time.Sleep(time.Second) // the outage (scenario): both stay down a second
 	restartAt := time.Now()
 	marks["restart report-0"] = restartAt
 	startRole(reporters[0])

@@ -94,7 +94,8 @@ func TestSinkReadyzFailsWhileClickHouseIsUnreachable(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	// It stays not ready.
+	// It stays not ready: a negative wait (more than two --retry-max
+	// periods during which /readyz may not turn 200), nothing to poll for.
 	time.Sleep(500 * time.Millisecond)
 	if code, body := readyz(admin); code != http.StatusServiceUnavailable || !strings.Contains(body, "clickhouse") {
 		t.Fatalf("/readyz later: %d %q, want 503 naming clickhouse", code, body)

@@ -64,7 +64,9 @@ func TestWatchRestartsAKilledServer(t *testing.T) {
 	if err := s.Stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(1500 * time.Millisecond) // more than Watch's recheck period
+	// A negative wait: for more than Watch's recheck period nothing may
+	// restart the server, so there is no condition to poll for.
+	time.Sleep(1500 * time.Millisecond)
 	if s.Running() {
 		t.Fatal("Watch restarted a server that was stopped on purpose")
 	}

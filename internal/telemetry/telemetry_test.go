@@ -569,7 +569,9 @@ func TestConsumerLagTransactional(t *testing.T) {
 	txn(2)
 	// The first scrape after a change may still serve the previous
 	// collection's values (seen with the Prometheus exporter here); the
-	// next one reads the new lag.
+	// next one reads the new lag. The pause outlasts MinInterval (1 ms), the
+	// gauge's own clock-based reuse period: time must pass, there is no
+	// event to wait for.
 	time.Sleep(10 * time.Millisecond)
 	scrapeLag(reg)
 	if p0, p1 := scrapeLag(reg); p0 != 2 || p1 != 4 {
