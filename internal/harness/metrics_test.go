@@ -102,8 +102,11 @@ func TestMetricsFollowTheLedger(t *testing.T) {
 	p.Sandbox.SetFaults(sandbox.Faults{Report: sandbox.GroupFaults{FailNext: 25, FailNextStatus: 503}})
 
 	// During the run: the counters move.
-	time.Sleep(500 * time.Millisecond)
 	during := scrape(t, metricsURL)
+	for deadline := time.Now().Add(30 * time.Second); during["playpipe_events_in_total"] <= before["playpipe_events_in_total"] && time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond) // the polling pause
+		during = scrape(t, metricsURL)
+	}
 	if during["playpipe_events_in_total"] <= before["playpipe_events_in_total"] {
 		t.Errorf("events in did not move during the run: %v → %v", before["playpipe_events_in_total"], during["playpipe_events_in_total"])
 	}
