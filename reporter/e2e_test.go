@@ -19,7 +19,7 @@ func TestDeliverAll(t *testing.T) {
 	e.waitLedger(30 * time.Second)
 	// Re-publish the first 50 records: same report ids, new offsets.
 	e.produce(cloneRecords(recs[:50]))
-	time.Sleep(300 * time.Millisecond)
+	e.waitAllCommitted(30 * time.Second) // the re-published records were consumed and finished
 	if err := stop(); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
@@ -121,11 +121,14 @@ func TestStandbyWindow(t *testing.T) {
 	waitFor(t, 20*time.Second, func() bool { return e.sb.Ledger().AcceptedCount >= 200 })
 	e.sb.SetMode(sandbox.ModeStandby)
 	waitFor(t, 10*time.Second, func() bool { return e.sb.Ledger().StandbyCount > 0 })
-	time.Sleep(300 * time.Millisecond) // probes see standby (and adopt standby tokens)
-	e.sb.SetMode(sandbox.ModeLive)     // standby tokens die
+	// Probes see standby (and adopt standby tokens): a session served after
+	// the first standby answer.
+	sessions := e.sb.Ledger().Counters["session"][200]
+	waitFor(t, 10*time.Second, func() bool { return e.sb.Ledger().Counters["session"][200] > sessions })
+	e.sb.SetMode(sandbox.ModeLive) // standby tokens die
 	waitFor(t, 20*time.Second, func() bool { return e.sb.Ledger().AcceptedCount >= 900 })
-	e.sb.SetMode(sandbox.ModeStandby) // a second window
-	time.Sleep(200 * time.Millisecond)
+	e.sb.SetMode(sandbox.ModeStandby)  // a second window
+	time.Sleep(200 * time.Millisecond) // the window's length (scenario), not synchronisation
 	e.sb.SetMode(sandbox.ModeLive)
 	e.waitLedger(30 * time.Second)
 	if err := stop(); err != nil {
@@ -155,12 +158,16 @@ func TestStandbyWindow(t *testing.T) {
 func TestBlockedUserAgent(t *testing.T) {
 	e := newE2E(t, 3)
 	e.publish("blocked", 200, 0, 0)
-	stop := e.start(e.config(), e.client("Go-http-client/1.1"))
+	stop, ended := e.startRun(e.config(), e.client("Go-http-client/1.1"))
 	waitFor(t, 20*time.Second, func() bool {
 		c := e.sb.Ledger().Counters
 		return c["session"][403]+c["report"][403] > 0
 	})
-	time.Sleep(200 * time.Millisecond) // let it stop on its own
+	select { // let it stop on its own
+	case <-ended:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the reporter did not stop on its own after the edge blocked it")
+	}
 	err := stop()
 	if !errors.Is(err, ErrInvalidConfig) {
 		t.Fatalf("Run = %v, want ErrInvalidConfig", err)

@@ -150,21 +150,32 @@ func (e *e2e) config() Config {
 // start runs a reporter until the returned stop is called; stop returns Run's error.
 func (e *e2e) start(cfg Config, api API) (stop func() error) {
 	e.t.Helper()
+	stop, _ = e.startRun(cfg, api)
+	return stop
+}
+
+// startRun is start, and also returns a channel closed when Run returns
+// (on its own, or after stop).
+func (e *e2e) startRun(cfg Config, api API) (stop func() error, ended <-chan struct{}) {
+	e.t.Helper()
 	r, err := New(cfg, api)
 	if err != nil {
 		e.t.Fatalf("New: %v", err)
 	}
 	r.kgoOpts = testGroupOpts
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	var once sync.Once
+	done := make(chan struct{})
 	var runErr error
+	go func() {
+		defer close(done)
+		runErr = r.Run(ctx)
+	}()
+	var once sync.Once
 	stop = func() error {
 		once.Do(func() {
 			cancel()
 			select {
-			case runErr = <-done:
+			case <-done:
 			case <-time.After(30 * time.Second):
 				e.t.Fatal("reporter did not stop within 30s")
 			}
@@ -172,7 +183,7 @@ func (e *e2e) start(cfg Config, api API) (stop func() error) {
 		return runErr
 	}
 	e.t.Cleanup(func() { _ = stop() })
-	return stop
+	return stop, done
 }
 
 // waitLedger waits until every expected report is in the sandbox ledger
@@ -267,7 +278,12 @@ func (e *e2e) checkExactlyOnce(allowDup bool) (dups int) {
 // the reports topic, per partition.
 func (e *e2e) committed() (committed, end map[int32]int64) {
 	e.t.Helper()
-	adm := kadm.NewClient(e.kafka.Client(e.t))
+	return e.committedWith(kadm.NewClient(e.kafka.Client(e.t)))
+}
+
+// committedWith is committed through adm (one client for many polls).
+func (e *e2e) committedWith(adm *kadm.Client) (committed, end map[int32]int64) {
+	e.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	topic := e.kafka.Config.Topics().Reports
@@ -298,6 +314,22 @@ func (e *e2e) checkAllCommitted() {
 			e.t.Errorf("partition %d committed at %d, end offset %d", p, committed[p], o)
 		}
 	}
+}
+
+// waitAllCommitted waits until every partition is committed to its end
+// (the running reporter has finished every record published so far).
+func (e *e2e) waitAllCommitted(timeout time.Duration) {
+	e.t.Helper()
+	adm := kadm.NewClient(e.kafka.Client(e.t))
+	waitFor(e.t, timeout, func() bool {
+		committed, end := e.committedWith(adm)
+		for p, o := range end {
+			if o > 0 && committed[p] != o {
+				return false
+			}
+		}
+		return true
+	})
 }
 
 // deliveries reads every Delivery record published so far.
