@@ -78,10 +78,10 @@ func (t *eventsRows) values() []any {
 	return append(t.cols(), t.key, t.traceID, t.parsed, t.eventID, t.mixID, t.startedAt, t.offsetMS, t.durationMS, t.userID, t.country, t.raw)
 }
 
-func (t *eventsRows) add(r *kgo.Record) {
+func (t *eventsRows) add(r *kgo.Record, f *schemas.PlayerEvent) {
 	t.loc.add(r)
 	raw := recordString(r.Value) // no copy: the decoded strings are slices of it
-	f, parsed := decodeEvent(r.Value, raw)
+	parsed := decodeEvent(r.Value, raw, f)
 	t.key = append(t.key, recordString(r.Key))
 	t.traceID = append(t.traceID, traceIDOf(r))
 	t.parsed = append(t.parsed, parsed)
@@ -95,21 +95,24 @@ func (t *eventsRows) add(r *kgo.Record) {
 	t.raw = append(t.raw, raw)
 }
 
-// decodeEvent returns the columns of an event (raw is string(b), whose
-// substrings the decoded strings are) and whether it parsed. Only a JSON
-// object is parsed: an array, null, a number or a string is "not JSON" to
-// the audit (encoding/json would accept null, and report arrays and numbers
-// as type errors of a valid document); a field of the wrong type is left
-// empty (the event itself is in rejections, with its reason).
-func decodeEvent(b []byte, raw string) (schemas.PlayerEvent, uint8) {
-	var ev schemas.PlayerEvent
+// decodeEvent decodes the columns of an event into *ev (raw is string(b),
+// whose substrings the decoded strings are; ev is the batch's scratch value,
+// so that decoding allocates nothing) and reports whether it parsed. Only a
+// JSON object is parsed: an array, null, a number or a string is "not JSON"
+// to the audit (encoding/json would accept null, and report arrays and
+// numbers as type errors of a valid document); a field of the wrong type is
+// left empty (the event itself is in rejections, with its reason). When it
+// did not parse *ev is the zero value.
+func decodeEvent(b []byte, raw string, ev *schemas.PlayerEvent) uint8 {
 	if t := bytes.TrimLeft(b, " \t\r\n"); len(t) == 0 || t[0] != '{' {
-		return ev, 0
+		*ev = schemas.PlayerEvent{}
+		return 0
 	}
-	if err := lenient(schemas.DecodePlayerEvent(raw, &ev)); err != nil {
-		return schemas.PlayerEvent{}, 0
+	if err := lenient(schemas.DecodePlayerEvent(raw, ev)); err != nil {
+		*ev = schemas.PlayerEvent{}
+		return 0
 	}
-	return ev, 1
+	return 1
 }
 
 type playsRows struct {
@@ -285,6 +288,7 @@ type batch struct {
 	records    int
 	// Decoding scratch, reused record after record so that the decoded
 	// value does not cost an allocation per record.
+	event    schemas.PlayerEvent
 	play     schemas.TrackPlay
 	delivery schemas.Delivery
 	reject   schemas.Rejection
@@ -376,7 +380,7 @@ func (b *batch) add(r *kgo.Record) {
 	}
 	switch r.Topic {
 	case b.topics.Events:
-		b.events.add(r)
+		b.events.add(r, &b.event)
 	case b.topics.Reports:
 		raw := recordString(r.Value) // no copy: the decoded strings are slices of it
 		p := &b.play
@@ -419,8 +423,11 @@ func (b *batch) add(r *kgo.Record) {
 // wrong type is left as encoding/json leaves it (the record's bytes are
 // kept verbatim anyway); only bytes that are not a JSON object are an error.
 func lenient(err error) error {
+	if err == nil {
+		return nil // before errors.As: its target escapes (an allocation per record)
+	}
 	var typeErr *json.UnmarshalTypeError
-	if err != nil && errors.As(err, &typeErr) {
+	if errors.As(err, &typeErr) {
 		return nil
 	}
 	return err
