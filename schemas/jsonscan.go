@@ -124,6 +124,9 @@ func (p *jsonScanner[S]) Key() S {
 	start := p.i + 1
 	for j := start; j < len(p.s); j++ {
 		c := p.s[j]
+		if !strStop[c] {
+			continue // the common case: a plain byte of a plain key
+		}
 		if c == '"' {
 			k := p.s[start:j]
 			p.i = j + 1
@@ -215,6 +218,9 @@ func (p *jsonScanner[S]) StrToken() (tok S, plain bool) {
 	ascii, esc := true, false
 	for j := start + 1; j < len(p.s); j++ {
 		c := p.s[j]
+		if !strStop[c] {
+			continue // the common case: a plain ASCII byte
+		}
 		switch {
 		case c == '"':
 			p.i = j + 1
@@ -249,6 +255,16 @@ func (p *jsonScanner[S]) StrToken() (tok S, plain bool) {
 	p.bad = true
 	return zero, false
 }
+
+// strStop marks the bytes a string scan must look at: the closing quote,
+// a backslash, control characters and non-ASCII bytes. Every other byte is
+// plain content, skipped with one table lookup.
+var strStop = func() (t [256]bool) {
+	for c := range t {
+		t[c] = c == '"' || c == '\\' || c < 0x20 || c >= utf8.RuneSelf
+	}
+	return t
+}()
 
 func validUTF8Of[S string | []byte](s S) bool {
 	switch v := any(s).(type) {
