@@ -285,10 +285,14 @@ func (s *Sink) read(ctx context.Context, cl *kgo.Client, topics kafkax.Topics, q
 	defer close(queue)
 	var cur *batch
 	var deadline time.Time
+	// sizes is the number of rows per table of the last batch sent: a new
+	// batch reserves that much room.
+	var sizes rows
 	// send blocks while the queue is full (it never drops): the writer takes
 	// batches until the queue closes, and when the writer has given up Run
 	// empties the queue, so a send always ends.
 	send := func() {
+		sizes = cur.sizes()
 		queue <- cur
 		cur = nil
 	}
@@ -325,6 +329,7 @@ func (s *Sink) read(ctx context.Context, cl *kgo.Client, topics kafkax.Topics, q
 				case cur = <-free:
 				default:
 					cur = newBatch(topics)
+					cur.reserve(sizes)
 				}
 				deadline = time.Now().Add(s.cfg.Linger)
 			}
