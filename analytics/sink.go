@@ -285,14 +285,17 @@ func (s *Sink) read(ctx context.Context, cl *kgo.Client, topics kafkax.Topics, q
 	defer close(queue)
 	var cur *batch
 	var deadline time.Time
-	// sizes is the number of rows per table of the last batch sent: a new
-	// batch reserves that much room.
+	// sizes is the most rows per table of a batch so far: a batch taken
+	// for filling reserves that much room (a no-op for one that had it).
+	// Columns keep their capacity across reuse, so this is the room they
+	// would reach anyway, without the copies of growing row by row; it
+	// matters when the mix of topics shifts (a fetch is often one topic's).
 	var sizes rows
 	// send blocks while the queue is full (it never drops): the writer takes
 	// batches until the queue closes, and when the writer has given up Run
 	// empties the queue, so a send always ends.
 	send := func() {
-		sizes = cur.sizes()
+		sizes = sizes.max(cur.sizes())
 		queue <- cur
 		cur = nil
 	}
@@ -329,8 +332,8 @@ func (s *Sink) read(ctx context.Context, cl *kgo.Client, topics kafkax.Topics, q
 				case cur = <-free:
 				default:
 					cur = newBatch(topics)
-					cur.reserve(sizes)
 				}
+				cur.reserve(sizes)
 				deadline = time.Now().Add(s.cfg.Linger)
 			}
 			cur.add(r)
