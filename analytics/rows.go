@@ -9,6 +9,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/ClickHouse/ch-go/proto"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/playpipe/playpipe/internal/kafkax"
@@ -26,7 +27,7 @@ const (
 
 // loc is the Kafka location and time columns every table starts with.
 type loc struct {
-	topic  []string
+	topic  proto.ColStr
 	part   []int32
 	offset []int64
 	ts     []time.Time
@@ -36,7 +37,7 @@ type loc struct {
 const locCols = "kafka_topic, kafka_partition, kafka_offset, kafka_time, kafka_time_ms"
 
 func (l *loc) add(r *kgo.Record) {
-	l.topic = append(l.topic, r.Topic)
+	l.topic.Append(r.Topic)
 	l.part = append(l.part, r.Partition)
 	l.offset = append(l.offset, r.Offset)
 	l.ts = append(l.ts, r.Timestamp)
@@ -49,7 +50,7 @@ func (l *loc) add(r *kgo.Record) {
 
 func (l *loc) cols() []any { return []any{l.topic, l.part, l.offset, l.ts, l.tsMS} }
 
-func (l *loc) n() int { return len(l.topic) }
+func (l *loc) n() int { return len(l.offset) }
 
 // table is the column buffer of one ledger table.
 type table interface {
@@ -62,13 +63,13 @@ type table interface {
 
 type eventsRows struct {
 	loc
-	key, traceID         []string
+	key, traceID         proto.ColStr
 	parsed               []uint8
-	eventID              []string
+	eventID              proto.ColStr
 	mixID, startedAt     []int64
 	offsetMS, durationMS []int64
-	userID, country      []string
-	raw                  []string
+	userID, country      proto.ColStr
+	raw                  proto.ColStr
 }
 
 func (t *eventsRows) name() string { return TableEvents }
@@ -83,17 +84,17 @@ func (t *eventsRows) add(r *kgo.Record, f *schemas.PlayerEvent) {
 	t.loc.add(r)
 	raw := recordString(r.Value) // no copy: the decoded strings are slices of it
 	parsed := decodeEvent(r.Value, raw, f)
-	t.key = append(t.key, recordString(r.Key))
-	t.traceID = append(t.traceID, traceIDOf(r))
+	t.key.Append(recordString(r.Key))
+	t.traceID.Append(traceIDOf(r))
 	t.parsed = append(t.parsed, parsed)
-	t.eventID = append(t.eventID, f.EventID)
+	t.eventID.Append(f.EventID)
 	t.mixID = append(t.mixID, f.MixID)
 	t.startedAt = append(t.startedAt, f.StartedAt)
 	t.offsetMS = append(t.offsetMS, f.OffsetMS)
 	t.durationMS = append(t.durationMS, f.DurationMS)
-	t.userID = append(t.userID, f.UserID)
-	t.country = append(t.country, f.Country)
-	t.raw = append(t.raw, raw)
+	t.userID.Append(f.UserID)
+	t.country.Append(f.Country)
+	t.raw.Append(raw)
 }
 
 // decodeEvent decodes the columns of an event into *ev (raw is string(b),
@@ -118,15 +119,15 @@ func decodeEvent(b []byte, raw string, ev *schemas.PlayerEvent) uint8 {
 
 type playsRows struct {
 	loc
-	traceID                                  []string
+	traceID                                  proto.ColStr
 	v                                        []int32
-	reportID, eventID                        []string
+	reportID, eventID                        proto.ColStr
 	mixID                                    []int64
 	position                                 []int32
 	overlapMS                                []int64
 	belowMin, noUserID, standbyListing       []uint8
 	derivedAt, trackID, playedAt, playLength []int64
-	userID, country, isrc, record            []string
+	userID, country, isrc, record            proto.ColStr
 }
 
 func (t *playsRows) name() string { return TablePlays }
@@ -140,10 +141,10 @@ func (t *playsRows) values() []any {
 
 func (t *playsRows) add(r *kgo.Record, p *schemas.TrackPlay, raw string) {
 	t.loc.add(r)
-	t.traceID = append(t.traceID, traceIDOf(r))
+	t.traceID.Append(traceIDOf(r))
 	t.v = append(t.v, int32(p.V))
-	t.reportID = append(t.reportID, p.ReportID)
-	t.eventID = append(t.eventID, p.EventID)
+	t.reportID.Append(p.ReportID)
+	t.eventID.Append(p.EventID)
 	t.mixID = append(t.mixID, p.MixID)
 	t.position = append(t.position, int32(p.Position))
 	t.overlapMS = append(t.overlapMS, p.OverlapMS)
@@ -154,24 +155,24 @@ func (t *playsRows) add(r *kgo.Record, p *schemas.TrackPlay, raw string) {
 	t.trackID = append(t.trackID, p.Report.TrackID)
 	t.playedAt = append(t.playedAt, p.Report.PlayedAt)
 	t.playLength = append(t.playLength, p.Report.PlayLength)
-	t.userID = append(t.userID, p.Report.UserID)
-	t.country = append(t.country, p.Report.Country)
-	t.isrc = append(t.isrc, p.Report.ISRC)
-	t.record = append(t.record, raw)
+	t.userID.Append(p.Report.UserID)
+	t.country.Append(p.Report.Country)
+	t.isrc.Append(p.Report.ISRC)
+	t.record.Append(raw)
 }
 
 type deliveriesRows struct {
 	loc
 	v                          []int32
-	reportID, eventID, outcome []string
+	reportID, eventID, outcome proto.ColStr
 	attempt, httpStatus        []int32
-	servedBy, partner, message []string
+	servedBy, partner, message proto.ColStr
 	fields                     [][]string
-	retryReason                []string
+	retryReason                proto.ColStr
 	latencyUS                  []int64
-	traceID                    []string
+	traceID                    proto.ColStr
 	replay, inDoubt            []uint8
-	replayID, replayReason     []string
+	replayID, replayReason     proto.ColStr
 	atMS                       []int64
 }
 
@@ -186,44 +187,44 @@ func (t *deliveriesRows) values() []any {
 func (t *deliveriesRows) add(r *kgo.Record, d *schemas.Delivery) {
 	t.loc.add(r)
 	t.v = append(t.v, int32(d.V))
-	t.reportID = append(t.reportID, d.ReportID)
-	t.eventID = append(t.eventID, d.EventID)
-	t.outcome = append(t.outcome, d.Outcome)
+	t.reportID.Append(d.ReportID)
+	t.eventID.Append(d.EventID)
+	t.outcome.Append(d.Outcome)
 	t.attempt = append(t.attempt, int32(d.Attempt))
 	t.httpStatus = append(t.httpStatus, int32(d.HTTPStatus))
-	t.servedBy = append(t.servedBy, d.ServedBy)
-	t.partner = append(t.partner, d.Partner)
-	t.message = append(t.message, d.Message)
+	t.servedBy.Append(d.ServedBy)
+	t.partner.Append(d.Partner)
+	t.message.Append(d.Message)
 	f := d.Fields
 	if f == nil {
 		f = []string{}
 	}
 	t.fields = append(t.fields, f)
-	t.retryReason = append(t.retryReason, d.Reason)
+	t.retryReason.Append(d.Reason)
 	t.latencyUS = append(t.latencyUS, d.LatencyUS)
 	tid := d.TraceID
 	if tid == "" {
 		tid = traceIDOf(r)
 	}
-	t.traceID = append(t.traceID, tid)
+	t.traceID.Append(tid)
 	t.replay = append(t.replay, b2u(d.Replay))
 	t.inDoubt = append(t.inDoubt, b2u(d.InDoubt))
-	t.replayID = append(t.replayID, d.ReplayID)
-	t.replayReason = append(t.replayReason, d.ReplayReason)
+	t.replayID.Append(d.ReplayID)
+	t.replayReason.Append(d.ReplayReason)
 	t.atMS = append(t.atMS, d.At)
 }
 
 type rejectionsRows struct {
 	loc
-	traceID           []string
+	traceID           proto.ColStr
 	v                 []int32
-	eventID, reason   []string
+	eventID, reason   proto.ColStr
 	vReasons, vFields [][]string
 	vDetails          [][]string
-	srcTopic          []string
+	srcTopic          proto.ColStr
 	srcPart           []int32
 	srcOffset, atMS   []int64
-	raw               []string
+	raw               proto.ColStr
 }
 
 func (t *rejectionsRows) name() string { return TableRejections }
@@ -236,10 +237,10 @@ func (t *rejectionsRows) values() []any {
 
 func (t *rejectionsRows) add(r *kgo.Record, j *schemas.Rejection) {
 	t.loc.add(r)
-	t.traceID = append(t.traceID, traceIDOf(r))
+	t.traceID.Append(traceIDOf(r))
 	t.v = append(t.v, int32(j.V))
-	t.eventID = append(t.eventID, j.EventID)
-	t.reason = append(t.reason, j.Reason)
+	t.eventID.Append(j.EventID)
+	t.reason.Append(j.Reason)
 	n := len(j.Violations)
 	reasons, fields, details := make([]string, n), make([]string, n), make([]string, n)
 	for i, v := range j.Violations {
@@ -248,7 +249,7 @@ func (t *rejectionsRows) add(r *kgo.Record, j *schemas.Rejection) {
 	t.vReasons = append(t.vReasons, reasons)
 	t.vFields = append(t.vFields, fields)
 	t.vDetails = append(t.vDetails, details)
-	t.srcTopic = append(t.srcTopic, j.Source.Topic)
+	t.srcTopic.Append(j.Source.Topic)
 	t.srcPart = append(t.srcPart, j.Source.Partition)
 	t.srcOffset = append(t.srcOffset, j.Source.Offset)
 	t.atMS = append(t.atMS, j.At)
@@ -258,12 +259,12 @@ func (t *rejectionsRows) add(r *kgo.Record, j *schemas.Rejection) {
 			raw = string(b)
 		}
 	}
-	t.raw = append(t.raw, raw)
+	t.raw.Append(raw)
 }
 
 type malformedRows struct {
 	loc
-	key, errText, raw []string
+	key, errText, raw proto.ColStr
 }
 
 func (t *malformedRows) name() string    { return TableMalformed }
@@ -272,9 +273,9 @@ func (t *malformedRows) values() []any   { return append(t.cols(), t.key, t.errT
 
 func (t *malformedRows) add(r *kgo.Record, err error) {
 	t.loc.add(r)
-	t.key = append(t.key, string(r.Key))
-	t.errText = append(t.errText, err.Error())
-	t.raw = append(t.raw, string(r.Value))
+	t.key.AppendBytes(r.Key)
+	t.errText.Append(err.Error())
+	t.raw.AppendBytes(r.Value)
 }
 
 // batch is the rows of a set of records, one buffer per table, plus the
@@ -347,8 +348,17 @@ func trunc[T any](n int, cols ...*[]T) {
 	}
 }
 
+// truncStr empties the String columns, keeping their capacity, and gives
+// their row offsets room for n rows.
+func truncStr(n int, cols ...*proto.ColStr) {
+	for _, c := range cols {
+		c.Buf = c.Buf[:0]
+		c.Pos = slices.Grow(c.Pos[:0], n)
+	}
+}
+
 func (l *loc) reset(n int) {
-	trunc(n, &l.topic)
+	truncStr(n, &l.topic)
 	trunc(n, &l.part)
 	trunc(n, &l.offset)
 	trunc(n, &l.ts)
@@ -357,14 +367,14 @@ func (l *loc) reset(n int) {
 
 func (t *eventsRows) reset(n int) {
 	t.loc.reset(n)
-	trunc(n, &t.key, &t.traceID, &t.eventID, &t.userID, &t.country, &t.raw)
+	truncStr(n, &t.key, &t.traceID, &t.eventID, &t.userID, &t.country, &t.raw)
 	trunc(n, &t.parsed)
 	trunc(n, &t.mixID, &t.startedAt, &t.offsetMS, &t.durationMS)
 }
 
 func (t *playsRows) reset(n int) {
 	t.loc.reset(n)
-	trunc(n, &t.traceID, &t.reportID, &t.eventID, &t.userID, &t.country, &t.isrc, &t.record)
+	truncStr(n, &t.traceID, &t.reportID, &t.eventID, &t.userID, &t.country, &t.isrc, &t.record)
 	trunc(n, &t.v, &t.position)
 	trunc(n, &t.mixID, &t.overlapMS, &t.derivedAt, &t.trackID, &t.playedAt, &t.playLength)
 	trunc(n, &t.belowMin, &t.noUserID, &t.standbyListing)
@@ -372,7 +382,7 @@ func (t *playsRows) reset(n int) {
 
 func (t *deliveriesRows) reset(n int) {
 	t.loc.reset(n)
-	trunc(n, &t.reportID, &t.eventID, &t.outcome, &t.servedBy, &t.partner, &t.message, &t.retryReason, &t.traceID, &t.replayID, &t.replayReason)
+	truncStr(n, &t.reportID, &t.eventID, &t.outcome, &t.servedBy, &t.partner, &t.message, &t.retryReason, &t.traceID, &t.replayID, &t.replayReason)
 	trunc(n, &t.v, &t.attempt, &t.httpStatus)
 	trunc(n, &t.fields)
 	trunc(n, &t.latencyUS, &t.atMS)
@@ -381,7 +391,7 @@ func (t *deliveriesRows) reset(n int) {
 
 func (t *rejectionsRows) reset(n int) {
 	t.loc.reset(n)
-	trunc(n, &t.traceID, &t.eventID, &t.reason, &t.srcTopic, &t.raw)
+	truncStr(n, &t.traceID, &t.eventID, &t.reason, &t.srcTopic, &t.raw)
 	trunc(n, &t.vReasons, &t.vFields, &t.vDetails)
 	trunc(n, &t.v, &t.srcPart)
 	trunc(n, &t.srcOffset, &t.atMS)
@@ -389,7 +399,7 @@ func (t *rejectionsRows) reset(n int) {
 
 func (t *malformedRows) reset(n int) {
 	t.loc.reset(n)
-	trunc(n, &t.key, &t.errText, &t.raw)
+	truncStr(n, &t.key, &t.errText, &t.raw)
 }
 
 func (b *batch) tables() []table {

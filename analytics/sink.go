@@ -507,48 +507,11 @@ func (s *Sink) insertTable(ctx context.Context, conn driver.Conn, t table) error
 	if err != nil {
 		return err
 	}
-	cols := bt.Columns()
-	for i, col := range t.values() {
-		var err error
-		switch v := col.(type) {
-		case []string:
-			if i < len(cols) {
-				if c, ok := cols[i].(*column.String); ok {
-					reserveStrings(c, v)
-				}
-			}
-			err = bt.Column(i).Append(v)
-		case [][]string:
-			err = appendArrays(bt.Column(i), v)
-		default:
-			err = bt.Column(i).Append(col)
-		}
-		if err != nil {
-			_ = bt.Abort()
-			return fmt.Errorf("column %d: %w", i, err)
-		}
+	if err := fillBatch(bt, t); err != nil {
+		_ = bt.Abort()
+		return err
 	}
 	return bt.Send()
-}
-
-// emptyStrings is an empty Array(String) row, boxed once.
-var emptyStrings any = []string{}
-
-// appendArrays appends an Array(String) column row by row. The driver's
-// Append of a [][]string takes each row through reflection (a boxed
-// reflect.Value and its slow path per row); AppendRow of a []string takes
-// its plain path, and the usual empty row is boxed once.
-func appendArrays(c driver.BatchColumn, rows [][]string) error {
-	for _, r := range rows {
-		var v any = emptyStrings
-		if len(r) > 0 {
-			v = r
-		}
-		if err := c.AppendRow(v); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // backoff is the wait before the next insert or migration attempt:
