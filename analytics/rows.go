@@ -58,7 +58,8 @@ type table interface {
 	columns() string // the INSERT column list
 	values() []any   // one slice per column, in columns() order
 	n() int
-	reset(n int) // empty, keeping capacity, with room for n rows
+	reset(n int)           // empty, keeping capacity, with room for n rows
+	strs() []*proto.ColStr // the String columns
 }
 
 type eventsRows struct {
@@ -312,31 +313,50 @@ func (b *batch) reset() {
 }
 
 // rows is the number of rows of each table of b, in tables() order.
-type rows [5]int
+// room is the size of a batch's columns: rows per table, bytes per String
+// column.
+type room struct {
+	rows  [5]int   // per table, in tables() order
+	bytes [5][]int // per table, per String column in strs() order
+}
 
-// sizes returns the number of rows of each table.
-func (b *batch) sizes() rows {
-	var r rows
+// size returns the rows of each table and the bytes of each String column.
+func (b *batch) size() room {
+	var r room
 	for i, t := range b.tables() {
-		r[i] = t.n()
+		r.rows[i] = t.n()
+		for _, c := range t.strs() {
+			r.bytes[i] = append(r.bytes[i], len(c.Buf))
+		}
 	}
 	return r
 }
 
-// max is the larger of r and o, table by table.
-func (r rows) max(o rows) rows {
-	for i := range r {
-		r[i] = max(r[i], o[i])
+// max is the larger of r and o, column by column (it reuses r's memory).
+func (r room) max(o room) room {
+	for i := range r.rows {
+		r.rows[i] = max(r.rows[i], o.rows[i])
+		for j, n := range o.bytes[i] {
+			if j == len(r.bytes[i]) {
+				r.bytes[i] = append(r.bytes[i], 0)
+			}
+			r.bytes[i][j] = max(r.bytes[i][j], n)
+		}
 	}
 	return r
 }
 
-// reserve gives the columns of an empty b room for r's rows, so that it
-// does not grow its columns row by row (each growth copies the column: a
-// tenth of the sink's CPU while its batches were new).
-func (b *batch) reserve(r rows) {
+// reserve gives the columns of an empty b room for r's rows and bytes, so
+// that it does not grow its columns row by row (each growth copies the
+// column: a tenth of the sink's CPU while its batches were new).
+func (b *batch) reserve(r room) {
 	for i, t := range b.tables() {
-		t.reset(r[i])
+		t.reset(r.rows[i])
+		for j, c := range t.strs() {
+			if j < len(r.bytes[i]) {
+				c.Buf = slices.Grow(c.Buf, r.bytes[i][j])
+			}
+		}
 	}
 }
 
@@ -357,49 +377,72 @@ func truncStr(n int, cols ...*proto.ColStr) {
 	}
 }
 
+// strs are the String columns of l.
+func (l *loc) strs() []*proto.ColStr { return []*proto.ColStr{&l.topic} }
+
 func (l *loc) reset(n int) {
-	truncStr(n, &l.topic)
+	truncStr(n, l.strs()...)
 	trunc(n, &l.part)
 	trunc(n, &l.offset)
 	trunc(n, &l.ts)
 	trunc(n, &l.tsMS)
 }
 
+func (t *eventsRows) strs() []*proto.ColStr {
+	return append(t.loc.strs(), &t.key, &t.traceID, &t.eventID, &t.userID, &t.country, &t.raw)
+}
+
 func (t *eventsRows) reset(n int) {
 	t.loc.reset(n)
-	truncStr(n, &t.key, &t.traceID, &t.eventID, &t.userID, &t.country, &t.raw)
+	truncStr(n, t.strs()...)
 	trunc(n, &t.parsed)
 	trunc(n, &t.mixID, &t.startedAt, &t.offsetMS, &t.durationMS)
 }
 
+func (t *playsRows) strs() []*proto.ColStr {
+	return append(t.loc.strs(), &t.traceID, &t.reportID, &t.eventID, &t.userID, &t.country, &t.isrc, &t.record)
+}
+
 func (t *playsRows) reset(n int) {
 	t.loc.reset(n)
-	truncStr(n, &t.traceID, &t.reportID, &t.eventID, &t.userID, &t.country, &t.isrc, &t.record)
+	truncStr(n, t.strs()...)
 	trunc(n, &t.v, &t.position)
 	trunc(n, &t.mixID, &t.overlapMS, &t.derivedAt, &t.trackID, &t.playedAt, &t.playLength)
 	trunc(n, &t.belowMin, &t.noUserID, &t.standbyListing)
 }
 
+func (t *deliveriesRows) strs() []*proto.ColStr {
+	return append(t.loc.strs(), &t.reportID, &t.eventID, &t.outcome, &t.servedBy, &t.partner, &t.message, &t.retryReason, &t.traceID, &t.replayID, &t.replayReason)
+}
+
 func (t *deliveriesRows) reset(n int) {
 	t.loc.reset(n)
-	truncStr(n, &t.reportID, &t.eventID, &t.outcome, &t.servedBy, &t.partner, &t.message, &t.retryReason, &t.traceID, &t.replayID, &t.replayReason)
+	truncStr(n, t.strs()...)
 	trunc(n, &t.v, &t.attempt, &t.httpStatus)
 	trunc(n, &t.fields)
 	trunc(n, &t.latencyUS, &t.atMS)
 	trunc(n, &t.replay, &t.inDoubt)
 }
 
+func (t *rejectionsRows) strs() []*proto.ColStr {
+	return append(t.loc.strs(), &t.traceID, &t.eventID, &t.reason, &t.srcTopic, &t.raw)
+}
+
 func (t *rejectionsRows) reset(n int) {
 	t.loc.reset(n)
-	truncStr(n, &t.traceID, &t.eventID, &t.reason, &t.srcTopic, &t.raw)
+	truncStr(n, t.strs()...)
 	trunc(n, &t.vReasons, &t.vFields, &t.vDetails)
 	trunc(n, &t.v, &t.srcPart)
 	trunc(n, &t.srcOffset, &t.atMS)
 }
 
+func (t *malformedRows) strs() []*proto.ColStr {
+	return append(t.loc.strs(), &t.key, &t.errText, &t.raw)
+}
+
 func (t *malformedRows) reset(n int) {
 	t.loc.reset(n)
-	truncStr(n, &t.key, &t.errText, &t.raw)
+	truncStr(n, t.strs()...)
 }
 
 func (b *batch) tables() []table {

@@ -285,17 +285,18 @@ func (s *Sink) read(ctx context.Context, cl *kgo.Client, topics kafkax.Topics, q
 	defer close(queue)
 	var cur *batch
 	var deadline time.Time
-	// sizes is the most rows per table of a batch so far: a batch taken
-	// for filling reserves that much room (a no-op for one that had it).
-	// Columns keep their capacity across reuse, so this is the room they
-	// would reach anyway, without the copies of growing row by row; it
-	// matters when the mix of topics shifts (a fetch is often one topic's).
-	var sizes rows
+	// sizes is the most rows per table, and bytes per String column, of a
+	// batch so far: a batch taken for filling reserves that much room (a
+	// no-op for one that had it). Columns keep their capacity across reuse,
+	// so this is the room they would reach anyway, without the copies of
+	// growing row by row; it matters when the mix of topics shifts (a fetch
+	// is often one topic's).
+	var sizes room
 	// send blocks while the queue is full (it never drops): the writer takes
 	// batches until the queue closes, and when the writer has given up Run
 	// empties the queue, so a send always ends.
 	send := func() {
-		sizes = sizes.max(cur.sizes())
+		sizes = sizes.max(cur.size())
 		queue <- cur
 		cur = nil
 	}
