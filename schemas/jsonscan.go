@@ -52,14 +52,12 @@ func (p *jsonScanner[S]) Fail() { p.bad = true }
 func (p *jsonScanner[S]) Pos() int { return p.i }
 
 func (p *jsonScanner[S]) ws() {
-	for p.i < len(p.s) {
-		switch p.s[p.i] {
-		case ' ', '\t', '\n', '\r':
-			p.i++
-		default:
-			return
-		}
+	s, i := p.s, p.i
+	// One comparison for the usual case: no white space before the token.
+	for i < len(s) && s[i] <= ' ' && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r') {
+		i++
 	}
+	p.i = i
 }
 
 // Peek skips white space and returns the next byte, or 0 at the end.
