@@ -83,7 +83,7 @@ func (t *eventsRows) values() []any {
 
 func (t *eventsRows) add(r *kgo.Record, f *schemas.PlayerEvent) {
 	t.loc.add(r)
-	raw := recordString(r.Value) // no copy: the decoded strings are slices of it
+	raw := recordString(r.Value) // no copy: the decoded strings are slices of it; the columns copy
 	parsed := decodeEvent(r.Value, raw, f)
 	t.key.Append(recordString(r.Key))
 	t.traceID.Append(traceIDOf(r))
@@ -518,13 +518,16 @@ func lenient(err error) error {
 }
 
 // recordString returns the bytes of a fetched record (its key or value) as a
-// string without copying them. That is safe because nothing writes to them
-// afterwards: franz-go allocates every fetch's buffers anew and never reuses
-// them (the sink configures no kgo.WithPools), and the sink never modifies a
-// record. The strings pin the fetched buffers of a batch until its rows are
-// inserted and the batch is reused, which the queue already bounds
-// (SinkConfig.QueueBatches): the cost is the same memory as the copies it
-// saves. The copies were ~7 % of the sink's CPU with their GC work.
+// string without copying them, for the decoders (whose strings are then
+// slices of it) and for the String columns, which copy what they append.
+// That is safe because nothing writes to them afterwards: franz-go
+// allocates every fetch's buffers anew and never reuses them (the sink
+// configures no kgo.WithPools), and the sink never modifies a record. Only
+// the Array(String) columns (a delivery's fields, a rejection's violations)
+// keep such strings until the batch is inserted and reused, which pins
+// those fetched buffers for that long (the queue bounds it:
+// SinkConfig.QueueBatches); the decoding scratch values keep the last
+// record of their type.
 func recordString(b []byte) string {
 	if len(b) == 0 {
 		return ""
