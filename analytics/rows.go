@@ -5,9 +5,11 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"slices"
 	"time"
 	"unsafe"
 
+	"github.com/ClickHouse/ch-go/proto"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/playpipe/playpipe/internal/kafkax"
@@ -25,7 +27,7 @@ const (
 
 // loc is the Kafka location and time columns every table starts with.
 type loc struct {
-	topic  []string
+	topic  proto.ColStr
 	part   []int32
 	offset []int64
 	ts     []time.Time
@@ -35,7 +37,7 @@ type loc struct {
 const locCols = "kafka_topic, kafka_partition, kafka_offset, kafka_time, kafka_time_ms"
 
 func (l *loc) add(r *kgo.Record) {
-	l.topic = append(l.topic, r.Topic)
+	l.topic.Append(r.Topic)
 	l.part = append(l.part, r.Partition)
 	l.offset = append(l.offset, r.Offset)
 	l.ts = append(l.ts, r.Timestamp)
@@ -48,7 +50,7 @@ func (l *loc) add(r *kgo.Record) {
 
 func (l *loc) cols() []any { return []any{l.topic, l.part, l.offset, l.ts, l.tsMS} }
 
-func (l *loc) n() int { return len(l.topic) }
+func (l *loc) n() int { return len(l.offset) }
 
 // table is the column buffer of one ledger table.
 type table interface {
@@ -56,18 +58,19 @@ type table interface {
 	columns() string // the INSERT column list
 	values() []any   // one slice per column, in columns() order
 	n() int
-	reset() // empty, keeping capacity
+	reset(n int)           // empty, keeping capacity, with room for n rows
+	strs() []*proto.ColStr // the String columns
 }
 
 type eventsRows struct {
 	loc
-	key, traceID         []string
+	key, traceID         proto.ColStr
 	parsed               []uint8
-	eventID              []string
+	eventID              proto.ColStr
 	mixID, startedAt     []int64
 	offsetMS, durationMS []int64
-	userID, country      []string
-	raw                  []string
+	userID, country      proto.ColStr
+	raw                  proto.ColStr
 }
 
 func (t *eventsRows) name() string { return TableEvents }
@@ -78,51 +81,54 @@ func (t *eventsRows) values() []any {
 	return append(t.cols(), t.key, t.traceID, t.parsed, t.eventID, t.mixID, t.startedAt, t.offsetMS, t.durationMS, t.userID, t.country, t.raw)
 }
 
-func (t *eventsRows) add(r *kgo.Record) {
+func (t *eventsRows) add(r *kgo.Record, f *schemas.PlayerEvent) {
 	t.loc.add(r)
-	raw := recordString(r.Value) // no copy: the decoded strings are slices of it
-	f, parsed := decodeEvent(r.Value, raw)
-	t.key = append(t.key, recordString(r.Key))
-	t.traceID = append(t.traceID, traceIDOf(r))
+	raw := recordString(r.Value) // no copy: the decoded strings are slices of it; the columns copy
+	parsed := decodeEvent(r.Value, raw, f)
+	t.key.Append(recordString(r.Key))
+	t.traceID.Append(traceIDOf(r))
 	t.parsed = append(t.parsed, parsed)
-	t.eventID = append(t.eventID, f.EventID)
+	t.eventID.Append(f.EventID)
 	t.mixID = append(t.mixID, f.MixID)
 	t.startedAt = append(t.startedAt, f.StartedAt)
 	t.offsetMS = append(t.offsetMS, f.OffsetMS)
 	t.durationMS = append(t.durationMS, f.DurationMS)
-	t.userID = append(t.userID, f.UserID)
-	t.country = append(t.country, f.Country)
-	t.raw = append(t.raw, raw)
+	t.userID.Append(f.UserID)
+	t.country.Append(f.Country)
+	t.raw.Append(raw)
 }
 
-// decodeEvent returns the columns of an event (raw is string(b), whose
-// substrings the decoded strings are) and whether it parsed. Only a JSON
-// object is parsed: an array, null, a number or a string is "not JSON" to
-// the audit (encoding/json would accept null, and report arrays and numbers
-// as type errors of a valid document); a field of the wrong type is left
-// empty (the event itself is in rejections, with its reason).
-func decodeEvent(b []byte, raw string) (schemas.PlayerEvent, uint8) {
-	var ev schemas.PlayerEvent
+// decodeEvent decodes the columns of an event into *ev (raw is string(b),
+// whose substrings the decoded strings are; ev is the batch's scratch value,
+// so that decoding allocates nothing) and reports whether it parsed. Only a
+// JSON object is parsed: an array, null, a number or a string is "not JSON"
+// to the audit (encoding/json would accept null, and report arrays and
+// numbers as type errors of a valid document); a field of the wrong type is
+// left empty (the event itself is in rejections, with its reason). When it
+// did not parse *ev is the zero value.
+func decodeEvent(b []byte, raw string, ev *schemas.PlayerEvent) uint8 {
 	if t := bytes.TrimLeft(b, " \t\r\n"); len(t) == 0 || t[0] != '{' {
-		return ev, 0
+		*ev = schemas.PlayerEvent{}
+		return 0
 	}
-	if err := lenient(schemas.DecodePlayerEvent(raw, &ev)); err != nil {
-		return schemas.PlayerEvent{}, 0
+	if err := lenient(schemas.DecodePlayerEvent(raw, ev)); err != nil {
+		*ev = schemas.PlayerEvent{}
+		return 0
 	}
-	return ev, 1
+	return 1
 }
 
 type playsRows struct {
 	loc
-	traceID                                  []string
+	traceID                                  proto.ColStr
 	v                                        []int32
-	reportID, eventID                        []string
+	reportID, eventID                        proto.ColStr
 	mixID                                    []int64
 	position                                 []int32
 	overlapMS                                []int64
 	belowMin, noUserID, standbyListing       []uint8
 	derivedAt, trackID, playedAt, playLength []int64
-	userID, country, isrc, record            []string
+	userID, country, isrc, record            proto.ColStr
 }
 
 func (t *playsRows) name() string { return TablePlays }
@@ -136,10 +142,10 @@ func (t *playsRows) values() []any {
 
 func (t *playsRows) add(r *kgo.Record, p *schemas.TrackPlay, raw string) {
 	t.loc.add(r)
-	t.traceID = append(t.traceID, traceIDOf(r))
+	t.traceID.Append(traceIDOf(r))
 	t.v = append(t.v, int32(p.V))
-	t.reportID = append(t.reportID, p.ReportID)
-	t.eventID = append(t.eventID, p.EventID)
+	t.reportID.Append(p.ReportID)
+	t.eventID.Append(p.EventID)
 	t.mixID = append(t.mixID, p.MixID)
 	t.position = append(t.position, int32(p.Position))
 	t.overlapMS = append(t.overlapMS, p.OverlapMS)
@@ -150,24 +156,24 @@ func (t *playsRows) add(r *kgo.Record, p *schemas.TrackPlay, raw string) {
 	t.trackID = append(t.trackID, p.Report.TrackID)
 	t.playedAt = append(t.playedAt, p.Report.PlayedAt)
 	t.playLength = append(t.playLength, p.Report.PlayLength)
-	t.userID = append(t.userID, p.Report.UserID)
-	t.country = append(t.country, p.Report.Country)
-	t.isrc = append(t.isrc, p.Report.ISRC)
-	t.record = append(t.record, raw)
+	t.userID.Append(p.Report.UserID)
+	t.country.Append(p.Report.Country)
+	t.isrc.Append(p.Report.ISRC)
+	t.record.Append(raw)
 }
 
 type deliveriesRows struct {
 	loc
 	v                          []int32
-	reportID, eventID, outcome []string
+	reportID, eventID, outcome proto.ColStr
 	attempt, httpStatus        []int32
-	servedBy, partner, message []string
+	servedBy, partner, message proto.ColStr
 	fields                     [][]string
-	retryReason                []string
+	retryReason                proto.ColStr
 	latencyUS                  []int64
-	traceID                    []string
+	traceID                    proto.ColStr
 	replay, inDoubt            []uint8
-	replayID, replayReason     []string
+	replayID, replayReason     proto.ColStr
 	atMS                       []int64
 }
 
@@ -182,44 +188,44 @@ func (t *deliveriesRows) values() []any {
 func (t *deliveriesRows) add(r *kgo.Record, d *schemas.Delivery) {
 	t.loc.add(r)
 	t.v = append(t.v, int32(d.V))
-	t.reportID = append(t.reportID, d.ReportID)
-	t.eventID = append(t.eventID, d.EventID)
-	t.outcome = append(t.outcome, d.Outcome)
+	t.reportID.Append(d.ReportID)
+	t.eventID.Append(d.EventID)
+	t.outcome.Append(d.Outcome)
 	t.attempt = append(t.attempt, int32(d.Attempt))
 	t.httpStatus = append(t.httpStatus, int32(d.HTTPStatus))
-	t.servedBy = append(t.servedBy, d.ServedBy)
-	t.partner = append(t.partner, d.Partner)
-	t.message = append(t.message, d.Message)
+	t.servedBy.Append(d.ServedBy)
+	t.partner.Append(d.Partner)
+	t.message.Append(d.Message)
 	f := d.Fields
 	if f == nil {
 		f = []string{}
 	}
 	t.fields = append(t.fields, f)
-	t.retryReason = append(t.retryReason, d.Reason)
+	t.retryReason.Append(d.Reason)
 	t.latencyUS = append(t.latencyUS, d.LatencyUS)
 	tid := d.TraceID
 	if tid == "" {
 		tid = traceIDOf(r)
 	}
-	t.traceID = append(t.traceID, tid)
+	t.traceID.Append(tid)
 	t.replay = append(t.replay, b2u(d.Replay))
 	t.inDoubt = append(t.inDoubt, b2u(d.InDoubt))
-	t.replayID = append(t.replayID, d.ReplayID)
-	t.replayReason = append(t.replayReason, d.ReplayReason)
+	t.replayID.Append(d.ReplayID)
+	t.replayReason.Append(d.ReplayReason)
 	t.atMS = append(t.atMS, d.At)
 }
 
 type rejectionsRows struct {
 	loc
-	traceID           []string
+	traceID           proto.ColStr
 	v                 []int32
-	eventID, reason   []string
+	eventID, reason   proto.ColStr
 	vReasons, vFields [][]string
 	vDetails          [][]string
-	srcTopic          []string
+	srcTopic          proto.ColStr
 	srcPart           []int32
 	srcOffset, atMS   []int64
-	raw               []string
+	raw               proto.ColStr
 }
 
 func (t *rejectionsRows) name() string { return TableRejections }
@@ -232,10 +238,10 @@ func (t *rejectionsRows) values() []any {
 
 func (t *rejectionsRows) add(r *kgo.Record, j *schemas.Rejection) {
 	t.loc.add(r)
-	t.traceID = append(t.traceID, traceIDOf(r))
+	t.traceID.Append(traceIDOf(r))
 	t.v = append(t.v, int32(j.V))
-	t.eventID = append(t.eventID, j.EventID)
-	t.reason = append(t.reason, j.Reason)
+	t.eventID.Append(j.EventID)
+	t.reason.Append(j.Reason)
 	n := len(j.Violations)
 	reasons, fields, details := make([]string, n), make([]string, n), make([]string, n)
 	for i, v := range j.Violations {
@@ -244,7 +250,7 @@ func (t *rejectionsRows) add(r *kgo.Record, j *schemas.Rejection) {
 	t.vReasons = append(t.vReasons, reasons)
 	t.vFields = append(t.vFields, fields)
 	t.vDetails = append(t.vDetails, details)
-	t.srcTopic = append(t.srcTopic, j.Source.Topic)
+	t.srcTopic.Append(j.Source.Topic)
 	t.srcPart = append(t.srcPart, j.Source.Partition)
 	t.srcOffset = append(t.srcOffset, j.Source.Offset)
 	t.atMS = append(t.atMS, j.At)
@@ -254,12 +260,12 @@ func (t *rejectionsRows) add(r *kgo.Record, j *schemas.Rejection) {
 			raw = string(b)
 		}
 	}
-	t.raw = append(t.raw, raw)
+	t.raw.Append(raw)
 }
 
 type malformedRows struct {
 	loc
-	key, errText, raw []string
+	key, errText, raw proto.ColStr
 }
 
 func (t *malformedRows) name() string    { return TableMalformed }
@@ -268,9 +274,9 @@ func (t *malformedRows) values() []any   { return append(t.cols(), t.key, t.errT
 
 func (t *malformedRows) add(r *kgo.Record, err error) {
 	t.loc.add(r)
-	t.key = append(t.key, string(r.Key))
-	t.errText = append(t.errText, err.Error())
-	t.raw = append(t.raw, string(r.Value))
+	t.key.AppendBytes(r.Key)
+	t.errText.Append(err.Error())
+	t.raw.AppendBytes(r.Value)
 }
 
 // batch is the rows of a set of records, one buffer per table, plus the
@@ -285,6 +291,7 @@ type batch struct {
 	records    int
 	// Decoding scratch, reused record after record so that the decoded
 	// value does not cost an allocation per record.
+	event    schemas.PlayerEvent
 	play     schemas.TrackPlay
 	delivery schemas.Delivery
 	reject   schemas.Rejection
@@ -299,62 +306,143 @@ func newBatch(t kafkax.Topics) *batch {
 // reset empties b for reuse, keeping the columns' capacity.
 func (b *batch) reset() {
 	for _, t := range b.tables() {
-		t.reset()
+		t.reset(0)
 	}
 	b.records = 0
 	clear(b.next)
 }
 
-// trunc empties the column slices, keeping their capacity.
-func trunc[T any](cols ...*[]T) {
-	for _, c := range cols {
-		*c = (*c)[:0]
+// rows is the number of rows of each table of b, in tables() order.
+// room is the size of a batch's columns: rows per table, bytes per String
+// column.
+type room struct {
+	rows  [5]int   // per table, in tables() order
+	bytes [5][]int // per table, per String column in strs() order
+}
+
+// size returns the rows of each table and the bytes of each String column.
+func (b *batch) size() room {
+	var r room
+	for i, t := range b.tables() {
+		r.rows[i] = t.n()
+		for _, c := range t.strs() {
+			r.bytes[i] = append(r.bytes[i], len(c.Buf))
+		}
+	}
+	return r
+}
+
+// max is the larger of r and o, column by column (it reuses r's memory).
+func (r room) max(o room) room {
+	for i := range r.rows {
+		r.rows[i] = max(r.rows[i], o.rows[i])
+		for j, n := range o.bytes[i] {
+			if j == len(r.bytes[i]) {
+				r.bytes[i] = append(r.bytes[i], 0)
+			}
+			r.bytes[i][j] = max(r.bytes[i][j], n)
+		}
+	}
+	return r
+}
+
+// reserve gives the columns of an empty b room for r's rows and bytes, so
+// that it does not grow its columns row by row (each growth copies the
+// column: a tenth of the sink's CPU while its batches were new).
+func (b *batch) reserve(r room) {
+	for i, t := range b.tables() {
+		t.reset(r.rows[i])
+		for j, c := range t.strs() {
+			if j < len(r.bytes[i]) {
+				c.Buf = slices.Grow(c.Buf, r.bytes[i][j])
+			}
+		}
 	}
 }
 
-func (l *loc) reset() {
-	trunc(&l.topic)
-	trunc(&l.part)
-	trunc(&l.offset)
-	trunc(&l.ts)
-	trunc(&l.tsMS)
+// trunc empties the column slices, keeping their capacity, and gives them
+// room for n rows.
+func trunc[T any](n int, cols ...*[]T) {
+	for _, c := range cols {
+		*c = slices.Grow((*c)[:0], n)
+	}
 }
 
-func (t *eventsRows) reset() {
-	t.loc.reset()
-	trunc(&t.key, &t.traceID, &t.eventID, &t.userID, &t.country, &t.raw)
-	trunc(&t.parsed)
-	trunc(&t.mixID, &t.startedAt, &t.offsetMS, &t.durationMS)
+// truncStr empties the String columns, keeping their capacity, and gives
+// their row offsets room for n rows.
+func truncStr(n int, cols ...*proto.ColStr) {
+	for _, c := range cols {
+		c.Buf = c.Buf[:0]
+		c.Pos = slices.Grow(c.Pos[:0], n)
+	}
 }
 
-func (t *playsRows) reset() {
-	t.loc.reset()
-	trunc(&t.traceID, &t.reportID, &t.eventID, &t.userID, &t.country, &t.isrc, &t.record)
-	trunc(&t.v, &t.position)
-	trunc(&t.mixID, &t.overlapMS, &t.derivedAt, &t.trackID, &t.playedAt, &t.playLength)
-	trunc(&t.belowMin, &t.noUserID, &t.standbyListing)
+// strs are the String columns of l.
+func (l *loc) strs() []*proto.ColStr { return []*proto.ColStr{&l.topic} }
+
+func (l *loc) reset(n int) {
+	truncStr(n, l.strs()...)
+	trunc(n, &l.part)
+	trunc(n, &l.offset)
+	trunc(n, &l.ts)
+	trunc(n, &l.tsMS)
 }
 
-func (t *deliveriesRows) reset() {
-	t.loc.reset()
-	trunc(&t.reportID, &t.eventID, &t.outcome, &t.servedBy, &t.partner, &t.message, &t.retryReason, &t.traceID, &t.replayID, &t.replayReason)
-	trunc(&t.v, &t.attempt, &t.httpStatus)
-	trunc(&t.fields)
-	trunc(&t.latencyUS, &t.atMS)
-	trunc(&t.replay, &t.inDoubt)
+func (t *eventsRows) strs() []*proto.ColStr {
+	return append(t.loc.strs(), &t.key, &t.traceID, &t.eventID, &t.userID, &t.country, &t.raw)
 }
 
-func (t *rejectionsRows) reset() {
-	t.loc.reset()
-	trunc(&t.traceID, &t.eventID, &t.reason, &t.srcTopic, &t.raw)
-	trunc(&t.vReasons, &t.vFields, &t.vDetails)
-	trunc(&t.v, &t.srcPart)
-	trunc(&t.srcOffset, &t.atMS)
+func (t *eventsRows) reset(n int) {
+	t.loc.reset(n)
+	truncStr(n, t.strs()...)
+	trunc(n, &t.parsed)
+	trunc(n, &t.mixID, &t.startedAt, &t.offsetMS, &t.durationMS)
 }
 
-func (t *malformedRows) reset() {
-	t.loc.reset()
-	trunc(&t.key, &t.errText, &t.raw)
+func (t *playsRows) strs() []*proto.ColStr {
+	return append(t.loc.strs(), &t.traceID, &t.reportID, &t.eventID, &t.userID, &t.country, &t.isrc, &t.record)
+}
+
+func (t *playsRows) reset(n int) {
+	t.loc.reset(n)
+	truncStr(n, t.strs()...)
+	trunc(n, &t.v, &t.position)
+	trunc(n, &t.mixID, &t.overlapMS, &t.derivedAt, &t.trackID, &t.playedAt, &t.playLength)
+	trunc(n, &t.belowMin, &t.noUserID, &t.standbyListing)
+}
+
+func (t *deliveriesRows) strs() []*proto.ColStr {
+	return append(t.loc.strs(), &t.reportID, &t.eventID, &t.outcome, &t.servedBy, &t.partner, &t.message, &t.retryReason, &t.traceID, &t.replayID, &t.replayReason)
+}
+
+func (t *deliveriesRows) reset(n int) {
+	t.loc.reset(n)
+	truncStr(n, t.strs()...)
+	trunc(n, &t.v, &t.attempt, &t.httpStatus)
+	trunc(n, &t.fields)
+	trunc(n, &t.latencyUS, &t.atMS)
+	trunc(n, &t.replay, &t.inDoubt)
+}
+
+func (t *rejectionsRows) strs() []*proto.ColStr {
+	return append(t.loc.strs(), &t.traceID, &t.eventID, &t.reason, &t.srcTopic, &t.raw)
+}
+
+func (t *rejectionsRows) reset(n int) {
+	t.loc.reset(n)
+	truncStr(n, t.strs()...)
+	trunc(n, &t.vReasons, &t.vFields, &t.vDetails)
+	trunc(n, &t.v, &t.srcPart)
+	trunc(n, &t.srcOffset, &t.atMS)
+}
+
+func (t *malformedRows) strs() []*proto.ColStr {
+	return append(t.loc.strs(), &t.key, &t.errText, &t.raw)
+}
+
+func (t *malformedRows) reset(n int) {
+	t.loc.reset(n)
+	truncStr(n, t.strs()...)
 }
 
 func (b *batch) tables() []table {
@@ -376,7 +464,7 @@ func (b *batch) add(r *kgo.Record) {
 	}
 	switch r.Topic {
 	case b.topics.Events:
-		b.events.add(r)
+		b.events.add(r, &b.event)
 	case b.topics.Reports:
 		raw := recordString(r.Value) // no copy: the decoded strings are slices of it
 		p := &b.play
@@ -419,21 +507,27 @@ func (b *batch) add(r *kgo.Record) {
 // wrong type is left as encoding/json leaves it (the record's bytes are
 // kept verbatim anyway); only bytes that are not a JSON object are an error.
 func lenient(err error) error {
+	if err == nil {
+		return nil // before errors.As: its target escapes (an allocation per record)
+	}
 	var typeErr *json.UnmarshalTypeError
-	if err != nil && errors.As(err, &typeErr) {
+	if errors.As(err, &typeErr) {
 		return nil
 	}
 	return err
 }
 
 // recordString returns the bytes of a fetched record (its key or value) as a
-// string without copying them. That is safe because nothing writes to them
-// afterwards: franz-go allocates every fetch's buffers anew and never reuses
-// them (the sink configures no kgo.WithPools), and the sink never modifies a
-// record. The strings pin the fetched buffers of a batch until its rows are
-// inserted and the batch is reused, which the queue already bounds
-// (SinkConfig.QueueBatches): the cost is the same memory as the copies it
-// saves. The copies were ~7 % of the sink's CPU with their GC work.
+// string without copying them, for the decoders (whose strings are then
+// slices of it) and for the String columns, which copy what they append.
+// That is safe because nothing writes to them afterwards: franz-go
+// allocates every fetch's buffers anew and never reuses them (the sink
+// configures no kgo.WithPools), and the sink never modifies a record. Only
+// the Array(String) columns (a delivery's fields, a rejection's violations)
+// keep such strings until the batch is inserted and reused, which pins
+// those fetched buffers for that long (the queue bounds it:
+// SinkConfig.QueueBatches); the decoding scratch values keep the last
+// record of their type.
 func recordString(b []byte) string {
 	if len(b) == 0 {
 		return ""

@@ -294,10 +294,18 @@ func (s *Sink) read(ctx context.Context, cl *kgo.Client, topics kafkax.Topics, q
 	defer close(queue)
 	var cur *batch
 	var deadline time.Time
+	// sizes is the most rows per table, and bytes per String column, of a
+	// batch so far: a batch taken for filling reserves that much room (a
+	// no-op for one that had it). Columns keep their capacity across reuse,
+	// so this is the room they would reach anyway, without the copies of
+	// growing row by row; it matters when the mix of topics shifts (a fetch
+	// is often one topic's).
+	var sizes room
 	// send blocks while the queue is full (it never drops): the writer takes
 	// batches until the queue closes, and when the writer has given up Run
 	// empties the queue, so a send always ends.
 	send := func() {
+		sizes = sizes.max(cur.size())
 		queue <- cur
 		cur = nil
 	}
@@ -335,6 +343,7 @@ func (s *Sink) read(ctx context.Context, cl *kgo.Client, topics kafkax.Topics, q
 				default:
 					cur = newBatch(topics)
 				}
+				cur.reserve(sizes)
 				deadline = time.Now().Add(s.cfg.Linger)
 			}
 			cur.add(r)
@@ -508,17 +517,9 @@ func (s *Sink) insertTable(ctx context.Context, conn driver.Conn, t table) error
 	if err != nil {
 		return err
 	}
-	cols := bt.Columns()
-	for i, col := range t.values() {
-		if v, ok := col.([]string); ok && i < len(cols) {
-			if c, ok := cols[i].(*column.String); ok {
-				reserveStrings(c, v)
-			}
-		}
-		if err := bt.Column(i).Append(col); err != nil {
-			_ = bt.Abort()
-			return fmt.Errorf("column %d: %w", i, err)
-		}
+	if err := fillBatch(bt, t); err != nil {
+		_ = bt.Abort()
+		return err
 	}
 	return bt.Send()
 }
@@ -530,7 +531,8 @@ func (s *Sink) backoff(attempt int) time.Duration {
 }
 
 // reserveStrings makes an empty String column hold vals' bytes without
-// growing. The driver appends a batch's strings one by one to a column
+// growing, on the fallback path of appendColumn (when the sink cannot hand
+// its columns to the driver, see columns.go). The driver appends a batch's strings one by one to a column
 // buffer that starts empty for every insert, so a 10k-row column of record
 // bodies was reallocated and copied ~20 times: that growth was a quarter of
 // the sink's CPU (pprof of BenchmarkSinkEndToEnd). Appending one zero-filled

@@ -15,7 +15,7 @@ import (
 
 // benchRecords returns n records in the pipeline's proportions: for every
 // event one track play and one delivery.
-func benchRecords(b *testing.B, topics kafkax.Topics, n int) []*kgo.Record {
+func benchRecords(b testing.TB, topics kafkax.Topics, n int) []*kgo.Record {
 	now := time.Now()
 	out := make([]*kgo.Record, 0, n)
 	for i := 0; len(out) < n; i++ {

@@ -151,23 +151,23 @@ func playReport[S string | []byte](p *jsonScanner[S], r *PlayReport) {
 	for first := true; p.More('}', &first); {
 		switch k := p.Key(); string(k) {
 		case "trackid", "playedat", "playlength", "vendor":
-			if p.Once(&seen, reportBit(k)) {
-				p.Int64(reportInt(r, k))
+			if dst, bit := reportInt(r, k); p.Once(&seen, bit) {
+				p.Int64(dst)
 			}
 		case "sourcestream", "sourcedetail", "os", "device", "country", "userid", "isrc":
-			if p.Once(&seen, reportBit(k)) {
-				p.Str(reportStr(r, k))
+			if dst, bit := reportStr(r, k); p.Once(&seen, bit) {
+				p.Str(dst)
 			}
 		case "endreason":
-			if p.Once(&seen, reportBit(k)) {
+			if p.Once(&seen, 1<<11) {
 				r.EndReason = optInt(p, &optional().endReason)
 			}
 		case "cachedplay":
-			if p.Once(&seen, reportBit(k)) {
+			if p.Once(&seen, 1<<12) {
 				r.CachedPlay = optBool(p, &optional().cached)
 			}
 		case "jumpforward":
-			if p.Once(&seen, reportBit(k)) {
+			if p.Once(&seen, 1<<13) {
 				r.JumpForward = optBool(p, &optional().jumpForward)
 			}
 		default:
@@ -176,44 +176,38 @@ func playReport[S string | []byte](p *jsonScanner[S], r *PlayReport) {
 	}
 }
 
-// reportBit is the duplicate-detection bit of a known report key.
-func reportBit[S string | []byte](k S) uint32 {
-	for i, n := range reportKeys {
-		if n == string(k) {
-			return 1 << i
-		}
-	}
-	return 0
-}
-
-func reportInt[S string | []byte](r *PlayReport, k S) *int64 {
+// reportInt returns the integer field of r named k (one of the four cases
+// of playReport) and its duplicate-detection bit.
+func reportInt[S string | []byte](r *PlayReport, k S) (*int64, uint32) {
 	switch string(k) {
 	case "trackid":
-		return &r.TrackID
+		return &r.TrackID, 1 << 0
 	case "playedat":
-		return &r.PlayedAt
+		return &r.PlayedAt, 1 << 1
 	case "playlength":
-		return &r.PlayLength
+		return &r.PlayLength, 1 << 2
 	}
-	return &r.Vendor
+	return &r.Vendor, 1 << 8
 }
 
-func reportStr[S string | []byte](r *PlayReport, k S) *string {
+// reportStr returns the string field of r named k (one of the seven cases
+// of playReport) and its duplicate-detection bit.
+func reportStr[S string | []byte](r *PlayReport, k S) (*string, uint32) {
 	switch string(k) {
 	case "sourcestream":
-		return &r.SourceStream
+		return &r.SourceStream, 1 << 3
 	case "sourcedetail":
-		return &r.SourceDetail
+		return &r.SourceDetail, 1 << 4
 	case "os":
-		return &r.OS
+		return &r.OS, 1 << 5
 	case "device":
-		return &r.Device
+		return &r.Device, 1 << 6
 	case "country":
-		return &r.Country
+		return &r.Country, 1 << 7
 	case "userid":
-		return &r.UserID
+		return &r.UserID, 1 << 9
 	}
-	return &r.ISRC
+	return &r.ISRC, 1 << 10
 }
 
 // optInt decodes an optional integer: nil for null, else dst holding it.

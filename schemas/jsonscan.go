@@ -1,10 +1,6 @@
 package schemas
 
-import (
-	"unicode"
-	"unicode/utf16"
-	"unicode/utf8"
-)
+import "unicode/utf8"
 
 // jsonScanner is the validating, allocation-free JSON reader under every
 // hand-written decoder of this package (the player event's fast path, the
@@ -52,14 +48,12 @@ func (p *jsonScanner[S]) Fail() { p.bad = true }
 func (p *jsonScanner[S]) Pos() int { return p.i }
 
 func (p *jsonScanner[S]) ws() {
-	for p.i < len(p.s) {
-		switch p.s[p.i] {
-		case ' ', '\t', '\n', '\r':
-			p.i++
-		default:
-			return
-		}
+	s, i := p.s, p.i
+	// One comparison for the usual case: no white space before the token.
+	for i < len(s) && s[i] <= ' ' && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r') {
+		i++
 	}
+	p.i = i
 }
 
 // Peek skips white space and returns the next byte, or 0 at the end.
@@ -124,6 +118,9 @@ func (p *jsonScanner[S]) Key() S {
 	start := p.i + 1
 	for j := start; j < len(p.s); j++ {
 		c := p.s[j]
+		if !strStop[c] {
+			continue // the common case: a plain byte of a plain key
+		}
 		if c == '"' {
 			k := p.s[start:j]
 			p.i = j + 1
@@ -215,6 +212,9 @@ func (p *jsonScanner[S]) StrToken() (tok S, plain bool) {
 	ascii, esc := true, false
 	for j := start + 1; j < len(p.s); j++ {
 		c := p.s[j]
+		if !strStop[c] {
+			continue // the common case: a plain ASCII byte
+		}
 		switch {
 		case c == '"':
 			p.i = j + 1
@@ -249,6 +249,16 @@ func (p *jsonScanner[S]) StrToken() (tok S, plain bool) {
 	p.bad = true
 	return zero, false
 }
+
+// strStop marks the bytes a string scan must look at: the closing quote,
+// a backslash, control characters and non-ASCII bytes. Every other byte is
+// plain content, skipped with one table lookup.
+var strStop = func() (t [256]bool) {
+	for c := range t {
+		t[c] = c == '"' || c == '\\' || c < 0x20 || c >= utf8.RuneSelf
+	}
+	return t
+}()
 
 func validUTF8Of[S string | []byte](s S) bool {
 	switch v := any(s).(type) {
@@ -501,96 +511,4 @@ func (p *jsonScanner[S]) StrList(dst *[]string) {
 		out = append(out, s)
 	}
 	*dst = out
-}
-
-// hex4 decodes four hex digits, or returns -1.
-func hex4[S string | []byte](b S) rune {
-	var r rune
-	for i := 0; i < 4; i++ {
-		c := b[i]
-		switch {
-		case '0' <= c && c <= '9':
-			c -= '0'
-		case 'a' <= c && c <= 'f':
-			c = c - 'a' + 10
-		case 'A' <= c && c <= 'F':
-			c = c - 'A' + 10
-		default:
-			return -1
-		}
-		r = r*16 + rune(c)
-	}
-	return r
-}
-
-// unquoteJSON decodes the contents of a JSON string already validated by
-// StrToken exactly as encoding/json does: an unpaired surrogate escape and
-// each byte of invalid UTF-8 become U+FFFD.
-func unquoteJSON[S string | []byte](s S) string {
-	b := make([]byte, 0, len(s))
-	for i := 0; i < len(s); {
-		c := s[i]
-		switch {
-		case c == '\\':
-			i = unescapeJSON(&b, s, i)
-		case c < utf8.RuneSelf:
-			b = append(b, c)
-			i++
-		default:
-			r, size := decodeRune(s[i:])
-			if r == utf8.RuneError && size == 1 {
-				b = utf8.AppendRune(b, unicode.ReplacementChar)
-			} else {
-				b = append(b, s[i:i+size]...)
-			}
-			i += size
-		}
-	}
-	return string(b)
-}
-
-// unescapeJSON appends the escape at s[i] (a validated one) to *b and
-// returns the index after it.
-func unescapeJSON[S string | []byte](b *[]byte, s S, i int) int {
-	switch c := s[i+1]; c {
-	case 'b':
-		*b = append(*b, '\b')
-	case 'f':
-		*b = append(*b, '\f')
-	case 'n':
-		*b = append(*b, '\n')
-	case 'r':
-		*b = append(*b, '\r')
-	case 't':
-		*b = append(*b, '\t')
-	case 'u':
-		rr := hex4(s[i+2 : i+6])
-		i += 6
-		if utf16.IsSurrogate(rr) {
-			if i+6 <= len(s) && s[i] == '\\' && s[i+1] == 'u' {
-				if rr1 := hex4(s[i+2 : i+6]); rr1 >= 0 {
-					if dec := utf16.DecodeRune(rr, rr1); dec != unicode.ReplacementChar {
-						*b = utf8.AppendRune(*b, dec)
-						return i + 6
-					}
-				}
-			}
-			rr = unicode.ReplacementChar
-		}
-		*b = utf8.AppendRune(*b, rr)
-		return i
-	default: // '"', '\\', '/'
-		*b = append(*b, c)
-	}
-	return i + 2
-}
-
-func decodeRune[S string | []byte](s S) (rune, int) {
-	switch v := any(s).(type) {
-	case string:
-		return utf8.DecodeRuneInString(v)
-	case []byte:
-		return utf8.DecodeRune(v)
-	}
-	return utf8.RuneError, 1
 }
