@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/playpipe/playpipe/internal/stacks"
 
 	"github.com/playpipe/playpipe/partnerapi"
 )
@@ -136,7 +136,7 @@ func TestMixCacheSingleFlight(t *testing.T) {
 	// Let all of them queue up behind the one fetch (the leader waits in
 	// the source for the gate, 49 in Get for its flight), then release it.
 	waitFor(t, 5*time.Second, "50 Gets blocked behind one fetch", func() bool {
-		return src.callsOf(42) == 1 && blockedIn("consumer.(*MixCache).Get(") == 50
+		return src.callsOf(42) == 1 && stacks.BlockedIn("consumer.(*MixCache).Get(") == 50
 	})
 	src.mu.Lock()
 	close(src.gate)
@@ -157,29 +157,6 @@ func TestMixCacheSingleFlight(t *testing.T) {
 	if s := c.Stats(); s.Fetches != 1 || s.Hits < 1 {
 		t.Fatalf("stats %+v", s)
 	}
-}
-
-// blockedIn counts the goroutines blocked (in a select or a channel
-// operation) with fn in their stack, e.g. "consumer.(*MixCache).Get(".
-func blockedIn(fn string) int {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
-	count := 0
-	for _, g := range strings.Split(string(buf), "\n\n") {
-		head, _, _ := strings.Cut(g, "\n")
-		blocked := strings.Contains(head, "[select") || strings.Contains(head, "[chan ")
-		if blocked && strings.Contains(g, fn) {
-			count++
-		}
-	}
-	return count
 }
 
 func TestMixCacheTTLAndStandby(t *testing.T) {

@@ -8,12 +8,13 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/playpipe/playpipe/internal/stacks"
 
 	"github.com/playpipe/playpipe/schemas"
 )
@@ -356,7 +357,7 @@ func TestSingleFlightRenewal(t *testing.T) {
 		})
 	}
 	// Let them all queue behind the one session call.
-	waitFor(t, "50 callers waiting for the session call", func() bool { return blockedIn("partnerapi.(*slot).renew(") == 50 })
+	waitFor(t, "50 callers waiting for the session call", func() bool { return stacks.BlockedIn("partnerapi.(*slot).renew(") == 50 })
 	close(f.sessWait)
 	wg.Wait()
 	close(errs)
@@ -630,29 +631,6 @@ func (c *fakeClock) Add(d time.Duration) {
 }
 
 // waitFor polls cond (work in background goroutines) for up to 5 s.
-// blockedIn counts the goroutines blocked (in a select or a channel
-// operation) with fn in their stack, e.g. "partnerapi.(*slot).renew(".
-func blockedIn(fn string) int {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
-	count := 0
-	for _, g := range strings.Split(string(buf), "\n\n") {
-		head, _, _ := strings.Cut(g, "\n")
-		blocked := strings.Contains(head, "[select") || strings.Contains(head, "[chan ")
-		if blocked && strings.Contains(g, fn) {
-			count++
-		}
-	}
-	return count
-}
-
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
