@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -140,7 +139,7 @@ func (rn *run) post(j *job) *kgo.Record {
 	// A consumer span per attempt ("process <topic>", messaging semantic
 	// conventions) continues the trace the record carries (or starts one);
 	// the delivery span and the partner API's HTTP span are inside it.
-	ctx, proc := rn.met.tracer.Start(telemetry.Extract(rn.postCtx, j.rec), processSpanName(j.rec.Topic), consumerSpan...)
+	ctx, proc := rn.met.tracer.Start(telemetry.Extract(rn.postCtx, j.rec), rn.processSpan, consumerSpan...)
 	defer proc.End()
 	if proc.IsRecording() {
 		proc.SetAttributes(attribute.String("messaging.system", "kafka"), attribute.String("messaging.operation.type", "process"),
@@ -193,19 +192,6 @@ func (rn *run) post(j *job) *kgo.Record {
 // consumerSpan is the option of the per-attempt consumer span, made once
 // (a variadic option built per call allocates on the hot path).
 var consumerSpan = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer)}
-
-// lastProcessName caches "process <topic>": a run consumes one topic.
-var lastProcessName atomic.Pointer[[2]string]
-
-// processSpanName is "process " + topic without building it per post.
-func processSpanName(topic string) string {
-	if p := lastProcessName.Load(); p != nil && p[0] == topic {
-		return p[1]
-	}
-	p := &[2]string{topic, "process " + topic}
-	lastProcessName.Store(p)
-	return p[1]
-}
 
 // neverSent reports whether a transport error proves the request never left
 // (the connection could not be made).

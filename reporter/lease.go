@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"sync/atomic"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -95,10 +94,9 @@ func (rn *run) takeLease() (*lease, []*kgo.Record) {
 	}
 	rn.leasing += len(l.jobs)
 	recs := make([]*kgo.Record, 0, len(parts))
-	group := groupBytes(rn.cfg.Group)
 	for i := range parts {
 		rh := &recordWithHeader{}
-		rh.hdr[0] = kgo.RecordHeader{Key: schemas.HeaderLease, Value: group}
+		rh.hdr[0] = kgo.RecordHeader{Key: schemas.HeaderLease, Value: rn.groupHdr}
 		rh.rec = kgo.Record{Partition: parts[i].ps.logPart, Headers: rh.hdr[:1:1], Value: appendLease(make([]byte, 0, 48+44*len(parts[i].m.Offsets)), &parts[i].m)}
 		recs = append(recs, &rh.rec)
 	}
@@ -110,24 +108,6 @@ func (rn *run) takeLease() (*lease, []*kgo.Record) {
 type partLease struct {
 	ps *partState
 	m  schemas.Lease
-}
-
-// lastGroup caches the group name as header bytes (never modified: shared
-// by every lease marker of the process).
-var lastGroup atomic.Pointer[groupName]
-
-type groupName struct {
-	name  string
-	bytes []byte
-}
-
-func groupBytes(group string) []byte {
-	if g := lastGroup.Load(); g != nil && g.name == group {
-		return g.bytes
-	}
-	g := &groupName{name: group, bytes: []byte(group)}
-	lastGroup.Store(g)
-	return g.bytes
 }
 
 // leaseAcked applies the acknowledgement of one lease marker; once all of a

@@ -146,6 +146,10 @@ type run struct {
 	// logParts is the partition count of <prefix>.deliveries.
 	reportsID [16]byte
 	logParts  int32
+	// Fixed for the run, built once instead of per post or lease: the
+	// lease markers' header value (the group) and the consumer span name.
+	groupHdr    []byte // never modified: shared by every lease marker
+	processSpan string // "process <prefix>.reports"
 
 	postCtx     context.Context // cancelled to abandon posts in flight
 	cancelPosts context.CancelFunc
@@ -255,6 +259,7 @@ func (r *Reporter) newRun(postCtx context.Context, cancelPosts context.CancelFun
 		logEnd:    map[int32]int64{},
 		recent:    newRecentSet(r.cfg.RecentWindow),
 	}
+	rn.groupHdr, rn.processSpan = []byte(r.cfg.Group), "process "+rn.topics.Reports
 	rn.cond = sync.NewCond(&rn.mu)
 	rn.thr = newThrottle(r.cfg.Concurrency, r.cfg.BudgetFloor, r.cfg.BudgetRatio, time.Now())
 	return rn
