@@ -1,6 +1,7 @@
 package roles
 
 import (
+	"cmp"
 	"fmt"
 	"log/slog"
 
@@ -81,19 +82,15 @@ func OpenPartner(cfg PartnerConfig, log *slog.Logger) (*Partner, error) {
 		p.Sandbox = sb
 		api.BaseURL = sb.URL
 		api.Credentials = partnerapi.Credentials{
-			ClientID:        orDefault(cfg.Sandbox.ClientID, sandbox.DefaultClientID),
-			ClientSignature: orDefault(cfg.Sandbox.ClientSignature, sandbox.DefaultClientSignature),
+			ClientID:        cmp.Or(cfg.Sandbox.ClientID, sandbox.DefaultClientID),
+			ClientSignature: cmp.Or(cfg.Sandbox.ClientSignature, sandbox.DefaultClientSignature),
 			Email:           cfg.Sandbox.Email,
 		}
 	}
-	if api.Logger == nil {
-		api.Logger = logger(log)
-	}
-	api.MeterProvider = orMeter(api.MeterProvider, cfg.Telemetry)
-	api.TracerProvider = orTracer(api.TracerProvider, cfg.Telemetry)
-	if api.Propagator == nil {
-		api.Propagator = cfg.Telemetry.Propagator
-	}
+	api.Logger = cmp.Or(api.Logger, log, slog.Default())
+	api.MeterProvider = cmp.Or(api.MeterProvider, cfg.Telemetry.Meter)
+	api.TracerProvider = cmp.Or(api.TracerProvider, cfg.Telemetry.Tracer)
+	api.Propagator = cmp.Or(api.Propagator, cfg.Telemetry.Propagator)
 	if cfg.InFlight > 0 {
 		api.MaxConns = PoolSize(api.MaxConns, cfg.InFlight)
 	}
@@ -114,11 +111,4 @@ func (p *Partner) Close() {
 	if p.Sandbox != nil {
 		p.Sandbox.Close()
 	}
-}
-
-func orDefault(v, def string) string {
-	if v == "" {
-		return def
-	}
-	return v
 }

@@ -13,11 +13,9 @@
 package roles
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
-
-	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/playpipe/playpipe/analytics"
 	"github.com/playpipe/playpipe/consumer"
@@ -46,7 +44,7 @@ func StartKafka(ctx context.Context, cfg kafkax.Config, log *slog.Logger) (kafka
 	if cfg.ReplicationFactor == 0 {
 		cfg.ReplicationFactor = DefaultReplicationFactor
 	}
-	return kafkax.Ready(ctx, cfg, logger(log))
+	return kafkax.Ready(ctx, cfg, cmp.Or(log, slog.Default()))
 }
 
 // NewEnricher builds the enrich role over k, reading mixes from src; a nil
@@ -55,11 +53,9 @@ func StartKafka(ctx context.Context, cfg kafkax.Config, log *slog.Logger) (kafka
 // (each names its package and the offending flag or field).
 func NewEnricher(cfg consumer.Config, k kafkax.Config, src consumer.MixSource, tel telemetry.Providers, log *slog.Logger) (*consumer.Enricher, error) {
 	cfg.Kafka, cfg.Source = k, src
-	cfg.MeterProvider = orMeter(cfg.MeterProvider, tel)
-	cfg.TracerProvider = orTracer(cfg.TracerProvider, tel)
-	if cfg.Logger == nil {
-		cfg.Logger = logger(log)
-	}
+	cfg.MeterProvider = cmp.Or(cfg.MeterProvider, tel.Meter)
+	cfg.TracerProvider = cmp.Or(cfg.TracerProvider, tel.Tracer)
+	cfg.Logger = cmp.Or(cfg.Logger, log, slog.Default())
 	return consumer.New(cfg)
 }
 
@@ -69,14 +65,12 @@ func NewEnricher(cfg consumer.Config, k kafkax.Config, src consumer.MixSource, t
 // and cfg.TracerProvider take tel's.
 func NewReporter(cfg reporter.Config, k kafkax.Config, p *Partner, tel telemetry.Providers, log *slog.Logger) (*reporter.Reporter, error) {
 	cfg.Kafka = k
-	cfg.MeterProvider = orMeter(cfg.MeterProvider, tel)
-	cfg.TracerProvider = orTracer(cfg.TracerProvider, tel)
+	cfg.MeterProvider = cmp.Or(cfg.MeterProvider, tel.Meter)
+	cfg.TracerProvider = cmp.Or(cfg.TracerProvider, tel.Tracer)
 	if cfg.PartnerURL == "" {
 		cfg.PartnerURL = p.URL
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = logger(log)
-	}
+	cfg.Logger = cmp.Or(cfg.Logger, log, slog.Default())
 	return reporter.New(cfg, p.Client)
 }
 
@@ -86,33 +80,8 @@ func NewReporter(cfg reporter.Config, k kafkax.Config, p *Partner, tel telemetry
 // take tel's.
 func NewSink(cfg analytics.SinkConfig, k kafkax.Config, ch analytics.Config, tel telemetry.Providers, log *slog.Logger) (*analytics.Sink, error) {
 	cfg.Kafka, cfg.ClickHouse = k, ch
-	cfg.MeterProvider = orMeter(cfg.MeterProvider, tel)
-	cfg.TracerProvider = orTracer(cfg.TracerProvider, tel)
-	if cfg.Logger == nil {
-		cfg.Logger = logger(log)
-	}
+	cfg.MeterProvider = cmp.Or(cfg.MeterProvider, tel.Meter)
+	cfg.TracerProvider = cmp.Or(cfg.TracerProvider, tel.Tracer)
+	cfg.Logger = cmp.Or(cfg.Logger, log, slog.Default())
 	return analytics.NewSink(cfg)
-}
-
-// orMeter is mp, or tel's meter provider when mp is nil.
-func orMeter(mp metric.MeterProvider, tel telemetry.Providers) metric.MeterProvider {
-	if mp == nil {
-		return tel.Meter
-	}
-	return mp
-}
-
-// orTracer is tp, or tel's tracer provider when tp is nil.
-func orTracer(tp trace.TracerProvider, tel telemetry.Providers) trace.TracerProvider {
-	if tp == nil {
-		return tel.Tracer
-	}
-	return tp
-}
-
-func logger(log *slog.Logger) *slog.Logger {
-	if log == nil {
-		return slog.Default()
-	}
-	return log
 }
