@@ -71,7 +71,7 @@ func (c *Client) ReportPlayJSON(ctx context.Context, body []byte) (ReportResult,
 	bp := readPool.Get().(*[]byte)
 	defer readPool.Put(bp)
 	var a wireAnswer
-	if c.wire != nil && validHeaderValue(tok.hdr[0]) {
+	if c.wire != nil && tok.rawOK {
 		var extra http.Header
 		if span != nil {
 			extra = http.Header{}
