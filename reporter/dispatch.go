@@ -20,9 +20,12 @@ import (
 // next takes the next leased report to post (mu held), or nil while there
 // is none or a standby episode or a shutdown holds posting.
 func (rn *run) next() *job {
-	// Answers on their way to Kafka are capped like posts on the wire: a
-	// crash re-posts at most 2 × Concurrency reports (docs/reporter.md).
-	for !rn.stopping && rn.standby == nil && rn.leased.len() > 0 && rn.unrecorded < rn.cfg.Concurrency && rn.thr.allows(rn.inflight, time.Now()) {
+	// Posts on the wire and answers on their way to Kafka are capped
+	// together: a crash re-posts at most 2 × Concurrency reports
+	// (docs/reporter.md). One cap for both, not Concurrency each, so that
+	// answers waiting for a slow acknowledgement use the room of posts not
+	// in flight instead of holding workers while less is at stake.
+	for !rn.stopping && rn.standby == nil && rn.leased.len() > 0 && rn.atStake() < 2*rn.cfg.Concurrency && rn.thr.allows(rn.inflight, time.Now()) {
 		j := rn.leased.pop()
 		if rn.leased.len() < rn.cfg.Concurrency {
 			rn.jobsReady()
@@ -117,11 +120,18 @@ func (rn *run) publish(j *job, rec *kgo.Record) {
 	})
 }
 
+// atStake is the number of posts whose answer is not in Kafka yet: posts in
+// flight and answers handed to Kafka, not acknowledged (mu held). A crash
+// re-posts these.
+func (rn *run) atStake() int { return rn.inflight + rn.unrecorded }
+
 // recorded: one answer handed to Kafka by a worker is acknowledged (or
-// failed) (mu held); a worker held by the cap on answers in transit may go.
+// failed) (mu held); a worker held by the cap on posts at stake may go.
+// Each acknowledgement wakes one: those of one produce request come one
+// after the other, and each makes room for one post.
 func (rn *run) recorded() {
 	rn.unrecorded--
-	if rn.unrecorded == rn.cfg.Concurrency-1 && rn.idle > 0 && rn.leased.len() > 0 {
+	if rn.idle > 0 && rn.leased.len() > 0 && rn.atStake() < 2*rn.cfg.Concurrency {
 		rn.cond.Signal()
 	}
 }

@@ -71,9 +71,14 @@ type ceilingResult struct {
 	elapsed    time.Duration
 	clientCPU  time.Duration // this process during the run (the client; the broker is idle)
 	sandboxCPU time.Duration
+	busy       float64 // the machine's CPU busy share during the run
+	steal      float64 // the machine's CPU share stolen by the hypervisor
 }
 
 func (c ceilingResult) rate() float64 { return float64(c.posts) / c.elapsed.Seconds() }
+
+// cpuPerPost is the client's CPU µs per post.
+func (c ceilingResult) cpuPerPost() float64 { return us(c.clientCPU) / float64(c.posts) }
 
 // ceiling resets the sandbox's ledger (the bodies were accepted once
 // already: posted again they would be answered as duplicates), mints a
@@ -126,7 +131,7 @@ func ceiling(ctx context.Context, apiURL, sbAdmin string, sbPID int, bodies [][]
 			firstErr.CompareAndSwap(nil, "HTTP "+resp.Status)
 		}
 	}
-	self, sb0 := cpuNow(), cpuOf(sbPID)
+	self, sb0, m0 := cpuNow(), cpuOf(sbPID), sampleMachine()
 	start := time.Now()
 	var wg sync.WaitGroup
 	for range conc {
@@ -143,6 +148,7 @@ func ceiling(ctx context.Context, apiURL, sbAdmin string, sbPID int, bodies [][]
 	wg.Wait()
 	res.elapsed = time.Since(start)
 	res.clientCPU, res.sandboxCPU = cpuNow()-self, cpuOf(sbPID)-sb0
+	res.busy, res.steal = machineShare(m0, sampleMachine())
 	res.posts = len(bodies)
 	if err := ctx.Err(); err != nil {
 		return res, err

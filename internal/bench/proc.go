@@ -222,3 +222,50 @@ func scrape(addr string, want map[string][]string) (map[string]float64, error) {
 	}
 	return out, sc.Err()
 }
+
+// machineCPU is a sample of the machine's CPU counters (the "cpu" line of
+// /proc/stat, in USER_HZ ticks summed over all CPUs).
+type machineCPU struct {
+	total, idle, steal int64
+}
+
+// sampleMachine reads /proc/stat; a zero sample when it cannot.
+func sampleMachine() machineCPU {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return machineCPU{}
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return machineCPU{}
+	}
+	var m machineCPU
+	for i, s := range f[1:9] { // user nice system idle iowait irq softirq steal
+		v, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return machineCPU{}
+		}
+		m.total += v
+		switch i {
+		case 3, 4:
+			m.idle += v
+		case 7:
+			m.steal += v
+		}
+	}
+	return m
+}
+
+// machineShare is what the machine did between two samples: the share of
+// CPU time busy (neither idle nor stolen) and the share stolen by the
+// hypervisor (another guest ran on our cores: a round with steal is slowed
+// from outside).
+func machineShare(a, b machineCPU) (busy, steal float64) {
+	t := float64(b.total - a.total)
+	if t <= 0 {
+		return 0, 0
+	}
+	st := float64(b.steal - a.steal)
+	return (t - float64(b.idle-a.idle) - st) / t, st / t
+}

@@ -30,21 +30,30 @@ type reportRun struct {
 	sandboxCPU time.Duration // the sandbox's over the window
 	brokerCPU  time.Duration // this process's over the window: the embedded broker (and the polling of the reporter's metrics)
 	rss        int64         // the reporter's peak RSS
+	busy       float64       // the machine's CPU busy share over the window
+	steal      float64       // the machine's CPU share stolen by the hypervisor
 }
 
 func (r reportRun) rate() float64 { return float64(r.reports) / r.elapsed.Seconds() }
 
-// reportRound is one round: the reporter, then the plain client.
+// reportRound is one round: the reporter, between two runs of the plain
+// client (the one before is the previous round's after). The reporter is
+// compared with the mean of its two neighbours: this machine's speed
+// drifts by up to a fifth within seconds (the CPU per post of the very
+// same client moves with it), and a drift across a round then biases
+// neither side.
 type reportRound struct {
-	rep   reportRun
-	plain ceilingResult
+	rep           reportRun
+	before, after ceilingResult
 }
 
-func (r reportRound) rateRatio() float64 { return r.rep.rate() / r.plain.rate() }
+func (r reportRound) plainRate() float64 { return (r.before.rate() + r.after.rate()) / 2 }
 
-func (r reportRound) cpuRatio() float64 {
-	return (us(r.rep.cpu) / float64(r.rep.reports)) / (us(r.plain.clientCPU) / float64(r.plain.posts))
-}
+func (r reportRound) plainCPU() float64 { return (r.before.cpuPerPost() + r.after.cpuPerPost()) / 2 }
+
+func (r reportRound) rateRatio() float64 { return r.rep.rate() / r.plainRate() }
+
+func (r reportRound) cpuRatio() float64 { return (us(r.rep.cpu) / float64(r.rep.reports)) / r.plainCPU() }
 
 // reportResult is what -mode report measured.
 type reportResult struct {
@@ -62,7 +71,8 @@ type reportResult struct {
 // has a final answer, checking afterwards that the group committed every
 // offset and that the partner accepted each report once; (b) resets the
 // ledger and lets the plain client post the same report bodies byte for
-// byte. The reporter's window starts at its first answer (start-up and
+// byte (it also runs once before the first round: each reporter run is
+// compared with the plain runs on either side). The reporter's window starts at its first answer (start-up and
 // group join excluded; its CPU from process start is shown apart).
 func runReportBench(ctx context.Context, o options, log *slog.Logger) (res reportResult, err error) {
 	res.started = time.Now()
@@ -77,20 +87,25 @@ func runReportBench(ctx context.Context, o options, log *slog.Logger) (res repor
 	}
 	keys, values, bodies := benchPlays(o.reports)
 	log.Info("broker and sandbox up", "reports", o.reports, "rounds", o.rounds, "concurrency", o.concurrency, "dir", e.dir)
+	before, err := ceiling(ctx, sb.url, sb.admin, sb.c.pid(), bodies, o.concurrency)
+	if err != nil {
+		return res, fmt.Errorf("plain client before round 1: %w", err)
+	}
 	for r := range o.rounds {
 		prefix := "bench-report-" + strconv.Itoa(r+1)
 		if err := e.fill(ctx, prefix, keys, values); err != nil {
 			return res, err
 		}
-		var round reportRound
+		round := reportRound{before: before}
 		if round.rep, err = e.reporterRound(ctx, sb, prefix, r == 0); err != nil {
 			return res, fmt.Errorf("round %d, reporter: %w", r+1, err)
 		}
-		if round.plain, err = ceiling(ctx, sb.url, sb.admin, sb.c.pid(), bodies, o.concurrency); err != nil {
+		if round.after, err = ceiling(ctx, sb.url, sb.admin, sb.c.pid(), bodies, o.concurrency); err != nil {
 			return res, fmt.Errorf("round %d, plain client: %w", r+1, err)
 		}
+		before = round.after
 		res.rounds = append(res.rounds, round)
-		log.Info("round done", "round", r+1, "reporter_per_s", int(round.rep.rate()), "plain_per_s", int(round.plain.rate()),
+		log.Info("round done", "round", r+1, "reporter_per_s", int(round.rep.rate()), "plain_per_s", int(round.plainRate()),
 			"rate_ratio", fmt.Sprintf("%.3f", round.rateRatio()), "cpu_ratio", fmt.Sprintf("%.3f", round.cpuRatio()))
 	}
 	return res, nil
@@ -188,6 +203,7 @@ func waitFinal(ctx context.Context, rl *role, p partner, n int64, timeout time.D
 	deadline := time.Now().Add(timeout)
 	var t0 time.Time
 	var cpu0, sb0, br0 time.Duration
+	var m0 machineCPU
 	var d0 int64
 	var profDone chan error
 	for {
@@ -202,7 +218,7 @@ func waitFinal(ctx context.Context, rl *role, p partner, n int64, timeout time.D
 		switch {
 		case err != nil || final == 0:
 		case t0.IsZero():
-			t0, d0, cpu0, sb0, br0 = now, final, cpuOf(pid), cpuOf(p.c.pid()), cpuNow()
+			t0, d0, cpu0, sb0, br0, m0 = now, final, cpuOf(pid), cpuOf(p.c.pid()), cpuNow(), sampleMachine()
 			if profile {
 				profDone = make(chan error, 1)
 				go func() { profDone <- fetchProfile(rl.admin, "profile?seconds=3", file) }() // owner: this round; waited for below
@@ -210,6 +226,7 @@ func waitFinal(ctx context.Context, rl *role, p partner, n int64, timeout time.D
 		case final >= n:
 			run.elapsed, run.reports = now.Sub(t0), final-d0
 			run.cpu, run.cpuTotal, run.sandboxCPU, run.brokerCPU = cpuOf(pid)-cpu0, cpuOf(pid), cpuOf(p.c.pid())-sb0, cpuNow()-br0
+			run.busy, run.steal = machineShare(m0, sampleMachine())
 			if profDone != nil {
 				if err := <-profDone; err != nil {
 					return run, err
@@ -311,18 +328,18 @@ func waitCommitted(ctx context.Context, brokers []string, group, topic string) e
 func (r reportResult) print(w io.Writer, o options) {
 	fmt.Fprintf(w, "\nplaypipe reporter vs plain client, as processes, %s, %s; %d reports per run, --concurrency %d, %d partitions\n\n",
 		r.started.Format("2006-01-02 15:04"), runtimeDesc(), o.reports, o.concurrency, o.partitions)
-	fmt.Fprintln(w, "| round | reporter reports/s | plain posts/s | rate ratio | reporter CPU µs/report (from start) | plain CPU µs/post | CPU ratio | sandbox µs/post rep / plain | broker µs/report | reporter peak RSS MiB |")
-	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Fprintln(w, "| round | reporter reports/s | plain posts/s before / after | rate ratio | reporter CPU µs/report (from start) | plain CPU µs/post before / after | CPU ratio | sandbox µs/post rep / plain after | broker µs/report | machine busy % rep / plain after | steal % rep / plain after | reporter peak RSS MiB |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	var rates, cpus []float64
 	for i, x := range r.rounds {
-		fmt.Fprintf(w, "| %d | %.0f | %.0f | %.1f %% | %.1f (%.1f) | %.1f | %.1f %% | %.1f / %.1f | %.1f | %.0f |\n", i+1,
-			x.rep.rate(), x.plain.rate(), 100*x.rateRatio(),
-			us(x.rep.cpu)/float64(x.rep.reports), us(x.rep.cpuTotal)/float64(o.reports), us(x.plain.clientCPU)/float64(x.plain.posts),
-			100*x.cpuRatio(), us(x.rep.sandboxCPU)/float64(x.rep.reports), us(x.plain.sandboxCPU)/float64(x.plain.posts),
-			us(x.rep.brokerCPU)/float64(x.rep.reports), float64(x.rep.rss)/(1<<20))
+		fmt.Fprintf(w, "| %d | %.0f | %.0f / %.0f | %.1f %% | %.1f (%.1f) | %.1f / %.1f | %.1f %% | %.1f / %.1f | %.1f | %.0f / %.0f | %.1f / %.1f | %.0f |\n", i+1,
+			x.rep.rate(), x.before.rate(), x.after.rate(), 100*x.rateRatio(),
+			us(x.rep.cpu)/float64(x.rep.reports), us(x.rep.cpuTotal)/float64(o.reports), x.before.cpuPerPost(), x.after.cpuPerPost(),
+			100*x.cpuRatio(), us(x.rep.sandboxCPU)/float64(x.rep.reports), us(x.after.sandboxCPU)/float64(x.after.posts),
+			us(x.rep.brokerCPU)/float64(x.rep.reports), 100*x.rep.busy, 100*x.after.busy, 100*x.rep.steal, 100*x.after.steal, float64(x.rep.rss)/(1<<20))
 		rates, cpus = append(rates, x.rateRatio()), append(cpus, x.cpuRatio())
 	}
-	fmt.Fprintf(w, "| **median** | | | **%.1f %%** | | | **%.1f %%** | | | |\n", 100*median(rates), 100*median(cpus))
+	fmt.Fprintf(w, "| **median** | | | **%.1f %%** | | | **%.1f %%** | | | | | |\n", 100*median(rates), 100*median(cpus))
 }
 
 func median(xs []float64) float64 {
