@@ -53,7 +53,9 @@ func (r reportRound) plainCPU() float64 { return (r.before.cpuPerPost() + r.afte
 
 func (r reportRound) rateRatio() float64 { return r.rep.rate() / r.plainRate() }
 
-func (r reportRound) cpuRatio() float64 { return (us(r.rep.cpu) / float64(r.rep.reports)) / r.plainCPU() }
+func (r reportRound) cpuRatio() float64 {
+	return (us(r.rep.cpu) / float64(r.rep.reports)) / r.plainCPU()
+}
 
 // reportResult is what -mode report measured.
 type reportResult struct {
