@@ -1,0 +1,146 @@
+package reporter
+
+import (
+	"context"
+	"encoding/json"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/playpipe/playpipe/schemas"
+)
+
+// bareRun is a run with no Kafka client and no workers: the state that
+// leasing and dispatch work on, with n fresh reports of partition 0
+// (offsets 0..n-1) queued.
+func bareRun(t *testing.T, concurrency, n int) (*run, *partState) {
+	t.Helper()
+	r := &Reporter{cfg: Config{Concurrency: concurrency}.withDefaults()}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	rn := r.newRun(ctx, cancel)
+	ps := &partState{key: tpKey{"p.reports", 0}, unsure: map[*job]struct{}{}, recovered: map[int64]recState{}}
+	rn.parts[ps.key] = ps
+	for i := range n {
+		rn.fresh.push(&job{ps: ps, rec: &kgo.Record{Topic: "p.reports", Offset: int64(i)}, id: "report-" + strconv.Itoa(i)})
+	}
+	return rn, ps
+}
+
+// TestLeaseWaitsForRoom: a lease is taken only once there is room for half
+// of Concurrency, and its one marker names every offset it covers. A lease
+// per freed slot made one marker record per 2–3 reports.
+func TestLeaseWaitsForRoom(t *testing.T) {
+	const conc = 8
+	rn, _ := bareRun(t, conc, 100)
+	rn.mu.Lock()
+	defer rn.mu.Unlock()
+
+	l, recs := rn.takeLease()
+	if l == nil || len(l.jobs) != leaseAhead*conc || len(recs) != 1 {
+		t.Fatalf("first lease: %v jobs, %d markers; want %d jobs in 1 marker", l, len(recs), leaseAhead*conc)
+	}
+	var m schemas.Lease
+	if err := json.Unmarshal(recs[0].Value, &m); err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Offsets) != 1 || m.Offsets[0] != [2]int64{0, leaseAhead*conc - 1} {
+		t.Fatalf("marker offsets %v, want [[0 %d]]", m.Offsets, leaseAhead*conc-1)
+	}
+	if l2, _ := rn.takeLease(); l2 != nil {
+		t.Fatalf("a second lease with no room: %d jobs", len(l2.jobs))
+	}
+
+	// The marker is acknowledged; the workers take reports one by one.
+	rn.mu.Unlock()
+	rn.leaseAcked(l, &kgo.Record{Partition: 0, Offset: 7}, nil)
+	rn.mu.Lock()
+	for i := 1; i < leaseChunk(conc); i++ {
+		rn.leased.pop()
+		if l2, _ := rn.takeLease(); l2 != nil {
+			t.Fatalf("lease taken with room for %d (< %d): %d jobs", i, leaseChunk(conc), len(l2.jobs))
+		}
+	}
+	rn.leased.pop()
+	l2, recs2 := rn.takeLease()
+	if l2 == nil || len(l2.jobs) != leaseChunk(conc) || len(recs2) != 1 {
+		t.Fatalf("lease with room for %d: %v, %d markers", leaseChunk(conc), l2, len(recs2))
+	}
+}
+
+// TestCapOnPostsAtStake: posts in flight and answers not acknowledged by
+// Kafka together stay under 2 × Concurrency (what a crash can re-post), and
+// every acknowledgement lets one held worker go, also when several come
+// back to back (the acknowledgements of one produce request).
+func TestCapOnPostsAtStake(t *testing.T) {
+	const conc = 4
+	rn, _ := bareRun(t, conc, 100)
+	rn.mu.Lock()
+	for range 40 {
+		j := rn.take()
+		j.leasedOnly = true
+		rn.leased.push(j)
+	}
+	// One post in flight, answers of 2 × conc - 1 on their way to Kafka.
+	rn.inflight, rn.unrecorded = 1, 2*conc-1
+	if j := rn.next(); j != nil {
+		t.Fatalf("next handed out report %s with %d posts at stake (cap %d)", j.id, rn.atStake(), 2*conc)
+	}
+	rn.mu.Unlock()
+
+	// The other three workers wait for room, as worker does.
+	got := make(chan *job, 3)
+	for range 3 {
+		go func() {
+			rn.mu.Lock()
+			j := rn.next()
+			for ; j == nil; j = rn.next() {
+				rn.idle++
+				rn.cond.Wait()
+				rn.idle--
+			}
+			rn.mu.Unlock()
+			got <- j
+		}()
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		rn.mu.Lock()
+		idle := rn.idle
+		rn.mu.Unlock()
+		if idle == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of 3 workers waiting", idle)
+		}
+		time.Sleep(time.Millisecond)
+	}
+
+	// Three acknowledgements back to back, under one lock each.
+	for range 3 {
+		rn.mu.Lock()
+		rn.recorded()
+		rn.mu.Unlock()
+	}
+	for i := range 3 {
+		select {
+		case j := <-got:
+			if j == nil {
+				t.Fatal("a worker got no report")
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%d of 3 held workers went after 3 acknowledgements", i)
+		}
+	}
+	rn.mu.Lock()
+	defer rn.mu.Unlock()
+	if rn.atStake() != 2*conc {
+		t.Fatalf("%d posts at stake after the three went, want %d", rn.atStake(), 2*conc)
+	}
+	if j := rn.next(); j != nil {
+		t.Fatalf("next handed out report %s over the cap", j.id)
+	}
+}
