@@ -25,7 +25,7 @@ func (rn *run) next() *job {
 	// (docs/reporter.md). One cap for both, not Concurrency each, so that
 	// answers waiting for a slow acknowledgement use the room of posts not
 	// in flight instead of holding workers while less is at stake.
-	for !rn.stopping && rn.standby == nil && rn.leased.len() > 0 && rn.atStake() < 2*rn.cfg.Concurrency && rn.thr.allows(rn.inflight, time.Now()) {
+	for !rn.stopping && rn.standby == nil && rn.leased.len() > 0 && rn.atStake() < 2*rn.cfg.Concurrency && rn.thr.allows(rn.inflight) {
 		j := rn.leased.pop()
 		if rn.leased.len() < rn.cfg.Concurrency {
 			rn.jobsReady()
@@ -149,14 +149,8 @@ func (rn *run) post(j *job) *kgo.Record {
 	// A consumer span per attempt ("process <topic>", messaging semantic
 	// conventions) continues the trace the record carries (or starts one);
 	// the delivery span and the partner API's HTTP span are inside it.
-	ctx, proc := rn.met.tracer.Start(telemetry.Extract(rn.postCtx, j.rec), rn.processSpan, consumerSpan...)
+	ctx, proc, span := rn.startSpans(j)
 	defer proc.End()
-	if proc.IsRecording() {
-		proc.SetAttributes(attribute.String("messaging.system", "kafka"), attribute.String("messaging.operation.type", "process"),
-			attribute.String("messaging.destination.name", j.rec.Topic), attribute.Int("messaging.destination.partition.id", int(j.rec.Partition)),
-			attribute.Int64("messaging.kafka.offset", j.rec.Offset), attribute.String("messaging.kafka.message.key", j.id))
-	}
-	ctx, span := rn.met.tracer.Start(ctx, "playpipe.report.deliver")
 	start := time.Now()
 	res, err := rn.api.ReportPlayJSON(ctx, j.body)
 	lat := res.Latency
@@ -197,6 +191,26 @@ func (rn *run) post(j *job) *kgo.Record {
 	}
 	rn.met.record(ctx, d, lat.Seconds())
 	return rn.deliveryRecord(ctx, j)
+}
+
+// startSpans starts the attempt's consumer span and its delivery span in
+// the trace j's record carries. With tracing off (a no-op tracer) both are
+// the record's remote span, started for nothing: the trace context still
+// reaches the partner API's request, without two contexts made per post.
+func (rn *run) startSpans(j *job) (ctx context.Context, proc, span trace.Span) {
+	ctx = telemetry.Extract(rn.postCtx, j.rec)
+	if !rn.met.tracing {
+		span = trace.SpanFromContext(ctx)
+		return ctx, span, span
+	}
+	ctx, proc = rn.met.tracer.Start(ctx, rn.processSpan, consumerSpan...)
+	if proc.IsRecording() {
+		proc.SetAttributes(attribute.String("messaging.system", "kafka"), attribute.String("messaging.operation.type", "process"),
+			attribute.String("messaging.destination.name", j.rec.Topic), attribute.Int("messaging.destination.partition.id", int(j.rec.Partition)),
+			attribute.Int64("messaging.kafka.offset", j.rec.Offset), attribute.String("messaging.kafka.message.key", j.id))
+	}
+	ctx, span = rn.met.tracer.Start(ctx, "playpipe.report.deliver")
+	return ctx, proc, span
 }
 
 // consumerSpan is the option of the per-attempt consumer span, made once

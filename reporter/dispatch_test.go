@@ -4,11 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/trace"
 
+	"github.com/playpipe/playpipe/partnerapi"
 	"github.com/playpipe/playpipe/schemas"
 )
 
@@ -17,7 +20,11 @@ import (
 // (offsets 0..n-1) queued.
 func bareRun(t *testing.T, concurrency, n int) (*run, *partState) {
 	t.Helper()
-	r := &Reporter{cfg: Config{Concurrency: concurrency}.withDefaults()}
+	met, err := newMetrics(nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &Reporter{cfg: Config{Concurrency: concurrency, PartnerURL: "http://partner.test"}.withDefaults(), met: met}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	rn := r.newRun(ctx, cancel)
@@ -142,5 +149,54 @@ func TestCapOnPostsAtStake(t *testing.T) {
 	}
 	if j := rn.next(); j != nil {
 		t.Fatalf("next handed out report %s over the cap", j.id)
+	}
+}
+
+// ctxAPI answers every report 200 and keeps the trace context of the last
+// post's ctx.
+type ctxAPI struct{ sc trace.SpanContext }
+
+func (a *ctxAPI) ReportPlayJSON(ctx context.Context, body []byte) (partnerapi.ReportResult, error) {
+	a.sc = trace.SpanContextFromContext(ctx)
+	return partnerapi.ReportResult{Meta: partnerapi.Meta{Status: 200}, Message: "ok"}, nil
+}
+
+func (a *ctxAPI) Session(context.Context) (partnerapi.Meta, error) {
+	return partnerapi.Meta{Status: 200}, nil
+}
+
+// TestTraceContextWithTracingOff: with no tracer provider no span is
+// started, but the trace context of the report's record still reaches the
+// partner API's request and the Delivery record (its trace_id and headers).
+func TestTraceContextWithTracingOff(t *testing.T) {
+	rn, _ := bareRun(t, 2, 1)
+	if rn.met.tracing {
+		t.Fatal("a nil TracerProvider is taken for tracing")
+	}
+	api := &ctxAPI{}
+	rn.api = api
+	const tid = "4bf92f3577b34da6a3ce929d0e0e4736"
+	j := rn.fresh.pop()
+	j.body = []byte(`{"track_id":1}`)
+	j.rec.Headers = []kgo.RecordHeader{{Key: "traceparent", Value: []byte("00-" + tid + "-00f067aa0ba902b7-01")}}
+	rec := rn.post(j)
+	if got := api.sc.TraceID().String(); got != tid {
+		t.Fatalf("the partner API's request carries trace %q, want %s", got, tid)
+	}
+	var d schemas.Delivery
+	if err := json.Unmarshal(rec.Value, &d); err != nil {
+		t.Fatal(err)
+	}
+	if d.TraceID != tid || d.Outcome != schemas.OutcomeDelivered {
+		t.Fatalf("delivery record: trace %q outcome %q, want %s delivered", d.TraceID, d.Outcome, tid)
+	}
+	var tp string
+	for _, h := range rec.Headers {
+		if h.Key == "traceparent" {
+			tp = string(h.Value)
+		}
+	}
+	if !strings.Contains(tp, tid) {
+		t.Fatalf("delivery record's traceparent %q does not carry trace %s", tp, tid)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/playpipe/playpipe/internal/telemetry"
 	"github.com/playpipe/playpipe/schemas"
@@ -18,6 +19,8 @@ const instrumentation = "github.com/playpipe/playpipe/reporter"
 type metrics struct {
 	meter  metric.Meter
 	tracer trace.Tracer
+	// tracing: tracer is not a no-op one (spans are worth starting).
+	tracing bool
 
 	deliveries     metric.Int64Counter
 	retries        metric.Int64Counter
@@ -35,6 +38,8 @@ func newMetrics(mp metric.MeterProvider, tp trace.TracerProvider) (*metrics, err
 	var err error
 	x := &metrics{meter: m, tracer: telemetry.OrNoopTracerProvider(tp).Tracer(instrumentation),
 		outcome: map[string]metric.MeasurementOption{}, reason: map[string]metric.MeasurementOption{}}
+	_, off := x.tracer.(noop.Tracer)
+	x.tracing = !off
 	if x.deliveries, err = m.Int64Counter("playpipe.deliveries", metric.WithDescription("answers of the partner API to play reports, by outcome")); err != nil {
 		return nil, err
 	}
