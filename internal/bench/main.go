@@ -30,7 +30,7 @@
 // With -mode report (`make bench-report`) it measures the reporter alone
 // as a process against the plain client: see runReportBench.
 //
-//	make bench-e2e                              # defaults: 40000 events, 32 in flight
+//	make bench-e2e                              # defaults: 40000 events, 48 in flight (playpipe report's default)
 //	go run ./internal/bench -bin bin/playpipe -events 80000 -keep
 //	make bench-report                           # -mode report -reports 100000 -rounds 3
 package main
@@ -47,6 +47,8 @@ import (
 	"path/filepath"
 	"syscall"
 	"time"
+
+	"github.com/playpipe/playpipe/reporter"
 )
 
 func main() {
@@ -92,7 +94,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.profile, "profile", "", "-mode report: write a 3 s CPU profile of the first reporter round to this file, and its allocation profile to <file>.allocs (the reporter runs with --pprof)")
 	fs.StringVar(&o.bin, "bin", "bin/playpipe", "the playpipe binary to run (make build makes it)")
 	fs.IntVar(&o.events, "events", 40000, "player events to publish (about 4.4 plays each with the sandbox's default catalog; 40000 take ~30 s on a 2-core machine)")
-	fs.IntVar(&o.concurrency, "concurrency", 32, "reports in flight: the reporter's --concurrency and the plain client's goroutines")
+	fs.IntVar(&o.concurrency, "concurrency", reporter.DefaultConcurrency, "reports in flight: the reporter's --concurrency and the plain client's goroutines (default: playpipe report's own)")
 	fs.IntVar(&o.partitions, "partitions", 6, "partitions of every topic")
 	fs.Int64Var(&o.seed, "seed", 1, "simulator seed (the same seed sends the same events)")
 	fs.Float64Var(&o.badShare, "bad-share", 0.05, "share of bad events the simulator sends (0–1)")
