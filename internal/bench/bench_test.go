@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/playpipe/playpipe/reporter"
 )
 
 func TestParseOptionsRefusesBadFlags(t *testing.T) {
@@ -46,7 +48,7 @@ func TestParseOptionsRefusesBadFlags(t *testing.T) {
 		}
 	}
 	o, err := parseOptions([]string{"-bin", bin, "-events", "5"}, &bytes.Buffer{})
-	if err != nil || o.events != 5 || o.concurrency != 32 || o.bin != bin {
+	if err != nil || o.events != 5 || o.concurrency != reporter.DefaultConcurrency || o.bin != bin {
 		t.Fatalf("valid flags: %+v, %v", o, err)
 	}
 }
@@ -143,4 +145,32 @@ func selfRusage(t *testing.T) time.Duration {
 		t.Fatal(err)
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// TestRoundComparesWithBothNeighbours: a reporter run is compared with the
+// mean of the plain runs before and after it.
+func TestRoundComparesWithBothNeighbours(t *testing.T) {
+	r := reportRound{
+		rep:    reportRun{reports: 30000, elapsed: time.Second, cpu: 600 * time.Millisecond},
+		before: ceilingResult{posts: 40000, elapsed: time.Second, clientCPU: 800 * time.Millisecond},
+		after:  ceilingResult{posts: 20000, elapsed: time.Second, clientCPU: 600 * time.Millisecond},
+	}
+	if got := r.rateRatio(); got != 1.0 {
+		t.Errorf("rate ratio %v, want 1 (30000 against the mean of 40000 and 20000)", got)
+	}
+	if got := r.cpuRatio(); got != 20.0/25.0 {
+		t.Errorf("CPU ratio %v, want 0.8 (20 µs against the mean of 20 and 30 µs)", got)
+	}
+}
+
+func TestMachineShare(t *testing.T) {
+	a := machineCPU{total: 1000, idle: 400, steal: 10}
+	b := machineCPU{total: 2000, idle: 500, steal: 60}
+	busy, steal := machineShare(a, b)
+	if busy != 0.85 || steal != 0.05 {
+		t.Errorf("busy %v steal %v, want 0.85 and 0.05", busy, steal)
+	}
+	if s := sampleMachine(); s.total <= 0 || s.idle < 0 || s.idle > s.total {
+		t.Errorf("/proc/stat sample %+v", s)
+	}
 }
