@@ -223,6 +223,7 @@ func (r *Reporter) Run(ctx context.Context) error {
 	unreg, err := r.met.observeThrottle(func() (float64, float64, int64) {
 		rn.mu.Lock()
 		defer rn.mu.Unlock()
+		rn.thr.refill(time.Now()) // allows refills only when short: the gauge shows what the floor earned since
 		return rn.thr.limit, rn.thr.tokens, rn.thr.shed
 	})
 	if err != nil {
