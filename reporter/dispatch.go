@@ -25,7 +25,7 @@ func (rn *run) next() *job {
 	// (docs/reporter.md). One cap for both, not Concurrency each, so that
 	// answers waiting for a slow acknowledgement use the room of posts not
 	// in flight instead of holding workers while less is at stake.
-	for !rn.stopping && rn.standby == nil && rn.leased.len() > 0 && rn.atStake() < 2*rn.cfg.Concurrency && rn.thr.allows(rn.inflight) {
+	for !rn.stopping && rn.standby == nil && rn.leased.len() > 0 && rn.roomAtStake() && rn.thr.allows(rn.inflight) {
 		j := rn.leased.pop()
 		if rn.leased.len() < rn.cfg.Concurrency {
 			rn.jobsReady()
@@ -125,13 +125,17 @@ func (rn *run) publish(j *job, rec *kgo.Record) {
 // re-posts these.
 func (rn *run) atStake() int { return rn.inflight + rn.unrecorded }
 
+// roomAtStake reports whether one more post stays within the cap of
+// 2 × Concurrency posts at stake (mu held).
+func (rn *run) roomAtStake() bool { return rn.atStake() < 2*rn.cfg.Concurrency }
+
 // recorded: one answer handed to Kafka by a worker is acknowledged (or
 // failed) (mu held); a worker held by the cap on posts at stake may go.
 // Each acknowledgement wakes one: those of one produce request come one
 // after the other, and each makes room for one post.
 func (rn *run) recorded() {
 	rn.unrecorded--
-	if rn.idle > 0 && rn.leased.len() > 0 && rn.atStake() < 2*rn.cfg.Concurrency {
+	if rn.idle > 0 && rn.leased.len() > 0 && rn.roomAtStake() {
 		rn.cond.Signal()
 	}
 }

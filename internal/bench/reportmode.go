@@ -36,6 +36,9 @@ type reportRun struct {
 
 func (r reportRun) rate() float64 { return float64(r.reports) / r.elapsed.Seconds() }
 
+// cpuPerReport is the reporter's CPU µs per report over the window.
+func (r reportRun) cpuPerReport() float64 { return us(r.cpu) / float64(r.reports) }
+
 // reportRound is one round: the reporter, between two runs of the plain
 // client (the one before is the previous round's after). The reporter is
 // compared with the mean of its two neighbours: this machine's speed
@@ -53,9 +56,7 @@ func (r reportRound) plainCPU() float64 { return (r.before.cpuPerPost() + r.afte
 
 func (r reportRound) rateRatio() float64 { return r.rep.rate() / r.plainRate() }
 
-func (r reportRound) cpuRatio() float64 {
-	return (us(r.rep.cpu) / float64(r.rep.reports)) / r.plainCPU()
-}
+func (r reportRound) cpuRatio() float64 { return r.rep.cpuPerReport() / r.plainCPU() }
 
 // reportResult is what -mode report measured.
 type reportResult struct {
@@ -74,8 +75,9 @@ type reportResult struct {
 // offset and that the partner accepted each report once; (b) resets the
 // ledger and lets the plain client post the same report bodies byte for
 // byte (it also runs once before the first round: each reporter run is
-// compared with the plain runs on either side). The reporter's window starts at its first answer (start-up and
-// group join excluded; its CPU from process start is shown apart).
+// compared with the plain runs on either side). The reporter's window
+// starts at its first answer (start-up and group join excluded; its CPU
+// from process start is shown apart).
 func runReportBench(ctx context.Context, o options, log *slog.Logger) (res reportResult, err error) {
 	res.started = time.Now()
 	e, err := newEnv(o, log)
@@ -336,7 +338,7 @@ func (r reportResult) print(w io.Writer, o options) {
 	for i, x := range r.rounds {
 		fmt.Fprintf(w, "| %d | %.0f | %.0f / %.0f | %.1f %% | %.1f (%.1f) | %.1f / %.1f | %.1f %% | %.1f / %.1f | %.1f | %.0f / %.0f | %.1f / %.1f | %.0f |\n", i+1,
 			x.rep.rate(), x.before.rate(), x.after.rate(), 100*x.rateRatio(),
-			us(x.rep.cpu)/float64(x.rep.reports), us(x.rep.cpuTotal)/float64(o.reports), x.before.cpuPerPost(), x.after.cpuPerPost(),
+			x.rep.cpuPerReport(), us(x.rep.cpuTotal)/float64(o.reports), x.before.cpuPerPost(), x.after.cpuPerPost(),
 			100*x.cpuRatio(), us(x.rep.sandboxCPU)/float64(x.rep.reports), us(x.after.sandboxCPU)/float64(x.after.posts),
 			us(x.rep.brokerCPU)/float64(x.rep.reports), 100*x.rep.busy, 100*x.after.busy, 100*x.rep.steal, 100*x.after.steal, float64(x.rep.rss)/(1<<20))
 		rates, cpus = append(rates, x.rateRatio()), append(cpus, x.cpuRatio())
