@@ -86,7 +86,7 @@ func TestEndToEndWithSandbox(t *testing.T) {
 func checkISRCBytes(t *testing.T, k *testenv.Kafka, cat *sandbox.Catalog) {
 	t.Helper()
 	seen := map[sandbox.ISRCQuirk]int{}
-	for _, r := range k.ReadAll(t, k.Config.Topics().Reports, 500*time.Millisecond) {
+	for _, r := range k.ReadAll(t, k.Config.Topics().Reports) {
 		var v struct {
 			Report map[string]json.RawMessage `json:"report"`
 		}
@@ -174,7 +174,7 @@ func TestEndToEnd503StormWithSandbox(t *testing.T) {
 	if st := e.Stats(); st.Plays != 0 {
 		t.Fatalf("plays derived during a total mix outage: %+v", st)
 	}
-	for _, r := range k.ReadAll(t, k.Config.Topics().Rejected, 300*time.Millisecond) {
+	for _, r := range k.ReadAll(t, k.Config.Topics().Rejected) {
 		var rj schemas.Rejection
 		_ = json.Unmarshal(r.Value, &rj)
 		if rj.Reason == schemas.ReasonUnknownMix {

@@ -204,8 +204,8 @@ func testKillAndRestart(t *testing.T, replacementID string, killedTxnTimeout tim
 	checkOutput(t, k, evs)
 	// The log itself holds more: the killed instance's dangling transaction
 	// was aborted, and read_committed readers never see it.
-	raw := readAllUncommitted(t, k, k.Config.Topics().Reports)
-	committed := len(k.ReadAll(t, k.Config.Topics().Reports, 500*time.Millisecond))
+	raw := len(k.ReadAllUncommitted(t, k.Config.Topics().Reports))
+	committed := len(k.ReadAll(t, k.Config.Topics().Reports))
 	t.Logf("reports in the log: %d (read_uncommitted) vs %d committed", raw, committed)
 	if raw <= committed {
 		t.Errorf("no aborted records in the log (%d ≤ %d): the kill did not interrupt a transaction", raw, committed)
@@ -347,24 +347,6 @@ func waitGroupDone(t *testing.T, k *testenv.Kafka, group string, d time.Duration
 	})
 }
 
-func readAllUncommitted(t *testing.T, k *testenv.Kafka, topic string) int {
-	t.Helper()
-	cl := k.Client(t, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.FetchIsolationLevel(kgo.ReadUncommitted()))
-	n := 0
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-		fs := cl.PollFetches(ctx)
-		cancel()
-		got := 0
-		fs.EachRecord(func(*kgo.Record) { got++ })
-		if got == 0 {
-			return n
-		}
-		n += got
-	}
-}
-
 func isClosed(c chan struct{}) bool {
 	select {
 	case <-c:
@@ -395,7 +377,7 @@ func TestEnricherStopsOnEdgeBlock(t *testing.T) {
 	if st := e.Stats(); st.Events != 0 || st.Commits != 0 {
 		t.Fatalf("committed work despite the configuration error: %+v", st)
 	}
-	if n := len(k.ReadAll(t, k.Config.Topics().Rejected, 300*time.Millisecond)); n != 0 {
+	if n := len(k.ReadAll(t, k.Config.Topics().Rejected)); n != 0 {
 		t.Fatalf("%d rejections written", n)
 	}
 }

@@ -239,8 +239,8 @@ func checkOutput(t *testing.T, k *testenv.Kafka, evs []genEvent) {
 		}
 	}
 	topics := k.Config.Topics()
-	reports := k.ReadAll(t, topics.Reports, 1500*time.Millisecond)
-	rejected := k.ReadAll(t, topics.Rejected, 500*time.Millisecond)
+	reports := k.ReadAll(t, topics.Reports)
+	rejected := k.ReadAll(t, topics.Rejected)
 
 	got := map[string]int{}
 	bad := 0

@@ -39,7 +39,7 @@ func explainDuplicates(t *testing.T, k *testenv.Kafka, led sandbox.LedgerSnapsho
 		return
 	}
 	ids := map[play][]string{}
-	for _, r := range k.ReadAll(t, k.Config.Topics().Reports, 3*time.Second) {
+	for _, r := range k.ReadAll(t, k.Config.Topics().Reports) {
 		var tp schemas.TrackPlay
 		if err := json.Unmarshal(r.Value, &tp); err != nil {
 			continue
@@ -56,7 +56,7 @@ func explainDuplicates(t *testing.T, k *testenv.Kafka, led sandbox.LedgerSnapsho
 		}
 	}
 	dels := map[string][]string{}
-	for _, r := range k.ReadAll(t, k.Config.Topics().Deliveries, 3*time.Second) {
+	for _, r := range k.ReadAll(t, k.Config.Topics().Deliveries) {
 		var d schemas.Delivery
 		src := ""
 		for _, h := range r.Headers {

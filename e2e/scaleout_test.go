@@ -370,7 +370,7 @@ func runAudit(t *testing.T, bin string, args []string) analytics.Audit {
 func readDeliveries(t *testing.T, k *testenv.Kafka) (inDoubt, delivered, leases int) {
 	t.Helper()
 	doubt, del := map[string]bool{}, map[string]bool{}
-	for _, r := range k.ReadAll(t, k.Config.Topics().Deliveries, 3*time.Second) {
+	for _, r := range k.ReadAll(t, k.Config.Topics().Deliveries) {
 		lease := false
 		for _, h := range r.Headers {
 			lease = lease || h.Key == schemas.HeaderLease

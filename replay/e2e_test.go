@@ -122,7 +122,7 @@ func TestReplayAfterPartnerDataLoss(t *testing.T) {
 	// The window: the second half of the live deliveries, from the Kafka log.
 	topics := p.Kafka.Topics()
 	bodies := map[string]string{}
-	for _, r := range k.ReadAll(t, topics.Reports, time.Second) {
+	for _, r := range k.ReadAll(t, topics.Reports) {
 		var tp struct {
 			ReportID string          `json:"report_id"`
 			Report   json.RawMessage `json:"report"`
@@ -137,7 +137,7 @@ func TestReplayAfterPartnerDataLoss(t *testing.T) {
 		at int64
 	}
 	var delivered []del
-	for _, r := range k.ReadAll(t, topics.Deliveries, time.Second) {
+	for _, r := range k.ReadAll(t, topics.Deliveries) {
 		var d schemas.Delivery
 		if len(r.Headers) > 0 && r.Headers[0].Key == schemas.HeaderLease || json.Unmarshal(r.Value, &d) != nil {
 			continue

@@ -336,7 +336,7 @@ func (e *e2e) waitAllCommitted(timeout time.Duration) {
 func (e *e2e) deliveries() []schemas.Delivery {
 	e.t.Helper()
 	var out []schemas.Delivery
-	for _, r := range e.kafka.ReadAll(e.t, e.kafka.Config.Topics().Deliveries, 500*time.Millisecond) {
+	for _, r := range e.kafka.ReadAll(e.t, e.kafka.Config.Topics().Deliveries) {
 		if kafkax.HasHeader(r, schemas.HeaderLease) {
 			continue
 		}

@@ -11,7 +11,6 @@ import (
 	"reflect"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/playpipe/playpipe/internal/testenv"
 	"github.com/playpipe/playpipe/producer/simulator"
@@ -54,7 +53,7 @@ func TestSimulateCommandWithMixes(t *testing.T) {
 	if lines != 400 {
 		t.Fatalf("--record holds %d lines", lines)
 	}
-	if n := len(k.ReadAll(t, k.Config.Topics().Events, 2*time.Second)); n != 400 {
+	if n := len(k.ReadAll(t, k.Config.Topics().Events)); n != 400 {
 		t.Fatalf("topic holds %d records", n)
 	}
 	if err := runSimulate(context.Background(), []string{"--events", "1", "--mixes", "1:1h"}, io.Discard, io.Discard); !errors.Is(err, errUsage) {

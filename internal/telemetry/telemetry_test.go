@@ -209,7 +209,7 @@ func TestKafkaInjectExtractThroughBroker(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	recs := k.ReadAll(t, topic, 300*time.Millisecond)
+	recs := k.ReadAll(t, topic)
 	if len(recs) != 1 {
 		t.Fatalf("read %d records", len(recs))
 	}

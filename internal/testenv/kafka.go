@@ -50,35 +50,71 @@ func (k *Kafka) Client(t testing.TB, opts ...kgo.Opt) *kgo.Client {
 }
 
 // ReadAll reads every committed record of topic from the start
-// (read_committed) and returns them in fetch order. It waits up to 30 s for
-// the first record when the topic is not empty, then reads until no new
-// record arrives for quiet: a slow first fetch on a loaded machine is not
-// mistaken for an empty topic.
-func (k *Kafka) ReadAll(t testing.TB, topic string, quiet time.Duration) []*kgo.Record {
+// (read_committed) up to the topic's last stable offsets when it is called,
+// and returns them in fetch order, without transaction markers.
+//
+// It stops when every partition has been read to its end, not after a quiet
+// spell: on a loaded machine one partition's fetch can lag the others by
+// more than any quiet period, and a read that returned without it would lose
+// records silently. A read that has not reached the end after a minute
+// fails the test.
+func (k *Kafka) ReadAll(t testing.TB, topic string) []*kgo.Record {
 	t.Helper()
+	return k.readToEnd(t, topic, kgo.ReadCommitted())
+}
+
+// ReadAllUncommitted is ReadAll at read_uncommitted, up to the high
+// watermarks: it also returns the records of aborted and open transactions.
+func (k *Kafka) ReadAllUncommitted(t testing.TB, topic string) []*kgo.Record {
+	t.Helper()
+	return k.readToEnd(t, topic, kgo.ReadUncommitted())
+}
+
+func (k *Kafka) readToEnd(t testing.TB, topic string, level kgo.IsolationLevel) []*kgo.Record {
+	t.Helper()
+	// Transaction markers are kept so that a partition whose last entry is a
+	// marker is seen to reach its end; they are not returned.
 	cl := k.Client(t, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+		kgo.FetchIsolationLevel(level), kgo.KeepControlRecords())
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)
+	adm := kadm.NewClient(cl)
+	var ends kadm.ListedOffsets
+	var err error
+	if level == kgo.ReadCommitted() {
+		ends, err = adm.ListCommittedOffsets(ctx, topic)
+	} else {
+		ends, err = adm.ListEndOffsets(ctx, topic)
+	}
 	cancel()
+	if err == nil {
+		err = ends.Error()
+	}
 	if err != nil {
 		t.Fatalf("testenv: end offsets of %s: %v", topic, err)
 	}
-	empty := true
-	ends.Each(func(o kadm.ListedOffset) { empty = empty && o.Offset <= 0 })
-	if empty {
-		return nil
-	}
+	left := map[int32]int64{} // partition -> end offset not reached yet
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Offset > 0 {
+			left[o.Partition] = o.Offset
+		}
+	})
 	var out []*kgo.Record
-	firstBy := time.Now().Add(30 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), quiet)
+	by := time.Now().Add(time.Minute)
+	for len(left) > 0 {
+		if time.Now().After(by) {
+			t.Fatalf("testenv: reading %s: after a minute, partitions %v (partition: end offset) not read to their end; %d records read", topic, left, len(out))
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		fs := cl.PollFetches(ctx)
 		cancel()
-		n := 0
-		fs.EachRecord(func(r *kgo.Record) { out = append(out, r); n++ })
-		if n == 0 && (len(out) > 0 || time.Now().After(firstBy)) {
-			return out
-		}
+		fs.EachRecord(func(r *kgo.Record) {
+			if end, ok := left[r.Partition]; ok && r.Offset+1 >= end {
+				delete(left, r.Partition)
+			}
+			if !r.Attrs.IsControl() {
+				out = append(out, r)
+			}
+		})
 	}
+	return out
 }
