@@ -50,8 +50,9 @@ func (k *Kafka) Client(t testing.TB, opts ...kgo.Opt) *kgo.Client {
 }
 
 // ReadAll reads every committed record of topic from the start
-// (read_committed) up to the topic's last stable offsets when it is called,
-// and returns them in fetch order, without transaction markers.
+// (read_committed) at least up to the topic's last stable offsets when it is
+// called (a record written since may come along in the same fetches), and
+// returns them in fetch order, without transaction markers.
 //
 // It stops when every partition has been read to its end, not after a quiet
 // spell: on a loaded machine one partition's fetch can lag the others by
