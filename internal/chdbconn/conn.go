@@ -288,9 +288,9 @@ func (r *rows) Columns() []string {
 	return nil
 }
 
-func (r *rows) Close() error   { return nil }
-func (r *rows) Err() error     { return r.err }
-func (r *rows) HasData() bool  { return len(r.blocks) > 0 && r.blocks[0].Rows() > 0 }
+func (r *rows) Close() error  { return nil }
+func (r *rows) Err() error    { return r.err }
+func (r *rows) HasData() bool { return len(r.blocks) > 0 && r.blocks[0].Rows() > 0 }
 
 type columnType struct{ c column.Interface }
 
