@@ -3,12 +3,14 @@
 package chdbconn
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"regexp"
 	"strings"
 
+	"github.com/ClickHouse/ch-go/proto"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/column"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 )
@@ -147,6 +149,16 @@ func (b *batch) Send() error {
 	if n == 0 {
 		return nil
 	}
+	// The values as the server would receive them: each column encoded
+	// as clickhouse-go sends it, decoded into a fresh column (a
+	// LowCardinality column, for one, has its rows only once encoded).
+	cols := make([]column.Interface, len(b.cols))
+	for i, c := range b.cols {
+		var err error
+		if cols[i], err = roundTrip(c, n); err != nil {
+			return fmt.Errorf("chdbconn: column %s: %w", c.Name(), err)
+		}
+	}
 	var q strings.Builder
 	q.WriteString("INSERT INTO " + b.table + " (" + strings.Join(b.names, ", ") + ") VALUES ")
 	for r := 0; r < n; r++ {
@@ -154,7 +166,7 @@ func (b *batch) Send() error {
 			q.WriteString(", ")
 		}
 		q.WriteByte('(')
-		for i, c := range b.cols {
+		for i, c := range cols {
 			if i > 0 {
 				q.WriteString(", ")
 			}
@@ -181,3 +193,29 @@ type badColumn struct{ err error }
 
 func (bc badColumn) Append(any) error    { return bc.err }
 func (bc badColumn) AppendRow(any) error { return bc.err }
+
+// roundTrip encodes c's n rows in the native protocol's form (state prefix
+// and data) and decodes them into a new column of its type.
+func roundTrip(c column.Interface, n int) (column.Interface, error) {
+	var buf proto.Buffer
+	if cs, ok := c.(column.CustomSerialization); ok {
+		if err := cs.WriteStatePrefix(&buf); err != nil {
+			return nil, err
+		}
+	}
+	c.Encode(&buf)
+	out, err := c.Type().Column(c.Name(), &column.ServerContext{Timezone: sess.tz})
+	if err != nil {
+		return nil, err
+	}
+	r := proto.NewReader(bytes.NewReader(buf.Buf))
+	if cs, ok := out.(column.CustomSerialization); ok {
+		if err := cs.ReadStatePrefix(r); err != nil {
+			return nil, err
+		}
+	}
+	if err := out.Decode(r, n); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
