@@ -180,15 +180,17 @@ func (s *scenario) expect(o AuditOptions) expectation {
 	}
 	byMessage := map[string]uint64{}
 	conds := map[string]func(p *mPlayState) bool{
-		"derived":                 func(*mPlayState) bool { return true },
-		"below-minimum":           func(p *mPlayState) bool { return p.below },
-		"reportable":              func(p *mPlayState) bool { return !p.below },
-		"delivered":               func(p *mPlayState) bool { return !p.below && p.delivered() },
-		"rejected-by-api":         func(p *mPlayState) bool { return !p.below && !p.delivered() && p.rejected },
-		"standby":                 func(p *mPlayState) bool { return !p.below && p.standby },
-		"standby-delivered":       func(p *mPlayState) bool { return !p.below && p.standby && p.delivered() },
-		"pending":                 func(p *mPlayState) bool { return p.pending() },
-		"pending-overdue":         func(p *mPlayState) bool { return p.pending() && int64(p.derivedMS) < o.Now.Add(-o.PendingThreshold).UnixMilli() },
+		"derived":           func(*mPlayState) bool { return true },
+		"below-minimum":     func(p *mPlayState) bool { return p.below },
+		"reportable":        func(p *mPlayState) bool { return !p.below },
+		"delivered":         func(p *mPlayState) bool { return !p.below && p.delivered() },
+		"rejected-by-api":   func(p *mPlayState) bool { return !p.below && !p.delivered() && p.rejected },
+		"standby":           func(p *mPlayState) bool { return !p.below && p.standby },
+		"standby-delivered": func(p *mPlayState) bool { return !p.below && p.standby && p.delivered() },
+		"pending":           func(p *mPlayState) bool { return p.pending() },
+		"pending-overdue": func(p *mPlayState) bool {
+			return p.pending() && int64(p.derivedMS) < o.Now.Add(-o.PendingThreshold).UnixMilli()
+		},
 		"delivered-twice":         func(p *mPlayState) bool { return p.deliveredN > 1 },
 		"possibly-twice":          func(p *mPlayState) bool { return !p.below && p.deliveredN == 1 && p.doubt },
 		"below-minimum-delivered": func(p *mPlayState) bool { return p.below && p.delivered() },
