@@ -10,9 +10,10 @@ import (
 	"regexp"
 	"strings"
 
-	"github.com/ClickHouse/ch-go/proto"
+	chproto "github.com/ClickHouse/ch-go/proto"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/column"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/ClickHouse/clickhouse-go/v2/lib/proto"
 )
 
 // insertRE is the INSERT a batch is prepared with: a table and,
@@ -46,7 +47,7 @@ func (c *Conn) PrepareBatch(ctx context.Context, query string, _ ...driver.Prepa
 		all = append(all, name)
 	}
 	if len(all) == 0 {
-		return nil, &Error{Query: query, Err: fmt.Errorf("Code: 60. Table %s.%s does not exist. (UNKNOWN_TABLE)", db, table)}
+		return nil, &Error{Query: query, Err: &proto.Exception{Code: 60, Name: "UNKNOWN_TABLE", Message: "Table " + db + "." + table + " does not exist"}}
 	}
 	names := all
 	if m[2] != "" {
@@ -59,7 +60,7 @@ func (c *Conn) PrepareBatch(ctx context.Context, query string, _ ...driver.Prepa
 	for _, n := range names {
 		typ, ok := types[n]
 		if !ok {
-			return nil, &Error{Query: query, Err: fmt.Errorf("Code: 16. No such column %s in table %s.%s. (NO_SUCH_COLUMN_IN_TABLE)", n, db, table)}
+			return nil, &Error{Query: query, Err: &proto.Exception{Code: 16, Name: "NO_SUCH_COLUMN_IN_TABLE", Message: "No such column " + n + " in table " + db + "." + table}}
 		}
 		col, err := column.Type(typ).Column(n, &column.ServerContext{Timezone: sess.tz})
 		if err != nil {
@@ -197,7 +198,7 @@ func (bc badColumn) AppendRow(any) error { return bc.err }
 // roundTrip encodes c's n rows in the native protocol's form (state prefix
 // and data) and decodes them into a new column of its type.
 func roundTrip(c column.Interface, n int) (column.Interface, error) {
-	var buf proto.Buffer
+	var buf chproto.Buffer
 	if cs, ok := c.(column.CustomSerialization); ok {
 		if err := cs.WriteStatePrefix(&buf); err != nil {
 			return nil, err
@@ -208,7 +209,7 @@ func roundTrip(c column.Interface, n int) (column.Interface, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := proto.NewReader(bytes.NewReader(buf.Buf))
+	r := chproto.NewReader(bytes.NewReader(buf.Buf))
 	if cs, ok := out.(column.CustomSerialization); ok {
 		if err := cs.ReadStatePrefix(r); err != nil {
 			return nil, err

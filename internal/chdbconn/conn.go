@@ -11,6 +11,8 @@ import (
 	"fmt"
 	"io"
 	"reflect"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -129,12 +131,15 @@ func (c *Conn) exec(ctx context.Context, q, format string) ([]byte, error) {
 	}
 	out, err := run(q, format)
 	if err != nil {
-		return nil, &Error{Query: q, Err: err}
+		return nil, queryError(q, err)
 	}
 	return out, nil
 }
 
-// Error is a query's error, as ClickHouse reported it.
+// Error is a query's error, as ClickHouse reported it. Like clickhouse-go's
+// errors it unwraps to a *clickhouse.Exception (proto.Exception) with the
+// server's code and name when chDB's message carries them ("Code: 60.
+// DB::Exception: … (UNKNOWN_TABLE)"), so errors.As finds the code.
 type Error struct {
 	Query string
 	Err   error
@@ -142,6 +147,18 @@ type Error struct {
 
 func (e *Error) Error() string { return "chdb: " + strings.TrimSpace(e.Err.Error()) }
 func (e *Error) Unwrap() error { return e.Err }
+
+var codeRE = regexp.MustCompile(`(?s)^\s*Code: (\d+)\. (?:DB::Exception: )?(.*?)(?: \(([A-Z_]+)\))?\.?\s*$`)
+
+// queryError wraps the error chDB reported for q.
+func queryError(q string, err error) *Error {
+	m := codeRE.FindStringSubmatch(err.Error())
+	if m == nil {
+		return &Error{Query: q, Err: err}
+	}
+	code, _ := strconv.ParseInt(m[1], 10, 32)
+	return &Error{Query: q, Err: &proto.Exception{Code: int32(code), Name: m[3], Message: m[2]}}
+}
 
 // Contributors implements driver.Conn.
 func (c *Conn) Contributors() []string { return nil }

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ClickHouse/clickhouse-go/v2"
+
 	"github.com/playpipe/playpipe/internal/testenv"
 )
 
@@ -107,8 +109,16 @@ func TestDriverBehavesAlike(t *testing.T) {
 		if err := l.Conn.Exec(ctx, "SELECT nonsense("); err == nil {
 			t.Error("a syntax error passed")
 		}
-		if _, err := l.Conn.PrepareBatch(ctx, "INSERT INTO "+l.Database+".missing (a)"); err == nil {
-			t.Error("a batch for a missing table was prepared")
+		// A missing table is ClickHouse's code 60 (what the sink's
+		// re-migration looks for), as a *clickhouse.Exception.
+		_, err = l.Conn.PrepareBatch(ctx, "INSERT INTO "+l.Database+".missing (a)")
+		var ex *clickhouse.Exception
+		if !errors.As(err, &ex) || ex.Code != 60 {
+			t.Errorf("batch for a missing table: %v, want a clickhouse.Exception with code 60", err)
+		}
+		err = l.Conn.QueryRow(ctx, "SELECT count() FROM "+l.Database+".missing").Scan(&n)
+		if !errors.As(err, &ex) || ex.Code != 60 {
+			t.Errorf("query of a missing table: %v, want a clickhouse.Exception with code 60", err)
 		}
 	})
 }
