@@ -88,6 +88,7 @@ func ledgerSuite(t *testing.T, l *testenv.Ledger, seed uint64) {
 	for sc, db := range dbs {
 		checkSchemaColumns(t, l, db, sc)
 	}
+	checkUpgrade(t, l)
 
 	for _, sc := range []Schema{schema, other} {
 		for _, group := range []string{"sink-a", "sink-b"} { // every record inserted twice
@@ -115,6 +116,31 @@ func ledgerSuite(t *testing.T, l *testenv.Ledger, seed uint64) {
 			checkAudit(t, ctx, a, o, s.expect(o), name)
 		}
 		checkRows(t, l, dbs[sc], s) // the audit waited for the sinks
+	}
+}
+
+// checkUpgrade: a ledger of the first version migrates to the latest, the
+// ALTER … ADD COLUMN steps included, and reports every later version once.
+func checkUpgrade(t *testing.T, l *testenv.Ledger) {
+	t.Helper()
+	ctx := context.Background()
+	db := l.Database + "_old"
+	t.Cleanup(func() { _ = l.Conn.Exec(context.Background(), "DROP DATABASE IF EXISTS "+db) })
+	if _, err := migrate(ctx, l.Conn, db, Migrations[:1]); err != nil {
+		t.Fatalf("migrate to version %d: %v", Migrations[0].Version, err)
+	}
+	applied, err := Migrate(ctx, l.Conn, db)
+	if err != nil || len(applied) != len(Migrations)-1 || applied[0] != Migrations[1].Version {
+		t.Fatalf("upgrade from version %d: applied %v, %v", Migrations[0].Version, applied, err)
+	}
+	versions, err := AppliedVersions(ctx, l.Conn, db)
+	if err != nil || len(versions) != len(Migrations) || versions[len(versions)-1] != LatestVersion() {
+		t.Fatalf("versions after the upgrade: %v, %v", versions, err)
+	}
+	for _, col := range []string{"partner", "in_doubt"} {
+		if ok, err := hasColumn(ctx, l.Conn, db, TableDeliveries, col); err != nil || !ok {
+			t.Fatalf("deliveries.%s after the upgrade: %v, %v", col, ok, err)
+		}
 	}
 }
 
