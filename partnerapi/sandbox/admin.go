@@ -10,7 +10,8 @@ import (
 )
 
 // AdminUsage documents the admin API (printed by `playpipe sandbox --help`).
-const AdminUsage = `Admin API (JSON; loopback callers only unless allowed):
+const AdminUsage = `Admin API (JSON bodies with Content-Type: application/json; loopback callers only
+unless allowed; a foreign Host or Origin is refused with 403, a non-JSON body with 415):
   GET    /admin/health            {"ok":true,"mode":"live"}
   GET    /admin/mode              {"mode":"live"|"standby"|"live-bypass"}
   PUT    /admin/mode              body {"mode":"standby"}; entering standby starts an episode,
@@ -33,11 +34,12 @@ const AdminUsage = `Admin API (JSON; loopback callers only unless allowed):
                                   from now on; new sessions work): {"revocations":N}`
 
 // AdminHandler is the admin API (see AdminUsage). Callers not on loopback
-// get 403 unless Config.AdminAllowRemote.
+// get 403 unless Config.AdminAllowRemote; cross-origin requests, foreign
+// Host headers and non-JSON bodies are refused (adminGuard).
 func (s *Server) AdminHandler() http.Handler { return s.admin }
 
 // adminMux is the admin API's route table (see AdminUsage), behind the
-// loopback check.
+// loopback, Host, Origin and Content-Type checks (adminGuard).
 func (s *Server) adminMux() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /admin/health", s.adminHealth)
@@ -70,13 +72,7 @@ func (s *Server) adminMux() http.Handler {
 	mux.HandleFunc("POST /admin/revoke-tokens", func(w http.ResponseWriter, r *http.Request) {
 		adminJSON(w, http.StatusOK, map[string]uint64{"revocations": s.RevokeTokens()})
 	})
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !s.opts.AdminAllowRemote && !isLoopback(r.RemoteAddr) {
-			adminError(w, http.StatusForbidden, "the admin API answers loopback callers only")
-			return
-		}
-		mux.ServeHTTP(w, r)
-	})
+	return s.adminGuard(mux)
 }
 
 // adminHealth answers {"ok":true,"mode":…}.
