@@ -28,7 +28,7 @@ func benchRecords(n int) ([]*kgo.Record, int) {
 		if e.wantReason != "" {
 			continue
 		}
-		recs = append(recs, &kgo.Record{Topic: "plays.events", Key: e.key, Value: e.value})
+		recs = append(recs, &kgo.Record{Topic: "plays.events", Key: e.key, Value: e.value, Timestamp: testArrival(e.value)})
 		bytes += len(e.value)
 		if len(recs) == n {
 			break
@@ -140,7 +140,7 @@ func BenchmarkEnrichKafka(b *testing.B) {
 			r := recs[j%len(recs)]
 			// Distinct event ids so every play has its own report id.
 			v := bytes.Replace(r.Value, []byte(`"event_id":"ev-`), []byte(`"event_id":"`+strconv.Itoa(j)+`-`), 1)
-			batch = append(batch, &kgo.Record{Key: r.Key, Value: v})
+			batch = append(batch, &kgo.Record{Key: r.Key, Value: v, Timestamp: r.Timestamp})
 		}
 		if err := cl.ProduceSync(context.Background(), batch...).FirstErr(); err != nil {
 			b.Fatal(err)

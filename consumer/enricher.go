@@ -41,7 +41,10 @@ type Config struct {
 	// Cache, when set, is used instead of building one over Source with CacheConfig.
 	Cache       *MixCache
 	CacheConfig CacheConfig
-	// Events are the deployment's event policies (--allow-missing-user-id, --default-vendor).
+	// Events are the deployment's event policies (--allow-missing-user-id,
+	// --default-vendor, the plausible-time window --time-window-back and
+	// --time-window-ahead). ArrivalMS is ignored: each event's arrival is
+	// its record's timestamp.
 	Events schemas.ValidateOptions
 	// MaxEventBytes is the longest event accepted; a longer one is rejected
 	// as too_large (its rejection keeps a bounded prefix, see
@@ -104,6 +107,9 @@ func (o Config) Validate() error {
 	}
 	if o.Source == nil && o.Cache == nil {
 		return errors.New("consumer: a mix source (partner API client) is required")
+	}
+	if err := o.Events.Window.Validate(); err != nil {
+		return err
 	}
 	for _, c := range []struct {
 		bad        bool

@@ -152,7 +152,7 @@ func (p *processor) newRecord(topic string) *kgo.Record {
 // mixes; when it ends first, process returns *errWaitTooLong and nothing is
 // produced for recs. The returned records are valid until the transaction ends.
 func (p *processor) process(ctx, waitCtx context.Context, recs []*kgo.Record, nowMS int64) ([]*kgo.Record, error) {
-	if missing := p.parse(recs); len(missing) > 0 {
+	if missing := p.parse(recs, nowMS); len(missing) > 0 {
 		if err := p.fetchMissing(waitCtx, missing); err != nil {
 			return nil, err
 		}
@@ -170,8 +170,11 @@ func (p *processor) process(ctx, waitCtx context.Context, recs []*kgo.Record, no
 }
 
 // parse validates recs into p.items and finds their mixes in the cache. It
-// returns the mixes that are not cached (each once).
-func (p *processor) parse(recs []*kgo.Record) (missing []int64) {
+// returns the mixes that are not cached (each once). An event's arrival, the
+// reference of the plausible-time window, is its record's timestamp (nowMS
+// for a record without one): so a backlog read late is judged by when it
+// arrived, not by when it is read.
+func (p *processor) parse(recs []*kgo.Record, nowMS int64) (missing []int64) {
 	p.items = p.items[:0]
 	p.isolate = p.isolate[:0]
 	for _, r := range recs {
@@ -182,7 +185,9 @@ func (p *processor) parse(recs []*kgo.Record) (missing []int64) {
 				Detail: fmt.Sprintf("event is %d bytes, longer than the maximum event size of %d bytes (--max-event-bytes)", len(r.Value), p.maxEvent)}}
 			continue
 		}
-		it.ev, it.vs = schemas.ParseEvent(r.Value, p.validate)
+		vopts := p.validate
+		vopts.ArrivalMS = arrivalMS(r, nowMS)
+		it.ev, it.vs = schemas.ParseEvent(r.Value, vopts)
 		if it.vs != nil {
 			continue
 		}
@@ -191,6 +196,14 @@ func (p *processor) parse(recs []*kgo.Record) (missing []int64) {
 		}
 	}
 	return missing
+}
+
+// arrivalMS is the record's timestamp in epoch ms, or nowMS when it has none.
+func arrivalMS(r *kgo.Record, nowMS int64) int64 {
+	if ms := r.Timestamp.UnixMilli(); ms > 0 {
+		return ms
+	}
+	return nowMS
 }
 
 // lookup sets the item's listing, or its violation when the cache holds a

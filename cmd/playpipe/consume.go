@@ -57,6 +57,7 @@ type consumeFlags struct {
 	txnInterval        time.Duration
 	maxTxnWait         time.Duration
 	txnTimeout         time.Duration
+	window             timeWindowFlags
 }
 
 func (c *consumeFlags) register(fs *flag.FlagSet) {
@@ -90,6 +91,7 @@ func (c *consumeFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.txnInterval, "txn-interval", 100*time.Millisecond, "longest a transaction stays open collecting events")
 	fs.DurationVar(&c.maxTxnWait, "max-txn-wait", 10*time.Second, "longest an open transaction waits for the partner API; past it the transaction is aborted and the events read again once the mix is served")
 	fs.DurationVar(&c.txnTimeout, "txn-timeout", 60*time.Second, "broker-side transaction timeout (≥ 2 × --max-txn-wait)")
+	c.window.register(fs)
 }
 
 // config turns the flags into the consumer's configuration; errors name
@@ -105,6 +107,11 @@ func (c *consumeFlags) config() (consumer.Config, error) {
 		return o, c.envErr
 	}
 	o.Events.AllowMissingUserID = c.allowMissingUserID
+	w, err := c.window.window()
+	if err != nil {
+		return o, err
+	}
+	o.Events.Window = w
 	if c.defaultVendor != "" {
 		v, err := strconv.ParseInt(c.defaultVendor, 10, 64)
 		if err != nil {

@@ -60,8 +60,8 @@ func TestConsumeRefusedCredentials(t *testing.T) {
 	sb := testenv.StartSandbox(t)
 	t.Setenv(partnerapi.EnvClientSignature, "not-the-signature-the-sandbox-knows")
 	topics := k.Config.Topics()
-	v := fmt.Sprintf(`{"event_id":"cred-1","mix_id":%d,"started_at":1700000000000,"offset_ms":0,"duration_ms":200000,"user_id":"u","country":"NO","os":"iOS","device":"phone","vendor":1}`,
-		sb.Catalog().Mixes[0].ID)
+	v := fmt.Sprintf(`{"event_id":"cred-1","mix_id":%d,"started_at":%d,"offset_ms":0,"duration_ms":200000,"user_id":"u","country":"NO","os":"iOS","device":"phone","vendor":1}`,
+		sb.Catalog().Mixes[0].ID, recentMS())
 	if err := k.Client(t).ProduceSync(context.Background(), &kgo.Record{Topic: topics.Events, Value: []byte(v)}).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
@@ -91,13 +91,13 @@ func TestConsumeCommand(t *testing.T) {
 	topics := k.Config.Topics()
 	var recs []*kgo.Record
 	for i := 0; i < 20; i++ {
-		v := fmt.Sprintf(`{"event_id":"cmd-%d","mix_id":%d,"started_at":1700000000000,"offset_ms":%d,"duration_ms":200000,"user_id":"u","country":"no","os":"iOS","device":"phone"}`,
-			i, mix.ID, i*1000)
+		v := fmt.Sprintf(`{"event_id":"cmd-%d","mix_id":%d,"started_at":%d,"offset_ms":%d,"duration_ms":200000,"user_id":"u","country":"no","os":"iOS","device":"phone"}`,
+			i, mix.ID, recentMS(), i*1000)
 		recs = append(recs, &kgo.Record{Topic: topics.Events, Key: []byte(fmt.Sprint(i)), Value: []byte(v)})
 	}
 	recs = append(recs,
 		&kgo.Record{Topic: topics.Events, Value: []byte(`{"event_id":"cmd-bad"`)},
-		&kgo.Record{Topic: topics.Events, Value: []byte(`{"event_id":"cmd-unknown","mix_id":987654321,"started_at":1700000000000,"offset_ms":0,"duration_ms":1000,"user_id":"u","country":"NO","os":"iOS","device":"phone"}`)})
+		&kgo.Record{Topic: topics.Events, Value: []byte(fmt.Sprintf(`{"event_id":"cmd-unknown","mix_id":987654321,"started_at":%d,"offset_ms":0,"duration_ms":1000,"user_id":"u","country":"NO","os":"iOS","device":"phone"}`, recentMS()))})
 	if err := k.Client(t).ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
@@ -140,3 +140,6 @@ func TestConsumeCommand(t *testing.T) {
 		t.Fatalf("summary: %q\n%s", out.String(), errOut.String())
 	}
 }
+
+// recentMS is a plausible started_at for an event published now: an hour ago.
+func recentMS() int64 { return time.Now().Add(-time.Hour).UnixMilli() }
