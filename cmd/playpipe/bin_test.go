@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -81,4 +82,62 @@ func (w *lineWatcher) wait(t *testing.T, re *regexp.Regexp, d time.Duration) []s
 			t.Fatalf("no line matching %s within %s; output:\n%s", re, d, w.String())
 		}
 	}
+}
+
+// proc is a playpipe process a test runs.
+type proc struct {
+	cmd    *exec.Cmd
+	out    *lineWatcher
+	exited chan struct{} // closed when the process ended; err is then set
+	err    error
+}
+
+// startProc runs the built binary with args (env added to the test's) as a
+// separate process; its stdout and stderr are collected in out. When the
+// test ends it is stopped with SIGTERM (SIGKILL after 15 s) unless it ended.
+func startProc(t *testing.T, env []string, args ...string) *proc {
+	t.Helper()
+	cmd := exec.Command(playpipeBinary(t), args...)
+	cmd.Env = append(os.Environ(), env...)
+	pr, pw := io.Pipe()
+	cmd.Stdout, cmd.Stderr = pw, pw
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &proc{cmd: cmd, out: &lineWatcher{}, exited: make(chan struct{})}
+	go p.out.read(pr)
+	go func() {
+		p.err = cmd.Wait()
+		pw.Close()
+		close(p.exited)
+	}()
+	t.Cleanup(func() { p.stop(t, 15*time.Second) })
+	return p
+}
+
+// stop sends SIGTERM and waits up to d for the process to end (then kills
+// it); it returns the process's exit error. Safe to call twice.
+func (p *proc) stop(t *testing.T, d time.Duration) error {
+	t.Helper()
+	select {
+	case <-p.exited:
+		return p.err
+	default:
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+		return p.err
+	case <-time.After(d):
+		_ = p.cmd.Process.Kill()
+		<-p.exited
+		t.Errorf("%s did not stop within %s after SIGTERM; killed", p.cmd.Args[1], d)
+		return p.err
+	}
+}
+
+// kill9 kills the process with SIGKILL (by its pid) and waits for it.
+func (p *proc) kill9() {
+	_ = p.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.exited
 }
