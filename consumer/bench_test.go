@@ -62,7 +62,7 @@ func benchEnrich(b *testing.B, tp trace.TracerProvider) {
 	p := newProcessor(cache, kafkax.TopicsFor(""), schemas.ValidateOptions{}, SplitOptions{}, 8)
 	p.tracer = telemetry.OrNoopTracerProvider(tp).Tracer(instrumentationName)
 	ctx := context.Background()
-	if _, err := p.process(ctx, ctx, recs, time.Now().UnixMilli()); err != nil { // warm the cache
+	if _, err := p.process(ctx, ctx, recs, time.Now().UnixMilli(), noHold{}); err != nil { // warm the cache
 		b.Fatal(err)
 	}
 	p.endTxn(false)
@@ -70,7 +70,7 @@ func benchEnrich(b *testing.B, tp trace.TracerProvider) {
 	b.ResetTimer()
 	events, plays := 0, 0
 	for b.Loop() {
-		out, err := p.process(ctx, ctx, recs, 1_700_000_000_000)
+		out, err := p.process(ctx, ctx, recs, 1_700_000_000_000, noHold{})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -172,3 +172,9 @@ func BenchmarkEnrichKafka(b *testing.B) {
 		k.Close()
 	}
 }
+
+// noHold is a holder that holds nothing (the processor alone).
+type noHold struct{}
+
+func (noHold) hold(it *item) bool { return false }
+func (noHold) waited(int64) bool  { return false }
