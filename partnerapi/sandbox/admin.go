@@ -20,7 +20,8 @@ unless allowed; a foreign Host or Origin is refused with 403, a non-JSON body wi
   PUT    /admin/faults            body {"report":{"rate_500":0.1,"rate_503":0,"latency":"20ms",
                                   "fail_next":3,"fail_next_status":503},"session":{…},"catalog":{…},"mix":{…}};
                                   groups: session, catalog (catalog, restricted, page, list, genres), mix, report;
-                                  fail_next_status: 401, 500 (default), 502, 503, 504
+                                  fail_next_status: 401, 500 (default), 502, 503, 504;
+                                  "ids":[42] restricts a group's fail_next and rates to those path ids
   DELETE /admin/faults            no faults
   POST   /admin/reset             empty ledger and counters, no faults, starting mode
   GET    /admin/ledger[?since=N]  accepted reports (raw body, decoded fields, arrival, flags,
