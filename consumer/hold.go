@@ -189,18 +189,19 @@ func (h *holdState) skip(r *kgo.Record) bool {
 	return !undone
 }
 
-// full reports whether nothing more may be held: MaxHeld events, or a
-// partition whose commit metadata would pass metaMax bytes.
-func (h *holdState) full(maxHeld, metaMax int) bool {
-	if h.n >= maxHeld {
-		return true
-	}
+// maxTokenBytes is the most one more held offset adds to a partition's
+// commit metadata: a gap of up to 13 base-36 digits and a comma.
+const maxTokenBytes = 14
+
+// room is how many more events may be polled: each could be held, and the
+// hold must stay within maxHeld events and every partition's metadata
+// within metaMax bytes (64 kept for the head). 0: full.
+func (h *holdState) room(maxHeld, metaMax int) int {
+	est := 0
 	for _, ps := range h.parts {
-		if ps.est+64 > metaMax {
-			return true
-		}
+		est = max(est, ps.est)
 	}
-	return false
+	return max(0, min(maxHeld-h.n, (metaMax-64-est)/maxTokenBytes))
 }
 
 // undone returns the partition's offsets not produced yet: those held, and

@@ -28,11 +28,12 @@ type txn struct {
 	recs    []*kgo.Record
 	batch   []*kgo.Record
 
-	h    *holdState     // held events now
-	snap *holdState     // held events as of the last commit (restored on abort)
-	w    *mixWaiter     // background fetches of the mixes held events wait for
-	seen map[tpKey]bool // partitions whose commit metadata was read since their assignment
-	scan struct {       // the last release scan
+	h       *holdState     // held events now
+	snap    *holdState     // held events as of the last commit (restored on abort)
+	w       *mixWaiter     // background fetches of the mixes held events wait for
+	seen    map[tpKey]bool // partitions whose commit metadata was read since their assignment
+	blocked bool           // the hold is full: polling stopped (logged once)
+	scan    struct {       // the last release scan
 		gen int64
 		at  time.Time
 	}
@@ -69,11 +70,15 @@ func (e *Enricher) loop(ctx context.Context, sess *kgo.GroupTransactSession) err
 		if !t.open {
 			t.applyLost()
 		}
-		if t.h.full(t.o.MaxHeld, t.o.MetadataMaxBytes) {
+		if t.h.room(t.o.MaxHeld, t.o.MetadataMaxBytes) == 0 {
 			if next, err := t.blockFull(ctx); next == stepReturn {
 				return err
 			}
 			continue
+		}
+		if t.blocked {
+			t.blocked = false
+			t.o.Logger.Info("held events below their bound again: fetching resumed", "held", t.h.n)
 		}
 		fs := t.poll(ctx)
 		if fs.IsClientClosed() {
@@ -115,7 +120,11 @@ func (t *txn) blockFull(ctx context.Context) (step, error) {
 	if err := t.end(ctx, kgo.TryCommit); err != nil && ctx.Err() == nil {
 		return stepReturn, err
 	}
-	t.o.Logger.Warn("held events at their bound: fetching no new events until a mix is served", "held", t.h.n, "max_held", t.o.MaxHeld)
+	if !t.blocked {
+		t.blocked = true
+		t.o.Logger.Warn("held events at their bound: fetching no new events until a mix is served (nothing is dropped)",
+			"held", t.h.n, "max_held", t.o.MaxHeld, "offset_metadata_max_bytes", t.o.MetadataMaxBytes)
+	}
 	timer := time.NewTimer(time.Second)
 	defer timer.Stop()
 	select {
@@ -134,8 +143,9 @@ func (t *txn) blockFull(ctx context.Context) (step, error) {
 }
 
 // poll fetches up to the records the open transaction still has room for,
-// waiting no longer than its interval allows (and 200 ms while events are
-// held, so that they are released soon after their mix is served).
+// and no more than the hold has room for (each could be held), waiting no
+// longer than its interval allows (and 200 ms while events are held, so
+// that they are released soon after their mix is served).
 func (t *txn) poll(ctx context.Context) kgo.Fetches {
 	pollCtx, cancel := ctx, context.CancelFunc(func() {})
 	switch {
@@ -145,7 +155,7 @@ func (t *txn) poll(ctx context.Context) kgo.Fetches {
 		pollCtx, cancel = context.WithTimeout(ctx, 200*time.Millisecond)
 	}
 	defer cancel()
-	return t.sess.PollRecords(pollCtx, max(1, t.o.TxnRecords-t.inTxn))
+	return t.sess.PollRecords(pollCtx, max(1, min(t.o.TxnRecords-t.inTxn, t.h.room(t.o.MaxHeld, t.o.MetadataMaxBytes))))
 }
 
 // collect logs the fetch errors of fs and keeps its records in t.recs.
