@@ -64,11 +64,10 @@ type Config struct {
 	// events or has been open this long; defaults 1000 and 100ms.
 	TxnRecords  int
 	TxnInterval time.Duration
-	// MaxTxnWait is how long an open transaction that already produced
-	// records may wait for the partner API (a 503 storm on a cold mix).
-	// Past it the transaction is aborted (nothing is lost: its events are
-	// read again from the committed offsets) and the enricher waits for the
-	// mix outside any transaction. Defaults to 10s; must stay well under
+	// MaxTxnWait bounds how long an open transaction may wait for the
+	// partner API: it is the upper bound of MixHoldAfter (events whose mix
+	// has not come by then are held, see hold.go, so a transaction never
+	// waits longer). Defaults to 10s; must stay well under
 	// TransactionTimeout.
 	MaxTxnWait time.Duration
 	// TransactionTimeout is the broker-side transaction timeout; defaults to 60s.

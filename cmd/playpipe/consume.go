@@ -92,7 +92,7 @@ func (c *consumeFlags) register(fs *flag.FlagSet) {
 		"shortest time between the first and the last of --mix-unavailable-attempts answers before a mix is declared unavailable (500, 503 and network errors are retried for ever instead)")
 	fs.IntVar(&c.txnRecords, "txn-records", 1000, "events per transaction (a transaction ends at this many events or --txn-interval)")
 	fs.DurationVar(&c.txnInterval, "txn-interval", 100*time.Millisecond, "longest a transaction stays open collecting events")
-	fs.DurationVar(&c.maxTxnWait, "max-txn-wait", 10*time.Second, "longest an open transaction waits for the partner API; past it the transaction is aborted and the events read again once the mix is served")
+	fs.DurationVar(&c.maxTxnWait, "max-txn-wait", 10*time.Second, "longest an open transaction waits for the partner API: the upper bound of --mix-hold-after, past which events are held instead")
 	fs.DurationVar(&c.txnTimeout, "txn-timeout", 60*time.Second, "broker-side transaction timeout (≥ 2 × --max-txn-wait)")
 	fs.DurationVar(&c.holdAfter, "mix-hold-after", time.Second, "how long a batch waits for a mix that is not cached; events whose mix has not come by then are held (with later events of their key) while every other event flows on (≤ --max-txn-wait)")
 	fs.IntVar(&c.maxHeld, "max-held-events", consumer.DefaultMaxHeld, "most events held at once for mixes the partner API does not serve; at the bound no new events are fetched until a mix is served (nothing is dropped)")
