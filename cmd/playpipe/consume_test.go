@@ -28,6 +28,12 @@ func TestConsumeFlagErrors(t *testing.T) {
 		{"--max-event-bytes", "0"},
 		{"--mix-unavailable-attempts", "0"},
 		{"--mix-unavailable-after", "-1s"},
+		{"--time-window-back", "0s"},
+		{"--time-window-ahead", "-1h"},
+		{"--mix-hold-after", "11s"},
+		{"--mix-hold-after", "0s"},
+		{"--max-held-events", "0"},
+		{"--offset-metadata-max-bytes", "100"},
 	} {
 		var errOut bytes.Buffer
 		err := runConsume(context.Background(), append([]string{"--brokers", "127.0.0.1:1", "--api-url", "http://127.0.0.1:1"}, args...), io.Discard, &errOut)
@@ -49,6 +55,44 @@ func TestConsumeMaxEventBytesEnv(t *testing.T) {
 	err := runConsume(context.Background(), []string{"--brokers", "127.0.0.1:1", "--api-url", "http://127.0.0.1:1"}, io.Discard, &errOut)
 	if !errors.Is(err, errUsage) || !strings.Contains(errOut.String(), "PLAYPIPE_MAX_EVENT_BYTES") {
 		t.Fatalf("err %v, output %q: want a usage error naming PLAYPIPE_MAX_EVENT_BYTES", err, errOut.String())
+	}
+}
+
+// TestTimeWindowFlags: the window flags reach the configuration, from the
+// command line and the environment; a bad environment value names it. The
+// ingest command takes the same flags.
+func TestTimeWindowFlags(t *testing.T) {
+	var cf consumeFlags
+	fs := newFlagSet("consume", io.Discard, "")
+	cf.register(fs)
+	if err := fs.Parse([]string{"--time-window-back", "48h", "--time-window-ahead", "2h"}); err != nil {
+		t.Fatal(err)
+	}
+	o, err := cf.config()
+	if err != nil || o.Events.Window != (schemas.TimeWindow{Back: 48 * time.Hour, Ahead: 2 * time.Hour}) {
+		t.Fatalf("window %+v, %v", o.Events.Window, err)
+	}
+	t.Setenv("PLAYPIPE_TIME_WINDOW_BACK", "2160h")
+	var env consumeFlags
+	fs = newFlagSet("consume", io.Discard, "")
+	env.register(fs)
+	if err := fs.Parse(nil); err != nil {
+		t.Fatal(err)
+	}
+	if o, err := env.config(); err != nil || o.Events.Window.Back != 2160*time.Hour || o.Events.Window.Ahead != schemas.DefaultTimeAhead {
+		t.Fatalf("from the environment: %+v, %v", o.Events.Window, err)
+	}
+	t.Setenv("PLAYPIPE_TIME_WINDOW_BACK", "30 days")
+	var bad consumeFlags
+	bad.register(newFlagSet("consume", io.Discard, ""))
+	if _, err := bad.config(); err == nil || !strings.Contains(err.Error(), "PLAYPIPE_TIME_WINDOW_BACK") {
+		t.Fatalf("bad environment value: %v", err)
+	}
+	t.Setenv("PLAYPIPE_TIME_WINDOW_BACK", "")
+	var errOut bytes.Buffer
+	err = runIngestWith(context.Background(), []string{"--brokers", "127.0.0.1:1", "--api-key", "acme:" + strings.Repeat("a", 64), "--time-window-ahead", "0s"}, nil, io.Discard, &errOut, nil)
+	if !errors.Is(err, errUsage) || !strings.Contains(errOut.String(), "--time-window-ahead") {
+		t.Fatalf("ingest --time-window-ahead 0s: %v %q", err, errOut.String())
 	}
 }
 
