@@ -262,3 +262,57 @@ func TestCrashWhileHeldNothingDoubled(t *testing.T) {
 	}
 	t.Logf("replacement stats %+v; %d events delivered exactly once", st, len(got))
 }
+
+// TestRebalanceWhileHeldNothingDoubled: a second enricher joins the group
+// while the first holds the failing mix's events; partitions move between
+// them (the first drops the held events of the partitions it loses, the
+// second reads their commit metadata, skips what was produced and holds
+// the rest). Once the mix is served, every play is delivered exactly once.
+func TestRebalanceWhileHeldNothingDoubled(t *testing.T) {
+	t.Parallel()
+	k := testenv.StartKafka(t, 4)
+	sb := testenv.StartSandbox(t)
+	refs, _ := sandboxRefs(sb.Catalog())
+	bad, good := refs[6], refs[7]
+	s := newHoldScenario(bad, good, 6, 10, 3, time.Now().Add(-time.Hour).UnixMilli())
+	sb.SetFaults(sandbox.Faults{Mix: sandbox.GroupFaults{Rate500: 1, IDs: []int64{bad.id}}})
+	mod := func(id string) func(o *Config) {
+		return func(o *Config) {
+			o.TransactionalID = id
+			o.MixHoldAfter = 200 * time.Millisecond
+			o.TxnInterval = 50 * time.Millisecond
+		}
+	}
+	a := newTestEnricher(t, k, sandboxClient(t, sb), mod("enrich-rebalance-a"))
+	stopA := runEnricher(t, a)
+	publish(t, k, k.Config.Topics().Events, s.evs)
+	waitFor(t, 20*time.Second, "the first enricher holds the failing mix's events", func() bool {
+		return a.Stats().Held == int64(len(s.mixedKeys)*3) && a.Stats().Events == int64(len(s.evs)-len(s.mixedKeys)*3)
+	})
+	b := newTestEnricher(t, k, sandboxClient(t, sb), mod("enrich-rebalance-b"))
+	stopB := runEnricher(t, b)
+	waitFor(t, 30*time.Second, "the second enricher took partitions over", func() bool { return b.Stats().Skipped > 0 || b.Stats().Held > 0 })
+	time.Sleep(500 * time.Millisecond)
+	sb.SetFaults(sandbox.Faults{})
+	waitGroupDone(t, k, DefaultGroup, 40*time.Second)
+	if err := stopB(); err != nil {
+		t.Fatalf("second: %v", err)
+	}
+	if err := stopA(); err != nil {
+		t.Fatalf("first: %v", err)
+	}
+	got, dups := delivered(t, k)
+	if len(dups) > 0 {
+		t.Errorf("report ids delivered twice across the rebalance: %v", dups)
+	}
+	for id, want := range s.want {
+		if len(got[id]) != len(want) {
+			t.Errorf("event %s: %d plays, want %d", id, len(got[id]), len(want))
+		}
+	}
+	sa, sb2 := a.Stats(), b.Stats()
+	if sa.Events+sb2.Events != int64(len(s.evs)) {
+		t.Errorf("committed %d + %d events, want %d in all", sa.Events, sb2.Events, len(s.evs))
+	}
+	t.Logf("first %+v\nsecond %+v", sa, sb2)
+}
