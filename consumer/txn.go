@@ -307,18 +307,16 @@ func (t *txn) readCommitMeta(ctx context.Context) error {
 	if len(fresh) == 0 {
 		return nil
 	}
-	fctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	offs, err := kadm.NewClient(t.sess.Client()).FetchOffsets(fctx, t.o.Group)
+	offs, err := t.fetchOffsets(ctx, fresh)
 	if err != nil {
 		for _, tp := range fresh {
 			delete(t.seen, tp)
 		}
-		return fmt.Errorf("consumer: read the group's committed offsets: %w", err)
+		return err
 	}
 	for _, tp := range fresh {
 		o, ok := offs.Lookup(tp.topic, tp.part)
-		if !ok || o.Err != nil {
+		if !ok {
 			continue
 		}
 		rec, err := decodeHoldMeta(o.At, o.Metadata)
@@ -338,6 +336,35 @@ func (t *txn) readCommitMeta(ctx context.Context) error {
 			"topic", tp.topic, "partition", tp.part, "from", o.At, "head", rec.head, "undone", len(rec.undone))
 	}
 	return nil
+}
+
+// fetchOffsets reads the group's committed offsets, retrying for up to 30 s
+// while a partition of fresh answers with an error (e.g. an offset commit
+// still pending in another instance's transaction): handling a partition
+// without knowing its metadata could produce its events twice.
+func (t *txn) fetchOffsets(ctx context.Context, fresh []tpKey) (kadm.OffsetResponses, error) {
+	fctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	adm := kadm.NewClient(t.sess.Client())
+	for {
+		offs, err := adm.FetchOffsets(fctx, t.o.Group)
+		if err == nil {
+			for _, tp := range fresh {
+				if o, ok := offs.Lookup(tp.topic, tp.part); ok && o.Err != nil {
+					err = fmt.Errorf("partition %s/%d: %w", tp.topic, tp.part, o.Err)
+					break
+				}
+			}
+		}
+		if err == nil {
+			return offs, nil
+		}
+		select {
+		case <-fctx.Done():
+			return nil, fmt.Errorf("consumer: read the group's committed offsets: %w", err)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 // applyLost forgets the held events and bookkeeping of the partitions
