@@ -335,7 +335,7 @@ func (s *Sink) read(ctx context.Context, cl *kgo.Client, topics kafkax.Topics, q
 		fs.EachError(func(t string, p int32, err error) {
 			if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
 				fetchErr = true
-				s.log.Warn("kafka: fetch error", "topic", t, "partition", p, "err", err)
+				s.cfg.Kafka.Faults.Fetch(s.log, t, p, err) // at most a line a minute per fault
 			}
 		})
 		if fetchErr && fs.NumRecords() == 0 && !backoff.Sleep(ctx, s.cfg.RetryMin) {

@@ -211,6 +211,11 @@ func serveIngest(ctx context.Context, f *ingestFlags, st ingestSettings, log *sl
 		return err
 	}
 	defer stopKafka()
+	health, kcfg, stopHealth, err := startKafkaHealth(ctx, kcfg, tel.Providers.Meter, log)
+	if err != nil {
+		return err
+	}
+	defer stopHealth()
 	pcfg := kcfg.Publisher()
 	pcfg.Validate, pcfg.Linger, pcfg.DeliveryTimeout = st.vopts, *f.linger, *f.delivery
 	pcfg.TracerProvider, pcfg.MeterProvider = tel.Providers.Tracer, tel.Providers.Meter
@@ -225,9 +230,9 @@ func serveIngest(ctx context.Context, f *ingestFlags, st ingestSettings, log *sl
 			log.Warn("ingest: closing the Kafka producer", "err", err)
 		}
 	}()
-	tel.AddReadyCheck("kafka", pub.Ping)
+	tel.AddReadyCheck("kafka", health.Check)
 	gcfg := st.limits
-	gcfg.Publisher, gcfg.Keys, gcfg.Logger = pub, st.keys, log
+	gcfg.Publisher, gcfg.Keys, gcfg.Logger, gcfg.BrokerReady = pub, st.keys, log, health.Check
 	gcfg.MeterProvider, gcfg.TracerProvider = tel.Providers.Meter, tel.Providers.Tracer
 	gw, err := gateway.New(gcfg)
 	if err != nil {

@@ -98,6 +98,11 @@ type Config struct {
 	// member before giving its partitions to the others (a killed instance
 	// that does not come back). Defaults to DefaultSessionTimeout.
 	SessionTimeout time.Duration
+	// Faults says the role's Kafka faults (fetch errors of its poll loops)
+	// at most once a minute each and tells the role's Health of them; the
+	// commands set it to Health.Faults(). Nil: a process-wide FaultLog,
+	// rate-limited alike but unmeasured.
+	Faults *FaultLog
 }
 
 // DefaultSessionTimeout is the group session timeout of every role: a killed

@@ -1,0 +1,625 @@
+//go:build linux
+
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/playpipe/playpipe/internal/expect"
+	"github.com/playpipe/playpipe/internal/testenv"
+	"github.com/playpipe/playpipe/partnerapi"
+	"github.com/playpipe/playpipe/partnerapi/sandbox"
+	"github.com/playpipe/playpipe/producer/gateway"
+)
+
+// brokerRig is the pipeline of the broker fault tests, every part its own
+// process: the embedded broker (`playpipe broker`, so that it can be frozen
+// and killed alone), ingest, consume, report and sink, with the sandbox and
+// ClickHouse of testenv.
+type brokerRig struct {
+	t       *testing.T
+	ps      *procs
+	sb      *testenv.Sandbox
+	dir     string
+	broker  string // host:port, the same across the broker's restarts
+	brokerP *proc
+	roles   map[string]*role
+	keys    map[string]string // fleet → API key
+	ingest  string            // gateway address
+	events  []simRecord       // valid events to post, in order
+	next    int               // first of events not posted yet
+}
+
+// deliveryTimeout is the gateway's --delivery-timeout in these tests.
+const deliveryTimeout = 3 * time.Second
+
+func startBrokerRig(t *testing.T) *brokerRig {
+	t.Helper()
+	dir := t.TempDir()
+	bin := buildBinary(t, dir)
+	sb := testenv.StartSandbox(t, func(o *sandbox.Config) { o.Seed, o.Pages, o.ListsPerPage, o.MixesPerList = 5, 1, 2, 4 })
+	ch := testenv.StartClickHouse(t)
+	r := &brokerRig{t: t, sb: sb, dir: dir, roles: map[string]*role{}, keys: map[string]string{"fleet-a": "pp_key_fleet_a_0123456789", "fleet-b": "pp_key_fleet_b_0123456789"}}
+	r.ps = newProcs(t, bin, dir, childEnv(
+		"PLAYPIPE_API_CLIENT_ID="+sb.ClientID,
+		"PLAYPIPE_API_CLIENT_SIGNATURE="+sb.ClientSignature,
+		"PLAYPIPE_LOG_LEVEL=info",
+	))
+	r.broker = freeAddr(t)
+	r.startBroker()
+	kafkaArgs := []string{"--brokers", r.broker, "--partitions", "3"}
+	chArgs := []string{"--clickhouse-addr", ch.Addr, "--clickhouse-db", ch.Database, "--clickhouse-user", ch.User}
+	r.ingest = freeAddr(t)
+	var keyArgs []string
+	for fleet, key := range r.keys {
+		keyArgs = append(keyArgs, "--api-key", fleet+":"+gateway.HashKey(key))
+	}
+	add := func(name string, args ...string) {
+		r.roles[name] = &role{name: name, args: args, admin: freeAddr(t)}
+	}
+	add("sink", append(append([]string{"sink"}, kafkaArgs...), append(chArgs, "--batch-rows", "500", "--linger", "200ms", "--retry-max", "500ms")...)...)
+	add("consume", append(append([]string{"consume"}, kafkaArgs...), "--api-url", sb.URL, "--transactional-id", "e2e-faults-enrich")...)
+	add("report", append(append([]string{"report"}, kafkaArgs...), "--api-url", sb.URL, "--backoff-max", "500ms")...)
+	add("ingest", append(append(append([]string{"ingest"}, kafkaArgs...), keyArgs...), "--addr", r.ingest, "--delivery-timeout", deliveryTimeout.String())...)
+	for _, name := range []string{"sink", "consume", "report", "ingest"} {
+		r.start(name)
+	}
+	for _, name := range []string{"sink", "consume", "report", "ingest"} {
+		waitReady(t, r.roles[name].p, r.roles[name].admin, 90*time.Second)
+	}
+	// Events whose started_at is an hour ago (plausible), on the sandbox's mixes.
+	sa := simArgs{events: 400, rate: 1000, devices: 20, badShare: 0, seed: 22, startMS: time.Now().Add(-time.Hour).UnixMilli()}
+	for _, m := range sa.generated(t, sb.URL, partnerapi.Credentials{ClientID: sb.ClientID, ClientSignature: sb.ClientSignature}) {
+		if m.Kind == "valid" {
+			r.events = append(r.events, m)
+		}
+	}
+	return r
+}
+
+func (r *brokerRig) startBroker() {
+	_, port, _ := strings.Cut(r.broker, ":")
+	r.brokerP = r.ps.start("broker", "broker", "--port", port, "--partitions", "3")
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		cl, err := kgo.NewClient(kgo.SeedBrokers(r.broker))
+		if err == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			err = cl.Ping(ctx)
+			cancel()
+			cl.Close()
+		}
+		if err == nil {
+			return
+		}
+		if !r.brokerP.running() || time.Now().After(deadline) {
+			r.t.Fatalf("broker on %s not up: %v (log %s)", r.broker, err, r.brokerP.log)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func (r *brokerRig) start(name string) {
+	ro := r.roles[name]
+	ro.p = r.ps.start(ro.name, append([]string{ro.args[0], "--admin-addr", ro.admin}, ro.args[1:]...)...)
+}
+
+// take returns the next n events not posted yet.
+func (r *brokerRig) take(n int) []simRecord {
+	r.t.Helper()
+	if r.next+n > len(r.events) {
+		r.t.Fatalf("only %d events generated", len(r.events))
+	}
+	out := r.events[r.next : r.next+n]
+	r.next += n
+	return out
+}
+
+// answer is one POST /v1/events answer.
+type answer struct {
+	status     int
+	retryAfter string
+	took       time.Duration
+	body       gateway.IngestResponse
+	err        error
+}
+
+// post sends events as one JSON array with fleet's key; the client waits
+// up to wait.
+func (r *brokerRig) post(fleet string, events []simRecord, wait time.Duration) answer {
+	var body bytes.Buffer
+	body.WriteByte('[')
+	for i, e := range events {
+		if i > 0 {
+			body.WriteByte(',')
+		}
+		body.WriteString(e.Value)
+	}
+	body.WriteByte(']')
+	req, _ := http.NewRequest(http.MethodPost, "http://"+r.ingest+"/v1/events", &body)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+r.keys[fleet])
+	start := time.Now()
+	resp, err := (&http.Client{Timeout: wait}).Do(req)
+	a := answer{took: time.Since(start), err: err}
+	if err != nil {
+		return a
+	}
+	defer resp.Body.Close()
+	a.status, a.retryAfter = resp.StatusCode, resp.Header.Get("Retry-After")
+	b, _ := io.ReadAll(resp.Body)
+	if err := json.Unmarshal(b, &a.body); err != nil && resp.StatusCode != http.StatusServiceUnavailable {
+		a.err = fmt.Errorf("answer %d %q: %w", resp.StatusCode, b, err)
+	}
+	a.took = time.Since(start)
+	return a
+}
+
+// readyz GETs a role's /readyz with a 1 s client timeout.
+func readyz(addr string) (status int, body string, took time.Duration, err error) {
+	start := time.Now()
+	resp, err := (&http.Client{Timeout: time.Second}).Get("http://" + addr + "/readyz")
+	took = time.Since(start)
+	if err != nil {
+		return 0, "", took, err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), time.Since(start), nil
+}
+
+// wantPlays returns the plays events must yield at the partner.
+func (r *brokerRig) wantPlays(events []simRecord) map[play]int {
+	r.t.Helper()
+	want := map[play]int{}
+	for _, e := range events {
+		plays, _, err := expect.Event(r.sb.Catalog(), []byte(e.Value))
+		if err != nil {
+			r.t.Fatalf("expected plays: %v", err)
+		}
+		for _, p := range plays {
+			want[p]++
+		}
+	}
+	return want
+}
+
+// partnerPlays returns the plays the partner accepted (copies counted).
+func (r *brokerRig) partnerPlays() map[play]int {
+	got := map[play]int{}
+	for _, e := range r.sb.LedgerSince(0).Accepted {
+		got[expect.Of(e.Report)]++
+	}
+	return got
+}
+
+// waitDelivered waits up to d until the partner holds every play of want
+// and returns how long that took.
+func (r *brokerRig) waitDelivered(want map[play]int, d time.Duration) time.Duration {
+	r.t.Helper()
+	start := time.Now()
+	for {
+		got := r.partnerPlays()
+		missing, _, _ := compare(want, got)
+		if len(missing) == 0 {
+			return time.Since(start)
+		}
+		if time.Since(start) > d {
+			r.t.Fatalf("%d of the expected plays not at the partner after %s, e.g. %v", len(missing), d, firstPlays(missing, 3))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// eventCopies counts the records of plays.events per event_id (key).
+func (r *brokerRig) eventCopies() map[string]int {
+	r.t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(r.broker), kgo.ConsumeTopics("plays.events"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		r.t.Fatalf("kafka client: %v", err)
+	}
+	defer cl.Close()
+	out := map[string]int{}
+	quiet := 0
+	for quiet < 3 {
+		ctx, cancel := context.WithTimeout(context.Background(), 700*time.Millisecond)
+		fs := cl.PollFetches(ctx)
+		cancel()
+		if fs.NumRecords() == 0 {
+			quiet++
+		}
+		fs.EachRecord(func(rec *kgo.Record) { out[string(rec.Key)]++ })
+	}
+	return out
+}
+
+// faultLines counts, in a role's log, the lines from offset on that speak
+// of a broker fault.
+var faultLine = regexp.MustCompile(`(?i)UNKNOWN_TOPIC_ID|fault=|kafka: |broker|fetch error`)
+
+func logLines(t *testing.T, path string, from int64) []string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("log: %v", err)
+	}
+	if from > int64(len(b)) {
+		from = int64(len(b))
+	}
+	var out []string
+	for _, l := range strings.Split(string(b[from:]), "\n") {
+		if faultLine.MatchString(l) && !strings.HasPrefix(l, "=== ") {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+func fileSize(path string) int64 {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return 0
+	}
+	return fi.Size()
+}
+
+// TestBrokerFrozen is issue 22's first case: the broker is frozen with
+// SIGSTOP for longer than the gateway's --delivery-timeout while two fleets
+// post. Each POST must be answered within the delivery timeout (+1 s) with
+// 503, Retry-After and a per-event fate; /readyz of every role must answer
+// within a second and name the broker; after SIGCONT every event answered
+// accepted is on plays.events exactly once, none answered failed is there,
+// the ones answered unknown are counted, and once the fleet retried those
+// every play reaches the partner.
+func TestBrokerFrozen(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end: builds the binary and runs 5 processes")
+	}
+	r := startBrokerRig(t)
+	first := r.take(20)
+	if a := r.post("fleet-a", first, 10*time.Second); a.err != nil || a.status != http.StatusAccepted {
+		t.Fatalf("before the freeze: %d %v %+v", a.status, a.err, a.body)
+	}
+	r.waitDelivered(r.wantPlays(first), 60*time.Second)
+
+	logFrom := map[string]int64{}
+	for name, ro := range r.roles {
+		logFrom[name] = fileSize(ro.p.log)
+	}
+	r.brokerP.signal(t, syscall.SIGSTOP)
+	frozeAt := time.Now()
+	t.Logf("broker (pid %d) frozen", r.brokerP.cmd.Process.Pid)
+	defer func() {
+		if r.brokerP.running() {
+			r.brokerP.signal(t, syscall.SIGCONT)
+		}
+	}()
+
+	// Two fleets post while the broker is frozen.
+	batches := map[string][]simRecord{"fleet-a": r.take(10), "fleet-b": r.take(10)}
+	answers := map[string]answer{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for fleet, evs := range batches {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a := r.post(fleet, evs, deliveryTimeout+20*time.Second)
+			mu.Lock()
+			answers[fleet] = a
+			mu.Unlock()
+		}()
+	}
+	// /readyz of every role, polled while the fleets wait: each answer
+	// within a second, and 503 naming the broker within a few probes.
+	var maxReady time.Duration
+	named := map[string]string{}
+	for time.Since(frozeAt) < deliveryTimeout+2*time.Second || len(named) < len(r.roles) {
+		if time.Since(frozeAt) > 20*time.Second {
+			t.Fatalf("/readyz did not name the frozen broker within 20 s for every role: %v", named)
+		}
+		for name, ro := range r.roles {
+			st, body, took, err := readyz(ro.admin)
+			maxReady = max(maxReady, took)
+			if err != nil || took > time.Second {
+				t.Errorf("%s /readyz while the broker is frozen: %v after %s (want an answer within 1 s)", name, err, took.Round(time.Millisecond))
+				continue
+			}
+			if st == http.StatusServiceUnavailable && strings.Contains(body, r.broker) && named[name] == "" {
+				named[name] = fmt.Sprintf("after %s: %s", time.Since(frozeAt).Round(time.Millisecond), strings.TrimSpace(body))
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	wg.Wait()
+	for name, s := range named {
+		t.Logf("%s /readyz 503 %s", name, s)
+	}
+	t.Logf("slowest /readyz answer while frozen: %s", maxReady.Round(time.Millisecond))
+
+	fate := map[string]string{} // event_id → status
+	unknown := 0
+	for fleet, a := range answers {
+		t.Logf("%s: %d after %s, Retry-After %q, accepted %d failed %d unknown %d, code %q", fleet, a.status, a.took.Round(time.Millisecond),
+			a.retryAfter, a.body.Accepted, a.body.Failed, a.body.Unknown, a.body.Code)
+		if a.err != nil {
+			t.Fatalf("%s: no answer: %v after %s", fleet, a.err, a.took)
+		}
+		if a.took > deliveryTimeout+time.Second {
+			t.Errorf("%s answered after %s, want within the delivery timeout %s (+1 s)", fleet, a.took, deliveryTimeout)
+		}
+		if a.status != http.StatusServiceUnavailable || a.retryAfter == "" || a.body.Code != "kafka_timeout" {
+			t.Errorf("%s: answer %d Retry-After %q code %q, want 503 with Retry-After and code kafka_timeout", fleet, a.status, a.retryAfter, a.body.Code)
+		}
+		if len(a.body.Events) != len(batches[fleet]) {
+			t.Fatalf("%s: %d per-event answers for %d events", fleet, len(a.body.Events), len(batches[fleet]))
+		}
+		for i, e := range a.body.Events {
+			if e.EventID != batches[fleet][i].Key {
+				t.Errorf("%s event %d: answer for %q, want %q", fleet, i, e.EventID, batches[fleet][i].Key)
+			}
+			fate[e.EventID] = string(e.Status)
+			switch e.Status {
+			case "unknown":
+				unknown++
+				if !strings.Contains(e.Error, "event_id") {
+					t.Errorf("%s event %d: unknown without retry advice: %q", fleet, i, e.Error)
+				}
+			case "accepted", "failed":
+			default:
+				t.Errorf("%s event %d: status %q while the broker is frozen", fleet, i, e.Status)
+			}
+		}
+	}
+	if unknown == 0 {
+		t.Errorf("no event answered unknown while the broker was frozen: the answers %v", fate)
+	}
+	if d := time.Since(frozeAt); d < deliveryTimeout+time.Second {
+		time.Sleep(deliveryTimeout + time.Second - d) // frozen for longer than the delivery timeout
+	}
+	r.brokerP.signal(t, syscall.SIGCONT)
+	frozen := time.Since(frozeAt)
+	t.Logf("broker resumed after %s frozen", frozen.Round(time.Millisecond))
+	for name, ro := range r.roles {
+		waitReady(t, ro.p, ro.admin, 30*time.Second)
+		if !ro.p.running() {
+			t.Errorf("%s exited: %v", name, ro.p.err)
+		}
+	}
+
+	// Kafka's truth: accepted once, failed never, unknown 0 or 1 times.
+	time.Sleep(deliveryTimeout) // records of unknown fate the producer still held are written or failed by now
+	copies := r.eventCopies()
+	landed := 0
+	for id, st := range fate {
+		n := copies[id]
+		switch {
+		case st == "accepted" && n != 1:
+			t.Errorf("event %s answered accepted is on plays.events %d times", id, n)
+		case st == "failed" && n != 0:
+			t.Errorf("event %s answered failed is on plays.events %d times", id, n)
+		case st == "unknown" && n > 1:
+			t.Errorf("event %s answered unknown is on plays.events %d times", id, n)
+		case st == "unknown" && n == 1:
+			landed++
+		}
+	}
+	t.Logf("events answered unknown: %d, of which %d reached plays.events after the broker resumed", unknown, landed)
+
+	// The fleets retry every event not accepted (as the answer advises).
+	var all []simRecord
+	for fleet, evs := range batches {
+		all = append(all, evs...)
+		var retry []simRecord
+		for _, e := range evs {
+			if fate[e.Key] != "accepted" {
+				retry = append(retry, e)
+			}
+		}
+		if len(retry) == 0 {
+			continue
+		}
+		if a := r.post(fleet, retry, 30*time.Second); a.err != nil || a.status != http.StatusAccepted {
+			t.Fatalf("%s retry after the resume: %d %v %+v", fleet, a.status, a.err, a.body)
+		}
+	}
+	after := r.take(10)
+	if a := r.post("fleet-a", after, 30*time.Second); a.err != nil || a.status != http.StatusAccepted {
+		t.Fatalf("after the resume: %d %v", a.status, a.err)
+	}
+	all = append(append(all, first...), after...)
+	want := r.wantPlays(all)
+	took := r.waitDelivered(want, 90*time.Second)
+	time.Sleep(2 * time.Second) // let late copies arrive before counting duplicates
+	missing, dups, unexpected := compare(want, r.partnerPlays())
+	t.Logf("after the resume: %d plays expected, all at the partner %s after the last post; %d duplicates, %d unexpected, %d missing",
+		len(want), took.Round(time.Millisecond), dups, len(unexpected), len(missing))
+	if len(missing) > 0 || len(unexpected) > 0 {
+		t.Errorf("partner: %d missing, %d unexpected", len(missing), len(unexpected))
+	}
+	if dups > 0 {
+		t.Errorf("partner holds %d duplicate plays: the retried events of unknown fate were posted twice", dups)
+	}
+	for name, ro := range r.roles {
+		lines := logLines(t, ro.p.log, logFrom[name])
+		t.Logf("%s: %d log lines about the broker over the %s freeze and its aftermath", name, len(lines), frozen.Round(time.Second))
+		if len(lines) > 12 {
+			t.Errorf("%s wrote %d lines about the frozen broker, want a few:\n%s", name, len(lines), strings.Join(lines[:12], "\n"))
+		}
+	}
+}
+
+// supervisor restarts the roles of a rig that exit, as Kubernetes or
+// systemd would, and records their exit codes.
+type supervisor struct {
+	r     *brokerRig
+	mu    sync.Mutex
+	exits map[string][]int
+	stop  chan struct{}
+	done  chan struct{}
+}
+
+func superviseRoles(r *brokerRig) *supervisor {
+	s := &supervisor{r: r, exits: map[string][]int{}, stop: make(chan struct{}), done: make(chan struct{})}
+	go func() { // owned by the test: close(stop), then <-done
+		defer close(s.done)
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-s.stop:
+				return
+			case <-t.C:
+			}
+			s.mu.Lock()
+			for name, ro := range r.roles {
+				if ro.p.running() {
+					continue
+				}
+				code := ro.p.wait(r.t, time.Second)
+				s.exits[name] = append(s.exits[name], code)
+				r.start(name)
+			}
+			s.mu.Unlock()
+		}
+	}()
+	r.t.Cleanup(func() {
+		select {
+		case <-s.stop:
+		default:
+			close(s.stop)
+		}
+		<-s.done
+	})
+	return s
+}
+
+// proc returns the running process of a role.
+func (s *supervisor) proc(name string) *proc {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.r.roles[name].p
+}
+
+func (s *supervisor) exitCodes() map[string][]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[string][]int{}
+	for k, v := range s.exits {
+		out[k] = append([]int(nil), v...)
+	}
+	return out
+}
+
+// TestBrokerRestartedEmpty is issue 22's second case: the broker is killed
+// and started again, empty, on the same port while every role runs. Every
+// /readyz must say 503 naming the broker while it is down; the roles must
+// then notice the new topics (new ids) and exit 75 at once for their
+// supervisor (this test's loop) to restart them; events the gateway answers
+// 202 after the restart must all reach the partner without a hand restart;
+// and no role may write more than a few lines about the fault.
+func TestBrokerRestartedEmpty(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end: builds the binary and runs 5 processes")
+	}
+	r := startBrokerRig(t)
+	first := r.take(20)
+	if a := r.post("fleet-a", first, 10*time.Second); a.err != nil || a.status != http.StatusAccepted {
+		t.Fatalf("before the restart: %d %v %+v", a.status, a.err, a.body)
+	}
+	r.waitDelivered(r.wantPlays(first), 60*time.Second)
+	logFrom := map[string]int64{}
+	for name, ro := range r.roles {
+		logFrom[name] = fileSize(ro.p.log)
+	}
+	sup := superviseRoles(r)
+
+	r.brokerP.signal(t, syscall.SIGKILL)
+	r.brokerP.wait(t, 10*time.Second)
+	killedAt := time.Now()
+	t.Logf("broker killed")
+	named := map[string]bool{}
+	for len(named) < len(r.roles) {
+		if time.Since(killedAt) > 15*time.Second {
+			t.Fatalf("/readyz did not name the dead broker within 15 s for every role: %v", named)
+		}
+		for name, ro := range r.roles {
+			st, body, took, err := readyz(ro.admin)
+			if err != nil || took > time.Second {
+				t.Errorf("%s /readyz while the broker is down: %v after %s", name, err, took)
+				continue
+			}
+			if st == http.StatusServiceUnavailable && strings.Contains(body, r.broker) && !named[name] {
+				named[name] = true
+				t.Logf("%s /readyz after %s: 503 %s", name, time.Since(killedAt).Round(time.Millisecond), strings.TrimSpace(body))
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	time.Sleep(2 * time.Second) // down a while
+	r.startBroker()
+	restartedAt := time.Now()
+	t.Logf("broker started again, empty, on %s after %s down", r.broker, restartedAt.Sub(killedAt).Round(time.Millisecond))
+
+	// A fleet posts after the restart, retrying (as advised) until each
+	// batch is answered 202.
+	var acked []simRecord
+	for range 3 {
+		evs := r.take(10)
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			a := r.post("fleet-a", evs, 10*time.Second)
+			if a.err == nil && a.status == http.StatusAccepted {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no 202 within 60 s of posting after the broker restart: last %d %v %+v", a.status, a.err, a.body)
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+		acked = append(acked, evs...)
+		time.Sleep(time.Second)
+	}
+	took := r.waitDelivered(r.wantPlays(acked), 120*time.Second)
+	recovered := time.Since(restartedAt)
+	t.Logf("every play of the %d events answered 202 after the restart is at the partner %s after the broker restart (%s after the last 202)",
+		len(acked), recovered.Round(time.Millisecond), took.Round(time.Millisecond))
+	codes := sup.exitCodes()
+	t.Logf("role exits under the supervisor: %v", codes)
+	for _, name := range []string{"consume", "report", "sink", "ingest"} {
+		c := codes[name]
+		if len(c) == 0 || c[0] != 75 {
+			t.Errorf("%s: exit codes %v, want a first exit with 75 (the broker came back different)", name, c)
+		}
+	}
+	for name := range r.roles {
+		logPath := filepath.Join(r.dir, name+".log")
+		lines := logLines(t, logPath, logFrom[name])
+		per := float64(len(lines)) / time.Since(killedAt).Minutes()
+		t.Logf("%s: %d log lines about the broker in %s (%.0f a minute), restarts included", name, len(lines), time.Since(killedAt).Round(time.Second), per)
+		if len(lines) > 15 {
+			t.Errorf("%s wrote %d lines about the restarted broker, want a few:\n%s", name, len(lines), strings.Join(lines[:15], "\n"))
+		}
+		if n := len(grepLog(logPath, "UNKNOWN_TOPIC_ID")); n > 3 {
+			t.Errorf("%s logged UNKNOWN_TOPIC_ID %d times", name, n)
+		}
+	}
+	for name, ro := range r.roles {
+		waitReady(t, sup.proc(name), ro.admin, 30*time.Second)
+	}
+}
