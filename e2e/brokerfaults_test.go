@@ -48,6 +48,14 @@ type brokerRig struct {
 // deliveryTimeout is the gateway's --delivery-timeout in these tests.
 const deliveryTimeout = 3 * time.Second
 
+// frozenFor and downFor are how long the broker stays frozen (SIGSTOP) and
+// dead (SIGKILL): several delivery timeouts, and a few dozen probes of every
+// role (each a fault to log, at most once a minute).
+const (
+	frozenFor = 10 * time.Second
+	downFor   = 10 * time.Second
+)
+
 func startBrokerRig(t *testing.T) *brokerRig {
 	t.Helper()
 	dir := t.TempDir()
@@ -389,8 +397,8 @@ func TestBrokerFrozen(t *testing.T) {
 	if unknown == 0 {
 		t.Errorf("no event answered unknown while the broker was frozen: the answers %v", fate)
 	}
-	if d := time.Since(frozeAt); d < deliveryTimeout+time.Second {
-		time.Sleep(deliveryTimeout + time.Second - d) // frozen for longer than the delivery timeout
+	if d := time.Since(frozeAt); d < frozenFor {
+		time.Sleep(frozenFor - d) // frozen well past the delivery timeout
 	}
 	r.brokerP.signal(t, syscall.SIGCONT)
 	frozen := time.Since(frozeAt)
@@ -457,7 +465,7 @@ func TestBrokerFrozen(t *testing.T) {
 	}
 	for name, ro := range r.roles {
 		lines := logLines(t, ro.p.log, logFrom[name])
-		t.Logf("%s: %d log lines about the broker over the %s freeze and its aftermath", name, len(lines), frozen.Round(time.Second))
+		t.Logf("%s: %d log lines about the broker over the %s freeze and its aftermath:\n%s", name, len(lines), frozen.Round(time.Second), strings.Join(lines, "\n"))
 		if len(lines) > 12 {
 			t.Errorf("%s wrote %d lines about the frozen broker, want a few:\n%s", name, len(lines), strings.Join(lines[:12], "\n"))
 		}
@@ -571,7 +579,9 @@ func TestBrokerRestartedEmpty(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	time.Sleep(2 * time.Second) // down a while
+	if d := time.Since(killedAt); d < downFor {
+		time.Sleep(downFor - d) // down a while: a probe fails every second
+	}
 	r.startBroker()
 	restartedAt := time.Now()
 	t.Logf("broker started again, empty, on %s after %s down", r.broker, restartedAt.Sub(killedAt).Round(time.Millisecond))
@@ -611,7 +621,7 @@ func TestBrokerRestartedEmpty(t *testing.T) {
 		logPath := filepath.Join(r.dir, name+".log")
 		lines := logLines(t, logPath, logFrom[name])
 		per := float64(len(lines)) / time.Since(killedAt).Minutes()
-		t.Logf("%s: %d log lines about the broker in %s (%.0f a minute), restarts included", name, len(lines), time.Since(killedAt).Round(time.Second), per)
+		t.Logf("%s: %d log lines about the broker in %s (%.0f a minute), restarts included:\n%s", name, len(lines), time.Since(killedAt).Round(time.Second), per, strings.Join(lines, "\n"))
 		if len(lines) > 15 {
 			t.Errorf("%s wrote %d lines about the restarted broker, want a few:\n%s", name, len(lines), strings.Join(lines[:15], "\n"))
 		}
