@@ -242,7 +242,7 @@ func (s *Sink) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("analytics: sink: kafka client: %w", err)
 	}
-	defer cl.Close()
+	defer kafkax.CloseClient(cl, 0) // bounded leave: never waits on a frozen broker
 	s.log.Info("sink started", "group", s.cfg.Group, "topics", topics.All(), "clickhouse", s.cfg.ClickHouse.Addr,
 		"database", s.cfg.ClickHouse.Database, "batch_rows", s.cfg.BatchRows, "linger", s.cfg.Linger)
 

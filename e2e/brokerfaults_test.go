@@ -83,7 +83,7 @@ func startBrokerRig(t *testing.T) *brokerRig {
 	add("sink", append(append([]string{"sink"}, kafkaArgs...), append(chArgs, "--batch-rows", "500", "--linger", "200ms", "--retry-max", "500ms")...)...)
 	add("consume", append(append([]string{"consume"}, kafkaArgs...), "--api-url", sb.URL, "--transactional-id", "e2e-faults-enrich")...)
 	add("report", append(append([]string{"report"}, kafkaArgs...), "--api-url", sb.URL, "--backoff-max", "500ms")...)
-	add("ingest", append(append(append([]string{"ingest"}, kafkaArgs...), keyArgs...), "--addr", r.ingest, "--delivery-timeout", deliveryTimeout.String())...)
+	add("ingest", append(append(append([]string{"ingest"}, kafkaArgs...), keyArgs...), "--addr", r.ingest, "--delivery-timeout", deliveryTimeout.String(), "--shutdown-timeout", "10s")...)
 	for _, name := range []string{"sink", "consume", "report", "ingest"} {
 		r.start(name)
 	}
@@ -631,5 +631,42 @@ func TestBrokerRestartedEmpty(t *testing.T) {
 	}
 	for name, ro := range r.roles {
 		waitReady(t, sup.proc(name), ro.admin, 30*time.Second)
+	}
+}
+
+// TestBrokerFrozenShutdown stops every role with SIGTERM while the broker is
+// frozen: each must exit 0 within its shutdown bound, not wait on the broker
+// (leaving the group, committing, flushing and closing clients included).
+// Before kafkax.CloseClient, kgo's Close held consume 71 s, report 90 s and
+// the sink more than 45 s on the frozen coordinator.
+func TestBrokerFrozenShutdown(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end: builds the binary and runs 5 processes")
+	}
+	r := startBrokerRig(t)
+	first := r.take(20)
+	if a := r.post("fleet-a", first, 10*time.Second); a.err != nil || a.status != http.StatusAccepted {
+		t.Fatalf("before the freeze: %d %v %+v", a.status, a.err, a.body)
+	}
+	r.waitDelivered(r.wantPlays(first), 60*time.Second)
+	r.brokerP.signal(t, syscall.SIGSTOP)
+	defer r.brokerP.signal(t, syscall.SIGCONT)
+	// A request in flight at the freeze, so that the gateway holds unacknowledged records.
+	go r.post("fleet-b", r.take(5), 30*time.Second)
+	time.Sleep(deliveryTimeout / 2)
+	start := time.Now()
+	for _, ro := range r.roles {
+		ro.p.signal(t, syscall.SIGTERM)
+	}
+	// Each role's own shutdown bounds (--shutdown-timeout: 10 s for ingest
+	// here, the sink's and the reporter's 10 s defaults) plus the bounded
+	// group leave and client close (2 × kafkax.DefaultLeaveTimeout).
+	const bound = 40 * time.Second
+	for name, ro := range r.roles {
+		code := ro.p.wait(t, bound)
+		t.Logf("%s exited %d %s after SIGTERM with the broker frozen", name, code, ro.p.exited.Sub(start).Round(time.Millisecond))
+		if code != 0 {
+			t.Errorf("%s exited %d after SIGTERM, want 0 within %s (log %s)", name, code, bound, ro.p.log)
+		}
 	}
 }
