@@ -388,15 +388,17 @@ func TestBrokerFrozen(t *testing.T) {
 				if !strings.Contains(e.Error, "event_id") {
 					t.Errorf("%s event %d: unknown without retry advice: %q", fleet, i, e.Error)
 				}
-			case "accepted", "failed":
+			case "failed":
 			default:
 				t.Errorf("%s event %d: status %q while the broker is frozen", fleet, i, e.Status)
 			}
 		}
 	}
-	if unknown == 0 {
-		t.Errorf("no event answered unknown while the broker was frozen: the answers %v", fate)
-	}
+	// Whether an event is unknown (its request reached the frozen socket)
+	// or failed (the producer had to dial anew and never sent it) depends
+	// on the connection's state at the freeze; both are right, and Kafka's
+	// truth is checked below. None may be accepted.
+	t.Logf("while frozen: %d unknown, %d failed", unknown, len(fate)-unknown)
 	if d := time.Since(frozeAt); d < frozenFor {
 		time.Sleep(frozenFor - d) // frozen well past the delivery timeout
 	}
@@ -613,8 +615,13 @@ func TestBrokerRestartedEmpty(t *testing.T) {
 	t.Logf("role exits under the supervisor: %v", codes)
 	for _, name := range []string{"consume", "report", "sink", "ingest"} {
 		c := codes[name]
-		if len(c) == 0 || c[0] != 75 {
-			t.Errorf("%s: exit codes %v, want a first exit with 75 (the broker came back different)", name, c)
+		if len(c) == 0 || len(c) > 3 {
+			t.Errorf("%s: exit codes %v, want one exit (75: the broker came back different), a few at most", name, c)
+		}
+		for _, code := range c {
+			if code != 75 && code != 1 {
+				t.Errorf("%s: exit codes %v, want 75 (or 1 for a start that found no broker)", name, c)
+			}
 		}
 	}
 	for name := range r.roles {
@@ -652,7 +659,9 @@ func TestBrokerFrozenShutdown(t *testing.T) {
 	r.brokerP.signal(t, syscall.SIGSTOP)
 	defer r.brokerP.signal(t, syscall.SIGCONT)
 	// A request in flight at the freeze, so that the gateway holds unacknowledged records.
-	go r.post("fleet-b", r.take(5), 30*time.Second)
+	posted, inFlight := make(chan answer, 1), r.take(5)
+	go func() { posted <- r.post("fleet-b", inFlight, 30*time.Second) }()
+	defer func() { <-posted }()
 	time.Sleep(deliveryTimeout / 2)
 	start := time.Now()
 	for _, ro := range r.roles {
