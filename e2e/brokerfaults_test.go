@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/playpipe/playpipe/internal/expect"
@@ -676,6 +677,98 @@ func TestBrokerFrozenShutdown(t *testing.T) {
 		t.Logf("%s exited %d %s after SIGTERM with the broker frozen", name, code, ro.p.exited.Sub(start).Round(time.Millisecond))
 		if code != 0 {
 			t.Errorf("%s exited %d after SIGTERM, want 0 within %s (log %s)", name, code, bound, ro.p.log)
+		}
+	}
+}
+
+// TestTopicRecreated deletes plays.events on the running broker and creates
+// it again, as an operator may on real Kafka: every /readyz must say the
+// topic is missing, then each role must notice the new topic id and exit 75
+// for its supervisor; the events the gateway answers 202 afterwards must all
+// reach the partner (a restarted role finds no committed offsets on the new
+// topic: the broker dropped them with the old one, and the roles read a new
+// topic from its start).
+func TestTopicRecreated(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end: builds the binary and runs 5 processes")
+	}
+	r := startBrokerRig(t)
+	first := r.take(20)
+	if a := r.post("fleet-a", first, 10*time.Second); a.err != nil || a.status != http.StatusAccepted {
+		t.Fatalf("before the deletion: %d %v %+v", a.status, a.err, a.body)
+	}
+	r.waitDelivered(r.wantPlays(first), 60*time.Second)
+	logFrom := map[string]int64{}
+	for name, ro := range r.roles {
+		logFrom[name] = fileSize(ro.p.log)
+	}
+	sup := superviseRoles(r)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(r.broker))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := adm.DeleteTopics(ctx, "plays.events"); err != nil {
+		t.Fatalf("delete plays.events: %v", err)
+	}
+	deletedAt := time.Now()
+	named := map[string]bool{}
+	for len(named) < len(r.roles) {
+		if time.Since(deletedAt) > 15*time.Second {
+			t.Fatalf("/readyz did not name the missing topic within 15 s for every role: %v", named)
+		}
+		for name, ro := range r.roles {
+			st, body, took, err := readyz(ro.admin)
+			if err != nil || took > time.Second {
+				t.Errorf("%s /readyz with a topic missing: %v after %s", name, err, took)
+				continue
+			}
+			if st == http.StatusServiceUnavailable && strings.Contains(body, "plays.events") && !named[name] {
+				named[name] = true
+				t.Logf("%s /readyz after %s: 503 %s", name, time.Since(deletedAt).Round(time.Millisecond), strings.TrimSpace(body))
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if _, err := adm.CreateTopics(ctx, 3, -1, nil, "plays.events"); err != nil {
+		t.Fatalf("create plays.events: %v", err)
+	}
+	createdAt := time.Now()
+	t.Logf("plays.events deleted and created again after %s", createdAt.Sub(deletedAt).Round(time.Millisecond))
+	var acked []simRecord
+	for range 3 {
+		evs := r.take(10)
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			a := r.post("fleet-a", evs, 10*time.Second)
+			if a.err == nil && a.status == http.StatusAccepted {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no 202 within 60 s of posting after the re-creation: last %d %v %+v", a.status, a.err, a.body)
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+		acked = append(acked, evs...)
+		time.Sleep(time.Second)
+	}
+	r.waitDelivered(r.wantPlays(acked), 120*time.Second)
+	t.Logf("every play of the %d events answered 202 after the re-creation is at the partner %s after it", len(acked), time.Since(createdAt).Round(time.Millisecond))
+	codes := sup.exitCodes()
+	t.Logf("role exits under the supervisor: %v", codes)
+	for _, name := range []string{"consume", "report", "sink", "ingest"} {
+		if c := codes[name]; len(c) == 0 || c[0] != 75 {
+			t.Errorf("%s: exit codes %v, want a first exit with 75 (a topic came back with a new id)", name, c)
+		}
+	}
+	for name := range r.roles {
+		lines := logLines(t, filepath.Join(r.dir, name+".log"), logFrom[name])
+		t.Logf("%s: %d log lines about the fault, restarts included:\n%s", name, len(lines), strings.Join(lines, "\n"))
+		if len(lines) > 15 {
+			t.Errorf("%s wrote %d lines about the re-created topic, want a few", name, len(lines))
 		}
 	}
 }

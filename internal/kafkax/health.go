@@ -179,6 +179,7 @@ func (h *Health) probe(ctx context.Context) {
 	defer cancel()
 	start := h.o.Now()
 	req := kmsg.NewPtrMetadataRequest()
+	req.AllowAutoTopicCreation = false // a probe never creates a missing topic
 	for _, t := range h.topics {
 		rt := kmsg.NewMetadataRequestTopic()
 		rt.Topic = kmsg.StringPtr(t)
