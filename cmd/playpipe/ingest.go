@@ -232,7 +232,7 @@ func serveIngest(ctx context.Context, f *ingestFlags, st ingestSettings, log *sl
 	}()
 	tel.AddReadyCheck("kafka", health.Check)
 	gcfg := st.limits
-	gcfg.Publisher, gcfg.Keys, gcfg.Logger, gcfg.BrokerReady = pub, st.keys, log, health.Check
+	gcfg.Publisher, gcfg.Keys, gcfg.Logger, gcfg.BrokerReady, gcfg.Faults = pub, st.keys, log, health.Check, health.Faults()
 	gcfg.MeterProvider, gcfg.TracerProvider = tel.Providers.Meter, tel.Providers.Tracer
 	gw, err := gateway.New(gcfg)
 	if err != nil {

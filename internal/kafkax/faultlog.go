@@ -27,6 +27,8 @@ const (
 	FaultTopicRecreated = "topic_recreated"  // a topic came back with a new id, or the cluster is another one
 	FaultUnknownTopicID = "unknown_topic_id" // a fetch named a topic id the broker no longer knows
 	FaultFetch          = "fetch_error"      // any other fetch error
+	FaultProduceTimeout = "produce_timeout"  // a produce not acknowledged by its deadline (the gateway's 503 kafka_timeout)
+	FaultProduce        = "produce_error"    // records Kafka failed (the gateway's 503 kafka_unavailable)
 )
 
 // MetricKafkaFaults is the counter of Kafka faults a role met, by kind
@@ -83,7 +85,7 @@ func NewFaultLog(o FaultLogOptions) *FaultLog {
 		mp = noop.NewMeterProvider()
 	}
 	c, _ := mp.Meter("github.com/playpipe/playpipe/internal/kafkax").Int64Counter(MetricKafkaFaults,
-		metric.WithDescription("Kafka faults a role met, by kind: unreachable, topic_missing, topic_recreated, unknown_topic_id, fetch_error (each logged at most once a minute)."))
+		metric.WithDescription("Kafka faults a role met, by kind: unreachable, topic_missing, topic_recreated, unknown_topic_id, fetch_error, produce_timeout, produce_error (each logged at most once a minute)."))
 	return &FaultLog{every: o.Every, now: o.Now, counter: c, seen: map[string]*faultSeen{}}
 }
 

@@ -20,6 +20,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/playpipe/playpipe/internal/confcheck"
+	"github.com/playpipe/playpipe/internal/kafkax"
 	"github.com/playpipe/playpipe/internal/telemetry"
 	"github.com/playpipe/playpipe/producer"
 	"github.com/playpipe/playpipe/schemas"
@@ -100,6 +101,11 @@ type Config struct {
 	// Check), never wait on the broker. Nil: a ping bounded to
 	// ReadyTimeout.
 	BrokerReady func(ctx context.Context) error
+	// Faults rate-limits the lines about Kafka not answering (one a minute
+	// per kind, the repeats counted), which would otherwise come once per
+	// request while the broker is down; the commands pass kafkax.Health's.
+	// Nil: a process-wide one.
+	Faults *kafkax.FaultLog
 	// Logger defaults to slog.Default(). API keys are never logged.
 	Logger *slog.Logger
 	// MeterProvider makes playpipe.ingest.requests and the http.server.*
@@ -539,12 +545,12 @@ func (g *Gateway) publish(ctx context.Context, fleet string, events [][]byte) (I
 	case resp.Unknown > 0:
 		resp.Code = "kafka_timeout"
 		resp.Error = fmt.Sprintf("Kafka did not acknowledge %d events within the delivery timeout of %s: their fate is unknown (status unknown: they may be on Kafka); retry every event not accepted", resp.Unknown, g.cfg.Publisher.DeliveryTimeout())
-		log.Warn("ingest: Kafka did not answer within the delivery timeout", "err", pubErr, "rejections_lost", rejectionLost)
+		g.cfg.Faults.Say(log, slog.LevelWarn, kafkax.FaultProduceTimeout, "ingest", "ingest: Kafka did not answer within the delivery timeout (logged at most once a minute)", "err", pubErr, "rejections_lost", rejectionLost)
 		return resp, http.StatusServiceUnavailable
 	case resp.Failed > 0 || rejectionLost > 0:
 		resp.Code = "kafka_unavailable"
 		resp.Error = "Kafka did not acknowledge every record of the batch: retry the events not accepted"
-		log.Warn("ingest: batch not fully on Kafka", "err", pubErr, "rejections_lost", rejectionLost)
+		g.cfg.Faults.Say(log, slog.LevelWarn, kafkax.FaultProduce, "ingest", "ingest: batch not fully on Kafka (logged at most once a minute)", "err", pubErr, "rejections_lost", rejectionLost)
 		return resp, http.StatusServiceUnavailable
 	case tooLarge == len(events):
 		resp.Error = fmt.Sprintf("every event of the request exceeds the limit of %d bytes per event; it was refused (reason %s), do not retry it", g.cfg.MaxEventBytes, ReasonTooLarge)
