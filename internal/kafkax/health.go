@@ -61,10 +61,13 @@ type Health struct {
 	unreg    metric.Registration
 	changed  chan struct{}
 	stopOnce sync.Once
+	// metadata sends one probe (a seam for tests; kmsg over cl).
+	metadata func(context.Context, *kmsg.MetadataRequest) (*kmsg.MetadataResponse, error)
 
 	mu        sync.Mutex
 	probed    time.Time // when the last probe ended
 	lastOK    time.Time // when the broker last answered
+	fails     int       // probes in a row without an answer
 	err       error     // the last probe's fault, nil when ready
 	cluster   string
 	ids       map[string][16]byte
@@ -99,6 +102,9 @@ func NewHealth(cfg Config, o HealthOptions) (*Health, error) {
 	}
 	h := &Health{cfg: cfg, o: o, log: o.Logger, cl: cl, topics: cfg.Topics().All(),
 		ids: map[string][16]byte{}, changed: make(chan struct{}), err: errors.New("not probed yet")}
+	h.metadata = func(ctx context.Context, req *kmsg.MetadataRequest) (*kmsg.MetadataResponse, error) {
+		return req.RequestWith(ctx, cl)
+	}
 	h.faults = NewFaultLog(FaultLogOptions{Every: o.LogEvery, Now: o.Now, MeterProvider: o.MeterProvider})
 	h.faults.onFetch = h.fetchFault
 	mp := o.MeterProvider
@@ -134,10 +140,10 @@ func (h *Health) ChangedBy() string {
 	return h.changedBy
 }
 
-// Check returns the last probe's verdict at once: nil when the broker
-// answered the last probe (within Interval + Timeout) with every topic as
-// first seen, else an error naming the broker and the cause. It never
-// waits on the broker.
+// Check returns the last verdict at once: nil when the broker answered the
+// last probes with every topic as first seen, else an error naming the
+// broker and the cause (unreachable once unreachableAfter probes in a row
+// went unanswered). It never waits on the broker.
 func (h *Health) Check(context.Context) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -185,7 +191,7 @@ func (h *Health) probe(ctx context.Context) {
 		rt.Topic = kmsg.StringPtr(t)
 		req.Topics = append(req.Topics, rt)
 	}
-	resp, err := req.RequestWith(pctx, h.cl)
+	resp, err := h.metadata(pctx, req)
 	if ctx.Err() != nil {
 		return
 	}
@@ -194,7 +200,12 @@ func (h *Health) probe(ctx context.Context) {
 		h.mu.Lock()
 		since := h.lastOK
 		h.probed = now
+		h.fails++
+		fails := h.fails
 		h.mu.Unlock()
+		if fails < unreachableAfter && !since.IsZero() {
+			return // one slow probe on a busy broker is not an outage: keep the verdict
+		}
 		why := fmt.Sprintf("broker %s does not answer (a metadata request got no answer within %s: %v)", h.brokers(), h.o.Timeout, err)
 		if !since.IsZero() {
 			why += fmt.Sprintf("; last answer %s ago", now.Sub(since).Round(time.Second))
@@ -259,9 +270,14 @@ func (h *Health) setErr(now time.Time, err error, answered bool) {
 	defer h.mu.Unlock()
 	h.probed, h.err = now, err
 	if answered {
-		h.lastOK = now
+		h.lastOK, h.fails = now, 0
 	}
 }
+
+// unreachableAfter is how many probes in a row must go unanswered before
+// the broker is reported unreachable (one slow probe is not an outage): a
+// frozen broker is named within about two probe intervals.
+const unreachableAfter = 2
 
 // fetchFault is told every fetch fault of the role (FaultLog.onFetch).
 func (h *Health) fetchFault(kind, topic string, err error) {

@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // syncBuffer is a log destination safe for concurrent writes.
@@ -82,7 +83,14 @@ func TestFetchFaultKind(t *testing.T) {
 // startHealth runs a Health of e's brokers, probing every 50 ms.
 func startHealth(t *testing.T, e *Embedded, log *slog.Logger) *Health {
 	t.Helper()
-	h, err := NewHealth(Config{Brokers: e.Addrs(), Partitions: 1}, HealthOptions{Interval: 50 * time.Millisecond, Timeout: 300 * time.Millisecond, Logger: log})
+	return startHealthEvery(t, e, log, 50*time.Millisecond)
+}
+
+// startHealthEvery runs a Health of e's brokers, probing every interval
+// with a 300 ms timeout.
+func startHealthEvery(t *testing.T, e *Embedded, log *slog.Logger, interval time.Duration) *Health {
+	t.Helper()
+	h, err := NewHealth(Config{Brokers: e.Addrs(), Partitions: 1}, HealthOptions{Interval: interval, Timeout: 300 * time.Millisecond, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,5 +208,47 @@ func TestHealthChangedByAFetchError(t *testing.T) {
 	}
 	if !strings.Contains(h.ChangedBy(), "plays.reports") {
 		t.Errorf("ChangedBy %q does not name the topic", h.ChangedBy())
+	}
+}
+
+// TestHealthOneSlowProbeIsNotAnOutage fails one probe (a busy broker):
+// the verdict stays ready; two in a row make it unready, naming the broker.
+func TestHealthOneSlowProbeIsNotAnOutage(t *testing.T) {
+	e, err := StartEmbedded("", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	h, err := NewHealth(Config{Brokers: e.Addrs(), Partitions: 1}, HealthOptions{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.cl.Close()
+	real := h.metadata
+	var fail bool
+	h.metadata = func(ctx context.Context, req *kmsg.MetadataRequest) (*kmsg.MetadataResponse, error) {
+		if fail {
+			return nil, context.DeadlineExceeded
+		}
+		return real(ctx, req)
+	}
+	ctx := context.Background()
+	h.probe(ctx)
+	if err := h.Check(ctx); err != nil {
+		t.Fatalf("after an answered probe: %v", err)
+	}
+	fail = true
+	h.probe(ctx)
+	if err := h.Check(ctx); err != nil {
+		t.Fatalf("one failed probe made the broker unready: %v", err)
+	}
+	h.probe(ctx)
+	if err := h.Check(ctx); err == nil || !strings.Contains(err.Error(), e.Addrs()[0]) {
+		t.Fatalf("after two failed probes in a row: %v, want an error naming the broker", err)
+	}
+	fail = false
+	h.probe(ctx)
+	if err := h.Check(ctx); err != nil {
+		t.Fatalf("after the broker answered again: %v", err)
 	}
 }
