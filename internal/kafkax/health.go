@@ -72,7 +72,19 @@ type Health struct {
 	cluster   string
 	ids       map[string][16]byte
 	changedBy string // why changed was closed
+	// unknownID is, per topic, the span of the fetch errors
+	// UNKNOWN_TOPIC_ID seen without a gap longer than UnknownTopicIDGrace.
+	unknownID map[string][2]time.Time
 }
+
+// UnknownTopicIDGrace is how long a role's fetches of a topic must keep
+// failing with UNKNOWN_TOPIC_ID before the Health takes it for a topic that
+// came back different: right after a topic is created, a busy cluster may
+// answer it for a moment while the new partition's leader learns of it
+// (franz-go hides the first five). The probe notices a re-created topic's
+// new id within a second anyway; this catches a client that holds an id the
+// probe never saw.
+const UnknownTopicIDGrace = 10 * time.Second
 
 // NewHealth returns the Health of cfg's brokers (validated, with brokers);
 // Run probes.
@@ -101,7 +113,7 @@ func NewHealth(cfg Config, o HealthOptions) (*Health, error) {
 		return nil, fmt.Errorf("kafka: health probe client: %w", err)
 	}
 	h := &Health{cfg: cfg, o: o, log: o.Logger, cl: cl, topics: cfg.Topics().All(),
-		ids: map[string][16]byte{}, changed: make(chan struct{}), err: errors.New("not probed yet")}
+		ids: map[string][16]byte{}, unknownID: map[string][2]time.Time{}, changed: make(chan struct{}), err: errors.New("not probed yet")}
 	h.metadata = func(ctx context.Context, req *kmsg.MetadataRequest) (*kmsg.MetadataResponse, error) {
 		return req.RequestWith(ctx, cl)
 	}
@@ -281,8 +293,20 @@ const unreachableAfter = 2
 
 // fetchFault is told every fetch fault of the role (FaultLog.onFetch).
 func (h *Health) fetchFault(kind, topic string, err error) {
-	if kind == FaultUnknownTopicID {
-		h.markChanged(fmt.Sprintf("fetching topic %s failed with %v: the broker no longer knows the topic id this process holds (the topic was re-created, or the broker restarted empty)", topic, err))
+	if kind != FaultUnknownTopicID {
+		return
+	}
+	now := h.o.Now()
+	h.mu.Lock()
+	span, seen := h.unknownID[topic]
+	if !seen || now.Sub(span[1]) > UnknownTopicIDGrace {
+		span[0] = now // a new run of errors
+	}
+	span[1] = now
+	h.unknownID[topic] = span
+	h.mu.Unlock()
+	if d := now.Sub(span[0]); d >= UnknownTopicIDGrace {
+		h.markChanged(fmt.Sprintf("fetching topic %s has failed with %v for %s: the broker no longer knows the topic id this process holds (the topic was deleted or re-created, or the broker restarted empty)", topic, err, d.Round(time.Second)))
 	}
 }
 

@@ -185,26 +185,52 @@ func TestHealthAnswersAtOnceWhenTheBrokerIsGone(t *testing.T) {
 	}
 }
 
-// TestHealthChangedByAFetchError: a role's fetch failing with
-// UNKNOWN_TOPIC_ID (its client holds an id the broker forgot) closes Changed.
+// TestHealthChangedByAFetchError: a role's fetches failing with
+// UNKNOWN_TOPIC_ID (its client holds an id the broker forgot) for
+// UnknownTopicIDGrace close Changed; a moment of it (a topic just created)
+// does not.
 func TestHealthChangedByAFetchError(t *testing.T) {
 	e, err := StartEmbedded("", 1)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer e.Close()
-	h := startHealth(t, e, slog.New(slog.DiscardHandler))
-	h.Faults().Fetch(slog.New(slog.DiscardHandler), "plays.reports", 0, kerr.NotLeaderForPartition)
-	select {
-	case <-h.Changed():
-		t.Fatal("Changed closed by an ordinary fetch error")
-	default:
+	var mu sync.Mutex
+	now := time.Now()
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	h, err := NewHealth(Config{Brokers: e.Addrs(), Partitions: 1}, HealthOptions{Logger: slog.New(slog.DiscardHandler), Now: clock})
+	if err != nil {
+		t.Fatal(err)
 	}
-	h.Faults().Fetch(slog.New(slog.DiscardHandler), "plays.reports", 0, kerr.UnknownTopicID)
-	select {
-	case <-h.Changed():
-	default:
-		t.Fatal("Changed not closed by UNKNOWN_TOPIC_ID")
+	defer h.cl.Close()
+	quiet := slog.New(slog.DiscardHandler)
+	changed := func() bool {
+		select {
+		case <-h.Changed():
+			return true
+		default:
+			return false
+		}
+	}
+	h.Faults().Fetch(quiet, "plays.reports", 0, kerr.NotLeaderForPartition)
+	h.Faults().Fetch(quiet, "plays.reports", 0, kerr.UnknownTopicID)
+	advance(5 * time.Second)
+	h.Faults().Fetch(quiet, "plays.reports", 1, kerr.UnknownTopicID)
+	if changed() {
+		t.Fatal("Changed closed after 5 s of UNKNOWN_TOPIC_ID (a topic just created)")
+	}
+	advance(20 * time.Second) // a gap: the next error starts a new run
+	h.Faults().Fetch(quiet, "plays.reports", 0, kerr.UnknownTopicID)
+	advance(9 * time.Second)
+	h.Faults().Fetch(quiet, "plays.reports", 0, kerr.UnknownTopicID)
+	if changed() {
+		t.Fatal("Changed closed 9 s into a new run of UNKNOWN_TOPIC_ID")
+	}
+	advance(2 * time.Second)
+	h.Faults().Fetch(quiet, "plays.reports", 0, kerr.UnknownTopicID)
+	if !changed() {
+		t.Fatal("Changed not closed after 11 s of UNKNOWN_TOPIC_ID")
 	}
 	if !strings.Contains(h.ChangedBy(), "plays.reports") {
 		t.Errorf("ChangedBy %q does not name the topic", h.ChangedBy())
