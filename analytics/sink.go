@@ -250,7 +250,7 @@ func (s *Sink) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("analytics: sink: kafka client: %w", err)
 	}
-	defer cl.Close()
+	defer kafkax.CloseClient(cl, 0) // bounded leave: never waits on a frozen broker
 	s.log.Info("sink started", "group", s.cfg.Group, "topics", topics.All(), "clickhouse", s.cfg.ClickHouse.Addr,
 		"database", s.cfg.ClickHouse.Database, "batch_rows", s.cfg.BatchRows, "linger", s.cfg.Linger)
 
@@ -343,7 +343,7 @@ func (s *Sink) read(ctx context.Context, cl *kgo.Client, topics kafkax.Topics, q
 		fs.EachError(func(t string, p int32, err error) {
 			if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
 				fetchErr = true
-				s.log.Warn("kafka: fetch error", "topic", t, "partition", p, "err", err)
+				s.cfg.Kafka.Faults.Fetch(s.log, t, p, err) // at most a line a minute per fault
 			}
 		})
 		if fetchErr && fs.NumRecords() == 0 && !backoff.Sleep(ctx, s.cfg.RetryMin) {

@@ -326,7 +326,7 @@ func (e *Enricher) Run(ctx context.Context) error {
 	_, _, err = sess.Client().ProducerID(initCtx)
 	cancelInit()
 	if err != nil && ctx.Err() == nil {
-		sess.Close()
+		kafkax.CloseClient(sess.Client(), 0) // bounded leave: never waits on a frozen broker
 		return fmt.Errorf("consumer: claim transactional id %q: %w", o.TransactionalID, err)
 	}
 	meter := telemetry.OrNoopMeterProvider(o.MeterProvider).Meter(instrumentationName)
@@ -358,6 +358,6 @@ func (e *Enricher) Run(ctx context.Context) error {
 		_, _ = sess.End(endCtx, kgo.TryAbort)
 		cancel()
 	}
-	sess.Close()
+	kafkax.CloseClient(sess.Client(), 0) // bounded leave: never waits on a frozen broker
 	return err
 }

@@ -164,7 +164,7 @@ func (t *txn) collect(fs kgo.Fetches) {
 		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 			return
 		}
-		t.o.Logger.Warn("fetch error", "topic", topic, "partition", part, "err", err)
+		t.o.Kafka.Faults.Fetch(t.o.Logger, topic, part, err) // at most a line a minute per fault
 	})
 	t.recs = t.recs[:0]
 	fs.EachRecord(func(r *kgo.Record) { t.recs = append(t.recs, r) })
