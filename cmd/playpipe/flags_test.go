@@ -9,7 +9,6 @@ import (
 
 	"github.com/playpipe/playpipe/internal/kafkax"
 	"github.com/playpipe/playpipe/internal/roles"
-	"github.com/playpipe/playpipe/partnerapi"
 )
 
 func TestKafkaFlagsNeverTakeThePassword(t *testing.T) {
@@ -39,10 +38,10 @@ func TestPartnerFlagsEnvAndFile(t *testing.T) {
 	if err := os.WriteFile(jsonFile, []byte(`{"client_id":"fromfile01","client_signature":"`+sig+`","email":"f@example.com"}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	t.Setenv(partnerapi.EnvURL, "http://127.0.0.1:9")
-	t.Setenv(partnerapi.EnvClientID, "fromenv001")
-	t.Setenv(partnerapi.EnvClientSignature, "")
-	t.Setenv(partnerapi.EnvMaxConns, "8")
+	t.Setenv(envAPIURL, "http://127.0.0.1:9")
+	t.Setenv(envAPIClientID, "fromenv001")
+	t.Setenv(envAPIClientSignature, "")
+	t.Setenv(envAPIMaxConns, "8")
 	var api apiTarget
 	fs := flag.NewFlagSet("t", flag.ContinueOnError)
 	api.register(fs, "use")
@@ -67,18 +66,18 @@ func TestPartnerFlagsEnvAndFile(t *testing.T) {
 	p.Close()
 
 	// The signature from the environment.
-	t.Setenv(partnerapi.EnvClientSignature, "Z"+sig[1:])
+	t.Setenv(envAPIClientSignature, "Z"+sig[1:])
 	api = apiTarget{}
 	api.register(flag.NewFlagSet("t", flag.ContinueOnError), "use")
 	if api.cfg.Credentials.ClientSignature != "Z"+sig[1:] {
-		t.Fatalf("signature not read from %s", partnerapi.EnvClientSignature)
+		t.Fatalf("signature not read from %s", envAPIClientSignature)
 	}
 
 	// Bad environment values are usage errors naming the variable.
-	t.Setenv(partnerapi.EnvMaxConns, "many")
+	t.Setenv(envAPIMaxConns, "many")
 	api = apiTarget{}
 	api.register(flag.NewFlagSet("t", flag.ContinueOnError), "use")
-	if err := api.check(); err == nil || !strings.Contains(err.Error(), partnerapi.EnvMaxConns) {
+	if err := api.check(); err == nil || !strings.Contains(err.Error(), envAPIMaxConns) {
 		t.Fatalf("err = %v", err)
 	}
 }
