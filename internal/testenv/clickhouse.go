@@ -142,12 +142,10 @@ func (c *ClickHouse) Local() bool { return c.server != nil }
 // an external server the test is skipped.
 func (c *ClickHouse) Stop(t testing.TB) {
 	t.Helper()
-	if c.server == nil {
-		t.Skip("testenv: stopping ClickHouse needs the local server (unset PLAYPIPE_CLICKHOUSE_ADDR)")
-	}
+	s := c.local(t, "stopping")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := c.server.Stop(ctx); err != nil {
+	if err := s.Stop(ctx); err != nil {
 		t.Fatalf("testenv: stop clickhouse: %v", err)
 	}
 }
@@ -155,12 +153,20 @@ func (c *ClickHouse) Stop(t testing.TB) {
 // Restart starts the stopped local server again on the same address and data.
 func (c *ClickHouse) Restart(t testing.TB) {
 	t.Helper()
-	if c.server == nil {
-		t.Skip("testenv: restarting ClickHouse needs the local server (unset PLAYPIPE_CLICKHOUSE_ADDR)")
-	}
+	s := c.local(t, "restarting")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	if err := c.server.Start(ctx); err != nil {
+	if err := s.Start(ctx); err != nil {
 		t.Fatalf("testenv: restart clickhouse: %v", err)
 	}
+}
+
+// local returns the local server, or skips the test (doing what needs one)
+// on an external server.
+func (c *ClickHouse) local(t testing.TB, doing string) *chlocal.Server {
+	t.Helper()
+	if c.server == nil {
+		t.Skipf("testenv: %s ClickHouse needs the local server (unset PLAYPIPE_CLICKHOUSE_ADDR)", doing)
+	}
+	return c.server
 }
