@@ -1,12 +1,14 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/playpipe/playpipe/analytics"
 	"github.com/playpipe/playpipe/internal/kafkax"
 	"github.com/playpipe/playpipe/internal/roles"
 )
@@ -79,5 +81,33 @@ func TestPartnerFlagsEnvAndFile(t *testing.T) {
 	api.register(flag.NewFlagSet("t", flag.ContinueOnError), "use")
 	if err := api.check(); err == nil || !strings.Contains(err.Error(), envAPIMaxConns) {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+// TestClickHouseFlagsFromEnv: the --clickhouse-* defaults come from the
+// environment (no library package reads it), the password from the
+// environment only, and a server binary that is not one is refused naming
+// its path.
+func TestClickHouseFlagsFromEnv(t *testing.T) {
+	t.Setenv(envClickHouseData, "/from/env")
+	t.Setenv(envClickHousePassword, "s3cret")
+	t.Setenv(envClickHouseBin, "/nonexistent/clickhouse-server")
+	var c analytics.Config
+	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	registerClickHouseFlags(fs, &c)
+	if fs.Lookup("clickhouse-password") != nil {
+		t.Fatal("a password flag would put the secret on command lines")
+	}
+	dir := t.TempDir()
+	if err := fs.Parse([]string{"--clickhouse-data", dir}); err != nil {
+		t.Fatal(err)
+	}
+	if c.DataDir != dir || c.Password != "s3cret" || c.ServerBinary != "/nonexistent/clickhouse-server" {
+		t.Fatalf("config from env and flags: DataDir %q, password set %v, ServerBinary %q", c.DataDir, c.Password != "", c.ServerBinary)
+	}
+	_, stop, err := localOrConfigured(context.Background(), c, nil)
+	stop()
+	if err == nil || !strings.Contains(err.Error(), "/nonexistent/clickhouse-server") {
+		t.Fatalf("err = %v, want one naming the binary", err)
 	}
 }
