@@ -27,7 +27,7 @@ func TestInsertColumnsSameAsRows(t *testing.T) {
 	conn := ch.Conn(t)
 	ctx := context.Background()
 	topics := kafkax.TopicsFor("plays")
-	recs := benchRecords(t, topics, 300)
+	recs := benchRecords(t, topics, 1500) // String columns past reserveStrings' 64 KiB
 	now := time.Now()
 	for i, v := range []string{`not json`, `{"v":1}`, `[1,2]`, "{\"report_id\":\"\\u00e9\xff\"}"} {
 		recs = append(recs,
@@ -60,7 +60,10 @@ func TestInsertColumnsSameAsRows(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := s.insert(ctx, conn, bt); err != nil {
+			ictx, cancel := context.WithTimeout(ctx, 30*time.Second) // insert retries until ctx ends
+			err = s.insert(ictx, conn, bt)
+			cancel()
+			if err != nil {
 				t.Fatalf("columnar: %v", err)
 			}
 		} else {
