@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/ClickHouse/clickhouse-go/v2/lib/column"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -541,45 +540,4 @@ func (s *Sink) insertTable(ctx context.Context, conn driver.Conn, t table) error
 // exponential from RetryMin to RetryMax with ±25 % jitter.
 func (s *Sink) backoff(attempt int) time.Duration {
 	return backoff.Policy{Initial: s.cfg.RetryMin, Max: s.cfg.RetryMax, Jitter: backoff.Proportional}.Delay(attempt, 0)
-}
-
-// reserveStrings makes an empty String column hold vals' bytes without
-// growing, on the fallback path of appendColumn (when the sink cannot hand
-// its columns to the driver, see columns.go). The driver appends a batch's strings one by one to a column
-// buffer that starts empty for every insert, so a 10k-row column of record
-// bodies was reallocated and copied ~20 times: that growth was a quarter of
-// the sink's CPU (pprof of BenchmarkSinkEndToEnd). Appending one zero-filled
-// string of the column's total length, then Reset (which keeps the
-// capacity), allocates the byte buffer once at its final size. (The row
-// offsets still grow: the driver has no way to size them.) Columns under
-// 64 KiB are left alone. The padding is shared, read-only, and bounded by
-// the largest column seen (at most a batch's bytes).
-func reserveStrings(c *column.String, vals []string) {
-	if c.Rows() != 0 || len(vals) < 2 {
-		return
-	}
-	n := 0
-	for _, v := range vals {
-		n += len(v)
-	}
-	if n < 64<<10 {
-		return
-	}
-	_, _ = c.Append([]string{zeros(n)})
-	c.Reset()
-}
-
-var pad struct {
-	mu    sync.Mutex
-	zeros string
-}
-
-// zeros returns a string of n zero bytes, shared (strings are never written).
-func zeros(n int) string {
-	pad.mu.Lock()
-	defer pad.mu.Unlock()
-	if len(pad.zeros) < n {
-		pad.zeros = string(make([]byte, n+n/4))
-	}
-	return pad.zeros[:n]
 }

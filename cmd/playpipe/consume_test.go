@@ -14,7 +14,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/playpipe/playpipe/internal/testenv"
-	"github.com/playpipe/playpipe/partnerapi"
 	"github.com/playpipe/playpipe/schemas"
 )
 
@@ -102,7 +101,7 @@ func TestTimeWindowFlags(t *testing.T) {
 func TestConsumeRefusedCredentials(t *testing.T) {
 	k := testenv.StartKafka(t, 1)
 	sb := testenv.StartSandbox(t)
-	t.Setenv(partnerapi.EnvClientSignature, "not-the-signature-the-sandbox-knows")
+	t.Setenv(envAPIClientSignature, "not-the-signature-the-sandbox-knows")
 	topics := k.Config.Topics()
 	v := fmt.Sprintf(`{"event_id":"cred-1","mix_id":%d,"started_at":%d,"offset_ms":0,"duration_ms":200000,"user_id":"u","country":"NO","os":"iOS","device":"phone","vendor":1}`,
 		sb.Catalog().Mixes[0].ID, recentMS())
@@ -130,7 +129,7 @@ func TestConsumeRefusedCredentials(t *testing.T) {
 func TestConsumeCommand(t *testing.T) {
 	k := testenv.StartKafka(t, 2)
 	sb := testenv.StartSandbox(t)
-	t.Setenv(partnerapi.EnvClientSignature, sb.ClientSignature)
+	t.Setenv(envAPIClientSignature, sb.ClientSignature)
 	mix := sb.Catalog().Mixes[0]
 	topics := k.Config.Topics()
 	var recs []*kgo.Record

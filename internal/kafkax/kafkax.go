@@ -165,7 +165,7 @@ func (c Config) Validate() error {
 		}
 	}
 	if c.Embedded && len(c.Brokers) > 0 {
-		return fmt.Errorf("kafka: --brokers (%s) and --embedded-kafka exclude each other: set one (PLAYPIPE_BROKERS counts as --brokers)", strings.Join(c.Brokers, ","))
+		return fmt.Errorf("kafka: --brokers (%s) and --embedded-kafka exclude each other: set one", strings.Join(c.Brokers, ","))
 	}
 	if c.EmbeddedPort != 0 && !c.Embedded {
 		return errors.New("kafka: --embedded-kafka-port needs --embedded-kafka")
@@ -178,11 +178,11 @@ func (c Config) Validate() error {
 var ErrNoBrokers = errors.New("no Kafka brokers configured")
 
 // RequireBrokers reports, with ErrNoBrokers, a configuration that names no
-// Kafka to use: neither Brokers nor Embedded. The message names the flag,
-// its environment variable and the explicit alternative.
+// Kafka to use: neither Brokers nor Embedded. The message names the flag
+// and the explicit alternative.
 func (c Config) RequireBrokers() error {
 	if len(c.Brokers) == 0 && !c.Embedded {
-		return fmt.Errorf("%w: set --brokers host:port,… (env PLAYPIPE_BROKERS) or pass --embedded-kafka to run on an in-process broker (in memory, NOT durable)", ErrNoBrokers)
+		return fmt.Errorf("%w: set --brokers host:port,… or pass --embedded-kafka to run on an in-process broker (in memory, NOT durable)", ErrNoBrokers)
 	}
 	return nil
 }

@@ -7,9 +7,7 @@ package producertest
 import (
 	"context"
 	"fmt"
-	"io"
 	"os"
-	"sync"
 	"testing"
 	"time"
 
@@ -96,18 +94,6 @@ func NewPublisher(t testing.TB, k *testenv.Kafka, cfg producer.Config) *producer
 	}
 	t.Cleanup(func() { _ = p.Close(context.Background()) })
 	return p
-}
-
-// LockedWriter serialises writes of concurrent loggers in tests.
-type LockedWriter struct {
-	mu sync.Mutex
-	W  io.Writer
-}
-
-func (l *LockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.W.Write(p)
 }
 
 // HeaderValue is the value of r's header key, "" without one.
