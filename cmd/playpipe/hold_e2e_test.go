@@ -12,7 +12,6 @@ import (
 
 	"github.com/playpipe/playpipe/internal/expect"
 	"github.com/playpipe/playpipe/internal/testenv"
-	"github.com/playpipe/playpipe/partnerapi"
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
 	"github.com/playpipe/playpipe/schemas"
 )
@@ -63,7 +62,7 @@ func TestConsumeKill9WhileHeld(t *testing.T) {
 		}
 	}
 	sb.SetFaults(sandbox.Faults{Mix: sandbox.GroupFaults{Rate500: 1, IDs: []int64{bad.ID}}})
-	env := []string{partnerapi.EnvClientSignature + "=" + sb.ClientSignature}
+	env := []string{envAPIClientSignature + "=" + sb.ClientSignature}
 	args := []string{"consume", "--brokers", k.Config.Brokers[0], "--api-url", sb.URL, "--api-client-id", sb.ClientID,
 		"--transactional-id", "kill9-held", "--mix-hold-after", "300ms", "--admin-addr", "127.0.0.1:0", "--log-level", "info"}
 	first := startProc(t, env, args...)

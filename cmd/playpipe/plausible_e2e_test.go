@@ -16,7 +16,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/playpipe/playpipe/internal/testenv"
-	"github.com/playpipe/playpipe/partnerapi"
 	"github.com/playpipe/playpipe/producer/gateway"
 	"github.com/playpipe/playpipe/schemas"
 )
@@ -46,7 +45,7 @@ func TestImplausibleTimeProcesses(t *testing.T) {
 
 	ingest := startProc(t, nil, "ingest", "--addr", "127.0.0.1:0", "--brokers", brokers, "--api-key", "acme:"+gateway.HashKey(key),
 		"--admin-addr", "127.0.0.1:0", "--log-level", "info")
-	consume := startProc(t, []string{partnerapi.EnvClientSignature + "=" + sb.ClientSignature}, "consume", "--brokers", brokers,
+	consume := startProc(t, []string{envAPIClientSignature + "=" + sb.ClientSignature}, "consume", "--brokers", brokers,
 		"--api-url", sb.URL, "--api-client-id", sb.ClientID, "--transactional-id", "time-e2e", "--admin-addr", "127.0.0.1:0", "--log-level", "info")
 	url := ingest.out.wait(t, regexp.MustCompile(`ingest listening.*url=(http://[0-9.:]+/v1/events)`), 60*time.Second)[1]
 
