@@ -7,6 +7,9 @@ import (
 	"github.com/playpipe/playpipe/analytics"
 )
 
+// envClickHouseCluster is the default of --clickhouse-cluster.
+const envClickHouseCluster = "PLAYPIPE_CLICKHOUSE_CLUSTER"
+
 // registerClickHouseFlags binds the --clickhouse-* flags to c; defaults come
 // from the environment variables named in each flag's help, the password
 // from analytics.EnvPassword only.
@@ -16,6 +19,7 @@ func registerClickHouseFlags(fs *flag.FlagSet, c *analytics.Config) {
 	fs.StringVar(&c.User, "clickhouse-user", envDefault(analytics.EnvUser, analytics.DefaultUser), "ClickHouse user (env "+analytics.EnvUser+"; the password is read from "+analytics.EnvPassword+" only)")
 	c.Password = os.Getenv(analytics.EnvPassword)
 	fs.BoolVar(&c.TLS, "clickhouse-tls", os.Getenv(analytics.EnvTLS) == "true", "connect to ClickHouse with TLS (env "+analytics.EnvTLS+"=true)")
+	fs.StringVar(&c.Cluster, "clickhouse-cluster", os.Getenv(envClickHouseCluster), "the servers' cluster (a <remote_servers> entry: one shard of replicas) holding a replicated ledger: ON CLUSTER migrations, Replicated tables written through any replica, reads through Distributed tables (env "+envClickHouseCluster+"); empty: one server")
 	fs.StringVar(&c.DataDir, "clickhouse-data", os.Getenv(analytics.EnvDataDir), "instead of --clickhouse-addr: run a local clickhouse-server with its data in this folder, or reuse the one already running there (env "+analytics.EnvDataDir+")")
 }
 
