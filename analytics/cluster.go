@@ -22,20 +22,14 @@ import (
 //     every read goes through (the audit, its lists and HTML page, the
 //     replay selection, the dashboards).
 //
-// The read name is the same on both layouts, so the query files (the audit,
-// replay, the Grafana panels) name db.<table> and run unchanged on a
+// The read name is the same on both layouts, db.<table>, so the query
+// files (the audit, replay, the Grafana panels) run unchanged on a
 // cluster; only the sink's inserts (Config.WriteTable) and the DDL
 // (clusterStatements) differ. The decision keeps every query portable and
 // lets a dashboard written for one server read a cluster's whole ledger.
 
 // LocalSuffix ends the names of a cluster ledger's replicated tables.
 const LocalSuffix = "_local"
-
-// ReadTable is the qualified table every query reads: db.name on both
-// layouts (on a cluster, the Distributed table).
-func (c Config) ReadTable(name string) string {
-	return c.withDefaults().Database + "." + name
-}
 
 // WriteTable is the qualified table the sink inserts into: db.name on one
 // server, db.name_local (the reached replica's replicated table) on a

@@ -64,7 +64,7 @@ type Config struct {
 	// <remote_servers>, one shard of replicas) that holds a replicated
 	// ledger: the migrations run ON CLUSTER, the sink writes the replicated
 	// <table>_local tables of the replica it reached, and the reads go
-	// through the Distributed tables (see ReadTable, WriteTable,
+	// through the Distributed tables (see WriteTable,
 	// MigrateCluster; docs/audit.md, "A replicated ledger"). Empty (the
 	// default): the single-server ledger.
 	Cluster string
