@@ -95,7 +95,14 @@ func TestClusterLedger(t *testing.T) {
 	ccfg.Group = "playpipe-sink-cluster"
 	ccfg.ClickHouse = Config{Addr: cl.Addr(), Database: cl.Database, Cluster: cl.Name()}
 	began := time.Now()
-	e.startSink(t, ccfg)
+	cs := e.startSink(t, ccfg)
+	// No query before the sink's migrations are done: on 18.16 a query that
+	// reads a table twice (an IN subquery) can deadlock with a DDL statement
+	// on that table queued between its two locks (docs/audit.md, "Migrating").
+	waitFor(t, 120*time.Second, "the cluster sink's migrations", func() (bool, string) {
+		err := cs.sink.Ready(ctx)
+		return err == nil, fmt.Sprint(err)
+	})
 
 	opts := AuditOptions{From: now.Add(-2 * time.Hour), To: now.Add(time.Minute), PendingThreshold: 10 * time.Minute, Now: now}
 	single, err := NewAuditor(e.ch.Conn(t), e.ch.Database)
