@@ -64,6 +64,10 @@ type SinkConfig struct {
 	// before its offsets are committed; an error ends Run at once without
 	// committing, like a crash at the worst moment.
 	afterInsert func(rows int) error
+	// conn, when set (tests), is the ledger connection Run uses instead of
+	// opening ClickHouse.Addr: the ledger suite's in-process current
+	// ClickHouse (chdb), which has no address.
+	conn driver.Conn
 }
 
 func (c SinkConfig) withDefaults() SinkConfig {
@@ -119,7 +123,7 @@ func (c SinkConfig) Validate() error {
 	if err := c.Kafka.Validate(); err != nil {
 		return err
 	}
-	if c.ClickHouse.Addr == "" {
+	if c.ClickHouse.Addr == "" && c.conn == nil {
 		return errors.New("analytics: sink: no ClickHouse address configured (--clickhouse-addr; LocalOrConfigured starts a local server)")
 	}
 	return c.ClickHouse.Validate()
@@ -206,11 +210,15 @@ func NewSink(cfg SinkConfig) (*Sink, error) {
 // when it cannot run (bad Kafka settings) or the drain did not finish.
 // ClickHouse being down is not an error: Run waits and retries.
 func (s *Sink) Run(ctx context.Context) error {
-	conn, err := s.cfg.ClickHouse.Open()
-	if err != nil {
-		return err
+	conn := s.cfg.conn
+	if conn == nil {
+		c, err := s.cfg.ClickHouse.Open()
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		conn = c
 	}
-	defer conn.Close()
 	if err := s.migrate(ctx, conn); err != nil {
 		if ctx.Err() != nil {
 			return nil // stopped before ClickHouse answered: nothing was read

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -165,12 +166,26 @@ type PublishOption func(*publishOpts)
 
 type publishOpts struct {
 	headers []kgo.RecordHeader
+	arrival time.Time
 }
 
 // WithHeaders adds headers to every record of the batch (after the trace context).
 func WithHeaders(h ...kgo.RecordHeader) PublishOption {
 	return func(o *publishOpts) { o.headers = append(o.headers, h...) }
 }
+
+// WithArrival sets the arrival time the batch's events are checked against
+// (the plausible-time window of Config.Validate) instead of Config.Now at
+// the call: the ingest gateway passes the time its request arrived.
+func WithArrival(t time.Time) PublishOption {
+	return func(o *publishOpts) { o.arrival = t }
+}
+
+// StartedAt returns t as a player event's started_at: epoch milliseconds,
+// the only unit the pipeline accepts (seconds or microseconds are refused
+// implausible_time). Fleets building events should use it rather than
+// converting by hand.
+func StartedAt(t time.Time) int64 { return t.UnixMilli() }
 
 // enter registers a call that Close waits for; false once closed.
 func (p *Publisher) enter() bool {
@@ -213,9 +228,14 @@ func (p *Publisher) Publish(ctx context.Context, events [][]byte, opts ...Publis
 			attribute.Int("messaging.batch.message_count", len(events))))
 	defer span.End()
 
+	if o.arrival.IsZero() {
+		o.arrival = p.cfg.Now()
+	}
+	vopts := p.cfg.Validate
+	vopts.ArrivalMS = o.arrival.UnixMilli()
 	var wg sync.WaitGroup
 	for i, raw := range events {
-		p.send(ctx, &wg, raw, &results[i], o.headers)
+		p.send(ctx, &wg, raw, &results[i], o.headers, vopts)
 	}
 	wg.Wait()
 
@@ -229,12 +249,12 @@ func (p *Publisher) Publish(ctx context.Context, events [][]byte, opts ...Publis
 	return results, nil
 }
 
-// send validates one event: a refused one is settled in res at once, a
+// send validates one event (vopts: the policy with the batch's arrival): a refused one is settled in res at once, a
 // valid one is produced (with its own span, whose context goes into the
 // record's headers) and settled in res by the acknowledgement, which wg
 // waits for.
-func (p *Publisher) send(ctx context.Context, wg *sync.WaitGroup, raw []byte, res *Result, headers []kgo.RecordHeader) {
-	ev, vs := schemas.ParseEvent(raw, p.cfg.Validate)
+func (p *Publisher) send(ctx context.Context, wg *sync.WaitGroup, raw []byte, res *Result, headers []kgo.RecordHeader, vopts schemas.ValidateOptions) {
+	ev, vs := schemas.ParseEvent(raw, vopts)
 	if vs != nil {
 		res.EventID = LenientEventID(raw)
 		res.Status, res.Violations, res.Err = StatusRefused, vs, &InvalidEventError{Violations: vs}

@@ -88,6 +88,7 @@ type ingestFlags struct {
 	maxEvents, burst, maxConc, maxPerKey                   *int
 	ratePer                                                *float64
 	linger, delivery, bodyGrace, readTO, shutdownT         *time.Duration
+	window                                                 timeWindowFlags
 }
 
 func newIngestFlags(fs *flag.FlagSet) *ingestFlags {
@@ -117,6 +118,7 @@ func newIngestFlags(fs *flag.FlagSet) *ingestFlags {
 		f.keySpecs = append(f.keySpecs, s)
 		return nil
 	})
+	f.window.register(fs)
 	registerKafkaFlags(fs, &f.kcfg)
 	f.lf.register(fs.StringVar)
 	return f
@@ -159,6 +161,10 @@ func (f *ingestFlags) settings(stderr io.Writer) (ingestSettings, error) {
 		return st, errUsage
 	}
 	st.vopts = schemas.ValidateOptions{AllowMissingUserID: *f.allowNoU}
+	if st.vopts.Window, err = f.window.window(); err != nil {
+		fmt.Fprintf(stderr, "playpipe ingest: %v\n", err)
+		return st, errUsage
+	}
 	if *f.defVendor != "" {
 		v, err := strconv.ParseInt(*f.defVendor, 10, 64)
 		if err != nil {

@@ -95,6 +95,11 @@ type Config struct {
 	// its body; a body not complete by then is cut with 408 read_timeout.
 	// Defaults to 60 s.
 	ReadTimeout time.Duration
+	// Now is the clock of a request's arrival: the events of a request are
+	// checked against the plausible-time window (the Publisher's
+	// Config.Validate.Window) around it, and its rejection records carry
+	// it. Defaults to time.Now (tests inject a fixed one).
+	Now func() time.Time
 	// Logger defaults to slog.Default(). API keys are never logged.
 	Logger *slog.Logger
 	// MeterProvider makes playpipe.ingest.requests and the http.server.*
@@ -144,6 +149,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
 	}
 }
 
@@ -300,7 +308,7 @@ func (g *Gateway) postEvents(w http.ResponseWriter, r *http.Request) {
 // slots shared by every key, and the body (the only slow part a client
 // controls) is read under a minimum rate and a deadline.
 func (g *Gateway) serveEvents(w http.ResponseWriter, r *http.Request) int {
-	q := &request{w: w, r: r, start: time.Now()}
+	q := &request{w: w, r: r, start: time.Now(), arrival: g.cfg.Now()}
 	ki := g.keys.match(presentedKey(r))
 	if ki < 0 {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="playpipe-ingest"`)
@@ -340,7 +348,7 @@ func (g *Gateway) serveEvents(w http.ResponseWriter, r *http.Request) int {
 	if res := lim.ReserveN(now, len(events)); res.DelayFrom(now) > 0 {
 		return g.tooMany(w, res)
 	}
-	resp, status := g.publish(r.Context(), fleet, events)
+	resp, status := g.publish(r.Context(), fleet, events, q.arrival)
 	if status == http.StatusServiceUnavailable {
 		w.Header().Set("Retry-After", "1")
 	}
@@ -352,7 +360,8 @@ func (g *Gateway) serveEvents(w http.ResponseWriter, r *http.Request) int {
 type request struct {
 	w        http.ResponseWriter
 	r        *http.Request
-	start    time.Time
+	start    time.Time // for the body's rate and deadline
+	arrival  time.Time // Config.Now at arrival: the events' plausible-time reference
 	bodyRead bool
 }
 
@@ -426,12 +435,13 @@ func (g *Gateway) readEvents(q *request, fleet string, ndjson bool) (events [][]
 	return events, 0
 }
 
-// publish sends the events of one request, records the refused ones to the
+// publish sends the events of one request, checked against the
+// plausible-time window around its arrival, records the refused ones to the
 // rejected topic (bounded records) and returns the answer and its status:
 // 503 when some event or rejection record is not on Kafka (retry them), 413
 // when every event of the request is over MaxEventBytes, else 202.
-func (g *Gateway) publish(ctx context.Context, fleet string, events [][]byte) (IngestResponse, int) {
-	now := time.Now()
+func (g *Gateway) publish(ctx context.Context, fleet string, events [][]byte, arrival time.Time) (IngestResponse, int) {
+	now := arrival
 	// Events over the size limit are not parsed: they are refused here.
 	var refused []refusal
 	fit := make([][]byte, 0, len(events))
@@ -451,7 +461,7 @@ func (g *Gateway) publish(ctx context.Context, fleet string, events [][]byte) (I
 	var results []producer.Result
 	var pubErr error
 	if len(fit) > 0 {
-		results, pubErr = g.cfg.Publisher.Publish(ctx, fit,
+		results, pubErr = g.cfg.Publisher.Publish(ctx, fit, producer.WithArrival(arrival),
 			producer.WithHeaders(kgo.RecordHeader{Key: "fleet", Value: []byte(fleet)}))
 	}
 	resp := IngestResponse{Events: make([]EventAnswer, len(events))}

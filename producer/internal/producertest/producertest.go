@@ -60,6 +60,15 @@ func RunWithTelemetry(m *testing.M) {
 	os.Exit(code)
 }
 
+// StartedAtMS is the started_at of ValidEvent: 2023-11-14T22:13:20Z.
+const StartedAtMS = 1700000000000
+
+// Now is the tests' clock: two days after StartedAtMS, so that ValidEvent
+// (and events up to 30 days older or a day newer) are plausible. NewPublisher
+// and the gateway tests inject it; an event checked against the real time
+// would be refused implausible_time.
+func Now() time.Time { return time.UnixMilli(StartedAtMS + 2*24*3600*1000) }
+
 // ValidEvent is a valid player event with event_id id.
 func ValidEvent(id string) []byte {
 	return []byte(fmt.Sprintf(`{"event_id":%q,"mix_id":42,"started_at":1700000000000,"offset_ms":1000,"duration_ms":60000,"user_id":"u-1","country":"DE","os":"iOS 17","device":"phone","vendor":3,"app":"x"}`, id))
@@ -75,6 +84,9 @@ func NewPublisher(t testing.TB, k *testenv.Kafka, cfg producer.Config) *producer
 	}
 	if cfg.MeterProvider == nil && MeterProvider != nil {
 		cfg.MeterProvider = MeterProvider
+	}
+	if cfg.Now == nil {
+		cfg.Now = Now
 	}
 	conn := k.Config.Publisher()
 	cfg.Brokers, cfg.SASL, cfg.TLS, cfg.TopicPrefix = conn.Brokers, conn.SASL, conn.TLS, conn.TopicPrefix
