@@ -23,6 +23,7 @@ import (
 	"github.com/playpipe/playpipe/internal/testenv"
 	"github.com/playpipe/playpipe/partnerapi"
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
+	"github.com/playpipe/playpipe/producer/simulator"
 	"github.com/playpipe/playpipe/schemas"
 )
 
@@ -98,7 +99,7 @@ func TestReplicatedLedgerWithKills(t *testing.T) {
 		waitReady(t, r.p, r.admin, 60*time.Second)
 	}
 
-	sa := simArgs{events: clusterEvents, rate: clusterRate, devices: 40, badShare: 0.05, seed: 21, startMS: 1767225600000}
+	sa := simArgs{events: clusterEvents, rate: clusterRate, devices: 40, badShare: 0.05, seed: 21, startMS: simulator.DefaultStart(time.Now())}
 	creds := partnerapi.Credentials{ClientID: sb.ClientID, ClientSignature: sb.ClientSignature}
 	genWant, _, _, _ := expectedPlays(t, sb.Catalog(), sa.generated(t, sb.URL, creds))
 	genReports := 0
