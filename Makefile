@@ -5,7 +5,7 @@ STATICCHECK_VERSION ?= v0.8.2
 BIN       := bin/playpipe
 export PATH := $(PATH):$(shell $(GO) env GOPATH)/bin:/usr/sbin
 
-.PHONY: all build demo test test-race test-chdb unit lint fmt-check vet staticcheck bench bench-e2e bench-report fuzz fuzz-short tools clickhouse chromium chdb clean e2e-docker
+.PHONY: all build demo test test-race test-chdb unit lint fmt-check vet staticcheck bench bench-e2e bench-report fuzz fuzz-short tools clickhouse zookeeper chromium chdb clean e2e-docker
 
 all: build
 
@@ -17,10 +17,11 @@ demo: clickhouse build
 	./$(BIN) demo
 
 ## test: everything CI checks: formatting, vet, staticcheck, a short run of every fuzz target, then all tests with the race detector, then the ledger suite on current ClickHouse (test-chdb).
-test: tools clickhouse chromium chdb lint fuzz-short test-race test-chdb
+test: tools clickhouse zookeeper chromium chdb lint fuzz-short test-race test-chdb
 
-# `make test` installs ClickHouse and Chromium first, so a missing server or
-# browser is a failure, not a skip.
+# `make test` installs ClickHouse, ZooKeeper and Chromium first, so a missing
+# server or browser is a failure, not a skip (PLAYPIPE_REQUIRE_CLICKHOUSE covers
+# ZooKeeper too: the replicated-ledger tests need both).
 test-race:
 	PLAYPIPE_REQUIRE_CLICKHOUSE=$${PLAYPIPE_REQUIRE_CLICKHOUSE:-1} PLAYPIPE_REQUIRE_CHROMIUM=$${PLAYPIPE_REQUIRE_CHROMIUM:-1} $(GO) test -race -count=1 -timeout 20m $(PKGS)
 
@@ -140,6 +141,15 @@ chdb:
 	  fi; \
 	  mkdir -p $(CHDB_DIR) && npm install --prefix $(CHDB_DIR) --no-save --no-audit --no-fund @chdb/lib-linux-x64-gnu@$(CHDB_VERSION) && test -f $(CHDB_LIB); \
 	fi
+
+## zookeeper: the replicated-ledger tests (internal/chcluster) run Debian's ZooKeeper
+## (its Java main, in a temporary folder; never the system service); install it when missing.
+zookeeper:
+	@if [ -f /usr/share/java/zookeeper.jar ] && command -v java >/dev/null 2>&1; then :; \
+	elif command -v apt-get >/dev/null 2>&1; then \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y zookeeper; \
+	else echo "ZooKeeper not found (/usr/share/java/zookeeper.jar and java): install Debian's zookeeper package, or run the tests with PLAYPIPE_REQUIRE_CLICKHOUSE=0 (the replicated-ledger tests then skip)"; exit 1; fi
 
 ## chromium: the HTML audit report's test renders the page in headless Chromium; install it from the distribution when missing.
 chromium:

@@ -157,9 +157,12 @@ func (a *Auditor) receivedQuery(w, metric, lim string) string {
 		// The detail is cast to String: on the current-server schema
 		// reason is LowCardinality(String), and the UNION needs one type
 		// (docs/audit.md, "Two schema paths").
-		return `SELECT * FROM (SELECT '', event_id, kafka_time_ms AS t, if(parsed = 1, '', 'not JSON'), kafka_topic AS kt, kafka_partition AS kp, kafka_offset AS ko FROM ` + a.db + `.events
+		// materialize(''): through a cluster's Distributed tables 18.16
+		// refuses a constant column in a UNION ALL ("Cannot convert column
+		// … non constant in source stream but must be constant in result").
+		return `SELECT * FROM (SELECT materialize(''), event_id, kafka_time_ms AS t, if(parsed = 1, '', 'not JSON'), kafka_topic AS kt, kafka_partition AS kp, kafka_offset AS ko FROM ` + a.db + `.events
 WHERE ` + w + ` LIMIT 1 BY kafka_topic, kafka_partition, kafka_offset
-UNION ALL SELECT '', event_id, kafka_time_ms AS t, CAST(concat('refused at the ingest gateway: ', reason) AS String), kafka_topic AS kt, kafka_partition AS kp, kafka_offset AS ko FROM ` + a.db + `.rejections
+UNION ALL SELECT materialize(''), event_id, kafka_time_ms AS t, CAST(concat('refused at the ingest gateway: ', reason) AS String), kafka_topic AS kt, kafka_partition AS kp, kafka_offset AS ko FROM ` + a.db + `.rejections
 WHERE ` + w + ` AND src_partition < 0 LIMIT 1 BY kafka_topic, kafka_partition, kafka_offset)
 ORDER BY t, kt, kp, ko` + lim
 	}

@@ -52,6 +52,14 @@ type Config struct {
 	ServerBinary string
 	// DialTimeout defaults to 5 s.
 	DialTimeout time.Duration
+	// Cluster, when set, names the servers' cluster (an entry of their
+	// <remote_servers>, one shard of replicas) that holds a replicated
+	// ledger: the migrations run ON CLUSTER, the sink writes the replicated
+	// <table>_local tables of the replica it reached, and the reads go
+	// through the Distributed tables (see WriteTable,
+	// MigrateCluster; docs/audit.md, "A replicated ledger"). Empty (the
+	// default): the single-server ledger.
+	Cluster string
 }
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
@@ -75,6 +83,9 @@ func (c Config) Validate() error {
 	c = c.withDefaults()
 	if !identRE.MatchString(c.Database) {
 		return fmt.Errorf("analytics: --clickhouse-db %q must be an identifier: a letter or _, then letters, digits or _ (at most 63)", c.Database)
+	}
+	if c.Cluster != "" && !identRE.MatchString(c.Cluster) {
+		return fmt.Errorf("analytics: --clickhouse-cluster %q must be an identifier: a letter or _, then letters, digits or _ (at most 63)", c.Cluster)
 	}
 	for _, a := range c.addrs() {
 		if !strings.Contains(a, ":") {

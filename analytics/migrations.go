@@ -278,7 +278,8 @@ func (m Migration) StatementsFor(s Schema) []string {
 // addColumnRE matches the one ALTER form the migrations use. 18.16 has no
 // ADD COLUMN IF NOT EXISTS, so migrate skips such a statement when the column
 // is already there (a crash between the ALTER and the record of its version).
-var addColumnRE = regexp.MustCompile(`^ALTER TABLE \{db\}\.([A-Za-z_][A-Za-z0-9_]*) ADD COLUMN ([A-Za-z_][A-Za-z0-9_]*) `)
+// On a cluster the statement names the cluster (clusterStatements).
+var addColumnRE = regexp.MustCompile(`^ALTER TABLE \{db\}\.([A-Za-z_][A-Za-z0-9_]*)(?: ON CLUSTER [A-Za-z0-9_]+)? ADD COLUMN ([A-Za-z_][A-Za-z0-9_]*) `)
 
 // MigrationsTable records the applied versions.
 const MigrationsTable = "schema_migrations"
@@ -305,30 +306,27 @@ func Migrate(ctx context.Context, conn driver.Conn, db string) ([]uint32, error)
 // of the docker suite (e2e/docker, another package, so it cannot live in a
 // test file) build ledgers of a chosen schema with it.
 func MigrateWith(ctx context.Context, conn driver.Conn, db string, s Schema) ([]uint32, error) {
-	return migrateSchema(ctx, conn, db, Migrations, &s)
+	return migrateLayout(ctx, conn, db, "", Migrations, &s)
 }
 
 func migrate(ctx context.Context, conn driver.Conn, db string, list []Migration) ([]uint32, error) {
-	return migrateSchema(ctx, conn, db, list, nil)
+	return migrateLayout(ctx, conn, db, "", list, nil)
 }
 
-// migrateSchema applies list in schema *s, or when s is nil in the server's
-// (asked only when a migration is pending).
-func migrateSchema(ctx context.Context, conn driver.Conn, db string, list []Migration, s *Schema) ([]uint32, error) {
+// migrateLayout applies list in schema *s, or when s is nil in the server's
+// (asked only when a migration is pending), on one server (cluster "") or
+// ON CLUSTER cluster (see MigrateCluster).
+func migrateLayout(ctx context.Context, conn driver.Conn, db, cluster string, list []Migration, s *Schema) ([]uint32, error) {
 	if !identRE.MatchString(db) {
 		return nil, fmt.Errorf("analytics: migrate: database %q is not an identifier", db)
 	}
-	if err := conn.Exec(ctx, "CREATE DATABASE IF NOT EXISTS "+db); err != nil {
-		return nil, fmt.Errorf("analytics: migrate: create database %s: %w", db, err)
+	if cluster != "" && !identRE.MatchString(cluster) {
+		return nil, fmt.Errorf("analytics: migrate: cluster %q is not an identifier", cluster)
 	}
-	if err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+db+`.`+MigrationsTable+` (
-    version UInt32,
-    name String,
-    applied_at DateTime
-) ENGINE = ReplacingMergeTree ORDER BY version`); err != nil {
-		return nil, fmt.Errorf("analytics: migrate: create %s.%s: %w", db, MigrationsTable, err)
+	if err := checkLayout(ctx, conn, db, cluster, list); err != nil {
+		return nil, err
 	}
-	applied, err := AppliedVersions(ctx, conn, db)
+	applied, err := migrationsTable(ctx, conn, db, cluster)
 	if err != nil {
 		return nil, err
 	}
@@ -350,7 +348,11 @@ func migrateSchema(ctx context.Context, conn driver.Conn, db string, list []Migr
 			}
 			s = &schema
 		}
-		for i, st := range m.StatementsFor(*s) {
+		sts, err := m.clusterStatementsFor(*s, db, cluster)
+		if err != nil {
+			return out, err
+		}
+		for i, st := range sts {
 			if sm := addColumnRE.FindStringSubmatch(st); sm != nil {
 				has, err := hasColumn(ctx, conn, db, sm[1], sm[2])
 				if err != nil {
@@ -370,6 +372,36 @@ func migrateSchema(ctx context.Context, conn driver.Conn, db string, list []Migr
 		out = append(out, m.Version)
 	}
 	return out, nil
+}
+
+// migrationsTable creates the database and {db}.schema_migrations when
+// missing and returns the versions recorded there. On a cluster both are
+// created ON CLUSTER (the table replicated), and only when the table is
+// missing: an ON CLUSTER statement waits for every host, so a sink started
+// while a replica is down must not run one for a ledger that exists.
+func migrationsTable(ctx context.Context, conn driver.Conn, db, cluster string) ([]uint32, error) {
+	if cluster != "" {
+		applied, err := AppliedVersions(ctx, conn, db)
+		if err == nil || !errSchemaMissing(err) {
+			return applied, err
+		}
+	}
+	on, engine := "", "ReplacingMergeTree"
+	if cluster != "" {
+		on = " ON CLUSTER " + cluster
+		engine = "ReplicatedReplacingMergeTree('" + ZooKeeperPath(db, MigrationsTable) + "', '{replica}')"
+	}
+	if err := conn.Exec(ctx, "CREATE DATABASE IF NOT EXISTS "+db+on); err != nil {
+		return nil, fmt.Errorf("analytics: migrate: create database %s%s: %w", db, on, err)
+	}
+	if err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+db+`.`+MigrationsTable+on+` (
+    version UInt32,
+    name String,
+    applied_at DateTime
+) ENGINE = `+engine+` ORDER BY version`); err != nil {
+		return nil, fmt.Errorf("analytics: migrate: create %s.%s%s: %w", db, MigrationsTable, on, err)
+	}
+	return AppliedVersions(ctx, conn, db)
 }
 
 // hasColumn reports whether db.table has the column (system.columns).

@@ -251,7 +251,7 @@ func (s *Sink) Run(ctx context.Context) error {
 	}
 	defer kafkax.CloseClient(cl, 0) // bounded leave: never waits on a frozen broker
 	s.log.Info("sink started", "group", s.cfg.Group, "topics", topics.All(), "clickhouse", s.cfg.ClickHouse.Addr,
-		"database", s.cfg.ClickHouse.Database, "batch_rows", s.cfg.BatchRows, "linger", s.cfg.Linger)
+		"database", s.cfg.ClickHouse.Database, "cluster", s.cfg.ClickHouse.Cluster, "batch_rows", s.cfg.BatchRows, "linger", s.cfg.Linger)
 
 	queue := make(chan *batch, s.cfg.QueueBatches)
 	// free holds emptied batches for reuse (their columns keep capacity):
@@ -282,7 +282,7 @@ func (s *Sink) Run(ctx context.Context) error {
 func (s *Sink) migrate(ctx context.Context, conn driver.Conn) error {
 	for attempt := 1; ; attempt++ {
 		mctx, cancel := context.WithTimeout(ctx, s.cfg.InsertTimeout)
-		applied, err := Migrate(mctx, conn, s.cfg.ClickHouse.Database)
+		applied, err := s.cfg.ClickHouse.Migrate(mctx, conn)
 		cancel()
 		if err == nil {
 			if len(applied) > 0 {
@@ -488,7 +488,7 @@ func (s *Sink) insert(ctx context.Context, conn driver.Conn, b *batch) error {
 			g.Go(func() error {
 				start := time.Now()
 				if err := s.insertTable(ctx, conn, t); err != nil {
-					return fmt.Errorf("insert %d rows into %s.%s: %w", t.n(), s.cfg.ClickHouse.Database, t.name(), err)
+					return fmt.Errorf("insert %d rows into %s: %w", t.n(), s.cfg.ClickHouse.WriteTable(t.name()), err)
 				}
 				mu.Lock()
 				done[t.name()] = true
@@ -512,7 +512,7 @@ func (s *Sink) insert(ctx context.Context, conn driver.Conn, b *batch) error {
 		wait := s.backoff(attempt)
 		s.log.Warn("clickhouse: insert failed; retrying (nothing is committed until it succeeds)", "attempt", attempt, "in", wait.Round(time.Millisecond), "err", err)
 		if errSchemaMissing(err) {
-			if _, merr := Migrate(ctx, conn, s.cfg.ClickHouse.Database); merr != nil {
+			if _, merr := s.cfg.ClickHouse.Migrate(ctx, conn); merr != nil {
 				s.log.Warn("clickhouse: re-applying the ledger schema failed", "err", merr)
 			}
 		}
@@ -525,7 +525,7 @@ func (s *Sink) insert(ctx context.Context, conn driver.Conn, b *batch) error {
 func (s *Sink) insertTable(ctx context.Context, conn driver.Conn, t table) error {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.InsertTimeout)
 	defer cancel()
-	bt, err := conn.PrepareBatch(ctx, "INSERT INTO "+s.cfg.ClickHouse.Database+"."+t.name()+" ("+t.columns()+")")
+	bt, err := conn.PrepareBatch(s.cfg.ClickHouse.insertContext(ctx), "INSERT INTO "+s.cfg.ClickHouse.WriteTable(t.name())+" ("+t.columns()+")")
 	if err != nil {
 		return err
 	}

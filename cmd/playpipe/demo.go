@@ -153,6 +153,8 @@ func (c *demoConfig) validate() error {
 		return fmt.Errorf("--pages, --lists-per-page and --mixes-per-list must be ≥ 1, got %d, %d, %d", c.pages, c.lists, c.mixes)
 	case c.dataDir == "":
 		return errors.New("--data-dir must not be empty")
+	case c.clickhouse.Cluster != "":
+		return errors.New("--clickhouse-cluster: the demo writes a ledger of its own on one server (demo_<time>); migrate and sink take a cluster")
 	}
 	if err := c.kafka.Validate(); err != nil {
 		return err

@@ -22,6 +22,7 @@ const (
 	envClickHouseTLS      = "PLAYPIPE_CLICKHOUSE_TLS"
 	envClickHouseData     = "PLAYPIPE_CLICKHOUSE_DATA"
 	envClickHouseBin      = "PLAYPIPE_CLICKHOUSE_BIN"
+	envClickHouseCluster  = "PLAYPIPE_CLICKHOUSE_CLUSTER"
 )
 
 // registerClickHouseFlags binds the --clickhouse-* flags to c; defaults come
@@ -33,6 +34,7 @@ func registerClickHouseFlags(fs *flag.FlagSet, c *analytics.Config) {
 	fs.StringVar(&c.User, "clickhouse-user", envDefault(envClickHouseUser, analytics.DefaultUser), "ClickHouse user (env "+envClickHouseUser+"; the password is read from "+envClickHousePassword+" only)")
 	c.Password = os.Getenv(envClickHousePassword)
 	fs.BoolVar(&c.TLS, "clickhouse-tls", os.Getenv(envClickHouseTLS) == "true", "connect to ClickHouse with TLS (env "+envClickHouseTLS+"=true)")
+	fs.StringVar(&c.Cluster, "clickhouse-cluster", os.Getenv(envClickHouseCluster), "the servers' cluster (a <remote_servers> entry: one shard of replicas) holding a replicated ledger: ON CLUSTER migrations, Replicated tables written through any replica, reads through Distributed tables (env "+envClickHouseCluster+"); empty: one server")
 	fs.StringVar(&c.DataDir, "clickhouse-data", os.Getenv(envClickHouseData), "instead of --clickhouse-addr: run a local clickhouse-server with its data in this folder, or reuse the one already running there (env "+envClickHouseData+")")
 	fs.StringVar(&c.ServerBinary, "clickhouse-bin", os.Getenv(envClickHouseBin), "with --clickhouse-data: the ClickHouse server binary to run (env "+envClickHouseBin+"; default: clickhouse-server or clickhouse on PATH, /usr/sbin, /usr/bin, /usr/local/bin)")
 }

@@ -181,7 +181,7 @@ func runReplay(ctx context.Context, kind string, args []string, stdout, stderr i
 	}
 	defer closeLedger()
 	// The selection reads deliveries.replay_id (migration 4).
-	if _, err := analytics.Migrate(ctx, conn, chCfg.Database); err != nil {
+	if _, err := chCfg.Migrate(ctx, conn); err != nil {
 		return err
 	}
 	kcfg, stopKafka, err := kafkax.Ready(ctx, f.kcfg, log)

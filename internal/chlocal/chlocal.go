@@ -56,6 +56,11 @@ type Config struct {
 	Reuse bool
 	// Logger receives start/stop messages; defaults to slog.Default().
 	Logger *slog.Logger
+	// TCPPort and HTTPPort, when both set, are the ports of a first start
+	// (instead of free ones picked at start), for servers whose ports other
+	// servers' configurations name before they start (internal/chcluster's
+	// replicas). A port taken by then fails the start.
+	TCPPort, HTTPPort int
 }
 
 // Server is a local ClickHouse server process in a data folder.
@@ -126,6 +131,12 @@ func Start(ctx context.Context, opts Config) (*Server, error) {
 	for attempt := 0; ; attempt++ {
 		if attempt == 0 && recorded && st.TCPPort > 0 && st.HTTPPort > 0 {
 			s.tcpPort, s.httpPort = st.TCPPort, st.HTTPPort
+		} else if opts.TCPPort > 0 && opts.HTTPPort > 0 {
+			s.tcpPort, s.httpPort = opts.TCPPort, opts.HTTPPort
+			if err = s.Start(ctx); err != nil {
+				return s, err
+			}
+			return s, nil
 		} else if s.tcpPort, s.httpPort, err = freePorts(); err != nil {
 			return nil, err
 		}

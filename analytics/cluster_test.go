@@ -1,0 +1,249 @@
+package analytics
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+
+	"github.com/playpipe/playpipe/internal/testenv"
+)
+
+// TestClusterStatements: every migration statement has a cluster form: a
+// CREATE becomes the replicated <table>_local (the same columns, sorting
+// key and partitioning, the engine's Replicated form under the {shard} and
+// {replica} macros) and a Distributed <table>; an ADD COLUMN alters both.
+func TestClusterStatements(t *testing.T) {
+	for _, s := range []Schema{SchemaPortable, SchemaCurrent} {
+		for _, m := range Migrations {
+			sts, err := m.clusterStatementsFor(s, "led", "c1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, st := range m.StatementsFor(s) {
+				var local, dist string
+				switch {
+				case createTableRE.MatchString(st):
+					local, dist, sts = sts[0], sts[1], sts[2:]
+				case addColumnRE.MatchString(st):
+					name := addColumnRE.FindStringSubmatch(st)[1]
+					if want := "DROP TABLE IF EXISTS {db}." + name + " ON CLUSTER c1"; sts[1] != want {
+						t.Errorf("migration %d: %q, want %q", m.Version, sts[1], want)
+					}
+					if want := strings.Replace(st, name+" ADD", name+"_local ON CLUSTER c1 ADD", 1); sts[0] != want {
+						t.Errorf("migration %d: %q, want %q", m.Version, sts[0], want)
+					}
+					local, dist, sts = sts[0], sts[2], sts[3:]
+				default:
+					t.Fatalf("migration %d: a statement of no known form: %s", m.Version, st)
+				}
+				if !strings.Contains(local, "_local ON CLUSTER c1 ") || !strings.Contains(dist, " ON CLUSTER c1 ") {
+					t.Errorf("migration %d: no ON CLUSTER:\n%s\n%s", m.Version, local, dist)
+				}
+				if cm := createTableRE.FindStringSubmatch(st); cm != nil {
+					name := cm[1]
+					wantEngine := "ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/led/" + name + "', '{replica}')"
+					if !strings.Contains(local, wantEngine) || !strings.HasSuffix(local, cm[5]) || !strings.Contains(local, cm[2]) {
+						t.Errorf("local table of %s:\n%s", name, local)
+					}
+				}
+				name := tableOfRE.FindStringSubmatch(st)[1]
+				if want := "CREATE TABLE IF NOT EXISTS {db}." + name + " ON CLUSTER c1 AS {db}." + name + "_local ENGINE = Distributed(c1, led, " + name + "_local)"; dist != want {
+					t.Errorf("distributed table of %s:\n%s\nwant\n%s", name, dist, want)
+				}
+			}
+			if len(sts) != 0 {
+				t.Errorf("migration %d: %d statements too many", m.Version, len(sts))
+			}
+		}
+	}
+	if _, err := clusterStatements("OPTIMIZE TABLE {db}.plays FINAL", "led", "c1"); err == nil {
+		t.Fatal("a statement of no known form got a cluster form")
+	}
+	c := Config{Database: "led", Cluster: "c1"}
+	if c.WriteTable("plays") != "led.plays_local" || (Config{Database: "led"}).WriteTable("plays") != "led.plays" {
+		t.Fatal("table names")
+	}
+	if err := (Config{Cluster: "bad-name"}).Validate(); err == nil || !strings.Contains(err.Error(), "--clickhouse-cluster") {
+		t.Fatalf("a cluster name that is no identifier: %v", err)
+	}
+}
+
+// TestClusterLedger runs the sink into a replicated ledger (ZooKeeper and
+// two clickhouse-server 18.16 replicas, internal/chcluster) beside a
+// single-server ledger fed from the same topics: the audit, read through
+// the Distributed tables of either replica, must equal the fixture's
+// expected numbers and the single-server audit, list by list. It then
+// checks the layout on both replicas, the refusals of a ledger of the
+// other layout, and the replicated insert deduplication.
+func TestClusterLedger(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts ZooKeeper and two ClickHouse servers")
+	}
+	cl := testenv.StartClickHouseCluster(t)
+	e := newEnv(t)
+	ctx := context.Background()
+	now := time.Now()
+	want := fixture(t, e, now)
+	e.startSink(t, e.cfg)
+	ccfg := e.cfg
+	ccfg.Group = "playpipe-sink-cluster"
+	ccfg.ClickHouse = Config{Addr: cl.Addr(), Database: cl.Database, Cluster: cl.Name()}
+	began := time.Now()
+	cs := e.startSink(t, ccfg)
+	// No query before the sink's migrations are done: on 18.16 a query that
+	// reads a table twice (an IN subquery) can deadlock with a DDL statement
+	// on that table queued between its two locks (docs/audit.md, "Migrating").
+	waitFor(t, 120*time.Second, "the cluster sink's migrations", func() (bool, string) {
+		err := cs.sink.Ready(ctx)
+		return err == nil, fmt.Sprint(err)
+	})
+
+	opts := AuditOptions{From: now.Add(-2 * time.Hour), To: now.Add(time.Minute), PendingThreshold: 10 * time.Minute, Now: now}
+	single, err := NewAuditor(e.ch.Conn(t), e.ch.Database)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conns := []driver.Conn{cl.Conn(t, 0), cl.Conn(t, 1)}
+	auditors := map[string]*Auditor{"one server": single}
+	for i, conn := range conns {
+		if auditors[fmt.Sprintf("replica r%d", i+1)], err = NewAuditor(conn, cl.Database); err != nil {
+			t.Fatal(err)
+		}
+	}
+	names := []string{"one server", "replica r1", "replica r2"}
+	reports := map[string]*Audit{}
+	for _, name := range names {
+		a := auditors[name]
+		waitFor(t, 60*time.Second, "the audit through "+name+" to match", func() (bool, string) {
+			r, err := a.Audit(ctx, opts)
+			if err != nil {
+				return false, err.Error()
+			}
+			reports[name] = r
+			return reflect.DeepEqual(numbers(r), want), fmt.Sprintf("%+v", numbers(r))
+		})
+	}
+	t.Logf("the replicated ledger's audit matched through both replicas %s after the sink started", time.Since(began).Round(time.Millisecond))
+	base := *reports["one server"]
+	base.GeneratedAt, base.LedgerAsOf = time.Time{}, time.Time{}
+	lists := ListNames()
+	sort.Strings(lists)
+	for _, name := range names[1:] {
+		r := *reports[name]
+		r.GeneratedAt, r.LedgerAsOf = time.Time{}, time.Time{}
+		if !reflect.DeepEqual(base, r) {
+			t.Errorf("audit through %s differs from one server's:\n%+v\n%+v", name, r, base)
+		}
+		for _, metric := range lists {
+			lb, err := single.List(ctx, opts, metric, 0)
+			if err != nil {
+				t.Fatalf("one server: list %s: %v", metric, err)
+			}
+			lc, err := auditors[name].List(ctx, opts, metric, 0)
+			if err != nil {
+				t.Errorf("%s: list %s: %v", name, metric, err)
+				continue
+			}
+			if !reflect.DeepEqual(lb, lc) {
+				t.Errorf("list %s through %s differs:\n%+v\none server:\n%+v", metric, name, lc, lb)
+			}
+		}
+	}
+
+	// The HTML page's data (time series, standby episodes, partner
+	// counts): the same through either replica as on one server.
+	hb, err := single.HTML(ctx, opts, reports["one server"], 0)
+	if err != nil {
+		t.Fatalf("one server: HTML: %v", err)
+	}
+	for _, name := range names[1:] {
+		hc, err := auditors[name].HTML(ctx, opts, reports[name], 0)
+		if err != nil {
+			t.Errorf("%s: HTML: %v", name, err)
+			continue
+		}
+		hc.Audit = hb.Audit
+		if !reflect.DeepEqual(hb, hc) {
+			t.Errorf("HTML page data through %s differs:\n%+v\none server:\n%+v", name, hc, hb)
+		}
+	}
+
+	// The layout, on both replicas.
+	for i, conn := range conns {
+		for _, tbl := range ledgerTableNames(Migrations) {
+			var local, dist string
+			q := "SELECT engine FROM system.tables WHERE database = '" + cl.Database + "' AND name = ?"
+			if err := conn.QueryRow(ctx, q, tbl+LocalSuffix).Scan(&local); err != nil {
+				t.Fatalf("r%d %s%s: %v", i+1, tbl, LocalSuffix, err)
+			}
+			if err := conn.QueryRow(ctx, q, tbl).Scan(&dist); err != nil {
+				t.Fatalf("r%d %s: %v", i+1, tbl, err)
+			}
+			if local != "ReplicatedReplacingMergeTree" || dist != "Distributed" {
+				t.Errorf("r%d: %s%s is %s, %s is %s", i+1, tbl, LocalSuffix, local, tbl, dist)
+			}
+		}
+	}
+	// Through the other replica: nothing to apply, no DDL.
+	if applied, err := MigrateCluster(ctx, conns[1], cl.Database, cl.Name()); err != nil || len(applied) != 0 {
+		t.Fatalf("MigrateCluster through r2: applied %v, %v; want nothing", applied, err)
+	}
+	// The other layout is refused, by name.
+	if _, err := Migrate(ctx, conns[0], cl.Database); err == nil || !strings.Contains(err.Error(), "--clickhouse-cluster") {
+		t.Errorf("a single-server Migrate of the cluster ledger: %v", err)
+	}
+	plain := cl.Database + "_plain"
+	if _, err := Migrate(ctx, conns[0], plain); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := MigrateCluster(ctx, conns[0], plain, cl.Name()); err == nil || !strings.Contains(err.Error(), "made for one server") {
+		t.Errorf("MigrateCluster of a single-server ledger: %v", err)
+	}
+	if _, err := MigrateCluster(ctx, conns[0], cl.Database, "nosuch"); err == nil || !strings.Contains(err.Error(), "no such cluster") {
+		t.Errorf("an unknown cluster: %v", err)
+	}
+
+	// Replicated insert deduplication: the same block (inserted_at given,
+	// so byte for byte the same) inserted through r1 and again through r2
+	// is stored once.
+	insert := func(conn driver.Conn) {
+		t.Helper()
+		b, err := conn.PrepareBatch(ccfg.ClickHouse.insertContext(ctx), "INSERT INTO "+ccfg.ClickHouse.WriteTable(TableMalformed)+
+			" (kafka_topic, kafka_partition, kafka_offset, kafka_time, kafka_time_ms, inserted_at, kafka_key, error, raw)")
+		if err != nil {
+			t.Fatal(err)
+		}
+		at := time.Unix(1_700_000_000, 0)
+		for i := range 3 {
+			if err := b.Append("dedup.test", int32(0), int64(i), at, uint64(at.UnixMilli()), at, "k", "e", "r"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := b.Send(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	insert(conns[0])
+	insert(conns[1])
+	insert(conns[0])
+	waitFor(t, 30*time.Second, "the block on both replicas", func() (bool, string) {
+		var counts []uint64
+		for _, conn := range conns {
+			var n uint64
+			if err := conn.QueryRow(ctx, "SELECT count() FROM "+ccfg.ClickHouse.WriteTable(TableMalformed)+" WHERE kafka_topic = 'dedup.test'").Scan(&n); err != nil {
+				return false, err.Error()
+			}
+			counts = append(counts, n)
+		}
+		if counts[0] > 3 || counts[1] > 3 {
+			t.Fatalf("the same block inserted 3 times is stored as %v rows on r1, r2: not deduplicated", counts)
+		}
+		return counts[0] == 3 && counts[1] == 3, fmt.Sprint(counts)
+	})
+}
