@@ -36,8 +36,8 @@ func bareRun(t *testing.T, concurrency, n int) (*run, *partState) {
 	return rn, ps
 }
 
-// TestLeaseWaitsForRoom: a lease is taken only once there is room for half
-// of Concurrency, and its one marker names every offset it covers. A lease
+// TestLeaseWaitsForRoom: a lease is taken only once there is room for a
+// quarter of the lease room (leaseChunk), and its one marker names every offset it covers. A lease
 // per freed slot made one marker record per 2–3 reports.
 func TestLeaseWaitsForRoom(t *testing.T) {
 	const conc = 8
@@ -46,15 +46,15 @@ func TestLeaseWaitsForRoom(t *testing.T) {
 	defer rn.mu.Unlock()
 
 	l, recs := rn.takeLease()
-	if l == nil || len(l.jobs) != leaseAhead*conc || len(recs) != 1 {
-		t.Fatalf("first lease: %v jobs, %d markers; want %d jobs in 1 marker", l, len(recs), leaseAhead*conc)
+	if l == nil || len(l.jobs) != leaseRoom(conc, conc) || len(recs) != 1 {
+		t.Fatalf("first lease: %v jobs, %d markers; want %d jobs in 1 marker", l, len(recs), leaseRoom(conc, conc))
 	}
 	var m schemas.Lease
 	if err := json.Unmarshal(recs[0].Value, &m); err != nil {
 		t.Fatal(err)
 	}
-	if len(m.Offsets) != 1 || m.Offsets[0] != [2]int64{0, leaseAhead*conc - 1} {
-		t.Fatalf("marker offsets %v, want [[0 %d]]", m.Offsets, leaseAhead*conc-1)
+	if len(m.Offsets) != 1 || m.Offsets[0] != [2]int64{0, int64(leaseRoom(conc, conc) - 1)} {
+		t.Fatalf("marker offsets %v, want [[0 %d]]", m.Offsets, leaseRoom(conc, conc)-1)
 	}
 	if l2, _ := rn.takeLease(); l2 != nil {
 		t.Fatalf("a second lease with no room: %d jobs", len(l2.jobs))
@@ -64,16 +64,16 @@ func TestLeaseWaitsForRoom(t *testing.T) {
 	rn.mu.Unlock()
 	rn.leaseAcked(l, &kgo.Record{Partition: 0, Offset: 7}, nil)
 	rn.mu.Lock()
-	for i := 1; i < leaseChunk(conc); i++ {
+	for i := 1; i < leaseChunk(conc, conc); i++ {
 		rn.leased.pop()
 		if l2, _ := rn.takeLease(); l2 != nil {
-			t.Fatalf("lease taken with room for %d (< %d): %d jobs", i, leaseChunk(conc), len(l2.jobs))
+			t.Fatalf("lease taken with room for %d (< %d): %d jobs", i, leaseChunk(conc, conc), len(l2.jobs))
 		}
 	}
 	rn.leased.pop()
 	l2, recs2 := rn.takeLease()
-	if l2 == nil || len(l2.jobs) != leaseChunk(conc) || len(recs2) != 1 {
-		t.Fatalf("lease with room for %d: %v, %d markers", leaseChunk(conc), l2, len(recs2))
+	if l2 == nil || len(l2.jobs) != leaseChunk(conc, conc) || len(recs2) != 1 {
+		t.Fatalf("lease with room for %d: %v, %d markers", leaseChunk(conc, conc), l2, len(recs2))
 	}
 }
 
@@ -104,9 +104,8 @@ func TestCapOnPostsAtStake(t *testing.T) {
 			rn.mu.Lock()
 			j := rn.next()
 			for ; j == nil; j = rn.next() {
-				rn.idle++
+				rn.idle++ // the waker counts it out (wakeWorkers)
 				rn.cond.Wait()
-				rn.idle--
 			}
 			rn.mu.Unlock()
 			got <- j

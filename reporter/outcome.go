@@ -39,7 +39,7 @@ func (rn *run) persistedLocked(j *job, r *kgo.Record, err error) {
 func (rn *run) posted(j *job) {
 	ps, d := j.ps, j.dec
 	if d.Action.Final() {
-		rn.healthy()
+		rn.healthy(j)
 		rn.persisting++
 		rn.recent.add(j.id)
 		if d.Action == ActRejected {
@@ -53,13 +53,13 @@ func (rn *run) posted(j *job) {
 	ps.inflight--
 	switch {
 	case d.Action == ActRetry && d.Reason != ReasonUnauthorized:
-		rn.thr.failure(time.Now())
+		rn.thr.failure(rn.cfg.Now())
 		if rn.thr.tokens < 1 {
 			rn.poke() // the coordinator wakes the workers when a token is back
 		}
 	case d.Action == ActStandby:
 	default:
-		rn.healthy()
+		rn.healthy(j)
 	}
 	if d.Action == ActAbandon {
 		// Cancelled while in flight: it may have reached the partner, and
@@ -117,20 +117,28 @@ func (rn *run) retry(j *job) {
 		rn.jobsReady()
 		return
 	}
-	j.readyAt = time.Now().Add(delay)
+	j.readyAt = rn.cfg.Now().Add(delay)
 	rn.delayed.add(j)
 	if rn.retryAt.IsZero() || j.readyAt.Before(rn.retryAt) {
 		rn.poke() // the retry timer must fire earlier
 	}
 }
 
-// healthy records an answer of a healthy partner (mu held); a grown limit
-// wakes a waiting worker.
-func (rn *run) healthy() {
-	before := math.Floor(rn.thr.limit)
-	rn.thr.success()
-	if math.Floor(rn.thr.limit) > before && rn.idle > 0 && rn.leased.len() > 0 {
-		rn.cond.Signal()
+// healthy records an answer of a healthy partner (mu held): its round trip
+// feeds the in-flight limit (an abandoned post, without an answer, does
+// not); a grown limit wakes waiting workers.
+func (rn *run) healthy(j *job) {
+	if j.dec.Status == 0 {
+		rn.thr.tokens = math.Min(rn.thr.max, rn.thr.tokens+rn.thr.ratio)
+		return
+	}
+	before := math.Floor(rn.thr.lim.limit)
+	rn.thr.success(rn.cfg.Now(), j.latency, rn.inflight+1)
+	if after := math.Floor(rn.thr.lim.limit); after != before {
+		rn.met.limitMoved(rn.thr.lim.reason)
+		if after > before {
+			rn.wakeWorkers()
+		}
 	}
 }
 
@@ -180,6 +188,7 @@ func (rn *run) persisted(j *job, r *kgo.Record, err error) {
 func (rn *run) markDone(ps *partState, seq uint64) {
 	ps.dirty = true
 	if n := ps.wm.markDone(seq); n > 0 {
+		rn.unheld(ps)
 		if rn.pending.Add(-int64(n)) < int64(rn.cfg.MaxPending) {
 			select {
 			case rn.room <- struct{}{}:
