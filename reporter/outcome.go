@@ -53,7 +53,9 @@ func (rn *run) posted(j *job) {
 	ps.inflight--
 	switch {
 	case d.Action == ActRetry && d.Reason != ReasonUnauthorized:
+		before := math.Floor(rn.thr.lim.limit)
 		rn.thr.failure(rn.cfg.Now())
+		rn.limitMoved(before)
 		if rn.thr.tokens < 1 {
 			rn.poke() // the coordinator wakes the workers when a token is back
 		}
@@ -134,12 +136,23 @@ func (rn *run) healthy(j *job) {
 	}
 	before := math.Floor(rn.thr.lim.limit)
 	rn.thr.success(rn.cfg.Now(), j.latency, rn.inflight+1)
-	if after := math.Floor(rn.thr.lim.limit); after != before {
-		rn.met.limitMoved(rn.thr.lim.reason)
-		if after > before {
-			rn.wakeWorkers()
-		}
+	if rn.limitMoved(before) {
+		rn.wakeWorkers()
 	}
+}
+
+// limitMoved counts and logs a move of the in-flight limit from before
+// (mu held); it reports whether the limit grew.
+func (rn *run) limitMoved(before float64) bool {
+	l := rn.thr.lim
+	after := math.Floor(l.limit)
+	if after == before {
+		return false
+	}
+	rn.met.limitMoved(l.reason)
+	rn.log.Debug("in-flight limit moved", "limit", after, "from", before, "reason", l.reason,
+		"rtt_min", l.baseline, "rtt_recent", l.recent, "in_flight", rn.inflight)
+	return after > before
 }
 
 // release forgets that j is on its way (not final), requeueing followers

@@ -30,6 +30,7 @@ type latencyRun struct {
 	toPlain   time.Duration // process start → a 1 s rate ≥ 90 % of the plain client's (-1: never)
 	peakPosts float64       // most posts in flight seen (playpipe_reporter_posts_in_flight)
 	peakLimit float64       // highest in-flight limit seen
+	meanPosts float64       // mean posts in flight over the steady window
 	cpu       time.Duration // the reporter's CPU over first answer → all final
 }
 
@@ -144,6 +145,10 @@ func (e *env) latencyRound(ctx context.Context, p partner, prefix string, lr *la
 	}
 	group := prefix + "-reporter"
 	args := append(append([]string{"report"}, e.kafkaArgs()...), "--topic-prefix", prefix, "--group", group, "--api-url", p.url)
+	if e.o.profile != "" {
+		args = append(args, "--pprof")
+	}
+	var profDone chan error
 	t0 := time.Now()
 	rl, err := e.startRole(prefix+"-report", args...)
 	if err != nil {
@@ -174,7 +179,18 @@ func (e *env) latencyRound(ctx context.Context, p partner, prefix string, lr *la
 				cpu0 = cpuOf(rl.c.pid())
 			}
 			samples = append(samples, s)
+			if e.o.profile != "" && profDone == nil && s.final >= n/3 {
+				// A 3 s CPU profile of the steady state, with its trace.
+				profDone = make(chan error, 1)
+				file := fmt.Sprintf("%s.%v", e.o.profile, lr.latency)
+				go func() { profDone <- fetchProfile(rl.admin, "profile?seconds=3", file) }() // owner: this round; waited for below
+			}
 			if s.final >= n {
+				if profDone != nil {
+					if err := <-profDone; err != nil {
+						return err
+					}
+				}
 				lr.cpu = cpuOf(rl.c.pid()) - cpu0
 				break
 			}
@@ -210,7 +226,17 @@ func (lr *latencyRun) summarize(t0 time.Time, s []latencySample, n float64) {
 	}
 	first := crossing(1)
 	lr.overall = n / s[len(s)-1].at.Sub(first).Seconds()
-	lr.steady = 0.4 * n / crossing(0.9*n).Sub(crossing(0.5*n)).Seconds()
+	from, to := crossing(0.5*n), crossing(0.9*n)
+	lr.steady = 0.4 * n / to.Sub(from).Seconds()
+	var sum, k float64
+	for _, x := range s {
+		if !x.at.Before(from) && !x.at.After(to) {
+			sum, k = sum+x.posts, k+1
+		}
+	}
+	if k > 0 {
+		lr.meanPosts = sum / k
+	}
 	lr.toSteady, lr.toPlain = -1, -1
 	for i := range s {
 		lr.peakPosts, lr.peakLimit = max(lr.peakPosts, s[i].posts), max(lr.peakLimit, s[i].limit)
@@ -236,7 +262,7 @@ func (lr *latencyRun) summarize(t0 time.Time, s []latencySample, n float64) {
 func printLatency(w io.Writer, o options, runs []latencyRun, started time.Time) {
 	fmt.Fprintf(w, "\nplaypipe reporter (default flags) vs plain client by partner latency, as processes, %s, %s; %d reports per run, %d partitions\n\n",
 		started.Format("2006-01-02 15:04"), runtimeDesc(), o.reports, o.partitions)
-	fmt.Fprintln(w, "| partner latency | plain in flight | Little's bound /s | plain posts/s | reporter steady reports/s | ratio | reporter overall reports/s | reporter peak in flight (limit) | start → steady | start → 90 % of plain | CPU µs/report rep / plain |")
+	fmt.Fprintln(w, "| partner latency | plain in flight | Little's bound /s | plain posts/s | reporter steady reports/s | ratio | reporter overall reports/s | reporter in flight: steady mean / peak (peak limit) | start → steady | start → 90 % of plain | CPU µs/report rep / plain |")
 	fmt.Fprintln(w, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, r := range runs {
 		little := "∞"
@@ -247,9 +273,9 @@ func printLatency(w io.Writer, o options, runs []latencyRun, started time.Time) 
 		if r.toPlain >= 0 {
 			toPlain = r.toPlain.Round(100 * time.Millisecond).String()
 		}
-		fmt.Fprintf(w, "| %v | %d | %s | %.0f | %.0f | %.1f %% | %.0f | %.0f (%.0f) | %v | %s | %.1f / %.1f |\n",
+		fmt.Fprintf(w, "| %v | %d | %s | %.0f | %.0f | %.1f %% | %.0f | %.0f / %.0f (%.0f) | %v | %s | %.1f / %.1f |\n",
 			r.latency, r.inflight, little, r.plain.rate(), r.steady, 100*r.steady/r.plain.rate(), r.overall,
-			r.peakPosts, r.peakLimit, r.toSteady.Round(100*time.Millisecond), toPlain,
+			r.meanPosts, r.peakPosts, r.peakLimit, r.toSteady.Round(100*time.Millisecond), toPlain,
 			us(r.cpu)/float64(r.reports), r.plain.cpuPerPost())
 	}
 }

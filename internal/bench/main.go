@@ -101,7 +101,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.plainInflight, "plain-inflight", "512,512,512,1024", "-mode latency: the plain client's in flight at each latency (one value: all)")
 	fs.IntVar(&o.reports, "reports", 100000, "-mode report: play reports per round (pre-enriched TrackPlay records on a fresh reports topic)")
 	fs.IntVar(&o.rounds, "rounds", 3, "-mode report: rounds, each a reporter run and a plain-client run")
-	fs.StringVar(&o.profile, "profile", "", "-mode report: write a 3 s CPU profile of the first reporter round to this file, and its allocation profile to <file>.allocs (the reporter runs with --pprof)")
+	fs.StringVar(&o.profile, "profile", "", "-mode report: write a 3 s CPU profile of the first reporter round to this file, and its allocation profile to <file>.allocs (the reporter runs with --pprof); -mode latency: a 3 s CPU profile of each run at a third of its reports to <file>.<latency>")
 	fs.StringVar(&o.bin, "bin", "bin/playpipe", "the playpipe binary to run (make build makes it)")
 	fs.IntVar(&o.events, "events", 40000, "player events to publish (about 4.4 plays each with the sandbox's default catalog; 40000 take ~30 s on a 2-core machine)")
 	fs.IntVar(&o.concurrency, "concurrency", reporter.DefaultConcurrency, "reports in flight: the reporter's --concurrency and the plain client's goroutines (default: playpipe report's own)")
