@@ -162,8 +162,12 @@ func (rn *run) recorded() {
 // post runs in a worker, outside the lock: one POST, classified. It returns
 // the Delivery record to publish (nil for an abandoned post).
 func (rn *run) post(j *job) *kgo.Record {
+	var waited time.Duration
 	if rn.limiter != nil {
-		if err := rn.limiter.Wait(rn.postCtx); err != nil {
+		t0 := time.Now()
+		err := rn.limiter.Wait(rn.postCtx)
+		waited = time.Since(t0)
+		if err != nil {
 			j.dec = Decision{Action: ActAbandon, Err: err, notSent: true}
 			return nil
 		}
@@ -205,7 +209,7 @@ func (rn *run) post(j *job) *kgo.Record {
 		}
 	}
 	span.End()
-	j.dec, j.latency = d, lat
+	j.dec, j.latency, j.held = d, lat, lat+waited
 	if sc := span.SpanContext(); sc.HasTraceID() {
 		j.traceID = sc.TraceID().String()
 	}

@@ -27,6 +27,7 @@ func TestKillAt512InFlight(t *testing.T) {
 	e.sb.SetFaults(sandbox.Faults{Report: sandbox.GroupFaults{Latency: 50 * time.Millisecond}})
 	e.group = "reporter-kill512"
 	e.publish("kill512", n, 0, 0)
+	watch := e.watchMetadata()
 	c := e.startChild(0, conc)
 	// The rate between a tenth and a fifth of the reports says how many
 	// posts were in flight (Little's law at 50 ms): logged, not asserted
@@ -43,6 +44,11 @@ func TestKillAt512InFlight(t *testing.T) {
 	c = e.startChild(0, conc)
 	e.waitLedger(120 * time.Second)
 	stopChild(t, c, syscall.SIGTERM)
+	longest := watch()
+	t.Logf("longest commit metadata %d bytes (Kafka's default bound %d)", longest, DefaultMetadataMaxBytes)
+	if longest > DefaultMetadataMaxBytes {
+		t.Errorf("a commit carried %d bytes of metadata: a broker with default settings refuses it", longest)
+	}
 	dups := e.checkExactlyOnce(true)
 	e.checkAllCommitted()
 	e.checkDeliveries(false)

@@ -135,7 +135,7 @@ func (rn *run) healthy(j *job) {
 		return
 	}
 	before := math.Floor(rn.thr.lim.limit)
-	rn.thr.success(rn.cfg.Now(), j.latency, rn.inflight+1)
+	rn.thr.success(rn.cfg.Now(), j.held, rn.inflight+1)
 	if rn.limitMoved(before) {
 		rn.wakeWorkers()
 	}

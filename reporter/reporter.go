@@ -104,6 +104,10 @@ type job struct {
 	// Set by the worker for the coordinator.
 	dec     Decision
 	latency time.Duration
+	// held is how long the post held its slot: latency plus the wait for
+	// the rate limit (--rate). It feeds the in-flight limit, so that a
+	// rate-limited reporter does not grow posts waiting on its own limit.
+	held time.Duration
 	traceID string
 
 	// followers are later records with the same report id that wait for

@@ -145,6 +145,7 @@ func (e *env) latencyRound(ctx context.Context, p partner, prefix string, lr *la
 	}
 	group := prefix + "-reporter"
 	args := append(append([]string{"report"}, e.kafkaArgs()...), "--topic-prefix", prefix, "--group", group, "--api-url", p.url)
+	args = append(args, strings.Fields(e.o.reportArgs)...)
 	if e.o.profile != "" {
 		args = append(args, "--pprof")
 	}
@@ -260,8 +261,12 @@ func (lr *latencyRun) summarize(t0 time.Time, s []latencySample, n float64) {
 
 // printLatency writes the runs (Markdown).
 func printLatency(w io.Writer, o options, runs []latencyRun, started time.Time) {
-	fmt.Fprintf(w, "\nplaypipe reporter (default flags) vs plain client by partner latency, as processes, %s, %s; %d reports per run, %d partitions\n\n",
-		started.Format("2006-01-02 15:04"), runtimeDesc(), o.reports, o.partitions)
+	flags := "default flags"
+	if o.reportArgs != "" {
+		flags = o.reportArgs
+	}
+	fmt.Fprintf(w, "\nplaypipe reporter (%s) vs plain client by partner latency, as processes, %s, %s; %d reports per run, %d partitions\n\n",
+		flags, started.Format("2006-01-02 15:04"), runtimeDesc(), o.reports, o.partitions)
 	fmt.Fprintln(w, "| partner latency | plain in flight | Little's bound /s | plain posts/s | reporter steady reports/s | ratio | reporter overall reports/s | reporter in flight: steady mean / peak (peak limit) | start → steady | start → 90 % of plain | CPU µs/report rep / plain |")
 	fmt.Fprintln(w, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, r := range runs {

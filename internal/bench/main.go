@@ -90,6 +90,7 @@ type options struct {
 	// client's in flight at each.
 	latencies     string
 	plainInflight string
+	reportArgs    string // -mode latency: extra flags of `playpipe report` (default: none)
 }
 
 func parseOptions(args []string, stderr io.Writer) (options, error) {
@@ -98,6 +99,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.mode, "mode", "e2e", "e2e: the whole pipeline, then the raw ceiling; report: a fresh `playpipe report` process against a plain net/http client on the same N reports, interleaved rounds; latency: the same with the sandbox answering after each of -latencies, the reporter with default flags")
 	fs.StringVar(&o.latencies, "latencies", "0s,5ms,50ms,150ms", "-mode latency: the sandbox's answer latencies, comma-separated")
+	fs.StringVar(&o.reportArgs, "report-args", "", "-mode latency: extra flags of `playpipe report`, space-separated (e.g. \"--concurrency 4096\"); default none: the reporter's defaults")
 	fs.StringVar(&o.plainInflight, "plain-inflight", "512,512,512,1024", "-mode latency: the plain client's in flight at each latency (one value: all)")
 	fs.IntVar(&o.reports, "reports", 100000, "-mode report: play reports per round (pre-enriched TrackPlay records on a fresh reports topic)")
 	fs.IntVar(&o.rounds, "rounds", 3, "-mode report: rounds, each a reporter run and a plain-client run")
