@@ -107,7 +107,7 @@ type job struct {
 	// held is how long the post held its slot: latency plus the wait for
 	// the rate limit (--rate). It feeds the in-flight limit, so that a
 	// rate-limited reporter does not grow posts waiting on its own limit.
-	held time.Duration
+	held    time.Duration
 	traceID string
 
 	// followers are later records with the same report id that wait for
