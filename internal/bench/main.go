@@ -147,6 +147,12 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	case o.timeout <= 0:
 		return bad("timeout", o.timeout, "a positive duration")
 	}
+	if o.mode == "latency" {
+		if _, _, err := parseLatencies(o.latencies, o.plainInflight); err != nil {
+			fmt.Fprintln(stderr, err)
+			return o, errUsage
+		}
+	}
 	bin, err := filepath.Abs(o.bin)
 	if err != nil {
 		return o, fmt.Errorf("-bin %q: %w", o.bin, err)
