@@ -21,8 +21,9 @@ import (
 // the sandbox answering after the latency.
 type latencyRun struct {
 	latency   time.Duration
-	inflight  int // the plain client's in flight
-	plain     ceilingResult
+	inflight  int           // the plain client's in flight
+	plain     ceilingResult // the plain client before the reporter
+	after     ceilingResult // and after it (zero when not run)
 	reports   int64
 	overall   float64       // reports/s, first answer → all final
 	steady    float64       // reports/s between half and nine tenths of the reports
@@ -43,6 +44,23 @@ type latencySample struct {
 
 // parseLatencies parses -latencies ("0,5ms,50ms,150ms") and -plain-inflight
 // ("512,512,512,1024"; one value applies to all).
+// plainRate is the plain client's rate: the mean of its runs before and
+// after the reporter (this machine's speed drifts within seconds).
+func (lr latencyRun) plainRate() float64 {
+	if lr.after.posts == 0 {
+		return lr.plain.rate()
+	}
+	return (lr.plain.rate() + lr.after.rate()) / 2
+}
+
+// plainCPU is the plain client's CPU µs per post, likewise.
+func (lr latencyRun) plainCPU() float64 {
+	if lr.after.posts == 0 {
+		return lr.plain.cpuPerPost()
+	}
+	return (lr.plain.cpuPerPost() + lr.after.cpuPerPost()) / 2
+}
+
 func parseLatencies(lat, inflight string) ([]time.Duration, []int, error) {
 	var ls []time.Duration
 	for s := range strings.SplitSeq(lat, ",") {
@@ -104,8 +122,11 @@ func runLatencyBench(ctx context.Context, o options, log *slog.Logger) (runs []l
 		if err := e.latencyRound(ctx, sb, prefix, &lr); err != nil {
 			return runs, started, fmt.Errorf("latency %v, reporter: %w", lat, err)
 		}
+		if lr.after, err = ceiling(ctx, sb.url, sb.admin, sb.c.pid(), bodies, ins[i], lat); err != nil {
+			return runs, started, fmt.Errorf("latency %v, plain client after the reporter: %w", lat, err)
+		}
 		runs = append(runs, lr)
-		log.Info("latency done", "latency", lat, "plain_per_s", int(lr.plain.rate()), "reporter_steady_per_s", int(lr.steady),
+		log.Info("latency done", "latency", lat, "plain_per_s", int(lr.plainRate()), "reporter_steady_per_s", int(lr.steady),
 			"peak_in_flight", lr.peakPosts, "to_steady", lr.toSteady.Round(100*time.Millisecond))
 	}
 	return runs, started, nil
@@ -253,7 +274,7 @@ func (lr *latencyRun) summarize(t0 time.Time, s []latencySample, n float64) {
 		if lr.toSteady < 0 && r >= 0.9*lr.steady {
 			lr.toSteady = s[i].at.Sub(t0)
 		}
-		if lr.toPlain < 0 && r >= 0.9*lr.plain.rate() {
+		if lr.toPlain < 0 && r >= 0.9*lr.plainRate() {
 			lr.toPlain = s[i].at.Sub(t0)
 		}
 	}
@@ -267,7 +288,7 @@ func printLatency(w io.Writer, o options, runs []latencyRun, started time.Time) 
 	}
 	fmt.Fprintf(w, "\nplaypipe reporter (%s) vs plain client by partner latency, as processes, %s, %s; %d reports per run, %d partitions\n\n",
 		flags, started.Format("2006-01-02 15:04"), runtimeDesc(), o.reports, o.partitions)
-	fmt.Fprintln(w, "| partner latency | plain in flight | Little's bound /s | plain posts/s | reporter steady reports/s | ratio | reporter overall reports/s | reporter in flight: steady mean / peak (peak limit) | start → steady | start → 90 % of plain | CPU µs/report rep / plain |")
+	fmt.Fprintln(w, "| partner latency | plain in flight | Little's bound /s | plain posts/s before / after | reporter steady reports/s | ratio to the plain mean | reporter overall reports/s | reporter in flight: steady mean / peak (peak limit) | start → steady | start → 90 % of plain | CPU µs/report rep / plain |")
 	fmt.Fprintln(w, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, r := range runs {
 		little := "∞"
@@ -278,9 +299,9 @@ func printLatency(w io.Writer, o options, runs []latencyRun, started time.Time) 
 		if r.toPlain >= 0 {
 			toPlain = r.toPlain.Round(100 * time.Millisecond).String()
 		}
-		fmt.Fprintf(w, "| %v | %d | %s | %.0f | %.0f | %.1f %% | %.0f | %.0f / %.0f (%.0f) | %v | %s | %.1f / %.1f |\n",
-			r.latency, r.inflight, little, r.plain.rate(), r.steady, 100*r.steady/r.plain.rate(), r.overall,
+		fmt.Fprintf(w, "| %v | %d | %s | %.0f / %.0f | %.0f | %.1f %% | %.0f | %.0f / %.0f (%.0f) | %v | %s | %.1f / %.1f |\n",
+			r.latency, r.inflight, little, r.plain.rate(), r.after.rate(), r.steady, 100*r.steady/r.plainRate(), r.overall,
 			r.meanPosts, r.peakPosts, r.peakLimit, r.toSteady.Round(100*time.Millisecond), toPlain,
-			us(r.cpu)/float64(r.reports), r.plain.cpuPerPost())
+			us(r.cpu)/float64(r.reports), r.plainCPU())
 	}
 }

@@ -175,7 +175,10 @@ func (e *env) reporterRound(ctx context.Context, p partner, prefix string, profi
 	}
 	group := prefix + "-reporter"
 	args := append(append([]string{"report"}, e.kafkaArgs()...), "--topic-prefix", prefix, "--group", group,
-		"--api-url", p.url, "--concurrency", strconv.Itoa(e.o.concurrency))
+		"--api-url", p.url, "--concurrency", strconv.Itoa(e.o.concurrency),
+		// The plain client's in flight, fixed: like is compared with like
+		// (-mode latency runs the adaptive limit).
+		"--max-concurrency", strconv.Itoa(e.o.concurrency))
 	if profile && e.o.profile != "" {
 		args = append(args, "--pprof")
 	}
