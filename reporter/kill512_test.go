@@ -9,7 +9,8 @@ import (
 )
 
 // TestKillAt512InFlight: the reporter process posts with 512 in flight to
-// a partner 50 ms away (the in-flight the commit metadata capped at about
+// a partner 250 ms away (far enough that even a -race child on two shared
+// cores keeps all 512 posts out: 2 048 reports/s) (the in-flight the commit metadata capped at about
 // 200 before progress format 2), two partitions, and is killed with SIGKILL
 // mid-run, then restarted. The crash promise holds unchanged: no report
 // whose final outcome was recorded is posted again, every report the
@@ -24,14 +25,15 @@ func TestKillAt512InFlight(t *testing.T) {
 		conc = 512
 	)
 	e := newE2E(t, 2)
-	e.sb.SetFaults(sandbox.Faults{Report: sandbox.GroupFaults{Latency: 50 * time.Millisecond}})
+	const latency = 250 * time.Millisecond
+	e.sb.SetFaults(sandbox.Faults{Report: sandbox.GroupFaults{Latency: latency}})
 	e.group = "reporter-kill512"
 	e.publish("kill512", n, 0, 0)
 	watch := e.watchMetadata()
 	c := e.startChild(0, conc)
 	// The rate between a tenth and a fifth of the reports says how many
-	// posts were in flight (Little's law at 50 ms): logged, not asserted
-	// (2 shared cores under -race).
+	// posts were in flight (Little's law): logged, not asserted (2 shared
+	// cores under -race).
 	waitFor(t, 90*time.Second, func() bool { return e.sb.Ledger().AcceptedCount >= n/10 })
 	a0, t0 := e.sb.Ledger().AcceptedCount, time.Now()
 	waitFor(t, 90*time.Second, func() bool { return e.sb.Ledger().AcceptedCount >= n/5 })
@@ -39,7 +41,7 @@ func TestKillAt512InFlight(t *testing.T) {
 	stopChild(t, c, syscall.SIGKILL)
 	first := c.out.String()
 	l := e.sb.Ledger()
-	t.Logf("killed after %d accepted; %.0f reports/s just before (≈ %.0f in flight at 50 ms)", l.AcceptedCount, rate, rate*0.05)
+	t.Logf("killed after %d accepted; %.0f reports/s just before (≈ %.0f in flight at %v)", l.AcceptedCount, rate, rate*latency.Seconds(), latency)
 
 	c = e.startChild(0, conc)
 	e.waitLedger(120 * time.Second)
