@@ -20,7 +20,7 @@ import (
 //
 // A partition leases only within its progress window (progressWindow of
 // MetadataMaxBytes) past its commit point: what the commit metadata can
-// hold. A report past it waits in its partition's held queue until the
+// hold. A report past it waits in its partition's pastWindow queue until the
 // commit point moves, so the progress of every partition always fits,
 // whatever the in-flight.
 
@@ -176,7 +176,7 @@ func (rn *run) take() *job {
 			continue
 		}
 		if !rn.inWindow(j) {
-			j.ps.held.push(j) // back in ready once the commit point moved
+			j.ps.pastWindow.push(j) // back in ready once the commit point moved
 			continue
 		}
 		if j.skip {
@@ -219,13 +219,13 @@ func (rn *run) commitBase(ps *partState) int64 {
 	return ps.start
 }
 
-// unheld requeues the reports a partition held back for its window, once
+// unheld requeues the reports a partition held back past its window, once
 // its commit point moved (mu held).
 func (rn *run) unheld(ps *partState) {
-	if ps.held.len() == 0 {
+	if ps.pastWindow.len() == 0 {
 		return
 	}
-	for j := ps.held.pop(); j != nil; j = ps.held.pop() {
+	for j := ps.pastWindow.pop(); j != nil; j = ps.pastWindow.pop() {
 		rn.ready.push(j)
 	}
 	rn.jobsReady()

@@ -140,9 +140,9 @@ type partState struct {
 	// start is the offset the partition was first fetched from: its commit
 	// point until the tracker has seen a record.
 	start int64
-	// held are reports past the progress window (lease.go), in offset
+	// pastWindow are reports past the progress window (lease.go), in offset
 	// order: requeued when the commit point moves.
-	held fifo
+	pastWindow fifo
 }
 
 // run is the state of one Run. The fields below mu are guarded by it;
