@@ -199,3 +199,75 @@ func TestTraceContextWithTracingOff(t *testing.T) {
 		t.Fatalf("delivery record's traceparent %q does not carry trace %s", tp, tid)
 	}
 }
+
+// TestWakeOnePerReport: idle workers are woken one per report they may
+// post, not all at once: with 20 workers waiting and 3 reports leased, 3
+// go and 17 stay asleep (a broadcast to every idle worker per lease was a
+// stampede once the limit allowed a thousand).
+func TestWakeOnePerReport(t *testing.T) {
+	const workers = 20
+	rn, _ := bareRun(t, 32, 3)
+	got := make(chan *job, workers)
+	for range workers {
+		go func() {
+			rn.mu.Lock()
+			j := rn.next()
+			for ; j == nil && !rn.exiting; j = rn.next() {
+				rn.idle++ // the waker counts it out (wakeWorkers)
+				rn.cond.Wait()
+			}
+			rn.mu.Unlock()
+			got <- j
+		}()
+	}
+	waitIdle := func(want int) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			rn.mu.Lock()
+			idle := rn.idle
+			rn.mu.Unlock()
+			if idle == want {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d workers idle, want %d", idle, want)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	waitIdle(workers)
+	rn.mu.Lock()
+	for range 3 {
+		j := rn.take()
+		j.leasedOnly = true
+		rn.leased.push(j)
+	}
+	rn.jobsReady()
+	if rn.idle != workers-3 {
+		t.Errorf("%d workers left idle after waking for 3 reports, want %d", rn.idle, workers-3)
+	}
+	rn.mu.Unlock()
+	for range 3 {
+		select {
+		case j := <-got:
+			if j == nil {
+				t.Fatal("a woken worker found no report")
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("a woken worker did not take its report")
+		}
+	}
+	select {
+	case j := <-got:
+		t.Fatalf("a fourth worker woke (report %v)", j)
+	case <-time.After(50 * time.Millisecond): // a real wait: nothing may happen in it
+	}
+	rn.mu.Lock()
+	rn.exiting, rn.idle = true, 0
+	rn.cond.Broadcast()
+	rn.mu.Unlock()
+	for range workers - 3 {
+		<-got
+	}
+}
