@@ -5,7 +5,7 @@ STATICCHECK_VERSION ?= v0.8.2
 BIN       := bin/playpipe
 export PATH := $(PATH):$(shell $(GO) env GOPATH)/bin:/usr/sbin
 
-.PHONY: all build demo test test-race test-chdb unit lint fmt-check vet staticcheck bench bench-e2e bench-report fuzz fuzz-short tools clickhouse zookeeper chromium chdb clean e2e-docker
+.PHONY: all build demo test test-race test-chdb unit lint fmt-check vet staticcheck bench bench-e2e bench-report bench-report-latency fuzz fuzz-short tools clickhouse zookeeper chromium chdb clean e2e-docker
 
 all: build
 
@@ -86,6 +86,14 @@ bench-e2e: clickhouse build
 BENCH_REPORT_FLAGS ?=
 bench-report: build
 	$(GO) run ./internal/bench -bin $(BIN) -mode report $(BENCH_REPORT_FLAGS)
+
+## bench-report-latency: the same reporter process with DEFAULT flags (the
+## adaptive in-flight limit finds the partner) against the plain client, the
+## sandbox answering after 0, 5, 50 and 150 ms; plays/s, in flight reached,
+## time to steady rate, CPU per report. BENCH_LATENCY_FLAGS="-reports 150000".
+BENCH_LATENCY_FLAGS ?= -reports 150000
+bench-report-latency: build
+	$(GO) run ./internal/bench -bin $(BIN) -mode latency $(BENCH_LATENCY_FLAGS)
 
 ## fuzz: each fuzz target for FUZZTIME (untrusted input: events, API answers, report bodies, records).
 ## fuzz-short: the same targets for 30 000 inputs each, run by `make test`. A count,

@@ -105,7 +105,7 @@ func TestScaleOutWithFaults(t *testing.T) {
 	}
 	for i := range 3 {
 		reporters = append(reporters, newRole(fmt.Sprintf("report-%d", i), append(append([]string{"report"}, kafkaArgs...),
-			"--api-url", sb.URL, "--instance-id", fmt.Sprintf("e2e-report-%d", i), "--concurrency", strconv.Itoa(scaleConcurrency),
+			"--api-url", sb.URL, "--instance-id", fmt.Sprintf("e2e-report-%d", i), "--concurrency", strconv.Itoa(scaleConcurrency), "--max-concurrency", strconv.Itoa(scaleConcurrency),
 			"--backoff-max", "500ms", "--standby-probe-interval", "100ms")...))
 	}
 	// The first sink applies the schema alone; then everything else.

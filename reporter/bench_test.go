@@ -128,7 +128,7 @@ func BenchmarkReporter(b *testing.B) {
 	api := newGatedAPI(e.client(testUA))
 	api.pause()
 	cfg := e.config()
-	cfg.Concurrency = conc
+	cfg.Concurrency, cfg.MaxConcurrency = conc, conc // the plain client's in-flight
 	cfg.Logger = testLogger(b)
 	stop := e.start(cfg, api)
 	// Warm up: the group joined, the fetch buffers full, connections open.
@@ -176,4 +176,73 @@ func BenchmarkReporter(b *testing.B) {
 	b.ReportMetric(ceil, "ceiling_posts/s")
 	b.ReportMetric(rep/ceil*100, "%_of_ceiling")
 	b.Logf("n=%d: reporter %.0f reports/s, plain client %.0f posts/s, ratio %.1f%%", n, rep, ceil, rep/ceil*100)
+}
+
+// sleepAPI answers every report 200 after a fixed latency, costing no CPU:
+// a partner where nothing but our own bookkeeping can hold a slot.
+type sleepAPI struct {
+	lat time.Duration
+	ok  atomic.Int64
+}
+
+func (a *sleepAPI) ReportPlayJSON(ctx context.Context, body []byte) (partnerapi.ReportResult, error) {
+	t := time.NewTimer(a.lat)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+		return partnerapi.ReportResult{}, ctx.Err()
+	}
+	a.ok.Add(1)
+	return partnerapi.ReportResult{Meta: partnerapi.Meta{Status: 200, ServedBy: partnerapi.ServedLive}, Message: "ok", Latency: a.lat}, nil
+}
+
+func (a *sleepAPI) Session(context.Context) (partnerapi.Meta, error) {
+	return partnerapi.Meta{Status: 200}, nil
+}
+
+// BenchmarkSlotIdle measures how long a slot waits on the reporter's own
+// bookkeeping (lease markers, Delivery records, commits, the lock) beyond
+// its answer: a partner answering after 5 ms with no CPU of its own, a
+// fixed in-flight, every marker and answer through the embedded broker.
+// idle_ms/slot = in flight / rate − latency (Little's law). Profile the
+// waits with -trace, -blockprofile and -mutexprofile:
+//
+//	go test -run '^$' -bench BenchmarkSlotIdle -benchtime 40000x ./reporter/ -trace slot.trace -blockprofile block.out -mutexprofile mutex.out
+func BenchmarkSlotIdle(b *testing.B) {
+	for _, conc := range []int{64, 256} {
+		b.Run(fmt.Sprintf("inflight=%d", conc), func(b *testing.B) {
+			const lat = 5 * time.Millisecond
+			n := max(b.N, 5000)
+			e := newE2E(b, 3, func(o *sandbox.Config) { o.MaxLedgerEntries = 1 })
+			e.group = fmt.Sprintf("slot-idle-%d", conc)
+			recs := make([]*kgo.Record, n)
+			for i := range n {
+				tp := play(fmt.Sprintf("idle-%d-%d", conc, i), false, false)
+				v, _ := json.Marshal(tp)
+				recs[i] = &kgo.Record{Topic: e.kafka.Config.Topics().Reports, Key: []byte(tp.ReportID), Value: v}
+			}
+			for i := 0; i < n; i += 10000 {
+				e.produce(recs[i:min(i+10000, n)])
+			}
+			api := &sleepAPI{lat: lat}
+			cfg := e.config()
+			cfg.Concurrency, cfg.MaxConcurrency = conc, conc
+			cfg.Logger = testLogger(b)
+			b.ResetTimer()
+			stop := e.start(cfg, api)
+			waitFor(b, time.Minute, func() bool { return api.ok.Load() >= int64(n/10) })
+			from, t0 := api.ok.Load(), time.Now()
+			waitFor(b, 5*time.Minute, func() bool { return api.ok.Load() >= int64(n*9/10) })
+			rate := float64(api.ok.Load()-from) / time.Since(t0).Seconds()
+			b.StopTimer()
+			if err := stop(); err != nil {
+				b.Fatalf("Run: %v", err)
+			}
+			bound := float64(conc) / lat.Seconds()
+			b.ReportMetric(rate, "reports/s")
+			b.ReportMetric(100*rate/bound, "%_of_little")
+			b.ReportMetric(1000*(float64(conc)/rate-lat.Seconds()), "idle_ms/slot")
+		})
+	}
 }

@@ -35,12 +35,12 @@ type commitEntry struct {
 // periodicCommit returns the progress to commit now, if the pace allows
 // (mu held).
 func (rn *run) periodicCommit() []commitEntry {
-	if rn.noCommit || rn.commits.inFlight || time.Since(rn.commits.last) < rn.cfg.CommitInterval {
+	if rn.noCommit || rn.commits.inFlight || rn.cfg.Now().Sub(rn.commits.last) < rn.cfg.CommitInterval {
 		return nil
 	}
 	batch := rn.dirtyProgress()
 	if len(batch) > 0 {
-		rn.commits.inFlight, rn.commits.last = true, time.Now()
+		rn.commits.inFlight, rn.commits.last = true, rn.cfg.Now()
 	}
 	return batch
 }

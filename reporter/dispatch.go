@@ -21,10 +21,11 @@ import (
 // is none or a standby episode or a shutdown holds posting.
 func (rn *run) next() *job {
 	// Posts on the wire and answers on their way to Kafka are capped
-	// together: a crash re-posts at most 2 × Concurrency reports
-	// (docs/reporter.md). One cap for both, not Concurrency each, so that
-	// answers waiting for a slow acknowledgement use the room of posts not
-	// in flight instead of holding workers while less is at stake.
+	// together: a crash re-posts at most 2 × the limit (at least
+	// Concurrency) reports (docs/reporter.md). One cap for both, not the
+	// limit each, so that answers waiting for a slow acknowledgement use the
+	// room of posts not in flight instead of holding workers while less is
+	// at stake.
 	for !rn.stopping && rn.standby == nil && rn.leased.len() > 0 && rn.roomAtStake() && rn.thr.allows(rn.inflight) {
 		j := rn.leased.pop()
 		if rn.leased.len() < rn.cfg.Concurrency {
@@ -75,9 +76,11 @@ func (rn *run) worker() {
 		if j == nil {
 			rn.mu.Lock()
 			for j = rn.next(); j == nil && !rn.exiting; j = rn.next() {
+				// Whoever wakes this worker counts it out of idle
+				// (wakeWorkers): a wake-up is one report to take, not a
+				// stampede of every idle worker.
 				rn.idle++
 				rn.cond.Wait()
-				rn.idle--
 			}
 			rn.mu.Unlock()
 			if j == nil {
@@ -125,9 +128,27 @@ func (rn *run) publish(j *job, rec *kgo.Record) {
 // re-posts these.
 func (rn *run) atStake() int { return rn.inflight + rn.unrecorded }
 
-// roomAtStake reports whether one more post stays within the cap of
-// 2 × Concurrency posts at stake (mu held).
-func (rn *run) roomAtStake() bool { return rn.atStake() < 2*rn.cfg.Concurrency }
+// stakeCap is the cap on posts at stake: twice the in-flight limit, at
+// least twice Concurrency (mu held).
+func (rn *run) stakeCap() int { return 2 * max(int(rn.thr.lim.limit), rn.cfg.Concurrency) }
+
+// roomAtStake reports whether one more post stays within stakeCap (mu
+// held).
+func (rn *run) roomAtStake() bool { return rn.atStake() < rn.stakeCap() }
+
+// wakeWorkers wakes as many idle workers as there are leased reports they
+// may post now (mu held). Each woken worker is counted out of idle here, so
+// that wake-ups arriving before it runs do not wake it twice.
+func (rn *run) wakeWorkers() {
+	if rn.idle == 0 || rn.leased.len() == 0 || rn.stopping || rn.standby != nil {
+		return
+	}
+	n := min(rn.idle, rn.leased.len(), rn.thr.lim.room(rn.inflight), rn.stakeCap()-rn.atStake())
+	for range n {
+		rn.idle--
+		rn.cond.Signal()
+	}
+}
 
 // recorded: one answer handed to Kafka by a worker is acknowledged (or
 // failed) (mu held); a worker held by the cap on posts at stake may go.
@@ -135,16 +156,18 @@ func (rn *run) roomAtStake() bool { return rn.atStake() < 2*rn.cfg.Concurrency }
 // after the other, and each makes room for one post.
 func (rn *run) recorded() {
 	rn.unrecorded--
-	if rn.idle > 0 && rn.leased.len() > 0 && rn.roomAtStake() {
-		rn.cond.Signal()
-	}
+	rn.wakeWorkers()
 }
 
 // post runs in a worker, outside the lock: one POST, classified. It returns
 // the Delivery record to publish (nil for an abandoned post).
 func (rn *run) post(j *job) *kgo.Record {
+	var waited time.Duration
 	if rn.limiter != nil {
-		if err := rn.limiter.Wait(rn.postCtx); err != nil {
+		t0 := time.Now()
+		err := rn.limiter.Wait(rn.postCtx)
+		waited = time.Since(t0)
+		if err != nil {
 			j.dec = Decision{Action: ActAbandon, Err: err, notSent: true}
 			return nil
 		}
@@ -186,7 +209,7 @@ func (rn *run) post(j *job) *kgo.Record {
 		}
 	}
 	span.End()
-	j.dec, j.latency = d, lat
+	j.dec, j.latency, j.held = d, lat, lat+waited
 	if sc := span.SpanContext(); sc.HasTraceID() {
 		j.traceID = sc.TraceID().String()
 	}
@@ -238,7 +261,7 @@ func (rn *run) deliveryRecord(ctx context.Context, j *job) *kgo.Record {
 		V: schemas.DeliveryVersion, ReportID: j.id, EventID: j.evID, Outcome: d.Outcome, Attempt: j.attempt,
 		HTTPStatus: d.Status, ServedBy: string(d.ServedBy), Partner: rn.cfg.PartnerURL, Message: d.Message, Fields: d.Fields,
 		Reason: d.Reason, LatencyUS: j.latency.Microseconds(), TraceID: j.traceID, Replay: j.replay,
-		InDoubt: j.inDoubt, At: time.Now().UnixMilli(),
+		InDoubt: j.inDoubt, At: rn.cfg.Now().UnixMilli(),
 	}
 	if del.Message == "" && d.Err != nil && d.Action != ActDelivered {
 		del.Message = d.Err.Error()

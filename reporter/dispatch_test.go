@@ -36,8 +36,8 @@ func bareRun(t *testing.T, concurrency, n int) (*run, *partState) {
 	return rn, ps
 }
 
-// TestLeaseWaitsForRoom: a lease is taken only once there is room for half
-// of Concurrency, and its one marker names every offset it covers. A lease
+// TestLeaseWaitsForRoom: a lease is taken only once there is room for a
+// quarter of the lease room (leaseChunk), and its one marker names every offset it covers. A lease
 // per freed slot made one marker record per 2–3 reports.
 func TestLeaseWaitsForRoom(t *testing.T) {
 	const conc = 8
@@ -46,15 +46,15 @@ func TestLeaseWaitsForRoom(t *testing.T) {
 	defer rn.mu.Unlock()
 
 	l, recs := rn.takeLease()
-	if l == nil || len(l.jobs) != leaseAhead*conc || len(recs) != 1 {
-		t.Fatalf("first lease: %v jobs, %d markers; want %d jobs in 1 marker", l, len(recs), leaseAhead*conc)
+	if l == nil || len(l.jobs) != leaseRoom(conc, conc) || len(recs) != 1 {
+		t.Fatalf("first lease: %v jobs, %d markers; want %d jobs in 1 marker", l, len(recs), leaseRoom(conc, conc))
 	}
 	var m schemas.Lease
 	if err := json.Unmarshal(recs[0].Value, &m); err != nil {
 		t.Fatal(err)
 	}
-	if len(m.Offsets) != 1 || m.Offsets[0] != [2]int64{0, leaseAhead*conc - 1} {
-		t.Fatalf("marker offsets %v, want [[0 %d]]", m.Offsets, leaseAhead*conc-1)
+	if len(m.Offsets) != 1 || m.Offsets[0] != [2]int64{0, int64(leaseRoom(conc, conc) - 1)} {
+		t.Fatalf("marker offsets %v, want [[0 %d]]", m.Offsets, leaseRoom(conc, conc)-1)
 	}
 	if l2, _ := rn.takeLease(); l2 != nil {
 		t.Fatalf("a second lease with no room: %d jobs", len(l2.jobs))
@@ -64,16 +64,16 @@ func TestLeaseWaitsForRoom(t *testing.T) {
 	rn.mu.Unlock()
 	rn.leaseAcked(l, &kgo.Record{Partition: 0, Offset: 7}, nil)
 	rn.mu.Lock()
-	for i := 1; i < leaseChunk(conc); i++ {
+	for i := 1; i < leaseChunk(conc, conc); i++ {
 		rn.leased.pop()
 		if l2, _ := rn.takeLease(); l2 != nil {
-			t.Fatalf("lease taken with room for %d (< %d): %d jobs", i, leaseChunk(conc), len(l2.jobs))
+			t.Fatalf("lease taken with room for %d (< %d): %d jobs", i, leaseChunk(conc, conc), len(l2.jobs))
 		}
 	}
 	rn.leased.pop()
 	l2, recs2 := rn.takeLease()
-	if l2 == nil || len(l2.jobs) != leaseChunk(conc) || len(recs2) != 1 {
-		t.Fatalf("lease with room for %d: %v, %d markers", leaseChunk(conc), l2, len(recs2))
+	if l2 == nil || len(l2.jobs) != leaseChunk(conc, conc) || len(recs2) != 1 {
+		t.Fatalf("lease with room for %d: %v, %d markers", leaseChunk(conc, conc), l2, len(recs2))
 	}
 }
 
@@ -104,9 +104,8 @@ func TestCapOnPostsAtStake(t *testing.T) {
 			rn.mu.Lock()
 			j := rn.next()
 			for ; j == nil; j = rn.next() {
-				rn.idle++
+				rn.idle++ // the waker counts it out (wakeWorkers)
 				rn.cond.Wait()
-				rn.idle--
 			}
 			rn.mu.Unlock()
 			got <- j
@@ -198,5 +197,77 @@ func TestTraceContextWithTracingOff(t *testing.T) {
 	}
 	if !strings.Contains(tp, tid) {
 		t.Fatalf("delivery record's traceparent %q does not carry trace %s", tp, tid)
+	}
+}
+
+// TestWakeOnePerReport: idle workers are woken one per report they may
+// post, not all at once: with 20 workers waiting and 3 reports leased, 3
+// go and 17 stay asleep (a broadcast to every idle worker per lease was a
+// stampede once the limit allowed a thousand).
+func TestWakeOnePerReport(t *testing.T) {
+	const workers = 20
+	rn, _ := bareRun(t, 32, 3)
+	got := make(chan *job, workers)
+	for range workers {
+		go func() {
+			rn.mu.Lock()
+			j := rn.next()
+			for ; j == nil && !rn.exiting; j = rn.next() {
+				rn.idle++ // the waker counts it out (wakeWorkers)
+				rn.cond.Wait()
+			}
+			rn.mu.Unlock()
+			got <- j
+		}()
+	}
+	waitIdle := func(want int) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			rn.mu.Lock()
+			idle := rn.idle
+			rn.mu.Unlock()
+			if idle == want {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d workers idle, want %d", idle, want)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	waitIdle(workers)
+	rn.mu.Lock()
+	for range 3 {
+		j := rn.take()
+		j.leasedOnly = true
+		rn.leased.push(j)
+	}
+	rn.jobsReady()
+	if rn.idle != workers-3 {
+		t.Errorf("%d workers left idle after waking for 3 reports, want %d", rn.idle, workers-3)
+	}
+	rn.mu.Unlock()
+	for range 3 {
+		select {
+		case j := <-got:
+			if j == nil {
+				t.Fatal("a woken worker found no report")
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("a woken worker did not take its report")
+		}
+	}
+	select {
+	case j := <-got:
+		t.Fatalf("a fourth worker woke (report %v)", j)
+	case <-time.After(50 * time.Millisecond): // a real wait: nothing may happen in it
+	}
+	rn.mu.Lock()
+	rn.exiting, rn.idle = true, 0
+	rn.cond.Broadcast()
+	rn.mu.Unlock()
+	for range workers - 3 {
+		<-got
 	}
 }

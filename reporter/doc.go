@@ -11,7 +11,8 @@
 //     partition's progress in its metadata (progress.go), reports are posted
 //     only after a lease marker naming them is in the deliveries log
 //     (lease.go), and a partition's new owner recovers from both
-//     (recover.go).
+//     (recover.go). A partition leases only within the window its progress
+//     can hold in MetadataMaxBytes, so every commit fits at any in-flight.
 //   - A graceful stop (Run's ctx ends) waits for the posts in flight within
 //     ShutdownTimeout and commits every partition's progress: the next run
 //     posts each pending report once. A crash re-posts at most the reports
@@ -37,8 +38,8 @@
 // records), outcome.go (applying answers), classify.go (what an answer
 // means), commit.go and progress.go (commits and their metadata),
 // recover.go (assignment), revoke.go (rebalances), standby.go (standby
-// episodes), throttle.go (the concurrency budget), lifecycle.go
-// (coordinator, shutdown).
+// episodes), throttle.go (the retry budget), limit.go (the adaptive
+// in-flight limit), lifecycle.go (coordinator, shutdown).
 //
 // A Reporter runs once (Run). Run owns every goroutine it starts and returns
 // only after all of them ended and the Kafka client is closed.

@@ -133,13 +133,14 @@ func slimRecord(r *kgo.Record) *kgo.Record {
 func (rn *run) intake(batch []fetched) (invalid []*job) {
 	defer rn.jobsReady()
 	var ps *partState
+	now := rn.cfg.Now().UnixNano()
 	for i := range batch {
 		rec, tp, err := batch[i].rec, &batch[i].tp, batch[i].err
 		key := tpKey{rec.Topic, rec.Partition}
 		if ps == nil || ps.key != key {
 			ps = rn.parts[key] // created by recoverNew
 		}
-		seq := ps.wm.add(rec.Offset, rec.LeaderEpoch)
+		seq := ps.wm.add(rec.Offset, rec.LeaderEpoch, now)
 		st, known := ps.recovered[rec.Offset]
 		if known {
 			delete(ps.recovered, rec.Offset)
@@ -157,9 +158,14 @@ func (rn *run) intake(batch []fetched) (invalid []*job) {
 		switch {
 		case err == nil && tp.ReportID != "" && tp.BelowMinimum:
 			// Shorter than the minimum play length: counted in the ledger,
-			// never posted. Final at once.
-			rn.met.skip(context.Background(), "below_minimum")
-			rn.markDone(ps, seq)
+			// never posted. Final at once, unless past the progress window
+			// (lease.go): then final when leasing reaches it.
+			if rec.Offset < rn.commitBase(ps)+rn.window {
+				rn.met.skip(context.Background(), "below_minimum")
+				rn.markDone(ps, seq)
+			} else {
+				rn.fresh.push(&job{ps: ps, seq: seq, rec: rec, id: tp.ReportID, evID: tp.EventID, skip: true})
+			}
 		case err != nil || tp.ReportID == "" || len(tp.Report) == 0 || tp.Report[0] != '{':
 			// A record the reporter cannot post. It is published as rejected
 			// with the reason, so it is never lost silently.

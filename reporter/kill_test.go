@@ -30,6 +30,10 @@ const (
 	envChildConc     = "PLAYPIPE_REPORTER_CHILD_CONCURRENCY"
 	envChildHeapProf = "PLAYPIPE_REPORTER_CHILD_HEAPPROFILE"
 	envChildInstance = "PLAYPIPE_REPORTER_CHILD_INSTANCE"
+	// envChildMaxConc is the child's MaxConcurrency; unset, it is the
+	// concurrency: a fixed in-flight, which the bounds of the kill tests
+	// count on.
+	envChildMaxConc = "PLAYPIPE_REPORTER_CHILD_MAX_CONCURRENCY"
 )
 
 // TestReporterProcess is not a test on its own: it is the reporter process
@@ -43,13 +47,15 @@ func TestReporterProcess(t *testing.T) {
 	defer stop()
 	rate, _ := strconv.ParseFloat(os.Getenv(envChildRate), 64)
 	conc, _ := strconv.Atoi(os.Getenv(envChildConc))
+	maxConc, _ := strconv.Atoi(os.Getenv(envChildMaxConc))
+	maxConc = max(maxConc, conc)
 	// Straight to stderr: the parent shows it when a test fails (t.Log output
 	// of a killed child would be lost).
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	api, err := partnerapi.New(partnerapi.Config{
 		BaseURL:     os.Getenv(envChildAPI),
 		Credentials: partnerapi.Credentials{ClientID: "playpipe01", ClientSignature: "SANDBOX-ONLY-signature-not-a-real-secret"},
-		UserAgent:   testUA, MaxConns: max(conc, 16), RequestTimeout: 5 * time.Second, Logger: log,
+		UserAgent:   testUA, MaxConns: max(maxConc, 16), RequestTimeout: 5 * time.Second, Logger: log,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -59,7 +65,7 @@ func TestReporterProcess(t *testing.T) {
 		Kafka: kafkax.Config{Brokers: strings.Split(os.Getenv(envChildBroker), ","), TopicPrefix: kafkax.DefaultTopicPrefix, Partitions: 1, ReplicationFactor: -1,
 			InstanceID: os.Getenv(envChildInstance)},
 		Group:       os.Getenv(envChildGroup),
-		Concurrency: conc, Rate: rate,
+		Concurrency: conc, MaxConcurrency: maxConc, Rate: rate,
 		Logger: log,
 	}, api)
 	if err != nil {

@@ -17,18 +17,32 @@ import (
 // leaser keeps up to leaseAhead × Concurrency reports leased ahead of the
 // workers, one marker per partition per lease, so that the markers' round
 // trip overlaps the posts instead of adding to them.
+//
+// A partition leases only within its progress window (progressWindow of
+// MetadataMaxBytes) past its commit point: what the commit metadata can
+// hold. A report past it waits in its partition's pastWindow queue until the
+// commit point moves, so the progress of every partition always fits,
+// whatever the in-flight.
 
-// leaseAhead × Concurrency reports at most are leased and not yet posted:
-// enough to cover a marker's round trip at full speed. They are the
-// over-count of "in doubt" after a crash (never of real duplicates).
+// leaseAhead × Concurrency reports, plus a quarter of the in-flight limit,
+// at most are leased and not yet posted: enough to cover a marker's round
+// trip at full speed (toward a partner far away, a marker's round trip is
+// a small share of a post's). They are the over-count of "in doubt" after
+// a crash (never of real duplicates).
 const leaseAhead = 2
 
-// leaseChunk is the least room a new lease waits for: half of Concurrency.
-// A freed slot does not make a lease of its own; one marker covers many
-// reports (bench-report, 100 000 reports at --concurrency 32: ~4 200
-// markers, where a lease per freed slot wrote ~39 000, one record per 2–3
-// reports for the broker to take and acknowledge).
-func leaseChunk(concurrency int) int { return max(1, concurrency/2) }
+// leaseRoom is how many reports may be leased ahead of the workers with
+// the in-flight limit at limit.
+func leaseRoom(concurrency, limit int) int { return leaseAhead*concurrency + limit/4 }
+
+// leaseChunk is the least room a new lease waits for: a quarter of the
+// lease room (half of Concurrency at the starting limit). A freed slot does
+// not make a lease of its own; one marker covers many reports
+// (bench-report, 100 000 reports at --concurrency 32: ~4 200 markers, where
+// a lease per freed slot wrote ~39 000, one record per 2–3 reports for the
+// broker to take and acknowledge). Several leases may be on their way at
+// once: the next is taken while the previous marker travels.
+func leaseChunk(concurrency, limit int) int { return max(1, leaseRoom(concurrency, limit)/4) }
 
 // lease is a batch of reports whose markers are on their way to Kafka.
 type lease struct {
@@ -65,8 +79,9 @@ func (rn *run) takeLease() (*lease, []*kgo.Record) {
 	if rn.stopping || rn.exiting || rn.standby != nil {
 		return nil, nil
 	}
-	room := leaseAhead*rn.cfg.Concurrency - rn.leased.len() - rn.leasing
-	if room < leaseChunk(rn.cfg.Concurrency) {
+	limit := int(rn.thr.lim.limit)
+	room := leaseRoom(rn.cfg.Concurrency, limit) - rn.leased.len() - rn.leasing
+	if room < leaseChunk(rn.cfg.Concurrency, limit) {
 		return nil, nil
 	}
 	// Few partitions per lease: a slice, not a map (allocations per lease
@@ -160,6 +175,17 @@ func (rn *run) take() *job {
 		if j.ps.revoking || j.ps.dropped {
 			continue
 		}
+		if !rn.inWindow(j) {
+			j.ps.pastWindow.push(j) // back in ready once the commit point moved
+			continue
+		}
+		if j.skip {
+			// Below the minimum play length past the window at intake:
+			// final now that the progress can hold it.
+			rn.met.skip(context.Background(), "below_minimum")
+			rn.markDone(j.ps, j.seq)
+			continue
+		}
 		if rn.recent.has(j.id) && rn.active[j.id] != j {
 			// Already delivered or rejected within the window (re-published
 			// event): final without a post.
@@ -176,6 +202,33 @@ func (rn *run) take() *job {
 		rn.active[j.id] = j
 		return j
 	}
+}
+
+// inWindow reports whether j lies within its partition's progress window
+// past the commit point (mu held): only then may it be leased or made final.
+func (rn *run) inWindow(j *job) bool {
+	return j.rec.Offset < rn.commitBase(j.ps)+rn.window
+}
+
+// commitBase is the partition's commit point (mu held): the Base of its
+// progress.
+func (rn *run) commitBase(ps *partState) int64 {
+	if base, _, ok := ps.wm.commitPoint(); ok {
+		return base
+	}
+	return ps.start
+}
+
+// unheld requeues the reports a partition held back past its window, once
+// its commit point moved (mu held).
+func (rn *run) unheld(ps *partState) {
+	if ps.pastWindow.len() == 0 {
+		return
+	}
+	for j := ps.pastWindow.pop(); j != nil; j = ps.pastWindow.pop() {
+		rn.ready.push(j)
+	}
+	rn.jobsReady()
 }
 
 // unlease gives up j's lease without posting it (mu held): it is no longer

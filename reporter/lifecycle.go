@@ -21,7 +21,7 @@ func (rn *run) coordinate(ctx context.Context) error {
 
 	for {
 		rn.mu.Lock()
-		rn.checkRevocations(time.Now())
+		rn.checkRevocations(rn.cfg.Now())
 		if rn.stopping && rn.inflight == 0 {
 			rn.mu.Unlock()
 			return rn.finish()
@@ -29,13 +29,13 @@ func (rn *run) coordinate(ctx context.Context) error {
 		next := rn.delayed.next()
 		if rn.leased.len() > 0 {
 			// Posting held by the retry budget: wake when a token is back.
-			if at := rn.thr.readyAt(time.Now()); !at.IsZero() && (next.IsZero() || at.Before(next)) {
+			if at := rn.thr.readyAt(rn.cfg.Now()); !at.IsZero() && (next.IsZero() || at.Before(next)) {
 				next = at
 			}
 		}
 		if !next.IsZero() && !next.Equal(rn.retryAt) {
 			rn.retryAt = next
-			retryTimer.Reset(max(time.Until(next), 0))
+			retryTimer.Reset(max(next.Sub(rn.cfg.Now()), 0))
 		}
 		var batch []commitEntry
 		if !rn.stopping {
@@ -60,7 +60,7 @@ func (rn *run) coordinate(ctx context.Context) error {
 		case <-retryTimer.C:
 			rn.mu.Lock()
 			rn.retryAt = time.Time{}
-			rn.delayed.due(time.Now(), &rn.ready)
+			rn.delayed.due(rn.cfg.Now(), &rn.ready)
 			rn.jobsReady()
 			rn.mu.Unlock()
 		case <-commitTick.C:
@@ -98,9 +98,7 @@ func (rn *run) jobsReady() {
 	case rn.leaseWake <- struct{}{}:
 	default:
 	}
-	if rn.idle > 0 && rn.leased.len() > 0 {
-		rn.cond.Broadcast()
-	}
+	rn.wakeWorkers()
 }
 
 // finish runs once every post is back: it waits for the Delivery records to

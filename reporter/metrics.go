@@ -2,6 +2,8 @@ package reporter
 
 import (
 	"context"
+	"errors"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -28,6 +30,9 @@ type metrics struct {
 	standbyActive  metric.Int64UpDownCounter
 	standbyEpisode metric.Int64Counter
 	skipped        metric.Int64Counter
+	limitMoves     metric.Int64Counter
+
+	moveReason map[string]metric.AddOption
 
 	outcome map[string]metric.MeasurementOption
 	reason  map[string]metric.MeasurementOption
@@ -37,7 +42,7 @@ func newMetrics(mp metric.MeterProvider, tp trace.TracerProvider) (*metrics, err
 	m := telemetry.OrNoopMeterProvider(mp).Meter(instrumentation)
 	var err error
 	x := &metrics{meter: m, tracer: telemetry.OrNoopTracerProvider(tp).Tracer(instrumentation),
-		outcome: map[string]metric.MeasurementOption{}, reason: map[string]metric.MeasurementOption{}}
+		outcome: map[string]metric.MeasurementOption{}, reason: map[string]metric.MeasurementOption{}, moveReason: map[string]metric.AddOption{}}
 	_, off := x.tracer.(noop.Tracer)
 	x.tracing = !off
 	if x.deliveries, err = m.Int64Counter("playpipe.deliveries", metric.WithDescription("answers of the partner API to play reports, by outcome")); err != nil {
@@ -57,6 +62,12 @@ func newMetrics(mp metric.MeterProvider, tp trace.TracerProvider) (*metrics, err
 	}
 	if x.skipped, err = m.Int64Counter("playpipe.reports.skipped", metric.WithDescription("reports final without a post, by reason (duplicate, below_minimum, invalid)")); err != nil {
 		return nil, err
+	}
+	if x.limitMoves, err = m.Int64Counter("playpipe.reporter.limit_changes", metric.WithDescription("moves of the in-flight limit, by reason: grow (latency flat, backlog waiting), latency (latency rose), failure (the partner failed)")); err != nil {
+		return nil, err
+	}
+	for _, r := range []string{moveGrow, moveLatency, moveFailure} {
+		x.moveReason[r] = metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", r)))
 	}
 	for _, o := range []string{schemas.OutcomeDelivered, schemas.OutcomeRejected, schemas.OutcomeStandby, schemas.OutcomeRetry, schemas.OutcomeBlocked} {
 		x.outcome[o] = metric.WithAttributeSet(attribute.NewSet(attribute.String("outcome", o)))
@@ -85,30 +96,64 @@ func (m *metrics) record(ctx context.Context, d Decision, seconds float64) {
 	}
 }
 
-// observeThrottle registers the throttle's gauges (throttle.go), read
+// limitMoved counts one move of the in-flight limit.
+func (m *metrics) limitMoved(reason string) {
+	if o, ok := m.moveReason[reason]; ok {
+		m.limitMoves.Add(context.Background(), 1, o)
+	}
+}
+
+// gauges is the state the reporter's gauges show, read once per collection.
+type gauges struct {
+	limit, tokens     float64
+	shed              int64
+	inFlight, atStake int
+	rttMin, rttRecent time.Duration
+	oldestPending     time.Duration // age of the oldest report without a final outcome; 0 when none
+}
+
+// observeState registers the gauges of the throttle (throttle.go), the
+// in-flight limit (limit.go) and what a crash would put at stake, read
 // through state on each collection: playpipe.reporter.concurrency_limit,
-// playpipe.reporter.retry_budget and playpipe.reporter.shed.
-func (m *metrics) observeThrottle(state func() (limit, tokens float64, shed int64)) (func(), error) {
+// retry_budget, shed, posts_in_flight, at_stake, rtt_min, rtt_recent and
+// oldest_pending_age.
+func (m *metrics) observeState(state func() gauges) (func(), error) {
 	mt := m.meter
-	lim, err := mt.Float64ObservableGauge("playpipe.reporter.concurrency_limit", metric.WithDescription("posts allowed in flight now (adaptive, between 1 and --concurrency)"))
-	if err != nil {
-		return nil, err
+	var errs []error
+	f64 := func(name, unit, desc string) metric.Float64ObservableGauge {
+		g, err := mt.Float64ObservableGauge(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		errs = append(errs, err)
+		return g
 	}
-	bud, err := mt.Float64ObservableGauge("playpipe.reporter.retry_budget", metric.WithDescription("failed posts the retry budget allows now (tokens)"))
-	if err != nil {
-		return nil, err
+	i64 := func(name, desc string) metric.Int64ObservableGauge {
+		g, err := mt.Int64ObservableGauge(name, metric.WithDescription(desc))
+		errs = append(errs, err)
+		return g
 	}
+	lim := f64("playpipe.reporter.concurrency_limit", "", "posts allowed in flight now (adaptive, between 1 and --max-concurrency; playpipe.reporter.limit_changes says why it moved)")
+	bud := f64("playpipe.reporter.retry_budget", "", "failed posts the retry budget allows now (tokens)")
+	inFlight := i64("playpipe.reporter.posts_in_flight", "posts on the wire now")
+	atStake := i64("playpipe.reporter.at_stake", "posts whose answer is not in Kafka yet (on the wire or on their way to Kafka): what a crash would re-post, labelled in doubt")
+	rttMin := f64("playpipe.reporter.rtt_min", "s", "the in-flight limit's baseline: the lowest mean round trip of a measuring interval within the last minute")
+	rttRecent := f64("playpipe.reporter.rtt_recent", "s", "the mean round trip of the last measuring interval")
+	oldest := f64("playpipe.reporter.oldest_pending_age", "s", "age of the oldest fetched report without a final outcome (0: none)")
 	shed, err := mt.Int64ObservableCounter("playpipe.reporter.shed", metric.WithDescription("times posting was held because the retry budget was spent"))
-	if err != nil {
+	errs = append(errs, err)
+	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
 	reg, err := mt.RegisterCallback(func(_ context.Context, o metric.Observer) error {
-		l, t, s := state()
-		o.ObserveFloat64(lim, l)
-		o.ObserveFloat64(bud, t)
-		o.ObserveInt64(shed, s)
+		g := state()
+		o.ObserveFloat64(lim, g.limit)
+		o.ObserveFloat64(bud, g.tokens)
+		o.ObserveInt64(shed, g.shed)
+		o.ObserveInt64(inFlight, int64(g.inFlight))
+		o.ObserveInt64(atStake, int64(g.atStake))
+		o.ObserveFloat64(rttMin, g.rttMin.Seconds())
+		o.ObserveFloat64(rttRecent, g.rttRecent.Seconds())
+		o.ObserveFloat64(oldest, g.oldestPending.Seconds())
 		return nil
-	}, lim, bud, shed)
+	}, lim, bud, shed, inFlight, atStake, rttMin, rttRecent, oldest)
 	if err != nil {
 		return nil, err
 	}

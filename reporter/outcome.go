@@ -39,7 +39,7 @@ func (rn *run) persistedLocked(j *job, r *kgo.Record, err error) {
 func (rn *run) posted(j *job) {
 	ps, d := j.ps, j.dec
 	if d.Action.Final() {
-		rn.healthy()
+		rn.healthy(j)
 		rn.persisting++
 		rn.recent.add(j.id)
 		if d.Action == ActRejected {
@@ -53,13 +53,15 @@ func (rn *run) posted(j *job) {
 	ps.inflight--
 	switch {
 	case d.Action == ActRetry && d.Reason != ReasonUnauthorized:
-		rn.thr.failure(time.Now())
+		before := math.Floor(rn.thr.lim.limit)
+		rn.thr.failure(rn.cfg.Now())
+		rn.limitMoved(before)
 		if rn.thr.tokens < 1 {
 			rn.poke() // the coordinator wakes the workers when a token is back
 		}
 	case d.Action == ActStandby:
 	default:
-		rn.healthy()
+		rn.healthy(j)
 	}
 	if d.Action == ActAbandon {
 		// Cancelled while in flight: it may have reached the partner, and
@@ -117,21 +119,40 @@ func (rn *run) retry(j *job) {
 		rn.jobsReady()
 		return
 	}
-	j.readyAt = time.Now().Add(delay)
+	j.readyAt = rn.cfg.Now().Add(delay)
 	rn.delayed.add(j)
 	if rn.retryAt.IsZero() || j.readyAt.Before(rn.retryAt) {
 		rn.poke() // the retry timer must fire earlier
 	}
 }
 
-// healthy records an answer of a healthy partner (mu held); a grown limit
-// wakes a waiting worker.
-func (rn *run) healthy() {
-	before := math.Floor(rn.thr.limit)
-	rn.thr.success()
-	if math.Floor(rn.thr.limit) > before && rn.idle > 0 && rn.leased.len() > 0 {
-		rn.cond.Signal()
+// healthy records an answer of a healthy partner (mu held): its round trip
+// feeds the in-flight limit (an abandoned post, without an answer, does
+// not); a grown limit wakes waiting workers.
+func (rn *run) healthy(j *job) {
+	if j.dec.Status == 0 {
+		rn.thr.tokens = math.Min(rn.thr.max, rn.thr.tokens+rn.thr.ratio)
+		return
 	}
+	before := math.Floor(rn.thr.lim.limit)
+	rn.thr.success(rn.cfg.Now(), j.held, rn.inflight+1)
+	if rn.limitMoved(before) {
+		rn.wakeWorkers()
+	}
+}
+
+// limitMoved counts and logs a move of the in-flight limit from before
+// (mu held); it reports whether the limit grew.
+func (rn *run) limitMoved(before float64) bool {
+	l := rn.thr.lim
+	after := math.Floor(l.limit)
+	if after == before {
+		return false
+	}
+	rn.met.limitMoved(l.reason)
+	rn.log.Debug("in-flight limit moved", "limit", after, "from", before, "reason", l.reason,
+		"rtt_min", l.baseline, "rtt_recent", l.recent, "in_flight", rn.inflight)
+	return after > before
 }
 
 // release forgets that j is on its way (not final), requeueing followers
@@ -180,6 +201,7 @@ func (rn *run) persisted(j *job, r *kgo.Record, err error) {
 func (rn *run) markDone(ps *partState, seq uint64) {
 	ps.dirty = true
 	if n := ps.wm.markDone(seq); n > 0 {
+		rn.unheld(ps)
 		if rn.pending.Add(-int64(n)) < int64(rn.cfg.MaxPending) {
 			select {
 			case rn.room <- struct{}{}:

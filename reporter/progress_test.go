@@ -1,6 +1,8 @@
 package reporter
 
 import (
+	"encoding/base64"
+	"encoding/binary"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -24,11 +26,26 @@ func randomProgress(r *rand.Rand, span int64, share float64, doubts int) *progre
 		}
 	}
 	for range doubts {
-		p.Doubt = append(p.Doubt, p.Base+r.Int64N(span+1))
+		o := p.Base + r.Int64N(span+1)
+		if _, done := slices.BinarySearch(p.Done, o); !done {
+			p.Doubt = append(p.Doubt, o)
+		}
 	}
 	slices.Sort(p.Doubt)
 	p.Doubt = slices.Compact(p.Doubt)
 	return p
+}
+
+// spanOf is the span the encoder covers: up to the last done or doubt offset.
+func spanOf(p *progress) int64 {
+	var span int64
+	if n := len(p.Done); n > 0 {
+		span = p.Done[n-1] - p.Base + 1
+	}
+	if n := len(p.Doubt); n > 0 {
+		span = max(span, p.Doubt[n-1]-p.Base+1)
+	}
+	return span
 }
 
 func TestProgressRoundTrip(t *testing.T) {
@@ -41,7 +58,7 @@ func TestProgressRoundTrip(t *testing.T) {
 	}
 	for _, share := range []float64{0, 0.01, 0.3, 0.7, 0.99, 1} {
 		for _, span := range []int64{1, 9, 1000, DefaultMaxPending} {
-			cases = append(cases, randomProgress(r, span, share, r.IntN(DefaultConcurrency)))
+			cases = append(cases, randomProgress(r, span, share, r.IntN(MaxInFlight)))
 		}
 	}
 	for _, p := range cases {
@@ -53,12 +70,13 @@ func TestProgressRoundTrip(t *testing.T) {
 		if !sameProgress(p, got) {
 			t.Fatalf("round trip changed the progress:\n have %+v\n got  %+v", p, got)
 		}
-		var span int64
-		if n := len(p.Done); n > 0 {
-			span = p.Done[n-1] - p.Base + 1
-		}
-		if max := progressSize(span, len(p.Doubt)); len(meta) > max {
+		span := spanOf(p)
+		if max := progressSize(span); len(meta) > max {
 			t.Errorf("encoded %d bytes, over the bound %d (span %d, doubts %d)", len(meta), max, span, len(p.Doubt))
+		}
+		// Commits of earlier versions (format 1) still decode.
+		if got, err := decodeProgress(encodeProgressV1(p), p.Base); err != nil || !sameProgress(p, got) {
+			t.Fatalf("format 1 does not decode: %v", err)
 		}
 	}
 }
@@ -74,21 +92,34 @@ func TestProgressEncodingChoice(t *testing.T) {
 	if meta := encodeProgress(p); len(meta) > 32 {
 		t.Errorf("a contiguous run of 10k finals takes %d bytes: %q", len(meta), meta)
 	}
-	r := rand.New(rand.NewPCG(3, 4))
-	storm := randomProgress(r, DefaultMaxPending, 0.7, DefaultConcurrency)
-	meta := encodeProgress(storm)
-	if len(meta) > DefaultMetadataMaxBytes {
-		t.Errorf("a storm's progress over %d offsets takes %d bytes, over %d", DefaultMaxPending, len(meta), DefaultMetadataMaxBytes)
+	// The window: the worst case (states at random over the whole window)
+	// fits Kafka's default offset.metadata.max.bytes; one more offset may not.
+	w := progressWindow(DefaultMetadataMaxBytes)
+	if w < 15000 {
+		t.Errorf("progress window of %d bytes: %d offsets, want ≥ 15 000", DefaultMetadataMaxBytes, w)
 	}
-	t.Logf("progress of %d offsets, 70%% final at random, %d in doubt: %d bytes", DefaultMaxPending, len(storm.Doubt), len(meta))
+	r := rand.New(rand.NewPCG(3, 4))
+	for _, share := range []float64{0.3, 0.5, 0.7} {
+		storm := randomProgress(r, w-1, share, int(w)/3)
+		storm.Done = append(storm.Done, storm.Base+w-1) // the span is the whole window
+		meta := encodeProgress(storm)
+		if len(meta) > DefaultMetadataMaxBytes {
+			t.Errorf("progress over the window (%d offsets, %d done, %d in doubt) takes %d bytes, over %d", w, len(storm.Done), len(storm.Doubt), len(meta), DefaultMetadataMaxBytes)
+		}
+		t.Logf("progress of %d offsets, %d done, %d in doubt at random: %d bytes", w, len(storm.Done), len(storm.Doubt), len(meta))
+	}
+	if progressSize(w+5) <= DefaultMetadataMaxBytes {
+		t.Errorf("progressWindow(%d) = %d is not the largest window", DefaultMetadataMaxBytes, w)
+	}
 	if err := (Config{Kafka: kafkax.Config{Partitions: 1}}).Validate(); err != nil {
 		t.Errorf("the defaults do not validate: %v", err)
 	}
-	if err := (Config{Kafka: kafkax.Config{Partitions: 1}, MaxPending: 60000}).Validate(); err == nil || !strings.Contains(err.Error(), "--max-pending") || !strings.Contains(err.Error(), "offset-metadata-max-bytes") {
-		t.Errorf("MaxPending over what the metadata holds: got %v, want an error naming --max-pending and --offset-metadata-max-bytes", err)
+	// Any in-flight up to MaxInFlight on Kafka's default metadata bound.
+	if err := (Config{Kafka: kafkax.Config{Partitions: 1}, Concurrency: MaxInFlight}).Validate(); err != nil {
+		t.Errorf("--concurrency %d on the default metadata bound: %v", MaxInFlight, err)
 	}
-	if err := (Config{Kafka: kafkax.Config{Partitions: 1}, MaxPending: 60000, MetadataMaxBytes: 16384}).Validate(); err != nil {
-		t.Errorf("a larger metadata bound allows more pending: %v", err)
+	if err := (Config{Kafka: kafkax.Config{Partitions: 1}, Concurrency: 1024, MetadataMaxBytes: 256}).Validate(); err == nil || !strings.Contains(err.Error(), "offset-metadata-max-bytes") {
+		t.Errorf("a metadata bound that holds less than the in-flight: got %v, want an error naming --offset-metadata-max-bytes", err)
 	}
 }
 
@@ -120,6 +151,9 @@ func FuzzDecodeProgress(f *testing.F) {
 		if err != nil {
 			return
 		}
+		// Format 1 allowed an offset in both sets, and repeated doubts:
+		// done wins, as in recovery.
+		p.Doubt = slices.Compact(slices.DeleteFunc(p.Doubt, func(o int64) bool { _, done := slices.BinarySearch(p.Done, o); return done }))
 		again, err := decodeProgress(encodeProgress(p), base)
 		if err != nil || !sameProgress(p, again) {
 			t.Fatalf("decoded progress does not survive a round trip: %+v → %+v (%v)", p, again, err)
@@ -147,4 +181,54 @@ func TestParseSource(t *testing.T) {
 			t.Errorf("parseSource(%q) = %d %d %q %v", c.in, p, o, flags, ok)
 		}
 	}
+}
+
+// encodeProgressV1 is the format-1 encoder of earlier versions (Done as runs
+// or a bitset, Doubt as deltas), kept to check that their commits still
+// decode after an upgrade.
+func encodeProgressV1(p *progress) string {
+	b := make([]byte, 0, 64)
+	b = append(b, 1) // format version
+	b = binary.AppendUvarint(b, uint64(p.LogPartition))
+	b = binary.AppendUvarint(b, uint64(p.LogOffset))
+	var span int64
+	if n := len(p.Done); n > 0 {
+		span = p.Done[n-1] - p.Base + 1
+	}
+	b = binary.AppendUvarint(b, uint64(span))
+	runs := appendRunsV1(nil, p.Base, p.Done)
+	if bitsetLen := (span + 7) / 8; int64(len(runs)) <= bitsetLen {
+		b = append(b, encRuns)
+		b = binary.AppendUvarint(b, uint64(len(runs)))
+		b = append(b, runs...)
+	} else {
+		b = append(b, encBitset)
+		bits := make([]byte, bitsetLen)
+		for _, o := range p.Done {
+			i := o - p.Base
+			bits[i/8] |= 1 << (i % 8)
+		}
+		b = append(b, bits...)
+	}
+	b = binary.AppendUvarint(b, uint64(len(p.Doubt)))
+	prev := p.Base
+	for _, o := range p.Doubt {
+		b = binary.AppendUvarint(b, uint64(o-prev))
+		prev = o
+	}
+	return progressPrefix + base64.RawURLEncoding.EncodeToString(b)
+}
+func appendRunsV1(dst []byte, base int64, done []int64) []byte {
+	next := base // first offset not yet covered by a run
+	for i := 0; i < len(done); {
+		j := i + 1
+		for j < len(done) && done[j] == done[j-1]+1 {
+			j++
+		}
+		dst = binary.AppendUvarint(dst, uint64(done[i]-next))
+		dst = binary.AppendUvarint(dst, uint64(j-i))
+		next = done[j-1] + 1
+		i = j
+	}
+	return dst
 }

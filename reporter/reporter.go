@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -81,8 +82,11 @@ type job struct {
 	failures int // consecutive retryable failures (backoff exponent)
 	renews   int // consecutive 401s
 	replay   bool
-	gen      uint64 // standby generation when last sent
-	readyAt  time.Time
+	// skip: final without a post (below the minimum play length), held at
+	// intake because it lay past its partition's progress window.
+	skip    bool
+	gen     uint64 // standby generation when last sent
+	readyAt time.Time
 
 	// leasedOnly: its lease marker is written, its post not started. The
 	// job is unsure (a crash right after a post could start) until the
@@ -100,6 +104,10 @@ type job struct {
 	// Set by the worker for the coordinator.
 	dec     Decision
 	latency time.Duration
+	// held is how long the post held its slot: latency plus the wait for
+	// the rate limit (--rate). It feeds the in-flight limit, so that a
+	// rate-limited reporter does not grow posts waiting on its own limit.
+	held    time.Duration
 	traceID string
 
 	// followers are later records with the same report id that wait for
@@ -132,6 +140,9 @@ type partState struct {
 	// start is the offset the partition was first fetched from: its commit
 	// point until the tracker has seen a record.
 	start int64
+	// pastWindow are reports past the progress window (lease.go), in offset
+	// order: requeued when the commit point moves.
+	pastWindow fifo
 }
 
 // run is the state of one Run. The fields below mu are guarded by it;
@@ -146,6 +157,9 @@ type run struct {
 	// logParts is the partition count of <prefix>.deliveries.
 	reportsID [16]byte
 	logParts  int32
+	// window is how far past its commit point a partition may lease
+	// (progressWindow of MetadataMaxBytes).
+	window int64
 	// Fixed for the run, built once instead of per post or lease: the
 	// lease markers' header value (the group) and the consumer span name.
 	groupHdr    []byte // never modified: shared by every lease marker
@@ -220,12 +234,7 @@ func (r *Reporter) Run(ctx context.Context) error {
 	postCtx, cancelPosts := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelPosts()
 	rn := r.newRun(postCtx, cancelPosts)
-	unreg, err := r.met.observeThrottle(func() (float64, float64, int64) {
-		rn.mu.Lock()
-		defer rn.mu.Unlock()
-		rn.thr.refill(time.Now()) // allows refills only when short: the gauge shows what the floor earned since
-		return rn.thr.limit, rn.thr.tokens, rn.thr.shed
-	})
+	unreg, err := r.met.observeState(rn.gauges)
 	if err != nil {
 		r.log.Warn("reporter throttle metrics not registered", "err", err)
 	} else {
@@ -235,7 +244,7 @@ func (r *Reporter) Run(ctx context.Context) error {
 		return err
 	}
 	r.log.Info("reporter starting", "topic", rn.topics.Reports, "deliveries", rn.topics.Deliveries, "group", r.cfg.Group,
-		"instance_id", r.cfg.Kafka.InstanceID, "concurrency", r.cfg.Concurrency, "rate", r.cfg.Rate, "max_pending", r.cfg.MaxPending)
+		"instance_id", r.cfg.Kafka.InstanceID, "concurrency", r.cfg.Concurrency, "max_concurrency", r.cfg.MaxConcurrency, "progress_window", rn.window, "rate", r.cfg.Rate, "max_pending", r.cfg.MaxPending)
 	runErr := rn.serve(ctx)
 	if runErr != nil {
 		r.log.Error("reporter stopped", "err", runErr)
@@ -243,6 +252,26 @@ func (r *Reporter) Run(ctx context.Context) error {
 		r.log.Info("reporter stopped")
 	}
 	return runErr
+}
+
+// gauges reads the state the reporter's gauges show (metrics.go).
+func (rn *run) gauges() gauges {
+	rn.mu.Lock()
+	defer rn.mu.Unlock()
+	now := rn.cfg.Now()
+	rn.thr.refill(now) // allows refills only when short: the gauge shows what the floor earned since
+	g := gauges{limit: rn.thr.lim.limit, tokens: rn.thr.tokens, shed: rn.thr.shed, inFlight: rn.inflight, atStake: rn.atStake(),
+		rttMin: rn.thr.lim.baseline, rttRecent: rn.thr.lim.recent}
+	oldest := int64(math.MaxInt64)
+	for _, ps := range rn.parts {
+		if at, ok := ps.wm.oldest(); ok && !ps.dropped {
+			oldest = min(oldest, at)
+		}
+	}
+	if oldest != math.MaxInt64 {
+		g.oldestPending = max(0, time.Duration(now.UnixNano()-oldest))
+	}
+	return g
 }
 
 // newRun is the state of one Run; cancelPosts abandons the posts of postCtx.
@@ -260,9 +289,10 @@ func (r *Reporter) newRun(postCtx context.Context, cancelPosts context.CancelFun
 		logEnd:    map[int32]int64{},
 		recent:    newRecentSet(r.cfg.RecentWindow),
 	}
+	rn.window = progressWindow(r.cfg.MetadataMaxBytes)
 	rn.groupHdr, rn.processSpan = []byte(r.cfg.Group), "process "+rn.topics.Reports
 	rn.cond = sync.NewCond(&rn.mu)
-	rn.thr = newThrottle(r.cfg.Concurrency, r.cfg.BudgetFloor, r.cfg.BudgetRatio, time.Now())
+	rn.thr = newThrottle(r.cfg, r.cfg.Now())
 	return rn
 }
 
@@ -319,7 +349,9 @@ func (rn *run) connect(ctx context.Context) error {
 // until it returns, then stops them in order and closes the client.
 func (rn *run) serve(ctx context.Context) error {
 	var workers sync.WaitGroup
-	for range rn.cfg.Concurrency {
+	// One worker per post the limit may ever allow; those above the limit
+	// wait on cond (a few KiB of stack each) until it grows.
+	for range rn.cfg.MaxConcurrency {
 		workers.Go(rn.worker)
 	}
 	var leaser sync.WaitGroup
@@ -336,6 +368,7 @@ func (rn *run) serve(ctx context.Context) error {
 	leaser.Wait()
 	rn.mu.Lock()
 	rn.exiting = true
+	rn.idle = 0
 	rn.cond.Broadcast()
 	rn.mu.Unlock()
 	workers.Wait()

@@ -53,7 +53,7 @@ func (rn *run) onRevoked(ctx context.Context, m map[string][]int32, lost bool) {
 // startRevocation marks the partitions revoked: nothing more of them is
 // posted; the reply goes once their posts are back.
 func (rn *run) startRevocation(req revokeReq) {
-	rv := &revocation{lost: req.lost, reply: req.reply, deadline: time.Now().Add(rn.cfg.ShutdownTimeout)}
+	rv := &revocation{lost: req.lost, reply: req.reply, deadline: rn.cfg.Now().Add(rn.cfg.ShutdownTimeout)}
 	for topic, ps := range req.parts {
 		for _, p := range ps {
 			if st := rn.parts[tpKey{topic, p}]; st != nil {

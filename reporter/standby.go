@@ -44,7 +44,7 @@ func (rn *run) standbyAnswer(j *job) {
 }
 
 func (rn *run) startEpisode(j *job) {
-	ep := &episode{start: time.Now(), first: j}
+	ep := &episode{start: rn.cfg.Now(), first: j}
 	var link []trace.Link
 	if sc := trace.SpanContextFromContext(telemetry.Extract(context.Background(), j.rec)); sc.IsValid() {
 		link = append(link, trace.Link{SpanContext: sc})
@@ -127,7 +127,7 @@ func (rn *run) probed(err error) {
 	}
 	rn.jobsReady()
 	rn.gen++
-	dur := time.Since(ep.start)
+	dur := rn.cfg.Now().Sub(ep.start)
 	rn.log.Warn("standby episode ended: live service is back with a new session; replaying the reports standby answered",
 		"duration", dur.Round(time.Millisecond), "standby_answers", ep.answers, "replaying", len(held), "probes", ep.probes.Load())
 	rn.endEpisode(len(held), "")

@@ -12,12 +12,10 @@ import (
 //
 // Two mechanisms, both guarded by run.mu:
 //
-//   - Adaptive concurrency (AIMD): the posts in flight are capped by a limit
-//     between 1 and Concurrency. Each answer that says the partner is
-//     struggling (500, 503, 429, timeout, connection error) halves the limit,
-//     at most once per cutInterval (one burst of failures is one signal);
-//     each success raises it by 1/limit (about one per round trip of a full
-//     window). It starts at Concurrency: healthy throughput is untouched.
+//   - The adaptive in-flight limit (limit.go): the posts in flight are
+//     capped by a limit between 1 and MaxConcurrency that grows while the
+//     partner's latency stays flat, shrinks when it rises and halves on
+//     failures (AIMD's decrease).
 //   - A retry budget (a token bucket of failures): each failed post takes a
 //     token; tokens come back at BudgetFloor per second plus BudgetRatio per
 //     successful post, up to a burst of Concurrency. With no token left,
@@ -28,26 +26,23 @@ import (
 //
 // 401s (session renewal) and 400s are not partner health signals.
 type throttle struct {
-	max   float64 // Concurrency
-	limit float64
-	// lastCut is when the limit was last cut.
-	lastCut time.Time
+	lim *limiter
 
+	max        float64 // Concurrency: the budget's burst
 	tokens     float64
 	refilledAt time.Time
 	floor      float64 // tokens per second
 	ratio      float64 // tokens per success
+	now        func() time.Time
 
 	shed int64 // times posting was held for want of a token
 }
 
-// cutInterval is the least time between two cuts of the limit.
-const cutInterval = 100 * time.Millisecond
-
-func newThrottle(concurrency int, floor, ratio float64, now time.Time) *throttle {
+func newThrottle(cfg Config, now time.Time) *throttle {
 	return &throttle{
-		max: float64(concurrency), limit: float64(concurrency),
-		tokens: float64(concurrency), refilledAt: now, floor: floor, ratio: ratio,
+		lim: newLimiter(cfg.Concurrency, cfg.MaxConcurrency, now),
+		max: float64(cfg.Concurrency), tokens: float64(cfg.Concurrency), refilledAt: now,
+		floor: cfg.BudgetFloor, ratio: cfg.BudgetRatio, now: cfg.Now,
 	}
 }
 
@@ -63,13 +58,13 @@ func (t *throttle) refill(now time.Time) {
 // The clock is read only when the budget is short: refill is linear and
 // capped, so refilling late adds what refilling at every post would have.
 func (t *throttle) allows(inflight int) bool {
-	if float64(inflight) >= math.Floor(t.limit) {
+	if !t.lim.allows(inflight) {
 		return false
 	}
 	if t.tokens >= 1 {
 		return true
 	}
-	t.refill(time.Now())
+	t.refill(t.now())
 	if t.tokens < 1 {
 		t.shed++
 		return false
@@ -77,10 +72,11 @@ func (t *throttle) allows(inflight int) bool {
 	return true
 }
 
-// success records an answer from a healthy partner.
-func (t *throttle) success() {
-	t.limit = math.Min(t.max, t.limit+1/t.limit)
+// success records an answer from a healthy partner that took rtt, with
+// inflight posts out when it came back.
+func (t *throttle) success(now time.Time, rtt time.Duration, inflight int) {
 	t.tokens = math.Min(t.max, t.tokens+t.ratio)
+	t.lim.sample(now, rtt, inflight)
 }
 
 // failure records an answer (or its absence) that says the partner is
@@ -88,10 +84,7 @@ func (t *throttle) success() {
 func (t *throttle) failure(now time.Time) {
 	t.refill(now)
 	t.tokens = math.Max(t.tokens-1, -t.max) // a burst in flight may overdraw a little
-	if now.Sub(t.lastCut) >= cutInterval {
-		t.limit = math.Max(1, t.limit/2)
-		t.lastCut = now
-	}
+	t.lim.failure(now)
 }
 
 // readyAt is when the next token will be there (zero when one is).

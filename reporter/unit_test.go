@@ -94,7 +94,7 @@ func TestWatermark(t *testing.T) {
 	offsets := []int64{0, 1, 2, 4, 5, 6}
 	seqs := make([]uint64, len(offsets))
 	for i, o := range offsets {
-		seqs[i] = w.add(o, 7)
+		seqs[i] = w.add(o, 7, 0)
 	}
 	if n := w.markDone(seqs[1]); n != 0 {
 		t.Fatalf("done out of order popped %d", n)
@@ -126,10 +126,10 @@ func TestWatermark(t *testing.T) {
 		t.Fatalf("committable = %d pending %d, want 7 and 0", o, w.pending())
 	}
 	// Many adds with a stuck head, then release: compaction keeps sequences right.
-	head := w.add(7, 8)
+	head := w.add(7, 8, 0)
 	var rest []uint64
 	for o := int64(8); o < 5000; o++ {
-		s := w.add(o, 8)
+		s := w.add(o, 8, 0)
 		rest = append(rest, s)
 		if o%3 == 0 {
 			w.markDone(s)
@@ -148,7 +148,7 @@ func TestWatermark(t *testing.T) {
 	// Interleave adds and dones so compaction happens mid-stream.
 	var ss []uint64
 	for o := int64(5000); o < 6000; o++ {
-		ss = append(ss, w.add(o, 9))
+		ss = append(ss, w.add(o, 9, 0))
 		if len(ss) > 3 {
 			w.markDone(ss[0])
 			ss = ss[1:]

@@ -24,12 +24,14 @@ type watermark struct {
 
 type wmEntry struct {
 	offset int64
+	at     int64 // when it was fetched (Unix nanoseconds)
 	epoch  int32
 	done   bool
 }
 
-// add appends a fetched record and returns its sequence number.
-func (w *watermark) add(offset int64, epoch int32) uint64 {
+// add appends a record fetched at (Unix nanoseconds) and returns its
+// sequence number.
+func (w *watermark) add(offset int64, epoch int32, at int64) uint64 {
 	if w.head > 0 && w.head >= len(w.entries)/2 {
 		// Compact: the consumed prefix is at least half of the slice.
 		n := copy(w.entries, w.entries[w.head:])
@@ -37,7 +39,7 @@ func (w *watermark) add(offset int64, epoch int32) uint64 {
 		w.entries = w.entries[:n]
 		w.head = 0
 	}
-	w.entries = append(w.entries, wmEntry{offset: offset, epoch: epoch})
+	w.entries = append(w.entries, wmEntry{offset: offset, epoch: epoch, at: at})
 	return w.base + uint64(len(w.entries)-w.head-1)
 }
 
@@ -66,6 +68,15 @@ func (w *watermark) markDone(seq uint64) int {
 		w.head = 0
 	}
 	return popped
+}
+
+// oldest is when the oldest pending record was fetched (Unix nanoseconds);
+// ok is false when none is pending.
+func (w *watermark) oldest() (at int64, ok bool) {
+	if w.head < len(w.entries) {
+		return w.entries[w.head].at, true
+	}
+	return 0, false
 }
 
 // pending is the number of records not yet passed by the commit point

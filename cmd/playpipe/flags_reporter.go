@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"flag"
+	"fmt"
 	"strconv"
 
 	"github.com/playpipe/playpipe/reporter"
@@ -12,7 +13,8 @@ import (
 // partner API's) to c, with the reporter package's defaults.
 func registerReporterFlags(fs *flag.FlagSet, c *reporter.Config) {
 	fs.StringVar(&c.Group, "group", reporter.DefaultGroup, "Kafka consumer group of the reporter")
-	fs.IntVar(&c.Concurrency, "concurrency", reporter.DefaultConcurrency, "reports in flight (posts at once, keep-alive connections)")
+	fs.IntVar(&c.Concurrency, "concurrency", reporter.DefaultConcurrency, "reports in flight to start with: the adaptive limit grows it while the partner's latency stays flat, up to --max-concurrency")
+	fs.IntVar(&c.MaxConcurrency, "max-concurrency", 0, fmt.Sprintf("cap of the adaptive in-flight limit (posts at once, keep-alive connections); 0: the larger of %d and --concurrency; --max-concurrency equal to --concurrency fixes the in-flight", reporter.DefaultMaxConcurrency))
 	fs.Float64Var(&c.Rate, "rate", 0, "client-side rate limit in reports/s (0: unlimited)")
 	fs.IntVar(&c.Burst, "rate-burst", 0, "burst of the rate limit (0: --concurrency)")
 	fs.Var(notBool{&c.LiveBypassNotDelivered}, "live-bypass-delivered", "count a 200 served by live-bypass as delivered; --live-bypass-delivered=false replays it like a standby answer")
@@ -25,7 +27,7 @@ func registerReporterFlags(fs *flag.FlagSet, c *reporter.Config) {
 	fs.IntVar(&c.MaxPending, "max-pending", reporter.DefaultMaxPending, "records held between the commit point and the newest fetched record (fetching pauses beyond)")
 	fs.Float64Var(&c.BudgetFloor, "retry-budget-floor", reporter.DefaultBudgetFloor, "retry budget: failed posts allowed per second whatever happens (the probes of a full outage)")
 	fs.Float64Var(&c.BudgetRatio, "retry-budget-ratio", reporter.DefaultBudgetRatio, "retry budget: failed posts allowed per successful post")
-	fs.IntVar(&c.MetadataMaxBytes, "offset-metadata-max-bytes", reporter.DefaultMetadataMaxBytes, "the brokers' offset.metadata.max.bytes: the largest progress the reporter stores with a commit (bounds --max-pending)")
+	fs.IntVar(&c.MetadataMaxBytes, "offset-metadata-max-bytes", reporter.DefaultMetadataMaxBytes, "the brokers' offset.metadata.max.bytes: the largest progress the reporter stores with a commit (bounds how far past its commit point a partition leases: 15 185 offsets at 4096)")
 	fs.IntVar(&c.RecentWindow, "dedupe-window", reporter.DefaultRecentWindow, "report ids with a final outcome remembered to skip duplicates (-1: off)")
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -59,8 +60,10 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	defer run.close()
-	// Every post in flight needs its own keep-alive connection.
-	partner, stopAPI, err := api.openFor(log, roles.InFlight(rcfg.Concurrency, false), run.tel)
+	// Every post in flight needs its own keep-alive connection, up to the
+	// cap of the adaptive limit.
+	maxInFlight := cmp.Or(rcfg.MaxConcurrency, max(reporter.DefaultMaxConcurrency, rcfg.Concurrency))
+	partner, stopAPI, err := api.openFor(log, roles.InFlight(maxInFlight, false), run.tel)
 	if err != nil {
 		return err
 	}

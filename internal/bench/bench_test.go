@@ -34,7 +34,9 @@ func TestParseOptionsRefusesBadFlags(t *testing.T) {
 		{[]string{"-bin", filepath.Join(t.TempDir(), "missing")}, "not a file (run `make build` first)"},
 		{[]string{"-bin", bin, "extra"}, "bench takes flags only"},
 		{[]string{"-nope"}, "flag provided but not defined: -nope"},
-		{[]string{"-bin", bin, "-mode", "x"}, "-mode x: accepted e2e or report"},
+		{[]string{"-bin", bin, "-mode", "x"}, "-mode x: accepted e2e, report or latency"},
+		{[]string{"-bin", bin, "-mode", "latency", "-latencies", "50ms,soon"}, `-latencies: "soon" is not a duration`},
+		{[]string{"-bin", bin, "-mode", "latency", "-latencies", "5ms,50ms", "-plain-inflight", "1,2,3"}, "-plain-inflight: 3 values for 2 latencies"},
 		{[]string{"-bin", bin, "-mode", "report", "-rounds", "0"}, "-rounds 0: accepted 1–100"},
 		{[]string{"-bin", bin, "-mode", "report", "-reports", "0"}, "-reports 0: accepted 1 or more"},
 	} {
@@ -50,6 +52,38 @@ func TestParseOptionsRefusesBadFlags(t *testing.T) {
 	o, err := parseOptions([]string{"-bin", bin, "-events", "5"}, &bytes.Buffer{})
 	if err != nil || o.events != 5 || o.concurrency != reporter.DefaultConcurrency || o.bin != bin {
 		t.Fatalf("valid flags: %+v, %v", o, err)
+	}
+}
+
+// TestLatencySummary: the latency mode's figures from synthetic samples —
+// a reporter ramping for 2 s, then steady at 1 000 reports/s.
+func TestLatencySummary(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	var s []latencySample
+	final := 0.0
+	for i := range 100 { // 250 ms apart: 25 s
+		at := t0.Add(time.Duration(i) * 250 * time.Millisecond)
+		rate := 1000.0
+		if i < 8 {
+			rate = 125 * float64(i) // the ramp
+		}
+		final += rate / 4
+		s = append(s, latencySample{at: at, final: final, posts: rate / 20, limit: rate / 20})
+	}
+	lr := latencyRun{latency: 50 * time.Millisecond, inflight: 50, plain: ceilingResult{posts: 1000, elapsed: time.Second}}
+	lr.summarize(t0, s, final)
+	if lr.steady < 990 || lr.steady > 1010 {
+		t.Errorf("steady %.0f reports/s, want 1000", lr.steady)
+	}
+	if lr.toSteady < 1500*time.Millisecond || lr.toSteady > 3*time.Second {
+		t.Errorf("start → steady %v, want about 2 s", lr.toSteady)
+	}
+	if lr.toPlain < lr.toSteady-time.Second || lr.peakPosts != 50 || lr.meanPosts != 50 {
+		t.Errorf("to plain %v, peak %v, mean %v", lr.toPlain, lr.peakPosts, lr.meanPosts)
+	}
+	ls, ins, err := parseLatencies("0s, 5ms,150ms", "512")
+	if err != nil || len(ls) != 3 || ls[2] != 150*time.Millisecond || len(ins) != 3 || ins[2] != 512 {
+		t.Fatalf("parseLatencies: %v %v %v", ls, ins, err)
 	}
 }
 

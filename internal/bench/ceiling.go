@@ -85,11 +85,16 @@ func (c ceilingResult) cpuPerPost() float64 { return us(c.clientCPU) / float64(c
 // token, and posts every body with conc goroutines over conc keep-alive
 // connections: a plain net/http client, the way a minimal reporter would.
 // Every post must be answered 200.
-func ceiling(ctx context.Context, apiURL, sbAdmin string, sbPID int, bodies [][]byte, conc int) (ceilingResult, error) {
+func ceiling(ctx context.Context, apiURL, sbAdmin string, sbPID int, bodies [][]byte, conc int, latency time.Duration) (ceilingResult, error) {
 	var res ceilingResult
 	admin := &http.Client{Timeout: 10 * time.Second}
 	if err := adminPost(ctx, admin, "http://"+sbAdmin+"/admin/reset", "", nil); err != nil {
 		return res, err
+	}
+	if latency > 0 { // the reset cleared the faults
+		if err := setLatency(ctx, sbAdmin, latency); err != nil {
+			return res, err
+		}
 	}
 	var tok struct {
 		Token string `json:"token"`

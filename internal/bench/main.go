@@ -28,11 +28,15 @@
 // ship in the production binary or image.
 //
 // With -mode report (`make bench-report`) it measures the reporter alone
-// as a process against the plain client: see runReportBench.
+// as a process against the plain client: see runReportBench. With -mode
+// latency (`make bench-report-latency`) the sandbox answers after each of
+// -latencies and the reporter runs with its default flags: see
+// runLatencyBench.
 //
 //	make bench-e2e                              # defaults: 40000 events, 48 in flight (playpipe report's default)
 //	go run ./internal/bench -bin bin/playpipe -events 80000 -keep
 //	make bench-report                           # -mode report -reports 100000 -rounds 3
+//	make bench-report-latency                   # -mode latency: 0, 5, 50, 150 ms partner, reporter with default flags
 package main
 
 import (
@@ -82,16 +86,24 @@ type options struct {
 	reports     int    // -mode report: play reports per round
 	rounds      int    // -mode report: rounds of (reporter, plain client)
 	profile     string // -mode report: file for a CPU profile of the first reporter round
+	// -mode latency: the sandbox's answer latencies, and the plain
+	// client's in flight at each.
+	latencies     string
+	plainInflight string
+	reportArgs    string // -mode latency: extra flags of `playpipe report` (default: none)
 }
 
 func parseOptions(args []string, stderr io.Writer) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.mode, "mode", "e2e", "e2e: the whole pipeline, then the raw ceiling; report: a fresh `playpipe report` process against a plain net/http client on the same N reports, interleaved rounds")
+	fs.StringVar(&o.mode, "mode", "e2e", "e2e: the whole pipeline, then the raw ceiling; report: a fresh `playpipe report` process against a plain net/http client on the same N reports, interleaved rounds; latency: the same with the sandbox answering after each of -latencies, the reporter with default flags")
+	fs.StringVar(&o.latencies, "latencies", "0s,5ms,50ms,150ms", "-mode latency: the sandbox's answer latencies, comma-separated")
+	fs.StringVar(&o.reportArgs, "report-args", "", "-mode latency: extra flags of `playpipe report`, space-separated (e.g. \"--concurrency 4096\"); default none: the reporter's defaults")
+	fs.StringVar(&o.plainInflight, "plain-inflight", "512,512,512,1024", "-mode latency: the plain client's in flight at each latency (one value: all)")
 	fs.IntVar(&o.reports, "reports", 100000, "-mode report: play reports per round (pre-enriched TrackPlay records on a fresh reports topic)")
 	fs.IntVar(&o.rounds, "rounds", 3, "-mode report: rounds, each a reporter run and a plain-client run")
-	fs.StringVar(&o.profile, "profile", "", "-mode report: write a 3 s CPU profile of the first reporter round to this file, and its allocation profile to <file>.allocs (the reporter runs with --pprof)")
+	fs.StringVar(&o.profile, "profile", "", "-mode report: write a 3 s CPU profile of the first reporter round to this file, and its allocation profile to <file>.allocs (the reporter runs with --pprof); -mode latency: a 3 s CPU profile of each run at a third of its reports to <file>.<latency>")
 	fs.StringVar(&o.bin, "bin", "bin/playpipe", "the playpipe binary to run (make build makes it)")
 	fs.IntVar(&o.events, "events", 40000, "player events to publish (about 4.4 plays each with the sandbox's default catalog; 40000 take ~30 s on a 2-core machine)")
 	fs.IntVar(&o.concurrency, "concurrency", reporter.DefaultConcurrency, "reports in flight: the reporter's --concurrency and the plain client's goroutines (default: playpipe report's own)")
@@ -118,8 +130,8 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	case fs.NArg() > 0:
 		fmt.Fprintf(stderr, "unexpected arguments %q: bench takes flags only\n", fs.Args())
 		return o, errUsage
-	case o.mode != "e2e" && o.mode != "report":
-		return bad("mode", o.mode, "e2e or report")
+	case o.mode != "e2e" && o.mode != "report" && o.mode != "latency":
+		return bad("mode", o.mode, "e2e, report or latency")
 	case o.reports < 1:
 		return bad("reports", o.reports, "1 or more")
 	case o.rounds < 1 || o.rounds > 100:
@@ -134,6 +146,12 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		return bad("bad-share", o.badShare, "0–1")
 	case o.timeout <= 0:
 		return bad("timeout", o.timeout, "a positive duration")
+	}
+	if o.mode == "latency" {
+		if _, _, err := parseLatencies(o.latencies, o.plainInflight); err != nil {
+			fmt.Fprintln(stderr, err)
+			return o, errUsage
+		}
 	}
 	bin, err := filepath.Abs(o.bin)
 	if err != nil {
@@ -153,6 +171,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	if o.mode == "latency" {
+		runs, started, err := runLatencyBench(ctx, o, log)
+		if len(runs) > 0 {
+			printLatency(stdout, o, runs, started)
+		}
+		return err
+	}
 	if o.mode == "report" {
 		rr, err := runReportBench(ctx, o, log)
 		if err != nil {

@@ -1,0 +1,307 @@
+//go:build linux
+
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/playpipe/playpipe/internal/kafkax"
+)
+
+// latencyRun is one reporter run of -mode latency: a fresh `playpipe
+// report` process with its default flags on a backlog of -reports, against
+// the sandbox answering after the latency.
+type latencyRun struct {
+	latency   time.Duration
+	inflight  int           // the plain client's in flight
+	plain     ceilingResult // the plain client before the reporter
+	after     ceilingResult // and after it (zero when not run)
+	reports   int64
+	overall   float64       // reports/s, first answer → all final
+	steady    float64       // reports/s between half and nine tenths of the reports
+	toSteady  time.Duration // process start → a 1 s rate ≥ 90 % of steady
+	toPlain   time.Duration // process start → a 1 s rate ≥ 90 % of the plain client's (-1: never)
+	peakPosts float64       // most posts in flight seen (playpipe_reporter_posts_in_flight)
+	peakLimit float64       // highest in-flight limit seen
+	meanPosts float64       // mean posts in flight over the steady window
+	cpu       time.Duration // the reporter's CPU over first answer → all final
+}
+
+// latencySample is one scrape of the reporter during a latency run.
+type latencySample struct {
+	at           time.Time
+	final        float64
+	posts, limit float64
+}
+
+// parseLatencies parses -latencies ("0,5ms,50ms,150ms") and -plain-inflight
+// ("512,512,512,1024"; one value applies to all).
+// plainRate is the plain client's rate: the mean of its runs before and
+// after the reporter (this machine's speed drifts within seconds).
+func (lr latencyRun) plainRate() float64 {
+	if lr.after.posts == 0 {
+		return lr.plain.rate()
+	}
+	return (lr.plain.rate() + lr.after.rate()) / 2
+}
+
+// plainCPU is the plain client's CPU µs per post, likewise.
+func (lr latencyRun) plainCPU() float64 {
+	if lr.after.posts == 0 {
+		return lr.plain.cpuPerPost()
+	}
+	return (lr.plain.cpuPerPost() + lr.after.cpuPerPost()) / 2
+}
+
+func parseLatencies(lat, inflight string) ([]time.Duration, []int, error) {
+	var ls []time.Duration
+	for s := range strings.SplitSeq(lat, ",") {
+		d, err := time.ParseDuration(strings.TrimSpace(s))
+		if err != nil || d < 0 || d > 5*time.Minute {
+			return nil, nil, fmt.Errorf("-latencies: %q is not a duration of 0–5m", s)
+		}
+		ls = append(ls, d)
+	}
+	var ns []int
+	for s := range strings.SplitSeq(inflight, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 1 || n > 4096 {
+			return nil, nil, fmt.Errorf("-plain-inflight: %q is not a count of 1–4096", s)
+		}
+		ns = append(ns, n)
+	}
+	switch {
+	case len(ns) == 1:
+		for len(ns) < len(ls) {
+			ns = append(ns, ns[0])
+		}
+	case len(ns) != len(ls):
+		return nil, nil, fmt.Errorf("-plain-inflight: %d values for %d latencies", len(ns), len(ls))
+	}
+	return ls, ns, nil
+}
+
+// runLatencyBench is -mode latency: per latency, the sandbox answers every
+// report after it; a plain net/http client posts the -reports bodies with
+// its in flight (Little's bound: in flight / latency), then a fresh
+// reporter process with DEFAULT flags (no --concurrency: the adaptive limit
+// has to find the in-flight itself) drains a backlog of the same reports.
+func runLatencyBench(ctx context.Context, o options, log *slog.Logger) (runs []latencyRun, started time.Time, err error) {
+	started = time.Now()
+	lats, ins, err := parseLatencies(o.latencies, o.plainInflight)
+	if err != nil {
+		return nil, started, err
+	}
+	e, err := newEnv(o, log)
+	if err != nil {
+		return nil, started, err
+	}
+	defer func() { e.close(err != nil) }()
+	sb, err := e.startSandbox()
+	if err != nil {
+		return nil, started, err
+	}
+	keys, values, bodies := benchPlays(o.reports)
+	for i, lat := range lats {
+		lr := latencyRun{latency: lat, inflight: ins[i]}
+		if lr.plain, err = ceiling(ctx, sb.url, sb.admin, sb.c.pid(), bodies, ins[i], lat); err != nil {
+			return runs, started, fmt.Errorf("latency %v, plain client: %w", lat, err)
+		}
+		prefix := "bench-latency-" + strconv.Itoa(i+1)
+		if err := e.fill(ctx, prefix, keys, values); err != nil {
+			return runs, started, err
+		}
+		if err := e.latencyRound(ctx, sb, prefix, &lr); err != nil {
+			return runs, started, fmt.Errorf("latency %v, reporter: %w", lat, err)
+		}
+		if lr.after, err = ceiling(ctx, sb.url, sb.admin, sb.c.pid(), bodies, ins[i], lat); err != nil {
+			return runs, started, fmt.Errorf("latency %v, plain client after the reporter: %w", lat, err)
+		}
+		runs = append(runs, lr)
+		log.Info("latency done", "latency", lat, "plain_per_s", int(lr.plainRate()), "reporter_steady_per_s", int(lr.steady),
+			"peak_in_flight", lr.peakPosts, "to_steady", lr.toSteady.Round(100*time.Millisecond))
+	}
+	return runs, started, nil
+}
+
+// setLatency makes the sandbox answer every report after d.
+func setLatency(ctx context.Context, admin string, d time.Duration) error {
+	body := fmt.Sprintf(`{"report":{"latency":%q}}`, d.String())
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, "http://"+admin+"/admin/faults", bytes.NewReader([]byte(body)))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+	if err != nil {
+		return fmt.Errorf("sandbox latency: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return fmt.Errorf("sandbox latency: %s: %s", resp.Status, b)
+	}
+	return nil
+}
+
+// latencyRound runs a reporter with default flags until every report of
+// prefix is final, sampling its metrics every 250 ms.
+func (e *env) latencyRound(ctx context.Context, p partner, prefix string, lr *latencyRun) error {
+	n := float64(e.o.reports)
+	if err := adminPost(ctx, &http.Client{Timeout: 10 * time.Second}, "http://"+p.admin+"/admin/reset", "", nil); err != nil {
+		return err
+	}
+	if lr.latency > 0 { // the reset cleared the faults
+		if err := setLatency(ctx, p.admin, lr.latency); err != nil {
+			return err
+		}
+	}
+	group := prefix + "-reporter"
+	args := append(append([]string{"report"}, e.kafkaArgs()...), "--topic-prefix", prefix, "--group", group, "--api-url", p.url)
+	args = append(args, strings.Fields(e.o.reportArgs)...)
+	if e.o.profile != "" {
+		args = append(args, "--pprof")
+	}
+	var profDone chan error
+	t0 := time.Now()
+	rl, err := e.startRole(prefix+"-report", args...)
+	if err != nil {
+		return err
+	}
+	defer rl.c.stop(10 * time.Second)
+	var samples []latencySample
+	var cpu0 time.Duration
+	deadline := time.Now().Add(e.o.timeout)
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if !rl.c.running() {
+			return fmt.Errorf("report exited during the run (%v); log %s:\n%s", rl.c.err, rl.c.log, rl.c.tail(20))
+		}
+		m, err := scrape(rl.admin, map[string][]string{
+			"playpipe_deliveries_total|delivered": {`outcome="delivered"`},
+			"playpipe_deliveries_total|rejected":  {`outcome="rejected"`},
+			"playpipe_reporter_posts_in_flight":   nil,
+			"playpipe_reporter_concurrency_limit": nil,
+		})
+		now := time.Now()
+		if err == nil {
+			s := latencySample{at: now, final: m["playpipe_deliveries_total|delivered"] + m["playpipe_deliveries_total|rejected"],
+				posts: m["playpipe_reporter_posts_in_flight"], limit: m["playpipe_reporter_concurrency_limit"]}
+			if s.final > 0 && (len(samples) == 0 || samples[len(samples)-1].final == 0) {
+				cpu0 = cpuOf(rl.c.pid())
+			}
+			samples = append(samples, s)
+			if e.o.profile != "" && profDone == nil && s.final >= n/3 {
+				// A 3 s CPU profile of the steady state, with its trace.
+				profDone = make(chan error, 1)
+				file := fmt.Sprintf("%s.%v", e.o.profile, lr.latency)
+				go func() { profDone <- fetchProfile(rl.admin, "profile?seconds=3", file) }() // owner: this round; waited for below
+			}
+			if s.final >= n {
+				if profDone != nil {
+					if err := <-profDone; err != nil {
+						return err
+					}
+				}
+				lr.cpu = cpuOf(rl.c.pid()) - cpu0
+				break
+			}
+		}
+		if now.After(deadline) {
+			return fmt.Errorf("the reporter did not answer %d reports within -timeout %s", e.o.reports, e.o.timeout)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	lr.summarize(t0, samples, n)
+	if err := waitCommitted(ctx, e.broker.Addrs(), group, kafkax.TopicsFor(prefix).Reports); err != nil {
+		return err
+	}
+	return checkPartner(ctx, p.admin, int64(n))
+}
+
+// summarize computes the run's figures from its samples.
+func (lr *latencyRun) summarize(t0 time.Time, s []latencySample, n float64) {
+	lr.reports = int64(n)
+	// crossing is when the final count first reached v (interpolated).
+	crossing := func(v float64) time.Time {
+		for i := 1; i < len(s); i++ {
+			if s[i].final >= v {
+				a, b := s[i-1], s[i]
+				if b.final == a.final {
+					return b.at
+				}
+				f := (v - a.final) / (b.final - a.final)
+				return a.at.Add(time.Duration(f * float64(b.at.Sub(a.at))))
+			}
+		}
+		return s[len(s)-1].at
+	}
+	first := crossing(1)
+	lr.overall = n / s[len(s)-1].at.Sub(first).Seconds()
+	from, to := crossing(0.5*n), crossing(0.9*n)
+	lr.steady = 0.4 * n / to.Sub(from).Seconds()
+	var sum, k float64
+	for _, x := range s {
+		if !x.at.Before(from) && !x.at.After(to) {
+			sum, k = sum+x.posts, k+1
+		}
+	}
+	if k > 0 {
+		lr.meanPosts = sum / k
+	}
+	lr.toSteady, lr.toPlain = -1, -1
+	for i := range s {
+		lr.peakPosts, lr.peakLimit = max(lr.peakPosts, s[i].posts), max(lr.peakLimit, s[i].limit)
+		// The rate over the last second up to sample i.
+		j := i
+		for j > 0 && s[i].at.Sub(s[j].at) < time.Second {
+			j--
+		}
+		if j == i || s[i].at.Sub(s[j].at) < 900*time.Millisecond {
+			continue
+		}
+		r := (s[i].final - s[j].final) / s[i].at.Sub(s[j].at).Seconds()
+		if lr.toSteady < 0 && r >= 0.9*lr.steady {
+			lr.toSteady = s[i].at.Sub(t0)
+		}
+		if lr.toPlain < 0 && r >= 0.9*lr.plainRate() {
+			lr.toPlain = s[i].at.Sub(t0)
+		}
+	}
+}
+
+// printLatency writes the runs (Markdown).
+func printLatency(w io.Writer, o options, runs []latencyRun, started time.Time) {
+	flags := "default flags"
+	if o.reportArgs != "" {
+		flags = o.reportArgs
+	}
+	fmt.Fprintf(w, "\nplaypipe reporter (%s) vs plain client by partner latency, as processes, %s, %s; %d reports per run, %d partitions\n\n",
+		flags, started.Format("2006-01-02 15:04"), runtimeDesc(), o.reports, o.partitions)
+	fmt.Fprintln(w, "| partner latency | plain in flight | Little's bound /s | plain posts/s before / after | reporter steady reports/s | ratio to the plain mean | reporter overall reports/s | reporter in flight: steady mean / peak (peak limit) | start → steady | start → 90 % of plain | CPU µs/report rep / plain |")
+	fmt.Fprintln(w, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	for _, r := range runs {
+		little := "∞"
+		if r.latency > 0 {
+			little = fmt.Sprintf("%.0f", float64(r.inflight)/r.latency.Seconds())
+		}
+		toPlain := "never"
+		if r.toPlain >= 0 {
+			toPlain = r.toPlain.Round(100 * time.Millisecond).String()
+		}
+		fmt.Fprintf(w, "| %v | %d | %s | %.0f / %.0f | %.0f | %.1f %% | %.0f | %.0f / %.0f (%.0f) | %v | %s | %.1f / %.1f |\n",
+			r.latency, r.inflight, little, r.plain.rate(), r.after.rate(), r.steady, 100*r.steady/r.plainRate(), r.overall,
+			r.meanPosts, r.peakPosts, r.peakLimit, r.toSteady.Round(100*time.Millisecond), toPlain,
+			us(r.cpu)/float64(r.reports), r.plainCPU())
+	}
+}
