@@ -113,7 +113,11 @@ type Config struct {
 	// default 4 096 bytes (reports past it wait until the commit point
 	// moves). Defaults to DefaultMetadataMaxBytes.
 	MetadataMaxBytes int
-	// Now is the reporter's clock (tests inject one). Defaults to time.Now.
+	// Clock is the reporter's time and timers (clock.go); tests inject one
+	// to advance time instead of sleeping. Defaults to the real clock.
+	Clock Clock
+	// Now reads the time. With Clock set it is Clock.Now; set alone, it is
+	// the real clock's reading (its timers stay real). Defaults to time.Now.
 	Now func() time.Time
 	// PartnerURL is the base URL of the partner API the reporter posts to
 	// (the client's BaseURL: --api-url, or the built-in sandbox's loopback
@@ -139,9 +143,14 @@ func (c Config) withDefaults() Config {
 	c.Group = cmp.Or(c.Group, DefaultGroup)
 	c.Concurrency = cmp.Or(c.Concurrency, DefaultConcurrency)
 	c.MaxConcurrency = cmp.Or(c.MaxConcurrency, max(DefaultMaxConcurrency, c.Concurrency))
-	if c.Now == nil {
-		c.Now = time.Now
+	if c.Clock == nil {
+		now := c.Now
+		if now == nil {
+			now = time.Now
+		}
+		c.Clock = systemClock{now: now}
 	}
+	c.Now = c.Clock.Now
 	c.Burst = cmp.Or(c.Burst, c.Concurrency)
 	c.BackoffInitial = cmp.Or(c.BackoffInitial, DefaultBackoffInitial)
 	c.BackoffMax = cmp.Or(c.BackoffMax, DefaultBackoffMax)

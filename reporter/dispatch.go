@@ -164,10 +164,8 @@ func (rn *run) recorded() {
 func (rn *run) post(j *job) *kgo.Record {
 	var waited time.Duration
 	if rn.limiter != nil {
-		t0 := time.Now()
-		err := rn.limiter.Wait(rn.postCtx)
-		waited = time.Since(t0)
-		if err != nil {
+		var err error
+		if waited, err = rn.waitRate(); err != nil {
 			j.dec = Decision{Action: ActAbandon, Err: err, notSent: true}
 			return nil
 		}

@@ -12,11 +12,19 @@ import (
 // commits, revocations, shutdown. It returns once the run is over and every
 // final offset that may be committed is committed.
 func (rn *run) coordinate(ctx context.Context) error {
-	commitTick := time.NewTicker(rn.cfg.CommitInterval)
+	// Every timer is the clock's (Config.Clock): tests advance time.
+	clk := rn.cfg.Clock
+	commitTick := clk.NewTimer(rn.cfg.CommitInterval)
 	defer commitTick.Stop()
-	retryTimer := time.NewTimer(time.Hour)
+	retryTimer := clk.NewTimer(time.Hour)
 	retryTimer.Stop()
 	var deadline <-chan time.Time
+	var shutdownTimer Timer
+	defer func() {
+		if shutdownTimer != nil {
+			shutdownTimer.Stop()
+		}
+	}()
 	done := ctx.Done()
 
 	for {
@@ -57,16 +65,18 @@ func (rn *run) coordinate(ctx context.Context) error {
 			rn.mu.Lock()
 			rn.startRevocation(req)
 			rn.mu.Unlock()
-		case <-retryTimer.C:
+		case <-retryTimer.C():
 			rn.mu.Lock()
 			rn.retryAt = time.Time{}
 			rn.delayed.due(rn.cfg.Now(), &rn.ready)
 			rn.jobsReady()
 			rn.mu.Unlock()
-		case <-commitTick.C:
+		case <-commitTick.C():
+			commitTick.Reset(rn.cfg.CommitInterval)
 		case <-done:
 			done = nil
-			deadline = time.After(rn.cfg.ShutdownTimeout)
+			shutdownTimer = clk.NewTimer(rn.cfg.ShutdownTimeout)
+			deadline = shutdownTimer.C()
 			rn.mu.Lock()
 			rn.stopping = true
 			rn.log.Info("reporter shutting down: no new posts; waiting for posts in flight",

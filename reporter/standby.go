@@ -66,11 +66,11 @@ func (rn *run) startEpisode(j *job) {
 // probe asks for a new session until one is served live (that session's
 // token is the client's from then on), or the run ends.
 func (rn *run) probe(ep *episode) {
-	t := time.NewTimer(rn.cfg.ProbeInterval)
+	t := rn.cfg.Clock.NewTimer(rn.cfg.ProbeInterval)
 	defer t.Stop()
 	for {
 		select {
-		case <-t.C:
+		case <-t.C():
 		case <-rn.postCtx.Done():
 			return
 		}

@@ -5,6 +5,27 @@ import (
 	"time"
 )
 
+// waitRate waits, on the clock, for the rate limit's (--rate) next token
+// and returns how long it waited; an error when the posts' context ended
+// first (the token is given back).
+func (rn *run) waitRate() (time.Duration, error) {
+	now := rn.cfg.Now()
+	res := rn.limiter.ReserveN(now, 1) // Burst ≥ 1: always OK
+	d := res.DelayFrom(now)
+	if d <= 0 {
+		return 0, nil
+	}
+	t := rn.cfg.Clock.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C():
+		return d, nil
+	case <-rn.postCtx.Done():
+		res.CancelAt(rn.cfg.Now())
+		return rn.cfg.Now().Sub(now), rn.postCtx.Err()
+	}
+}
+
 // throttle makes the reporter back off as a whole toward a failing partner,
 // not only report by report: without it, every report backs off on its own
 // while new ones keep being posted, and a partner that sheds load sees
