@@ -13,15 +13,31 @@ import (
 // the reporter sends at most 50 posts/s on average (the retry budget's
 // probes, not a flood), within 10 s after the outage it is back at ≥ 80 %
 // of its pre-outage rate, and nothing is lost or doubled.
-// PLAYPIPE_OUTAGE_FULL=1 runs the version: 100k reports, 30 s.
+//
+// The seconds are the reporter's (Config.Clock): the test drives a fake
+// clock 4 × faster than the real one, so the retry budget, the backoff,
+// the adaptive limit's intervals and --rate all run on it, and the 12 s
+// outage takes 3 s. Rates are counted per second of that clock.
+// PLAYPIPE_OUTAGE_FULL=1 runs the version: 30 s, 3 000/s, on the
+// real clock.
 func TestOutageBacksOffAsAWhole(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a timed outage")
 	}
-	// A steady rate (--rate) so that the backlog outlasts the outage.
-	n, outage, steady := 40000, 12*time.Second, 2000.0
+	// A steady rate (--rate) so that the backlog outlasts the outage: 250
+	// reports a second of the reporter's clock, 1 000 real ones.
+	n, outage, steady := 6000, 12*time.Second, 250.0
+	var clk interface {
+		Clock
+		WaitFor(time.Duration)
+	}
 	if os.Getenv("PLAYPIPE_OUTAGE_FULL") == "1" {
 		n, outage, steady = 150000, 30*time.Second, 3000.0
+		clk = realWaits{systemClock{now: time.Now}}
+	} else {
+		fc := newFakeClock()
+		t.Cleanup(fc.Drive(4 * time.Millisecond)) // after the reporter's stop (cleanups run last first)
+		clk = fc
 	}
 	e := newE2E(t, 6)
 	e.group = "reporter-outage"
@@ -29,6 +45,7 @@ func TestOutageBacksOffAsAWhole(t *testing.T) {
 	cfg := e.config()
 	cfg.BackoffInitial, cfg.BackoffMax = 0, 0 // the defaults: 100 ms doubling to 10 s
 	cfg.Rate = steady
+	cfg.Clock = clk
 	stop := e.start(cfg, e.client(testUA))
 
 	posts := func() int64 {
@@ -40,9 +57,10 @@ func TestOutageBacksOffAsAWhole(t *testing.T) {
 		return s
 	}
 	accepted := func() int64 { return e.sb.Ledger().AcceptedCount }
+	since := func(t0 time.Time) time.Duration { return clk.Now().Sub(t0) }
 	rate := func(window time.Duration) float64 {
 		a := accepted()
-		time.Sleep(window)
+		clk.WaitFor(window)
 		return float64(accepted()-a) / window.Seconds()
 	}
 	waitFor(t, 30*time.Second, func() bool { return accepted() > int64(n/20) })
@@ -52,22 +70,22 @@ func TestOutageBacksOffAsAWhole(t *testing.T) {
 	}
 
 	e.sb.SetFaults(sandbox.Faults{Report: sandbox.GroupFaults{Rate503: 1}})
-	start := time.Now()
-	time.Sleep(5 * time.Second)
-	p0, t0 := posts(), time.Now()
-	time.Sleep(outage - 5*time.Second)
-	during := float64(posts()-p0) / time.Since(t0).Seconds()
+	start := clk.Now()
+	clk.WaitFor(5 * time.Second)
+	p0, t0 := posts(), clk.Now()
+	clk.WaitFor(outage - 5*time.Second)
+	during := float64(posts()-p0) / since(t0).Seconds()
 	e.sb.SetFaults(sandbox.Faults{})
-	over := time.Now()
-	t.Logf("before the outage %.0f reports/s; during the outage (after its first 5 s of %v) %.1f posts/s", before, time.Since(start).Round(time.Second), during)
+	over := clk.Now()
+	t.Logf("before the outage %.0f reports/s; during the outage (after its first 5 s of %v) %.1f posts/s", before, since(start).Round(time.Second), during)
 	if during > 50 {
 		t.Errorf("%.1f posts/s at a partner that answers every report 503, want ≤ 50", during)
 	}
 
 	var back time.Duration
-	for back = 0; back < 10*time.Second; back = time.Since(over) {
+	for back = 0; back < 10*time.Second; back = since(over) {
 		if r := rate(time.Second); r >= 0.8*before {
-			back = time.Since(over)
+			back = since(over)
 			t.Logf("back at %.0f reports/s (≥ 80 %% of %.0f) %v after the outage", r, before, back.Round(100*time.Millisecond))
 			break
 		}
@@ -84,4 +102,11 @@ func TestOutageBacksOffAsAWhole(t *testing.T) {
 	}
 	e.checkExactlyOnce(false)
 	e.checkAllCommitted()
+}
+
+// realWaits is the real clock with WaitFor a sleep.
+type realWaits struct{ systemClock }
+
+func (realWaits) WaitFor(d time.Duration) {
+	time.Sleep(d) // the real clock: a window of the scenario
 }
