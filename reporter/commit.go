@@ -16,11 +16,16 @@ import (
 // commit API writes its own metadata, so the reporter sends the
 // OffsetCommit requests itself, as the group member it is.
 
-// commitState paces the periodic commits: one in flight at a time, at most
-// one per CommitInterval (mu held).
-type commitState struct {
+// commitPace paces the periodic commits: one in flight at a time, at most
+// one per CommitInterval. The coordinator goroutine owns it: no lock.
+type commitPace struct {
 	inFlight bool
 	last     time.Time
+}
+
+// commitState is what the progress snapshots remember between commits
+// (mu held: progressOf runs in the poller and the coordinator).
+type commitState struct {
 	tooLarge map[tpKey]bool // partitions warned about: progress over MetadataMaxBytes
 }
 
@@ -32,23 +37,23 @@ type commitEntry struct {
 	meta   string
 }
 
-// periodicCommit returns the progress to commit now, if the pace allows
-// (mu held).
-func (rn *run) periodicCommit() []commitEntry {
-	if rn.noCommit || rn.commits.inFlight || rn.cfg.Now().Sub(rn.commits.last) < rn.cfg.CommitInterval {
+// periodicCommit returns the progress to commit now, if pace allows (mu
+// held; pace is the coordinator's).
+func (rn *run) periodicCommit(pace *commitPace) []commitEntry {
+	now := rn.cfg.Now()
+	if rn.noCommit || pace.inFlight || now.Sub(pace.last) < rn.cfg.CommitInterval {
 		return nil
 	}
 	batch := rn.dirtyProgress()
 	if len(batch) > 0 {
-		rn.commits.inFlight, rn.commits.last = true, rn.cfg.Now()
+		pace.inFlight, pace.last = true, now
 	}
 	return batch
 }
 
-// committed handles the end of a periodic commit (mu held): partitions whose
-// commit failed are committed again with the next one.
+// committed marks the partitions whose periodic commit failed dirty (mu
+// held): they are committed again with the next one.
 func (rn *run) committed(failed []*partState) {
-	rn.commits.inFlight = false
 	for _, ps := range failed {
 		ps.dirty = true
 	}

@@ -178,7 +178,6 @@ func (rn *run) intake(batch []fetched) (invalid []*job) {
 			j := &job{ps: ps, seq: seq, rec: rec, id: tp.ReportID, evID: tp.EventID}
 			j.dec = Decision{Action: ActRejected, Outcome: schemas.OutcomeRejected, Message: msg}
 			ps.inflight++
-			rn.persisting++
 			invalid = append(invalid, j)
 		default:
 			j := &job{ps: ps, seq: seq, rec: rec, id: tp.ReportID, evID: tp.EventID, body: tp.Report}

@@ -26,6 +26,10 @@ func (rn *run) coordinate(ctx context.Context) error {
 		}
 	}()
 	done := ctx.Done()
+	// The periodic commits' pace is the coordinator's own; a commit's
+	// goroutine reports back on commitDone (one in flight: never blocks).
+	var pace commitPace
+	commitDone := make(chan []*partState, 1)
 
 	for {
 		rn.mu.Lock()
@@ -47,16 +51,11 @@ func (rn *run) coordinate(ctx context.Context) error {
 		}
 		var batch []commitEntry
 		if !rn.stopping {
-			batch = rn.periodicCommit()
+			batch = rn.periodicCommit(&pace)
 		}
 		rn.mu.Unlock()
 		if batch != nil {
-			rn.commitWG.Go(func() {
-				failed := rn.commit(ctx, "periodic", batch)
-				rn.mu.Lock()
-				rn.committed(failed)
-				rn.mu.Unlock()
-			})
+			rn.commitWG.Go(func() { commitDone <- rn.commit(ctx, "periodic", batch) })
 		}
 
 		select {
@@ -71,6 +70,13 @@ func (rn *run) coordinate(ctx context.Context) error {
 			rn.delayed.due(rn.cfg.Now(), &rn.ready)
 			rn.jobsReady()
 			rn.mu.Unlock()
+		case failed := <-commitDone:
+			pace.inFlight = false
+			if len(failed) > 0 {
+				rn.mu.Lock()
+				rn.committed(failed)
+				rn.mu.Unlock()
+			}
 		case <-commitTick.C():
 			commitTick.Reset(rn.cfg.CommitInterval)
 		case <-done:

@@ -40,7 +40,6 @@ func (rn *run) posted(j *job) {
 	ps, d := j.ps, j.dec
 	if d.Action.Final() {
 		rn.healthy(j)
-		rn.persisting++
 		rn.recent.add(j.id)
 		if d.Action == ActRejected {
 			rn.log.Warn("report rejected by the partner API", "report_id", j.id, "status", d.Status, "message", d.Message, "fields", d.Fields)
@@ -172,7 +171,6 @@ func (rn *run) release(j *job) {
 
 // persisted applies the acknowledgement of a final Delivery record (mu held).
 func (rn *run) persisted(j *job, r *kgo.Record, err error) {
-	rn.persisting--
 	if err != nil {
 		rn.stop(fmt.Errorf("reporter: publish delivery record of report %s: %w", j.id, err), false)
 		return

@@ -210,7 +210,6 @@ type run struct {
 	// Answers and duplicates (outcome.go).
 	active     map[string]*job
 	recent     *recentSet
-	persisting int // final jobs waiting for their Delivery record
 
 	// Standby episodes (standby.go).
 	held    []*job // answered by standby during the current episode
