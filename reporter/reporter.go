@@ -180,20 +180,34 @@ type run struct {
 	// to the Kafka client yet.
 	publishing sync.WaitGroup
 
-	// One lock over the state below: a report moves between these
-	// concerns (intake → lease → post → answer → commit) in single steps
-	// that must be atomic, so they share it.
+	// mu guards the state of the reports on their way (the embedded
+	// states below). See "State and locks" in doc.go for why these share
+	// one lock, the steps that need it and the lock order.
 	mu sync.Mutex
+	workerState
+	queueState
+	answerState
+	standbyState
+	stopState
+}
 
-	// Workers (dispatch.go).
-	cond       *sync.Cond
-	idle       int  // workers waiting on cond
-	exiting    bool // workers return
-	inflight   int  // jobs handed to workers whose post has not come back
-	unrecorded int  // answers handed to Kafka by workers, not acknowledged yet
-	thr        *throttle
+// The states a report moves through, by concern. Each is guarded by run.mu
+// (the field comments say where one is not); they are separate types to
+// say which code owns which fields, not to be locked on their own.
 
-	// Intake and queues (intake.go, lease.go, outcome.go).
+// workerState is the workers and what they have out (dispatch.go).
+type workerState struct {
+	cond       *sync.Cond // on run.mu: idle workers wait on it
+	idle       int        // workers waiting on cond
+	exiting    bool       // workers return
+	inflight   int        // jobs handed to workers whose post has not come back
+	unrecorded int        // answers handed to Kafka by workers, not acknowledged yet
+	thr        *throttle  // the retry budget and the in-flight limit
+}
+
+// queueState is intake, the queues and the leases (intake.go, lease.go,
+// outcome.go).
+type queueState struct {
 	parts   map[tpKey]*partState
 	fresh   fifo
 	ready   fifo // retries and replays: leased before fresh records
@@ -206,17 +220,25 @@ type run struct {
 	// logEnd is, per deliveries partition, the offset after the last
 	// record of ours acknowledged there (or its end when the run started).
 	logEnd map[int32]int64
+}
 
-	// Answers and duplicates (outcome.go).
-	active     map[string]*job
-	recent     *recentSet
+// answerState is what the answers left: the reports on their way by id
+// and the ids already final (outcome.go, dedupe.go).
+type answerState struct {
+	active map[string]*job
+	recent *recentSet
+}
 
-	// Standby episodes (standby.go).
+// standbyState is the standby episode under way (standby.go).
+type standbyState struct {
 	held    []*job // answered by standby during the current episode
 	standby *episode
 	gen     uint64
+}
 
-	// Rebalances, commits and shutdown (revoke.go, commit.go, lifecycle.go).
+// stopState is rebalances, commits and shutdown (revoke.go, commit.go,
+// lifecycle.go).
+type stopState struct {
 	revocations []*revocation
 	commits     commitState
 	stopping    bool
@@ -283,10 +305,14 @@ func (r *Reporter) newRun(postCtx context.Context, cancelPosts context.CancelFun
 		room:      make(chan struct{}, 1),
 		leaseWake: make(chan struct{}, 1),
 		coordDone: make(chan struct{}),
-		parts:     map[tpKey]*partState{},
-		active:    map[string]*job{},
-		logEnd:    map[int32]int64{},
-		recent:    newRecentSet(r.cfg.RecentWindow),
+		queueState: queueState{
+			parts:  map[tpKey]*partState{},
+			logEnd: map[int32]int64{},
+		},
+		answerState: answerState{
+			active: map[string]*job{},
+			recent: newRecentSet(r.cfg.RecentWindow),
+		},
 	}
 	rn.window = progressWindow(r.cfg.MetadataMaxBytes)
 	rn.groupHdr, rn.processSpan = []byte(r.cfg.Group), "process "+rn.topics.Reports
