@@ -100,7 +100,7 @@ func (rn *run) publish(j *job, rec *kgo.Record) {
 			rn.mu.Lock()
 			rn.recorded()
 			rn.persisted(j, r, err)
-			if len(rn.revocations) > 0 {
+			if rn.revoking.Load() > 0 {
 				rn.poke()
 			}
 			rn.mu.Unlock()

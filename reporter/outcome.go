@@ -29,7 +29,7 @@ func (rn *run) answerAcked(j *job) {
 func (rn *run) persistedLocked(j *job, r *kgo.Record, err error) {
 	rn.mu.Lock()
 	rn.persisted(j, r, err)
-	if len(rn.revocations) > 0 {
+	if rn.revoking.Load() > 0 {
 		rn.poke()
 	}
 	rn.mu.Unlock()
@@ -91,7 +91,7 @@ func (rn *run) posted(j *job) {
 			rn.jobsReady()
 		}
 	}
-	if rn.stopping || len(rn.revocations) > 0 {
+	if rn.stopping || rn.revoking.Load() > 0 {
 		rn.poke()
 	}
 }

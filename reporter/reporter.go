@@ -239,11 +239,16 @@ type standbyState struct {
 // stopState is rebalances, commits and shutdown (revoke.go, commit.go,
 // lifecycle.go).
 type stopState struct {
+	// revocations are the coordinator goroutine's (startRevocation,
+	// checkRevocations); the others read only revoking.
 	revocations []*revocation
-	commits     commitState
-	stopping    bool
-	noCommit    bool
-	fatal       error
+	// revoking is len(revocations), stored under mu by the coordinator:
+	// an answer that comes back while one is under way wakes it.
+	revoking atomic.Int32
+	commits  commitState
+	stopping bool
+	noCommit bool
+	fatal    error
 }
 
 // Run consumes <prefix>.reports and delivers every report until ctx ends

@@ -64,6 +64,7 @@ func (rn *run) startRevocation(req revokeReq) {
 	}
 	rn.log.Info("partitions revoked: waiting for their posts in flight", "partitions", req.parts, "lost", req.lost)
 	rn.revocations = append(rn.revocations, rv)
+	rn.revoking.Store(int32(len(rn.revocations)))
 }
 
 // checkRevocations completes the revocations whose posts are all back (or
@@ -109,4 +110,5 @@ func (rn *run) checkRevocations(now time.Time) {
 		rv.reply <- batch // capacity 1
 		return true
 	})
+	rn.revoking.Store(int32(len(rn.revocations)))
 }
