@@ -8,7 +8,8 @@ import "time"
 // retry budget's wake-up (the coordinator's retry timer), the periodic
 // commit, the shutdown timeout, the standby probe interval and the rate
 // limit's waits (--rate); the adaptive limit's intervals and the budget's
-// refill read Now. Waits on the broker (topics being created, recovery
+// refill read Now. A post's latency is the partner client's measurement
+// (real time). Waits on the broker (topics being created, recovery
 // retries) stay on the real clock: they wait for another process, not for
 // a timer of the reporter.
 type Clock interface {

@@ -41,6 +41,71 @@
 // episodes), throttle.go (the retry budget), limit.go (the adaptive
 // in-flight limit), lifecycle.go (coordinator, shutdown).
 //
+// # State and locks
+//
+// A Run's goroutines: the poller (intake), the leaser, MaxConcurrency
+// workers, the coordinator (timers, commits, revocations, shutdown), a
+// periodic commit's goroutine, a standby episode's prober, and the Kafka
+// client's produce and group callbacks.
+//
+// Owned without the shared lock:
+//   - the fetch bound: run.pending (atomic) and run.room (the poller
+//     waits on it);
+//   - the periodic commits' pace (commitPace) and the retry, commit and
+//     shutdown timers: the coordinator goroutine's;
+//   - the revocation list: the coordinator's (the others read
+//     run.revoking, an atomic);
+//   - a post under way (the job's attempt, decision, latency and trace id,
+//     and its Delivery record): the worker's, from next to its answer;
+//   - a standby episode's timer and probe count: the prober's.
+//
+// One lock, run.mu, guards the state a report moves through: workerState,
+// queueState, answerState, standbyState, stopState (reporter.go), every
+// partState and every job outside a post. They are grouped by concern, but
+// share the lock because each of these steps must be atomic across the
+// concerns:
+//
+//  1. Intake (poller, intake): a fetched record enters its partition's
+//     tracker and a queue, or is final at once (recovered, below minimum).
+//  2. Lease (leaser, takeLease): a queued report passes the duplicate
+//     window and the active reports, and joins its partition's unsure set
+//     before its marker is produced: a commit in between carries it.
+//  3. Marker acknowledged (leaseAcked): logEnd moves and the reports
+//     become postable in one step.
+//  4. Post start (next): a leased report goes in flight after the checks
+//     of stopping, the standby episode, its partition's revocation, the
+//     in-flight limit, the retry budget and the cap on posts at stake, and
+//     is counted (inflight, unacked, unsure) in the same step: no post
+//     starts past a cap, during an episode or after a stop, and no commit
+//     misses it. The throttle (limit and budget) therefore has no lock of
+//     its own: two workers could both take the last slot.
+//  5. Answer (posted): in flight → retry queue, standby hold or final
+//     awaiting its record, with the budget, the limit and the duplicate
+//     window.
+//  6. Answer recorded (produce callbacks: persisted, answerAcked,
+//     recorded): logEnd moves together with the change the record makes
+//     (final in the tracker, doubt cleared). A snapshot that saw the log
+//     position without the change would make the next owner skip that
+//     record of the log tail and post a final report again.
+//  7. Progress snapshot (progressOf, dirtyProgress): the tracker, the
+//     unsure set, the recovered states and logEnd are read together.
+//  8. Revocation done (checkRevocations): the partition's posts are back,
+//     its progress is taken and its state dropped.
+//
+// Lock order: run.mu is the only lock of a Run and nothing else is locked
+// while it is held (idle workers wait on run.cond, which is on run.mu).
+// Under it: channel sends that never block (wake-ups, a revocation's
+// reply), cond signals, atomics, metrics, logs. Never under it: calls into
+// the Kafka client (its produce callbacks take run.mu), posts, commits,
+// the rate limit's waits.
+//
+// # Time
+//
+// Every timer of a Run and every reading of the time it acts on goes
+// through Config.Clock (clock.go): tests advance a fake clock instead of
+// sleeping. A post's latency is the partner client's measurement (real
+// time), and waits on the broker stay real.
+//
 // A Reporter runs once (Run). Run owns every goroutine it starts and returns
 // only after all of them ended and the Kafka client is closed.
 package reporter
