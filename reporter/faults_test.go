@@ -153,7 +153,7 @@ func TestSigtermDuringStorm(t *testing.T) {
 				e.sb.SetFaults(sandbox.Faults{})
 				e.sb.SetMode(sandbox.ModeStandby)
 				waitFor(t, 30*time.Second, func() bool { return e.sb.Ledger().StandbyCount > 0 })
-				time.Sleep(200 * time.Millisecond)
+				time.Sleep(200 * time.Millisecond) // a real wait (scenario): the child is in the standby episode for a while before its SIGTERM
 			}
 			stopChild(t, c, syscall.SIGTERM)
 			first := c.out.String()
@@ -163,7 +163,7 @@ func TestSigtermDuringStorm(t *testing.T) {
 				e.sb.SetMode(sandbox.ModeLive)
 			}
 			c = e.startChild(0, conc)
-			time.Sleep(time.Second)
+			time.Sleep(time.Second) // a real wait (scenario): the restarted child (its own clock) works in the storm for a second
 			e.sb.SetFaults(sandbox.Faults{})
 			e.waitLedger(90 * time.Second)
 			stopChild(t, c, syscall.SIGTERM)

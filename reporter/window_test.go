@@ -62,6 +62,11 @@ func TestProgressWindowHolds(t *testing.T) {
 	e.sb.SetFaults(sandbox.Faults{Report: sandbox.GroupFaults{Rate503: 0.3}})
 	cfg := e.config()
 	cfg.Concurrency, cfg.MaxConcurrency, cfg.MetadataMaxBytes = 64, 256, 256
+	// The storm's backoffs (20–300 ms) hold the commit point: they run on
+	// the reporter's clock, driven 4 × faster than the real one.
+	clk := newFakeClock()
+	t.Cleanup(clk.Drive(4 * time.Millisecond)) // after the reporter's stop (cleanups run last first)
+	cfg.Clock = clk
 	if w := progressWindow(256); w != 785 {
 		t.Fatalf("window of 256 bytes: %d offsets, want 785", w)
 	}
