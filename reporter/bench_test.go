@@ -151,7 +151,7 @@ func BenchmarkReporter(b *testing.B) {
 		api.resume()
 		var c int64
 		for c = api.ok.Load(); c < from+int64(per); c = api.ok.Load() {
-			time.Sleep(200 * time.Microsecond)
+			time.Sleep(200 * time.Microsecond) // polls the answers counted (a benchmark measures real time)
 		}
 		el := time.Since(t0)
 		api.pause()

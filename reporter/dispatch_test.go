@@ -122,7 +122,7 @@ func TestCapOnPostsAtStake(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d of 3 workers waiting", idle)
 		}
-		time.Sleep(time.Millisecond)
+		time.Sleep(time.Millisecond) // polls: the goroutines reach cond.Wait (no timer involved)
 	}
 
 	// Three acknowledgements back to back, under one lock each.
@@ -233,7 +233,7 @@ func TestWakeOnePerReport(t *testing.T) {
 			if time.Now().After(deadline) {
 				t.Fatalf("%d workers idle, want %d", idle, want)
 			}
-			time.Sleep(time.Millisecond)
+			time.Sleep(time.Millisecond) // polls: the goroutines reach cond.Wait (no timer involved)
 		}
 	}
 	waitIdle(workers)

@@ -39,7 +39,8 @@
 // means), commit.go and progress.go (commits and their metadata),
 // recover.go (assignment), revoke.go (rebalances), standby.go (standby
 // episodes), throttle.go (the retry budget), limit.go (the adaptive
-// in-flight limit), lifecycle.go (coordinator, shutdown).
+// in-flight limit), lifecycle.go (coordinator, shutdown), clock.go (the
+// injected clock).
 //
 // # State and locks
 //

@@ -201,7 +201,7 @@ func (e *e2e) waitLedger(timeout time.Duration) {
 			e.t.Fatalf("after %v: %d reports still missing from the ledger (e.g. %v); accepted %d, standby %d, rejected %d",
 				timeout, len(missing), missing[:min(3, len(missing))], l.AcceptedCount, l.StandbyCount, l.RejectedCount)
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // polls the sandbox's ledger (another component's progress)
 	}
 }
 

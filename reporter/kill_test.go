@@ -75,7 +75,7 @@ func TestReporterProcess(t *testing.T) {
 	if path := os.Getenv(envChildHeapProf); path != "" {
 		// A heap profile mid-run, for the backlog memory measurement.
 		go func() {
-			time.Sleep(8 * time.Second)
+			time.Sleep(8 * time.Second) // a real wait: the profile is taken 8 s into the backlog run (PLAYPIPE_BACKLOG only)
 			if f, err := os.Create(path); err == nil {
 				_ = pprof.WriteHeapProfile(f)
 				f.Close()

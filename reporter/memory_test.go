@@ -74,7 +74,7 @@ func backlogRun(t *testing.T, n int) (peak int64, delivered int64) {
 		if i%10 == 0 && os.Getenv("PLAYPIPE_BACKLOG_TRACE") != "" {
 			t.Logf("t=%ds peak RSS %.1f MiB, delivered %d", i/10, float64(peak)/(1<<20), e.sb.Ledger().AcceptedCount)
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // the RSS sampling period (a real measurement)
 	}
 	if rss := vmHWM(c.cmd.Process.Pid); rss > peak {
 		peak = rss

@@ -93,7 +93,7 @@ func TestTokensRevokedMidRun(t *testing.T) {
 				t.Fatalf("revocation %d: within 30s, %d new sessions, %d report 401s, %d more reports accepted; want a new session and 200 more reports",
 					i, counter("session", 200)-sessions0, counter("report", 401)-r401, e.sb.Counts().Accepted-accepted0)
 			}
-			time.Sleep(20 * time.Millisecond)
+			time.Sleep(20 * time.Millisecond) // polls the sandbox's counters (a child process posts)
 		}
 		sessions, n401 := counter("session", 200)-sessions0, counter("report", 401)-r401
 		perRevocation = append(perRevocation, fmt.Sprintf("#%d at %d accepted: %d report 401s, %d sessions", i, accepted0, n401, sessions))

@@ -20,7 +20,7 @@ func waitFor(t testing.TB, timeout time.Duration, cond func() bool) {
 		if time.Now().After(deadline) {
 			t.Fatalf("condition not met within %v", timeout)
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // polls a condition on the real parts (ledger, Kafka)
 	}
 }
 
