@@ -76,7 +76,7 @@ bench:
 ## and the raw HTTP ceiling of the same run. BENCH_E2E_FLAGS="-events 80000 -keep".
 BENCH_E2E_FLAGS ?=
 bench-e2e: clickhouse build
-	$(GO) run ./internal/bench -bin $(BIN) $(BENCH_E2E_FLAGS)
+	$(GO) run ./wiring/bench -bin $(BIN) $(BENCH_E2E_FLAGS)
 
 ## bench-report: the reporter alone as a process (`playpipe report`, consuming,
 ## posting, producing Delivery records, committing) against a plain net/http
@@ -85,7 +85,7 @@ bench-e2e: clickhouse build
 ## CPU-per-report ratios. BENCH_REPORT_FLAGS="-reports 200000 -rounds 5 -profile report.pprof".
 BENCH_REPORT_FLAGS ?=
 bench-report: build
-	$(GO) run ./internal/bench -bin $(BIN) -mode report $(BENCH_REPORT_FLAGS)
+	$(GO) run ./wiring/bench -bin $(BIN) -mode report $(BENCH_REPORT_FLAGS)
 
 ## bench-report-latency: the same reporter process with DEFAULT flags (the
 ## adaptive in-flight limit finds the partner) against the plain client, the
@@ -93,7 +93,7 @@ bench-report: build
 ## time to steady rate, CPU per report. BENCH_LATENCY_FLAGS="-reports 150000".
 BENCH_LATENCY_FLAGS ?= -reports 150000
 bench-report-latency: build
-	$(GO) run ./internal/bench -bin $(BIN) -mode latency $(BENCH_LATENCY_FLAGS)
+	$(GO) run ./wiring/bench -bin $(BIN) -mode latency $(BENCH_LATENCY_FLAGS)
 
 ## fuzz: each fuzz target for FUZZTIME (untrusted input: events, API answers, report bodies, records).
 ## fuzz-short: the same targets for 30 000 inputs each, run by `make test`. A count,

@@ -19,8 +19,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/playpipe/playpipe/internal/testenv"
 	"github.com/playpipe/playpipe/schemas"
+	"github.com/playpipe/playpipe/wiring/testenv"
 )
 
 // setMaxMessageBytes sets max.message.bytes of topic on the test broker.

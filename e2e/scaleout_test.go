@@ -7,7 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/playpipe/playpipe/internal/expect"
+	"github.com/playpipe/playpipe/wiring/expect"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,11 +18,11 @@ import (
 	"time"
 
 	"github.com/playpipe/playpipe/analytics"
-	"github.com/playpipe/playpipe/internal/testenv"
 	"github.com/playpipe/playpipe/partnerapi"
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
 	"github.com/playpipe/playpipe/producer/simulator"
 	"github.com/playpipe/playpipe/schemas"
+	"github.com/playpipe/playpipe/wiring/testenv"
 )
 
 // The scale-out run's shape.
