@@ -5,7 +5,7 @@ STATICCHECK_VERSION ?= v0.8.2
 BIN       := bin/playpipe
 export PATH := $(PATH):$(shell $(GO) env GOPATH)/bin:/usr/sbin
 
-.PHONY: all build demo test test-race unit lint fmt-check vet staticcheck bench bench-e2e bench-report fuzz fuzz-short tools clickhouse chromium clean e2e-docker
+.PHONY: all build demo test test-race unit lint fmt-check vet staticcheck bench bench-e2e bench-report fuzz fuzz-short tools clickhouse chromium nginx clean e2e-docker
 
 all: build
 
@@ -17,12 +17,12 @@ demo: clickhouse build
 	./$(BIN) demo
 
 ## test: everything CI checks: formatting, vet, staticcheck, a short run of every fuzz target, then all tests with the race detector.
-test: tools clickhouse chromium lint fuzz-short test-race
+test: tools clickhouse chromium nginx lint fuzz-short test-race
 
-# `make test` installs ClickHouse and Chromium first, so a missing server or
-# browser is a failure, not a skip.
+# `make test` installs ClickHouse, Chromium and nginx first, so a missing
+# server, browser or edge is a failure, not a skip.
 test-race:
-	PLAYPIPE_REQUIRE_CLICKHOUSE=$${PLAYPIPE_REQUIRE_CLICKHOUSE:-1} PLAYPIPE_REQUIRE_CHROMIUM=$${PLAYPIPE_REQUIRE_CHROMIUM:-1} $(GO) test -race -count=1 -timeout 20m $(PKGS)
+	PLAYPIPE_REQUIRE_CLICKHOUSE=$${PLAYPIPE_REQUIRE_CLICKHOUSE:-1} PLAYPIPE_REQUIRE_CHROMIUM=$${PLAYPIPE_REQUIRE_CHROMIUM:-1} PLAYPIPE_REQUIRE_NGINX=$${PLAYPIPE_REQUIRE_NGINX:-1} $(GO) test -race -count=1 -timeout 20m $(PKGS)
 
 ## unit: the tests without the race detector (faster, for the edit loop).
 unit:
@@ -84,6 +84,7 @@ FUZZ_TARGETS := \
 	FuzzAppendDelivery:./schemas/ \
 	FuzzAppendJSONString:./schemas/ \
 	FuzzDecoders:./partnerapi/ \
+	FuzzClassifyAnswer:./partnerapi/ \
 	FuzzReportValidation:./partnerapi/sandbox/ \
 	FuzzSplitBatch:./producer/gateway/
 fuzz:
@@ -114,6 +115,14 @@ chromium:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y chromium; \
 	else echo "chromium not found: install Chromium, or run the tests with PLAYPIPE_REQUIRE_CHROMIUM=0 (the HTML report test then skips)"; exit 1; fi
+
+## nginx: the edge suite (e2e/edge) runs Debian's nginx as the partner's edge, as a process of its own; install it from the distribution when missing.
+nginx:
+	@if command -v nginx >/dev/null 2>&1; then :; \
+	elif command -v apt-get >/dev/null 2>&1; then \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y nginx; \
+	else echo "nginx not found: install nginx, or run the tests with PLAYPIPE_REQUIRE_NGINX=0 (the edge suite then skips)"; exit 1; fi
 
 clean:
 	rm -rf bin

@@ -265,9 +265,17 @@ func runPipeline(t *testing.T, pr pipelineRun) runResult {
 	}
 	// Every expected play at the partner, nothing unexpected.
 	led := pr.sb.Ledger()
-	got := map[expect.Play]int{}
+	copies := map[expect.Play]int{}
 	for _, e := range led.Accepted {
-		got[expect.Of(e.Report)]++
+		copies[expect.Of(e.Report)]++
+	}
+	got, duplicated := map[expect.Play]int{}, 0 // each expected play once; duplicates are counted apart
+	for p, n := range copies {
+		got[p] = n
+		if w := want[p]; w > 0 && n > w {
+			got[p] = w
+			duplicated++
+		}
 	}
 	if missing, extra := expect.Diff(want, got); len(missing)+len(extra) > 0 {
 		t.Errorf("the partner's reports differ from the expected plays: %d missing (e.g. %v), %d unexpected (e.g. %v)",
@@ -277,9 +285,16 @@ func runPipeline(t *testing.T, pr pipelineRun) runResult {
 	if err := conn.QueryRow(ctx, "SELECT uniqExact(report_id) FROM "+ch.Database+".deliveries WHERE in_doubt = 1").Scan(&inDoubt); err != nil {
 		t.Fatal(err)
 	}
+	var doubtfulPosts uint64
+	for _, c := range rep.DoubtfulPostsByCause {
+		doubtfulPosts += c.N
+	}
 	r := runResult{plays: wantReports, duplicates: led.Duplicates, inDoubtPlays: inDoubt, audit: rep}
-	if uint64(r.duplicates) > r.inDoubtPlays {
-		t.Errorf("the partner holds %d duplicates, but only %d plays are labelled in doubt", r.duplicates, r.inDoubtPlays)
+	if uint64(duplicated) > r.inDoubtPlays {
+		t.Errorf("the partner holds duplicates of %d plays, but only %d plays are labelled in doubt", duplicated, r.inDoubtPlays)
+	}
+	if uint64(r.duplicates) > doubtfulPosts {
+		t.Errorf("the partner holds %d duplicates, but only %d posts are labelled with a doubt cause", r.duplicates, doubtfulPosts)
 	}
 	if uint64(r.duplicates) > rep.PossibleExtraCopies {
 		t.Errorf("the partner holds %d duplicates, but the audit bounds the extra copies at %d", r.duplicates, rep.PossibleExtraCopies)
