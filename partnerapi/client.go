@@ -79,6 +79,7 @@ type Client struct {
 	wg     sync.WaitGroup
 
 	lastMessage atomic.Pointer[string] // interned success word of play reports
+	lastOK      atomic.Pointer[string] // the last play report answer found to be the API's success body
 
 	tracer trace.Tracer
 	// policy is the wait before attempt n+1 after n failed attempts: full
