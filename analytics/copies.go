@@ -49,8 +49,8 @@ GROUP BY doubt_cause ORDER BY n DESC, doubt_cause`); err != nil {
 
 // copiesProblem is the Problems line of possible extra copies, "" when none.
 func (r Audit) copiesProblem() string {
-	if r.PossibleExtraCopies == 0 {
-		return ""
+	if r.PossibleExtraCopies == 0 || (len(r.DoubtfulPostsByCause) == 0 && r.PossiblyTwice == 0) {
+		return "" // only recorded doubles: their own line says so
 	}
 	var causes []string
 	for _, c := range r.DoubtfulPostsByCause {
