@@ -5,10 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"net"
 	"net/http"
-	"syscall"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -61,27 +59,23 @@ func isAPIEnvelope(status int, body []byte) bool {
 }
 
 // transportDoubt names the cause of doubt of a post whose request was
-// written and whose answer failed in transport: status is 0 when no answer
-// header came, else the status of an answer whose body could not be read.
-// Decided by error types, never by error text.
-func transportDoubt(status int, err error) string {
+// written and whose answer failed in transport. replied says whether any
+// byte of an answer arrived (httptrace's GotFirstResponseByte): without one
+// the connection was lost (reset, closed, an HTTP/2 connection torn down);
+// with one the answer was not complete and well-formed (a malformed status
+// line or header, a header beyond the bound, a cut or oversized body, a
+// protocol error on the stream). Decided by the trace and error types, never
+// by error text.
+func transportDoubt(replied bool, err error) string {
 	var ne net.Error
 	switch {
 	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
 		return schemas.DoubtTimeout
-	case errors.Is(err, errBodyTooLarge), errors.Is(err, io.ErrUnexpectedEOF):
-		// An oversized or cut body: an answer came, not a complete one.
+	case errors.Is(err, errBodyTooLarge):
 		return schemas.DoubtMalformedAnswer
-	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE), errors.Is(err, syscall.ECONNABORTED),
-		errors.Is(err, io.EOF), errors.As(err, new(*net.OpError)):
-		// Reset or closed by the peer after the request was written.
+	case !replied:
 		return schemas.DoubtConnectionLost
-	case status != 0:
-		return schemas.DoubtMalformedAnswer
 	}
-	// Anything else net/http reports once the request was written is about
-	// the answer's framing: a malformed status line or header, a header
-	// beyond MaxResponseHeaderBytes, a protocol error on the stream.
 	return schemas.DoubtMalformedAnswer
 }
 

@@ -380,7 +380,7 @@ func FuzzClassifyAnswer(f *testing.F) {
 		}
 		body, rerr := readInto(nil, resp.Body, maxSmallBody)
 		resp.Body.Close()
-		a := reportAnswer{status: resp.StatusCode, header: resp.Header, body: body, sent: true, err: rerr}
+		a := reportAnswer{status: resp.StatusCode, header: resp.Header, body: body, sent: true, replied: true, err: rerr}
 		res, err := c.reportOutcome(&token{hdr: []string{"t"}}, a)
 		switch {
 		case rerr != nil:

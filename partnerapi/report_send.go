@@ -99,6 +99,7 @@ type reportAnswer struct {
 	header  http.Header
 	body    []byte
 	sent    bool  // the request's headers were written: it may have left
+	replied bool  // the first byte of an answer arrived
 	err     error // transport or body-read error
 	ctxErr  error // the caller's ctx error, when it ended
 	timeout bool  // the attempt's own RequestTimeout ran out
@@ -109,8 +110,8 @@ type reportAnswer struct {
 // connection (HTTP/1.1: into its buffer, flushed with the body; HTTP/2:
 // the HEADERS frame). Before that the server cannot have seen a request.
 type postTrace struct {
-	sent atomic.Bool
-	ct   httptrace.ClientTrace
+	sent, replied atomic.Bool
+	ct            httptrace.ClientTrace
 }
 
 // postReport sends one report through net/http and reads the answer into
@@ -120,6 +121,7 @@ type postTrace struct {
 func (c *Client) postReport(parent context.Context, tok *token, body, dst []byte) reportAnswer {
 	pt := &postTrace{}
 	pt.ct.WroteHeaders = func() { pt.sent.Store(true) }
+	pt.ct.GotFirstResponseByte = func() { pt.replied.Store(true) }
 	ctx := httptrace.WithClientTrace(parent, &pt.ct)
 	var cancel context.CancelFunc
 	if c.cfg.RequestTimeout > 0 {
@@ -159,7 +161,7 @@ func (c *Client) postReport(parent context.Context, tok *token, body, dst []byte
 		// connection, which no deadline bounds: never read, never the API's.
 		resp.Body.Close()
 	}
-	a.sent, a.err = pt.sent.Load(), err
+	a.sent, a.replied, a.err = pt.sent.Load(), pt.replied.Load(), err
 	if err != nil {
 		a.ctxErr = parent.Err()
 		a.timeout = a.ctxErr == nil && errors.Is(ctx.Err(), context.DeadlineExceeded)
@@ -201,7 +203,7 @@ func (c *Client) reportOutcome(tok *token, a reportAnswer) (ReportResult, error)
 				e.Doubt = schemas.DoubtTimeout
 			}
 		case a.sent:
-			e.Doubt = transportDoubt(a.status, a.err)
+			e.Doubt = transportDoubt(a.replied, a.err)
 		}
 		return ReportResult{Meta: meta}, e
 	}
