@@ -7,7 +7,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -405,4 +408,51 @@ func FuzzClassifyAnswer(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestForeignAnswerSurfaced: an edge's page is counted in
+// playpipe.partnerapi.foreign_answers by status and logged once (not once
+// per answer) with the status and the body's first bytes, scrubbed of the
+// signature.
+func TestForeignAnswerSurfaced(t *testing.T) {
+	page := "<html><body>502 Bad Gateway " + testSig + "</body></html>"
+	s := newRawServer(t, fmt.Sprintf("HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/html\r\nContent-Length: %d\r\n\r\n%s", len(page), page))
+	reader := sdkmetric.NewManualReader()
+	var logs bytes.Buffer
+	c := rawClient(t, s.url(), func(cfg *Config) {
+		cfg.MeterProvider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+		cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	})
+	for range 3 {
+		if _, err := c.ReportPlayJSON(context.Background(), []byte(`{}`)); KindOf(err) != KindTransient || Doubt(err) != "edge_answer" {
+			t.Fatalf("502 page: %v", err)
+		}
+	}
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name != "playpipe.partnerapi.foreign_answers" {
+				continue
+			}
+			for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
+				if v, ok := dp.Attributes.Value("http.response.status_code"); ok && v.AsInt64() == 502 {
+					n += dp.Value
+				}
+			}
+		}
+	}
+	if n != 3 {
+		t.Errorf("foreign_answers{502} = %d, want 3", n)
+	}
+	out := logs.String()
+	if strings.Count(out, "not the API's own") != 1 || !strings.Contains(out, "status=502") || !strings.Contains(out, "502 Bad Gateway") {
+		t.Errorf("log: %s", out)
+	}
+	if strings.Contains(out, testSig) {
+		t.Errorf("the signature reached the log: %s", out)
+	}
 }
