@@ -5,7 +5,7 @@ STATICCHECK_VERSION ?= v0.8.2
 BIN       := bin/playpipe
 export PATH := $(PATH):$(shell $(GO) env GOPATH)/bin:/usr/sbin
 
-.PHONY: all build demo test test-race unit lint fmt-check vet staticcheck bench bench-e2e bench-report fuzz fuzz-short tools clickhouse chromium nginx clean e2e-docker
+.PHONY: all build demo test test-race test-chdb unit lint fmt-check vet staticcheck bench bench-e2e bench-report fuzz fuzz-short tools clickhouse chromium chdb nginx clean e2e-docker
 
 all: build
 
@@ -16,13 +16,27 @@ build:
 demo: clickhouse build
 	./$(BIN) demo
 
-## test: everything CI checks: formatting, vet, staticcheck, a short run of every fuzz target, then all tests with the race detector.
-test: tools clickhouse chromium nginx lint fuzz-short test-race
+## test: everything CI checks: formatting, vet, staticcheck, a short run of every fuzz target, then all tests with the race detector, then the ledger suite on current ClickHouse (test-chdb).
+test: tools clickhouse chromium chdb nginx lint fuzz-short test-race test-chdb
 
 # `make test` installs ClickHouse, Chromium and nginx first, so a missing
 # server, browser or edge is a failure, not a skip.
 test-race:
 	PLAYPIPE_REQUIRE_CLICKHOUSE=$${PLAYPIPE_REQUIRE_CLICKHOUSE:-1} PLAYPIPE_REQUIRE_CHROMIUM=$${PLAYPIPE_REQUIRE_CHROMIUM:-1} PLAYPIPE_REQUIRE_NGINX=$${PLAYPIPE_REQUIRE_NGINX:-1} $(GO) test -race -count=1 -timeout 20m $(PKGS)
+
+## test-chdb: the ledger tests that run on every ClickHouse (testenv.ForEachLedger:
+## migrations, the sink's rows, every audit number, list and HTML query, the
+## dashboard panels, replay selection), on current ClickHouse in-process through
+## chdb (build tag chdb; CHDB_LIB_PATH names libchdb.so, installed by `make chdb`).
+## Their clickhouse-server (18.16) runs are part of test-race; here only the chdb
+## subtests run. With the race detector: chdb-go calls the library through purego,
+## whose calls the detector does not instrument, as it does not cgo's.
+CHDB_PKGS  := ./analytics ./deploy ./internal/chdbconn ./replay
+CHDB_TESTS := TestLedgerSuite|TestDashboardQueries|TestSelectReportsOnEveryLedger|TestDriverBehavesAlike
+test-chdb: chdb
+	@rc=0; CHDB_LIB_PATH=$(abspath $(CHDB_LIB)) PLAYPIPE_REQUIRE_CLICKHOUSE=$${PLAYPIPE_REQUIRE_CLICKHOUSE:-1} \
+	  $(GO) test -race -tags chdb -count=1 -timeout 10m -run '^($(CHDB_TESTS))$$/^chdb$$' -v $(CHDB_PKGS) > $(CHDB_DIR)/test.log 2>&1 || rc=$$?; \
+	if [ $$rc = 0 ]; then grep -E '^(--- |ok )|ledger on ClickHouse' $(CHDB_DIR)/test.log; else cat $(CHDB_DIR)/test.log; fi; exit $$rc
 
 ## unit: the tests without the race detector (faster, for the edit loop).
 unit:
@@ -39,10 +53,12 @@ fmt-check:
 vet:
 	$(GO) vet $(PKGS)
 	$(GO) vet -tags docker $(PKGS)
+	$(GO) vet -tags chdb $(PKGS)
 
 staticcheck:
 	staticcheck $(PKGS)
 	staticcheck -tags docker ./e2e/...
+	staticcheck -tags chdb $(PKGS)
 
 ## e2e-docker: the end-to-end suite on Apache Kafka and current ClickHouse
 ## containers (the images docker-compose.yml uses), roles as processes.
@@ -107,6 +123,24 @@ clickhouse:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y clickhouse-server; \
 	else echo "clickhouse-server not found: install ClickHouse (https://clickhouse.com/docs/install) or set PLAYPIPE_CLICKHOUSE_ADDR"; exit 1; fi
+
+## chdb: current ClickHouse as a library for test-chdb: npm's @chdb/lib-linux-x64-gnu
+## ships libchdb.so (~570 MB), installed once into CHDB_DIR (git-ignored) and
+## reinstalled only when it is missing or CHDB_VERSION changes; npm from the
+## distribution when missing.
+CHDB_VERSION ?= 26.7.3-stable.1
+CHDB_DIR     ?= .playpipe/chdb
+CHDB_LIB     := $(CHDB_DIR)/node_modules/@chdb/lib-linux-x64-gnu/libchdb.so
+chdb:
+	@if [ -f $(CHDB_LIB) ] && grep -q '"version": "$(CHDB_VERSION)"' $(CHDB_DIR)/node_modules/@chdb/lib-linux-x64-gnu/package.json 2>/dev/null; then :; else \
+	  if ! command -v npm >/dev/null 2>&1; then \
+	    if command -v apt-get >/dev/null 2>&1; then \
+	      SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	      $$SUDO apt-get update && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y npm; \
+	    else echo "npm not found: install Node.js/npm (make chdb installs @chdb/lib-linux-x64-gnu with it)"; exit 1; fi; \
+	  fi; \
+	  mkdir -p $(CHDB_DIR) && npm install --prefix $(CHDB_DIR) --no-save --no-audit --no-fund @chdb/lib-linux-x64-gnu@$(CHDB_VERSION) && test -f $(CHDB_LIB); \
+	fi
 
 ## chromium: the HTML audit report's test renders the page in headless Chromium; install it from the distribution when missing.
 chromium:

@@ -262,11 +262,17 @@ func (a *Auditor) snapshot(ctx context.Context, o AuditOptions) (AuditOptions, e
 // delivered_n counts the live reporter's `delivered` records only;
 // replay_delivered_n those of replays (deliveries with a replay_id), which
 // make a play delivered but never "delivered more than once".
+//
+// Portable SQL (docs/audit.md, "Which ClickHouse versions are tested"):
+// every joined subquery has an alias (current releases refuse one
+// without), and each side is already one row per key, so the ALL join
+// means the same on every version (ANY INNER does not: since 20.x it also
+// keeps one left row per key).
 func (a *Auditor) perReport(o AuditOptions) string {
 	w := window(o)
 	return `(SELECT report_id, any(event_id) AS event_id, max(below_minimum) AS below, min(kafka_time_ms) AS derived_ms
-     FROM ` + a.db + `.plays WHERE ` + w + ` GROUP BY report_id)
-ANY LEFT JOIN
+     FROM ` + a.db + `.plays WHERE ` + w + ` GROUP BY report_id) AS per_play
+ALL LEFT JOIN
     (SELECT report_id,
         uniqExactIf(kafka_topic, kafka_partition, kafka_offset, outcome = 'delivered' AND replay_id = '') AS delivered_n,
         uniqExactIf(kafka_topic, kafka_partition, kafka_offset, outcome = 'delivered' AND replay_id != '') AS replay_delivered_n,
@@ -282,7 +288,7 @@ ANY LEFT JOIN
         groupUniqArrayIf(trace_id, trace_id != '' AND outcome = 'delivered') AS delivered_trace_ids
      FROM ` + a.db + `.deliveries
      WHERE report_id IN (SELECT report_id FROM ` + a.db + `.plays WHERE ` + w + `)` + asOf(o) + `
-     GROUP BY report_id)
+     GROUP BY report_id) AS per_play_outcomes
 USING report_id`
 }
 
@@ -393,16 +399,19 @@ FROM `+a.db+`.malformed WHERE `+w+` GROUP BY kafka_topic ORDER BY kafka_topic`);
 	return r, nil
 }
 
+// delay is one delay per delivered play: several plays of an event share
+// its one row of event_ms, so the join is ALL (ANY INNER would keep one play
+// per event on current releases, and every play on 18.16).
 func (a *Auditor) delay(ctx context.Context, o AuditOptions) (Delay, error) {
 	w := window(o)
 	q := `SELECT count(), quantilesExact(0.5, 0.9, 0.99)(delay), max(delay) FROM (
     SELECT toFloat64(toInt64(delivered_ms) - toInt64(event_ms)) AS delay FROM (
         SELECT event_id, delivered_ms FROM ` + a.perReport(o) + ` WHERE ` + condDelivered + `
-    ) ANY INNER JOIN (
+    ) AS delivered_plays ALL INNER JOIN (
         SELECT event_id, min(kafka_time_ms) AS event_ms FROM ` + a.db + `.events
         WHERE event_id != '' AND event_id IN (SELECT event_id FROM ` + a.db + `.plays WHERE ` + w + `)` + asOf(o) + `
         GROUP BY event_id
-    ) USING event_id
+    ) AS first_events USING event_id
 )`
 	var d Delay
 	var qs []float64

@@ -119,9 +119,11 @@ GROUP BY report_id ORDER BY min(at_ms), report_id` + lim, true, nil
 	case "received", "not-json":
 		return a.receivedQuery(w, metric, lim), false, nil
 	case "rejected":
+		// The record's location breaks ties (refusals at the gateway share
+		// their source ingest/-1/-1): one order on every server and schema.
 		return `SELECT '', event_id, kafka_time_ms, reason, if(src_partition >= 0, src_topic, kafka_topic), if(src_partition >= 0, src_partition, kafka_partition),
     if(src_partition >= 0, src_offset, kafka_offset) FROM ` + a.db + `.rejections
-WHERE ` + w + ` AND ` + condRealReject + ` ORDER BY kafka_time_ms, src_topic, src_partition, src_offset LIMIT 1 BY ` + rejectionKey + lim, false, nil
+WHERE ` + w + ` AND ` + condRealReject + ` ORDER BY kafka_time_ms, src_topic, src_partition, src_offset, kafka_topic, kafka_partition, kafka_offset LIMIT 1 BY ` + rejectionKey + lim, false, nil
 	case "replay":
 		// A bare "replay" (without its id) names no list: its empty
 		// query fails with an error naming it.

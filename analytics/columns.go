@@ -2,7 +2,7 @@ package analytics
 
 import (
 	"fmt"
-	"reflect"
+	"sync"
 	"unsafe"
 
 	"github.com/ClickHouse/ch-go/proto"
@@ -10,113 +10,81 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 )
 
-// The sink builds its columns in the driver's own representation (ch-go's
-// proto columns: a String column is one byte buffer plus row offsets, an
-// Int64 column a []int64) and hands them to the insert without copying them
-// row by row. clickhouse-go offers no call for that: its columns append
-// row by row into buffers that start empty for every insert, which cost the
-// sink about a third of its CPU (pprof of BenchmarkSinkEndToEnd: the copies,
-// the growth of every column, and the garbage of it all). The driver's
-// column types (column.String, column.Int64…) hold the proto column as an
-// unexported field named col; setColumn stores the sink's column there.
+// How the sink hands its columns to ClickHouse (decision, docs/audit.md
+// "Insert API"): through clickhouse-go's public batch API, one column at a
+// time — batch.Column(i).Append of a typed slice ([]int64, []string, …) —
+// never by writing the driver's unexported fields.
 //
-// That depends on the driver's layout, so it is checked once, by
-// reflection: each column type must have a field col of exactly the proto
-// type. When a check fails (another driver version), directColumns is false
-// for that type and the sink appends through the driver's API as before,
-// slower but the same rows.
+// ch-go's proto.Input would take the sink's columns as they are, without
+// the copy Append makes, but ch-go cannot talk to ClickHouse 18.16, the one
+// server that runs here with a native-protocol port (18.16 speaks protocol
+// revision 54412; ch-go needs 54429, and its first query fails with
+// UNKNOWN_SETTING): code that cannot be tested here is not shipped.
+//
+// The sink builds its String columns as ch-go's proto.ColStr (one byte
+// buffer plus row offsets: no allocation per value while decoding) and
+// hands them to the driver as a []string of views of that buffer; Append
+// copies the bytes into the driver's own column.
 
-// colField is the offset of a driver column type's proto column, when its
-// layout is the expected one.
-type colField struct {
-	off uintptr
-	ok  bool
+// insertScratch is reused by the columns of one table's insert.
+type insertScratch struct {
+	strs []string
 }
 
-// fieldOf checks that the driver column type C holds its data as a field
-// col of type P.
-func fieldOf[C, P any]() colField {
-	f, ok := reflect.TypeFor[C]().FieldByName("col")
-	if !ok || f.Type != reflect.TypeFor[P]() {
-		return colField{}
+// fillBatch appends the columns of t to the driver's batch bt, column by
+// column.
+func fillBatch(bt driver.Batch, t table) error {
+	cols := bt.Columns()
+	var sc insertScratch
+	for i, v := range t.values() {
+		var c column.Interface
+		if i < len(cols) {
+			c = cols[i]
+		}
+		if err := appendColumn(bt.Column(i), c, v, &sc); err != nil {
+			return fmt.Errorf("column %d: %w", i, err)
+		}
 	}
-	return colField{off: f.Offset, ok: true}
+	return nil
 }
 
-// directColumns are the layouts setColumn relies on; tests switch them off
-// to exercise the fallback.
-var directColumns = struct {
-	str, i32, i64, u8, u64 colField
-}{
-	str: fieldOf[column.String, proto.ColStr](),
-	i32: fieldOf[column.Int32, proto.ColInt32](),
-	i64: fieldOf[column.Int64, proto.ColInt64](),
-	u8:  fieldOf[column.UInt8, proto.ColUInt8](),
-	u64: fieldOf[column.UInt64, proto.ColUInt64](),
-}
-
-// put stores v as the proto column of the empty driver column c whose field
-// is f, and reports whether it did. The stored slices are clipped to their
-// length: should the driver ever append to the column, it copies instead of
-// writing into the sink's buffers. The driver only reads the column (to
-// encode it, in Send); the sink does not touch it until the insert returned.
-func put[C interface{ Rows() int }, P any](c C, f colField, v P) bool {
-	if !f.ok || c.Rows() != 0 {
-		return false
-	}
-	*(*P)(unsafe.Add(reflect.ValueOf(c).UnsafePointer(), f.off)) = v
-	return true
-}
-
-// setColumn hands the sink's column v to the driver's column c without
-// copying, when their types allow it; it reports whether it did.
-func setColumn(c column.Interface, v any) bool {
+// appendColumn appends the sink's column v to the driver's batch column bc
+// (c is the same column as column.Interface, or nil).
+func appendColumn(bc driver.BatchColumn, c column.Interface, v any, sc *insertScratch) error {
 	switch v := v.(type) {
 	case proto.ColStr:
-		if c, ok := c.(*column.String); ok {
-			return put(c, directColumns.str, proto.ColStr{Buf: clip(v.Buf), Pos: clip(v.Pos)})
-		}
-	case []int32:
-		if c, ok := c.(*column.Int32); ok {
-			return put(c, directColumns.i32, proto.ColInt32(clip(v)))
-		}
-	case []int64:
-		if c, ok := c.(*column.Int64); ok {
-			return put(c, directColumns.i64, proto.ColInt64(clip(v)))
-		}
-	case []uint8:
-		if c, ok := c.(*column.UInt8); ok {
-			return put(c, directColumns.u8, proto.ColUInt8(clip(v)))
-		}
-	case []uint64:
-		if c, ok := c.(*column.UInt64); ok {
-			return put(c, directColumns.u64, proto.ColUInt64(clip(v)))
-		}
-	}
-	return false
-}
-
-func clip[T any](s []T) []T { return s[:len(s):len(s)] }
-
-// appendColumn appends the sink's column v to the driver's batch column i
-// (c, the batch's column i, may be nil) through the driver's API: the path
-// of every column setColumn does not take.
-func appendColumn(bc driver.BatchColumn, c column.Interface, v any) error {
-	switch v := v.(type) {
-	case proto.ColStr:
-		vals := make([]string, len(v.Pos))
-		for i, p := range v.Pos {
-			vals[i] = unsafe.String(unsafe.SliceData(v.Buf[p.Start:p.End]), p.End-p.Start)
-		}
+		vals := stringViews(v, sc.strs[:0])
+		sc.strs = vals
 		if s, ok := c.(*column.String); ok {
 			reserveStrings(s, vals)
 		}
-		return bc.Append(vals)
+		err := bc.Append(vals)
+		clear(vals) // the views must not outlive the call (see stringViews)
+		return err
 	case [][]string:
 		return appendArrays(bc, v)
 	default:
 		return bc.Append(v)
 	}
+}
+
+// stringViews appends to dst one string per row of c, each a view of c.Buf
+// (no copy).
+//
+// Invariant that makes the views safe: c.Buf belongs to the sink's batch,
+// which nobody writes while it is being inserted (the reader fills another
+// batch; this one is reset only after its insert returned), and the views
+// live only for the Append that copies them into the driver's column (the
+// caller clears them right after).
+func stringViews(c proto.ColStr, dst []string) []string {
+	for _, p := range c.Pos {
+		if p.End == p.Start {
+			dst = append(dst, "")
+			continue
+		}
+		dst = append(dst, unsafe.String(&c.Buf[p.Start], p.End-p.Start))
+	}
+	return dst
 }
 
 // emptyStrings is an empty Array(String) row, boxed once.
@@ -139,20 +107,43 @@ func appendArrays(c driver.BatchColumn, rows [][]string) error {
 	return nil
 }
 
-// fillBatch puts the columns of t into the driver's batch bt.
-func fillBatch(bt driver.Batch, t table) error {
-	cols := bt.Columns()
-	for i, v := range t.values() {
-		var c column.Interface
-		if i < len(cols) {
-			c = cols[i]
-		}
-		if c != nil && setColumn(c, v) {
-			continue
-		}
-		if err := appendColumn(bt.Column(i), c, v); err != nil {
-			return fmt.Errorf("column %d: %w", i, err)
-		}
+// reserveStrings makes an empty String column hold vals' bytes without
+// growing, before appendColumn appends them (columns.go). The driver
+// appends a batch's strings one by one to a column
+// buffer that starts empty for every insert, so a 10k-row column of record
+// bodies was reallocated and copied ~20 times: that growth was a quarter of
+// the sink's CPU (pprof of BenchmarkSinkEndToEnd). Appending one zero-filled
+// string of the column's total length, then Reset (which keeps the
+// capacity), allocates the byte buffer once at its final size. (The row
+// offsets still grow: the driver has no way to size them.) Columns under
+// 64 KiB are left alone. The padding is shared, read-only, and bounded by
+// the largest column seen (at most a batch's bytes).
+func reserveStrings(c *column.String, vals []string) {
+	if c.Rows() != 0 || len(vals) < 2 {
+		return
 	}
-	return nil
+	n := 0
+	for _, v := range vals {
+		n += len(v)
+	}
+	if n < 64<<10 {
+		return
+	}
+	_, _ = c.Append([]string{zeros(n)})
+	c.Reset()
+}
+
+var pad struct {
+	mu    sync.Mutex
+	zeros string
+}
+
+// zeros returns a string of n zero bytes, shared (strings are never written).
+func zeros(n int) string {
+	pad.mu.Lock()
+	defer pad.mu.Unlock()
+	if len(pad.zeros) < n {
+		pad.zeros = string(make([]byte, n+n/4))
+	}
+	return pad.zeros[:n]
 }

@@ -16,18 +16,6 @@ import (
 	"github.com/playpipe/playpipe/internal/chlocal"
 )
 
-// Environment variables of the Config fields: the defaults of the
-// --clickhouse-* flags, bound by cmd/playpipe (this package reads no
-// environment). They are named here because the errors name them.
-const (
-	EnvAddr     = "PLAYPIPE_CLICKHOUSE_ADDR"
-	EnvDatabase = "PLAYPIPE_CLICKHOUSE_DATABASE"
-	EnvUser     = "PLAYPIPE_CLICKHOUSE_USER"
-	EnvPassword = "PLAYPIPE_CLICKHOUSE_PASSWORD" // env only: never a flag
-	EnvTLS      = "PLAYPIPE_CLICKHOUSE_TLS"
-	EnvDataDir  = "PLAYPIPE_CLICKHOUSE_DATA"
-)
-
 // Defaults of Config.
 const (
 	DefaultDatabase = "playpipe"
@@ -49,8 +37,8 @@ type Config struct {
 	Database string
 	// User defaults to "default".
 	User string
-	// Password is a secret: read from PLAYPIPE_CLICKHOUSE_PASSWORD only, never
-	// logged or put in errors.
+	// Password is a secret: never logged or put in errors (cmd/playpipe
+	// reads it from the environment only, never from a flag).
 	Password string
 	// TLS connects with TLS (system roots).
 	TLS bool
@@ -58,6 +46,10 @@ type Config struct {
 	// Addr (started, or reused when one already runs there; see
 	// LocalOrConfigured). The two exclude each other.
 	DataDir string
+	// ServerBinary is the ClickHouse server executable LocalOrConfigured
+	// starts for DataDir; defaults to the first of clickhouse-server and
+	// clickhouse found on PATH or in the system folders (chlocal.FindBinary).
+	ServerBinary string
 	// DialTimeout defaults to 5 s.
 	DialTimeout time.Duration
 }
@@ -99,9 +91,9 @@ func (c Config) Validate() error {
 func (c Config) RequireServer() error {
 	switch {
 	case c.Addr == "" && c.DataDir == "":
-		return fmt.Errorf("%w: set --clickhouse-addr host:port (env %s) or pass --clickhouse-data DIR to run a local clickhouse-server with its data in DIR", ErrNoClickHouse, EnvAddr)
+		return fmt.Errorf("%w: set --clickhouse-addr host:port or pass --clickhouse-data DIR to run a local clickhouse-server with its data in DIR", ErrNoClickHouse)
 	case c.Addr != "" && c.DataDir != "":
-		return fmt.Errorf("analytics: --clickhouse-addr (%s) and --clickhouse-data (%s) exclude each other: set one (%s and %s count as the flags)", c.Addr, c.DataDir, EnvAddr, EnvDataDir)
+		return fmt.Errorf("analytics: --clickhouse-addr (%s) and --clickhouse-data (%s) exclude each other: set one", c.Addr, c.DataDir)
 	}
 	return nil
 }
@@ -167,7 +159,7 @@ func LocalOrConfigured(ctx context.Context, cfg Config, log *slog.Logger) (Confi
 	if log == nil {
 		log = slog.Default()
 	}
-	s, err := chlocal.Start(ctx, chlocal.Config{Dir: cfg.DataDir, Reuse: true, Logger: log})
+	s, err := chlocal.Start(ctx, chlocal.Config{Dir: cfg.DataDir, Binary: cfg.ServerBinary, Reuse: true, Logger: log})
 	if err != nil {
 		return cfg, func() {}, fmt.Errorf("analytics: --clickhouse-data %s: the local server did not start: %w", cfg.DataDir, err)
 	}

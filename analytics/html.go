@@ -97,16 +97,18 @@ func hasList(ls []HTMLList, name string) bool {
 }
 
 // finals is one row per reportable play of the window: when it was recorded
-// and when it got its first final answer (0: none).
+// and when it got its first final answer (0: none). Both joined sides are
+// one row per report id and aliased: the same on 18.16 and current releases
+// (see perReport).
 func (a *Auditor) finals(o AuditOptions) string {
 	w := window(o)
 	return `(SELECT derived_ms, delivered_n, delivered_ms, rejected_ms FROM
-    (SELECT report_id, max(below_minimum) AS below, min(kafka_time_ms) AS derived_ms FROM ` + a.db + `.plays WHERE ` + w + ` GROUP BY report_id)
-    ANY LEFT JOIN
+    (SELECT report_id, max(below_minimum) AS below, min(kafka_time_ms) AS derived_ms FROM ` + a.db + `.plays WHERE ` + w + ` GROUP BY report_id) AS per_play
+    ALL LEFT JOIN
     (SELECT report_id, countIf(outcome = 'delivered') AS delivered_n, minIf(at_ms, outcome = 'delivered') AS delivered_ms,
         minIf(at_ms, outcome = 'rejected') AS rejected_ms
      FROM ` + a.db + `.deliveries WHERE report_id IN (SELECT report_id FROM ` + a.db + `.plays WHERE ` + w + `)` + asOf(o) + `
-     GROUP BY report_id)
+     GROUP BY report_id) AS per_play_finals
     USING report_id WHERE below = 0)`
 }
 

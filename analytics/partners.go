@@ -86,14 +86,14 @@ GROUP BY partner ORDER BY partner`)
 	if len(sandboxes) > 0 {
 		in := "(" + strings.Join(sandboxes, ", ") + ")"
 		if err := a.row(ctx, `SELECT count() FROM
-    (SELECT report_id, max(below_minimum) AS below FROM `+a.db+`.plays WHERE `+w+` GROUP BY report_id)
-ANY INNER JOIN
+    (SELECT report_id, max(below_minimum) AS below FROM `+a.db+`.plays WHERE `+w+` GROUP BY report_id) AS per_play
+ALL INNER JOIN
     (SELECT report_id,
         countIf(outcome = 'delivered' AND partner IN `+in+`) AS sandbox_n,
         countIf(outcome = 'delivered' AND partner NOT IN `+in+`) AS real_n
      FROM `+a.db+`.deliveries
      WHERE report_id IN (SELECT report_id FROM `+a.db+`.plays WHERE `+w+`)`+asOf(o)+`
-     GROUP BY report_id)
+     GROUP BY report_id) AS per_play_targets
 USING report_id
 WHERE below = 0 AND sandbox_n > 0 AND real_n = 0`, &r.DeliveredToSandbox); err != nil {
 			return fmt.Errorf("analytics: audit sandbox deliveries: %w", err)

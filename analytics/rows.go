@@ -522,6 +522,7 @@ func lenient(err error) error {
 // recordString returns the bytes of a fetched record (its key or value) as a
 // string without copying them, for the decoders (whose strings are then
 // slices of it) and for the String columns, which copy what they append.
+// The bytes are the project's: PollRecords hands each record to the caller.
 // That is safe because nothing writes to them afterwards: franz-go
 // allocates every fetch's buffers anew and never reuses them (the sink
 // configures no kgo.WithPools), and the sink never modifies a record. Only

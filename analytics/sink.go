@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/ClickHouse/clickhouse-go/v2/lib/column"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -64,6 +63,10 @@ type SinkConfig struct {
 	// before its offsets are committed; an error ends Run at once without
 	// committing, like a crash at the worst moment.
 	afterInsert func(rows int) error
+	// conn, when set (tests), is the ledger connection Run uses instead of
+	// opening ClickHouse.Addr: the ledger suite's in-process current
+	// ClickHouse (chdb), which has no address.
+	conn driver.Conn
 }
 
 func (c SinkConfig) withDefaults() SinkConfig {
@@ -119,7 +122,7 @@ func (c SinkConfig) Validate() error {
 	if err := c.Kafka.Validate(); err != nil {
 		return err
 	}
-	if c.ClickHouse.Addr == "" {
+	if c.ClickHouse.Addr == "" && c.conn == nil {
 		return errors.New("analytics: sink: no ClickHouse address configured (--clickhouse-addr; LocalOrConfigured starts a local server)")
 	}
 	return c.ClickHouse.Validate()
@@ -206,11 +209,15 @@ func NewSink(cfg SinkConfig) (*Sink, error) {
 // when it cannot run (bad Kafka settings) or the drain did not finish.
 // ClickHouse being down is not an error: Run waits and retries.
 func (s *Sink) Run(ctx context.Context) error {
-	conn, err := s.cfg.ClickHouse.Open()
-	if err != nil {
-		return err
+	conn := s.cfg.conn
+	if conn == nil {
+		c, err := s.cfg.ClickHouse.Open()
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		conn = c
 	}
-	defer conn.Close()
 	if err := s.migrate(ctx, conn); err != nil {
 		if ctx.Err() != nil {
 			return nil // stopped before ClickHouse answered: nothing was read
@@ -242,7 +249,7 @@ func (s *Sink) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("analytics: sink: kafka client: %w", err)
 	}
-	defer cl.Close()
+	defer kafkax.CloseClient(cl, 0) // bounded leave: never waits on a frozen broker
 	s.log.Info("sink started", "group", s.cfg.Group, "topics", topics.All(), "clickhouse", s.cfg.ClickHouse.Addr,
 		"database", s.cfg.ClickHouse.Database, "batch_rows", s.cfg.BatchRows, "linger", s.cfg.Linger)
 
@@ -335,7 +342,7 @@ func (s *Sink) read(ctx context.Context, cl *kgo.Client, topics kafkax.Topics, q
 		fs.EachError(func(t string, p int32, err error) {
 			if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
 				fetchErr = true
-				s.log.Warn("kafka: fetch error", "topic", t, "partition", p, "err", err)
+				s.cfg.Kafka.Faults.Fetch(s.log, t, p, err) // at most a line a minute per fault
 			}
 		})
 		if fetchErr && fs.NumRecords() == 0 && !backoff.Sleep(ctx, s.cfg.RetryMin) {
@@ -533,45 +540,4 @@ func (s *Sink) insertTable(ctx context.Context, conn driver.Conn, t table) error
 // exponential from RetryMin to RetryMax with ±25 % jitter.
 func (s *Sink) backoff(attempt int) time.Duration {
 	return backoff.Policy{Initial: s.cfg.RetryMin, Max: s.cfg.RetryMax, Jitter: backoff.Proportional}.Delay(attempt, 0)
-}
-
-// reserveStrings makes an empty String column hold vals' bytes without
-// growing, on the fallback path of appendColumn (when the sink cannot hand
-// its columns to the driver, see columns.go). The driver appends a batch's strings one by one to a column
-// buffer that starts empty for every insert, so a 10k-row column of record
-// bodies was reallocated and copied ~20 times: that growth was a quarter of
-// the sink's CPU (pprof of BenchmarkSinkEndToEnd). Appending one zero-filled
-// string of the column's total length, then Reset (which keeps the
-// capacity), allocates the byte buffer once at its final size. (The row
-// offsets still grow: the driver has no way to size them.) Columns under
-// 64 KiB are left alone. The padding is shared, read-only, and bounded by
-// the largest column seen (at most a batch's bytes).
-func reserveStrings(c *column.String, vals []string) {
-	if c.Rows() != 0 || len(vals) < 2 {
-		return
-	}
-	n := 0
-	for _, v := range vals {
-		n += len(v)
-	}
-	if n < 64<<10 {
-		return
-	}
-	_, _ = c.Append([]string{zeros(n)})
-	c.Reset()
-}
-
-var pad struct {
-	mu    sync.Mutex
-	zeros string
-}
-
-// zeros returns a string of n zero bytes, shared (strings are never written).
-func zeros(n int) string {
-	pad.mu.Lock()
-	defer pad.mu.Unlock()
-	if len(pad.zeros) < n {
-		pad.zeros = string(make([]byte, n+n/4))
-	}
-	return pad.zeros[:n]
 }

@@ -73,6 +73,19 @@ func BenchmarkSinkBatch(b *testing.B) {
 		}
 		b.ReportMetric(float64(b.N*rows)/b.Elapsed().Seconds(), "rows/s")
 	})
+	// The row-wise alternative of the public batch API (batch.Append of
+	// one row's values, what AppendStruct does after reflection), measured
+	// for the choice of insert API (docs/audit.md "Insert API").
+	b.Run("insert-rows", func(b *testing.B) {
+		for range b.N {
+			for _, t := range pre.tables() {
+				if err := insertRows(ctx, conn, ch.Database, t); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		b.ReportMetric(float64(b.N*rows)/b.Elapsed().Seconds(), "rows/s")
+	})
 	b.Run("decode+insert", func(b *testing.B) {
 		for range b.N {
 			if err := s.insert(ctx, conn, decode()); err != nil {

@@ -28,7 +28,7 @@ func benchRecords(n int) ([]*kgo.Record, int) {
 		if e.wantReason != "" {
 			continue
 		}
-		recs = append(recs, &kgo.Record{Topic: "plays.events", Key: e.key, Value: e.value})
+		recs = append(recs, &kgo.Record{Topic: "plays.events", Key: e.key, Value: e.value, Timestamp: testArrival(e.value)})
 		bytes += len(e.value)
 		if len(recs) == n {
 			break
@@ -62,7 +62,7 @@ func benchEnrich(b *testing.B, tp trace.TracerProvider) {
 	p := newProcessor(cache, kafkax.TopicsFor(""), schemas.ValidateOptions{}, SplitOptions{}, 8)
 	p.tracer = telemetry.OrNoopTracerProvider(tp).Tracer(instrumentationName)
 	ctx := context.Background()
-	if _, err := p.process(ctx, ctx, recs, time.Now().UnixMilli()); err != nil { // warm the cache
+	if _, err := p.process(ctx, ctx, recs, time.Now().UnixMilli(), noHold{}); err != nil { // warm the cache
 		b.Fatal(err)
 	}
 	p.endTxn(false)
@@ -70,7 +70,7 @@ func benchEnrich(b *testing.B, tp trace.TracerProvider) {
 	b.ResetTimer()
 	events, plays := 0, 0
 	for b.Loop() {
-		out, err := p.process(ctx, ctx, recs, 1_700_000_000_000)
+		out, err := p.process(ctx, ctx, recs, 1_700_000_000_000, noHold{})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -140,7 +140,7 @@ func BenchmarkEnrichKafka(b *testing.B) {
 			r := recs[j%len(recs)]
 			// Distinct event ids so every play has its own report id.
 			v := bytes.Replace(r.Value, []byte(`"event_id":"ev-`), []byte(`"event_id":"`+strconv.Itoa(j)+`-`), 1)
-			batch = append(batch, &kgo.Record{Key: r.Key, Value: v})
+			batch = append(batch, &kgo.Record{Key: r.Key, Value: v, Timestamp: r.Timestamp})
 		}
 		if err := cl.ProduceSync(context.Background(), batch...).FirstErr(); err != nil {
 			b.Fatal(err)
@@ -172,3 +172,9 @@ func BenchmarkEnrichKafka(b *testing.B) {
 		k.Close()
 	}
 }
+
+// noHold is a holder that holds nothing (the processor alone).
+type noHold struct{}
+
+func (noHold) hold(it *item) bool { return false }
+func (noHold) waited(int64) bool  { return false }

@@ -17,8 +17,11 @@
 //   - An event is never dropped silently: it yields plays, or a rejection
 //     with machine-readable reasons. A mix unknown to the partner API (404)
 //     rejects the event as unknown_mix; a 500, 503 or network error is
-//     retried with backoff while the partition waits, never turned into a
-//     rejection; a 400 or undecodable answer is retried until a bounded
+//     retried with backoff, never turned into a rejection, while only the
+//     events of that mix (and later events of their keys) are held and
+//     every other event flows on (hold.go: the committed offsets stop at
+//     the oldest held event, and commit metadata lists what was produced
+//     past it, so a restart neither loses nor doubles); a 400 or undecodable answer is retried until a bounded
 //     policy (CacheConfig.UnavailableAttempts) rejects the mix's events as
 //     mix_unavailable.
 //   - Nothing stalls a partition for good: events over Config.MaxEventBytes

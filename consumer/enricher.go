@@ -41,7 +41,10 @@ type Config struct {
 	// Cache, when set, is used instead of building one over Source with CacheConfig.
 	Cache       *MixCache
 	CacheConfig CacheConfig
-	// Events are the deployment's event policies (--allow-missing-user-id, --default-vendor).
+	// Events are the deployment's event policies (--allow-missing-user-id,
+	// --default-vendor, the plausible-time window --time-window-back and
+	// --time-window-ahead). ArrivalMS is ignored: each event's arrival is
+	// its record's timestamp.
 	Events schemas.ValidateOptions
 	// MaxEventBytes is the longest event accepted; a longer one is rejected
 	// as too_large (its rejection keeps a bounded prefix, see
@@ -61,15 +64,31 @@ type Config struct {
 	// events or has been open this long; defaults 1000 and 100ms.
 	TxnRecords  int
 	TxnInterval time.Duration
-	// MaxTxnWait is how long an open transaction that already produced
-	// records may wait for the partner API (a 503 storm on a cold mix).
-	// Past it the transaction is aborted (nothing is lost: its events are
-	// read again from the committed offsets) and the enricher waits for the
-	// mix outside any transaction. Defaults to 10s; must stay well under
+	// MaxTxnWait bounds how long an open transaction may wait for the
+	// partner API: it is the upper bound of MixHoldAfter (events whose mix
+	// has not come by then are held, see hold.go, so a transaction never
+	// waits longer). Defaults to 10s; must stay well under
 	// TransactionTimeout.
 	MaxTxnWait time.Duration
 	// TransactionTimeout is the broker-side transaction timeout; defaults to 60s.
 	TransactionTimeout time.Duration
+	// MixHoldAfter is how long a batch waits for a mix that is not cached;
+	// events whose mix has not come by then are held (with every later
+	// event of their key) while the rest flows on, and the mix is fetched
+	// in the background (docs/consumer.md). A mix already being fetched for
+	// held events is not waited for at all. Defaults to 1s; at most
+	// MaxTxnWait.
+	MixHoldAfter time.Duration
+	// MaxHeld bounds the events held at once. When it is reached the
+	// enricher fetches no new events until a mix is served (block, never
+	// drop): the behaviour of a partition waiting, for every partition.
+	// Defaults to 10000 (about 3 MB of ~300-byte events).
+	MaxHeld int
+	// MetadataMaxBytes is the brokers' offset.metadata.max.bytes: the commit
+	// metadata that lists a partition's held offsets must fit it, so it
+	// also bounds the held events of one partition (a full partition
+	// blocks like MaxHeld). Defaults to 4096, Kafka's default.
+	MetadataMaxBytes int
 	// FetchConcurrency bounds the mixes fetched at once for one batch; defaults to 8.
 	FetchConcurrency int
 	// Logger defaults to slog.Default().
@@ -89,6 +108,9 @@ type Config struct {
 	TracerProvider trace.TracerProvider
 }
 
+// DefaultMaxHeld is the default Config.MaxHeld.
+const DefaultMaxHeld = 10000
+
 // DefaultMaxEventBytes is the default Config.MaxEventBytes: 64 KiB, two
 // orders of magnitude above a real event (~300 bytes), far below Kafka's
 // 1 MiB record limit even after the sixfold growth of JSON escaping.
@@ -105,6 +127,9 @@ func (o Config) Validate() error {
 	if o.Source == nil && o.Cache == nil {
 		return errors.New("consumer: a mix source (partner API client) is required")
 	}
+	if err := o.Events.Window.Validate(); err != nil {
+		return err
+	}
 	for _, c := range []struct {
 		bad        bool
 		name, want string
@@ -117,6 +142,9 @@ func (o Config) Validate() error {
 		{o.MaxEventBytes < 0, "--max-event-bytes", "≥ 1", o.MaxEventBytes},
 		{o.FetchConcurrency < 0, "FetchConcurrency", "≥ 1", o.FetchConcurrency},
 		{o.TransactionTimeout < 0, "--txn-timeout", "> 0", o.TransactionTimeout},
+		{o.MixHoldAfter < 0, "--mix-hold-after", "> 0", o.MixHoldAfter},
+		{o.MaxHeld < 0, "--max-held-events", "≥ 1", o.MaxHeld},
+		{o.MetadataMaxBytes != 0 && o.MetadataMaxBytes < 256, "--offset-metadata-max-bytes", "≥ 256", o.MetadataMaxBytes},
 	} {
 		if c.bad {
 			return fmt.Errorf("consumer: %s must be %s, got %v", c.name, c.want, c.got)
@@ -131,6 +159,9 @@ func (o Config) Validate() error {
 	}
 	if wait*2 > tt {
 		return fmt.Errorf("consumer: --max-txn-wait (%s) must be at most half of --txn-timeout (%s)", wait, tt)
+	}
+	if o.MixHoldAfter > wait {
+		return fmt.Errorf("consumer: --mix-hold-after (%s) must be at most --max-txn-wait (%s)", o.MixHoldAfter, wait)
 	}
 	return o.CacheConfig.Validate()
 }
@@ -152,6 +183,9 @@ func (o *Config) setDefaults() {
 	orDefault(&o.MaxTxnWait, 10*time.Second)
 	orDefault(&o.TransactionTimeout, 60*time.Second)
 	orDefault(&o.FetchConcurrency, 8)
+	orDefault(&o.MixHoldAfter, min(time.Second, o.MaxTxnWait))
+	orDefault(&o.MaxHeld, DefaultMaxHeld)
+	orDefault(&o.MetadataMaxBytes, 4096)
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -182,6 +216,10 @@ type Enricher struct {
 	sess    *kgo.GroupTransactSession // while Run runs; crash() closes it
 	crashed atomic.Bool
 
+	lost              lostParts // partitions revoked or lost, until the loop forgets their held events
+	held, heldPeak    atomic.Int64
+	released, skipped atomic.Int64
+
 	// testHookProduced, when set (tests only), runs after each batch's
 	// records were handed to the producer, inside the open transaction.
 	testHookProduced func(*kgo.Client)
@@ -211,9 +249,15 @@ func New(opts Config) (*Enricher, error) {
 // Cache returns the enricher's mix cache.
 func (e *Enricher) Cache() *MixCache { return e.cache }
 
-// Stats are counters of committed work.
+// Stats are counters of committed work, and of held events.
 type Stats struct {
 	Events, Plays, BelowMinimum, Rejected int64
+	// Held are the events held now (their mix is not served, or an event
+	// with their key is held); HeldPeak the most held at once; Released
+	// the held events handed back to enrichment; Skipped the events read
+	// again after a restart or rebalance that a predecessor had produced
+	// already (commit metadata).
+	Held, HeldPeak, Released, Skipped int64
 	// WithoutPlays are valid events that yielded no play (a segment past
 	// the mix end or before its first track): consumed, not rejected.
 	WithoutPlays    int64
@@ -223,8 +267,24 @@ type Stats struct {
 // Stats returns the counters of work in committed transactions.
 func (e *Enricher) Stats() Stats {
 	e.proc.statsMu.Lock()
-	defer e.proc.statsMu.Unlock()
-	return e.proc.committed
+	st := e.proc.committed
+	e.proc.statsMu.Unlock()
+	st.Held, st.HeldPeak, st.Released, st.Skipped = e.held.Load(), e.heldPeak.Load(), e.released.Load(), e.skipped.Load()
+	return st
+}
+
+// setHeld records the number of events held now.
+func (e *Enricher) setHeld(n int) { e.held.Store(int64(n)) }
+
+// noteHeld records the number held after one more was held.
+func (e *Enricher) noteHeld(n int) {
+	e.held.Store(int64(n))
+	for {
+		p := e.heldPeak.Load()
+		if int64(n) <= p || e.heldPeak.CompareAndSwap(p, int64(n)) {
+			return
+		}
+	}
 }
 
 // Run consumes until ctx ends (it then commits the open transaction, leaves
@@ -245,6 +305,8 @@ func (e *Enricher) Run(ctx context.Context) error {
 		kgo.ProducerLinger(0),
 		kgo.ProducerBatchMaxBytes(1<<20),
 		kgo.MaxBufferedRecords(1<<20),
+		kgo.OnPartitionsRevoked(e.lost.note),
+		kgo.OnPartitionsLost(e.lost.note),
 	)
 	kopts = append(kopts, o.KafkaOpts...)
 	sess, err := kgo.NewGroupTransactSession(kopts...)
@@ -264,7 +326,7 @@ func (e *Enricher) Run(ctx context.Context) error {
 	_, _, err = sess.Client().ProducerID(initCtx)
 	cancelInit()
 	if err != nil && ctx.Err() == nil {
-		sess.Close()
+		kafkax.CloseClient(sess.Client(), 0) // bounded leave: never waits on a frozen broker
 		return fmt.Errorf("consumer: claim transactional id %q: %w", o.TransactionalID, err)
 	}
 	meter := telemetry.OrNoopMeterProvider(o.MeterProvider).Meter(instrumentationName)
@@ -273,11 +335,18 @@ func (e *Enricher) Run(ctx context.Context) error {
 		o.Logger.Warn("mix cache metrics not registered", "err", err)
 	}
 	defer unreg()
+	if _, err := meter.Int64ObservableGauge("playpipe.events.held", metric.WithDescription("player events held because their mix is not served (or an event with their key is held)"),
+		metric.WithInt64Callback(func(_ context.Context, obs metric.Int64Observer) error {
+			obs.Observe(e.held.Load())
+			return nil
+		})); err != nil {
+		o.Logger.Warn("held-events gauge not registered", "err", err)
+	}
 	if err := e.proc.initMetrics(meter); err != nil {
 		o.Logger.Warn("enrich metrics not registered", "err", err)
 	}
 	o.Logger.Info("enricher started", "group", o.Group, "topic", e.topics.Events, "transactional_id", o.TransactionalID,
-		"txn_records", o.TxnRecords, "txn_interval", o.TxnInterval)
+		"txn_records", o.TxnRecords, "txn_interval", o.TxnInterval, "mix_hold_after", o.MixHoldAfter, "max_held", o.MaxHeld)
 
 	err = e.loop(ctx, sess)
 	if errors.Is(err, errClientClosed) || e.crashed.Load() {
@@ -289,6 +358,6 @@ func (e *Enricher) Run(ctx context.Context) error {
 		_, _ = sess.End(endCtx, kgo.TryAbort)
 		cancel()
 	}
-	sess.Close()
+	kafkax.CloseClient(sess.Client(), 0) // bounded leave: never waits on a frozen broker
 	return err
 }

@@ -207,13 +207,28 @@ func genEvents(seed uint64, n int, mixes []refMix, unknownMixID int64) []genEven
 	return out
 }
 
-// publish writes the events to topic and waits for the acks.
+// testArrival is the record timestamp a test gives an event: a second after
+// its segment ended (the fleet sends it then), so that the fixed started_at
+// of the generated events is plausible; 2023-11-14 for bytes without one.
+func testArrival(value []byte) time.Time {
+	var f struct {
+		StartedAt  *int64 `json:"started_at"`
+		DurationMS int64  `json:"duration_ms"`
+	}
+	if json.Unmarshal(value, &f) == nil && f.StartedAt != nil && *f.StartedAt > 0 && *f.StartedAt < 1<<50 && f.DurationMS >= 0 && f.DurationMS < 1<<40 {
+		return time.UnixMilli(*f.StartedAt + f.DurationMS + 1000)
+	}
+	return time.UnixMilli(1_700_000_000_000)
+}
+
+// publish writes the events to topic (timestamps from testArrival) and
+// waits for the acks.
 func publish(t testing.TB, k *testenv.Kafka, topic string, evs []genEvent) {
 	t.Helper()
 	cl := k.Client(t, kgo.DefaultProduceTopic(topic), kgo.ProducerLinger(0))
 	recs := make([]*kgo.Record, len(evs))
 	for i, e := range evs {
-		recs[i] = &kgo.Record{Key: e.key, Value: e.value}
+		recs[i] = &kgo.Record{Key: e.key, Value: e.value, Timestamp: testArrival(e.value)}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

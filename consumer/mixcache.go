@@ -306,7 +306,7 @@ func (c *MixCache) fetch(ctx context.Context, id int64) (*Listing, error) {
 		}
 		wait := c.retry.Delay(attempt, retryAfter)
 		if attempt == 1 || attempt%10 == 0 {
-			c.opts.Logger.Warn("mix fetch failed; retrying while the partition waits", "mix_id", id, "attempt", attempt, "retry_in", wait, "err", err)
+			c.opts.Logger.Warn("mix fetch failed; retrying (the events of this mix wait, the others flow on)", "mix_id", id, "attempt", attempt, "retry_in", wait, "err", err)
 		}
 		if !backoff.Sleep(ctx, wait) {
 			return nil, ctx.Err()

@@ -41,6 +41,11 @@ func setMaxMessageBytes(t *testing.T, k *testenv.Kafka, topic string, n int) {
 func publishRaw(t *testing.T, k *testenv.Kafka, recs ...*kgo.Record) {
 	t.Helper()
 	cl := k.Client(t, kgo.ProducerBatchMaxBytes(16<<20), kgo.ProducerLinger(0))
+	for _, r := range recs {
+		if r.Timestamp.IsZero() {
+			r.Timestamp = testArrival(r.Value)
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {

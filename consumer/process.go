@@ -148,13 +148,32 @@ func (p *processor) newRecord(topic string) *kgo.Record {
 	return r
 }
 
-// process validates, splits and encodes recs. waitCtx bounds waiting for
-// mixes; when it ends first, process returns *errWaitTooLong and nothing is
-// produced for recs. The returned records are valid until the transaction ends.
-func (p *processor) process(ctx, waitCtx context.Context, recs []*kgo.Record, nowMS int64) ([]*kgo.Record, error) {
-	if missing := p.parse(recs); len(missing) > 0 {
-		if err := p.fetchMissing(waitCtx, missing); err != nil {
-			return nil, err
+// holder decides, for each parsed event in order, whether it is held
+// instead of enriched now (its mix is not served yet, or an event with its
+// key is held), and then holds it; the transaction loop implements it.
+type holder interface {
+	hold(it *item) bool
+	// waited reports whether mix id is being fetched in the background for
+	// held events: events of it are held at once, without waiting.
+	waited(id int64) bool
+}
+
+// process validates, splits and encodes recs. Mixes not cached are fetched,
+// waiting until waitCtx ends; the events whose mix is still missing then,
+// or that h holds for their key, are handed to h instead of being enriched.
+// The returned records are valid until the transaction ends.
+func (p *processor) process(ctx, waitCtx context.Context, recs []*kgo.Record, nowMS int64, h holder) ([]*kgo.Record, error) {
+	if missing := p.parse(recs, nowMS); len(missing) > 0 {
+		fetch := missing[:0]
+		for _, id := range missing {
+			if !h.waited(id) {
+				fetch = append(fetch, id)
+			}
+		}
+		if len(fetch) > 0 {
+			if err := p.fetchMissing(waitCtx, fetch); err != nil {
+				return nil, err
+			}
 		}
 	}
 	p.out = p.out[:0]
@@ -162,7 +181,11 @@ func (p *processor) process(ctx, waitCtx context.Context, recs []*kgo.Record, no
 	split.DerivedAt = nowMS
 	split.OmitReportID = true
 	for i := range p.items {
-		if err := p.enrich(ctx, &p.items[i], split, nowMS); err != nil {
+		it := &p.items[i]
+		if h.hold(it) {
+			continue
+		}
+		if err := p.enrich(ctx, it, split, nowMS); err != nil {
 			return nil, err
 		}
 	}
@@ -170,8 +193,11 @@ func (p *processor) process(ctx, waitCtx context.Context, recs []*kgo.Record, no
 }
 
 // parse validates recs into p.items and finds their mixes in the cache. It
-// returns the mixes that are not cached (each once).
-func (p *processor) parse(recs []*kgo.Record) (missing []int64) {
+// returns the mixes that are not cached (each once). An event's arrival, the
+// reference of the plausible-time window, is its record's timestamp (nowMS
+// for a record without one): so a backlog read late is judged by when it
+// arrived, not by when it is read.
+func (p *processor) parse(recs []*kgo.Record, nowMS int64) (missing []int64) {
 	p.items = p.items[:0]
 	p.isolate = p.isolate[:0]
 	for _, r := range recs {
@@ -182,7 +208,9 @@ func (p *processor) parse(recs []*kgo.Record) (missing []int64) {
 				Detail: fmt.Sprintf("event is %d bytes, longer than the maximum event size of %d bytes (--max-event-bytes)", len(r.Value), p.maxEvent)}}
 			continue
 		}
-		it.ev, it.vs = schemas.ParseEvent(r.Value, p.validate)
+		vopts := p.validate
+		vopts.ArrivalMS = arrivalMS(r, nowMS)
+		it.ev, it.vs = schemas.ParseEvent(r.Value, vopts)
 		if it.vs != nil {
 			continue
 		}
@@ -191,6 +219,14 @@ func (p *processor) parse(recs []*kgo.Record) (missing []int64) {
 		}
 	}
 	return missing
+}
+
+// arrivalMS is the record's timestamp in epoch ms, or nowMS when it has none.
+func arrivalMS(r *kgo.Record, nowMS int64) int64 {
+	if ms := r.Timestamp.UnixMilli(); ms > 0 {
+		return ms
+	}
+	return nowMS
 }
 
 // lookup sets the item's listing, or its violation when the cache holds a
@@ -209,18 +245,22 @@ func (it *item) lookup(c *MixCache) bool {
 }
 
 // fetchMissing fetches the missing mixes, waiting until waitCtx ends, and
-// gives the items that waited for them their listing or violation.
+// gives the items that waited for them their listing or violation. Items
+// whose mix did not come in time keep neither (the caller holds them).
 func (p *processor) fetchMissing(waitCtx context.Context, missing []int64) error {
 	if err := p.resolve(waitCtx, missing); err != nil {
-		return err
+		var tooLong *errWaitTooLong
+		if !errors.As(err, &tooLong) {
+			return err
+		}
 	}
 	for i := range p.items {
 		it := &p.items[i]
-		if it.vs != nil || it.listing != nil {
+		if it.vs != nil || it.listing != nil || !containsID(missing, it.ev.MixID) {
 			continue
 		}
 		it.fetched = true
-		if it.lookup(p.cache) {
+		if it.lookup(p.cache) || waitCtx.Err() != nil {
 			continue
 		}
 		// Resolved moments ago but already evicted or expired (a tiny
@@ -229,8 +269,10 @@ func (p *processor) fetchMissing(waitCtx context.Context, missing []int64) error
 		switch {
 		case rejectsEvents(err):
 			it.vs = mixViolation(it.ev.MixID, err)
+		case err != nil && waitCtx.Err() != nil:
+			// Not in time: held by the caller.
 		case err != nil:
-			return p.waitErr(waitCtx, err, []int64{it.ev.MixID})
+			return err
 		default:
 			it.listing = l
 		}

@@ -155,13 +155,18 @@ func ledgerRow(t *testing.T, conn driver.Conn, table string, cols map[string]any
 }
 
 // TestDashboardQueries runs every query of the finance dashboard against a
-// ledger made by analytics.Migrate on a local ClickHouse (18.16 here), with a
-// few plays whose answers are known, and checks the figures.
+// ledger made by analytics.Migrate, with a few plays whose answers are
+// known, and checks the figures: on the local ClickHouse (18.16 here) and,
+// in a test binary built with -tags chdb, on current ClickHouse through chdb
+// (testenv.ForEachLedger).
 func TestDashboardQueries(t *testing.T) {
-	ch := testenv.StartClickHouse(t)
-	conn := ch.Conn(t) // default database: the test's, so unqualified table names resolve
+	testenv.ForEachLedger(t, dashboardQueries)
+}
+
+func dashboardQueries(t *testing.T, l *testenv.Ledger) {
+	conn := l.Conn // default database: the test's, so unqualified table names resolve
 	ctx := context.Background()
-	if _, err := analytics.Migrate(ctx, conn, ch.Database); err != nil {
+	if _, err := analytics.Migrate(ctx, conn, l.Database); err != nil {
 		t.Fatal(err)
 	}
 

@@ -21,6 +21,7 @@ import (
 	"github.com/playpipe/playpipe/internal/testenv"
 	"github.com/playpipe/playpipe/partnerapi"
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
+	"github.com/playpipe/playpipe/producer/simulator"
 	"github.com/playpipe/playpipe/schemas"
 )
 
@@ -122,7 +123,7 @@ func TestScaleOutWithFaults(t *testing.T) {
 	// The simulator publishes while the faults happen. The same messages
 	// are generated in-process first, to place the faults as shares of the
 	// expected reports; the simulator's record is the authority afterwards.
-	sa := simArgs{events: scaleEvents, rate: scaleRate, devices: 60, badShare: 0.05, seed: 9, startMS: 1767225600000}
+	sa := simArgs{events: scaleEvents, rate: scaleRate, devices: 60, badShare: 0.05, seed: 9, startMS: simulator.DefaultStart(time.Now())}
 	creds := partnerapi.Credentials{ClientID: sb.ClientID, ClientSignature: sb.ClientSignature}
 	genWant, _, _, _ := expectedPlays(t, sb.Catalog(), sa.generated(t, sb.URL, creds))
 	genReports := 0

@@ -21,20 +21,6 @@ import (
 	"github.com/playpipe/playpipe/internal/version"
 )
 
-// Environment variables of the Config fields: the defaults of the --api-*
-// flags, bound by cmd/playpipe (this package reads no environment). They are
-// named here because the validation errors name them.
-const (
-	EnvURL             = "PLAYPIPE_API_URL"
-	EnvClientID        = "PLAYPIPE_API_CLIENT_ID"
-	EnvClientSignature = "PLAYPIPE_API_CLIENT_SIGNATURE" // environment or file only, never a flag
-	EnvEmail           = "PLAYPIPE_API_EMAIL"
-	EnvCredentialsFile = "PLAYPIPE_API_CREDENTIALS_FILE"
-	EnvUserAgent       = "PLAYPIPE_API_USER_AGENT"
-	EnvMaxConns        = "PLAYPIPE_API_MAX_CONNS"
-	EnvTimeout         = "PLAYPIPE_API_TIMEOUT"
-)
-
 // Defaults of the Config fields for connections and retries.
 const (
 	DefaultMaxConns       = 64
@@ -68,21 +54,21 @@ func (e configError) Unwrap() error        { return e.error }
 // comment; New validates the result once and names the offending field.
 type Config struct {
 	// BaseURL of the partner API, e.g. https://api.example.com (the paths
-	// /partners/… are appended). Required. Flag --api-url, env PLAYPIPE_API_URL.
+	// /partners/… are appended). Required. Flag --api-url.
 	BaseURL string
 	// Credentials issued out of band. ClientID and ClientSignature are
 	// required; Email is optional (restricted catalog). Flags --api-client-id,
-	// --api-email; env PLAYPIPE_API_CLIENT_ID, PLAYPIPE_API_CLIENT_SIGNATURE,
-	// PLAYPIPE_API_EMAIL; fields left empty are filled from CredentialsFile.
+	// --api-email (the signature has no flag: cmd/playpipe reads it from the
+	// environment); fields left empty are filled from CredentialsFile.
 	Credentials Credentials
 	// CredentialsFile, when set, is read by New to fill the Credentials
 	// fields that are still empty (see LoadCredentialsFile for the format).
-	// Flag --api-credentials-file, env PLAYPIPE_API_CREDENTIALS_FILE.
+	// Flag --api-credentials-file.
 	CredentialsFile string
 	// UserAgent sent on every request. Defaults to version.UserAgent()
 	// ("playpipe/<version> (partner integration)"). The API's edge blocks
 	// default library agents (Go-http-client, curl, …) with 403/1010.
-	// Flag --api-user-agent, env PLAYPIPE_API_USER_AGENT.
+	// Flag --api-user-agent.
 	UserAgent string
 	// HTTPClient, when set, is used as is (its Transport, Timeout and
 	// redirect policy); MaxConns is then ignored and Close leaves it alone.
@@ -99,7 +85,7 @@ type Config struct {
 	// MaxConns bounds the connections to the API. Defaults to 64. The own
 	// transport keeps MaxIdleConnsPerHost = MaxConnsPerHost = MaxConns, so
 	// keep-alive connections are reused by up to MaxConns concurrent callers.
-	// Flag --api-max-conns, env PLAYPIPE_API_MAX_CONNS.
+	// Flag --api-max-conns.
 	MaxConns int
 	// RequestTimeout bounds one attempt of one request, from dial to the
 	// last byte of the answer (a play report post whose request was sent
@@ -197,19 +183,19 @@ func (c Config) validate() error {
 	u, err := url.Parse(c.BaseURL)
 	switch {
 	case c.BaseURL == "":
-		return bad("Config.BaseURL (--api-url, "+EnvURL+")", "required, e.g. https://api.example.com")
+		return bad("Config.BaseURL (--api-url)", "required, e.g. https://api.example.com")
 	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
-		return bad("Config.BaseURL (--api-url, "+EnvURL+")", "%q is not an http:// or https:// URL with a host", c.BaseURL)
+		return bad("Config.BaseURL (--api-url)", "%q is not an http:// or https:// URL with a host", c.BaseURL)
 	case u.RawQuery != "" || u.Fragment != "" || u.User != nil:
-		return bad("Config.BaseURL (--api-url, "+EnvURL+")", "must have no query, fragment or user info")
+		return bad("Config.BaseURL (--api-url)", "must have no query, fragment or user info")
 	case c.Credentials.ClientID == "":
-		return bad("Config.Credentials.ClientID (--api-client-id, "+EnvClientID+", or the credentials file)", "required")
+		return bad("Config.Credentials.ClientID (--api-client-id or the credentials file)", "required")
 	case c.Credentials.ClientSignature == "":
-		return bad("Config.Credentials.ClientSignature ("+EnvClientSignature+" or the credentials file)", "required")
+		return bad("Config.Credentials.ClientSignature (the environment or the credentials file; never a flag)", "required")
 	case strings.ContainsAny(c.Credentials.ClientID, "\r\n\x00"):
 		return bad("Config.Credentials.ClientID", "contains control characters")
 	case c.Credentials.Email != "" && !strings.Contains(c.Credentials.Email, "@"):
-		return bad("Config.Credentials.Email (--api-email, "+EnvEmail+")", "%q is not an e-mail address", c.Credentials.Email)
+		return bad("Config.Credentials.Email (--api-email)", "%q is not an e-mail address", c.Credentials.Email)
 	case strings.ContainsAny(c.UserAgent, "\r\n\x00"):
 		return bad("Config.UserAgent (--api-user-agent)", "contains control characters")
 	}

@@ -193,8 +193,8 @@ func TestCredentialsFilePrecedence(t *testing.T) {
 	if _, err := New(Config{BaseURL: "http://127.0.0.1:9", CredentialsFile: filepath.Join(dir, "none")}); !errors.Is(err, ErrInvalidConfig) {
 		t.Fatalf("missing credentials file: err = %v, want ErrInvalidConfig", err)
 	}
-	if _, err := New(Config{}); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), EnvURL) {
-		t.Fatalf("empty config: err = %v, want ErrInvalidConfig naming %s", err, EnvURL)
+	if _, err := New(Config{}); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "--api-url") {
+		t.Fatalf("empty config: err = %v, want ErrInvalidConfig naming --api-url", err)
 	}
 }
 

@@ -112,8 +112,14 @@ type Config struct {
 	// Topic receives the valid events; defaults to <TopicPrefix>.events.
 	Topic string
 	// Validate is the deployment's event policy (events without user_id,
-	// default vendor). It must match the consumer's.
+	// default vendor, the plausible-time Window). It must match the
+	// consumer's. Its ArrivalMS is ignored: each Publish sets it from Now
+	// (or WithArrival), so an event whose started_at is not epoch
+	// milliseconds near that time is refused implausible_time.
 	Validate schemas.ValidateOptions
+	// Now is the clock of the arrival time events are checked against;
+	// defaults to time.Now (tests inject a fixed one).
+	Now func() time.Time
 	// Linger is how long a partition waits to fill a batch; defaults to 5 ms.
 	// Publish always waits for the acknowledgement, so this is latency added
 	// to a small batch in exchange for fewer, larger produce requests.
@@ -155,6 +161,9 @@ func (c *Config) setDefaults() {
 	if c.DeliveryTimeout == 0 {
 		c.DeliveryTimeout = 30 * time.Second
 	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
 	if c.TracerProvider == nil {
 		c.TracerProvider = otel.GetTracerProvider()
 	}
@@ -174,7 +183,7 @@ func (c *Config) validate() error {
 	case c.DeliveryTimeout < 0:
 		return fmt.Errorf("producer: Config.DeliveryTimeout must be ≥ 0, got %s", c.DeliveryTimeout)
 	}
-	return nil
+	return c.Validate.Window.Validate()
 }
 
 // ConnOpts returns the franz-go options that reach the brokers of c (seed

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -38,6 +39,11 @@ var (
 	ErrNotPublished = errors.New("producer: event not published")
 	// ErrClosed: the Publisher was closed.
 	ErrClosed = errors.New("producer: publisher closed")
+	// ErrUnacknowledged: the event was handed to Kafka but not acknowledged
+	// when the call's deadline passed (the broker frozen, slow or cut off
+	// mid-request). Its fate is unknown: the producer keeps it and it may
+	// still be written; retrying it may publish it twice (see StatusUnknown).
+	ErrUnacknowledged = errors.New("producer: event not acknowledged by Kafka within the deadline; it may still be published")
 )
 
 // InvalidEventError is the error of a Result for an event that broke rules.
@@ -68,8 +74,13 @@ type PublishError struct {
 func (e *PublishError) Error() string {
 	return "producer: event not published to " + e.Topic + ": " + e.Err.Error()
 }
-func (e *PublishError) Unwrap() error        { return e.Err }
-func (e *PublishError) Is(target error) bool { return target == ErrNotPublished }
+func (e *PublishError) Unwrap() error { return e.Err }
+
+// Is makes errors.Is(err, ErrNotPublished) true, except for an event whose
+// fate is unknown (ErrUnacknowledged): that one may be on the topic.
+func (e *PublishError) Is(target error) bool {
+	return target == ErrNotPublished && !errors.Is(e.Err, ErrUnacknowledged)
+}
 
 // Publisher validates player events and publishes them to Kafka (franz-go,
 // idempotent producer, acks from all in-sync replicas). Safe for concurrent use.
@@ -127,6 +138,10 @@ func (p *Publisher) Topic() string { return p.cfg.Topic }
 // (Config.TopicPrefix with its default applied).
 func (p *Publisher) TopicPrefix() string { return p.cfg.TopicPrefix }
 
+// DeliveryTimeout is the longest a Publish or WriteRecords call waits for
+// Kafka when its context has no earlier deadline (Config.DeliveryTimeout).
+func (p *Publisher) DeliveryTimeout() time.Duration { return p.cfg.DeliveryTimeout }
+
 // Ping checks that a broker answers (for readiness probes).
 func (p *Publisher) Ping(ctx context.Context) error {
 	if err := p.cl.Ping(ctx); err != nil {
@@ -142,7 +157,13 @@ type Status string
 const (
 	StatusAccepted Status = "accepted" // on the topic, acknowledged by Kafka
 	StatusRefused  Status = "refused"  // broke a rule; not sent (retrying will not help)
-	StatusFailed   Status = "failed"   // valid but not acknowledged by Kafka; retry it
+	StatusFailed   Status = "failed"   // valid but not on Kafka (never written); retry it
+	// StatusUnknown: valid and handed to Kafka, but not acknowledged when
+	// the call's deadline passed. It may be on the topic already or be
+	// written later (the idempotent producer keeps it until the broker
+	// answers), or never: retrying it is the way to be sure, and may publish
+	// it twice (event_id tells the copies apart downstream).
+	StatusUnknown Status = "unknown"
 )
 
 // Result is the outcome of one event of a Publish call.
@@ -156,7 +177,8 @@ type Result struct {
 	// Violations are the broken rules of a refused event.
 	Violations []schemas.Violation
 	// Err is nil for an accepted event, an *InvalidEventError for a refused
-	// one and a *PublishError for a failed one.
+	// one and a *PublishError for a failed one or one of unknown fate (it
+	// wraps ErrUnacknowledged then).
 	Err error
 }
 
@@ -165,12 +187,26 @@ type PublishOption func(*publishOpts)
 
 type publishOpts struct {
 	headers []kgo.RecordHeader
+	arrival time.Time
 }
 
 // WithHeaders adds headers to every record of the batch (after the trace context).
 func WithHeaders(h ...kgo.RecordHeader) PublishOption {
 	return func(o *publishOpts) { o.headers = append(o.headers, h...) }
 }
+
+// WithArrival sets the arrival time the batch's events are checked against
+// (the plausible-time window of Config.Validate) instead of Config.Now at
+// the call: the ingest gateway passes the time its request arrived.
+func WithArrival(t time.Time) PublishOption {
+	return func(o *publishOpts) { o.arrival = t }
+}
+
+// StartedAt returns t as a player event's started_at: epoch milliseconds,
+// the only unit the pipeline accepts (seconds or microseconds are refused
+// implausible_time). Fleets building events should use it rather than
+// converting by hand.
+func StartedAt(t time.Time) int64 { return t.UnixMilli() }
 
 // enter registers a call that Close waits for; false once closed.
 func (p *Publisher) enter() bool {
@@ -185,11 +221,16 @@ func (p *Publisher) enter() bool {
 
 // Publish validates every event of the batch, sends the valid ones to the
 // events topic keyed by event_id (the raw bytes verbatim, unknown fields
-// kept), and returns when Kafka acknowledged or failed each of them. The
-// results are in batch order. The error is nil when every valid event is on
-// the topic (refused events do not make it fail); otherwise it wraps
-// ErrNotPublished (or ErrClosed) and the results say which events failed.
-// The caller must not modify events until Publish returns.
+// kept), and returns when Kafka acknowledged or failed each of them, or when
+// ctx ends, whichever comes first: it never waits longer than ctx allows,
+// nor longer than Config.DeliveryTimeout when ctx has no earlier deadline,
+// whatever the broker does. An event still unanswered then is StatusUnknown
+// (its record stays with the producer and may yet be written). The results
+// are in batch order. The error is nil when every valid event is on the
+// topic (refused events do not make it fail); otherwise it wraps
+// ErrNotPublished, ErrUnacknowledged or ErrClosed and the results say which
+// events failed. The caller must not modify events until Publish returns,
+// nor those answered StatusUnknown afterwards (their records hold them).
 func (p *Publisher) Publish(ctx context.Context, events [][]byte, opts ...PublishOption) ([]Result, error) {
 	var o publishOpts
 	for _, opt := range opts {
@@ -206,6 +247,8 @@ func (p *Publisher) Publish(ctx context.Context, events [][]byte, opts ...Publis
 		return results, ErrClosed
 	}
 	defer p.inflight.Done()
+	ctx, cancel := p.bounded(ctx)
+	defer cancel()
 
 	ctx, span := p.tracer.Start(ctx, "publish "+p.cfg.Topic, trace.WithSpanKind(trace.SpanKindProducer),
 		trace.WithAttributes(attribute.String("messaging.system", "kafka"),
@@ -213,11 +256,20 @@ func (p *Publisher) Publish(ctx context.Context, events [][]byte, opts ...Publis
 			attribute.Int("messaging.batch.message_count", len(events))))
 	defer span.End()
 
-	var wg sync.WaitGroup
-	for i, raw := range events {
-		p.send(ctx, &wg, raw, &results[i], o.headers)
+	if o.arrival.IsZero() {
+		o.arrival = p.cfg.Now()
 	}
-	wg.Wait()
+	vopts := p.cfg.Validate
+	vopts.ArrivalMS = o.arrival.UnixMilli()
+	w := newWaiter()
+	sendCtx, cancelSend := sendContext(ctx)
+	defer cancelSend()
+	for i, raw := range events {
+		p.send(sendCtx, w, raw, &results[i], o.headers, vopts)
+	}
+	w.wait(ctx, results, func(res *Result) {
+		res.Status, res.Err = StatusUnknown, &PublishError{Topic: p.cfg.Topic, Err: ErrUnacknowledged}
+	})
 
 	accepted, refused, failed, firstErr := tally(results)
 	p.count(ctx, accepted, refused, failed)
@@ -229,34 +281,136 @@ func (p *Publisher) Publish(ctx context.Context, events [][]byte, opts ...Publis
 	return results, nil
 }
 
-// send validates one event: a refused one is settled in res at once, a
+// bounded returns ctx with Config.DeliveryTimeout as its deadline unless it
+// has an earlier one.
+func (p *Publisher) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+	if p.cfg.DeliveryTimeout <= 0 {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, p.cfg.DeliveryTimeout)
+}
+
+// sendContext is the context records are produced with: it ends a fifth
+// (at most a second) before ctx's deadline, so that the producer fails the
+// records it has not sent yet (they cannot be on Kafka) in time for the call
+// to answer them failed — safe to retry — rather than unknown. A record
+// already in a request the broker has not answered is never failed
+// (idempotence forbids it): its call answers unknown at the deadline.
+func sendContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return context.WithCancel(ctx)
+	}
+	return context.WithDeadline(ctx, dl.Add(-min(time.Until(dl)/5, time.Second)))
+}
+
+// waiter collects the acknowledgements of one call's records until the
+// call's deadline: promises settle results under mu until wait returns;
+// later ones find settled set and leave the caller's results alone.
+type waiter struct {
+	mu      sync.Mutex
+	settled bool          // wait has returned: results belong to the caller
+	left    int           // records not answered yet
+	done    chan struct{} // closed when left reaches 0 after wait began
+	started bool          // every record was handed over
+}
+
+func newWaiter() *waiter { return &waiter{done: make(chan struct{})} }
+
+// add registers one record handed to the client.
+func (w *waiter) add() {
+	w.mu.Lock()
+	w.left++
+	w.mu.Unlock()
+}
+
+// answer runs fn (which settles the record's result) unless the call has
+// returned already, and reports whether it ran.
+func (w *waiter) answer(fn func()) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	ran := !w.settled
+	if ran {
+		fn()
+	}
+	w.left--
+	if w.left == 0 && w.started {
+		close(w.done)
+	}
+	return ran
+}
+
+// wait waits until every record is answered or ctx ends; then every result
+// of results still unsettled (empty Status) gets unknown.
+func (w *waiter) wait(ctx context.Context, results []Result, unknown func(*Result)) {
+	w.mu.Lock()
+	w.started = true
+	if w.left == 0 {
+		close(w.done)
+	}
+	w.mu.Unlock()
+	select {
+	case <-w.done:
+	case <-ctx.Done():
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.settled = true
+	for i := range results {
+		if results[i].Status == "" {
+			unknown(&results[i])
+		}
+	}
+}
+
+// send validates one event (vopts: the policy with the batch's arrival): a refused one is settled in res at once, a
 // valid one is produced (with its own span, whose context goes into the
-// record's headers) and settled in res by the acknowledgement, which wg
-// waits for.
-func (p *Publisher) send(ctx context.Context, wg *sync.WaitGroup, raw []byte, res *Result, headers []kgo.RecordHeader) {
-	ev, vs := schemas.ParseEvent(raw, p.cfg.Validate)
+// record's headers) and settled in res by the acknowledgement, unless w's
+// call has returned by then.
+func (p *Publisher) send(ctx context.Context, w *waiter, raw []byte, res *Result, headers []kgo.RecordHeader, vopts schemas.ValidateOptions) {
+	ev, vs := schemas.ParseEvent(raw, vopts)
 	if vs != nil {
-		res.EventID = LenientEventID(raw)
+		eid := LenientEventID(raw)
+		w.mu.Lock()
+		res.EventID = eid
 		res.Status, res.Violations, res.Err = StatusRefused, vs, &InvalidEventError{Violations: vs}
+		w.mu.Unlock()
 		return
 	}
+	w.mu.Lock()
 	res.EventID = ev.EventID
+	w.mu.Unlock()
 	rctx, rspan := p.tracer.Start(ctx, "send "+p.cfg.Topic, trace.WithSpanKind(trace.SpanKindProducer))
 	rec := &kgo.Record{Topic: p.cfg.Topic, Key: []byte(ev.EventID), Value: raw}
 	inject(rctx, rec)
 	rec.Headers = append(rec.Headers, headers...)
-	wg.Add(1)
+	w.add()
 	p.cl.Produce(ctx, rec, func(r *kgo.Record, err error) {
 		if err != nil {
-			res.Status, res.Err = StatusFailed, &PublishError{Topic: p.cfg.Topic, Err: err}
 			rspan.RecordError(err)
 			rspan.SetStatus(codes.Error, "not published")
-		} else {
-			res.Status, res.Partition, res.Offset = StatusAccepted, r.Partition, r.Offset
 		}
 		rspan.End()
-		wg.Done()
+		if !w.answer(func() {
+			if err != nil {
+				res.Status, res.Err = StatusFailed, &PublishError{Topic: p.cfg.Topic, Err: err}
+			} else {
+				res.Status, res.Partition, res.Offset = StatusAccepted, r.Partition, r.Offset
+			}
+		}) {
+			p.late(err)
+		}
 	})
+}
+
+// late counts the answer Kafka gave for an event after its call returned
+// StatusUnknown for it: written late, or failed after all.
+func (p *Publisher) late(err error) {
+	outcome := "late_accepted"
+	if err != nil {
+		outcome = "late_failed"
+	}
+	p.events.Add(context.Background(), 1, metric.WithAttributes(attribute.String("outcome", outcome)))
 }
 
 // tally counts the outcomes of a batch and returns the first failure.
@@ -267,7 +421,7 @@ func tally(results []Result) (accepted, refused, failed int64, firstErr error) {
 			accepted++
 		case StatusRefused:
 			refused++
-		default:
+		default: // failed or unknown
 			failed++
 			if firstErr == nil {
 				firstErr = results[i].Err
@@ -303,11 +457,13 @@ func (p *Publisher) PublishEvents(ctx context.Context, events []schemas.PlayerEv
 
 // WriteRecords produces recs as they are (topic, key, value and headers set
 // by the caller; no validation, no trace context added) through the
-// Publisher's client, and waits until Kafka acknowledged or failed each:
-// errs[i] is nil or the *PublishError of recs[i]. It is for records beside
-// the events, such as the rejection records of events refused before Kafka
-// (the ingest gateway writes these). Like Publish, it fails with ErrClosed
-// once the Publisher is closed, and Close waits for it.
+// Publisher's client, and waits until Kafka acknowledged or failed each, or
+// until ctx ends (at most Config.DeliveryTimeout when ctx has no earlier
+// deadline): errs[i] is nil or the *PublishError of recs[i], which wraps
+// ErrUnacknowledged when its fate is unknown. It is for records beside the
+// events, such as the rejection records of events refused before Kafka (the
+// ingest gateway writes these). Like Publish, it fails with ErrClosed once
+// the Publisher is closed, and Close waits for it.
 func (p *Publisher) WriteRecords(ctx context.Context, recs []*kgo.Record) (errs []error) {
 	errs = make([]error, len(recs))
 	if len(recs) == 0 {
@@ -320,17 +476,29 @@ func (p *Publisher) WriteRecords(ctx context.Context, recs []*kgo.Record) (errs 
 		return errs
 	}
 	defer p.inflight.Done()
-	var wg sync.WaitGroup
+	ctx, cancel := p.bounded(ctx)
+	defer cancel()
+	w := newWaiter()
+	sendCtx, cancelSend := sendContext(ctx)
+	defer cancelSend()
+	answered := make([]bool, len(recs))
 	for i, rec := range recs {
-		wg.Add(1)
-		p.cl.Produce(ctx, rec, func(_ *kgo.Record, err error) {
-			if err != nil {
-				errs[i] = &PublishError{Topic: rec.Topic, Err: err}
-			}
-			wg.Done()
+		w.add()
+		p.cl.Produce(sendCtx, rec, func(_ *kgo.Record, err error) {
+			w.answer(func() {
+				answered[i] = true
+				if err != nil {
+					errs[i] = &PublishError{Topic: rec.Topic, Err: err}
+				}
+			})
 		})
 	}
-	wg.Wait()
+	w.wait(ctx, nil, nil)
+	for i, ok := range answered { // w is settled: no promise writes any more
+		if !ok {
+			errs[i] = &PublishError{Topic: recs[i].Topic, Err: ErrUnacknowledged}
+		}
+	}
 	return errs
 }
 

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/playpipe/playpipe/internal/telemetry"
@@ -188,5 +190,41 @@ func TestPublisherConfigValidation(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), name) {
 			t.Errorf("%s: err = %v, want one naming %s", name, err, name)
 		}
+	}
+}
+
+// TestPublishAnswersByItsDeadlineWhenKafkaHangs holds every produce request
+// unanswered (a frozen broker): Publish must return by its DeliveryTimeout
+// (plus scheduling slack) with the event unknown — not failed, since the
+// request was sent — and the record must land once the broker answers.
+func TestPublishAnswersByItsDeadlineWhenKafkaHangs(t *testing.T) {
+	k := testenv.StartKafka(t, 1)
+	p := producertest.NewPublisher(t, k, producer.Config{DeliveryTimeout: time.Second})
+	if _, err := p.Publish(context.Background(), [][]byte{producertest.ValidEvent("warm")}); err != nil {
+		t.Fatalf("warm-up: %v", err)
+	}
+	release := make(chan struct{})
+	c := k.Cluster()
+	var once sync.Once
+	c.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+		once.Do(func() { c.SleepControl(func() { <-release }) })
+		return nil, nil, false
+	})
+	start := time.Now()
+	results, err := p.Publish(context.Background(), [][]byte{producertest.ValidEvent("hung")})
+	took := time.Since(start)
+	close(release)
+	if took > 1500*time.Millisecond {
+		t.Errorf("Publish took %s with a 1s DeliveryTimeout", took)
+	}
+	if !errors.Is(err, producer.ErrUnacknowledged) || errors.Is(err, producer.ErrNotPublished) {
+		t.Errorf("error %v, want ErrUnacknowledged (and not ErrNotPublished: it may be on the topic)", err)
+	}
+	if len(results) != 1 || results[0].Status != producer.StatusUnknown || results[0].EventID != "hung" {
+		t.Fatalf("results %+v, want one unknown", results)
+	}
+	recs := producertest.ReadTopic(t, k, k.Config.Topics().Events, 2)
+	if len(recs) != 2 || string(recs[1].Key) != "hung" {
+		t.Fatalf("after the broker answered: %d records on the topic, want warm and hung", len(recs))
 	}
 }

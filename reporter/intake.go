@@ -81,9 +81,7 @@ func (rn *run) poll(ctx context.Context) {
 			return
 		}
 		fs.EachError(func(t string, p int32, err error) {
-			if !errors.Is(err, context.Canceled) {
-				rn.log.Warn("kafka fetch error", "topic", t, "partition", p, "err", err)
-			}
+			rn.cfg.Kafka.Faults.Fetch(rn.log, t, p, err) // at most a line a minute per fault
 		})
 		recs := fs.Records()
 		if len(recs) > 0 {

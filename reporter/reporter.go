@@ -345,6 +345,7 @@ func (rn *run) serve(ctx context.Context) error {
 	workers.Wait()
 	rn.cancelPosts()
 	rn.bg.Wait()
-	rn.cl.CloseAllowingRebalance()
+	rn.cl.AllowRebalance()
+	kafkax.CloseClient(rn.cl, 0) // bounded leave: never waits on a frozen broker
 	return runErr
 }

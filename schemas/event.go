@@ -80,6 +80,16 @@ type ValidateOptions struct {
 	// DefaultVendor, when set, is used for events without vendor; when nil a
 	// missing vendor is a missing_field violation.
 	DefaultVendor *int64
+	// Window is the plausible-time window around ArrivalMS (zero fields:
+	// 30 days back, 1 day ahead); see TimeWindow.
+	Window TimeWindow
+	// ArrivalMS is when the event arrived, epoch ms: the consumer sets its
+	// record's timestamp, the Publisher (and so the ingest gateway) the
+	// time of the Publish call. When > 0, an event whose started_at or
+	// segment end lies outside Window around it is rejected
+	// implausible_time; when 0 only the overflow of the derived times is
+	// (a library caller that knows no arrival).
+	ArrivalMS int64
 }
 
 // MaxEventIDLen is the longest accepted event_id, in bytes.
@@ -311,6 +321,7 @@ func validate(r *rawEvent, opts ValidateOptions, vs []Violation) (PlayerEvent, [
 	var ev PlayerEvent
 	c.ids(r, &ev)
 	c.segment(r, &ev)
+	c.checkTimes(r, opts)
 	c.listener(r, opts, &ev)
 	ev.SourceStream = "mix"
 	if r.SourceStream != nil && *r.SourceStream != "" {

@@ -76,7 +76,7 @@ func TestParseEventDefaultVendorNotAliased(t *testing.T) {
 var knownReasons = map[string]bool{
 	ReasonMalformedJSON: true, ReasonMissingField: true, ReasonWrongType: true, ReasonBadEventID: true,
 	ReasonBadCountry: true, ReasonNegativeOffset: true, ReasonBadDuration: true, ReasonBadStartedAt: true,
-	ReasonEmptyField: true, ReasonMissingUserID: true, ReasonDuplicateKey: true, ReasonKeyCase: true,
+	ReasonEmptyField: true, ReasonMissingUserID: true, ReasonDuplicateKey: true, ReasonKeyCase: true, ReasonImplausibleTime: true,
 }
 
 // FuzzParseEvent feeds arbitrary bytes to ParseEvent: it must not panic and

@@ -4,6 +4,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 )
 
@@ -58,6 +59,12 @@ var fastVsSlowSeeds = []string{
 	`{"a":1,"b":1,"c":1,"d":1,"e":1,"f":1,"g":1,"h":1,"i":1,"a":2}`,
 	`{"a":1,"b":1,"c":1,"d":1,"e":1,"f":1,"g":1,"h":1,"a":2}`,
 	`{"x\u0041":1,"xA":2}`,
+	// Implausible times: seconds, microseconds, 2100, 2^63−1, overflowing sums.
+	`{"event_id":"t","mix_id":1,"started_at":1768100000,"offset_ms":0,"duration_ms":1,"user_id":"u","country":"de","os":"o","device":"d","vendor":1}`,
+	`{"event_id":"t","mix_id":1,"started_at":1768100000000000,"offset_ms":0,"duration_ms":1,"user_id":"u","country":"de","os":"o","device":"d","vendor":1}`,
+	`{"event_id":"t","mix_id":1,"started_at":4102444800000,"offset_ms":0,"duration_ms":1,"user_id":"u","country":"de","os":"o","device":"d","vendor":1}`,
+	`{"event_id":"t","mix_id":1,"started_at":9223372036854775807,"offset_ms":0,"duration_ms":1,"user_id":"u","country":"de","os":"o","device":"d","vendor":1}`,
+	`{"event_id":"t","mix_id":1,"started_at":1768100000000,"offset_ms":9223372036854775807,"duration_ms":9223372036854775807,"user_id":"u","country":"de","os":"o","device":"d","vendor":1}`,
 }
 
 // TestFastPathTaken checks that the fast path does answer for the common
@@ -142,7 +149,8 @@ func FuzzParseEventFastVsSlow(f *testing.F) {
 	for _, s := range fastVsSlowSeeds {
 		f.Add([]byte(s))
 	}
-	policies := []ValidateOptions{{}, {AllowMissingUserID: true, DefaultVendor: i64(7)}}
+	policies := []ValidateOptions{{}, {AllowMissingUserID: true, DefaultVendor: i64(7)},
+		{ArrivalMS: 1_768_100_000_000}, {ArrivalMS: 1_700_000_100_000, Window: TimeWindow{Back: time.Hour, Ahead: time.Minute}}}
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		for _, opts := range policies {
 			ev, vs := ParseEvent(raw, opts)

@@ -62,19 +62,20 @@ func startTelemetry(ctx context.Context, role, adminAddr string, pprof bool, log
 }
 
 // addKafkaReadyCheck registers the role's "kafka" readiness check at once,
-// failing until set is called with the effective configuration (after
+// failing until set is called with the role's kafkax.Health (after
 // kafkax.Ready): /readyz must not answer ready while the brokers are still
-// being reached, or an embedded broker is still starting.
-func addKafkaReadyCheck(tel *telemetry.Role) (set func(kafkax.Config)) {
-	var cur atomic.Pointer[kafkax.Config]
+// being reached, or an embedded broker is still starting. The check answers
+// from the Health's last probe, never waiting on the broker.
+func addKafkaReadyCheck(tel *telemetry.Role) (set func(*kafkax.Health)) {
+	var cur atomic.Pointer[kafkax.Health]
 	tel.AddReadyCheck("kafka", func(ctx context.Context) error {
-		k := cur.Load()
-		if k == nil {
+		h := cur.Load()
+		if h == nil {
 			return errors.New("kafka: not reached yet")
 		}
-		return kafkax.Ping(ctx, *k)
+		return h.Check(ctx)
 	})
-	return func(k kafkax.Config) { cur.Store(&k) }
+	return cur.Store
 }
 
 // exportLag registers the playpipe.consumer.lag gauge of group (per topic
@@ -168,9 +169,15 @@ func (r *roleFlags) start(ctx context.Context, log *slog.Logger, checks func(*te
 		run.close()
 		return nil, err
 	}
-	run.kafka = kcfg
 	run.onClose(stopKafka)
-	setKafkaReady(kcfg)
+	h, kcfg, stopHealth, err := startKafkaHealth(ctx, kcfg, tel.Providers.Meter, log)
+	if err != nil {
+		run.close()
+		return nil, err
+	}
+	run.onClose(stopHealth)
+	run.kafka = kcfg
+	setKafkaReady(h)
 	return run, nil
 }
 

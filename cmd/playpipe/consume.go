@@ -57,6 +57,10 @@ type consumeFlags struct {
 	txnInterval        time.Duration
 	maxTxnWait         time.Duration
 	txnTimeout         time.Duration
+	window             timeWindowFlags
+	holdAfter          time.Duration
+	maxHeld            int
+	metaMax            int
 }
 
 func (c *consumeFlags) register(fs *flag.FlagSet) {
@@ -88,8 +92,12 @@ func (c *consumeFlags) register(fs *flag.FlagSet) {
 		"shortest time between the first and the last of --mix-unavailable-attempts answers before a mix is declared unavailable (500, 503 and network errors are retried for ever instead)")
 	fs.IntVar(&c.txnRecords, "txn-records", 1000, "events per transaction (a transaction ends at this many events or --txn-interval)")
 	fs.DurationVar(&c.txnInterval, "txn-interval", 100*time.Millisecond, "longest a transaction stays open collecting events")
-	fs.DurationVar(&c.maxTxnWait, "max-txn-wait", 10*time.Second, "longest an open transaction waits for the partner API; past it the transaction is aborted and the events read again once the mix is served")
+	fs.DurationVar(&c.maxTxnWait, "max-txn-wait", 10*time.Second, "longest an open transaction waits for the partner API: the upper bound of --mix-hold-after, past which events are held instead")
 	fs.DurationVar(&c.txnTimeout, "txn-timeout", 60*time.Second, "broker-side transaction timeout (≥ 2 × --max-txn-wait)")
+	fs.DurationVar(&c.holdAfter, "mix-hold-after", time.Second, "how long a batch waits for a mix that is not cached; events whose mix has not come by then are held (with later events of their key) while every other event flows on (≤ --max-txn-wait)")
+	fs.IntVar(&c.maxHeld, "max-held-events", consumer.DefaultMaxHeld, "most events held at once for mixes the partner API does not serve; at the bound no new events are fetched until a mix is served (nothing is dropped)")
+	fs.IntVar(&c.metaMax, "offset-metadata-max-bytes", 4096, "the brokers' offset.metadata.max.bytes: the commit metadata listing a partition's held offsets must fit it (it also bounds the events held per partition)")
+	c.window.register(fs)
 }
 
 // config turns the flags into the consumer's configuration; errors name
@@ -98,6 +106,7 @@ func (c *consumeFlags) config() (consumer.Config, error) {
 	o := consumer.Config{
 		Group: c.group, TransactionalID: c.txnID, MaxEventBytes: c.maxEventBytes,
 		TxnRecords: c.txnRecords, TxnInterval: c.txnInterval, MaxTxnWait: c.maxTxnWait, TransactionTimeout: c.txnTimeout,
+		MixHoldAfter: c.holdAfter, MaxHeld: c.maxHeld, MetadataMaxBytes: c.metaMax,
 		CacheConfig: consumer.CacheConfig{Size: c.cacheSize, TTL: c.cacheTTL, StandbyTTL: c.standbyTTL, NotFoundTTL: c.notFoundTTL,
 			UnavailableAttempts: c.unavailAttempts, UnavailableAfter: c.unavailAfter},
 	}
@@ -105,6 +114,11 @@ func (c *consumeFlags) config() (consumer.Config, error) {
 		return o, c.envErr
 	}
 	o.Events.AllowMissingUserID = c.allowMissingUserID
+	w, err := c.window.window()
+	if err != nil {
+		return o, err
+	}
+	o.Events.Window = w
 	if c.defaultVendor != "" {
 		v, err := strconv.ParseInt(c.defaultVendor, 10, 64)
 		if err != nil {
@@ -123,11 +137,17 @@ func (c *consumeFlags) config() (consumer.Config, error) {
 	if c.unavailAfter < 0 {
 		return o, fmt.Errorf("--mix-unavailable-after must be ≥ 0, got %s", c.unavailAfter)
 	}
+	if c.holdAfter <= 0 || c.holdAfter > c.maxTxnWait {
+		return o, fmt.Errorf("--mix-hold-after must be > 0 and at most --max-txn-wait (%s), got %s", c.maxTxnWait, c.holdAfter)
+	}
+	if c.metaMax < 256 {
+		return o, fmt.Errorf("--offset-metadata-max-bytes must be ≥ 256, got %d", c.metaMax)
+	}
 	if c.maxTxnWait*2 > c.txnTimeout {
 		return o, fmt.Errorf("--max-txn-wait (%s) must be at most half of --txn-timeout (%s)", c.maxTxnWait, c.txnTimeout)
 	}
 	for name, v := range map[string]int{"--mix-cache-size": c.cacheSize, "--txn-records": c.txnRecords, "--max-event-bytes": c.maxEventBytes,
-		"--mix-unavailable-attempts": c.unavailAttempts} {
+		"--mix-unavailable-attempts": c.unavailAttempts, "--max-held-events": c.maxHeld} {
 		if v < 1 {
 			return o, fmt.Errorf("%s must be ≥ 1, got %d", name, v)
 		}

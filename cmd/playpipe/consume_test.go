@@ -14,7 +14,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/playpipe/playpipe/internal/testenv"
-	"github.com/playpipe/playpipe/partnerapi"
 	"github.com/playpipe/playpipe/schemas"
 )
 
@@ -28,6 +27,12 @@ func TestConsumeFlagErrors(t *testing.T) {
 		{"--max-event-bytes", "0"},
 		{"--mix-unavailable-attempts", "0"},
 		{"--mix-unavailable-after", "-1s"},
+		{"--time-window-back", "0s"},
+		{"--time-window-ahead", "-1h"},
+		{"--mix-hold-after", "11s"},
+		{"--mix-hold-after", "0s"},
+		{"--max-held-events", "0"},
+		{"--offset-metadata-max-bytes", "100"},
 	} {
 		var errOut bytes.Buffer
 		err := runConsume(context.Background(), append([]string{"--brokers", "127.0.0.1:1", "--api-url", "http://127.0.0.1:1"}, args...), io.Discard, &errOut)
@@ -52,16 +57,54 @@ func TestConsumeMaxEventBytesEnv(t *testing.T) {
 	}
 }
 
+// TestTimeWindowFlags: the window flags reach the configuration, from the
+// command line and the environment; a bad environment value names it. The
+// ingest command takes the same flags.
+func TestTimeWindowFlags(t *testing.T) {
+	var cf consumeFlags
+	fs := newFlagSet("consume", io.Discard, "")
+	cf.register(fs)
+	if err := fs.Parse([]string{"--time-window-back", "48h", "--time-window-ahead", "2h"}); err != nil {
+		t.Fatal(err)
+	}
+	o, err := cf.config()
+	if err != nil || o.Events.Window != (schemas.TimeWindow{Back: 48 * time.Hour, Ahead: 2 * time.Hour}) {
+		t.Fatalf("window %+v, %v", o.Events.Window, err)
+	}
+	t.Setenv("PLAYPIPE_TIME_WINDOW_BACK", "2160h")
+	var env consumeFlags
+	fs = newFlagSet("consume", io.Discard, "")
+	env.register(fs)
+	if err := fs.Parse(nil); err != nil {
+		t.Fatal(err)
+	}
+	if o, err := env.config(); err != nil || o.Events.Window.Back != 2160*time.Hour || o.Events.Window.Ahead != schemas.DefaultTimeAhead {
+		t.Fatalf("from the environment: %+v, %v", o.Events.Window, err)
+	}
+	t.Setenv("PLAYPIPE_TIME_WINDOW_BACK", "30 days")
+	var bad consumeFlags
+	bad.register(newFlagSet("consume", io.Discard, ""))
+	if _, err := bad.config(); err == nil || !strings.Contains(err.Error(), "PLAYPIPE_TIME_WINDOW_BACK") {
+		t.Fatalf("bad environment value: %v", err)
+	}
+	t.Setenv("PLAYPIPE_TIME_WINDOW_BACK", "")
+	var errOut bytes.Buffer
+	err = runIngestWith(context.Background(), []string{"--brokers", "127.0.0.1:1", "--api-key", "acme:" + strings.Repeat("a", 64), "--time-window-ahead", "0s"}, nil, io.Discard, &errOut, nil)
+	if !errors.Is(err, errUsage) || !strings.Contains(errOut.String(), "--time-window-ahead") {
+		t.Fatalf("ingest --time-window-ahead 0s: %v %q", err, errOut.String())
+	}
+}
+
 // TestConsumeRefusedCredentials: with a signature the partner API refuses,
 // consume stops at the first mix it needs with exit status 78, like report,
 // instead of retrying for ever.
 func TestConsumeRefusedCredentials(t *testing.T) {
 	k := testenv.StartKafka(t, 1)
 	sb := testenv.StartSandbox(t)
-	t.Setenv(partnerapi.EnvClientSignature, "not-the-signature-the-sandbox-knows")
+	t.Setenv(envAPIClientSignature, "not-the-signature-the-sandbox-knows")
 	topics := k.Config.Topics()
-	v := fmt.Sprintf(`{"event_id":"cred-1","mix_id":%d,"started_at":1700000000000,"offset_ms":0,"duration_ms":200000,"user_id":"u","country":"NO","os":"iOS","device":"phone","vendor":1}`,
-		sb.Catalog().Mixes[0].ID)
+	v := fmt.Sprintf(`{"event_id":"cred-1","mix_id":%d,"started_at":%d,"offset_ms":0,"duration_ms":200000,"user_id":"u","country":"NO","os":"iOS","device":"phone","vendor":1}`,
+		sb.Catalog().Mixes[0].ID, recentMS())
 	if err := k.Client(t).ProduceSync(context.Background(), &kgo.Record{Topic: topics.Events, Value: []byte(v)}).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
@@ -86,18 +129,18 @@ func TestConsumeRefusedCredentials(t *testing.T) {
 func TestConsumeCommand(t *testing.T) {
 	k := testenv.StartKafka(t, 2)
 	sb := testenv.StartSandbox(t)
-	t.Setenv(partnerapi.EnvClientSignature, sb.ClientSignature)
+	t.Setenv(envAPIClientSignature, sb.ClientSignature)
 	mix := sb.Catalog().Mixes[0]
 	topics := k.Config.Topics()
 	var recs []*kgo.Record
 	for i := 0; i < 20; i++ {
-		v := fmt.Sprintf(`{"event_id":"cmd-%d","mix_id":%d,"started_at":1700000000000,"offset_ms":%d,"duration_ms":200000,"user_id":"u","country":"no","os":"iOS","device":"phone"}`,
-			i, mix.ID, i*1000)
+		v := fmt.Sprintf(`{"event_id":"cmd-%d","mix_id":%d,"started_at":%d,"offset_ms":%d,"duration_ms":200000,"user_id":"u","country":"no","os":"iOS","device":"phone"}`,
+			i, mix.ID, recentMS(), i*1000)
 		recs = append(recs, &kgo.Record{Topic: topics.Events, Key: []byte(fmt.Sprint(i)), Value: []byte(v)})
 	}
 	recs = append(recs,
 		&kgo.Record{Topic: topics.Events, Value: []byte(`{"event_id":"cmd-bad"`)},
-		&kgo.Record{Topic: topics.Events, Value: []byte(`{"event_id":"cmd-unknown","mix_id":987654321,"started_at":1700000000000,"offset_ms":0,"duration_ms":1000,"user_id":"u","country":"NO","os":"iOS","device":"phone"}`)})
+		&kgo.Record{Topic: topics.Events, Value: []byte(fmt.Sprintf(`{"event_id":"cmd-unknown","mix_id":987654321,"started_at":%d,"offset_ms":0,"duration_ms":1000,"user_id":"u","country":"NO","os":"iOS","device":"phone"}`, recentMS()))})
 	if err := k.Client(t).ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
@@ -140,3 +183,6 @@ func TestConsumeCommand(t *testing.T) {
 		t.Fatalf("summary: %q\n%s", out.String(), errOut.String())
 	}
 }
+
+// recentMS is a plausible started_at for an event published now: an hour ago.
+func recentMS() int64 { return time.Now().Add(-time.Hour).UnixMilli() }

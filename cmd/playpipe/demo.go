@@ -112,7 +112,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	// Each run has its own ledger database unless one is named: the embedded
 	// broker starts its topics at offset 0 every time, and the ledger
 	// recognises records by their Kafka location.
-	dbSet := os.Getenv(analytics.EnvDatabase) != ""
+	dbSet := os.Getenv(envClickHouseDatabase) != ""
 	fs.Visit(func(f *flag.Flag) { dbSet = dbSet || f.Name == "clickhouse-db" })
 	if !dbSet {
 		c.clickhouse.Database = "demo_" + time.Now().UTC().Format("20060102_150405")

@@ -13,7 +13,10 @@ import (
 // Flags and environment variables are bound here, in cmd/playpipe, and
 // nowhere else: the library packages take plain configuration structs
 // (kafkax.Config, analytics.Config, partnerapi.Config, reporter.Config, …)
-// which the flags_*.go files of this package fill. Every PLAYPIPE_*
+// which the flags_*.go files of this package fill. No library package knows
+// a variable's name: the names are constants here, the libraries' errors
+// name the flags, and requireKafka, requireClickHouse, localOrConfigured and
+// the partner target add the variables to them. Every PLAYPIPE_*
 // variable is a flag default named in that flag's help; the secrets
 // (PLAYPIPE_KAFKA_PASSWORD, PLAYPIPE_CLICKHOUSE_PASSWORD,
 // PLAYPIPE_API_CLIENT_SIGNATURE) are read from the environment only, never

@@ -2,6 +2,7 @@ package main
 
 import (
 	"flag"
+	"fmt"
 	"os"
 	"time"
 
@@ -44,7 +45,21 @@ func registerKafkaFlags(fs *flag.FlagSet, c *kafkax.Config) {
 }
 
 // requireKafka reports a role with neither --brokers nor --embedded-kafka
-// (or an invalid Kafka configuration) as a usage error naming the flags.
+// (or an invalid Kafka configuration) as a usage error naming the flags
+// and, where it is one of them, PLAYPIPE_BROKERS.
 func requireKafka(kcfg kafkax.Config) error {
-	return requireServer(kcfg.Validate, kcfg.RequireBrokers, "kafka")
+	note := func(err error) error {
+		if err == nil {
+			return nil
+		}
+		return fmt.Errorf("%w (env PLAYPIPE_BROKERS counts as --brokers)", err)
+	}
+	validate := func() error {
+		err := kcfg.Validate()
+		if err != nil && kcfg.Embedded && len(kcfg.Brokers) > 0 {
+			return note(err)
+		}
+		return err
+	}
+	return requireServer(validate, func() error { return note(kcfg.RequireBrokers()) }, "kafka")
 }

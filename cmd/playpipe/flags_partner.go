@@ -17,6 +17,20 @@ import (
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
 )
 
+// Environment variables of the --api-* flags (their defaults; the client
+// signature has no flag: a secret on a command line leaks through ps and
+// shell history).
+const (
+	envAPIURL             = "PLAYPIPE_API_URL"
+	envAPIClientID        = "PLAYPIPE_API_CLIENT_ID"
+	envAPIClientSignature = "PLAYPIPE_API_CLIENT_SIGNATURE" // environment or credentials file only, never a flag
+	envAPIEmail           = "PLAYPIPE_API_EMAIL"
+	envAPICredentialsFile = "PLAYPIPE_API_CREDENTIALS_FILE"
+	envAPIUserAgent       = "PLAYPIPE_API_USER_AGENT"
+	envAPIMaxConns        = "PLAYPIPE_API_MAX_CONNS"
+	envAPITimeout         = "PLAYPIPE_API_TIMEOUT"
+)
+
 // registerPartnerFlags registers the --api-* flags on fs, bound to c, with
 // the environment variables as defaults. PLAYPIPE_API_CLIENT_SIGNATURE has
 // no flag (a secret on a command line leaks through ps and shell history):
@@ -26,28 +40,28 @@ import (
 //
 // Precedence: flag, then environment, then credentials file, then default.
 func registerPartnerFlags(fs *flag.FlagSet, c *partnerapi.Config) (envErr error) {
-	fs.StringVar(&c.BaseURL, "api-url", envDefault(partnerapi.EnvURL, c.BaseURL),
-		"partner API base URL, e.g. https://api.example.com (env "+partnerapi.EnvURL+")")
-	fs.StringVar(&c.Credentials.ClientID, "api-client-id", envDefault(partnerapi.EnvClientID, c.Credentials.ClientID),
-		"partner client_id (env "+partnerapi.EnvClientID+"); the client_signature comes from env "+partnerapi.EnvClientSignature+" or --api-credentials-file, never a flag")
-	fs.StringVar(&c.CredentialsFile, "api-credentials-file", envDefault(partnerapi.EnvCredentialsFile, c.CredentialsFile),
-		"file with client_id, client_signature and email, as JSON or KEY=VALUE lines (env "+partnerapi.EnvCredentialsFile+")")
-	fs.StringVar(&c.Credentials.Email, "api-email", envDefault(partnerapi.EnvEmail, c.Credentials.Email),
-		"partner account e-mail; enables /partners/session/with-user for the restricted catalog (env "+partnerapi.EnvEmail+")")
+	fs.StringVar(&c.BaseURL, "api-url", envDefault(envAPIURL, c.BaseURL),
+		"partner API base URL, e.g. https://api.example.com (env "+envAPIURL+")")
+	fs.StringVar(&c.Credentials.ClientID, "api-client-id", envDefault(envAPIClientID, c.Credentials.ClientID),
+		"partner client_id (env "+envAPIClientID+"); the client_signature comes from env "+envAPIClientSignature+" or --api-credentials-file, never a flag")
+	fs.StringVar(&c.CredentialsFile, "api-credentials-file", envDefault(envAPICredentialsFile, c.CredentialsFile),
+		"file with client_id, client_signature and email, as JSON or KEY=VALUE lines (env "+envAPICredentialsFile+")")
+	fs.StringVar(&c.Credentials.Email, "api-email", envDefault(envAPIEmail, c.Credentials.Email),
+		"partner account e-mail; enables /partners/session/with-user for the restricted catalog (env "+envAPIEmail+")")
 	ua := c.UserAgent
 	if ua == "" {
 		ua = version.UserAgent()
 	}
-	fs.StringVar(&c.UserAgent, "api-user-agent", envDefault(partnerapi.EnvUserAgent, ua),
-		"User-Agent sent to the partner API; library defaults are blocked by its edge (env "+partnerapi.EnvUserAgent+")")
-	maxConns := envParsed(partnerapi.EnvMaxConns, cmp.Or(c.MaxConns, partnerapi.DefaultMaxConns), strconv.Atoi, "partnerapi", "an integer", &envErr)
+	fs.StringVar(&c.UserAgent, "api-user-agent", envDefault(envAPIUserAgent, ua),
+		"User-Agent sent to the partner API; library defaults are blocked by its edge (env "+envAPIUserAgent+")")
+	maxConns := envParsed(envAPIMaxConns, cmp.Or(c.MaxConns, partnerapi.DefaultMaxConns), strconv.Atoi, "partnerapi", "an integer", &envErr)
 	fs.IntVar(&c.MaxConns, "api-max-conns", maxConns,
-		"maximum connections (and idle keep-alive connections) to the partner API (env "+partnerapi.EnvMaxConns+")")
-	timeout := envParsed(partnerapi.EnvTimeout, cmp.Or(c.RequestTimeout, partnerapi.DefaultRequestTimeout), time.ParseDuration, "partnerapi", "a duration such as 10s", &envErr)
+		"maximum connections (and idle keep-alive connections) to the partner API (env "+envAPIMaxConns+")")
+	timeout := envParsed(envAPITimeout, cmp.Or(c.RequestTimeout, partnerapi.DefaultRequestTimeout), time.ParseDuration, "partnerapi", "a duration such as 10s", &envErr)
 	fs.DurationVar(&c.RequestTimeout, "api-timeout", timeout,
-		"timeout of one attempt of one partner API request (env "+partnerapi.EnvTimeout+")")
+		"timeout of one attempt of one partner API request (env "+envAPITimeout+")")
 	if c.Credentials.ClientSignature == "" {
-		c.Credentials.ClientSignature = os.Getenv(partnerapi.EnvClientSignature)
+		c.Credentials.ClientSignature = os.Getenv(envAPIClientSignature)
 	}
 	return envErr
 }
@@ -77,9 +91,9 @@ func (a *apiTarget) check() error {
 	case a.envErr != nil:
 		return usageError{a.envErr}
 	case a.cfg.BaseURL == "" && !a.sandbox:
-		return usageError{fmt.Errorf("no partner API configured: set --api-url (env %s) or pass --sandbox to use a built-in sandbox on loopback", partnerapi.EnvURL)}
+		return usageError{fmt.Errorf("no partner API configured: set --api-url (env %s) or pass --sandbox to use a built-in sandbox on loopback", envAPIURL)}
 	case a.cfg.BaseURL != "" && a.sandbox:
-		return usageError{fmt.Errorf("--api-url (%s) and --sandbox exclude each other: set one (%s counts as --api-url)", a.cfg.BaseURL, partnerapi.EnvURL)}
+		return usageError{fmt.Errorf("--api-url (%s) and --sandbox exclude each other: set one (%s counts as --api-url)", a.cfg.BaseURL, envAPIURL)}
 	}
 	return nil
 }
@@ -101,6 +115,9 @@ func (a *apiTarget) openFor(log *slog.Logger, inFlight int, tel telemetry.Provid
 	p, err := roles.OpenPartner(pc, log)
 	if err != nil {
 		if errors.Is(err, partnerapi.ErrInvalidConfig) {
+			if a.cfg.Credentials.ClientSignature == "" && !a.sandbox {
+				err = fmt.Errorf("%w (the client_signature is read from env %s or --api-credentials-file)", err, envAPIClientSignature)
+			}
 			return nil, func() {}, usageError{err}
 		}
 		return nil, func() {}, err

@@ -1,15 +1,16 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/playpipe/playpipe/analytics"
 	"github.com/playpipe/playpipe/internal/kafkax"
 	"github.com/playpipe/playpipe/internal/roles"
-	"github.com/playpipe/playpipe/partnerapi"
 )
 
 func TestKafkaFlagsNeverTakeThePassword(t *testing.T) {
@@ -39,10 +40,10 @@ func TestPartnerFlagsEnvAndFile(t *testing.T) {
 	if err := os.WriteFile(jsonFile, []byte(`{"client_id":"fromfile01","client_signature":"`+sig+`","email":"f@example.com"}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	t.Setenv(partnerapi.EnvURL, "http://127.0.0.1:9")
-	t.Setenv(partnerapi.EnvClientID, "fromenv001")
-	t.Setenv(partnerapi.EnvClientSignature, "")
-	t.Setenv(partnerapi.EnvMaxConns, "8")
+	t.Setenv(envAPIURL, "http://127.0.0.1:9")
+	t.Setenv(envAPIClientID, "fromenv001")
+	t.Setenv(envAPIClientSignature, "")
+	t.Setenv(envAPIMaxConns, "8")
 	var api apiTarget
 	fs := flag.NewFlagSet("t", flag.ContinueOnError)
 	api.register(fs, "use")
@@ -67,18 +68,46 @@ func TestPartnerFlagsEnvAndFile(t *testing.T) {
 	p.Close()
 
 	// The signature from the environment.
-	t.Setenv(partnerapi.EnvClientSignature, "Z"+sig[1:])
+	t.Setenv(envAPIClientSignature, "Z"+sig[1:])
 	api = apiTarget{}
 	api.register(flag.NewFlagSet("t", flag.ContinueOnError), "use")
 	if api.cfg.Credentials.ClientSignature != "Z"+sig[1:] {
-		t.Fatalf("signature not read from %s", partnerapi.EnvClientSignature)
+		t.Fatalf("signature not read from %s", envAPIClientSignature)
 	}
 
 	// Bad environment values are usage errors naming the variable.
-	t.Setenv(partnerapi.EnvMaxConns, "many")
+	t.Setenv(envAPIMaxConns, "many")
 	api = apiTarget{}
 	api.register(flag.NewFlagSet("t", flag.ContinueOnError), "use")
-	if err := api.check(); err == nil || !strings.Contains(err.Error(), partnerapi.EnvMaxConns) {
+	if err := api.check(); err == nil || !strings.Contains(err.Error(), envAPIMaxConns) {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+// TestClickHouseFlagsFromEnv: the --clickhouse-* defaults come from the
+// environment (no library package reads it), the password from the
+// environment only, and a server binary that is not one is refused naming
+// its path.
+func TestClickHouseFlagsFromEnv(t *testing.T) {
+	t.Setenv(envClickHouseData, "/from/env")
+	t.Setenv(envClickHousePassword, "s3cret")
+	t.Setenv(envClickHouseBin, "/nonexistent/clickhouse-server")
+	var c analytics.Config
+	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	registerClickHouseFlags(fs, &c)
+	if fs.Lookup("clickhouse-password") != nil {
+		t.Fatal("a password flag would put the secret on command lines")
+	}
+	dir := t.TempDir()
+	if err := fs.Parse([]string{"--clickhouse-data", dir}); err != nil {
+		t.Fatal(err)
+	}
+	if c.DataDir != dir || c.Password != "s3cret" || c.ServerBinary != "/nonexistent/clickhouse-server" {
+		t.Fatalf("config from env and flags: DataDir %q, password set %v, ServerBinary %q", c.DataDir, c.Password != "", c.ServerBinary)
+	}
+	_, stop, err := localOrConfigured(context.Background(), c, nil)
+	stop()
+	if err == nil || !strings.Contains(err.Error(), "/nonexistent/clickhouse-server") {
+		t.Fatalf("err = %v, want one naming the binary", err)
 	}
 }

@@ -88,6 +88,7 @@ type ingestFlags struct {
 	maxEvents, burst, maxConc, maxPerKey                   *int
 	ratePer                                                *float64
 	linger, delivery, bodyGrace, readTO, shutdownT         *time.Duration
+	window                                                 timeWindowFlags
 }
 
 func newIngestFlags(fs *flag.FlagSet) *ingestFlags {
@@ -102,7 +103,7 @@ func newIngestFlags(fs *flag.FlagSet) *ingestFlags {
 		ratePer:   fs.Float64("rate", 20000, "sustained events per second allowed per API key (more: 429 with Retry-After)"),
 		burst:     fs.Int("burst", 0, "events an API key may send at once; 0: max(--max-events, --rate); must be ≥ --max-events"),
 		linger:    fs.Duration("linger", 5*time.Millisecond, "how long a Kafka partition batch waits to fill"),
-		delivery:  fs.Duration("delivery-timeout", 30*time.Second, "how long an event may wait for Kafka's acknowledgement before the request answers 503"),
+		delivery:  fs.Duration("delivery-timeout", 30*time.Second, "longest a request waits for Kafka's acknowledgement, whatever the broker does; past it the answer is 503 kafka_timeout with each event's fate (failed: not on Kafka; unknown: sent, not acknowledged, may be on Kafka)"),
 		allowNoU:  fs.Bool("allow-missing-user-id", false, "accept events without user_id (must match the consumer's policy)"),
 		defVendor: fs.String("default-vendor", "", "vendor for events without one (must match the consumer's policy); empty: vendor is required"),
 		maxConc:   fs.Int("max-concurrent", 64, "POST requests served at once (bounds memory to about this × --max-body); more: 503 with Retry-After. A request takes a slot only after its key passed its own limits"),
@@ -117,6 +118,7 @@ func newIngestFlags(fs *flag.FlagSet) *ingestFlags {
 		f.keySpecs = append(f.keySpecs, s)
 		return nil
 	})
+	f.window.register(fs)
 	registerKafkaFlags(fs, &f.kcfg)
 	f.lf.register(fs.StringVar)
 	return f
@@ -159,6 +161,10 @@ func (f *ingestFlags) settings(stderr io.Writer) (ingestSettings, error) {
 		return st, errUsage
 	}
 	st.vopts = schemas.ValidateOptions{AllowMissingUserID: *f.allowNoU}
+	if st.vopts.Window, err = f.window.window(); err != nil {
+		fmt.Fprintf(stderr, "playpipe ingest: %v\n", err)
+		return st, errUsage
+	}
 	if *f.defVendor != "" {
 		v, err := strconv.ParseInt(*f.defVendor, 10, 64)
 		if err != nil {
@@ -211,6 +217,11 @@ func serveIngest(ctx context.Context, f *ingestFlags, st ingestSettings, log *sl
 		return err
 	}
 	defer stopKafka()
+	health, kcfg, stopHealth, err := startKafkaHealth(ctx, kcfg, tel.Providers.Meter, log)
+	if err != nil {
+		return err
+	}
+	defer stopHealth()
 	pcfg := kcfg.Publisher()
 	pcfg.Validate, pcfg.Linger, pcfg.DeliveryTimeout = st.vopts, *f.linger, *f.delivery
 	pcfg.TracerProvider, pcfg.MeterProvider = tel.Providers.Tracer, tel.Providers.Meter
@@ -225,9 +236,9 @@ func serveIngest(ctx context.Context, f *ingestFlags, st ingestSettings, log *sl
 			log.Warn("ingest: closing the Kafka producer", "err", err)
 		}
 	}()
-	tel.AddReadyCheck("kafka", pub.Ping)
+	tel.AddReadyCheck("kafka", health.Check)
 	gcfg := st.limits
-	gcfg.Publisher, gcfg.Keys, gcfg.Logger = pub, st.keys, log
+	gcfg.Publisher, gcfg.Keys, gcfg.Logger, gcfg.BrokerReady, gcfg.Faults = pub, st.keys, log, health.Check, health.Faults()
 	gcfg.MeterProvider, gcfg.TracerProvider = tel.Providers.Meter, tel.Providers.Tracer
 	gw, err := gateway.New(gcfg)
 	if err != nil {

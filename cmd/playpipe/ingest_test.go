@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -75,7 +76,7 @@ func TestIngestCommandServesAndShutsDown(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("ingest did not start")
 	}
-	body := `{"event_id":"cmd-1","mix_id":1,"started_at":1700000000000,"offset_ms":0,"duration_ms":1000,"user_id":"u","country":"DE","os":"o","device":"d","vendor":1}`
+	body := fmt.Sprintf(`{"event_id":"cmd-1","mix_id":1,"started_at":%d,"offset_ms":0,"duration_ms":1000,"user_id":"u","country":"DE","os":"o","device":"d","vendor":1}`, recentMS())
 	req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/v1/events", strings.NewReader(body))
 	req.Header.Set("X-API-Key", key)
 	resp, err := http.DefaultClient.Do(req)

@@ -18,7 +18,7 @@ func openLedger(ctx context.Context, cfg analytics.Config, log *slog.Logger) (_ 
 	if err := requireClickHouse(cfg); err != nil {
 		return cfg, nil, nil, err
 	}
-	cfg, stopCH, err := analytics.LocalOrConfigured(ctx, cfg, log)
+	cfg, stopCH, err := localOrConfigured(ctx, cfg, log)
 	if err != nil {
 		return cfg, nil, nil, err
 	}

@@ -21,6 +21,8 @@ import (
 type command struct {
 	name    string
 	summary string
+	// hidden leaves the command out of the usage (test and try-out tools).
+	hidden bool
 	// run parses args (without the subcommand name) and runs the command until
 	// ctx ends or the work is done.
 	run func(ctx context.Context, args []string, stdout, stderr io.Writer) error
@@ -138,6 +140,9 @@ func usage(w io.Writer) {
 	}
 	sort.Strings(names)
 	for _, n := range names {
+		if commands[n].hidden {
+			continue
+		}
 		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].summary)
 	}
 	fmt.Fprintf(w, "  %-10s %s\n", "version", "print the version")

@@ -15,7 +15,11 @@ func TestMain(m *testing.M) {
 	if os.Getenv("PLAYPIPE_ADMIN_ADDR") == "" {
 		os.Setenv("PLAYPIPE_ADMIN_ADDR", "127.0.0.1:0")
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
 }
 
 // TestUsageAndExitCodes: the top-level CLI contract (issue 13): no command is

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/playpipe/playpipe/internal/telemetry"
@@ -44,6 +45,7 @@ type sandboxFlags struct {
 	seed                             int64
 	clientID, clientSig, email       string
 	secretFile, modeName             string
+	adminHosts                       string
 	liveTTL, standbyTTL              time.Duration
 	pages, lists, mixes, maxLedger   int
 }
@@ -52,6 +54,7 @@ func (f *sandboxFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.addr, "addr", envDefault("PLAYPIPE_SANDBOX_ADDR", "127.0.0.1:8088"), "API listen address (env PLAYPIPE_SANDBOX_ADDR)")
 	fs.StringVar(&f.adminAddr, "admin-addr", envDefault("PLAYPIPE_SANDBOX_ADMIN_ADDR", "127.0.0.1:9465"), "admin API listen address (env PLAYPIPE_SANDBOX_ADMIN_ADDR); must be loopback unless --admin-public; \"off\" disables it")
 	fs.BoolVar(&f.adminPublic, "admin-public", false, "allow the admin API on a non-loopback address and answer non-loopback callers")
+	fs.StringVar(&f.adminHosts, "admin-host", "", "further comma-separated host names the admin API answers in the Host header (e.g. a service name with --admin-public); its own address and localhost always pass, any other Host is refused (DNS rebinding)")
 	fs.Int64Var(&f.seed, "seed", 1, "catalog seed: the same seed always yields the same catalog")
 	fs.StringVar(&f.clientID, "client-id", envDefault("PLAYPIPE_SANDBOX_CLIENT_ID", sandbox.DefaultClientID), "client_id the session endpoints accept, 10 characters (env PLAYPIPE_SANDBOX_CLIENT_ID)")
 	fs.StringVar(&f.clientSig, "client-signature", envDefault("PLAYPIPE_SANDBOX_CLIENT_SIGNATURE", sandbox.DefaultClientSignature), "client_signature the session endpoints accept, 40 characters (env PLAYPIPE_SANDBOX_CLIENT_SIGNATURE)")
@@ -90,6 +93,11 @@ func (f *sandboxFlags) options(log *slog.Logger, stderr io.Writer) (sandbox.Conf
 		LiveTokenTTL: f.liveTTL, StandbyTokenTTL: f.standbyTTL, Logger: log, Mode: mode,
 		Pages: f.pages, ListsPerPage: f.lists, MixesPerList: f.mixes, EmptyCatalog: f.empty,
 		MaxLedgerEntries: f.maxLedger, AdminAllowRemote: f.adminPublic, Lenient: !f.strict, Lean: f.lean,
+	}
+	for _, h := range strings.Split(f.adminHosts, ",") {
+		if h = strings.TrimSpace(h); h != "" {
+			opts.AdminHosts = append(opts.AdminHosts, h)
+		}
 	}
 	if f.maxLedger < 0 {
 		fmt.Fprintf(stderr, "--max-ledger-entries %d: accepted 0 (the default) or more\n", f.maxLedger)

@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
+	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
@@ -274,4 +276,80 @@ func sumSeries(text, name string) float64 {
 		}
 	}
 	return sum
+}
+
+// TestSandboxProcessRefusesCrossOrigin runs the built `playpipe sandbox` as
+// a separate process and drives its admin API as a hostile web page would
+// (text/plain PUT, a foreign Origin, a rebound Host): refused with 415/403
+// and nothing changes; the README's curl form (JSON with Content-Type) works.
+func TestSandboxProcessRefusesCrossOrigin(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	bin := playpipeBinary(t)
+	cmd := exec.Command(bin, "sandbox", "--addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0")
+	pr, pw := io.Pipe()
+	cmd.Stdout, cmd.Stderr = pw, pw
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var w lineWatcher
+	go w.read(pr)
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		pw.Close()
+	})
+	admin := w.wait(t, regexp.MustCompile(`listener=admin url=(http://[0-9.:]+)`), 30*time.Second)[1]
+	_, port, _ := net.SplitHostPort(strings.TrimPrefix(admin, "http://"))
+	do := func(method, path, body string, hdr ...string) (int, string) {
+		t.Helper()
+		var rd io.Reader
+		if body != "" {
+			rd = strings.NewReader(body)
+		}
+		req, err := http.NewRequest(method, admin+path, rd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i+1 < len(hdr); i += 2 {
+			if hdr[i] == "Host" {
+				req.Host = hdr[i+1]
+			} else {
+				req.Header.Set(hdr[i], hdr[i+1])
+			}
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	standby := `{"mode":"standby"}`
+	for _, c := range []struct {
+		name, method, path, body string
+		hdr                      []string
+		want                     int
+	}{
+		{"text/plain PUT", "PUT", "/admin/mode", standby, []string{"Content-Type", "text/plain"}, 415},
+		{"foreign Origin revoke", "POST", "/admin/revoke-tokens", "", []string{"Origin", "http://evil.example"}, 403},
+		{"foreign Origin JSON PUT", "PUT", "/admin/mode", standby, []string{"Origin", "https://evil.example", "Content-Type", "application/json"}, 403},
+		{"rebound Host", "PUT", "/admin/mode", standby, []string{"Host", "evil.example:" + port, "Content-Type", "application/json"}, 403},
+	} {
+		if got, body := do(c.method, c.path, c.body, c.hdr...); got != c.want {
+			t.Errorf("%s: %d %s, want %d", c.name, got, body, c.want)
+		}
+	}
+	if _, body := do("GET", "/admin/mode", ""); !strings.Contains(body, `"live"`) {
+		t.Fatalf("a refused request changed the mode: %s", body)
+	}
+	// The README's form: curl -X PUT -H 'Content-Type: application/json' -d '{"mode":"standby"}'.
+	if got, body := do("PUT", "/admin/mode", standby, "Content-Type", "application/json"); got != 200 {
+		t.Fatalf("JSON PUT: %d %s", got, body)
+	}
+	if _, body := do("GET", "/admin/mode", ""); !strings.Contains(body, `"standby"`) {
+		t.Fatalf("mode after JSON PUT: %s", body)
+	}
 }

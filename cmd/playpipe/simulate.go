@@ -72,7 +72,7 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	defer stopAPI()
 	if *f.startMS == 0 {
-		*f.startMS = time.Now().Truncate(time.Minute).UnixMilli()
+		*f.startMS = simulator.DefaultStart(time.Now())
 	}
 	cfg := simulator.Config{
 		Kafka: f.kcfg, Mixes: catalog, Events: *f.events, Rate: *f.ratePS, Devices: *f.devices, Users: *f.users,
@@ -122,7 +122,7 @@ func newSimulateFlags(fs *flag.FlagSet) *simulateFlags {
 		users:    fs.Int("users", 0, "distinct users; 0: 80% of --devices"),
 		badShare: fs.Float64("bad-share", 0.05, "share of bad messages, 0–1, spread evenly over malformed_json, missing_field, unknown_mix, bad_country"),
 		seed:     fs.Int64("seed", 1, "random seed: the same seed and flags send the same messages"),
-		startMS:  fs.Int64("start-ms", 0, "the simulated clock's start, epoch ms; 0: now (rounded down to the minute)"),
+		startMS:  fs.Int64("start-ms", 0, "the simulated clock's start, epoch ms; 0: 28 days before today (UTC), so that the events lie within the consumer's plausible-time window (--time-window-back 720h) while the simulated clocks advance (~4.5 min × events / devices)"),
 		mixes:    fs.String("mixes", "", "the catalog without the partner API: id:length[@start/start/…],… with length and track starts in ms or as Go durations (101:60m@0/4m/9m30s)"),
 		maxMixes: fs.Int("max-mixes", 0, "use at most this many mixes of the partner API's catalog; 0: all"),
 		record:   fs.String("record", "", "write every message Kafka acknowledged to this file, one JSON line each: {kind, key, value}"),

@@ -78,7 +78,7 @@ func runSink(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	defer run.close()
-	chcfg, stopCH, err := analytics.LocalOrConfigured(ctx, sc.ClickHouse, log)
+	chcfg, stopCH, err := localOrConfigured(ctx, sc.ClickHouse, log)
 	if err != nil {
 		return err
 	}

@@ -142,7 +142,7 @@ func (e *env) startClickHouse(ctx context.Context) (*chlocal.Server, error) {
 	e.cleanup = append(e.cleanup, func() { _ = os.RemoveAll(chDir) })
 	sctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	ch, err := chlocal.Start(sctx, chlocal.Config{Dir: chDir, Logger: e.log})
+	ch, err := chlocal.Start(sctx, chlocal.Config{Dir: chDir, Binary: os.Getenv("PLAYPIPE_CLICKHOUSE_BIN"), Logger: e.log})
 	if err != nil {
 		return nil, fmt.Errorf("clickhouse: %w", err)
 	}

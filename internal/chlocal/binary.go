@@ -2,7 +2,6 @@ package chlocal
 
 import (
 	"errors"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,7 +10,7 @@ import (
 // ErrNotInstalled is returned when no ClickHouse server binary can be found.
 var ErrNotInstalled = errors.New("chlocal: no ClickHouse server binary found (looked for clickhouse-server and clickhouse on PATH, in /usr/sbin, /usr/bin and /usr/local/bin); " +
 	"install it with `apt-get install -y clickhouse-server` (Debian/Ubuntu), or see https://clickhouse.com/docs/en/install, " +
-	"or set PLAYPIPE_CLICKHOUSE_BIN to its path, or point playpipe at a running server with PLAYPIPE_CLICKHOUSE_ADDR")
+	"or name its path (Config.Binary), or use a running server instead")
 
 // Binary is a located server executable and the arguments that select the
 // server mode before the configuration flag.
@@ -20,15 +19,9 @@ type Binary struct {
 	Args []string // nil for clickhouse-server, ["server"] for the single clickhouse binary
 }
 
-// FindBinary locates the ClickHouse server: PLAYPIPE_CLICKHOUSE_BIN, then
-// clickhouse-server and clickhouse on PATH, then the usual system folders.
+// FindBinary locates the ClickHouse server: clickhouse-server and
+// clickhouse on PATH, then the usual system folders.
 func FindBinary() (Binary, error) {
-	if p := os.Getenv("PLAYPIPE_CLICKHOUSE_BIN"); p != "" {
-		if !isExecutable(p) {
-			return Binary{}, fmt.Errorf("chlocal: PLAYPIPE_CLICKHOUSE_BIN=%s is not an executable file", p)
-		}
-		return binaryFor(p), nil
-	}
 	for _, name := range []string{"clickhouse-server", "clickhouse"} {
 		if p, err := exec.LookPath(name); err == nil {
 			return binaryFor(p), nil

@@ -111,6 +111,9 @@ func Start(ctx context.Context, opts Config) (*Server, error) {
 		return s.attach(ctx, st)
 	}
 	if opts.Binary != "" {
+		if !isExecutable(opts.Binary) {
+			return nil, fmt.Errorf("chlocal: the ClickHouse server binary %s is not an executable file", opts.Binary)
+		}
 		s.bin = binaryFor(opts.Binary)
 	} else if s.bin, err = FindBinary(); err != nil {
 		return nil, err

@@ -112,7 +112,6 @@ func TestSecondServerOnSameFolderFails(t *testing.T) {
 
 func TestMissingBinary(t *testing.T) {
 	t.Setenv("PATH", t.TempDir())
-	t.Setenv("PLAYPIPE_CLICKHOUSE_BIN", "")
 	t.Cleanup(chlocal.SetSystemDirs([]string{t.TempDir()}))
 	if _, err := chlocal.FindBinary(); !errors.Is(err, chlocal.ErrNotInstalled) || !strings.Contains(err.Error(), "apt-get install -y clickhouse-server") {
 		t.Fatalf("error %v: want ErrNotInstalled naming the install command", err)
@@ -120,8 +119,8 @@ func TestMissingBinary(t *testing.T) {
 }
 
 func TestBinaryOverrideMustExist(t *testing.T) {
-	t.Setenv("PLAYPIPE_CLICKHOUSE_BIN", "/nonexistent/clickhouse")
-	if _, err := chlocal.FindBinary(); err == nil || !strings.Contains(err.Error(), "PLAYPIPE_CLICKHOUSE_BIN") {
-		t.Fatalf("error %v: want one naming PLAYPIPE_CLICKHOUSE_BIN", err)
+	_, err := chlocal.Start(context.Background(), chlocal.Config{Dir: t.TempDir(), Binary: "/nonexistent/clickhouse"})
+	if err == nil || !strings.Contains(err.Error(), "/nonexistent/clickhouse") {
+		t.Fatalf("error %v: want one naming the binary", err)
 	}
 }

@@ -53,7 +53,7 @@ func TestPipelineEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sim := simulator.Config{Kafka: p.Kafka, Mixes: mixes, Events: 3000, Rate: 1500, Devices: 60, BadShare: 0.08, Seed: 5}
+	sim := simulator.Config{Kafka: p.Kafka, Mixes: mixes, Events: 3000, Rate: 1500, Devices: 60, BadShare: 0.08, Seed: 5, StartMS: simulator.DefaultStart(time.Now())}
 	gen, err := simulator.NewGenerator(sim)
 	if err != nil {
 		t.Fatal(err)

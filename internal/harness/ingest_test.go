@@ -79,7 +79,7 @@ func TestIngestAndEnrichEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	viaKafka := simulator.Config{Kafka: p.Kafka, Mixes: mixes, Events: 2500, Devices: 50, BadShare: 0.1, Seed: 8, StartMS: 1767225600000}
+	viaKafka := simulator.Config{Kafka: p.Kafka, Mixes: mixes, Events: 2500, Devices: 50, BadShare: 0.1, Seed: 8, StartMS: simulator.DefaultStart(time.Now())}
 	viaHTTP := viaKafka
 	viaHTTP.Events, viaHTTP.Seed = 600, 9
 	kafkaMsgs, httpMsgs := generate(t, viaKafka), generate(t, viaHTTP)

@@ -59,8 +59,8 @@ func TestTraceEndToEnd(t *testing.T) {
 	defer p.Close()
 
 	mix := p.Sandbox.Catalog().Mixes[0]
-	ev := fmt.Sprintf(`{"event_id":"trace-1","mix_id":%d,"started_at":1767225600000,"offset_ms":0,"duration_ms":%d,`+
-		`"user_id":"u-trace","country":"DE","os":"Android 15","device":"phone","vendor":4}`, mix.ID, (mix.Tracks[1].StartSec+5)*1000)
+	ev := fmt.Sprintf(`{"event_id":"trace-1","mix_id":%d,"started_at":%d,"offset_ms":0,"duration_ms":%d,`+
+		`"user_id":"u-trace","country":"DE","os":"Android 15","device":"phone","vendor":4}`, mix.ID, time.Now().Add(-time.Hour).UnixMilli(), (mix.Tracks[1].StartSec+5)*1000)
 	pcfg := p.Kafka.Publisher()
 	pcfg.TracerProvider, pcfg.MeterProvider = tel.Tracer, tel.Meter
 	pub, err := producer.NewPublisher(ctx, pcfg)

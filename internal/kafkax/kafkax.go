@@ -98,6 +98,11 @@ type Config struct {
 	// member before giving its partitions to the others (a killed instance
 	// that does not come back). Defaults to DefaultSessionTimeout.
 	SessionTimeout time.Duration
+	// Faults says the role's Kafka faults (fetch errors of its poll loops)
+	// at most once a minute each and tells the role's Health of them; the
+	// commands set it to Health.Faults(). Nil: a process-wide FaultLog,
+	// rate-limited alike but unmeasured.
+	Faults *FaultLog
 }
 
 // DefaultSessionTimeout is the group session timeout of every role: a killed
@@ -160,7 +165,7 @@ func (c Config) Validate() error {
 		}
 	}
 	if c.Embedded && len(c.Brokers) > 0 {
-		return fmt.Errorf("kafka: --brokers (%s) and --embedded-kafka exclude each other: set one (PLAYPIPE_BROKERS counts as --brokers)", strings.Join(c.Brokers, ","))
+		return fmt.Errorf("kafka: --brokers (%s) and --embedded-kafka exclude each other: set one", strings.Join(c.Brokers, ","))
 	}
 	if c.EmbeddedPort != 0 && !c.Embedded {
 		return errors.New("kafka: --embedded-kafka-port needs --embedded-kafka")
@@ -173,11 +178,11 @@ func (c Config) Validate() error {
 var ErrNoBrokers = errors.New("no Kafka brokers configured")
 
 // RequireBrokers reports, with ErrNoBrokers, a configuration that names no
-// Kafka to use: neither Brokers nor Embedded. The message names the flag,
-// its environment variable and the explicit alternative.
+// Kafka to use: neither Brokers nor Embedded. The message names the flag
+// and the explicit alternative.
 func (c Config) RequireBrokers() error {
 	if len(c.Brokers) == 0 && !c.Embedded {
-		return fmt.Errorf("%w: set --brokers host:port,… (env PLAYPIPE_BROKERS) or pass --embedded-kafka to run on an in-process broker (in memory, NOT durable)", ErrNoBrokers)
+		return fmt.Errorf("%w: set --brokers host:port,… or pass --embedded-kafka to run on an in-process broker (in memory, NOT durable)", ErrNoBrokers)
 	}
 	return nil
 }
@@ -266,4 +271,37 @@ func HasHeader(r *kgo.Record, key string) bool {
 		}
 	}
 	return false
+}
+
+// DefaultLeaveTimeout bounds leaving the group when a role's client closes.
+const DefaultLeaveTimeout = 5 * time.Second
+
+// CloseClient closes cl within about 2×d (d: DefaultLeaveTimeout when ≤ 0),
+// whatever the broker does. kgo's Close leaves the group first and waits for
+// the group's management loop, whose JoinGroup or LeaveGroup request to a
+// frozen coordinator only times out after the rebalance timeout plus the
+// request overhead (70 s by default: a role's exit took 70–90 s with the
+// broker stopped). So the leave gets d, and Close runs in a goroutine given
+// another d; past that CloseClient returns and leaves Close to finish in the
+// background — it is only called on the way out of a role, and the process
+// exit ends it. The broker drops a member that did not leave after its
+// session timeout, as for a killed instance.
+func CloseClient(cl *kgo.Client, d time.Duration) {
+	if d <= 0 {
+		d = DefaultLeaveTimeout
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	_ = cl.LeaveGroupContext(ctx)
+	cancel()
+	done := make(chan struct{})
+	go func() { // owned by the process's exit past d (see above)
+		cl.Close()
+		close(done)
+	}()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
 }

@@ -17,6 +17,9 @@ import (
 	"context"
 	"log/slog"
 
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/playpipe/playpipe/analytics"
 	"github.com/playpipe/playpipe/consumer"
 	"github.com/playpipe/playpipe/internal/kafkax"
@@ -53,9 +56,7 @@ func StartKafka(ctx context.Context, cfg kafkax.Config, log *slog.Logger) (kafka
 // (each names its package and the offending flag or field).
 func NewEnricher(cfg consumer.Config, k kafkax.Config, src consumer.MixSource, tel telemetry.Providers, log *slog.Logger) (*consumer.Enricher, error) {
 	cfg.Kafka, cfg.Source = k, src
-	cfg.MeterProvider = cmp.Or(cfg.MeterProvider, tel.Meter)
-	cfg.TracerProvider = cmp.Or(cfg.TracerProvider, tel.Tracer)
-	cfg.Logger = cmp.Or(cfg.Logger, log, slog.Default())
+	cfg.Logger, cfg.MeterProvider, cfg.TracerProvider = shared(cfg.Logger, cfg.MeterProvider, cfg.TracerProvider, tel, log)
 	return consumer.New(cfg)
 }
 
@@ -64,13 +65,8 @@ func NewEnricher(cfg consumer.Config, k kafkax.Config, src consumer.MixSource, t
 // target answered), a nil cfg.Logger takes log, and nil cfg.MeterProvider
 // and cfg.TracerProvider take tel's.
 func NewReporter(cfg reporter.Config, k kafkax.Config, p *Partner, tel telemetry.Providers, log *slog.Logger) (*reporter.Reporter, error) {
-	cfg.Kafka = k
-	cfg.MeterProvider = cmp.Or(cfg.MeterProvider, tel.Meter)
-	cfg.TracerProvider = cmp.Or(cfg.TracerProvider, tel.Tracer)
-	if cfg.PartnerURL == "" {
-		cfg.PartnerURL = p.URL
-	}
-	cfg.Logger = cmp.Or(cfg.Logger, log, slog.Default())
+	cfg.Kafka, cfg.PartnerURL = k, cmp.Or(cfg.PartnerURL, p.URL)
+	cfg.Logger, cfg.MeterProvider, cfg.TracerProvider = shared(cfg.Logger, cfg.MeterProvider, cfg.TracerProvider, tel, log)
 	return reporter.New(cfg, p.Client)
 }
 
@@ -80,8 +76,12 @@ func NewReporter(cfg reporter.Config, k kafkax.Config, p *Partner, tel telemetry
 // take tel's.
 func NewSink(cfg analytics.SinkConfig, k kafkax.Config, ch analytics.Config, tel telemetry.Providers, log *slog.Logger) (*analytics.Sink, error) {
 	cfg.Kafka, cfg.ClickHouse = k, ch
-	cfg.MeterProvider = cmp.Or(cfg.MeterProvider, tel.Meter)
-	cfg.TracerProvider = cmp.Or(cfg.TracerProvider, tel.Tracer)
-	cfg.Logger = cmp.Or(cfg.Logger, log, slog.Default())
+	cfg.Logger, cfg.MeterProvider, cfg.TracerProvider = shared(cfg.Logger, cfg.MeterProvider, cfg.TracerProvider, tel, log)
 	return analytics.NewSink(cfg)
+}
+
+// shared fills the fields every role's Config has: a nil logger takes log
+// (then slog.Default()), nil meter and tracer providers take tel's.
+func shared(l *slog.Logger, m metric.MeterProvider, t trace.TracerProvider, tel telemetry.Providers, log *slog.Logger) (*slog.Logger, metric.MeterProvider, trace.TracerProvider) {
+	return cmp.Or(l, log, slog.Default()), cmp.Or(m, tel.Meter), cmp.Or(t, tel.Tracer)
 }

@@ -31,7 +31,7 @@ type Role struct {
 }
 
 // StartRole runs Setup for role and starts the admin server on adminAddr
-// (cmd/playpipe binds it to --admin-addr, env PLAYPIPE_ADMIN_ADDR). The admin port is bound before StartRole returns, so
+// (cmd/playpipe binds it to --admin-addr). The admin port is bound before StartRole returns, so
 // a busy port is reported here. log may be nil.
 func StartRole(ctx context.Context, role, adminAddr string, log *slog.Logger) (*Role, error) {
 	providers, shutdown, err := Setup(ctx, Config{

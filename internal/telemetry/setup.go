@@ -48,6 +48,15 @@ type Config struct {
 // Environment variables read by Setup itself (the SDK and the OTLP exporters
 // read the rest of the OTEL_* family: endpoints, headers, protocol, sampler,
 // batch processor, resource attributes).
+//
+// The one exception to "only cmd/playpipe reads the environment"
+// (decision, issue 23): the OTEL_* family is OpenTelemetry's standard
+// configuration, which the SDK and its exporters (autoexport) read
+// themselves wherever they run; Setup reads these five to make the same
+// choice the SDK makes (and to export nothing when no endpoint is set).
+// Reading them in cmd/playpipe instead would split one standard's reading
+// between two places. playpipe's own PLAYPIPE_* variables are read only in
+// cmd/playpipe.
 const (
 	EnvTracesExporter  = "OTEL_TRACES_EXPORTER"
 	EnvMetricsExporter = "OTEL_METRICS_EXPORTER"

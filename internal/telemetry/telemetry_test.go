@@ -760,3 +760,23 @@ func TestOTLPExportFromEnv(t *testing.T) {
 		t.Fatal("nothing exported to the OTLP endpoint")
 	}
 }
+
+// TestReadyAnswersWithinASecond registers a check that ignores its context
+// and never returns (a part that hangs) beside a quick one: Ready must
+// answer within a second, naming the silent check's count, and the quick
+// check's error must still be there.
+func TestReadyAnswersWithinASecond(t *testing.T) {
+	a := NewAdminServer("127.0.0.1:0", nil)
+	hang := make(chan struct{})
+	defer close(hang)
+	a.AddReadyCheck("kafka", func(context.Context) error { <-hang; return nil })
+	a.AddReadyCheck("clickhouse", func(context.Context) error { return errors.New("connection refused") })
+	start := time.Now()
+	err := a.Ready(context.Background())
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("Ready took %s with a hanging check", d)
+	}
+	if err == nil || !strings.Contains(err.Error(), "no answer within") || !strings.Contains(err.Error(), "clickhouse: connection refused") {
+		t.Fatalf("Ready = %v", err)
+	}
+}

@@ -33,7 +33,8 @@ type ClickHouse struct {
 // (internal/chlocal; in /dev/shm when it exists) and creates a fresh database for the test; the server is
 // killed when the test ends. With PLAYPIPE_CLICKHOUSE_ADDR set it uses that
 // server instead (PLAYPIPE_CLICKHOUSE_USER / _PASSWORD), where Stop and
-// Restart skip the test. Without a ClickHouse binary the test is skipped,
+// Restart skip the test; PLAYPIPE_CLICKHOUSE_BIN names the server binary
+// to start. Without a ClickHouse binary the test is skipped,
 // saying how to install one, unless PLAYPIPE_REQUIRE_CLICKHOUSE=1 (CI) makes
 // that a failure.
 func StartClickHouse(t testing.TB) *ClickHouse {
@@ -49,7 +50,7 @@ func StartClickHouse(t testing.TB) *ClickHouse {
 		c.Password = os.Getenv("PLAYPIPE_CLICKHOUSE_PASSWORD")
 	} else {
 		dir := clickHouseDir(t)
-		s, err := chlocal.Start(ctx, chlocal.Config{Dir: dir})
+		s, err := chlocal.Start(ctx, chlocal.Config{Dir: dir, Binary: os.Getenv("PLAYPIPE_CLICKHOUSE_BIN")})
 		if errors.Is(err, chlocal.ErrNotInstalled) && os.Getenv("PLAYPIPE_REQUIRE_CLICKHOUSE") != "1" {
 			t.Skipf("testenv: %v", err)
 		}
@@ -141,34 +142,31 @@ func (c *ClickHouse) Local() bool { return c.server != nil }
 // an external server the test is skipped.
 func (c *ClickHouse) Stop(t testing.TB) {
 	t.Helper()
-	if c.server == nil {
-		t.Skip("testenv: stopping ClickHouse needs the local server (unset PLAYPIPE_CLICKHOUSE_ADDR)")
-	}
+	s := c.local(t, "stopping")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := c.server.Stop(ctx); err != nil {
+	if err := s.Stop(ctx); err != nil {
 		t.Fatalf("testenv: stop clickhouse: %v", err)
 	}
-}
-
-// Kill crashes the local server (SIGKILL); its data so far survives.
-func (c *ClickHouse) Kill(t testing.TB) {
-	t.Helper()
-	if c.server == nil {
-		t.Skip("testenv: killing ClickHouse needs the local server (unset PLAYPIPE_CLICKHOUSE_ADDR)")
-	}
-	c.server.Kill()
 }
 
 // Restart starts the stopped local server again on the same address and data.
 func (c *ClickHouse) Restart(t testing.TB) {
 	t.Helper()
-	if c.server == nil {
-		t.Skip("testenv: restarting ClickHouse needs the local server (unset PLAYPIPE_CLICKHOUSE_ADDR)")
-	}
+	s := c.local(t, "restarting")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	if err := c.server.Start(ctx); err != nil {
+	if err := s.Start(ctx); err != nil {
 		t.Fatalf("testenv: restart clickhouse: %v", err)
 	}
+}
+
+// local returns the local server, or skips the test (doing what needs one)
+// on an external server.
+func (c *ClickHouse) local(t testing.TB, doing string) *chlocal.Server {
+	t.Helper()
+	if c.server == nil {
+		t.Skipf("testenv: %s ClickHouse needs the local server (unset PLAYPIPE_CLICKHOUSE_ADDR)", doing)
+	}
+	return c.server
 }

@@ -10,7 +10,8 @@ import (
 )
 
 // AdminUsage documents the admin API (printed by `playpipe sandbox --help`).
-const AdminUsage = `Admin API (JSON; loopback callers only unless allowed):
+const AdminUsage = `Admin API (JSON bodies with Content-Type: application/json; loopback callers only
+unless allowed; a foreign Host or Origin is refused with 403, a non-JSON body with 415):
   GET    /admin/health            {"ok":true,"mode":"live"}
   GET    /admin/mode              {"mode":"live"|"standby"|"live-bypass"}
   PUT    /admin/mode              body {"mode":"standby"}; entering standby starts an episode,
@@ -19,7 +20,8 @@ const AdminUsage = `Admin API (JSON; loopback callers only unless allowed):
   PUT    /admin/faults            body {"report":{"rate_500":0.1,"rate_503":0,"latency":"20ms",
                                   "fail_next":3,"fail_next_status":503},"session":{…},"catalog":{…},"mix":{…}};
                                   groups: session, catalog (catalog, restricted, page, list, genres), mix, report;
-                                  fail_next_status: 401, 500 (default), 502, 503, 504
+                                  fail_next_status: 401, 500 (default), 502, 503, 504;
+                                  "ids":[42] restricts a group's fail_next and rates to those path ids
   DELETE /admin/faults            no faults
   POST   /admin/reset             empty ledger and counters, no faults, starting mode
   GET    /admin/ledger[?since=N]  accepted reports (raw body, decoded fields, arrival, flags,
@@ -33,11 +35,12 @@ const AdminUsage = `Admin API (JSON; loopback callers only unless allowed):
                                   from now on; new sessions work): {"revocations":N}`
 
 // AdminHandler is the admin API (see AdminUsage). Callers not on loopback
-// get 403 unless Config.AdminAllowRemote.
+// get 403 unless Config.AdminAllowRemote; cross-origin requests, foreign
+// Host headers and non-JSON bodies are refused (adminGuard).
 func (s *Server) AdminHandler() http.Handler { return s.admin }
 
 // adminMux is the admin API's route table (see AdminUsage), behind the
-// loopback check.
+// loopback, Host, Origin and Content-Type checks (adminGuard).
 func (s *Server) adminMux() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /admin/health", s.adminHealth)
@@ -70,13 +73,7 @@ func (s *Server) adminMux() http.Handler {
 	mux.HandleFunc("POST /admin/revoke-tokens", func(w http.ResponseWriter, r *http.Request) {
 		adminJSON(w, http.StatusOK, map[string]uint64{"revocations": s.RevokeTokens()})
 	})
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !s.opts.AdminAllowRemote && !isLoopback(r.RemoteAddr) {
-			adminError(w, http.StatusForbidden, "the admin API answers loopback callers only")
-			return
-		}
-		mux.ServeHTTP(w, r)
-	})
+	return s.adminGuard(mux)
 }
 
 // adminHealth answers {"ok":true,"mode":…}.

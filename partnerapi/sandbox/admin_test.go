@@ -118,6 +118,7 @@ func TestAdminLoopbackOnly(t *testing.T) {
 		}
 		req := httptest.NewRequest("GET", "/admin/mode", nil)
 		req.RemoteAddr = "10.1.2.3:4567"
+		req.Host = "localhost:9465"
 		w := httptest.NewRecorder()
 		srv.AdminHandler().ServeHTTP(w, req)
 		want := http.StatusForbidden

@@ -129,6 +129,12 @@ type Config struct {
 	// AdminAllowRemote lets AdminHandler answer callers that are not on
 	// loopback. Defaults to false: non-loopback callers get 403.
 	AdminAllowRemote bool
+	// AdminHosts are further host names (without port) the admin API
+	// answers in the Host header, e.g. a container's service name when
+	// AdminAllowRemote. Its own listener address, "localhost" and loopback
+	// addresses are always accepted; any other Host is refused with 403
+	// (DNS rebinding).
+	AdminHosts []string
 }
 
 // ErrInvalidConfig is wrapped by every error New returns for bad options.

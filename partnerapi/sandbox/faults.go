@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"slices"
+	"strconv"
 	"sync/atomic"
 	"time"
 )
@@ -67,6 +69,24 @@ type GroupFaults struct {
 	// FailNextStatus is the status of FailNext: 401, 500 (the default when
 	// 0), 502, 503 or 504.
 	FailNextStatus int `json:"fail_next_status"`
+	// IDs, when set, restrict FailNext and the rates to the requests for
+	// these path ids (mix, page, list or genre row ids): e.g. one mix
+	// failing while the others are served. Latency applies to all.
+	IDs []int64 `json:"ids,omitempty"`
+}
+
+// isZero reports whether g injects nothing.
+func (g *GroupFaults) isZero() bool {
+	return g.Rate500 == 0 && g.Rate503 == 0 && g.Latency == 0 && g.FailNext == 0 && g.FailNextStatus == 0 && len(g.IDs) == 0
+}
+
+// applies reports whether the faults of g apply to a request for path id.
+func (g *GroupFaults) applies(id string) bool {
+	if len(g.IDs) == 0 {
+		return true
+	}
+	n, err := strconv.ParseInt(id, 10, 64)
+	return err == nil && slices.Contains(g.IDs, n)
 }
 
 // MarshalJSON writes Latency as a Go duration string.
@@ -148,7 +168,7 @@ func newFaultState(f Faults) *faultState {
 	st := &faultState{cfg: f, groups: f.groups()}
 	for g, gf := range st.groups {
 		st.failNext[g].Store(int64(gf.FailNext))
-		if gf != (GroupFaults{}) {
+		if !gf.isZero() {
 			st.any = true
 		}
 	}
@@ -164,9 +184,13 @@ func (st *faultState) current() Faults {
 	return Faults{Session: gs[0], Catalog: gs[1], Mix: gs[2], Report: gs[3]}
 }
 
-// draw decides the fault status for one request of group g (0: none).
-func (st *faultState) draw(g Group) int {
+// draw decides the fault status for one request of group g for path id
+// (0: none).
+func (st *faultState) draw(g Group, id string) int {
 	gf := &st.groups[g]
+	if !gf.applies(id) {
+		return 0
+	}
 	if st.failNext[g].Load() > 0 && st.failNext[g].Add(-1) >= 0 {
 		if gf.FailNextStatus == 0 {
 			return 500

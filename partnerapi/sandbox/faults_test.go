@@ -87,3 +87,24 @@ func TestFaultRatesAndLatency(t *testing.T) {
 		t.Fatal("Validate accepted rate 7")
 	}
 }
+
+// TestFaultsForIDs: faults restricted to some mix ids fail those mixes only,
+// also when set through the admin API.
+func TestFaultsForIDs(t *testing.T) {
+	sb := testenv.StartSandbox(t)
+	a := newAPI(t, sb)
+	tok := a.session()
+	mixes := sb.Catalog().Mixes
+	bad, good := mixes[0].ID, mixes[1].ID
+	r := a.doURL("PUT", sb.AdminURL+"/admin/faults", "", map[string]any{"mix": map[string]any{"rate_500": 1, "ids": []int64{bad}}})
+	wantStatus(t, r, 200)
+	for range 3 {
+		wantEnvelope(t, a.do("GET", "/partners/mix/"+jsonNum(uint64(bad)), tok, nil), 500, "internal service error")
+		wantStatus(t, a.do("GET", "/partners/mix/"+jsonNum(uint64(good)), tok, nil), 200)
+	}
+	if f := sb.Faults(); len(f.Mix.IDs) != 1 || f.Mix.IDs[0] != bad {
+		t.Fatalf("faults %+v", f)
+	}
+	sb.SetFaults(sandbox.Faults{})
+	wantStatus(t, a.do("GET", "/partners/mix/"+jsonNum(uint64(bad)), tok, nil), 200)
+}

@@ -69,7 +69,7 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	cl, ok := s.admit(w, r, ep, method, fs, mode, episode)
+	cl, ok := s.admit(w, r, ep, id, method, fs, mode, episode)
 	if !ok {
 		return
 	}
@@ -114,9 +114,9 @@ func (s *Server) gate(w http.ResponseWriter, r *http.Request, ep endpoint, metho
 }
 
 // admit checks the token (but on the session endpoints), draws the injected
-// faults and checks the content type of a POST. It returns the token's
+// faults (for the path id) and checks the content type of a POST. It returns the token's
 // claims, and false when the request was answered.
-func (s *Server) admit(w http.ResponseWriter, r *http.Request, ep endpoint, method string, fs *faultState, mode Mode, episode uint64) (claims, bool) {
+func (s *Server) admit(w http.ResponseWriter, r *http.Request, ep endpoint, id, method string, fs *faultState, mode Mode, episode uint64) (claims, bool) {
 	strict := !s.opts.Lenient
 	var cl claims
 	if ep != epSession && ep != epSessionUser {
@@ -132,7 +132,7 @@ func (s *Server) admit(w http.ResponseWriter, r *http.Request, ep endpoint, meth
 		}
 	}
 	if fs.any {
-		if st := fs.draw(endpointGroup[ep]); st != 0 {
+		if st := fs.draw(endpointGroup[ep], id); st != 0 {
 			s.writeFault(w, ep, st, mode)
 			return cl, false
 		}

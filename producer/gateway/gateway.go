@@ -20,6 +20,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/playpipe/playpipe/internal/confcheck"
+	"github.com/playpipe/playpipe/internal/kafkax"
 	"github.com/playpipe/playpipe/internal/telemetry"
 	"github.com/playpipe/playpipe/producer"
 	"github.com/playpipe/playpipe/schemas"
@@ -95,6 +96,21 @@ type Config struct {
 	// its body; a body not complete by then is cut with 408 read_timeout.
 	// Defaults to 60 s.
 	ReadTimeout time.Duration
+	// Now is the clock of a request's arrival: the events of a request are
+	// checked against the plausible-time window (the Publisher's
+	// Config.Validate.Window) around it, and its rejection records carry
+	// it. Defaults to time.Now (tests inject a fixed one).
+	Now func() time.Time
+	// BrokerReady reports whether Kafka answers, for GET /readyz: it must
+	// answer at once from a cached probe (the commands pass kafkax.Health's
+	// Check), never wait on the broker. Nil: a ping bounded to
+	// ReadyTimeout.
+	BrokerReady func(ctx context.Context) error
+	// Faults rate-limits the lines about Kafka not answering (one a minute
+	// per kind, the repeats counted), which would otherwise come once per
+	// request while the broker is down; the commands pass kafkax.Health's.
+	// Nil: a process-wide one.
+	Faults *kafkax.FaultLog
 	// Logger defaults to slog.Default(). API keys are never logged.
 	Logger *slog.Logger
 	// MeterProvider makes playpipe.ingest.requests and the http.server.*
@@ -144,6 +160,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
 	}
 }
 
@@ -236,20 +255,6 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) { g.handler.
 // balancers stop sending before the listener closes).
 func (g *Gateway) SetDraining() { g.draining.Store(true) }
 
-func (g *Gateway) readyz(w http.ResponseWriter, r *http.Request) {
-	if g.draining.Load() {
-		writeJSON(w, http.StatusServiceUnavailable, ErrorResponse{Error: "shutting down", Code: "draining"})
-		return
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-	defer cancel()
-	if err := g.cfg.Publisher.Ping(ctx); err != nil {
-		writeJSON(w, http.StatusServiceUnavailable, ErrorResponse{Error: "kafka unreachable", Code: "kafka_unavailable"})
-		return
-	}
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
-}
-
 // ErrorResponse is the body of a request refused as a whole.
 type ErrorResponse struct {
 	Error string `json:"error"`
@@ -262,17 +267,27 @@ type ErrorResponse struct {
 
 // IngestResponse is the body of an answer to POST /v1/events that got as far
 // as publishing: 202 when every event is accepted or refused (with its
-// rejection recorded), 503 when some are not on Kafka, and 413 when every
+// rejection recorded), 503 when some are not on Kafka or not acknowledged
+// within the delivery timeout (failed or unknown), and 413 when every
 // event of the request is over the per-event size limit (each refused with
 // reason too_large and recorded; retrying cannot help). In a batch that also
 // holds events under the limit, an oversized event is one refused answer of
 // a 202.
 type IngestResponse struct {
-	Accepted int           `json:"accepted"`
-	Refused  int           `json:"refused"`
-	Failed   int           `json:"failed"`
-	Events   []EventAnswer `json:"events"`
-	Error    string        `json:"error,omitempty"`
+	Accepted int `json:"accepted"`
+	Refused  int `json:"refused"`
+	Failed   int `json:"failed"`
+	// Unknown counts the events of unknown fate: handed to Kafka but not
+	// acknowledged within the delivery timeout (status unknown).
+	Unknown int           `json:"unknown"`
+	Events  []EventAnswer `json:"events"`
+	Error   string        `json:"error,omitempty"`
+	// Code is set on a 503: kafka_timeout when Kafka did not answer within
+	// the delivery timeout (some events unknown), kafka_unavailable when it
+	// failed records.
+	Code string `json:"code,omitempty"`
+	// RetryAfter is the Retry-After header of a 503, in seconds.
+	RetryAfter int `json:"retry_after_s,omitempty"`
 }
 
 // EventAnswer is the answer for one event of a batch.
@@ -280,7 +295,10 @@ type EventAnswer struct {
 	Index   int    `json:"index"`
 	EventID string `json:"event_id,omitempty"`
 	// Status: accepted (on the events topic), refused (broke a rule: do not
-	// retry; Reasons says why) or failed (not on Kafka: retry it).
+	// retry; Reasons says why), failed (not on Kafka: retry it) or unknown
+	// (sent or queued, not acknowledged within the delivery timeout: it may
+	// be on the topic; retry it, the pipeline recognises the copies by
+	// event_id, see docs/producer.md).
 	Status    producer.Status     `json:"status"`
 	Partition *int32              `json:"partition,omitempty"`
 	Offset    *int64              `json:"offset,omitempty"`
@@ -300,7 +318,7 @@ func (g *Gateway) postEvents(w http.ResponseWriter, r *http.Request) {
 // slots shared by every key, and the body (the only slow part a client
 // controls) is read under a minimum rate and a deadline.
 func (g *Gateway) serveEvents(w http.ResponseWriter, r *http.Request) int {
-	q := &request{w: w, r: r, start: time.Now()}
+	q := &request{w: w, r: r, start: time.Now(), arrival: g.cfg.Now()}
 	ki := g.keys.match(presentedKey(r))
 	if ki < 0 {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="playpipe-ingest"`)
@@ -340,9 +358,17 @@ func (g *Gateway) serveEvents(w http.ResponseWriter, r *http.Request) int {
 	if res := lim.ReserveN(now, len(events)); res.DelayFrom(now) > 0 {
 		return g.tooMany(w, res)
 	}
-	resp, status := g.publish(r.Context(), fleet, events)
+	// Every wait on Kafka for this request ends by the delivery timeout,
+	// whatever the broker does: the answer says per event what is known.
+	pctx, cancel := context.WithTimeout(r.Context(), g.cfg.Publisher.DeliveryTimeout())
+	defer cancel()
+	resp, status := g.publish(pctx, fleet, events, q.arrival)
 	if status == http.StatusServiceUnavailable {
-		w.Header().Set("Retry-After", "1")
+		resp.RetryAfter = 1
+		if resp.Unknown > 0 {
+			resp.RetryAfter = RetryAfterUnknown
+		}
+		w.Header().Set("Retry-After", strconv.Itoa(resp.RetryAfter))
 	}
 	writeJSON(w, status, resp)
 	return status
@@ -352,7 +378,8 @@ func (g *Gateway) serveEvents(w http.ResponseWriter, r *http.Request) int {
 type request struct {
 	w        http.ResponseWriter
 	r        *http.Request
-	start    time.Time
+	start    time.Time // for the body's rate and deadline
+	arrival  time.Time // Config.Now at arrival: the events' plausible-time reference
 	bodyRead bool
 }
 
@@ -426,12 +453,13 @@ func (g *Gateway) readEvents(q *request, fleet string, ndjson bool) (events [][]
 	return events, 0
 }
 
-// publish sends the events of one request, records the refused ones to the
+// publish sends the events of one request, checked against the
+// plausible-time window around its arrival, records the refused ones to the
 // rejected topic (bounded records) and returns the answer and its status:
 // 503 when some event or rejection record is not on Kafka (retry them), 413
 // when every event of the request is over MaxEventBytes, else 202.
-func (g *Gateway) publish(ctx context.Context, fleet string, events [][]byte) (IngestResponse, int) {
-	now := time.Now()
+func (g *Gateway) publish(ctx context.Context, fleet string, events [][]byte, arrival time.Time) (IngestResponse, int) {
+	now := arrival
 	// Events over the size limit are not parsed: they are refused here.
 	var refused []refusal
 	fit := make([][]byte, 0, len(events))
@@ -451,7 +479,7 @@ func (g *Gateway) publish(ctx context.Context, fleet string, events [][]byte) (I
 	var results []producer.Result
 	var pubErr error
 	if len(fit) > 0 {
-		results, pubErr = g.cfg.Publisher.Publish(ctx, fit,
+		results, pubErr = g.cfg.Publisher.Publish(ctx, fit, producer.WithArrival(arrival),
 			producer.WithHeaders(kgo.RecordHeader{Key: "fleet", Value: []byte(fleet)}))
 	}
 	resp := IngestResponse{Events: make([]EventAnswer, len(events))}
@@ -466,9 +494,12 @@ func (g *Gateway) publish(ctx context.Context, fleet string, events [][]byte) (I
 			a.Partition, a.Offset = &p, &o
 		case producer.StatusRefused:
 			refused = append(refused, refusal{index: i, raw: events[i], eventID: res.EventID, vs: res.Violations})
+		case producer.StatusUnknown:
+			resp.Unknown++
+			a.Error = errUnknownFate
 		default:
 			resp.Failed++
-			a.Error = "not acknowledged by Kafka; retry this event"
+			a.Error = "not written to Kafka; retry this event"
 		}
 		resp.Events[i] = a
 	}
@@ -486,14 +517,20 @@ func (g *Gateway) publish(ctx context.Context, fleet string, events [][]byte) (I
 		resp.Refused++
 		resp.Events[rf.index] = a
 	}
-	log := g.cfg.Logger.With("fleet", fleet, "events", len(events), "accepted", resp.Accepted, "refused", resp.Refused, "failed", resp.Failed)
+	log := g.cfg.Logger.With("fleet", fleet, "events", len(events), "accepted", resp.Accepted, "refused", resp.Refused, "failed", resp.Failed, "unknown", resp.Unknown)
 	if tooLarge > 0 {
 		log = log.With("too_large", tooLarge)
 	}
 	switch {
+	case resp.Unknown > 0:
+		resp.Code = "kafka_timeout"
+		resp.Error = fmt.Sprintf("Kafka did not acknowledge %d events within the delivery timeout of %s: their fate is unknown (status unknown: they may be on Kafka); retry every event not accepted", resp.Unknown, g.cfg.Publisher.DeliveryTimeout())
+		g.cfg.Faults.Say(log, slog.LevelWarn, kafkax.FaultProduceTimeout, "ingest", "ingest: Kafka did not answer within the delivery timeout (logged at most once a minute)", "err", pubErr, "rejections_lost", rejectionLost)
+		return resp, http.StatusServiceUnavailable
 	case resp.Failed > 0 || rejectionLost > 0:
+		resp.Code = "kafka_unavailable"
 		resp.Error = "Kafka did not acknowledge every record of the batch: retry the events not accepted"
-		log.Warn("ingest: batch not fully on Kafka", "err", pubErr, "rejections_lost", rejectionLost)
+		g.cfg.Faults.Say(log, slog.LevelWarn, kafkax.FaultProduce, "ingest", "ingest: batch not fully on Kafka (logged at most once a minute)", "err", pubErr, "rejections_lost", rejectionLost)
 		return resp, http.StatusServiceUnavailable
 	case tooLarge == len(events):
 		resp.Error = fmt.Sprintf("every event of the request exceeds the limit of %d bytes per event; it was refused (reason %s), do not retry it", g.cfg.MaxEventBytes, ReasonTooLarge)

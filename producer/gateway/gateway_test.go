@@ -40,8 +40,12 @@ func startGateway(t *testing.T, cfg Config, pcfg producer.Config) *gatewayEnv {
 	p := producertest.NewPublisher(t, k, pcfg)
 	var logBuf bytes.Buffer
 	cfg.Publisher = p
+	if cfg.Now == nil {
+		cfg.Now = producertest.Now
+	}
 	cfg.MeterProvider, cfg.TracerProvider = producertest.MeterProvider, producertest.TracerProvider
-	cfg.Logger = slog.New(slog.NewTextHandler(&producertest.LockedWriter{W: &logBuf}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	// slog's handler serialises its writes (one Write per record).
+	cfg.Logger = slog.New(slog.NewTextHandler(&logBuf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	for _, spec := range []string{"acme:" + HashKey(acmeKey), "other:" + HashKey(otherKey)} {
 		fk, err := ParseFleetKey(spec)
 		if err != nil {

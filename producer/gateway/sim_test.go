@@ -41,7 +41,7 @@ func simulated(t *testing.T, cfg simulator.Config) []simulator.Message {
 func TestGatewayWithSimulatedFleet(t *testing.T) {
 	e := startGateway(t, Config{MaxEvents: 500}, producer.Config{})
 	topics := e.k.Config.Topics()
-	msgs := simulated(t, simulator.Config{Mixes: simMixes, Events: 2000, Devices: 60, BadShare: 0.15, Seed: 11})
+	msgs := simulated(t, simulator.Config{Mixes: simMixes, Events: 2000, Devices: 60, BadShare: 0.15, Seed: 11, StartMS: producertest.StartedAtMS})
 	wantReason := map[string]string{simulator.KindMalformedJSON: schemas.ReasonMalformedJSON, simulator.KindMissingField: schemas.ReasonMissingField, simulator.KindBadCountry: schemas.ReasonBadCountry}
 	var wantAccepted, wantRefused []string
 	for start := 0; start < len(msgs); start += 500 {

@@ -76,7 +76,13 @@ type Config struct {
 	// same messages in the same order.
 	Seed int64
 	// StartMS is the simulated clock's start (epoch ms); defaults to
-	// 2024-01-01T00:00:00Z so that a seed alone fixes the events.
+	// DefaultStart(time.Now()): 28 days before the current UTC day, so that
+	// the events are plausible (the pipeline rejects a started_at more than
+	// 30 days before or 1 day after its arrival as implausible_time) and a
+	// seed fixes the events within a UTC day. Set it for events fixed for
+	// ever. The simulated clocks advance about devices⁻¹ × events × 4.5
+	// minutes (25 days for 200 000 events over 150 devices): keep that
+	// under ~29 days, or the last events lie in the future and are refused.
 	StartMS int64
 	// BatchSize is the messages per synchronous write; defaults to 2000.
 	// BatchTimeout is kafka-go's Writer.BatchTimeout, set deliberately:
@@ -98,8 +104,20 @@ type Config struct {
 	Propagator propagation.TextMapPropagator
 }
 
-// DefaultStartMS is 2024-01-01T00:00:00Z.
+// DefaultStartMS is 2024-01-01T00:00:00Z, the fixed start of earlier
+// releases: events from it are now implausible unless the pipeline's window
+// (--time-window-back) reaches back to it.
 const DefaultStartMS = 1704067200000
+
+// DefaultStartBack is how far before the current UTC day DefaultStart puts
+// the simulated clock's start.
+const DefaultStartBack = 28 * 24 * time.Hour
+
+// DefaultStart is the default Config.StartMS at now: the start of now's UTC
+// day minus DefaultStartBack.
+func DefaultStart(now time.Time) int64 {
+	return now.UTC().Truncate(24 * time.Hour).Add(-DefaultStartBack).UnixMilli()
+}
 
 func (c *Config) setDefaults() {
 	if c.Topic == "" {
@@ -112,7 +130,7 @@ func (c *Config) setDefaults() {
 		c.Users = max(1, c.Devices*4/5)
 	}
 	if c.StartMS == 0 {
-		c.StartMS = DefaultStartMS
+		c.StartMS = DefaultStart(time.Now())
 	}
 	if c.BatchSize == 0 {
 		c.BatchSize = 2000

@@ -7,9 +7,7 @@ package producertest
 import (
 	"context"
 	"fmt"
-	"io"
 	"os"
-	"sync"
 	"testing"
 	"time"
 
@@ -60,6 +58,15 @@ func RunWithTelemetry(m *testing.M) {
 	os.Exit(code)
 }
 
+// StartedAtMS is the started_at of ValidEvent: 2023-11-14T22:13:20Z.
+const StartedAtMS = 1700000000000
+
+// Now is the tests' clock: two days after StartedAtMS, so that ValidEvent
+// (and events up to 30 days older or a day newer) are plausible. NewPublisher
+// and the gateway tests inject it; an event checked against the real time
+// would be refused implausible_time.
+func Now() time.Time { return time.UnixMilli(StartedAtMS + 2*24*3600*1000) }
+
 // ValidEvent is a valid player event with event_id id.
 func ValidEvent(id string) []byte {
 	return []byte(fmt.Sprintf(`{"event_id":%q,"mix_id":42,"started_at":1700000000000,"offset_ms":1000,"duration_ms":60000,"user_id":"u-1","country":"DE","os":"iOS 17","device":"phone","vendor":3,"app":"x"}`, id))
@@ -76,6 +83,9 @@ func NewPublisher(t testing.TB, k *testenv.Kafka, cfg producer.Config) *producer
 	if cfg.MeterProvider == nil && MeterProvider != nil {
 		cfg.MeterProvider = MeterProvider
 	}
+	if cfg.Now == nil {
+		cfg.Now = Now
+	}
 	conn := k.Config.Publisher()
 	cfg.Brokers, cfg.SASL, cfg.TLS, cfg.TopicPrefix = conn.Brokers, conn.SASL, conn.TLS, conn.TopicPrefix
 	p, err := producer.NewPublisher(context.Background(), cfg)
@@ -84,18 +94,6 @@ func NewPublisher(t testing.TB, k *testenv.Kafka, cfg producer.Config) *producer
 	}
 	t.Cleanup(func() { _ = p.Close(context.Background()) })
 	return p
-}
-
-// LockedWriter serialises writes of concurrent loggers in tests.
-type LockedWriter struct {
-	mu sync.Mutex
-	W  io.Writer
-}
-
-func (l *LockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.W.Write(p)
 }
 
 // HeaderValue is the value of r's header key, "" without one.

@@ -1,0 +1,95 @@
+package consumer
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/playpipe/playpipe/internal/testenv"
+	"github.com/playpipe/playpipe/schemas"
+)
+
+// TestImplausibleTimeOverKafka: the four time cases (seconds, microseconds,
+// the year 2100, int64 max) and a segment ending past the window are
+// rejected implausible_time with the value, judged against each record's
+// timestamp — so a backlog event that arrived 40 days ago with a started_at
+// of then still yields its plays, read today — and a configured window
+// (--time-window-back 1h) applies.
+func TestImplausibleTimeOverKafka(t *testing.T) {
+	t.Parallel()
+	k := testenv.StartKafka(t, 2)
+	mixes := fakeMixes()
+	mix := mixes[0]
+	now := time.Now()
+	old := now.Add(-40 * 24 * time.Hour)
+	ev := func(id string, started, dur int64) []byte {
+		return fmt.Appendf(nil, `{"event_id":%q,"mix_id":%d,"started_at":%d,"offset_ms":0,"duration_ms":%d,"user_id":"u","country":"DE","os":"o","device":"d","vendor":1}`,
+			id, mix.ID, started, dur)
+	}
+	cases := []struct {
+		id           string
+		started, dur int64
+		arrival      time.Time
+		want         string // "" plays; else the detail contains it
+	}{
+		{"ok", now.Add(-5 * time.Minute).UnixMilli(), 60_000, now, ""},
+		{"backlog-40-days", old.UnixMilli() - 60_000, 60_000, old, ""},
+		{"seconds", now.Unix(), 60_000, now, fmt.Sprintf("started_at %d (1970", now.Unix())},
+		{"micros", now.UnixMicro(), 60_000, now, "looks like epoch microseconds"},
+		{"year2100", time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli(), 60_000, now, "started_at 4102444800000 (2100-01-01"},
+		{"int64max", math.MaxInt64, 60_000, now, "started_at 9223372036854775807"},
+		{"ends-2-days-ahead", now.UnixMilli(), 2 * 24 * 3600_000, now, "the segment's end"},
+		{"2h-back-window-1h", now.Add(-2 * time.Hour).UnixMilli(), 60_000, now, "1h0m0s before"},
+	}
+	var recs []*kgo.Record
+	for _, c := range cases {
+		recs = append(recs, &kgo.Record{Topic: k.Config.Topics().Events, Key: []byte(c.id), Value: ev(c.id, c.started, c.dur), Timestamp: c.arrival})
+	}
+	if err := k.Client(t).ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	e := newTestEnricher(t, k, newFakeSource(mixes...), func(o *Config) {
+		o.Events.Window = schemas.TimeWindow{Back: time.Hour} // ahead: the default day
+	})
+	// The backlog event is older than the 1 h window relative to now, but
+	// plausible relative to its own arrival 40 days ago.
+	stop := runEnricher(t, e)
+	waitFor(t, 30*time.Second, "all events committed", func() bool { return e.Stats().Events >= int64(len(cases)) })
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	rejected := map[string]schemas.Rejection{}
+	for _, r := range k.ReadAll(t, k.Config.Topics().Rejected) {
+		var rj schemas.Rejection
+		if err := json.Unmarshal(r.Value, &rj); err != nil {
+			t.Fatal(err)
+		}
+		rejected[rj.EventID] = rj
+	}
+	plays := map[string]int{}
+	for _, r := range k.ReadAll(t, k.Config.Topics().Reports) {
+		var tp schemas.TrackPlay
+		if err := json.Unmarshal(r.Value, &tp); err != nil {
+			t.Fatal(err)
+		}
+		plays[tp.EventID]++
+	}
+	for _, c := range cases {
+		rj, isRej := rejected[c.id]
+		switch {
+		case c.want == "" && (isRej || plays[c.id] == 0):
+			t.Errorf("%s: rejected %+v, %d plays; want plays", c.id, rj, plays[c.id])
+		case c.want != "" && (!isRej || plays[c.id] != 0 || rj.Reason != schemas.ReasonImplausibleTime || !strings.Contains(rj.Violations[0].Detail, c.want)):
+			t.Errorf("%s: rejection %+v, %d plays; want implausible_time with %q and no play", c.id, rj, plays[c.id], c.want)
+		}
+	}
+	if len(rejected) != 6 {
+		t.Errorf("%d rejections, want 6", len(rejected))
+	}
+}
