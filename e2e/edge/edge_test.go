@@ -63,6 +63,8 @@ func TestEdge(t *testing.T) {
 		{name: "http1.1", conf: edgeConf{}, events: 300, rate: 600, all: proto("HTTP/1.1")},
 		{name: "keepalive 7 requests 300ms", conf: edgeConf{server: "keepalive_requests 7; keepalive_timeout 300ms;"}, events: 300, rate: 200,
 			all: func(f []string) bool { n, err := strconv.Atoi(f[5]); return err == nil && n <= 7 }, some: func(f []string) bool { return f[5] == "7" }},
+		{name: "http2 keepalive 7 requests 300ms", conf: edgeConf{http2: true, server: "keepalive_requests 7; keepalive_timeout 300ms;"}, events: 300, rate: 200,
+			all: func(f []string) bool { n, err := strconv.Atoi(f[5]); return err == nil && n <= 7 && f[0] == "HTTP/2.0" }, some: func(f []string) bool { return f[5] == "7" }},
 		{name: "gzip", conf: edgeConf{http2: true, server: "gzip on; gzip_min_length 0; gzip_proxied any; gzip_types application/json text/plain;"}, events: 300, rate: 600,
 			some: func(f []string) bool { return f[3] == "gzip" }},
 		{name: "unbuffered chunked", conf: edgeConf{locExt: "proxy_buffering off; sub_filter_types application/json; sub_filter 'success' 'success'; sub_filter_once on;"}, events: 300, rate: 600,
