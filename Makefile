@@ -5,7 +5,7 @@ STATICCHECK_VERSION ?= v0.8.2
 BIN       := bin/playpipe
 export PATH := $(PATH):$(shell $(GO) env GOPATH)/bin:/usr/sbin
 
-.PHONY: all build demo test test-race test-chdb unit lint fmt-check vet staticcheck bench bench-e2e bench-report bench-report-latency fuzz fuzz-short tools clickhouse zookeeper chromium chdb clean e2e-docker
+.PHONY: all build demo test test-race test-chdb unit lint fmt-check vet staticcheck bench bench-e2e bench-report bench-report-latency fuzz fuzz-short tools clickhouse zookeeper chromium chdb nginx clean e2e-docker
 
 all: build
 
@@ -17,13 +17,14 @@ demo: clickhouse build
 	./$(BIN) demo
 
 ## test: everything CI checks: formatting, vet, staticcheck, a short run of every fuzz target, then all tests with the race detector, then the ledger suite on current ClickHouse (test-chdb).
-test: tools clickhouse zookeeper chromium chdb lint fuzz-short test-race test-chdb
+test: tools clickhouse zookeeper chromium chdb nginx lint fuzz-short test-race test-chdb
 
-# `make test` installs ClickHouse, ZooKeeper and Chromium first, so a missing
-# server or browser is a failure, not a skip (PLAYPIPE_REQUIRE_CLICKHOUSE covers
-# ZooKeeper too: the replicated-ledger tests need both).
+# `make test` installs ClickHouse, ZooKeeper, Chromium and nginx first, so a
+# missing server, browser or edge is a failure, not a skip
+# (PLAYPIPE_REQUIRE_CLICKHOUSE covers ZooKeeper too: the replicated-ledger
+# tests need both).
 test-race:
-	PLAYPIPE_REQUIRE_CLICKHOUSE=$${PLAYPIPE_REQUIRE_CLICKHOUSE:-1} PLAYPIPE_REQUIRE_CHROMIUM=$${PLAYPIPE_REQUIRE_CHROMIUM:-1} $(GO) test -race -count=1 -timeout 20m $(PKGS)
+	PLAYPIPE_REQUIRE_CLICKHOUSE=$${PLAYPIPE_REQUIRE_CLICKHOUSE:-1} PLAYPIPE_REQUIRE_CHROMIUM=$${PLAYPIPE_REQUIRE_CHROMIUM:-1} PLAYPIPE_REQUIRE_NGINX=$${PLAYPIPE_REQUIRE_NGINX:-1} $(GO) test -race -count=1 -timeout 20m $(PKGS)
 
 ## test-chdb: the ledger tests that run on every ClickHouse (testenv.ForEachLedger:
 ## migrations, the sink's rows, every audit number, list and HTML query, the
@@ -109,6 +110,7 @@ FUZZ_TARGETS := \
 	FuzzAppendDelivery:./schemas/ \
 	FuzzAppendJSONString:./schemas/ \
 	FuzzDecoders:./partnerapi/ \
+	FuzzClassifyAnswer:./partnerapi/ \
 	FuzzReportValidation:./partnerapi/sandbox/ \
 	FuzzSplitBatch:./producer/gateway/
 fuzz:
@@ -166,6 +168,14 @@ chromium:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y chromium; \
 	else echo "chromium not found: install Chromium, or run the tests with PLAYPIPE_REQUIRE_CHROMIUM=0 (the HTML report test then skips)"; exit 1; fi
+
+## nginx: the edge suite (e2e/edge) runs Debian's nginx as the partner's edge, as a process of its own; install it from the distribution when missing.
+nginx:
+	@if command -v nginx >/dev/null 2>&1; then :; \
+	elif command -v apt-get >/dev/null 2>&1; then \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y nginx; \
+	else echo "nginx not found: install nginx, or run the tests with PLAYPIPE_REQUIRE_NGINX=0 (the edge suite then skips)"; exit 1; fi
 
 clean:
 	rm -rf bin

@@ -197,7 +197,8 @@ func TestStrictKeysAndBadMixEndToEnd(t *testing.T) {
 	front := testenv.ServeHandler(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/partners/mix/"+strconv.FormatInt(bad, 10) {
 			mix400++
-			http.Error(w, `{"message":"invalid parameter"}`, http.StatusBadRequest)
+			// The API's own error envelope (an edge's page would be transient).
+			http.Error(w, `{"error":true,"reason":"invalid parameter","mix":null}`, http.StatusBadRequest)
 			return
 		}
 		proxy.ServeHTTP(w, r)
