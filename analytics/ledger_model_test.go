@@ -210,7 +210,7 @@ func newScenario(t testing.TB, seed uint64, n int, now, from time.Time, topics k
 				answer(schemas.OutcomeDelivered, "", false, "ok") // a double
 			case k < 80:
 				cause = schemas.DoubtTimeout
-				answer(schemas.OutcomeRetry, "", true, "") // timed out after sending: one possible copy
+				answer(schemas.OutcomeRetry, "", true, "")       // timed out after sending: one possible copy
 				answer(schemas.OutcomeDelivered, "", true, "ok") // in doubt
 			case k < 84:
 				answer(schemas.OutcomeDelivered, "", true, "ok")
