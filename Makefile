@@ -2,10 +2,11 @@
 GO        ?= go
 PKGS      ?= ./...
 STATICCHECK_VERSION ?= v0.8.2
+DEADCODE_VERSION    ?= v0.52.0
 BIN       := bin/playpipe
 export PATH := $(PATH):$(shell $(GO) env GOPATH)/bin:/usr/sbin
 
-.PHONY: all build demo test test-race test-chdb unit lint fmt-check vet staticcheck bench bench-e2e bench-report bench-report-latency fuzz fuzz-short tools clickhouse zookeeper chromium chdb nginx clean e2e-docker
+.PHONY: all build demo test test-race test-chdb unit lint fmt-check vet staticcheck deadcode bench bench-e2e bench-report bench-report-latency fuzz fuzz-short tools clickhouse zookeeper chromium chdb nginx clean e2e-docker
 
 all: build
 
@@ -44,7 +45,7 @@ test-chdb: chdb
 unit:
 	$(GO) test -count=1 $(PKGS)
 
-lint: fmt-check vet staticcheck
+lint: fmt-check vet staticcheck deadcode
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -125,6 +126,11 @@ fuzz-short:
 ## tools: Go tools the checks use.
 tools:
 	@command -v staticcheck >/dev/null 2>&1 || $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+	@command -v deadcode >/dev/null 2>&1 || $(GO) install golang.org/x/tools/cmd/deadcode@$(DEADCODE_VERSION)
+
+## deadcode: no function unreachable from main or the tests (issue 23).
+deadcode:
+	@out=$$(deadcode -test $(PKGS)); if [ -n "$$out" ]; then echo "deadcode -test finds unreachable functions:"; echo "$$out"; exit 1; fi
 
 ## clickhouse: the tests and the demo start a local clickhouse-server; install it from the distribution when missing.
 clickhouse:
