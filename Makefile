@@ -2,10 +2,11 @@
 GO        ?= go
 PKGS      ?= ./...
 STATICCHECK_VERSION ?= v0.8.2
+DEADCODE_VERSION    ?= v0.52.0
 BIN       := bin/playpipe
 export PATH := $(PATH):$(shell $(GO) env GOPATH)/bin:/usr/sbin
 
-.PHONY: all build demo test test-race test-chdb unit lint fmt-check vet staticcheck bench bench-e2e bench-report bench-report-latency fuzz fuzz-short tools clickhouse zookeeper chromium chdb clean e2e-docker
+.PHONY: all build demo test test-race test-chdb unit lint fmt-check vet staticcheck deadcode bench bench-e2e bench-report bench-report-latency fuzz fuzz-short tools clickhouse zookeeper chromium chdb nginx clean e2e-docker
 
 all: build
 
@@ -17,13 +18,14 @@ demo: clickhouse build
 	./$(BIN) demo
 
 ## test: everything CI checks: formatting, vet, staticcheck, a short run of every fuzz target, then all tests with the race detector, then the ledger suite on current ClickHouse (test-chdb).
-test: tools clickhouse zookeeper chromium chdb lint fuzz-short test-race test-chdb
+test: tools clickhouse zookeeper chromium chdb nginx lint fuzz-short test-race test-chdb
 
-# `make test` installs ClickHouse, ZooKeeper and Chromium first, so a missing
-# server or browser is a failure, not a skip (PLAYPIPE_REQUIRE_CLICKHOUSE covers
-# ZooKeeper too: the replicated-ledger tests need both).
+# `make test` installs ClickHouse, ZooKeeper, Chromium and nginx first, so a
+# missing server, browser or edge is a failure, not a skip
+# (PLAYPIPE_REQUIRE_CLICKHOUSE covers ZooKeeper too: the replicated-ledger
+# tests need both).
 test-race:
-	PLAYPIPE_REQUIRE_CLICKHOUSE=$${PLAYPIPE_REQUIRE_CLICKHOUSE:-1} PLAYPIPE_REQUIRE_CHROMIUM=$${PLAYPIPE_REQUIRE_CHROMIUM:-1} $(GO) test -race -count=1 -timeout 20m $(PKGS)
+	PLAYPIPE_REQUIRE_CLICKHOUSE=$${PLAYPIPE_REQUIRE_CLICKHOUSE:-1} PLAYPIPE_REQUIRE_CHROMIUM=$${PLAYPIPE_REQUIRE_CHROMIUM:-1} PLAYPIPE_REQUIRE_NGINX=$${PLAYPIPE_REQUIRE_NGINX:-1} $(GO) test -race -count=1 -timeout 20m $(PKGS)
 
 ## test-chdb: the ledger tests that run on every ClickHouse (testenv.ForEachLedger:
 ## migrations, the sink's rows, every audit number, list and HTML query, the
@@ -43,7 +45,7 @@ test-chdb: chdb
 unit:
 	$(GO) test -count=1 $(PKGS)
 
-lint: fmt-check vet staticcheck
+lint: fmt-check vet staticcheck deadcode
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -76,7 +78,7 @@ bench:
 ## and the raw HTTP ceiling of the same run. BENCH_E2E_FLAGS="-events 80000 -keep".
 BENCH_E2E_FLAGS ?=
 bench-e2e: clickhouse build
-	$(GO) run ./internal/bench -bin $(BIN) $(BENCH_E2E_FLAGS)
+	$(GO) run ./wiring/bench -bin $(BIN) $(BENCH_E2E_FLAGS)
 
 ## bench-report: the reporter alone as a process (`playpipe report`, consuming,
 ## posting, producing Delivery records, committing) against a plain net/http
@@ -85,7 +87,7 @@ bench-e2e: clickhouse build
 ## CPU-per-report ratios. BENCH_REPORT_FLAGS="-reports 200000 -rounds 5 -profile report.pprof".
 BENCH_REPORT_FLAGS ?=
 bench-report: build
-	$(GO) run ./internal/bench -bin $(BIN) -mode report $(BENCH_REPORT_FLAGS)
+	$(GO) run ./wiring/bench -bin $(BIN) -mode report $(BENCH_REPORT_FLAGS)
 
 ## bench-report-latency: the same reporter process with DEFAULT flags (the
 ## adaptive in-flight limit finds the partner) against the plain client, the
@@ -93,7 +95,7 @@ bench-report: build
 ## time to steady rate, CPU per report. BENCH_LATENCY_FLAGS="-reports 150000".
 BENCH_LATENCY_FLAGS ?= -reports 150000
 bench-report-latency: build
-	$(GO) run ./internal/bench -bin $(BIN) -mode latency $(BENCH_LATENCY_FLAGS)
+	$(GO) run ./wiring/bench -bin $(BIN) -mode latency $(BENCH_LATENCY_FLAGS)
 
 ## fuzz: each fuzz target for FUZZTIME (untrusted input: events, API answers, report bodies, records).
 ## fuzz-short: the same targets for 30 000 inputs each, run by `make test`. A count,
@@ -109,6 +111,7 @@ FUZZ_TARGETS := \
 	FuzzAppendDelivery:./schemas/ \
 	FuzzAppendJSONString:./schemas/ \
 	FuzzDecoders:./partnerapi/ \
+	FuzzClassifyAnswer:./partnerapi/ \
 	FuzzReportValidation:./partnerapi/sandbox/ \
 	FuzzSplitBatch:./producer/gateway/
 fuzz:
@@ -123,6 +126,11 @@ fuzz-short:
 ## tools: Go tools the checks use.
 tools:
 	@command -v staticcheck >/dev/null 2>&1 || $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+	@command -v deadcode >/dev/null 2>&1 || $(GO) install golang.org/x/tools/cmd/deadcode@$(DEADCODE_VERSION)
+
+## deadcode: no function unreachable from main or the tests (issue 23).
+deadcode:
+	@out=$$(deadcode -test $(PKGS)); if [ -n "$$out" ]; then echo "deadcode -test finds unreachable functions:"; echo "$$out"; exit 1; fi
 
 ## clickhouse: the tests and the demo start a local clickhouse-server; install it from the distribution when missing.
 clickhouse:
@@ -166,6 +174,14 @@ chromium:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y chromium; \
 	else echo "chromium not found: install Chromium, or run the tests with PLAYPIPE_REQUIRE_CHROMIUM=0 (the HTML report test then skips)"; exit 1; fi
+
+## nginx: the edge suite (e2e/edge) runs Debian's nginx as the partner's edge, as a process of its own; install it from the distribution when missing.
+nginx:
+	@if command -v nginx >/dev/null 2>&1; then :; \
+	elif command -v apt-get >/dev/null 2>&1; then \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y nginx; \
+	else echo "nginx not found: install nginx, or run the tests with PLAYPIPE_REQUIRE_NGINX=0 (the edge suite then skips)"; exit 1; fi
 
 clean:
 	rm -rf bin

@@ -110,11 +110,21 @@ type Audit struct {
 	Pending                uint64  `json:"pending"`                  // reportable, no final outcome yet
 	PendingOverdue         uint64  `json:"pending_overdue"`          // pending, derived longer ago than the threshold
 	DeliveredTwice         uint64  `json:"delivered_more_than_once"` // more than one distinct `delivered` record
-	// PossiblyTwice: delivered once on record, but an earlier post may have
-	// reached the partner unrecorded (crash or abandoned post; the delivered
-	// record says in_doubt). DeliveredTwice + PossiblyTwice bounds the
-	// partner's duplicates from above.
-	PossiblyTwice         uint64  `json:"possibly_delivered_twice"`
+	// PossiblyTwice: delivered once on record, but an earlier post's fate
+	// is unknown (it may have reached the partner: a timeout, a connection
+	// lost after sending, a malformed or edge answer, a crash; the delivered
+	// record says in_doubt). Plays, not copies: see PossibleExtraCopies.
+	PossiblyTwice uint64 `json:"possibly_delivered_twice"`
+	// PossibleExtraCopies bounds from above the copies the partner may hold
+	// beyond one per play (copies.go): per play, its delivered records plus
+	// its posts whose fate is unknown, minus one. The partner's duplicates
+	// of the window's plays never exceed it. PlaysWithExtraCopies are the
+	// plays it comes from (--list extra-copies), DoubtfulPostsByCause the
+	// posts whose fate is unknown by recorded cause (timeout,
+	// connection_lost, malformed_answer, edge_answer, cancelled, crash).
+	PossibleExtraCopies   uint64  `json:"possible_extra_copies"`
+	PlaysWithExtraCopies  uint64  `json:"plays_with_possible_extra_copies"`
+	DoubtfulPostsByCause  []Count `json:"doubtful_posts_by_cause"`
 	BelowMinimumDelivered uint64  `json:"below_minimum_delivered"`    // should never happen
 	Malformed             []Count `json:"malformed_records_by_topic"` // records not decodable, by topic
 
@@ -161,7 +171,10 @@ func (r Audit) Problems() []string {
 		out = append(out, fmt.Sprintf("%d plays delivered more than once (--list delivered-twice)", r.DeliveredTwice))
 	}
 	if r.PossiblyTwice > 0 {
-		out = append(out, fmt.Sprintf("%d plays possibly delivered twice (crash during post): check them against the partner's records (--list possibly-twice)", r.PossiblyTwice))
+		out = append(out, fmt.Sprintf("%d plays delivered once on record may have been delivered more than once (an earlier post's fate unknown): check them against the partner's records (--list possibly-twice)", r.PossiblyTwice))
+	}
+	if p := r.copiesProblem(); p != "" {
+		out = append(out, p)
 	}
 	for _, rp := range r.Replays {
 		if rp.DeliveredTwice > 0 {
@@ -266,6 +279,8 @@ ALL LEFT JOIN
         countIf(outcome = 'rejected') AS rejected_n,
         countIf(outcome = 'standby') AS standby_n,
         maxIf(in_doubt, outcome = 'delivered' AND replay_id = '') AS doubt_delivered,
+        uniqExactIf(kafka_topic, kafka_partition, kafka_offset, doubt_cause != '' AND replay_id = '') AS doubt_n,
+        groupUniqArrayIf(doubt_cause, doubt_cause != '' AND replay_id = '') AS doubt_causes,
         minIf(at_ms, outcome = 'delivered') AS delivered_ms,
         argMax(outcome, at_ms) AS last_outcome,
         anyIf(message, outcome = 'rejected') AS message,
@@ -368,6 +383,9 @@ WHERE `+condRejected+` GROUP BY message ORDER BY n DESC, message`); err != nil {
 	if r.Malformed, err = a.counts(ctx, `SELECT kafka_topic, uniqExact(kafka_topic, kafka_partition, kafka_offset) AS n
 FROM `+a.db+`.malformed WHERE `+w+` GROUP BY kafka_topic ORDER BY kafka_topic`); err != nil {
 		return nil, fmt.Errorf("analytics: audit malformed: %w", err)
+	}
+	if err := a.copies(ctx, o, r); err != nil {
+		return nil, err
 	}
 	if err := a.partners(ctx, o, r); err != nil {
 		return nil, err

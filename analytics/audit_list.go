@@ -40,6 +40,7 @@ var listConds = map[string]string{
 	"pending-overdue":         condPending, // plus the cutoff
 	"delivered-twice":         condTwice,
 	"possibly-twice":          condDoubt,
+	"extra-copies":            condCopies,
 	"below-minimum-delivered": condBelowDel,
 }
 
@@ -144,6 +145,10 @@ WHERE ` + w + ` ORDER BY kafka_time_ms, kafka_topic, kafka_partition, kafka_offs
 	case "rejected-by-api":
 		detail = "message"
 	case "delivered-twice", "possibly-twice", "delivered":
+		traces = "delivered_trace_ids"
+	case "extra-copies":
+		// The possible extra copies and their causes, e.g. "2: timeout, crash".
+		detail = "concat(toString(" + playCopies + " - 1), ': ', arrayStringConcat(arraySort(doubt_causes), ', '))"
 		traces = "delivered_trace_ids"
 	}
 	return `SELECT report_id, event_id, derived_ms, ` + detail + `, delivered_n, ` + traces + ` FROM ` + a.perReport(o) + `

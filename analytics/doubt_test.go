@@ -3,6 +3,8 @@ package analytics
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -22,10 +24,15 @@ func TestAuditPossiblyTwice(t *testing.T) {
 	ms := t0.UnixMilli()
 	r1, p1 := playJSON(t, "d1", 0, false) // delivered once, in doubt
 	r2, p2 := playJSON(t, "d1", 1, false) // delivered once, not in doubt
-	r3, p3 := playJSON(t, "d1", 2, false) // a retry in doubt, then delivered twice on record
-	doubt := func(id string, outcome string, attempt int, inDoubt bool, at int64) []byte {
+	r3, p3 := playJSON(t, "d1", 3, false) // a retry in doubt, then delivered twice on record
+	r4, p4 := playJSON(t, "d1", 4, false) // two posts timed out (doubt_cause), then delivered once
+	r5, p5 := playJSON(t, "d1", 5, false) // one post timed out, still pending: one copy at most, none extra
+	doubtCause := func(id string, outcome string, attempt int, inDoubt bool, cause string, at int64) []byte {
 		return mustJSON(t, schemas.Delivery{V: schemas.DeliveryVersion, ReportID: id, EventID: "d1", Outcome: outcome,
-			Attempt: attempt, HTTPStatus: 200, InDoubt: inDoubt, At: at})
+			Attempt: attempt, HTTPStatus: 200, InDoubt: inDoubt, DoubtCause: cause, At: at})
+	}
+	doubt := func(id string, outcome string, attempt int, inDoubt bool, at int64) []byte {
+		return doubtCause(id, outcome, attempt, inDoubt, "", at)
 	}
 	var recs []*kgo.Record
 	add := func(topic, key string, v []byte, h ...kgo.RecordHeader) {
@@ -35,12 +42,18 @@ func TestAuditPossiblyTwice(t *testing.T) {
 	add(e.topics.Reports, r1, p1)
 	add(e.topics.Reports, r2, p2)
 	add(e.topics.Reports, r3, p3)
+	add(e.topics.Reports, r4, p4)
+	add(e.topics.Reports, r5, p5)
 	add(e.topics.Deliveries, "", []byte(`{"v":1,"partition":0,"offsets":[[0,2]]}`), kgo.RecordHeader{Key: schemas.HeaderLease, Value: []byte("g")})
 	add(e.topics.Deliveries, r1, doubt(r1, schemas.OutcomeDelivered, 1, true, ms+100))
 	add(e.topics.Deliveries, r2, doubt(r2, schemas.OutcomeDelivered, 1, false, ms+100))
 	add(e.topics.Deliveries, r3, doubt(r3, schemas.OutcomeRetry, 1, true, ms+100))
 	add(e.topics.Deliveries, r3, doubt(r3, schemas.OutcomeDelivered, 2, true, ms+200))
 	add(e.topics.Deliveries, r3, doubt(r3, schemas.OutcomeDelivered, 3, true, ms+300))
+	add(e.topics.Deliveries, r4, doubtCause(r4, schemas.OutcomeRetry, 1, true, schemas.DoubtTimeout, ms+100))
+	add(e.topics.Deliveries, r4, doubtCause(r4, schemas.OutcomeRetry, 2, true, schemas.DoubtTimeout, ms+200))
+	add(e.topics.Deliveries, r4, doubt(r4, schemas.OutcomeDelivered, 3, true, ms+300))
+	add(e.topics.Deliveries, r5, doubtCause(r5, schemas.OutcomeRetry, 1, true, schemas.DoubtTimeout, ms+100))
 	e.produce(t, recs...)
 
 	s := e.startSink(t, e.cfg)
@@ -52,25 +65,44 @@ func TestAuditPossiblyTwice(t *testing.T) {
 		if got, err = a.Audit(context.Background(), opts); err != nil {
 			return false, err.Error()
 		}
-		return got.Delivered == 3 && got.DeliveredTwice == 1, fmt.Sprintf("%+v", numbers(got))
+		return got.Delivered == 4 && got.DeliveredTwice == 1 && got.Pending == 1, fmt.Sprintf("%+v", numbers(got))
 	})
 	if err := s.stop(t); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	if got.PossiblyTwice != 1 {
-		t.Errorf("possibly delivered twice = %d, want 1 (r3 is already counted as delivered twice)", got.PossiblyTwice)
+	if got.PossiblyTwice != 2 {
+		t.Errorf("possibly delivered twice = %d, want 2 (r1, r4; r3 is already counted as delivered twice)", got.PossiblyTwice)
+	}
+	// Copies: r1 1 + 1 legacy in doubt − 1 = 1; r3 2 delivered + 1 legacy − 1
+	// = 2; r4 1 + 2 timeouts − 1 = 2; r5 0 + 1 − 1 = 0.
+	if got.PossibleExtraCopies != 5 || got.PlaysWithExtraCopies != 3 {
+		t.Errorf("possible extra copies = %d of %d plays, want 5 of 3", got.PossibleExtraCopies, got.PlaysWithExtraCopies)
+	}
+	if fmt.Sprint(got.DoubtfulPostsByCause) != fmt.Sprint([]Count{{Key: schemas.DoubtTimeout, N: 3}}) {
+		t.Errorf("doubtful posts by cause = %+v, want timeout 3", got.DoubtfulPostsByCause)
 	}
 	if len(got.Malformed) != 0 {
 		t.Errorf("malformed %v: the lease marker must be skipped", got.Malformed)
 	}
-	if len(got.Problems()) != 2 {
-		t.Errorf("problems %q, want the double and the possible double", got.Problems())
+	if len(got.Problems()) != 3 || !strings.Contains(got.Problems()[2], "up to 5 extra copies of 3 plays") || !strings.Contains(got.Problems()[2], "timeout 3") {
+		t.Errorf("problems %q, want the double, the possible doubles and the copies with their cause", got.Problems())
 	}
 	rows, err := a.List(context.Background(), opts, "possibly-twice", 10)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rows) != 1 || rows[0].ReportID != r1 {
-		t.Errorf("--list possibly-twice = %+v, want only %s", rows, r1)
+	if len(rows) != 2 || !slices.ContainsFunc(rows, func(r ListRow) bool { return r.ReportID == r1 }) || !slices.ContainsFunc(rows, func(r ListRow) bool { return r.ReportID == r4 }) {
+		t.Errorf("--list possibly-twice = %+v, want %s and %s", rows, r1, r4)
+	}
+	rows, err = a.List(context.Background(), opts, "extra-copies", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	details := map[string]string{}
+	for _, r := range rows {
+		details[r.ReportID] = r.Detail
+	}
+	if len(rows) != 3 || details[r1] != "1: " || details[r3] != "2: " || details[r4] != "2: timeout" {
+		t.Errorf("--list extra-copies = %+v", rows)
 	}
 }

@@ -64,7 +64,13 @@ func (r *Audit) lines() []line {
 		line{section: "plays", metric: "pending (no final outcome)", n: r.Pending, list: "pending"},
 		line{section: "plays", metric: "pending past " + r.PendingThreshold, n: r.PendingOverdue, list: "pending-overdue", indent: 1},
 		line{section: "plays", metric: "delivered more than once", n: r.DeliveredTwice, list: "delivered-twice"},
-		line{section: "plays", metric: "possibly delivered twice (crash during post)", n: r.PossiblyTwice, list: "possibly-twice"},
+		line{section: "plays", metric: "possibly delivered twice (an earlier post's fate unknown)", n: r.PossiblyTwice, list: "possibly-twice"},
+		line{section: "plays", metric: "possible extra copies at the partner (bound)", n: r.PossibleExtraCopies, list: "extra-copies"},
+	)
+	for _, c := range r.DoubtfulPostsByCause {
+		ls = append(ls, line{section: "plays", metric: "posts whose fate is unknown, by cause", key: c.Key, n: c.N, indent: 1})
+	}
+	ls = append(ls,
 		line{section: "plays", metric: "below minimum but delivered", n: r.BelowMinimumDelivered, list: "below-minimum-delivered"},
 		line{section: "plays", metric: "play records (incl. re-derived)", n: r.PlayRecords},
 	)

@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"slices"
 	"sort"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/playpipe/playpipe/schemas"
@@ -25,7 +27,14 @@ type mPlayState struct {
 	traces, deliveredTraces   []string
 	deliveries                []*mDelivery
 	anyDelivered, anyRejected bool
+	doubtN                    int      // live records with a doubt cause
+	causes                    []string // their causes
 }
+
+// copies bounds the play's copies at the partner (docs/audit.md, "Copies
+// at the partner"): its live delivered records plus its posts whose fate
+// is unknown (legacy: one when a delivered record says in_doubt).
+func (p *mPlayState) copies() int { return p.deliveredN + max(p.doubtN, b2int(p.doubt)) }
 
 func (p *mPlayState) delivered() bool { return p.deliveredN > 0 || p.replayDelN > 0 }
 func (p *mPlayState) pending() bool   { return !p.below && !p.delivered() && !p.rejected }
@@ -149,12 +158,18 @@ func (s *scenario) expect(o AuditOptions) expectation {
 	slices.SortFunc(x.plays, func(p, q *mPlayState) int {
 		return cmp.Or(cmp.Compare(p.derivedMS, q.derivedMS), cmp.Compare(p.reportID, q.reportID))
 	})
+	byCause := map[string]uint64{}
 	for _, d := range s.deliveries {
 		st := states[d.reportID]
 		if st == nil {
 			continue
 		}
 		st.deliveries = append(st.deliveries, d)
+		if d.doubtCause != "" && d.replayID == "" {
+			st.doubtN++
+			st.causes = append(st.causes, d.doubtCause)
+			byCause[d.doubtCause]++
+		}
 		switch d.outcome {
 		case schemas.OutcomeDelivered:
 			if d.replayID == "" {
@@ -194,12 +209,14 @@ func (s *scenario) expect(o AuditOptions) expectation {
 		"delivered-twice":         func(p *mPlayState) bool { return p.deliveredN > 1 },
 		"possibly-twice":          func(p *mPlayState) bool { return !p.below && p.deliveredN == 1 && p.doubt },
 		"below-minimum-delivered": func(p *mPlayState) bool { return p.below && p.delivered() },
+		"extra-copies":            func(p *mPlayState) bool { return !p.below && p.copies() > 1 },
 	}
 	counters := map[string]*uint64{
 		"derived": &a.PlaysDerived, "below-minimum": &a.PlaysBelowMinimum, "reportable": &a.PlaysReportable,
 		"delivered": &a.Delivered, "rejected-by-api": &a.RejectedByAPI, "standby": &a.StandbyAnswered,
 		"standby-delivered": &a.StandbyThenDelivered, "pending": &a.Pending, "pending-overdue": &a.PendingOverdue,
 		"delivered-twice": &a.DeliveredTwice, "possibly-twice": &a.PossiblyTwice, "below-minimum-delivered": &a.BelowMinimumDelivered,
+		"extra-copies": &a.PlaysWithExtraCopies,
 	}
 	for _, p := range x.plays {
 		p.lastOutcome = ""
@@ -222,11 +239,16 @@ func (s *scenario) expect(o AuditOptions) expectation {
 				byMessage[p.message]++
 			case "delivered-twice", "possibly-twice", "delivered":
 				row.TraceIDs = uniq(p.deliveredTraces)
+			case "extra-copies":
+				a.PossibleExtraCopies += uint64(p.copies() - 1)
+				row.Detail = strconv.Itoa(p.copies()-1) + ": " + strings.Join(uniq(p.causes), ", ")
+				row.TraceIDs = uniq(p.deliveredTraces)
 			}
 			x.lists[name] = append(x.lists[name], row)
 		}
 	}
 	a.RejectedByAPIByMessage = sortedCounts(byMessage)
+	a.DoubtfulPostsByCause = sortedCounts(byCause)
 
 	malformed := map[string]uint64{}
 	for _, m := range s.malformed {

@@ -77,6 +77,7 @@ type mDelivery struct {
 	at                         int64
 	replayID, replayReason     string
 	inDoubt                    bool
+	doubtCause                 string
 	partner, traceID, message  string
 }
 
@@ -172,13 +173,15 @@ func newScenario(t testing.TB, seed uint64, n int, now, from time.Time, topics k
 			case 2:
 				partner = partnerExtra
 			}
+			cause := "" // the doubt cause of the next answer (schemas.Doubt*), then cleared
 			answer := func(outcome, replayID string, doubt bool, msg string) {
 				tid := ""
 				if rng.IntN(6) != 0 {
 					tid = fmt.Sprintf("trace-%s-%d", reportID[:8], at)
 				}
 				d := &mDelivery{reportID: reportID, eventID: id, outcome: outcome, at: at, replayID: replayID, replayReason: replays[replayID],
-					inDoubt: doubt, partner: partner, traceID: tid, message: msg}
+					inDoubt: doubt, doubtCause: cause, partner: partner, traceID: tid, message: msg}
+				cause = ""
 				d.mRec = rec(topics.Deliveries, reportID, deliveryRecord(t, d), time.UnixMilli(at))
 				s.deliveries = append(s.deliveries, d)
 				at += 1 + int64(rng.IntN(20_000)) // strictly later: argMax(outcome, at_ms) has one answer
@@ -206,7 +209,8 @@ func newScenario(t testing.TB, seed uint64, n int, now, from time.Time, topics k
 				answer(schemas.OutcomeDelivered, "", false, "ok")
 				answer(schemas.OutcomeDelivered, "", false, "ok") // a double
 			case k < 80:
-				answer(schemas.OutcomeRetry, "", false, "")
+				cause = schemas.DoubtTimeout
+				answer(schemas.OutcomeRetry, "", true, "")       // timed out after sending: one possible copy
 				answer(schemas.OutcomeDelivered, "", true, "ok") // in doubt
 			case k < 84:
 				answer(schemas.OutcomeDelivered, "", true, "ok")
@@ -296,7 +300,7 @@ func (s *scenario) eventRecords() []*kgo.Record {
 func deliveryRecord(t testing.TB, d *mDelivery) []byte {
 	v := schemas.Delivery{V: schemas.DeliveryVersion, ReportID: d.reportID, EventID: d.eventID, Outcome: d.outcome, Attempt: 1,
 		HTTPStatus: 200, Partner: d.partner, Message: d.message, LatencyUS: 1500, TraceID: d.traceID, InDoubt: d.inDoubt,
-		ReplayID: d.replayID, ReplayReason: d.replayReason, At: d.at}
+		DoubtCause: d.doubtCause, ReplayID: d.replayID, ReplayReason: d.replayReason, At: d.at}
 	switch d.outcome {
 	case schemas.OutcomeStandby:
 		v.ServedBy = "standby"

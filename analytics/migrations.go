@@ -145,6 +145,16 @@ var Migrations = []Migration{
 		`ALTER TABLE {db}.deliveries ADD COLUMN replay_id String DEFAULT ''`,
 		`ALTER TABLE {db}.deliveries ADD COLUMN replay_reason String DEFAULT ''`,
 	}},
+	{Version: 5, Name: "deliveries.doubt_cause", Statements: []string{
+		// Why this attempt's fate at the partner is unknown (timeout,
+		// connection_lost, malformed_answer, edge_answer), or the cause of an
+		// earlier attempt that left no record (cancelled, crash): each row
+		// with a cause is one copy the partner may hold beyond the recorded
+		// deliveries, which the audit counts (docs/audit.md). '' for rows
+		// written before the column existed (the audit then falls back to
+		// in_doubt, one possible copy per play).
+		`ALTER TABLE {db}.deliveries ADD COLUMN doubt_cause String DEFAULT ''`,
+	}},
 }
 
 // ledgerTable is the portable DDL of the ledger table name: the Kafka

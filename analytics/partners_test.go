@@ -155,13 +155,13 @@ func TestMigrationAddsPartnerToAnOldLedger(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, err := Migrate(ctx, conn, db)
-	if err != nil || !reflect.DeepEqual(got, []uint32{2, 3, 4}) {
-		t.Fatalf("Migrate on version 1: applied %v, err %v; want [2 3 4]", got, err)
+	if err != nil || !reflect.DeepEqual(got, []uint32{2, 3, 4, 5}) {
+		t.Fatalf("Migrate on version 1: applied %v, err %v; want [2 3 4 5]", got, err)
 	}
-	var partner, replayID, replayReason string
-	if err := conn.QueryRow(ctx, "SELECT partner, replay_id, replay_reason FROM "+db+".deliveries WHERE report_id = 'old-row'").Scan(&partner, &replayID, &replayReason); err != nil ||
-		partner != "" || replayID != "" || replayReason != "" {
-		t.Fatalf("old row's partner %q, replay_id %q, replay_reason %q (err %v), want ''", partner, replayID, replayReason, err)
+	var partner, replayID, replayReason, doubtCause string
+	if err := conn.QueryRow(ctx, "SELECT partner, replay_id, replay_reason, doubt_cause FROM "+db+".deliveries WHERE report_id = 'old-row'").Scan(&partner, &replayID, &replayReason, &doubtCause); err != nil ||
+		partner != "" || replayID != "" || replayReason != "" || doubtCause != "" {
+		t.Fatalf("old row's partner %q, replay_id %q, replay_reason %q, doubt_cause %q (err %v), want ''", partner, replayID, replayReason, doubtCause, err)
 	}
 	// A crash after the ALTER, before the version was recorded: the
 	// version is applied again (as a new version here) and the ALTER skipped.

@@ -175,14 +175,15 @@ type deliveriesRows struct {
 	replay, inDoubt            []uint8
 	replayID, replayReason     proto.ColStr
 	atMS                       []int64
+	doubtCause                 proto.ColStr
 }
 
 func (t *deliveriesRows) name() string { return TableDeliveries }
 func (t *deliveriesRows) columns() string {
-	return locCols + ", v, report_id, event_id, outcome, attempt, http_status, served_by, partner, message, fields, retry_reason, latency_us, trace_id, replay, in_doubt, replay_id, replay_reason, at_ms"
+	return locCols + ", v, report_id, event_id, outcome, attempt, http_status, served_by, partner, message, fields, retry_reason, latency_us, trace_id, replay, in_doubt, replay_id, replay_reason, at_ms, doubt_cause"
 }
 func (t *deliveriesRows) values() []any {
-	return append(t.cols(), t.v, t.reportID, t.eventID, t.outcome, t.attempt, t.httpStatus, t.servedBy, t.partner, t.message, t.fields, t.retryReason, t.latencyUS, t.traceID, t.replay, t.inDoubt, t.replayID, t.replayReason, t.atMS)
+	return append(t.cols(), t.v, t.reportID, t.eventID, t.outcome, t.attempt, t.httpStatus, t.servedBy, t.partner, t.message, t.fields, t.retryReason, t.latencyUS, t.traceID, t.replay, t.inDoubt, t.replayID, t.replayReason, t.atMS, t.doubtCause)
 }
 
 func (t *deliveriesRows) add(r *kgo.Record, d *schemas.Delivery) {
@@ -213,6 +214,7 @@ func (t *deliveriesRows) add(r *kgo.Record, d *schemas.Delivery) {
 	t.replayID.Append(d.ReplayID)
 	t.replayReason.Append(d.ReplayReason)
 	t.atMS = append(t.atMS, d.At)
+	t.doubtCause.Append(d.DoubtCause)
 }
 
 type rejectionsRows struct {
@@ -412,7 +414,7 @@ func (t *playsRows) reset(n int) {
 }
 
 func (t *deliveriesRows) strs() []*proto.ColStr {
-	return append(t.loc.strs(), &t.reportID, &t.eventID, &t.outcome, &t.servedBy, &t.partner, &t.message, &t.retryReason, &t.traceID, &t.replayID, &t.replayReason)
+	return append(t.loc.strs(), &t.reportID, &t.eventID, &t.outcome, &t.servedBy, &t.partner, &t.message, &t.retryReason, &t.traceID, &t.replayID, &t.replayReason, &t.doubtCause)
 }
 
 func (t *deliveriesRows) reset(n int) {

@@ -139,6 +139,8 @@ func fixture(t *testing.T, e *env, now time.Time) Audit {
 		PlayRecords:      7, PlaysDerived: 6, PlaysBelowMinimum: 1, PlaysReportable: 5,
 		Delivered: 3, RejectedByAPI: 1, RejectedByAPIByMessage: []Count{{"isrc is invalid", 1}},
 		StandbyAnswered: 1, StandbyThenDelivered: 1, Pending: 1, PendingOverdue: 1, DeliveredTwice: 1,
+		// The double is one extra copy at the partner; no post's fate is unknown.
+		PossibleExtraCopies: 1, PlaysWithExtraCopies: 1, DoubtfulPostsByCause: []Count{},
 		Malformed: []Count{{e.topics.Deliveries, 1}},
 		// delays 100, 300, 200 ms (first delivered answer − event record time)
 		Delay: Delay{Plays: 3, P50MS: 200, P90MS: 300, P99MS: 300, MaxMS: 300},

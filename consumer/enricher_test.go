@@ -15,8 +15,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/playpipe/playpipe/internal/testenv"
 	"github.com/playpipe/playpipe/partnerapi"
+	"github.com/playpipe/playpipe/wiring/testenv"
 )
 
 // fakeMixes are listings with the awkward shapes: unsorted and duplicate

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/playpipe/playpipe/internal/testenv"
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
 	"github.com/playpipe/playpipe/schemas"
+	"github.com/playpipe/playpipe/wiring/testenv"
 )
 
 // outageWindow is how long the mix endpoint fails for one mix in the hold

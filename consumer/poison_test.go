@@ -19,8 +19,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/playpipe/playpipe/internal/testenv"
 	"github.com/playpipe/playpipe/schemas"
+	"github.com/playpipe/playpipe/wiring/testenv"
 )
 
 // setMaxMessageBytes sets max.message.bytes of topic on the test broker.
@@ -197,7 +197,8 @@ func TestStrictKeysAndBadMixEndToEnd(t *testing.T) {
 	front := testenv.ServeHandler(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/partners/mix/"+strconv.FormatInt(bad, 10) {
 			mix400++
-			http.Error(w, `{"message":"invalid parameter"}`, http.StatusBadRequest)
+			// The API's own error envelope (an edge's page would be transient).
+			http.Error(w, `{"error":true,"reason":"invalid parameter","mix":null}`, http.StatusBadRequest)
 			return
 		}
 		proxy.ServeHTTP(w, r)

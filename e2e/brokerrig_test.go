@@ -18,11 +18,11 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/playpipe/playpipe/internal/expect"
-	"github.com/playpipe/playpipe/internal/testenv"
 	"github.com/playpipe/playpipe/partnerapi"
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
 	"github.com/playpipe/playpipe/producer/gateway"
+	"github.com/playpipe/playpipe/wiring/expect"
+	"github.com/playpipe/playpipe/wiring/testenv"
 )
 
 // brokerRig is the pipeline of the broker fault tests, every part its own

@@ -18,13 +18,13 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
 	"github.com/playpipe/playpipe/analytics"
-	"github.com/playpipe/playpipe/internal/expect"
 	"github.com/playpipe/playpipe/internal/kafkax"
-	"github.com/playpipe/playpipe/internal/testenv"
 	"github.com/playpipe/playpipe/partnerapi"
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
 	"github.com/playpipe/playpipe/producer/simulator"
 	"github.com/playpipe/playpipe/schemas"
+	"github.com/playpipe/playpipe/wiring/expect"
+	"github.com/playpipe/playpipe/wiring/testenv"
 )
 
 // The replicated-ledger run's shape.

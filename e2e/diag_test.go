@@ -5,15 +5,15 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/playpipe/playpipe/internal/expect"
+	"github.com/playpipe/playpipe/wiring/expect"
 	"sort"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/playpipe/playpipe/internal/testenv"
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
 	"github.com/playpipe/playpipe/schemas"
+	"github.com/playpipe/playpipe/wiring/testenv"
 )
 
 // explainDuplicates logs, for every play the partner accepted more than

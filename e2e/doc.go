@@ -1,6 +1,6 @@
 // Package e2e holds playpipe's end-to-end tests that run the playpipe binary
 // itself as separate OS processes against real parts: the embedded
-// Kafka-protocol broker over loopback TCP (internal/testenv), the partner API
+// Kafka-protocol broker over loopback TCP (wiring/testenv), the partner API
 // sandbox over HTTP and a local ClickHouse server.
 //
 // TestScaleOutWithFaults (issue 9, item 5) runs 3 report, 2 consume and 2

@@ -6,7 +6,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"github.com/playpipe/playpipe/internal/expect"
+	"github.com/playpipe/playpipe/wiring/expect"
 	"os"
 	"sort"
 	"strconv"

@@ -3,6 +3,7 @@ package partnerapi
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -67,8 +68,7 @@ type Client struct {
 	uaHeader  []string
 	log       *slog.Logger
 	reportURL string
-	reportReq *http.Request // template of the play report POST (own transport)
-	wire      *wireClient   // lean path of the play report POST (own transport), nil when off
+	reportReq *http.Request // template of the play report POST
 
 	main *slot // POST /partners/session: every endpoint
 	user *slot // POST /partners/session/with-user: the restricted catalog, when Email is set
@@ -79,12 +79,18 @@ type Client struct {
 	wg     sync.WaitGroup
 
 	lastMessage atomic.Pointer[string] // interned success word of play reports
+	lastOK      atomic.Pointer[string] // the last play report answer found to be the API's success body
 
 	tracer trace.Tracer
 	// policy is the wait before attempt n+1 after n failed attempts: full
 	// jitter over the exponential step, or Retry-After when longer.
 	policy   backoff.Policy
 	sessions metric.Int64Counter
+	// foreign counts answers that are not the API's own (foreignAnswer);
+	// foreignN those since the last warning, foreignLogAt its time (ns).
+	foreign      metric.Int64Counter
+	foreignN     atomic.Int64
+	foreignLogAt atomic.Int64
 }
 
 // New validates cfg once (errors name the field and flag) and returns a
@@ -106,21 +112,22 @@ func New(cfg Config) (*Client, error) {
 	if cfg.HTTPClient != nil {
 		c.hc = cfg.HTTPClient
 	} else {
-		c.transport = newTransport(cfg.MaxConns, cfg.RequestTimeout)
+		c.transport = newTransport(cfg)
 		c.hc = &http.Client{Transport: c.transport}
-		req, err := http.NewRequest(http.MethodPost, c.reportURL, nil)
-		if err != nil {
-			return nil, fmt.Errorf("%w: Config.BaseURL (--api-url): %w", ErrInvalidConfig, err)
-		}
-		req.Header = nil
-		c.reportReq = req
-		c.wire = newWireClient(c.reportURL, cfg.UserAgent, cfg.MaxConns, cfg.RequestTimeout, c.transport.Proxy)
 	}
+	req, err := http.NewRequest(http.MethodPost, c.reportURL, nil)
+	if err != nil {
+		return nil, fmt.Errorf("%w: Config.BaseURL (--api-url): %w", ErrInvalidConfig, err)
+	}
+	req.Header = nil
+	c.reportReq = req
 	c.root, c.cancel = context.WithCancel(context.Background())
 	c.main = &slot{c: c, path: PathSession, op: "POST " + PathSession}
 	c.user = &slot{c: c, path: PathSessionWithUser, op: "POST " + PathSessionWithUser, withUser: true}
 	c.sessions, _ = cfg.MeterProvider.Meter(instrumentationName).Int64Counter("playpipe.partnerapi.sessions",
 		metric.WithDescription("Partner API sessions created, by served_by and outcome"))
+	c.foreign, _ = cfg.MeterProvider.Meter(instrumentationName).Int64Counter("playpipe.partnerapi.foreign_answers",
+		metric.WithDescription("Answers that were not the API's own (an edge's or proxy's error page, a malformed 2xx), by status: retried, never a final rejection"))
 	if looksLikeLibraryAgent(cfg.UserAgent) {
 		c.log.Warn("partner API User-Agent looks like a library default; the API's edge blocks those with 403/1010",
 			"user_agent", cfg.UserAgent)
@@ -128,24 +135,46 @@ func New(cfg Config) (*Client, error) {
 	return c, nil
 }
 
-// newTransport is the client's own keep-alive transport: as many idle
-// connections kept per host as are allowed, so that MaxConns concurrent
-// callers never dial again after warm-up.
-func newTransport(maxConns int, responseHeaderTimeout time.Duration) *http.Transport {
+// maxResponseHeaderBytes bounds an answer's header: generous for an edge
+// that adds large CSP, Set-Cookie or trace headers (a 9 000-byte line is
+// tested), small enough that a runaway header cannot exhaust memory.
+const maxResponseHeaderBytes = 256 << 10
+
+// newTransport is the client's own transport, suited to an API behind an
+// edge (docs/partnerapi.md, "Connections"):
+//   - HTTP/2 over TLS where the edge offers it (ForceAttemptHTTP2 with a
+//     custom TLS config), so in-flight posts share few connections;
+//     HTTP/1.1 otherwise, with as many idle connections kept per host as
+//     are allowed (MaxConns), so concurrent callers never dial again after
+//     warm-up;
+//   - TLS sessions resume (a client session cache), so a reconnect after
+//     the edge closed a connection skips the full handshake;
+//   - idle connections close after IdleConnTimeout (30 s), before the
+//     usual keep-alive timeouts of edges and load balancers (60–75 s), so a
+//     post rarely meets a connection the edge is closing;
+//   - answers: headers bounded (maxResponseHeaderBytes), bodies bounded by
+//     the callers, gzip accepted and decoded by net/http.
+func newTransport(cfg Config) *http.Transport {
 	return &http.Transport{
 		Proxy: http.ProxyFromEnvironment,
 		DialContext: (&net.Dialer{
 			Timeout:   10 * time.Second,
 			KeepAlive: 30 * time.Second,
 		}).DialContext,
-		ForceAttemptHTTP2:     true,
-		MaxIdleConns:          maxConns,
-		MaxIdleConnsPerHost:   maxConns,
-		MaxConnsPerHost:       maxConns,
-		IdleConnTimeout:       90 * time.Second,
-		TLSHandshakeTimeout:   10 * time.Second,
-		ExpectContinueTimeout: time.Second,
-		ResponseHeaderTimeout: responseHeaderTimeout,
+		TLSClientConfig: &tls.Config{
+			RootCAs:            cfg.RootCAs,
+			MinVersion:         tls.VersionTLS12,
+			ClientSessionCache: tls.NewLRUClientSessionCache(max(64, cfg.MaxConns)),
+		},
+		ForceAttemptHTTP2:      true,
+		MaxIdleConns:           cfg.MaxConns,
+		MaxIdleConnsPerHost:    cfg.MaxConns,
+		MaxConnsPerHost:        cfg.MaxConns,
+		IdleConnTimeout:        cfg.IdleConnTimeout,
+		TLSHandshakeTimeout:    10 * time.Second,
+		ExpectContinueTimeout:  time.Second,
+		ResponseHeaderTimeout:  cfg.RequestTimeout,
+		MaxResponseHeaderBytes: maxResponseHeaderBytes,
 	}
 }
 
@@ -171,9 +200,6 @@ func (c *Client) Close() {
 	if c.transport != nil {
 		c.transport.CloseIdleConnections()
 	}
-	if c.wire != nil {
-		c.wire.close()
-	}
 }
 
 // servedBy reads the x-service-served-by header.
@@ -183,6 +209,20 @@ func servedBy(h http.Header) ServedBy {
 		return ServedLive
 	}
 	return servedByValue(v[0])
+}
+
+// servedByValue maps the x-service-served-by value to a ServedBy: the
+// spec's values, or the value itself (bounded) when unknown.
+func servedByValue(v string) ServedBy {
+	switch v {
+	case "":
+		return ServedLive
+	case "standby":
+		return ServedStandby
+	case "live-bypass":
+		return ServedLiveBypass
+	}
+	return ServedBy(bound(printable(v), 64))
 }
 
 // send makes one attempt of one request and reads the answer with a size
@@ -249,10 +289,8 @@ func readBounded(r io.Reader, limit int64) ([]byte, error) {
 func (c *Client) statusError(op string, meta Meta, h http.Header, body []byte) *Error {
 	e := &Error{Op: op, Status: meta.Status, ServedBy: meta.ServedBy}
 	s := meta.Status
+	api := isAPIEnvelope(s, body)
 	switch {
-	case s == http.StatusBadRequest:
-		// Missing or invalid parameter, or no content: never passes as is.
-		e.Kind = KindRejected
 	case s == http.StatusUnauthorized:
 		// Token missing, malformed, expired or standby-minted (or, on the
 		// session endpoints, credentials missing from the body).
@@ -260,15 +298,23 @@ func (c *Client) statusError(op string, meta Meta, h http.Header, body []byte) *
 	case s == http.StatusForbidden:
 		// The edge blocked our User-Agent (error 1010): configuration error.
 		e.Kind = KindEdgeBlocked
-	case s == http.StatusNotFound:
-		// Mix not found.
+	case s == http.StatusNotFound && (api || op == opReport):
+		// Mix not found; on the report endpoint, a base URL that is not the
+		// partner API (the reporter stops: a configuration error).
 		e.Kind = KindNotFound
+	case !api && (s < 200 || s >= 300):
+		// Not the API's envelope: an edge's or proxy's page (its own 400,
+		// 413, 502 …), a redirect. The API may never have seen the request,
+		// so this is never a final rejection: retry with backoff, and say so.
+		e.Kind, e.Foreign = KindTransient, true
+		c.foreignAnswer(op, s, h, body)
 	case s == http.StatusRequestTimeout, s == http.StatusTooManyRequests, s >= 500:
 		// 500 internal error, 503 standby upstream error, and the
-		// gateway/overload statuses a proxy may answer: retry with backoff.
+		// overload statuses, in the API's envelope: retry with backoff.
 		e.Kind = KindTransient
 	case s >= 400:
-		// Any other client error (405, 413, …) will not pass on a retry.
+		// 400 (or another client error) in the API's own envelope: missing
+		// or invalid parameter, no content. Will not pass on a retry.
 		e.Kind = KindRejected
 	default:
 		// 1xx/3xx that net/http did not resolve: not an answer we can use;

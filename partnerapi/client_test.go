@@ -173,7 +173,12 @@ func TestStatusKinds(t *testing.T) {
 		{404, `{"error":true,"reason":"Mix not found","mix":null}`, nil, KindNotFound, "Mix not found", nil, 1},
 		{500, `{"error":true,"reason":"internal service error","mix":null}`, nil, KindTransient, "internal service error", nil, 3},
 		{503, `{"error":true,"reason":"standby upstream error"}`, map[string]string{"x-service-served-by": "standby"}, KindTransient, "standby upstream error", nil, 3},
-		{405, ``, nil, KindRejected, "", nil, 1},
+		// Not the API's envelope (an edge's or proxy's page): never final.
+		{405, ``, nil, KindTransient, "", nil, 3},
+		{413, `<html><body>413 Request Entity Too Large</body></html>`, map[string]string{"Content-Type": "text/html"}, KindTransient, "<html><body>413 Request Entity Too Large</body></html>", nil, 3},
+		{404, `<html>404 Not Found</html>`, nil, KindTransient, "<html>404 Not Found</html>", nil, 3},
+		// Another 4xx in the API's envelope is the API's: final.
+		{413, `{"error":true,"message":"request entity too large"}`, nil, KindRejected, "request entity too large", nil, 1},
 	}
 	for _, tc := range cases {
 		t.Run(fmt.Sprint(tc.status, tc.reason), func(t *testing.T) {

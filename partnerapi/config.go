@@ -2,6 +2,7 @@ package partnerapi
 
 import (
 	"cmp"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -27,6 +28,9 @@ const (
 	DefaultMaxAttempts    = 4
 	DefaultBaseBackoff    = 200 * time.Millisecond
 	DefaultMaxBackoff     = 10 * time.Second
+	// DefaultIdleConnTimeout is below the keep-alive timeouts edges and
+	// load balancers commonly use (60–75 s).
+	DefaultIdleConnTimeout = 30 * time.Second
 )
 
 // Defaults of the Config fields for the session's tokens.
@@ -70,16 +74,22 @@ type Config struct {
 	// redirect policy); MaxConns is then ignored and Close leaves it alone.
 	// Defaults to a client with its own *http.Transport sized by MaxConns.
 	HTTPClient *http.Client
+	// RootCAs, when set, are the certificate authorities the own transport
+	// trusts for an https BaseURL instead of the system's (a private edge,
+	// a test CA). The command line's equivalent is the SSL_CERT_FILE or
+	// SSL_CERT_DIR environment variable, which Go reads for the system pool.
+	RootCAs *x509.CertPool
+	// IdleConnTimeout closes a keep-alive connection idle this long.
+	// Defaults to 30s, below common edge keep-alive timeouts.
+	IdleConnTimeout time.Duration
 	// MaxConns bounds the connections to the API. Defaults to 64. The own
 	// transport keeps MaxIdleConnsPerHost = MaxConnsPerHost = MaxConns, so
 	// keep-alive connections are reused by up to MaxConns concurrent callers.
 	// Flag --api-max-conns.
 	MaxConns int
-	// RequestTimeout bounds one attempt of one request: GETs and session
-	// calls from dial to the last byte of the answer; play reports (hot path,
-	// no per-request timer) through the transport's ResponseHeaderTimeout,
-	// the answer being small and size-bounded. Pass a context deadline to
-	// bound a report attempt as a whole. Defaults to 30s. Flag --api-timeout,
+	// RequestTimeout bounds one attempt of one request, from dial to the
+	// last byte of the answer (a play report post whose request was sent
+	// and that times out is in doubt: Error.Doubt). Defaults to 30s. Flag --api-timeout,
 	// env PLAYPIPE_API_TIMEOUT.
 	RequestTimeout time.Duration
 	// MaxAttempts bounds the attempts of one GET or session call on
@@ -141,6 +151,7 @@ func (c Config) withDefaults() (Config, error) {
 	c.UserAgent = cmp.Or(c.UserAgent, version.UserAgent())
 	c.MaxConns = cmp.Or(c.MaxConns, DefaultMaxConns)
 	c.RequestTimeout = cmp.Or(c.RequestTimeout, DefaultRequestTimeout)
+	c.IdleConnTimeout = cmp.Or(c.IdleConnTimeout, DefaultIdleConnTimeout)
 	c.MaxAttempts = cmp.Or(c.MaxAttempts, DefaultMaxAttempts)
 	c.BaseBackoff = cmp.Or(c.BaseBackoff, DefaultBaseBackoff)
 	c.MaxBackoff = cmp.Or(c.MaxBackoff, max(DefaultMaxBackoff, c.BaseBackoff))

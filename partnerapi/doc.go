@@ -5,8 +5,8 @@
 // What the Client promises:
 //
 //   - It is safe for concurrent use. All callers share one session token
-//     (read lock-free) and one keep-alive connection pool (its own
-//     *http.Transport keeps MaxConns idle connections per host).
+//     (read lock-free) and one connection pool (its own *http.Transport
+//     keeps MaxConns idle connections per host).
 //   - Sessions are taken lazily and renewed single flight: however many
 //     goroutines find the token missing, expired or rejected (401) at once,
 //     one session call is made. A token is renewed in the background
@@ -23,22 +23,21 @@
 //     caller owns retries. Their bodies follow the spec's table byte for
 //     byte (schemas.AppendReportJSON: the PlayReport wire type and its
 //     encoder live in schemas, below this client), without reflection or logging per request.
-//   - With the client's own transport (no Config.HTTPClient), no proxy for
-//     the API, on Linux, play reports take a lean HTTP/1.1 path
-//     (report_wire.go) instead of net/http: synchronous in the caller's
-//     goroutine on the client's own keep-alive connections (at most
-//     MaxConns), one write per request, the answer parsed in place; no
-//     transport goroutines or channel hand-offs. It keeps everything the
-//     net/http path promises: the same classifier (statusError: Kind,
-//     Retry-After, x-service-served-by; 401 drops the token), the body sent
-//     byte for byte, RequestTimeout and ctx cancellation (a cancelled post
-//     returns at once with an error wrapping ctx.Err()), the trace context
-//     of a sampled ctx, TLS (HTTP/1.1 by ALPN) for https base URLs, and an
-//     idle connection the server closed is never posted on (a
-//     non-blocking peek before reuse). Chosen by measurement against
-//     net/http and fasthttp's HostClient (README, Performance): per report
-//     it costs about half the CPU of net/http and less than fasthttp, which
-//     has no context cancellation. Sessions and GETs stay on net/http.
+//   - One HTTP stack: every call, play reports included, goes through
+//     net/http — HTTP/2 over TLS where the server offers it (in-flight
+//     posts share few connections), HTTP/1.1 otherwise — on the client's own
+//     transport: TLS sessions resume, idle connections close after
+//     IdleConnTimeout (30 s, before common edge keep-alive timeouts),
+//     answer headers and bodies are bounded, gzip answers are decoded.
+//   - Only the API's own answers count as answers (answer.go): a 200 with
+//     {"error":false,…}, or the API's error envelope. A non-2xx that is not
+//     the envelope (an edge's or proxy's page) is KindTransient and
+//     Foreign, never a final rejection, and is surfaced (metric
+//     playpipe.partnerapi.foreign_answers, a rate-limited warning).
+//   - A failed play report post says whether the report may have reached
+//     the partner all the same (Error.Doubt): its request may have left
+//     (httptrace saw it written) and no complete, well-formed answer of
+//     the API came back.
 //   - The client signature and tokens never appear in logs, errors or
 //     traces: Credentials redact themselves in every format, and text that
 //     the server echoes is scrubbed of both.

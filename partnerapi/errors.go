@@ -12,8 +12,10 @@ type Kind int
 const (
 	// KindTransient: 500, 503, timeout, connection error. Retry with backoff.
 	KindTransient Kind = iota + 1
-	// KindRejected: 400. The request will never pass as it is; Reason holds the
-	// API's reason or message and, for play reports, Fields the offending fields.
+	// KindRejected: 400 (or another 4xx) in the API's own JSON envelope. The
+	// request will never pass as it is; Reason holds the API's reason or
+	// message and, for play reports, Fields the offending fields. A 4xx that
+	// is not the API's envelope (an edge's page) is KindTransient instead.
 	KindRejected
 	// KindUnauthorized: 401. The token was missing, expired or standby-minted;
 	// the client has dropped it, so the next call takes a new session.
@@ -69,6 +71,18 @@ type Error struct {
 	Fields []string
 	// RetryAfter is the server's Retry-After, zero when absent.
 	RetryAfter time.Duration
+	// Doubt, on a failed play report post, says why the report's fate at
+	// the partner is unknown: its request may have left the process and no
+	// complete, well-formed answer of the API came back (one of the
+	// schemas.Doubt* causes: timeout, connection_lost, malformed_answer,
+	// edge_answer, cancelled). Empty when the API's own answer says it did
+	// not take the report, or when nothing was sent.
+	Doubt string
+	// Foreign marks a non-2xx answer that is not the API's own (its JSON
+	// envelope, or the plain-text 401 of its authentication layer): an
+	// edge's or proxy's error page. Such an answer is never a final
+	// rejection; it is KindTransient.
+	Foreign bool
 	// Err is the underlying transport error, if any.
 	Err error
 }

@@ -3,9 +3,13 @@ package partnerapi
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptrace"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -34,20 +38,24 @@ func (c *Client) ReportPlay(ctx context.Context, r schemas.PlayReport) (ReportRe
 }
 
 // ReportPlayJSON posts a pre-encoded play report body as is, in exactly one
-// POST /partners/royalty-tracking (after taking a session if none is held):
-// the caller owns retries and sees every attempt.
+// POST /partners/royalty-tracking through net/http (HTTP/2 over TLS where
+// the server offers it, HTTP/1.1 otherwise), after taking a session if none
+// is held: the caller owns retries and sees every attempt. The attempt is
+// bounded by RequestTimeout (from the request to the last byte of the
+// answer) and ctx.
 //
-//   - 200: a ReportResult; Meta.ServedBy == ServedStandby means standby took
-//     the report without validating or forwarding it (not an error).
+//   - 200 with the API's body ({"error":false,…}): a ReportResult;
+//     Meta.ServedBy == ServedStandby means standby took the report without
+//     validating or forwarding it (not an error).
 //   - 401: the held token is dropped (the next call renews it, single
 //     flight) and an *Error of KindUnauthorized is returned.
-//   - anything else: an *Error of the matching Kind (400 KindRejected with
-//     the message and Fields; 403 KindEdgeBlocked; 500/503/timeout/connection
-//     KindTransient with RetryAfter).
-//
-// With the client's own transport the POST takes the lean HTTP/1.1 path
-// (report_wire.go); with a caller's HTTPClient, behind a proxy, or off
-// Linux it goes through net/http. Both answers meet the same classifier.
+//   - anything else: an *Error of the matching Kind (a 4xx in the API's
+//     envelope KindRejected with the message and Fields; 403
+//     KindEdgeBlocked; 500/503/timeout/connection and every answer that is
+//     not the API's own KindTransient with RetryAfter). Error.Doubt says
+//     when the report may have reached the partner all the same: the
+//     request may have left (net/http's httptrace saw its headers written)
+//     and no complete, well-formed answer of the API came back.
 //
 // body must not be modified until the call returns.
 func (c *Client) ReportPlayJSON(ctx context.Context, body []byte) (ReportResult, error) {
@@ -70,45 +78,179 @@ func (c *Client) ReportPlayJSON(ctx context.Context, body []byte) (ReportResult,
 	start := time.Now()
 	bp := readPool.Get().(*[]byte)
 	defer readPool.Put(bp)
-	var a wireAnswer
-	if c.wire != nil && tok.rawOK {
-		var extra http.Header
-		if span != nil {
-			extra = http.Header{}
-			c.injectTrace(ctx, extra)
-		}
-		a, err = c.wire.post(ctx, tok.hdr[0], extra, body, (*bp)[:0])
-	} else {
-		a, err = c.postReportHTTP(ctx, tok, body, (*bp)[:0])
-	}
+	a := c.postReport(ctx, tok, body, (*bp)[:0])
 	if cap(a.body) <= 64<<10 {
 		*bp = a.body[:0]
 	}
-	latency := time.Since(start)
-	meta := Meta{Status: a.status, ServedBy: a.servedBy}
-	if meta.ServedBy == "" {
-		meta.ServedBy = ServedLive
-	}
+	res, err := c.reportOutcome(tok, a)
 	if span != nil {
-		reportSpanEnd(span, meta, err)
+		reportSpanEnd(span, Meta{Status: a.status, ServedBy: res.Meta.ServedBy}, err)
 	}
 	if err != nil {
-		if a.status == 0 {
-			return ReportResult{}, &Error{Kind: KindTransient, Op: opReport, Err: err}
+		return ReportResult{}, err
+	}
+	res.Latency = time.Since(start)
+	return res, nil
+}
+
+// reportAnswer is what one play report POST came back with.
+type reportAnswer struct {
+	status  int // 0: no answer
+	header  http.Header
+	body    []byte
+	sent    bool  // the request's headers were written: it may have left
+	replied bool  // the first byte of an answer arrived
+	err     error // transport or body-read error
+	ctxErr  error // the caller's ctx error, when it ended
+	timeout bool  // the attempt's own RequestTimeout ran out
+}
+
+// postTrace records whether a request may have left the process: net/http
+// calls WroteHeaders once the request's headers are written to the
+// connection (HTTP/1.1: into its buffer, flushed with the body; HTTP/2:
+// the HEADERS frame). Before that the server cannot have seen a request.
+type postTrace struct {
+	sent, replied atomic.Bool
+	ct            httptrace.ClientTrace
+}
+
+// postReport sends one report through net/http and reads the answer into
+// dst, bounded by maxSmallBody (after gzip decoding, which net/http does
+// transparently). It never returns an error of its own: everything is in
+// the reportAnswer, for reportOutcome to classify.
+func (c *Client) postReport(parent context.Context, tok *token, body, dst []byte) reportAnswer {
+	pt := &postTrace{}
+	pt.ct.WroteHeaders = func() { pt.sent.Store(true) }
+	pt.ct.GotFirstResponseByte = func() { pt.replied.Store(true) }
+	ctx := httptrace.WithClientTrace(parent, &pt.ct)
+	var cancel context.CancelFunc
+	if c.cfg.RequestTimeout > 0 {
+		ctx, cancel = context.WithTimeout(ctx, c.cfg.RequestTimeout)
+	} else {
+		ctx, cancel = context.WithCancel(ctx)
+	}
+	defer cancel()
+	req := c.reportReq.WithContext(ctx)
+	req.Header = http.Header{"User-Agent": c.uaHeader, "Authorization": tok.hdr, "Content-Type": jsonHeader, "Accept": jsonHeader}
+	c.injectTrace(parent, req.Header)
+	// io.NopCloser(*bytes.Reader) is a body net/http knows to be in memory:
+	// headers and body leave in one write, and GetBody lets the transport
+	// resend it where the protocol proves the first try unprocessed (a
+	// connection closed before anything was written, an HTTP/2 stream
+	// refused or beyond a GOAWAY); net/http never re-sends a POST otherwise.
+	req.Body = io.NopCloser(bytes.NewReader(body))
+	req.ContentLength = int64(len(body))
+	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+
+	var resp *http.Response
+	var err error
+	if c.transport != nil {
+		// The own transport straight: no redirect machinery (a 3xx is not an
+		// answer of the API, and following it would post the report again).
+		resp, err = c.transport.RoundTrip(req)
+	} else {
+		resp, err = c.hc.Do(req)
+	}
+	a := reportAnswer{}
+	if err == nil {
+		a.status, a.header = resp.StatusCode, resp.Header
+		if resp.StatusCode >= 200 {
+			a.body, err = readInto(dst, resp.Body, maxSmallBody)
 		}
-		return ReportResult{}, &Error{Kind: KindTransient, Op: opReport, Status: meta.Status, ServedBy: meta.ServedBy, Reason: "reading the answer", Err: err}
+		// A 101 (the only 1xx net/http returns) hands over the raw
+		// connection, which no deadline bounds: never read, never the API's.
+		resp.Body.Close()
 	}
-	if a.status == http.StatusOK {
-		return ReportResult{Meta: meta, Message: c.reportMessage(a.body), Latency: latency}, nil
+	a.sent, a.replied, a.err = pt.sent.Load(), pt.replied.Load(), err
+	if err != nil {
+		a.ctxErr = parent.Err()
+		a.timeout = a.ctxErr == nil && errors.Is(ctx.Err(), context.DeadlineExceeded)
 	}
-	if a.status == http.StatusUnauthorized {
+	return a
+}
+
+// reportOutcome classifies one answer of a play report POST: the one place
+// that says what it means, with the reason next to each case.
+func (c *Client) reportOutcome(tok *token, a reportAnswer) (ReportResult, error) {
+	meta := Meta{Status: a.status, ServedBy: ServedLive}
+	if a.header != nil {
+		meta.ServedBy = servedBy(a.header)
+	}
+	if a.err != nil {
+		e := &Error{Kind: KindTransient, Op: opReport, Status: a.status, ServedBy: meta.ServedBy, Err: a.err}
+		if a.status != 0 {
+			e.Reason = "reading the answer"
+		}
+		switch {
+		case a.ctxErr != nil:
+			// The caller cancelled (shutdown, revocation) or its deadline
+			// passed: the error wraps ctx's, so the caller can tell.
+			if !errors.Is(a.err, a.ctxErr) {
+				e.Err = fmt.Errorf("%w: %w", a.ctxErr, a.err)
+			}
+			if a.sent {
+				e.Doubt = schemas.DoubtCancelled
+				if errors.Is(a.ctxErr, context.DeadlineExceeded) {
+					e.Doubt = schemas.DoubtTimeout
+				}
+			}
+		case a.timeout:
+			// RequestTimeout ran out: a timeout error for the caller.
+			if !errors.Is(a.err, context.DeadlineExceeded) {
+				e.Err = fmt.Errorf("%w: %w", context.DeadlineExceeded, a.err)
+			}
+			if a.sent {
+				e.Doubt = schemas.DoubtTimeout
+			}
+		case a.sent:
+			e.Doubt = transportDoubt(a.replied, a.err)
+		}
+		return ReportResult{Meta: meta}, e
+	}
+	var k answerClass
+	if last := c.lastOK.Load(); a.status == http.StatusOK && last != nil && *last == string(a.body) {
+		k.ok = true // the same body as the last success: no decoding on the hot path
+	} else if k = classifyReportAnswer(a.status, a.body); k.ok && len(a.body) <= 256 {
+		b := string(a.body)
+		c.lastOK.Store(&b)
+	}
+	switch {
+	case k.ok:
+		return ReportResult{Meta: meta, Message: c.reportMessage(a.body)}, nil
+	case a.status == http.StatusUnauthorized:
 		c.main.drop(tok)
 	}
-	var h http.Header
-	if a.retryAfter != "" {
-		h = http.Header{"Retry-After": {a.retryAfter}}
+	e := c.statusError(opReport, meta, a.header, a.body)
+	if a.status < 300 {
+		// A 2xx that is not the API's answer ({"error":false,…}) — cut,
+		// garbled, or not the API's — or a 101: the report may have been
+		// taken.
+		if !e.Foreign {
+			c.foreignAnswer(opReport, a.status, a.header, a.body)
+		}
+		e.Kind, e.Reason, e.Doubt, e.Foreign = KindTransient, "malformed answer: "+e.Reason, schemas.DoubtMalformedAnswer, true
+	} else if e.Foreign {
+		e.Doubt = schemas.DoubtEdgeAnswer
 	}
-	return ReportResult{}, c.statusError(opReport, meta, h, a.body)
+	return ReportResult{Meta: meta}, e
+}
+
+// answerClass is what the bytes of an answer are, whatever the transport.
+type answerClass struct {
+	ok       bool // a 200 with the API's success body
+	envelope bool // a non-2xx in the API's own envelope
+}
+
+// classifyReportAnswer says whether a complete answer to a play report is
+// the API's own: a 200 whose body is a JSON object with "error": false
+// (spec: `{ error: false, message }`; standby answers the same), or a
+// non-2xx in the API's envelope (isAPIEnvelope). FuzzClassifyAnswer holds
+// it (and statusError) to never panic and to agree on Kind.
+func classifyReportAnswer(status int, body []byte) answerClass {
+	if status == http.StatusOK {
+		return answerClass{ok: isReportOK(body)}
+	}
+	return answerClass{envelope: isAPIEnvelope(status, body)}
 }
 
 // reportSpanEnd sets the HTTP client span's attributes and status.
@@ -124,79 +266,8 @@ func reportSpanEnd(span trace.Span, meta Meta, err error) {
 	if meta.Status >= 400 {
 		span.SetStatus(codes.Error, http.StatusText(meta.Status))
 	} else if err != nil {
-		span.SetStatus(codes.Error, "reading the answer")
+		span.SetStatus(codes.Error, "not the API's answer")
 	}
-}
-
-// postReportHTTP posts one report through net/http and reads the answer
-// into dst, as wireClient.post does.
-func (c *Client) postReportHTTP(ctx context.Context, tok *token, body, dst []byte) (wireAnswer, error) {
-	resp, err := c.postReport(ctx, tok, body)
-	if err != nil {
-		return wireAnswer{}, err
-	}
-	a := wireAnswer{status: resp.StatusCode, servedBy: servedBy(resp.Header), retryAfter: resp.Header.Get("Retry-After")}
-	a.body, err = readInto(dst, resp.Body, maxSmallBody)
-	resp.Body.Close()
-	return a, err
-}
-
-// postReport sends one report. With the client's own transport it goes
-// straight to Transport.RoundTrip from a pre-parsed request template: no
-// redirect or header-copy machinery, no per-request timer (the attempt is
-// bounded by the dial timeout, ResponseHeaderTimeout = RequestTimeout, the
-// size bound of the answer, and ctx). With a caller's HTTPClient it goes
-// through HTTPClient.Do with RequestTimeout on the context.
-func (c *Client) postReport(ctx context.Context, tok *token, body []byte) (*http.Response, error) {
-	if c.transport == nil {
-		if c.cfg.RequestTimeout > 0 {
-			var cancel context.CancelFunc
-			ctx, cancel = context.WithTimeout(ctx, c.cfg.RequestTimeout)
-			// The answer is read after we return: cancel when it is closed.
-			resp, err := c.postReportDo(ctx, tok, body)
-			if err != nil {
-				cancel()
-				return nil, err
-			}
-			resp.Body = &cancelBody{ReadCloser: resp.Body, cancel: cancel}
-			return resp, nil
-		}
-		return c.postReportDo(ctx, tok, body)
-	}
-	req := c.reportReq.WithContext(ctx)
-	req.Header = http.Header{"User-Agent": c.uaHeader, "Authorization": tok.hdr, "Content-Type": jsonHeader}
-	c.injectTrace(ctx, req.Header)
-	// io.NopCloser(*bytes.Reader) is a body net/http knows to be in memory:
-	// headers and body then leave in one write (with any other wrapper the
-	// transport flushes the headers first: a second syscall per report).
-	req.Body = io.NopCloser(bytes.NewReader(body))
-	req.ContentLength = int64(len(body))
-	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
-	return c.transport.RoundTrip(req)
-}
-
-func (c *Client) postReportDo(ctx context.Context, tok *token, body []byte) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.reportURL, bytes.NewReader(body))
-	if err != nil {
-		return nil, err
-	}
-	req.Header["User-Agent"] = c.uaHeader
-	req.Header["Authorization"] = tok.hdr
-	req.Header["Content-Type"] = jsonHeader
-	c.injectTrace(ctx, req.Header)
-	return c.hc.Do(req)
-}
-
-// cancelBody cancels the attempt's context when the answer is closed.
-type cancelBody struct {
-	io.ReadCloser
-	cancel context.CancelFunc
-}
-
-func (b *cancelBody) Close() error {
-	err := b.ReadCloser.Close()
-	b.cancel()
-	return err
 }
 
 var readPool = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}

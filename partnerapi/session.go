@@ -22,7 +22,6 @@ import (
 type token struct {
 	hdr     []string
 	standby bool
-	rawOK   bool      // hdr[0] can be written on the wire as it is (validHeaderValue), checked once
 	renewAt time.Time // renew in the background from here on
 	expires time.Time // never used from here on
 }
@@ -229,7 +228,7 @@ func (c *Client) newToken(op string, meta Meta, data []byte) (*token, error) {
 			Reason: "malformed session answer", Err: err}
 	}
 	now := c.cfg.Now()
-	t := &token{hdr: []string{jwt}, standby: meta.ServedBy == ServedStandby, rawOK: validHeaderValue(jwt)}
+	t := &token{hdr: []string{jwt}, standby: meta.ServedBy == ServedStandby}
 	ttl := c.cfg.LiveTokenTTL
 	if t.standby {
 		ttl = c.cfg.StandbyTokenTTL

@@ -10,9 +10,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
-	"github.com/playpipe/playpipe/internal/testenv"
 	"github.com/playpipe/playpipe/producer"
-	"github.com/playpipe/playpipe/producer/internal/producertest"
+	"github.com/playpipe/playpipe/wiring/producertest"
+	"github.com/playpipe/playpipe/wiring/testenv"
 )
 
 // Benchmarks report events/s through the real parts (kfake on loopback, real

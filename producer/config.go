@@ -1,22 +1,16 @@
 package producer
 
 import (
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
-	"os"
-	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/sasl"
-	"github.com/twmb/franz-go/pkg/sasl/plain"
-	"github.com/twmb/franz-go/pkg/sasl/scram"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/playpipe/playpipe/internal/kafkaconn"
 	"github.com/playpipe/playpipe/schemas"
 )
 
@@ -26,76 +20,21 @@ const DefaultTopicPrefix = "plays"
 
 // SASL mechanisms accepted by SASL.Mechanism (case-insensitive).
 const (
-	SASLNone        = ""
-	SASLPlain       = "PLAIN"
-	SASLScramSHA256 = "SCRAM-SHA-256"
-	SASLScramSHA512 = "SCRAM-SHA-512"
+	SASLNone        = kafkaconn.SASLNone
+	SASLPlain       = kafkaconn.SASLPlain
+	SASLScramSHA256 = kafkaconn.SASLScramSHA256
+	SASLScramSHA512 = kafkaconn.SASLScramSHA512
 )
 
-// SASL authenticates the connections to the brokers.
-type SASL struct {
-	// Mechanism is one of SASLNone (no authentication), SASLPlain,
-	// SASLScramSHA256 or SASLScramSHA512.
-	Mechanism string
-	// User is required with a Mechanism.
-	User string
-	// Password is a secret: it is never logged or put in errors.
-	Password string
-}
+// SASL authenticates the connections to the brokers: Mechanism (one of the
+// SASL* constants; empty for none), User (required with a Mechanism) and
+// Password (a secret, never logged or put in errors).
+type SASL = kafkaconn.SASL
 
-// ClientOpts returns the franz-go option that authenticates with s; none
-// without a Mechanism.
-func (s SASL) ClientOpts() ([]kgo.Opt, error) {
-	var m sasl.Mechanism
-	switch strings.ToUpper(s.Mechanism) {
-	case SASLNone:
-		return nil, nil
-	case SASLPlain:
-		m = plain.Auth{User: s.User, Pass: s.Password}.AsMechanism()
-	case SASLScramSHA256:
-		m = scram.Auth{User: s.User, Pass: s.Password}.AsSha256Mechanism()
-	case SASLScramSHA512:
-		m = scram.Auth{User: s.User, Pass: s.Password}.AsSha512Mechanism()
-	default:
-		return nil, fmt.Errorf("producer: SASL.Mechanism %q is not supported; accepted: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or empty", s.Mechanism)
-	}
-	if s.User == "" {
-		return nil, errors.New("producer: SASL.User is required with SASL.Mechanism")
-	}
-	return []kgo.Opt{kgo.SASL(m)}, nil
-}
-
-// TLS encrypts the connections to the brokers.
-type TLS struct {
-	// Enabled turns TLS on (TLS 1.2 or later).
-	Enabled bool
-	// CAFile is a PEM bundle of CAs to trust besides the system's.
-	CAFile string
-	// InsecureSkipVerify skips the brokers' certificate verification
-	// (testing only).
-	InsecureSkipVerify bool
-}
-
-// ClientConfig returns the crypto/tls configuration of t, nil when TLS is
-// not enabled. Any Kafka client can use it.
-func (t TLS) ClientConfig() (*tls.Config, error) {
-	if !t.Enabled {
-		return nil, nil
-	}
-	tc := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: t.InsecureSkipVerify} //nolint:gosec // opt-in for tests
-	if t.CAFile != "" {
-		pem, err := os.ReadFile(t.CAFile)
-		if err != nil {
-			return nil, fmt.Errorf("producer: read TLS.CAFile: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("producer: TLS.CAFile %s holds no PEM certificate", t.CAFile)
-		}
-		tc.RootCAs = pool
-	}
-	return tc, nil
-}
+// TLS encrypts the connections to the brokers: Enabled (TLS 1.2 or later),
+// CAFile (a PEM bundle of CAs to trust besides the system's) and
+// InsecureSkipVerify (testing only).
+type TLS = kafkaconn.TLS
 
 // Config configures a Publisher. Zero values take the defaults named in the
 // comments; NewPublisher validates it once.
@@ -190,23 +129,5 @@ func (c *Config) validate() error {
 // brokers, SASL, TLS) without the Publisher's own: other clients of the same
 // cluster can start from them.
 func (c Config) ConnOpts() ([]kgo.Opt, error) {
-	for _, b := range c.Brokers {
-		if !strings.Contains(b, ":") {
-			return nil, fmt.Errorf("producer: broker %q must be host:port", b)
-		}
-	}
-	opts := []kgo.Opt{kgo.SeedBrokers(c.Brokers...)}
-	auth, err := c.SASL.ClientOpts()
-	if err != nil {
-		return nil, err
-	}
-	opts = append(opts, auth...)
-	tc, err := c.TLS.ClientConfig()
-	if err != nil {
-		return nil, err
-	}
-	if tc != nil {
-		opts = append(opts, kgo.DialTLSConfig(tc))
-	}
-	return opts, nil
+	return kafkaconn.Opts(c.Brokers, c.SASL, c.TLS)
 }

@@ -56,9 +56,9 @@ func ExamplePublisher_Publish() {
 func ExampleStartedAt() {
 	began := time.Date(2026, time.January, 11, 4, 30, 0, 0, time.FixedZone("CET", 3600))
 	ev := schemas.PlayerEvent{EventID: "e-1", MixID: 1001, StartedAt: producer.StartedAt(began), OffsetMS: 0, DurationMS: 185000}
-	fmt.Println(ev.StartedAt, time.UnixMilli(ev.StartedAt).UTC().Format(time.RFC3339))
 	// Not ev.StartedAt = began.Unix(): seconds reach the partner as January 1970,
 	// and the pipeline refuses them as implausible_time.
+	fmt.Println(ev.StartedAt, time.UnixMilli(ev.StartedAt).UTC().Format(time.RFC3339))
 	// Output:
 	// 1768102200000 2026-01-11T03:30:00Z
 }

@@ -14,10 +14,10 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/playpipe/playpipe/internal/telemetry"
-	"github.com/playpipe/playpipe/internal/testenv"
 	"github.com/playpipe/playpipe/producer"
-	"github.com/playpipe/playpipe/producer/internal/producertest"
 	"github.com/playpipe/playpipe/schemas"
+	"github.com/playpipe/playpipe/wiring/producertest"
+	"github.com/playpipe/playpipe/wiring/testenv"
 )
 
 func TestPublisherPublishesValidRefusesInvalid(t *testing.T) {

@@ -15,14 +15,14 @@ import (
 
 	"github.com/playpipe/playpipe/analytics"
 	"github.com/playpipe/playpipe/consumer"
-	"github.com/playpipe/playpipe/internal/harness"
-	"github.com/playpipe/playpipe/internal/testenv"
 	"github.com/playpipe/playpipe/partnerapi"
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
 	"github.com/playpipe/playpipe/producer/simulator"
 	"github.com/playpipe/playpipe/replay"
 	"github.com/playpipe/playpipe/reporter"
 	"github.com/playpipe/playpipe/schemas"
+	"github.com/playpipe/playpipe/wiring/harness"
+	"github.com/playpipe/playpipe/wiring/testenv"
 )
 
 const bugMessage = "isrc is invalid"

@@ -12,8 +12,8 @@ import (
 
 	"github.com/playpipe/playpipe/analytics"
 	"github.com/playpipe/playpipe/internal/kafkax"
-	"github.com/playpipe/playpipe/internal/testenv"
 	"github.com/playpipe/playpipe/schemas"
+	"github.com/playpipe/playpipe/wiring/testenv"
 )
 
 // selPlay is one play record of the selection test's ledger.

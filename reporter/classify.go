@@ -81,10 +81,16 @@ type Decision struct {
 	// Renew marks a 401: the client has dropped its token and the next post
 	// takes a new session (one at a time for all workers).
 	Renew bool
+	// Doubt is why this post's fate at the partner is unknown (a
+	// schemas.Doubt* cause), empty when the API's own answer settled it or
+	// nothing was sent: the request may have left the process (net/http
+	// wrote it) and no complete, well-formed answer of the API came back —
+	// a timeout, a lost connection, a cut or malformed answer, an edge's
+	// page, a cancel after the first write. The report is labelled in doubt
+	// from then on, and the attempt's Delivery record carries the cause.
+	Doubt string
 	// Err is the error of the answer, if any (never holds a secret).
 	Err error
-	// notSent marks an ActAbandon decided before the request was made.
-	notSent bool
 }
 
 // Classify is the one place that decides what an answer of the partner API
@@ -101,12 +107,16 @@ func Classify(res partnerapi.ReportResult, err error, liveBypassDelivered bool) 
 	// revoked): the post's fate is unknown, the offset stays uncommitted, so
 	// the report is posted again later. Checked first: the client may wrap
 	// the context error in a transient *Error.
-	if errors.Is(err, context.Canceled) {
-		return Decision{Action: ActAbandon, Err: err}
-	}
-
 	var e *partnerapi.Error
-	if !errors.As(err, &e) {
+	isAPI := errors.As(err, &e)
+	if errors.Is(err, context.Canceled) {
+		d := Decision{Action: ActAbandon, Err: err}
+		if isAPI {
+			d.Doubt = e.Doubt // written before the cancel: it may have arrived
+		}
+		return d
+	}
+	if !isAPI {
 		// Not an API answer at all (the client failed before or around the
 		// request): treat as a connection problem, retry with backoff. Never
 		// drop a report on an error we do not understand.
@@ -145,7 +155,7 @@ func classifyAnswer(res partnerapi.ReportResult, liveBypassDelivered bool) Decis
 // classifyError decides what an error answer of the partner API means, by
 // its kind; err is the error that wraps e.
 func classifyError(e *partnerapi.Error, err error) Decision {
-	d := Decision{Status: e.Status, ServedBy: e.ServedBy, Message: e.Reason, Fields: e.Fields, RetryAfter: e.RetryAfter, Err: err}
+	d := Decision{Status: e.Status, ServedBy: e.ServedBy, Message: e.Reason, Fields: e.Fields, RetryAfter: e.RetryAfter, Err: err, Doubt: e.Doubt}
 	session := strings.HasPrefix(e.Op, "POST /partners/session")
 
 	switch e.Kind {
@@ -180,8 +190,12 @@ func classifyError(e *partnerapi.Error, err error) Decision {
 		d.Action, d.Outcome = ActStop, schemas.OutcomeBlocked
 	default:
 		// KindTransient and anything unknown: 500, 503, timeout, connection
-		// error. The report is fine; the service or the path is not. Retry with
-		// exponential backoff and jitter, honouring Retry-After.
+		// error, and every answer that is not the API's own (an edge's 400,
+		// 413 or 502 page, a malformed 200: e.Foreign) — the API may never
+		// have seen the report, so it is never a final rejection. The report
+		// is fine; the service or the path is not. Retry with exponential
+		// backoff and jitter, honouring Retry-After. e.Doubt says whether
+		// this post may have reached the partner all the same.
 		d.Action, d.Outcome = ActRetry, schemas.OutcomeRetry
 		switch {
 		case e.Status == 500:

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"strconv"
 	"time"
 
@@ -166,7 +165,7 @@ func (rn *run) post(j *job) *kgo.Record {
 	if rn.limiter != nil {
 		var err error
 		if waited, err = rn.waitRate(); err != nil {
-			j.dec = Decision{Action: ActAbandon, Err: err, notSent: true}
+			j.dec = Decision{Action: ActAbandon, Err: err} // nothing sent: no doubt
 			return nil
 		}
 	}
@@ -183,9 +182,11 @@ func (rn *run) post(j *job) *kgo.Record {
 		lat = time.Since(start)
 	}
 	d := Classify(res, err, !rn.cfg.LiveBypassNotDelivered)
-	if d.Action == ActRetry && d.Status == 0 && !neverSent(err) {
-		// No answer (timeout, connection lost): the partner may have
-		// recorded the report. The retry is labelled.
+	if d.Doubt != "" {
+		// The request may have left and no complete answer of the API came
+		// back (Decision.Doubt): the partner may have recorded the report.
+		// Every later post is labelled, and this attempt's record (or, for
+		// an abandoned post, the next one) carries the cause.
 		j.inDoubt = true
 	}
 	if span.IsRecording() {
@@ -242,13 +243,6 @@ func (rn *run) startSpans(j *job) (ctx context.Context, proc, span trace.Span) {
 // (a variadic option built per call allocates on the hot path).
 var consumerSpan = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer)}
 
-// neverSent reports whether a transport error proves the request never left
-// (the connection could not be made).
-func neverSent(err error) bool {
-	var op *net.OpError
-	return errors.As(err, &op) && op.Op == "dial"
-}
-
 // deliveryRecord builds the <prefix>.deliveries record of j's last answer,
 // in the deliveries partition of its report's partition, with the report's
 // location and what the answer means for it in the HeaderSource header. It
@@ -259,7 +253,12 @@ func (rn *run) deliveryRecord(ctx context.Context, j *job) *kgo.Record {
 		V: schemas.DeliveryVersion, ReportID: j.id, EventID: j.evID, Outcome: d.Outcome, Attempt: j.attempt,
 		HTTPStatus: d.Status, ServedBy: string(d.ServedBy), Partner: rn.cfg.PartnerURL, Message: d.Message, Fields: d.Fields,
 		Reason: d.Reason, LatencyUS: j.latency.Microseconds(), TraceID: j.traceID, Replay: j.replay,
-		InDoubt: j.inDoubt, At: rn.cfg.Now().UnixMilli(),
+		InDoubt: j.inDoubt, DoubtCause: d.Doubt, At: rn.cfg.Now().UnixMilli(),
+	}
+	if del.DoubtCause == "" {
+		// An earlier attempt that left no record of its own (abandoned in
+		// flight, or the previous owner's crash): this record counts it.
+		del.DoubtCause, j.carried = j.carried, ""
 	}
 	if del.Message == "" && d.Err != nil && d.Action != ActDelivered {
 		del.Message = d.Err.Error()

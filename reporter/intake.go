@@ -185,6 +185,7 @@ func (rn *run) intake(batch []fetched) (invalid []*job) {
 				// The previous owner may have posted it without recording the
 				// answer: post it again, labelled, so the audit counts it.
 				j.inDoubt = true
+				j.carried = schemas.DoubtCrash
 				ps.unsure[j] = struct{}{}
 			}
 			rn.fresh.push(j)

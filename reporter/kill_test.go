@@ -180,6 +180,7 @@ func TestKillAndRestart(t *testing.T) {
 	dups := e.checkExactlyOnce(true)
 	e.checkAllCommitted()
 	e.checkDeliveries(false)
+	t.Logf("records with a doubt cause: %v", e.checkCopies())
 	// Sent twice = in flight at the kill: posted (≤ concurrency) or final
 	// but not yet committed (about one produce + commit round trip at the
 	// rate). 100 ms of finality lag at 2000/s is 200 reports.

@@ -65,8 +65,9 @@ func (rn *run) posted(j *job) {
 	if d.Action == ActAbandon {
 		// Cancelled while in flight: it may have reached the partner, and
 		// no answer will be recorded.
-		if !d.notSent {
+		if d.Doubt != "" {
 			j.inDoubt = true
+			j.carried = d.Doubt // no record of its own: the next one counts it
 		}
 		rn.answerAcked(j)
 	}

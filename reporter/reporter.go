@@ -96,6 +96,10 @@ type job struct {
 	// answer being recorded (crash, abandoned post, no answer). Every later
 	// Delivery record of the report says so.
 	inDoubt bool
+	// carried is the doubt cause of an earlier attempt that left no
+	// Delivery record (schemas.DoubtCancelled, DoubtCrash): the next record
+	// of the report carries it, so the audit counts that attempt's copy.
+	carried string
 	// unacked counts posts started whose answer's Delivery record is not
 	// acknowledged yet. While it is non-zero (or the job is in doubt), the
 	// job is in its partition's unsure set, which commits carry.

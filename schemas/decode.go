@@ -38,7 +38,7 @@ var (
 	reportKeys = []string{"trackid", "playedat", "playlength", "sourcestream", "sourcedetail", "os", "device",
 		"country", "vendor", "userid", "isrc", "endreason", "cachedplay", "jumpforward"}
 	deliveryKeys = []string{"v", "report_id", "event_id", "outcome", "attempt", "http_status", "served_by", "partner",
-		"message", "fields", "retry_reason", "latency_us", "trace_id", "replay", "in_doubt", "replay_id", "replay_reason", "at"}
+		"message", "fields", "retry_reason", "latency_us", "trace_id", "replay", "in_doubt", "doubt_cause", "replay_id", "replay_reason", "at"}
 	rejectionKeys = []string{"v", "event_id", "reason", "violations", "raw", "raw_base64", "raw_len", "raw_sha256",
 		"raw_truncated", "source", "at"}
 	violationKeys = []string{"field", "reason", "detail"}

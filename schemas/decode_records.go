@@ -91,6 +91,8 @@ func deliveryStr[S string | []byte](d *Delivery, k S) (*string, uint32) {
 		return &d.ReplayID, 1 << 16
 	case "replay_reason":
 		return &d.ReplayReason, 1 << 17
+	case "doubt_cause":
+		return &d.DoubtCause, 1 << 18
 	}
 	return nil, 0
 }

@@ -66,7 +66,7 @@ func realRecords(t testing.TB) (all [][]byte, fast [][]byte) {
 	for _, d := range []Delivery{
 		{V: 1, ReportID: "r", EventID: "e", Outcome: OutcomeRejected, HTTPStatus: 400, Message: `isrc "X" is invalid <é>`, Fields: []string{"isrc", "user\nid"}, Replay: true, At: 5},
 		{V: 1, ReportID: "r", EventID: "e", Outcome: OutcomeDelivered, HTTPStatus: 200, ServedBy: "live", Partner: "https://api.partner.example/base?q=\"é\"", At: 6},
-		{V: 1, ReportID: "r", EventID: "e", Outcome: OutcomeDelivered, HTTPStatus: 200, InDoubt: true, ReplayID: "rp-1", ReplayReason: "partner lost \"14:02–14:40\"", At: 7},
+		{V: 1, ReportID: "r", EventID: "e", Outcome: OutcomeDelivered, HTTPStatus: 200, InDoubt: true, DoubtCause: DoubtTimeout, ReplayID: "rp-1", ReplayReason: "partner lost \"14:02–14:40\"", At: 7},
 	} {
 		b := mustMarshal(t, d)
 		all, fast = append(all, b), append(fast, b)

@@ -104,6 +104,10 @@ func AppendDelivery(dst []byte, d *Delivery) []byte {
 	if d.InDoubt {
 		dst = append(dst, `,"in_doubt":true`...)
 	}
+	if d.DoubtCause != "" {
+		dst = append(dst, `,"doubt_cause":`...)
+		dst = appendJSONString(dst, d.DoubtCause)
+	}
 	if d.ReplayID != "" {
 		dst = append(dst, `,"replay_id":`...)
 		dst = appendJSONString(dst, d.ReplayID)

@@ -92,7 +92,7 @@ func TestAppendDeliveryMatchesEncodingJSON(t *testing.T) {
 		{V: 1, ReportID: "abc", Outcome: "standby", Partner: "http://127.0.0.1:8088", At: 1},
 		{V: 1, ReportID: "r", Outcome: "rejected", Attempt: 3, HTTPStatus: 400, Message: "include the required fields: country,os", Fields: []string{"country", "os"}, LatencyUS: 5, TraceID: "0af7651916cd43dd8448eb211c80319c", At: 1},
 		{V: 1, ReportID: "r", Outcome: "standby", ServedBy: "standby", Replay: true, Reason: "http_503", Message: "quote \" back\\slash <html> & \u00e9 \n\t\x01 \u2028", Fields: []string{}, At: -1, LatencyUS: -3},
-		{V: 1, ReportID: "r", Outcome: "delivered", HTTPStatus: 200, InDoubt: true, ReplayID: "rp-20261123T2130Z-1a2b", ReplayReason: "partner lost 14:02–14:40 \"standby\" <x>", At: 1},
+		{V: 1, ReportID: "r", Outcome: "delivered", HTTPStatus: 200, InDoubt: true, DoubtCause: DoubtCrash, ReplayID: "rp-20261123T2130Z-1a2b", ReplayReason: "partner lost 14:02–14:40 \"standby\" <x>", At: 1},
 		{V: 1, ReportID: "r", Outcome: "rejected", HTTPStatus: 400, ReplayID: "x", At: 1},
 		{V: 1, EventID: "\xff invalid utf-8", Message: "partnerapi: POST /partners/royalty-tracking: transient: dial tcp: connection refused"},
 	}
@@ -111,7 +111,7 @@ func FuzzAppendDelivery(f *testing.F) {
 	f.Add("id", "event", "message", "field", "http://127.0.0.1:8088", 200, int64(5), true, "rp-1", "reason")
 	f.Fuzz(func(t *testing.T, id, ev, msg, field, partner string, status int, lat int64, replay bool, replayID, replayReason string) {
 		d := Delivery{V: 1, ReportID: id, EventID: ev, Outcome: "retry", Attempt: 2, HTTPStatus: status, Partner: partner, Message: msg, Fields: []string{field}, LatencyUS: lat, Replay: replay,
-			ReplayID: replayID, ReplayReason: replayReason, At: lat}
+			ReplayID: replayID, ReplayReason: replayReason, At: lat, InDoubt: replay, DoubtCause: field}
 		want, _ := json.Marshal(d)
 		if got := AppendDelivery(nil, &d); string(got) != string(want) {
 			t.Fatalf("got %s\nwant %s", got, want)

@@ -195,6 +195,15 @@ type Delivery struct {
 	// it while in flight); the audit counts a delivered report in doubt as
 	// possibly delivered twice.
 	InDoubt bool `json:"in_doubt,omitempty"`
+	// DoubtCause is set on the record of an attempt whose own fate at the
+	// partner is unknown — its request may have left the process and no
+	// complete, well-formed answer of the API came back — and on the first
+	// record after an attempt that left no record of its own (the reporter
+	// crashed or abandoned it in flight). One of the Doubt* values. Each
+	// record with a cause is one copy the partner may hold beyond the
+	// recorded deliveries: the audit counts them (docs/audit.md). Empty in
+	// records written before it existed.
+	DoubtCause string `json:"doubt_cause,omitempty"`
 	// ReplayID is set on the answers of an operator's re-delivery
 	// (`playpipe replay` or `playpipe redrive`): the id of that run. The
 	// audit lists such deliveries per replay and never counts them as a
@@ -204,3 +213,30 @@ type Delivery struct {
 	ReplayReason string `json:"replay_reason,omitempty"`
 	At           int64  `json:"at"` // epoch ms of the answer
 }
+
+// The causes of Delivery.DoubtCause: why a post's fate at the partner is
+// unknown.
+const (
+	// DoubtTimeout: the request was sent and no answer came within the
+	// attempt's timeout.
+	DoubtTimeout = "timeout"
+	// DoubtConnectionLost: the request was sent and the connection failed
+	// (reset, closed) before an answer came.
+	DoubtConnectionLost = "connection_lost"
+	// DoubtMalformedAnswer: an answer came but was not a complete,
+	// well-formed answer of the API (cut or oversized body, malformed
+	// header, a 200 without the API's body).
+	DoubtMalformedAnswer = "malformed_answer"
+	// DoubtEdgeAnswer: a non-2xx answer that is not the API's own envelope
+	// (an edge's or proxy's error page): the API may or may not have seen
+	// the report.
+	DoubtEdgeAnswer = "edge_answer"
+	// DoubtCancelled: the post was cancelled (shutdown, partition revoked)
+	// after its request may have left; it has no record of its own, so the
+	// next post of the report carries the cause.
+	DoubtCancelled = "cancelled"
+	// DoubtCrash: a previous owner of the report's partition may have
+	// posted it without recording the answer (it crashed or lost the
+	// partition mid-post); carried by the first post after recovery.
+	DoubtCrash = "crash"
+)

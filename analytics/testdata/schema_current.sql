@@ -128,3 +128,6 @@ ALTER TABLE {db}.deliveries ADD COLUMN replay_id String DEFAULT '';
 -- migration 4 (deliveries.replay_id), statement 2
 ALTER TABLE {db}.deliveries ADD COLUMN replay_reason String DEFAULT '';
 
+-- migration 5 (deliveries.doubt_cause), statement 1
+ALTER TABLE {db}.deliveries ADD COLUMN doubt_cause String DEFAULT '';
+

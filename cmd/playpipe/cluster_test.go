@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/playpipe/playpipe/analytics"
-	"github.com/playpipe/playpipe/internal/testenv"
+	"github.com/playpipe/playpipe/wiring/testenv"
 )
 
 // TestClusterFlag: --clickhouse-cluster defaults to its environment

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/playpipe/playpipe/internal/kafkax"
-	"github.com/playpipe/playpipe/internal/roles"
 	"github.com/playpipe/playpipe/internal/telemetry"
+	"github.com/playpipe/playpipe/wiring/roles"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/metric"

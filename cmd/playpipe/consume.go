@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/playpipe/playpipe/consumer"
-	"github.com/playpipe/playpipe/internal/roles"
+	"github.com/playpipe/playpipe/wiring/roles"
 )
 
 func init() {

@@ -19,12 +19,12 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/playpipe/playpipe/analytics"
-	"github.com/playpipe/playpipe/internal/harness"
 	"github.com/playpipe/playpipe/internal/kafkax"
 	"github.com/playpipe/playpipe/internal/version"
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
 	"github.com/playpipe/playpipe/producer/simulator"
 	"github.com/playpipe/playpipe/reporter"
+	"github.com/playpipe/playpipe/wiring/harness"
 )
 
 func init() {

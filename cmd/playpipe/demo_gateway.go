@@ -18,6 +18,7 @@ import (
 	"github.com/playpipe/playpipe/producer"
 	"github.com/playpipe/playpipe/producer/gateway"
 	"github.com/playpipe/playpipe/producer/simulator"
+	"github.com/playpipe/playpipe/wiring/roles"
 )
 
 // demoGateway is the ingest gateway of the demo, on loopback.
@@ -31,7 +32,7 @@ type demoGateway struct {
 }
 
 func startDemoGateway(ctx context.Context, k kafkax.Config, log *slog.Logger) (*demoGateway, error) {
-	pub, err := producer.NewPublisher(ctx, k.Publisher())
+	pub, err := producer.NewPublisher(ctx, roles.Publisher(k))
 	if err != nil {
 		return nil, err
 	}

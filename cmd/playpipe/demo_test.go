@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/playpipe/playpipe/internal/testenv"
+	"github.com/playpipe/playpipe/wiring/testenv"
 )
 
 // TestDemo runs `playpipe demo` as a newcomer would (scaled down): embedded

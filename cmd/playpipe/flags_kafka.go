@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/playpipe/playpipe/internal/kafkax"
-	"github.com/playpipe/playpipe/internal/roles"
+	"github.com/playpipe/playpipe/wiring/roles"
 )
 
 // registerKafkaFlags binds the Kafka flags, shared by every role, to c.

@@ -10,11 +10,11 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/playpipe/playpipe/internal/roles"
 	"github.com/playpipe/playpipe/internal/telemetry"
 	"github.com/playpipe/playpipe/internal/version"
 	"github.com/playpipe/playpipe/partnerapi"
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
+	"github.com/playpipe/playpipe/wiring/roles"
 )
 
 // Environment variables of the --api-* flags (their defaults; the client

@@ -10,7 +10,7 @@ import (
 
 	"github.com/playpipe/playpipe/analytics"
 	"github.com/playpipe/playpipe/internal/kafkax"
-	"github.com/playpipe/playpipe/internal/roles"
+	"github.com/playpipe/playpipe/wiring/roles"
 )
 
 func TestKafkaFlagsNeverTakeThePassword(t *testing.T) {

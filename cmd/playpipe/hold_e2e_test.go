@@ -10,10 +10,10 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/playpipe/playpipe/internal/expect"
-	"github.com/playpipe/playpipe/internal/testenv"
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
 	"github.com/playpipe/playpipe/schemas"
+	"github.com/playpipe/playpipe/wiring/expect"
+	"github.com/playpipe/playpipe/wiring/testenv"
 )
 
 // TestConsumeKill9WhileHeld is issue 22 item 5 with `playpipe consume` as a

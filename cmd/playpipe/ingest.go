@@ -22,6 +22,7 @@ import (
 	"github.com/playpipe/playpipe/producer"
 	"github.com/playpipe/playpipe/producer/gateway"
 	"github.com/playpipe/playpipe/schemas"
+	"github.com/playpipe/playpipe/wiring/roles"
 )
 
 func init() {
@@ -222,7 +223,7 @@ func serveIngest(ctx context.Context, f *ingestFlags, st ingestSettings, log *sl
 		return err
 	}
 	defer stopHealth()
-	pcfg := kcfg.Publisher()
+	pcfg := roles.Publisher(kcfg)
 	pcfg.Validate, pcfg.Linger, pcfg.DeliveryTimeout = st.vopts, *f.linger, *f.delivery
 	pcfg.TracerProvider, pcfg.MeterProvider = tel.Providers.Tracer, tel.Providers.Meter
 	pub, err := producer.NewPublisher(ctx, pcfg)

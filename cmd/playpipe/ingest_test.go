@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/playpipe/playpipe/internal/testenv"
 	"github.com/playpipe/playpipe/producer/gateway"
+	"github.com/playpipe/playpipe/wiring/testenv"
 )
 
 func TestIngestHashKeyAndNewKey(t *testing.T) {

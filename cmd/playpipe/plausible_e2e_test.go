@@ -15,9 +15,9 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/playpipe/playpipe/internal/testenv"
 	"github.com/playpipe/playpipe/producer/gateway"
 	"github.com/playpipe/playpipe/schemas"
+	"github.com/playpipe/playpipe/wiring/testenv"
 )
 
 // TestImplausibleTimeProcesses is issue 22's "four time cases" end to end,

@@ -13,9 +13,9 @@ import (
 
 	"github.com/playpipe/playpipe/analytics"
 	"github.com/playpipe/playpipe/internal/kafkax"
-	"github.com/playpipe/playpipe/internal/roles"
 	"github.com/playpipe/playpipe/internal/telemetry"
 	"github.com/playpipe/playpipe/replay"
+	"github.com/playpipe/playpipe/wiring/roles"
 )
 
 func init() {

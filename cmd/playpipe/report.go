@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/playpipe/playpipe/internal/roles"
 	"github.com/playpipe/playpipe/reporter"
+	"github.com/playpipe/playpipe/wiring/roles"
 )
 
 func init() {

@@ -12,8 +12,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/playpipe/playpipe/internal/testenv"
 	"github.com/playpipe/playpipe/producer/simulator"
+	"github.com/playpipe/playpipe/wiring/testenv"
 )
 
 func TestParseMixes(t *testing.T) {

@@ -11,8 +11,8 @@ import (
 
 	"github.com/playpipe/playpipe/analytics"
 	"github.com/playpipe/playpipe/internal/kafkax"
-	"github.com/playpipe/playpipe/internal/roles"
 	"github.com/playpipe/playpipe/internal/telemetry"
+	"github.com/playpipe/playpipe/wiring/roles"
 )
 
 func init() {

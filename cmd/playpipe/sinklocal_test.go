@@ -20,7 +20,7 @@ import (
 
 	"github.com/playpipe/playpipe/analytics"
 	"github.com/playpipe/playpipe/internal/chlocal"
-	"github.com/playpipe/playpipe/internal/testenv"
+	"github.com/playpipe/playpipe/wiring/testenv"
 )
 
 func freeAddr(t *testing.T) string {

@@ -5,7 +5,7 @@ package docker_test
 import (
 	"context"
 	"fmt"
-	"github.com/playpipe/playpipe/internal/expect"
+	"github.com/playpipe/playpipe/wiring/expect"
 	"testing"
 	"time"
 
@@ -13,10 +13,10 @@ import (
 
 	"github.com/playpipe/playpipe/analytics"
 	"github.com/playpipe/playpipe/internal/kafkax"
-	"github.com/playpipe/playpipe/internal/testenv"
 	"github.com/playpipe/playpipe/partnerapi"
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
 	"github.com/playpipe/playpipe/producer/simulator"
+	"github.com/playpipe/playpipe/wiring/testenv"
 )
 
 // play is the identity of one posted report, as the sandbox decoded it.

@@ -14,7 +14,7 @@
 // once system.zookeeper answers on every replica. Restart waits the same
 // way for a killed replica.
 //
-// Used by internal/testenv (StartClickHouseCluster) and the e2e suite's
+// Used by wiring/testenv (StartClickHouseCluster) and the e2e suite's
 // replicated-ledger test; docs/audit.md, "A replicated ledger", describes
 // the layout it builds.
 package chcluster

@@ -10,7 +10,7 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2"
 
-	"github.com/playpipe/playpipe/internal/testenv"
+	"github.com/playpipe/playpipe/wiring/testenv"
 )
 
 // TestDriverBehavesAlike: on every ledger backend (clickhouse-go on

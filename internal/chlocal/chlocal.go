@@ -368,7 +368,7 @@ func (s *Server) Stop(ctx context.Context) error {
 
 // Kill stops the server at once with SIGKILL (a crash): for throwaway folders
 // and fault tests. The data written so far survives. Used by
-// internal/testenv (tests) and internal/bench, not by the playpipe binary.
+// wiring/testenv (tests) and wiring/bench, not by the playpipe binary.
 func (s *Server) Kill() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -388,7 +388,7 @@ func (s *Server) Kill() {
 
 // PID returns the process id of the server this Server started (0 when it
 // never started one, or attached to another process's). Used by
-// internal/bench and the tests, not by the playpipe binary.
+// wiring/bench and the tests, not by the playpipe binary.
 func (s *Server) PID() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()

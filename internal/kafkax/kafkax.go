@@ -22,7 +22,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/playpipe/playpipe/producer"
+	"github.com/playpipe/playpipe/internal/kafkaconn"
 )
 
 // Topics names the four topics of the pipeline.
@@ -54,10 +54,10 @@ const DefaultTopicPrefix = "plays"
 
 // SASL mechanisms accepted by Config.SASLMechanism.
 const (
-	SASLNone        = producer.SASLNone
-	SASLPlain       = producer.SASLPlain
-	SASLScramSHA256 = producer.SASLScramSHA256
-	SASLScramSHA512 = producer.SASLScramSHA512
+	SASLNone        = kafkaconn.SASLNone
+	SASLPlain       = kafkaconn.SASLPlain
+	SASLScramSHA256 = kafkaconn.SASLScramSHA256
+	SASLScramSHA512 = kafkaconn.SASLScramSHA512
 )
 
 // Config is the Kafka connection of a role.
@@ -196,22 +196,21 @@ func (c Config) ClientOpts() ([]kgo.Opt, error) {
 	if len(c.Brokers) == 0 {
 		return nil, errors.New("kafka: no brokers configured")
 	}
-	opts, err := c.Publisher().ConnOpts()
+	opts, err := kafkaconn.Opts(c.Brokers, c.SASL(), c.TLSSettings())
 	if err != nil {
 		return nil, fmt.Errorf("kafka: %w", err)
 	}
 	return opts, nil
 }
 
-// Publisher returns the connection and topic prefix of c as a fleet
-// Publisher's configuration (producer.Config); the caller sets the rest.
-func (c Config) Publisher() producer.Config {
-	return producer.Config{
-		Brokers:     c.Brokers,
-		SASL:        producer.SASL{Mechanism: c.SASLMechanism, User: c.SASLUser, Password: c.SASLPassword},
-		TLS:         producer.TLS{Enabled: c.TLS, CAFile: c.TLSCAFile, InsecureSkipVerify: c.TLSInsecure},
-		TopicPrefix: c.TopicPrefix,
-	}
+// SASL returns c's authentication settings.
+func (c Config) SASL() kafkaconn.SASL {
+	return kafkaconn.SASL{Mechanism: c.SASLMechanism, User: c.SASLUser, Password: c.SASLPassword}
+}
+
+// TLSSettings returns c's encryption settings.
+func (c Config) TLSSettings() kafkaconn.TLS {
+	return kafkaconn.TLS{Enabled: c.TLS, CAFile: c.TLSCAFile, InsecureSkipVerify: c.TLSInsecure}
 }
 
 // newClient returns a client of c for one short task (what, as its errors

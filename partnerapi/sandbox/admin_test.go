@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/playpipe/playpipe/internal/testenv"
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
+	"github.com/playpipe/playpipe/wiring/testenv"
 )
 
 func TestAdminAPI(t *testing.T) {

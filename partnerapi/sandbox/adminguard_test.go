@@ -10,8 +10,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/playpipe/playpipe/internal/testenv"
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
+	"github.com/playpipe/playpipe/wiring/testenv"
 )
 
 // adminReq sends one raw admin request: body as is, hdr as name/value pairs

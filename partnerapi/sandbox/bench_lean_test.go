@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/playpipe/playpipe/internal/telemetry"
-	"github.com/playpipe/playpipe/internal/testenv"
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
+	"github.com/playpipe/playpipe/wiring/testenv"
 )
 
 // BenchmarkLeanVsDefault compares the sandbox as `playpipe sandbox` serves it

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/playpipe/playpipe/internal/testenv"
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
+	"github.com/playpipe/playpipe/wiring/testenv"
 )
 
 func hmsSec(t testing.TB, s string) int {

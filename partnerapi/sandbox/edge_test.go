@@ -3,8 +3,8 @@ package sandbox_test
 import (
 	"testing"
 
-	"github.com/playpipe/playpipe/internal/testenv"
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
+	"github.com/playpipe/playpipe/wiring/testenv"
 )
 
 func TestEdgeBlocksScriptUserAgents(t *testing.T) {

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/playpipe/playpipe/internal/testenv"
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
+	"github.com/playpipe/playpipe/wiring/testenv"
 )
 
 // catalogTypes returns the page types of a catalog answer.

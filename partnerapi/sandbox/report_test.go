@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/playpipe/playpipe/internal/testenv"
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
+	"github.com/playpipe/playpipe/wiring/testenv"
 )
 
 // validReport is a correct report of the first track of the first mix.

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/playpipe/playpipe/internal/testenv"
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
+	"github.com/playpipe/playpipe/wiring/testenv"
 )
 
 // TestRevokeTokens: every token minted before a revocation — live, with

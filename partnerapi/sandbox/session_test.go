@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/playpipe/playpipe/internal/testenv"
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
+	"github.com/playpipe/playpipe/wiring/testenv"
 )
 
 type fakeClock struct {

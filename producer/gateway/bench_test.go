@@ -12,9 +12,9 @@ import (
 
 	"go.opentelemetry.io/otel/trace/noop"
 
-	"github.com/playpipe/playpipe/internal/testenv"
 	"github.com/playpipe/playpipe/producer"
-	"github.com/playpipe/playpipe/producer/internal/producertest"
+	"github.com/playpipe/playpipe/wiring/producertest"
+	"github.com/playpipe/playpipe/wiring/testenv"
 )
 
 // BenchmarkGateway posts NDJSON batches of 1000 events (5% invalid, so the

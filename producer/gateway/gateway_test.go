@@ -16,10 +16,10 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/playpipe/playpipe/internal/testenv"
 	"github.com/playpipe/playpipe/producer"
-	"github.com/playpipe/playpipe/producer/internal/producertest"
 	"github.com/playpipe/playpipe/schemas"
+	"github.com/playpipe/playpipe/wiring/producertest"
+	"github.com/playpipe/playpipe/wiring/testenv"
 )
 
 const (

@@ -3,7 +3,7 @@ package gateway
 import (
 	"testing"
 
-	"github.com/playpipe/playpipe/producer/internal/producertest"
+	"github.com/playpipe/playpipe/wiring/producertest"
 )
 
 func TestMain(m *testing.M) { producertest.RunWithTelemetry(m) }

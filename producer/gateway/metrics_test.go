@@ -14,7 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/playpipe/playpipe/producer"
-	"github.com/playpipe/playpipe/producer/internal/producertest"
+	"github.com/playpipe/playpipe/wiring/producertest"
 )
 
 // TestGatewayMetricLabelsBounded is issue 10's /metrics growth: 5000

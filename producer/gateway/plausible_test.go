@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/playpipe/playpipe/producer"
-	"github.com/playpipe/playpipe/producer/internal/producertest"
 	"github.com/playpipe/playpipe/schemas"
+	"github.com/playpipe/playpipe/wiring/producertest"
 )
 
 // TestGatewayImplausibleTime posts the four time cases of issue 22 (seconds,

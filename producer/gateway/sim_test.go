@@ -8,9 +8,9 @@ import (
 	"testing"
 
 	"github.com/playpipe/playpipe/producer"
-	"github.com/playpipe/playpipe/producer/internal/producertest"
 	"github.com/playpipe/playpipe/producer/simulator"
 	"github.com/playpipe/playpipe/schemas"
+	"github.com/playpipe/playpipe/wiring/producertest"
 )
 
 // simMixes is the simulated fleet's catalog: two mixes of 40 and 50 minutes.

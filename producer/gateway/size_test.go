@@ -12,8 +12,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/playpipe/playpipe/producer"
-	"github.com/playpipe/playpipe/producer/internal/producertest"
 	"github.com/playpipe/playpipe/schemas"
+	"github.com/playpipe/playpipe/wiring/producertest"
 )
 
 // poisonEvent is valid JSON with an unknown mix and a pad field of n '<'

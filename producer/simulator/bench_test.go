@@ -8,7 +8,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace/noop"
 
-	"github.com/playpipe/playpipe/internal/testenv"
+	"github.com/playpipe/playpipe/wiring/testenv"
 )
 
 // BenchmarkSimulate measures the kafka-go simulator (synchronous writes)

@@ -200,7 +200,7 @@ func kafkaGoTransport(c kafkax.Config) (*kafka.Transport, error) {
 		// pipeline's own clients (franz-go) support SCRAM.
 		return nil, fmt.Errorf("simulator: supports --kafka-sasl PLAIN or none, not %q", c.SASLMechanism)
 	}
-	tc, err := c.Publisher().TLS.ClientConfig()
+	tc, err := c.TLSSettings().ClientConfig()
 	if err != nil {
 		return nil, fmt.Errorf("simulator: %w", err)
 	}

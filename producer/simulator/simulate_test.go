@@ -17,10 +17,10 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/playpipe/playpipe/internal/telemetry"
-	"github.com/playpipe/playpipe/internal/testenv"
 	"github.com/playpipe/playpipe/partnerapi"
-	"github.com/playpipe/playpipe/producer/internal/producertest"
 	"github.com/playpipe/playpipe/schemas"
+	"github.com/playpipe/playpipe/wiring/producertest"
+	"github.com/playpipe/playpipe/wiring/testenv"
 )
 
 // testMixes is a small catalog: three mixes of 30–60 minutes.

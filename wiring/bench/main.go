@@ -34,7 +34,7 @@
 // runLatencyBench.
 //
 //	make bench-e2e                              # defaults: 40000 events, 48 in flight (playpipe report's default)
-//	go run ./internal/bench -bin bin/playpipe -events 80000 -keep
+//	go run ./wiring/bench -bin bin/playpipe -events 80000 -keep
 //	make bench-report                           # -mode report -reports 100000 -rounds 3
 //	make bench-report-latency                   # -mode latency: 0, 5, 50, 150 ms partner, reporter with default flags
 package main
@@ -113,7 +113,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.keep, "keep", false, "keep the run folder (process logs) instead of removing it")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "give up when the pipeline has not finished within this")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: go run ./internal/bench [flags]\n\nThe end-to-end benchmark: every role a process; see `go doc ./internal/bench`.\n\nFlags:\n")
+		fmt.Fprintf(fs.Output(), "Usage: go run ./wiring/bench [flags]\n\nThe end-to-end benchmark: every role a process; see `go doc ./wiring/bench`.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {

@@ -6,7 +6,7 @@
 //
 // It is the one place roles are put together: cmd/playpipe fills the
 // structs from flags and environment variables (nothing here reads either)
-// and internal/harness from struct literals, for the demo and the
+// and wiring/harness from struct literals, for the demo and the
 // end-to-end tests. Telemetry is handed in too (telemetry.Providers, from
 // telemetry.StartRole or Setup) and goes into each role's Config: no role
 // reads an otel global.
@@ -24,6 +24,7 @@ import (
 	"github.com/playpipe/playpipe/consumer"
 	"github.com/playpipe/playpipe/internal/kafkax"
 	"github.com/playpipe/playpipe/internal/telemetry"
+	"github.com/playpipe/playpipe/producer"
 	"github.com/playpipe/playpipe/reporter"
 )
 
@@ -84,4 +85,13 @@ func NewSink(cfg analytics.SinkConfig, k kafkax.Config, ch analytics.Config, tel
 // (then slog.Default()), nil meter and tracer providers take tel's.
 func shared(l *slog.Logger, m metric.MeterProvider, t trace.TracerProvider, tel telemetry.Providers, log *slog.Logger) (*slog.Logger, metric.MeterProvider, trace.TracerProvider) {
 	return cmp.Or(l, log, slog.Default()), cmp.Or(m, tel.Meter), cmp.Or(t, tel.Tracer)
+}
+
+// Publisher returns the connection and topic prefix of k as a fleet
+// Publisher's configuration (the ingest gateway's and the demo's); the
+// caller sets the rest. The fleet library (producer) and the roles' Kafka
+// settings (kafkax) share only internal/kafkaconn, so this conversion lives
+// here, above both.
+func Publisher(k kafkax.Config) producer.Config {
+	return producer.Config{Brokers: k.Brokers, SASL: k.SASL(), TLS: k.TLSSettings(), TopicPrefix: k.TopicPrefix}
 }

@@ -1,6 +1,6 @@
 // Package harness is the all-in-one harness: every role of playpipe in one
 // process — the enrich consumer, the reporter and the ClickHouse sink, wired
-// by internal/roles as the production commands wire them — over one Kafka,
+// by wiring/roles as the production commands wire them — over one Kafka,
 // one partner API and one ClickHouse, each either configured or started
 // locally (the embedded Kafka-protocol broker, the built-in sandbox, a local
 // clickhouse-server). It is what `playpipe demo` and the full end-to-end
@@ -24,11 +24,11 @@ import (
 	"github.com/playpipe/playpipe/analytics"
 	"github.com/playpipe/playpipe/consumer"
 	"github.com/playpipe/playpipe/internal/kafkax"
-	"github.com/playpipe/playpipe/internal/roles"
 	"github.com/playpipe/playpipe/internal/telemetry"
 	"github.com/playpipe/playpipe/partnerapi"
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
 	"github.com/playpipe/playpipe/reporter"
+	"github.com/playpipe/playpipe/wiring/roles"
 )
 
 // Role names accepted by StartRole and StopRole.
@@ -97,7 +97,7 @@ type running struct {
 }
 
 // Start brings up the local parts that are not configured and starts the
-// three roles, wired by internal/roles as `playpipe consume`, `report` and
+// three roles, wired by wiring/roles as `playpipe consume`, `report` and
 // `sink` wire them. ctx bounds the start-up only; the roles run until Close.
 func Start(ctx context.Context, o Config) (p *Pipeline, err error) {
 	log := o.Logger
@@ -215,7 +215,7 @@ func (p *Pipeline) StartRole(name string) error {
 	return nil
 }
 
-// newRole builds the role name (internal/roles) over the pipeline's parts
+// newRole builds the role name (wiring/roles) over the pipeline's parts
 // and returns its Run. Called with p.mu held.
 func (p *Pipeline) newRole(name string) (func(context.Context) error, error) {
 	log := p.log.With("role", name)

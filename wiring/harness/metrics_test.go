@@ -12,11 +12,11 @@ import (
 
 	"github.com/playpipe/playpipe/analytics"
 	"github.com/playpipe/playpipe/consumer"
-	"github.com/playpipe/playpipe/internal/harness"
 	"github.com/playpipe/playpipe/internal/telemetry"
-	"github.com/playpipe/playpipe/internal/testenv"
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
 	"github.com/playpipe/playpipe/producer/simulator"
+	"github.com/playpipe/playpipe/wiring/harness"
+	"github.com/playpipe/playpipe/wiring/testenv"
 )
 
 // scrape reads a Prometheus text exposition and sums each metric's samples

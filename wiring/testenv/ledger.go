@@ -43,11 +43,6 @@ var serverLedger = LedgerBackend{Name: "clickhouse-server", Start: func(t testin
 // always, chdb too when built with -tags chdb (ledger_chdb.go).
 var ledgerBackends = []LedgerBackend{serverLedger}
 
-// LedgerBackends returns the backends a ledger test runs on: the local
-// clickhouse-server (18.16 here), and current ClickHouse through chdb in
-// test binaries built with -tags chdb (make test-chdb).
-func LedgerBackends() []LedgerBackend { return append([]LedgerBackend(nil), ledgerBackends...) }
-
 // ForEachLedger runs f as a subtest per backend (named after it), each on
 // a fresh database, and logs the ClickHouse version it ran on.
 func ForEachLedger(t *testing.T, f func(t *testing.T, l *Ledger)) {

@@ -11,14 +11,15 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/playpipe/playpipe/consumer"
-	"github.com/playpipe/playpipe/internal/harness"
-	"github.com/playpipe/playpipe/internal/testenv"
 	"github.com/playpipe/playpipe/internal/version"
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
 	"github.com/playpipe/playpipe/producer"
 	"github.com/playpipe/playpipe/producer/gateway"
 	"github.com/playpipe/playpipe/producer/simulator"
 	"github.com/playpipe/playpipe/schemas"
+	"github.com/playpipe/playpipe/wiring/harness"
+	"github.com/playpipe/playpipe/wiring/roles"
+	"github.com/playpipe/playpipe/wiring/testenv"
 )
 
 // wantPlay is a track play as an independent reading of DESIGN.md's split
@@ -59,7 +60,7 @@ func TestIngestAndEnrichEndToEnd(t *testing.T) {
 	}
 
 	// The gateway, on loopback, with one fleet key.
-	pub, err := producer.NewPublisher(ctx, p.Kafka.Publisher())
+	pub, err := producer.NewPublisher(ctx, roles.Publisher(p.Kafka))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,8 +21,8 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
-	"github.com/playpipe/playpipe/internal/testenv"
 	"github.com/playpipe/playpipe/producer"
+	"github.com/playpipe/playpipe/wiring/testenv"
 )
 
 // Spans records every span of TracerProvider.
@@ -86,8 +86,7 @@ func NewPublisher(t testing.TB, k *testenv.Kafka, cfg producer.Config) *producer
 	if cfg.Now == nil {
 		cfg.Now = Now
 	}
-	conn := k.Config.Publisher()
-	cfg.Brokers, cfg.SASL, cfg.TLS, cfg.TopicPrefix = conn.Brokers, conn.SASL, conn.TLS, conn.TopicPrefix
+	cfg.Brokers, cfg.SASL, cfg.TLS, cfg.TopicPrefix = k.Config.Brokers, k.Config.SASL(), k.Config.TLSSettings(), k.Config.TopicPrefix
 	p, err := producer.NewPublisher(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)

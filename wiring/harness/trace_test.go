@@ -12,12 +12,13 @@ import (
 
 	"github.com/playpipe/playpipe/analytics"
 	"github.com/playpipe/playpipe/consumer"
-	"github.com/playpipe/playpipe/internal/harness"
 	"github.com/playpipe/playpipe/internal/telemetry"
-	"github.com/playpipe/playpipe/internal/testenv"
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
 	"github.com/playpipe/playpipe/producer"
 	"github.com/playpipe/playpipe/schemas"
+	"github.com/playpipe/playpipe/wiring/harness"
+	"github.com/playpipe/playpipe/wiring/roles"
+	"github.com/playpipe/playpipe/wiring/testenv"
 )
 
 // TestTraceEndToEnd publishes one event and follows it: one trace must link
@@ -61,7 +62,7 @@ func TestTraceEndToEnd(t *testing.T) {
 	mix := p.Sandbox.Catalog().Mixes[0]
 	ev := fmt.Sprintf(`{"event_id":"trace-1","mix_id":%d,"started_at":%d,"offset_ms":0,"duration_ms":%d,`+
 		`"user_id":"u-trace","country":"DE","os":"Android 15","device":"phone","vendor":4}`, mix.ID, time.Now().Add(-time.Hour).UnixMilli(), (mix.Tracks[1].StartSec+5)*1000)
-	pcfg := p.Kafka.Publisher()
+	pcfg := roles.Publisher(p.Kafka)
 	pcfg.TracerProvider, pcfg.MeterProvider = tel.Tracer, tel.Meter
 	pub, err := producer.NewPublisher(ctx, pcfg)
 	if err != nil {

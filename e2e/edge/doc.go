@@ -1,0 +1,18 @@
+// Package edge holds the edge suite (issue 20): the whole pipeline against
+// the partner API sandbox behind Debian's nginx as the partner's CDN-like
+// edge — TLS with a CA the test makes itself, HTTP/2 and HTTP/1.1,
+// keep-alive limits, gzip, unbuffered chunked answers, a 9 000-byte response
+// header, the edge's own 413 and 502 pages, the edge reloaded and restarted
+// mid-run — and the slow partner whose answers come after the reporter's
+// timeout (issue 22, item 4). nginx runs as a process of the test with its
+// own prefix, configuration, pid file and error log in a temporary folder,
+// on loopback, and is stopped by PID.
+//
+// Each run compares what the partner received, play by play, with the
+// plays expected from the published events, and checks the promise the
+// audit rests on: the partner's duplicates are no more than the plays
+// labelled in doubt, and no more than the audit's bound on extra copies.
+//
+// Without nginx the tests skip, unless PLAYPIPE_REQUIRE_NGINX=1 (`make
+// test`, which installs it) makes that a failure.
+package edge
