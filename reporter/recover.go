@@ -76,7 +76,7 @@ func (rn *run) recoverNew(ctx context.Context, recs []*kgo.Record) error {
 			break
 		}
 		rn.log.Warn("recovering partitions failed, trying again", "partitions", fresh, "attempt", attempt, "err", err)
-		time.Sleep(min(time.Duration(attempt)*200*time.Millisecond, 2*time.Second))
+		time.Sleep(min(time.Duration(attempt)*200*time.Millisecond, 2*time.Second)) // waits on the broker: the real clock (clock.go)
 	}
 	if err != nil {
 		return fmt.Errorf("reporter: recover partitions %v of %s: %w", fresh, rn.topics.Reports, err)
@@ -117,7 +117,7 @@ func (rn *run) recoverNew(ctx context.Context, recs []*kgo.Record) error {
 			return fmt.Errorf("reporter: commit the progress of new partitions %v: %w", fresh, ctx.Err())
 		}
 		batch = slices.DeleteFunc(batch, func(e commitEntry) bool { return !slices.Contains(failed, e.ps) })
-		time.Sleep(min(time.Duration(attempt)*100*time.Millisecond, time.Second))
+		time.Sleep(min(time.Duration(attempt)*100*time.Millisecond, time.Second)) // waits on the broker: the real clock
 	}
 	rn.log.Info("partitions recovered", "partitions", fresh, "with_progress", got.withProgress,
 		"final_past_commit", got.final, "in_doubt", got.doubt, "log_records_read", got.read, "took", time.Since(start).Round(time.Millisecond))

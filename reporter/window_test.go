@@ -34,7 +34,7 @@ func (e *e2e) watchMetadata() (stop func() int) {
 			}
 			select {
 			case <-ctx.Done():
-			case <-time.After(20 * time.Millisecond):
+			case <-time.After(20 * time.Millisecond): // the watch's polling period (of Kafka, another process)
 			}
 		}
 	})
