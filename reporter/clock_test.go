@@ -1,11 +1,15 @@
 package reporter
 
 import (
+	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"golang.org/x/time/rate"
+
+	"github.com/playpipe/playpipe/partnerapi"
 )
 
 // fakeClock is a Clock that moves only when a test advances it: its
@@ -207,4 +211,60 @@ func (c *fakeClock) pending() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return len(c.timers)
+}
+
+// probeAPI answers the standby probe's sessions from standby until live is
+// set, and counts them.
+type probeAPI struct {
+	ctxAPI
+	sessions atomic.Int64
+	live     atomic.Bool
+}
+
+func (a *probeAPI) Session(context.Context) (partnerapi.Meta, error) {
+	a.sessions.Add(1)
+	if a.live.Load() {
+		return partnerapi.Meta{Status: 200}, nil
+	}
+	return partnerapi.Meta{Status: 200, ServedBy: partnerapi.ServedStandby}, nil
+}
+
+// TestProbeWaitsOnTheClock: a standby episode's prober asks for a session
+// once per ProbeInterval of the injected clock: none before the interval
+// has passed, one per interval while standby answers, and the episode ends
+// at the first live one.
+func TestProbeWaitsOnTheClock(t *testing.T) {
+	rn, _ := bareRun(t, 2, 1)
+	clk := newFakeClock()
+	rn.cfg.Clock, rn.cfg.Now = clk, clk.Now
+	api := &probeAPI{}
+	rn.api, rn.log = api, testLogger(t)
+	interval := rn.cfg.ProbeInterval
+	rn.mu.Lock()
+	rn.startEpisode(rn.fresh.pop())
+	rn.mu.Unlock()
+	t.Cleanup(func() { rn.cancelPosts(); rn.bg.Wait() })
+	waitProbe := func(sessions int64) {
+		t.Helper()
+		// The prober's session is taken and its next timer set: polls
+		// another goroutine, no timer involved.
+		waitFor(t, 5*time.Second, func() bool { return api.sessions.Load() == sessions && clk.pending() == 1 })
+	}
+	waitProbe(0)
+	clk.Advance(interval - time.Millisecond)
+	if n := api.sessions.Load(); n != 0 || clk.pending() != 1 {
+		t.Fatalf("%d sessions before the probe interval passed", n)
+	}
+	clk.Advance(time.Millisecond)
+	waitProbe(1) // standby again: the prober waits another interval
+	api.live.Store(true)
+	clk.Advance(interval)
+	waitFor(t, 5*time.Second, func() bool {
+		rn.mu.Lock()
+		defer rn.mu.Unlock()
+		return rn.standby == nil
+	})
+	if n := api.sessions.Load(); n != 2 {
+		t.Fatalf("%d sessions for two probe intervals, want 2", n)
+	}
 }
