@@ -34,15 +34,19 @@ type metrics struct {
 
 	moveReason map[string]metric.AddOption
 
-	outcome map[string]metric.MeasurementOption
-	reason  map[string]metric.MeasurementOption
+	// outcome and reason hold each hot-path attribute set as a ready
+	// option slice: passing a slice (opts...) allocates nothing, where a
+	// single option passed variadically escapes into a new slice per call
+	// (1.6 allocations per report in BenchmarkOverhead).
+	outcome map[string][]metric.AddOption
+	reason  map[string][]metric.AddOption
 }
 
 func newMetrics(mp metric.MeterProvider, tp trace.TracerProvider) (*metrics, error) {
 	m := telemetry.OrNoopMeterProvider(mp).Meter(instrumentation)
 	var err error
 	x := &metrics{meter: m, tracer: telemetry.OrNoopTracerProvider(tp).Tracer(instrumentation),
-		outcome: map[string]metric.MeasurementOption{}, reason: map[string]metric.MeasurementOption{}, moveReason: map[string]metric.AddOption{}}
+		outcome: map[string][]metric.AddOption{}, reason: map[string][]metric.AddOption{}, moveReason: map[string]metric.AddOption{}}
 	_, off := x.tracer.(noop.Tracer)
 	x.tracing = !off
 	if x.deliveries, err = m.Int64Counter("playpipe.deliveries", metric.WithDescription("answers of the partner API to play reports, by outcome")); err != nil {
@@ -70,23 +74,23 @@ func newMetrics(mp metric.MeterProvider, tp trace.TracerProvider) (*metrics, err
 		x.moveReason[r] = metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", r)))
 	}
 	for _, o := range []string{schemas.OutcomeDelivered, schemas.OutcomeRejected, schemas.OutcomeStandby, schemas.OutcomeRetry, schemas.OutcomeBlocked} {
-		x.outcome[o] = metric.WithAttributeSet(attribute.NewSet(attribute.String("outcome", o)))
+		x.outcome[o] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(attribute.String("outcome", o)))}
 	}
 	for _, r := range []string{ReasonHTTP500, ReasonHTTP503, ReasonTimeout, ReasonConnection, ReasonUnauthorized} {
-		x.reason[r] = metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", r)))
+		x.reason[r] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", r)))}
 	}
 	return x, nil
 }
 
 func (m *metrics) record(ctx context.Context, d Decision, seconds float64) {
 	if o, ok := m.outcome[d.Outcome]; ok {
-		m.deliveries.Add(ctx, 1, o)
+		m.deliveries.Add(ctx, 1, o...)
 	} else if d.Outcome != "" {
 		m.deliveries.Add(ctx, 1, metric.WithAttributes(attribute.String("outcome", d.Outcome)))
 	}
 	if d.Action == ActRetry {
 		if o, ok := m.reason[d.Reason]; ok {
-			m.retries.Add(ctx, 1, o)
+			m.retries.Add(ctx, 1, o...)
 		} else {
 			m.retries.Add(ctx, 1, metric.WithAttributes(attribute.String("reason", d.Reason)))
 		}
