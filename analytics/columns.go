@@ -3,9 +3,7 @@ package analytics
 import (
 	"fmt"
 	"sync"
-	"unsafe"
 
-	"github.com/ClickHouse/ch-go/proto"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/column"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 )
@@ -21,27 +19,21 @@ import (
 // revision 54412; ch-go needs 54429, and its first query fails with
 // UNKNOWN_SETTING): code that cannot be tested here is not shipped.
 //
-// The sink builds its String columns as ch-go's proto.ColStr (one byte
-// buffer plus row offsets: no allocation per value while decoding) and
-// hands them to the driver as a []string of views of that buffer; Append
-// copies the bytes into the driver's own column.
-
-// insertScratch is reused by the columns of one table's insert.
-type insertScratch struct {
-	strs []string
-}
+// The sink's columns are the driver's own types: a String column is a
+// []string of views of the fetched records (recordString), so Append's copy
+// into the driver's column is the only copy of a value before it is
+// encoded (a column of the sink's own, a byte buffer, cost one copy more).
 
 // fillBatch appends the columns of t to the driver's batch bt, column by
 // column.
 func fillBatch(bt driver.Batch, t table) error {
 	cols := bt.Columns()
-	var sc insertScratch
 	for i, v := range t.values() {
 		var c column.Interface
 		if i < len(cols) {
 			c = cols[i]
 		}
-		if err := appendColumn(bt.Column(i), c, v, &sc); err != nil {
+		if err := appendColumn(bt.Column(i), c, v); err != nil {
 			return fmt.Errorf("column %d: %w", i, err)
 		}
 	}
@@ -50,41 +42,18 @@ func fillBatch(bt driver.Batch, t table) error {
 
 // appendColumn appends the sink's column v to the driver's batch column bc
 // (c is the same column as column.Interface, or nil).
-func appendColumn(bc driver.BatchColumn, c column.Interface, v any, sc *insertScratch) error {
+func appendColumn(bc driver.BatchColumn, c column.Interface, v any) error {
 	switch v := v.(type) {
-	case proto.ColStr:
-		vals := stringViews(v, sc.strs[:0])
-		sc.strs = vals
+	case []string:
 		if s, ok := c.(*column.String); ok {
-			reserveStrings(s, vals)
+			reserveStrings(s, v)
 		}
-		err := bc.Append(vals)
-		clear(vals) // the views must not outlive the call (see stringViews)
-		return err
+		return bc.Append(v)
 	case [][]string:
 		return appendArrays(bc, v)
 	default:
 		return bc.Append(v)
 	}
-}
-
-// stringViews appends to dst one string per row of c, each a view of c.Buf
-// (no copy).
-//
-// Invariant that makes the views safe: c.Buf belongs to the sink's batch,
-// which nobody writes while it is being inserted (the reader fills another
-// batch; this one is reset only after its insert returned), and the views
-// live only for the Append that copies them into the driver's column (the
-// caller clears them right after).
-func stringViews(c proto.ColStr, dst []string) []string {
-	for _, p := range c.Pos {
-		if p.End == p.Start {
-			dst = append(dst, "")
-			continue
-		}
-		dst = append(dst, unsafe.String(&c.Buf[p.Start], p.End-p.Start))
-	}
-	return dst
 }
 
 // emptyStrings is an empty Array(String) row, boxed once.

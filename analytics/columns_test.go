@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ClickHouse/ch-go/proto"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -107,8 +106,8 @@ func insertRows(ctx context.Context, conn driver.Conn, db string, tb table) erro
 	for r := range tb.n() {
 		for i, v := range vals {
 			switch v := v.(type) {
-			case proto.ColStr:
-				row[i] = v.Row(r)
+			case []string:
+				row[i] = v[r]
 			case []int32:
 				row[i] = v[r]
 			case []int64:
