@@ -3,9 +3,8 @@ package analytics
 import (
 	"fmt"
 	"sync"
-	"unsafe"
+	"time"
 
-	"github.com/ClickHouse/ch-go/proto"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/column"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 )
@@ -21,70 +20,87 @@ import (
 // revision 54412; ch-go needs 54429, and its first query fails with
 // UNKNOWN_SETTING): code that cannot be tested here is not shipped.
 //
-// The sink builds its String columns as ch-go's proto.ColStr (one byte
-// buffer plus row offsets: no allocation per value while decoding) and
-// hands them to the driver as a []string of views of that buffer; Append
-// copies the bytes into the driver's own column.
+// The sink's columns are the driver's own types: a String column is a
+// []string of views of the fetched records (recordString), so Append's copy
+// into the driver's column is the only copy of a value before it is
+// encoded (a column of the sink's own, a byte buffer, cost one copy more).
 
-// insertScratch is reused by the columns of one table's insert.
-type insertScratch struct {
-	strs []string
-}
+// insertChunk is the most rows the sink appends to the driver's columns
+// before it sends them (batch.Flush: one data block of the same INSERT).
+// The driver makes fresh columns for every INSERT and appends value by
+// value, so a column grew from empty to a whole table's rows of a batch,
+// copying itself at every growth: a third of the insert's CPU and most of
+// its garbage. In chunks, only the first chunk grows the columns; Flush
+// resets them keeping their capacity, and the later chunks reuse it. The
+// server squashes the blocks of one INSERT into one part
+// (min_insert_block_size_rows), so the table gets as many parts as before.
+var insertChunk = 1024
 
-// fillBatch appends the columns of t to the driver's batch bt, column by
-// column.
+// fillBatch appends the rows of t to the driver's batch bt, column by
+// column, sending every insertChunk rows but the last ones (Send sends
+// those). A failed Flush leaves the INSERT unfinished: the caller aborts
+// the batch, which closes its connection, and the server drops the INSERT.
 func fillBatch(bt driver.Batch, t table) error {
 	cols := bt.Columns()
-	var sc insertScratch
-	for i, v := range t.values() {
-		var c column.Interface
-		if i < len(cols) {
-			c = cols[i]
+	vals := t.values()
+	n := t.n()
+	for lo := 0; lo < n; lo += insertChunk {
+		hi := min(lo+insertChunk, n)
+		for i, v := range vals {
+			var c column.Interface
+			if i < len(cols) {
+				c = cols[i]
+			}
+			if err := appendColumn(bt.Column(i), c, v, lo, hi); err != nil {
+				return fmt.Errorf("column %d: %w", i, err)
+			}
 		}
-		if err := appendColumn(bt.Column(i), c, v, &sc); err != nil {
-			return fmt.Errorf("column %d: %w", i, err)
+		if hi < n {
+			if err := bt.Flush(); err != nil {
+				return fmt.Errorf("send rows %d…%d: %w", lo, hi-1, err)
+			}
 		}
 	}
 	return nil
 }
 
-// appendColumn appends the sink's column v to the driver's batch column bc
-// (c is the same column as column.Interface, or nil).
-func appendColumn(bc driver.BatchColumn, c column.Interface, v any, sc *insertScratch) error {
+// appendColumn appends rows lo…hi-1 of the sink's column v to the driver's
+// batch column bc (c is the same column as column.Interface, or nil).
+func appendColumn(bc driver.BatchColumn, c column.Interface, v any, lo, hi int) error {
 	switch v := v.(type) {
-	case proto.ColStr:
-		vals := stringViews(v, sc.strs[:0])
-		sc.strs = vals
-		if s, ok := c.(*column.String); ok {
-			reserveStrings(s, vals)
+	case []string:
+		if s, ok := c.(*column.String); ok && lo == 0 {
+			reserveStrings(s, maxChunkBytes(v, insertChunk))
 		}
-		err := bc.Append(vals)
-		clear(vals) // the views must not outlive the call (see stringViews)
-		return err
+		return bc.Append(v[lo:hi])
 	case [][]string:
-		return appendArrays(bc, v)
+		return appendArrays(bc, v[lo:hi])
+	case []int32:
+		return bc.Append(v[lo:hi])
+	case []int64:
+		return bc.Append(v[lo:hi])
+	case []uint8:
+		return bc.Append(v[lo:hi])
+	case []uint64:
+		return bc.Append(v[lo:hi])
+	case []time.Time:
+		return bc.Append(v[lo:hi])
 	default:
-		return bc.Append(v)
+		return fmt.Errorf("no insert for a column of %T", v)
 	}
 }
 
-// stringViews appends to dst one string per row of c, each a view of c.Buf
-// (no copy).
-//
-// Invariant that makes the views safe: c.Buf belongs to the sink's batch,
-// which nobody writes while it is being inserted (the reader fills another
-// batch; this one is reset only after its insert returned), and the views
-// live only for the Append that copies them into the driver's column (the
-// caller clears them right after).
-func stringViews(c proto.ColStr, dst []string) []string {
-	for _, p := range c.Pos {
-		if p.End == p.Start {
-			dst = append(dst, "")
-			continue
+// maxChunkBytes is the most bytes of the values in any chunk of vals.
+func maxChunkBytes(vals []string, chunk int) int {
+	most := 0
+	for lo := 0; lo < len(vals); lo += chunk {
+		n := 0
+		for _, v := range vals[lo:min(lo+chunk, len(vals))] {
+			n += len(v)
 		}
-		dst = append(dst, unsafe.String(&c.Buf[p.Start], p.End-p.Start))
+		most = max(most, n)
 	}
-	return dst
+	return most
 }
 
 // emptyStrings is an empty Array(String) row, boxed once.
@@ -107,26 +123,20 @@ func appendArrays(c driver.BatchColumn, rows [][]string) error {
 	return nil
 }
 
-// reserveStrings makes an empty String column hold vals' bytes without
-// growing, before appendColumn appends them (columns.go). The driver
-// appends a batch's strings one by one to a column
-// buffer that starts empty for every insert, so a 10k-row column of record
-// bodies was reallocated and copied ~20 times: that growth was a quarter of
-// the sink's CPU (pprof of BenchmarkSinkEndToEnd). Appending one zero-filled
-// string of the column's total length, then Reset (which keeps the
-// capacity), allocates the byte buffer once at its final size. (The row
-// offsets still grow: the driver has no way to size them.) Columns under
-// 64 KiB are left alone. The padding is shared, read-only, and bounded by
-// the largest column seen (at most a batch's bytes).
-func reserveStrings(c *column.String, vals []string) {
-	if c.Rows() != 0 || len(vals) < 2 {
-		return
-	}
-	n := 0
-	for _, v := range vals {
-		n += len(v)
-	}
-	if n < 64<<10 {
+// reserveStrings makes an empty String column hold n bytes without
+// growing, before appendColumn appends the first chunk of a column
+// (n is the most bytes of any chunk of it). The driver appends strings one
+// by one to a byte buffer that starts empty for every insert, so a column
+// of record bodies was reallocated and copied many times (~20 for a
+// 10k-row column: then a quarter of the sink's CPU, pprof of
+// BenchmarkSinkEndToEnd). Appending one zero-filled string of n bytes, then
+// Reset (which keeps the capacity), allocates the byte buffer once at the
+// size every chunk fits in. (The row offsets still grow, within the first
+// chunk: the driver has no way to size them.) Under 4 KiB it is left
+// alone. The padding is shared, read-only, and bounded by the largest
+// chunk seen.
+func reserveStrings(c *column.String, n int) {
+	if c.Rows() != 0 || n < 4<<10 {
 		return
 	}
 	_, _ = c.Append([]string{zeros(n)})

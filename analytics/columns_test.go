@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ClickHouse/ch-go/proto"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -18,10 +17,11 @@ import (
 
 // TestInsertColumnsSameAsRows inserts the same batch (every table, odd
 // strings, empty and full arrays) once as the sink does (column by column,
-// String columns as views of its buffers) and once row by row through the
-// driver's batch.Append (which copies every value), and requires the same
-// rows: a view that pointed at the wrong bytes, or a column shifted by a
-// row, changes the hash.
+// in chunks of rows sent as blocks of one INSERT, String columns as views
+// of the records) and once row by row through the driver's batch.Append
+// (which copies every value), and requires the same rows: a view that
+// pointed at the wrong bytes, or a column shifted by a row or a chunk,
+// changes the hash. The chunked INSERT must make one part per table.
 func TestInsertColumnsSameAsRows(t *testing.T) {
 	ch := testenv.StartClickHouse(t)
 	conn := ch.Conn(t)
@@ -60,11 +60,26 @@ func TestInsertColumnsSameAsRows(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			// Chunks of an odd size: every table's rows go in several
+			// blocks (batch.Flush), the last one partial.
+			defer func(n int) { insertChunk = n }(insertChunk)
+			insertChunk = 97
 			ictx, cancel := context.WithTimeout(ctx, 30*time.Second) // insert retries until ctx ends
 			err = s.insert(ictx, conn, bt)
 			cancel()
 			if err != nil {
 				t.Fatalf("columnar: %v", err)
+			}
+			// The blocks of one INSERT make one part, as one block did.
+			for _, tb := range bt.tables() {
+				var parts, level uint64
+				q := "SELECT count(), toUInt64(max(level)) FROM system.parts WHERE active AND database = '" + db + "' AND table = '" + tb.name() + "'"
+				if err := conn.QueryRow(ctx, q).Scan(&parts, &level); err != nil {
+					t.Fatalf("%s: %v", q, err)
+				}
+				if parts != 1 || level != 0 {
+					t.Errorf("%s: %d rows inserted in blocks of %d made %d parts (level %d), want 1 part of level 0", tb.name(), tb.n(), insertChunk, parts, level)
+				}
 			}
 		} else {
 			for _, tb := range bt.tables() {
@@ -107,8 +122,8 @@ func insertRows(ctx context.Context, conn driver.Conn, db string, tb table) erro
 	for r := range tb.n() {
 		for i, v := range vals {
 			switch v := v.(type) {
-			case proto.ColStr:
-				row[i] = v.Row(r)
+			case []string:
+				row[i] = v[r]
 			case []int32:
 				row[i] = v[r]
 			case []int64:

@@ -141,6 +141,7 @@ func (c Config) Open() (driver.Conn, error) {
 	if c.TLS {
 		opts.TLS = &tls.Config{MinVersion: tls.VersionTLS12}
 	}
+	opts.DialContext = dialer(c.DialTimeout, opts.TLS) // writes bounded (dial.go)
 	conn, err := clickhouse.Open(opts)
 	if err != nil {
 		return nil, fmt.Errorf("analytics: clickhouse %s: %w", c.Addr, err)

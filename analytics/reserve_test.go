@@ -17,7 +17,7 @@ func TestReserveStrings(t *testing.T) {
 			vals[i] = fmt.Sprintf("row-%d-%s", i, strings.Repeat("x", i%300))
 		}
 		c := &column.String{}
-		reserveStrings(c, vals)
+		reserveStrings(c, maxChunkBytes(vals, insertChunk))
 		if c.Rows() != 0 {
 			t.Fatalf("n=%d: %d rows after reserve, want 0", n, c.Rows())
 		}
@@ -38,7 +38,7 @@ func TestReserveStrings(t *testing.T) {
 	if _, err := c.Append([]string{"a"}); err != nil {
 		t.Fatal(err)
 	}
-	reserveStrings(c, []string{strings.Repeat("y", 70<<10), "z"})
+	reserveStrings(c, 70<<10)
 	if c.Rows() != 1 || c.Row(0, false).(string) != "a" {
 		t.Fatalf("a non-empty column changed: %d rows", c.Rows())
 	}

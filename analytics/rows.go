@@ -9,7 +9,6 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/ClickHouse/ch-go/proto"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/playpipe/playpipe/internal/kafkax"
@@ -27,7 +26,7 @@ const (
 
 // loc is the Kafka location and time columns every table starts with.
 type loc struct {
-	topic  proto.ColStr
+	topic  []string
 	part   []int32
 	offset []int64
 	ts     []time.Time
@@ -37,7 +36,7 @@ type loc struct {
 const locCols = "kafka_topic, kafka_partition, kafka_offset, kafka_time, kafka_time_ms"
 
 func (l *loc) add(r *kgo.Record) {
-	l.topic.Append(r.Topic)
+	l.topic = append(l.topic, r.Topic)
 	l.part = append(l.part, r.Partition)
 	l.offset = append(l.offset, r.Offset)
 	l.ts = append(l.ts, r.Timestamp)
@@ -58,19 +57,19 @@ type table interface {
 	columns() string // the INSERT column list
 	values() []any   // one slice per column, in columns() order
 	n() int
-	reset(n int)           // empty, keeping capacity, with room for n rows
-	strs() []*proto.ColStr // the String columns
+	reset(n int)       // empty, keeping capacity, with room for n rows
+	strs() []*[]string // the String columns
 }
 
 type eventsRows struct {
 	loc
-	key, traceID         proto.ColStr
+	key, traceID         []string
 	parsed               []uint8
-	eventID              proto.ColStr
+	eventID              []string
 	mixID, startedAt     []int64
 	offsetMS, durationMS []int64
-	userID, country      proto.ColStr
-	raw                  proto.ColStr
+	userID, country      []string
+	raw                  []string
 }
 
 func (t *eventsRows) name() string { return TableEvents }
@@ -83,19 +82,19 @@ func (t *eventsRows) values() []any {
 
 func (t *eventsRows) add(r *kgo.Record, f *schemas.PlayerEvent) {
 	t.loc.add(r)
-	raw := recordString(r.Value) // no copy: the decoded strings are slices of it; the columns copy
+	raw := recordString(r.Value) // no copy: the decoded strings and the columns are views of it
 	parsed := decodeEvent(r.Value, raw, f)
-	t.key.Append(recordString(r.Key))
-	t.traceID.Append(traceIDOf(r))
+	t.key = append(t.key, recordString(r.Key))
+	t.traceID = append(t.traceID, traceIDOf(r))
 	t.parsed = append(t.parsed, parsed)
-	t.eventID.Append(f.EventID)
+	t.eventID = append(t.eventID, f.EventID)
 	t.mixID = append(t.mixID, f.MixID)
 	t.startedAt = append(t.startedAt, f.StartedAt)
 	t.offsetMS = append(t.offsetMS, f.OffsetMS)
 	t.durationMS = append(t.durationMS, f.DurationMS)
-	t.userID.Append(f.UserID)
-	t.country.Append(f.Country)
-	t.raw.Append(raw)
+	t.userID = append(t.userID, f.UserID)
+	t.country = append(t.country, f.Country)
+	t.raw = append(t.raw, raw)
 }
 
 // decodeEvent decodes the columns of an event into *ev (raw is string(b),
@@ -120,15 +119,15 @@ func decodeEvent(b []byte, raw string, ev *schemas.PlayerEvent) uint8 {
 
 type playsRows struct {
 	loc
-	traceID                                  proto.ColStr
+	traceID                                  []string
 	v                                        []int32
-	reportID, eventID                        proto.ColStr
+	reportID, eventID                        []string
 	mixID                                    []int64
 	position                                 []int32
 	overlapMS                                []int64
 	belowMin, noUserID, standbyListing       []uint8
 	derivedAt, trackID, playedAt, playLength []int64
-	userID, country, isrc, record            proto.ColStr
+	userID, country, isrc, record            []string
 }
 
 func (t *playsRows) name() string { return TablePlays }
@@ -142,10 +141,10 @@ func (t *playsRows) values() []any {
 
 func (t *playsRows) add(r *kgo.Record, p *schemas.TrackPlay, raw string) {
 	t.loc.add(r)
-	t.traceID.Append(traceIDOf(r))
+	t.traceID = append(t.traceID, traceIDOf(r))
 	t.v = append(t.v, int32(p.V))
-	t.reportID.Append(p.ReportID)
-	t.eventID.Append(p.EventID)
+	t.reportID = append(t.reportID, p.ReportID)
+	t.eventID = append(t.eventID, p.EventID)
 	t.mixID = append(t.mixID, p.MixID)
 	t.position = append(t.position, int32(p.Position))
 	t.overlapMS = append(t.overlapMS, p.OverlapMS)
@@ -156,26 +155,26 @@ func (t *playsRows) add(r *kgo.Record, p *schemas.TrackPlay, raw string) {
 	t.trackID = append(t.trackID, p.Report.TrackID)
 	t.playedAt = append(t.playedAt, p.Report.PlayedAt)
 	t.playLength = append(t.playLength, p.Report.PlayLength)
-	t.userID.Append(p.Report.UserID)
-	t.country.Append(p.Report.Country)
-	t.isrc.Append(p.Report.ISRC)
-	t.record.Append(raw)
+	t.userID = append(t.userID, p.Report.UserID)
+	t.country = append(t.country, p.Report.Country)
+	t.isrc = append(t.isrc, p.Report.ISRC)
+	t.record = append(t.record, raw)
 }
 
 type deliveriesRows struct {
 	loc
 	v                          []int32
-	reportID, eventID, outcome proto.ColStr
+	reportID, eventID, outcome []string
 	attempt, httpStatus        []int32
-	servedBy, partner, message proto.ColStr
+	servedBy, partner, message []string
 	fields                     [][]string
-	retryReason                proto.ColStr
+	retryReason                []string
 	latencyUS                  []int64
-	traceID                    proto.ColStr
+	traceID                    []string
 	replay, inDoubt            []uint8
-	replayID, replayReason     proto.ColStr
+	replayID, replayReason     []string
 	atMS                       []int64
-	doubtCause                 proto.ColStr
+	doubtCause                 []string
 }
 
 func (t *deliveriesRows) name() string { return TableDeliveries }
@@ -189,45 +188,45 @@ func (t *deliveriesRows) values() []any {
 func (t *deliveriesRows) add(r *kgo.Record, d *schemas.Delivery) {
 	t.loc.add(r)
 	t.v = append(t.v, int32(d.V))
-	t.reportID.Append(d.ReportID)
-	t.eventID.Append(d.EventID)
-	t.outcome.Append(d.Outcome)
+	t.reportID = append(t.reportID, d.ReportID)
+	t.eventID = append(t.eventID, d.EventID)
+	t.outcome = append(t.outcome, d.Outcome)
 	t.attempt = append(t.attempt, int32(d.Attempt))
 	t.httpStatus = append(t.httpStatus, int32(d.HTTPStatus))
-	t.servedBy.Append(d.ServedBy)
-	t.partner.Append(d.Partner)
-	t.message.Append(d.Message)
+	t.servedBy = append(t.servedBy, d.ServedBy)
+	t.partner = append(t.partner, d.Partner)
+	t.message = append(t.message, d.Message)
 	f := d.Fields
 	if f == nil {
 		f = []string{}
 	}
 	t.fields = append(t.fields, f)
-	t.retryReason.Append(d.Reason)
+	t.retryReason = append(t.retryReason, d.Reason)
 	t.latencyUS = append(t.latencyUS, d.LatencyUS)
 	tid := d.TraceID
 	if tid == "" {
 		tid = traceIDOf(r)
 	}
-	t.traceID.Append(tid)
+	t.traceID = append(t.traceID, tid)
 	t.replay = append(t.replay, b2u(d.Replay))
 	t.inDoubt = append(t.inDoubt, b2u(d.InDoubt))
-	t.replayID.Append(d.ReplayID)
-	t.replayReason.Append(d.ReplayReason)
+	t.replayID = append(t.replayID, d.ReplayID)
+	t.replayReason = append(t.replayReason, d.ReplayReason)
 	t.atMS = append(t.atMS, d.At)
-	t.doubtCause.Append(d.DoubtCause)
+	t.doubtCause = append(t.doubtCause, d.DoubtCause)
 }
 
 type rejectionsRows struct {
 	loc
-	traceID           proto.ColStr
+	traceID           []string
 	v                 []int32
-	eventID, reason   proto.ColStr
+	eventID, reason   []string
 	vReasons, vFields [][]string
 	vDetails          [][]string
-	srcTopic          proto.ColStr
+	srcTopic          []string
 	srcPart           []int32
 	srcOffset, atMS   []int64
-	raw               proto.ColStr
+	raw               []string
 }
 
 func (t *rejectionsRows) name() string { return TableRejections }
@@ -240,10 +239,10 @@ func (t *rejectionsRows) values() []any {
 
 func (t *rejectionsRows) add(r *kgo.Record, j *schemas.Rejection) {
 	t.loc.add(r)
-	t.traceID.Append(traceIDOf(r))
+	t.traceID = append(t.traceID, traceIDOf(r))
 	t.v = append(t.v, int32(j.V))
-	t.eventID.Append(j.EventID)
-	t.reason.Append(j.Reason)
+	t.eventID = append(t.eventID, j.EventID)
+	t.reason = append(t.reason, j.Reason)
 	n := len(j.Violations)
 	reasons, fields, details := make([]string, n), make([]string, n), make([]string, n)
 	for i, v := range j.Violations {
@@ -252,7 +251,7 @@ func (t *rejectionsRows) add(r *kgo.Record, j *schemas.Rejection) {
 	t.vReasons = append(t.vReasons, reasons)
 	t.vFields = append(t.vFields, fields)
 	t.vDetails = append(t.vDetails, details)
-	t.srcTopic.Append(j.Source.Topic)
+	t.srcTopic = append(t.srcTopic, j.Source.Topic)
 	t.srcPart = append(t.srcPart, j.Source.Partition)
 	t.srcOffset = append(t.srcOffset, j.Source.Offset)
 	t.atMS = append(t.atMS, j.At)
@@ -262,12 +261,12 @@ func (t *rejectionsRows) add(r *kgo.Record, j *schemas.Rejection) {
 			raw = string(b)
 		}
 	}
-	t.raw.Append(raw)
+	t.raw = append(t.raw, raw)
 }
 
 type malformedRows struct {
 	loc
-	key, errText, raw proto.ColStr
+	key, errText, raw []string
 }
 
 func (t *malformedRows) name() string    { return TableMalformed }
@@ -276,9 +275,9 @@ func (t *malformedRows) values() []any   { return append(t.cols(), t.key, t.errT
 
 func (t *malformedRows) add(r *kgo.Record, err error) {
 	t.loc.add(r)
-	t.key.AppendBytes(r.Key)
-	t.errText.Append(err.Error())
-	t.raw.AppendBytes(r.Value)
+	t.key = append(t.key, recordString(r.Key))
+	t.errText = append(t.errText, err.Error())
+	t.raw = append(t.raw, recordString(r.Value))
 }
 
 // batch is the rows of a set of records, one buffer per table, plus the
@@ -314,137 +313,114 @@ func (b *batch) reset() {
 	clear(b.next)
 }
 
-// rows is the number of rows of each table of b, in tables() order.
-// room is the size of a batch's columns: rows per table, bytes per String
-// column.
+// room is the size of a batch's columns: rows per table.
 type room struct {
-	rows  [5]int   // per table, in tables() order
-	bytes [5][]int // per table, per String column in strs() order
+	rows [5]int // per table, in tables() order
 }
 
-// size returns the rows of each table and the bytes of each String column.
+// size returns the rows of each table.
 func (b *batch) size() room {
 	var r room
 	for i, t := range b.tables() {
 		r.rows[i] = t.n()
-		for _, c := range t.strs() {
-			r.bytes[i] = append(r.bytes[i], len(c.Buf))
-		}
 	}
 	return r
 }
 
-// max is the larger of r and o, column by column (it reuses r's memory).
+// max is the larger of r and o, table by table.
 func (r room) max(o room) room {
 	for i := range r.rows {
 		r.rows[i] = max(r.rows[i], o.rows[i])
-		for j, n := range o.bytes[i] {
-			if j == len(r.bytes[i]) {
-				r.bytes[i] = append(r.bytes[i], 0)
-			}
-			r.bytes[i][j] = max(r.bytes[i][j], n)
-		}
 	}
 	return r
 }
 
-// reserve gives the columns of an empty b room for r's rows and bytes, so
-// that it does not grow its columns row by row (each growth copies the
-// column: a tenth of the sink's CPU while its batches were new).
+// reserve gives the columns of an empty b room for r's rows, so that it
+// does not grow its columns row by row (each growth copies the column: a
+// tenth of the sink's CPU while its batches were new).
 func (b *batch) reserve(r room) {
 	for i, t := range b.tables() {
 		t.reset(r.rows[i])
-		for j, c := range t.strs() {
-			if j < len(r.bytes[i]) {
-				c.Buf = slices.Grow(c.Buf, r.bytes[i][j])
-			}
-		}
 	}
 }
 
 // trunc empties the column slices, keeping their capacity, and gives them
-// room for n rows.
+// room for n rows. The old values are zeroed first: a String or
+// Array(String) column's values are views of fetched record bytes
+// (recordString), which they would otherwise keep alive.
 func trunc[T any](n int, cols ...*[]T) {
 	for _, c := range cols {
+		clear(*c)
 		*c = slices.Grow((*c)[:0], n)
 	}
 }
 
-// truncStr empties the String columns, keeping their capacity, and gives
-// their row offsets room for n rows.
-func truncStr(n int, cols ...*proto.ColStr) {
-	for _, c := range cols {
-		c.Buf = c.Buf[:0]
-		c.Pos = slices.Grow(c.Pos[:0], n)
-	}
-}
-
 // strs are the String columns of l.
-func (l *loc) strs() []*proto.ColStr { return []*proto.ColStr{&l.topic} }
+func (l *loc) strs() []*[]string { return []*[]string{&l.topic} }
 
 func (l *loc) reset(n int) {
-	truncStr(n, l.strs()...)
+	trunc(n, l.strs()...)
 	trunc(n, &l.part)
 	trunc(n, &l.offset)
 	trunc(n, &l.ts)
 	trunc(n, &l.tsMS)
 }
 
-func (t *eventsRows) strs() []*proto.ColStr {
+func (t *eventsRows) strs() []*[]string {
 	return append(t.loc.strs(), &t.key, &t.traceID, &t.eventID, &t.userID, &t.country, &t.raw)
 }
 
 func (t *eventsRows) reset(n int) {
 	t.loc.reset(n)
-	truncStr(n, t.strs()...)
+	trunc(n, t.strs()...)
 	trunc(n, &t.parsed)
 	trunc(n, &t.mixID, &t.startedAt, &t.offsetMS, &t.durationMS)
 }
 
-func (t *playsRows) strs() []*proto.ColStr {
+func (t *playsRows) strs() []*[]string {
 	return append(t.loc.strs(), &t.traceID, &t.reportID, &t.eventID, &t.userID, &t.country, &t.isrc, &t.record)
 }
 
 func (t *playsRows) reset(n int) {
 	t.loc.reset(n)
-	truncStr(n, t.strs()...)
+	trunc(n, t.strs()...)
 	trunc(n, &t.v, &t.position)
 	trunc(n, &t.mixID, &t.overlapMS, &t.derivedAt, &t.trackID, &t.playedAt, &t.playLength)
 	trunc(n, &t.belowMin, &t.noUserID, &t.standbyListing)
 }
 
-func (t *deliveriesRows) strs() []*proto.ColStr {
+func (t *deliveriesRows) strs() []*[]string {
 	return append(t.loc.strs(), &t.reportID, &t.eventID, &t.outcome, &t.servedBy, &t.partner, &t.message, &t.retryReason, &t.traceID, &t.replayID, &t.replayReason, &t.doubtCause)
 }
 
 func (t *deliveriesRows) reset(n int) {
 	t.loc.reset(n)
-	truncStr(n, t.strs()...)
+	trunc(n, t.strs()...)
 	trunc(n, &t.v, &t.attempt, &t.httpStatus)
 	trunc(n, &t.fields)
 	trunc(n, &t.latencyUS, &t.atMS)
 	trunc(n, &t.replay, &t.inDoubt)
 }
 
-func (t *rejectionsRows) strs() []*proto.ColStr {
+func (t *rejectionsRows) strs() []*[]string {
 	return append(t.loc.strs(), &t.traceID, &t.eventID, &t.reason, &t.srcTopic, &t.raw)
 }
 
 func (t *rejectionsRows) reset(n int) {
 	t.loc.reset(n)
-	truncStr(n, t.strs()...)
+	trunc(n, t.strs()...)
 	trunc(n, &t.vReasons, &t.vFields, &t.vDetails)
 	trunc(n, &t.v, &t.srcPart)
 	trunc(n, &t.srcOffset, &t.atMS)
 }
 
-func (t *malformedRows) strs() []*proto.ColStr {
+func (t *malformedRows) strs() []*[]string {
 	return append(t.loc.strs(), &t.key, &t.errText, &t.raw)
 }
 
 func (t *malformedRows) reset(n int) {
 	t.loc.reset(n)
-	truncStr(n, t.strs()...)
+	trunc(n, t.strs()...)
 }
 
 func (b *batch) tables() []table {
@@ -519,18 +495,19 @@ func lenient(err error) error {
 	return err
 }
 
-// recordString returns the bytes of a fetched record (its key or value) as a
-// string without copying them, for the decoders (whose strings are then
-// slices of it) and for the String columns, which copy what they append.
+// recordString returns the bytes of a fetched record (its key, value or a
+// header's value) as a string without copying them, for the decoders (whose
+// strings are then slices of it) and for the String columns, which keep
+// such views until the batch is inserted (the driver's Append copies them
+// into its own columns) and zero them when the batch is reset (trunc).
 // The bytes are the project's: PollRecords hands each record to the caller.
 // That is safe because nothing writes to them afterwards: franz-go
 // allocates every fetch's buffers anew and never reuses them (the sink
-// configures no kgo.WithPools), and the sink never modifies a record. Only
-// the Array(String) columns (a delivery's fields, a rejection's violations)
-// keep such strings until the batch is inserted and reused, which pins
-// those fetched buffers for that long (the queue bounds it:
-// SinkConfig.QueueBatches); the decoding scratch values keep the last
-// record of their type.
+// configures no kgo.WithPools), and the sink never modifies a record. The
+// views pin the fetched buffers of a batch's records until the batch is
+// inserted and reset, which the queue bounds (SinkConfig.QueueBatches: at
+// most QueueBatches + 2 batches' records); the decoding scratch values keep
+// the last record of their type.
 func recordString(b []byte) string {
 	if len(b) == 0 {
 		return ""

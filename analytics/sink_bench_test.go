@@ -35,6 +35,8 @@ func benchRecords(b testing.TB, topics kafkax.Topics, n int) []*kgo.Record {
 // against the real ClickHouse server: decoding the records into columns,
 // inserting them (native protocol, one insert per table), and both. The
 // sink runs decoding (reader) and inserting (writer) in two goroutines.
+// cpu-ns/row is this process's CPU per row (the server's is not in it):
+// steadier than ns/op, which includes waiting for the server.
 //
 //	go test ./analytics -run '^$' -bench SinkBatch -benchtime 20x
 func BenchmarkSinkBatch(b *testing.B) {
@@ -59,24 +61,29 @@ func BenchmarkSinkBatch(b *testing.B) {
 		return bt
 	}
 	b.Run("decode", func(b *testing.B) {
+		cpu0 := processCPU(b)
 		for range b.N {
 			decode()
 		}
 		b.ReportMetric(float64(b.N*rows)/b.Elapsed().Seconds(), "rows/s")
+		b.ReportMetric(float64((processCPU(b)-cpu0).Nanoseconds())/float64(b.N*rows), "cpu-ns/row")
 	})
 	pre := decode()
 	b.Run("insert", func(b *testing.B) {
+		cpu0 := processCPU(b)
 		for range b.N {
 			if err := s.insert(ctx, conn, pre); err != nil {
 				b.Fatal(err)
 			}
 		}
 		b.ReportMetric(float64(b.N*rows)/b.Elapsed().Seconds(), "rows/s")
+		b.ReportMetric(float64((processCPU(b)-cpu0).Nanoseconds())/float64(b.N*rows), "cpu-ns/row")
 	})
 	// The row-wise alternative of the public batch API (batch.Append of
 	// one row's values, what AppendStruct does after reflection), measured
 	// for the choice of insert API (docs/audit.md "Insert API").
 	b.Run("insert-rows", func(b *testing.B) {
+		cpu0 := processCPU(b)
 		for range b.N {
 			for _, t := range pre.tables() {
 				if err := insertRows(ctx, conn, ch.Database, t); err != nil {
@@ -85,14 +92,17 @@ func BenchmarkSinkBatch(b *testing.B) {
 			}
 		}
 		b.ReportMetric(float64(b.N*rows)/b.Elapsed().Seconds(), "rows/s")
+		b.ReportMetric(float64((processCPU(b)-cpu0).Nanoseconds())/float64(b.N*rows), "cpu-ns/row")
 	})
 	b.Run("decode+insert", func(b *testing.B) {
+		cpu0 := processCPU(b)
 		for range b.N {
 			if err := s.insert(ctx, conn, decode()); err != nil {
 				b.Fatal(err)
 			}
 		}
 		b.ReportMetric(float64(b.N*rows)/b.Elapsed().Seconds(), "rows/s")
+		b.ReportMetric(float64((processCPU(b)-cpu0).Nanoseconds())/float64(b.N*rows), "cpu-ns/row")
 	})
 }
 
