@@ -267,23 +267,7 @@ func TestBrokerRestartedEmpty(t *testing.T) {
 
 	// A fleet posts after the restart, retrying (as advised) until each
 	// batch is answered 202.
-	var acked []simRecord
-	for range 3 {
-		evs := r.take(10)
-		deadline := time.Now().Add(60 * time.Second)
-		for {
-			a := r.post("fleet-a", evs, 10*time.Second)
-			if a.err == nil && a.status == http.StatusAccepted {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("no 202 within 60 s of posting after the broker restart: last %d %v %+v", a.status, a.err, a.body)
-			}
-			time.Sleep(500 * time.Millisecond)
-		}
-		acked = append(acked, evs...)
-		time.Sleep(time.Second)
-	}
+	acked := r.postUntilAccepted(t, 3, "the broker restart")
 	took := r.waitDelivered(r.wantPlays(acked), 120*time.Second)
 	recovered := time.Since(restartedAt)
 	t.Logf("every play of the %d events answered 202 after the restart is at the partner %s after the broker restart (%s after the last 202)",
@@ -420,23 +404,7 @@ func TestTopicRecreated(t *testing.T) {
 	}
 	createdAt := time.Now()
 	t.Logf("plays.events deleted and created again after %s", createdAt.Sub(deletedAt).Round(time.Millisecond))
-	var acked []simRecord
-	for range 3 {
-		evs := r.take(10)
-		deadline := time.Now().Add(60 * time.Second)
-		for {
-			a := r.post("fleet-a", evs, 10*time.Second)
-			if a.err == nil && a.status == http.StatusAccepted {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("no 202 within 60 s of posting after the re-creation: last %d %v %+v", a.status, a.err, a.body)
-			}
-			time.Sleep(500 * time.Millisecond)
-		}
-		acked = append(acked, evs...)
-		time.Sleep(time.Second)
-	}
+	acked := r.postUntilAccepted(t, 3, "the re-creation")
 	r.waitDelivered(r.wantPlays(acked), 120*time.Second)
 	t.Logf("every play of the %d events answered 202 after the re-creation is at the partner %s after it", len(acked), time.Since(createdAt).Round(time.Millisecond))
 	codes := sup.exitCodes()
@@ -453,4 +421,30 @@ func TestTopicRecreated(t *testing.T) {
 			t.Errorf("%s wrote %d lines about the re-created topic, want a few", name, len(lines))
 		}
 	}
+}
+
+// postUntilAccepted posts n batches of 10 events as fleet-a, one a second,
+// each retried (as the gateway advises) until it is answered 202, for at
+// most 60 s after what (the fault the fleet is recovering from); it returns
+// the events acknowledged.
+func (r *brokerRig) postUntilAccepted(t *testing.T, n int, what string) []simRecord {
+	t.Helper()
+	var acked []simRecord
+	for range n {
+		evs := r.take(10)
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			a := r.post("fleet-a", evs, 10*time.Second)
+			if a.err == nil && a.status == http.StatusAccepted {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no 202 within 60 s of posting after %s: last %d %v %+v", what, a.status, a.err, a.body)
+			}
+			time.Sleep(500 * time.Millisecond) // the fleet's retry pace (scenario)
+		}
+		acked = append(acked, evs...)
+		time.Sleep(time.Second) // one batch a second (scenario)
+	}
+	return acked
 }
