@@ -115,8 +115,12 @@ func (s *demoSchedule) incident(ctx context.Context, in incident) bool {
 	if !waitFor(ctx, func() bool { return s.progress() >= in.at || s.idle() }) {
 		return false
 	}
+	// The count is read before the incident begins: a report answered in
+	// the instant after begin (a reporter stops posting at its first standby
+	// answer) must count as its rise, or the window never closes.
+	c0 := in.count()
 	in.begin()
-	c0, t0 := in.count(), time.Now()
+	t0 := time.Now()
 	ok := waitFor(ctx, func() bool {
 		return (time.Since(t0) >= in.least && in.count()-c0 >= in.min) || s.idle()
 	})
