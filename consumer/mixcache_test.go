@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/playpipe/playpipe/internal/stacks"
-
 	"github.com/playpipe/playpipe/partnerapi"
 )
 

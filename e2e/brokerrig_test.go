@@ -66,17 +66,17 @@ func startBrokerRig(t *testing.T) *brokerRig {
 		"PLAYPIPE_API_CLIENT_SIGNATURE="+sb.ClientSignature,
 		"PLAYPIPE_LOG_LEVEL=info",
 	))
-	r.broker = freeAddr(t)
+	r.broker = testenv.FreeAddr(t)
 	r.startBroker()
 	kafkaArgs := []string{"--brokers", r.broker, "--partitions", "3"}
 	chArgs := []string{"--clickhouse-addr", ch.Addr, "--clickhouse-db", ch.Database, "--clickhouse-user", ch.User}
-	r.ingest = freeAddr(t)
+	r.ingest = testenv.FreeAddr(t)
 	var keyArgs []string
 	for fleet, key := range r.keys {
 		keyArgs = append(keyArgs, "--api-key", fleet+":"+gateway.HashKey(key))
 	}
 	add := func(name string, args ...string) {
-		r.roles[name] = &role{name: name, args: args, admin: freeAddr(t)}
+		r.roles[name] = &role{name: name, args: args, admin: testenv.FreeAddr(t)}
 	}
 	add("sink", append(append([]string{"sink"}, kafkaArgs...), append(chArgs, "--batch-rows", "500", "--linger", "200ms", "--retry-max", "500ms")...)...)
 	add("consume", append(append([]string{"consume"}, kafkaArgs...), "--api-url", sb.URL, "--transactional-id", "e2e-faults-enrich")...)

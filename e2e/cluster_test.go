@@ -85,10 +85,10 @@ func TestReplicatedLedgerWithKills(t *testing.T) {
 	t.Logf("%s", strings.TrimSpace(out))
 
 	sink := &role{name: "sink", args: append(append(append([]string{"sink"}, kafkaArgs...), chArgs...),
-		"--batch-rows", "500", "--linger", "100ms", "--retry-max", "500ms"), admin: freeAddr(t)}
-	consume := &role{name: "consume", args: append(append([]string{"consume"}, kafkaArgs...), "--api-url", sb.URL), admin: freeAddr(t)}
+		"--batch-rows", "500", "--linger", "100ms", "--retry-max", "500ms"), admin: testenv.FreeAddr(t)}
+	consume := &role{name: "consume", args: append(append([]string{"consume"}, kafkaArgs...), "--api-url", sb.URL), admin: testenv.FreeAddr(t)}
 	report := &role{name: "report", args: append(append([]string{"report"}, kafkaArgs...), "--api-url", sb.URL,
-		"--concurrency", "16", "--backoff-max", "500ms"), admin: freeAddr(t)}
+		"--concurrency", "16", "--backoff-max", "500ms"), admin: testenv.FreeAddr(t)}
 	start := func(r *role) {
 		r.p = ps.start(r.name, append([]string{r.args[0], "--admin-addr", r.admin}, r.args[1:]...)...)
 	}

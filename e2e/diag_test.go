@@ -5,7 +5,6 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/playpipe/playpipe/wiring/expect"
 	"sort"
 	"strings"
 	"testing"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
 	"github.com/playpipe/playpipe/schemas"
+	"github.com/playpipe/playpipe/wiring/expect"
 	"github.com/playpipe/playpipe/wiring/testenv"
 )
 

@@ -6,7 +6,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"github.com/playpipe/playpipe/wiring/expect"
 	"os"
 	"sort"
 	"strconv"
@@ -16,6 +15,7 @@ import (
 	"github.com/playpipe/playpipe/partnerapi"
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
 	"github.com/playpipe/playpipe/producer/simulator"
+	"github.com/playpipe/playpipe/wiring/expect"
 )
 
 // play is the identity of one posted report, as the sandbox decoded it.

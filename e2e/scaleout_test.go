@@ -7,7 +7,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/playpipe/playpipe/wiring/expect"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,6 +21,7 @@ import (
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
 	"github.com/playpipe/playpipe/producer/simulator"
 	"github.com/playpipe/playpipe/schemas"
+	"github.com/playpipe/playpipe/wiring/expect"
 	"github.com/playpipe/playpipe/wiring/testenv"
 )
 
@@ -89,7 +89,7 @@ func TestScaleOutWithFaults(t *testing.T) {
 	chArgs := []string{"--clickhouse-addr", ch.Addr, "--clickhouse-db", ch.Database, "--clickhouse-user", ch.User}
 
 	newRole := func(name string, args ...string) *role {
-		return &role{name: name, args: args, admin: freeAddr(t)}
+		return &role{name: name, args: args, admin: testenv.FreeAddr(t)}
 	}
 	startRole := func(r *role) {
 		r.p = ps.start(r.name, append([]string{r.args[0], "--admin-addr", r.admin}, r.args[1:]...)...)

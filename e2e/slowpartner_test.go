@@ -45,7 +45,7 @@ func TestSlowPartnerCopiesAsProcesses(t *testing.T) {
 	kafkaArgs := []string{"--brokers", strings.Join(k.Addrs(), ","), "--partitions", "3"}
 	chArgs := []string{"--clickhouse-addr", ch.Addr, "--clickhouse-db", ch.Database, "--clickhouse-user", ch.User}
 	start := func(name string, args ...string) *proc {
-		admin := freeAddr(t)
+		admin := testenv.FreeAddr(t)
 		p := ps.start(name, append([]string{args[0], "--admin-addr", admin}, args[1:]...)...)
 		waitReady(t, p, admin, 60*time.Second)
 		return p

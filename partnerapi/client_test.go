@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/playpipe/playpipe/internal/stacks"
-
 	"github.com/playpipe/playpipe/schemas"
 )
 

@@ -15,9 +15,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/playpipe/playpipe/schemas"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/playpipe/playpipe/schemas"
 )
 
 func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }

@@ -10,11 +10,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/playpipe/playpipe/internal/backoff"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/playpipe/playpipe/internal/backoff"
 )
 
 // token is a session token with its lifetime. hdr is the Authorization

@@ -5,7 +5,6 @@ package docker_test
 import (
 	"context"
 	"fmt"
-	"github.com/playpipe/playpipe/wiring/expect"
 	"testing"
 	"time"
 
@@ -16,6 +15,7 @@ import (
 	"github.com/playpipe/playpipe/partnerapi"
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
 	"github.com/playpipe/playpipe/producer/simulator"
+	"github.com/playpipe/playpipe/wiring/expect"
 	"github.com/playpipe/playpipe/wiring/testenv"
 )
 

@@ -14,7 +14,6 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
-	mrand "math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -24,6 +23,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/playpipe/playpipe/wiring/testenv"
 )
 
 // certs is a CA of the test's own and a server certificate for 127.0.0.1
@@ -137,7 +138,7 @@ func startNginx(t *testing.T, upstream string, cs certs, dir string, ec edgeConf
 	t.Cleanup(n.stop)
 	var lastErr error
 	for range 5 {
-		n.addr = freeAddr(t)
+		n.addr = testenv.FreeAddr(t)
 		n.conf = filepath.Join(dir, "nginx.conf")
 		if err := os.WriteFile(n.conf, []byte(n.config(upstream, cs, ec)), 0o600); err != nil {
 			t.Fatal(err)
@@ -293,35 +294,6 @@ func tail(s string, n int) string {
 	}
 	return "…" + s[len(s)-n:]
 }
-
-// freeAddr returns a loopback address that was free a moment ago, from
-// 20000–32767 (below the ephemeral range, so an outgoing connection cannot
-// take it before nginx binds it); never the same twice in one test binary.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	handedMu.Lock()
-	defer handedMu.Unlock()
-	for range 1000 {
-		port := 20000 + mrand.IntN(12768)
-		if handed[port] {
-			continue
-		}
-		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-		if err != nil {
-			continue
-		}
-		ln.Close()
-		handed[port] = true
-		return ln.Addr().String()
-	}
-	t.Fatal("no free loopback port in 20000–32767")
-	return ""
-}
-
-var (
-	handedMu sync.Mutex
-	handed   = map[int]bool{}
-)
 
 // bigHeader is a response header value of n bytes.
 func bigHeader(n int) string { return strings.Repeat("x", n) }

@@ -6,13 +6,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/playpipe/playpipe/wiring/expect"
-
 	"github.com/playpipe/playpipe/analytics"
 	"github.com/playpipe/playpipe/consumer"
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
 	"github.com/playpipe/playpipe/producer/simulator"
 	"github.com/playpipe/playpipe/reporter"
+	"github.com/playpipe/playpipe/wiring/expect"
 	"github.com/playpipe/playpipe/wiring/harness"
 	"github.com/playpipe/playpipe/wiring/testenv"
 )
