@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -23,9 +24,10 @@ type commitPace struct {
 	last     time.Time
 }
 
-// commitState is what the progress snapshots remember between commits
-// (mu held: progressOf runs in the poller and the coordinator).
+// commitState is what the progress snapshots remember between commits:
+// its own lock (progressOf runs in the poller and the coordinator).
 type commitState struct {
+	mu       sync.Mutex
 	tooLarge map[tpKey]bool // partitions warned about: progress over MetadataMaxBytes
 }
 
@@ -37,11 +39,11 @@ type commitEntry struct {
 	meta   string
 }
 
-// periodicCommit returns the progress to commit now, if pace allows (mu
-// held; pace is the coordinator's).
+// periodicCommit returns the progress to commit now, if pace allows (pace
+// is the coordinator's).
 func (rn *run) periodicCommit(pace *commitPace) []commitEntry {
 	now := rn.cfg.Now()
-	if rn.noCommit || pace.inFlight || now.Sub(pace.last) < rn.cfg.CommitInterval {
+	if rn.noCommit.Load() || pace.inFlight || now.Sub(pace.last) < rn.cfg.CommitInterval {
 		return nil
 	}
 	batch := rn.dirtyProgress()
@@ -51,40 +53,46 @@ func (rn *run) periodicCommit(pace *commitPace) []commitEntry {
 	return batch
 }
 
-// committed marks the partitions whose periodic commit failed dirty (mu
-// held): they are committed again with the next one.
+// committed marks the partitions whose periodic commit failed dirty: they
+// are committed again with the next one.
 func (rn *run) committed(failed []*partState) {
 	for _, ps := range failed {
+		ps.mu.Lock()
 		ps.dirty = true
+		ps.mu.Unlock()
 	}
 }
 
 // dirtyProgress snapshots the progress of the partitions that changed since
-// the last commit and clears their dirty marks (mu held).
+// the last commit and clears their dirty marks: each partition's snapshot
+// under its own lock (their progresses are independent).
 func (rn *run) dirtyProgress() []commitEntry {
 	var batch []commitEntry
-	for _, ps := range rn.parts {
-		if !ps.dirty || ps.dropped {
-			continue
+	for _, ps := range rn.partList() {
+		ps.mu.Lock()
+		if ps.dirty && !ps.dropped.Load() {
+			ps.dirty = false
+			if e, ok := rn.progressOf(ps); ok {
+				batch = append(batch, e)
+			}
 		}
-		ps.dirty = false
-		if e, ok := rn.progressOf(ps); ok {
-			batch = append(batch, e)
-		}
+		ps.mu.Unlock()
 	}
 	return batch
 }
 
-// progressOf snapshots one partition's progress (mu held). ok is false when
-// there is nothing to commit, or when the progress does not fit the
-// broker's metadata bound: the previous commit then stays, which is safe
-// (its log position is older, so a restart reads a longer tail).
+// progressOf snapshots one partition's progress (ps.mu held): the tracker,
+// the unsure set, the recovered states and the log position, read together.
+// ok is false when there is nothing to commit, or when the progress does
+// not fit the broker's metadata bound: the previous commit then stays,
+// which is safe (its log position is older, so a restart reads a longer
+// tail).
 func (rn *run) progressOf(ps *partState) (commitEntry, bool) {
 	base, epoch, ok := ps.wm.commitPoint()
 	if !ok {
 		base, epoch = ps.start, -1
 	}
-	p := progress{Base: base, LogPartition: ps.logPart, LogOffset: rn.logEnd[ps.logPart]}
+	p := progress{Base: base, LogPartition: ps.logPart, LogOffset: ps.logEnd}
 	p.Done = ps.wm.appendDone(nil)
 	for j := range ps.unsure {
 		if j.rec.Offset >= base {
@@ -109,6 +117,8 @@ func (rn *run) progressOf(ps *partState) (commitEntry, bool) {
 	slices.Sort(p.Doubt)
 	p.Doubt = slices.Compact(p.Doubt)
 	meta := encodeProgress(&p)
+	rn.commits.mu.Lock()
+	defer rn.commits.mu.Unlock()
 	if len(meta) > rn.cfg.MetadataMaxBytes {
 		if !rn.commits.tooLarge[ps.key] {
 			if rn.commits.tooLarge == nil {

@@ -17,7 +17,10 @@ import (
 )
 
 // next takes the next leased report to post (mu held), or nil while there
-// is none or a standby episode or a shutdown holds posting.
+// is none or a standby episode or a shutdown holds posting. The report goes
+// in flight in its partition's unsure set, under the partition's lock: a
+// revocation that began first keeps it from being posted, and a commit that
+// comes after carries it.
 func (rn *run) next() *job {
 	// Posts on the wire and answers on their way to Kafka are capped
 	// together: a crash re-posts at most 2 × the limit (at least
@@ -25,25 +28,31 @@ func (rn *run) next() *job {
 	// limit each, so that answers waiting for a slow acknowledgement use the
 	// room of posts not in flight instead of holding workers while less is
 	// at stake.
-	for !rn.stopping && rn.standby == nil && rn.leased.len() > 0 && rn.roomAtStake() && rn.thr.allows(rn.inflight) {
+	for !rn.stopping.Load() && rn.standby == nil && rn.leased.len() > 0 && rn.roomAtStake() && rn.thr.allows(rn.inflight) {
 		j := rn.leased.pop()
 		if rn.leased.len() < rn.cfg.Concurrency {
 			rn.jobsReady()
 		}
-		if j.ps.revoking || j.ps.dropped {
+		ps := j.ps
+		ps.mu.Lock()
+		if ps.revoking.Load() || ps.dropped.Load() {
 			rn.unlease(j)
+			ps.mu.Unlock()
+			rn.idMu.Lock()
 			if rn.active[j.id] == j {
 				rn.release(j)
 			}
+			rn.idMu.Unlock()
 			continue
 		}
 		j.leasedOnly = false
+		ps.inflight++
+		j.unacked++
+		ps.unsure[j] = struct{}{}
+		ps.dirty = true
+		ps.mu.Unlock()
 		j.gen = rn.gen
 		rn.inflight++
-		j.ps.inflight++
-		j.unacked++
-		j.ps.unsure[j] = struct{}{}
-		j.ps.dirty = true
 		return j
 	}
 	return nil
@@ -96,29 +105,25 @@ func (rn *run) worker() {
 func (rn *run) publish(j *job, rec *kgo.Record) {
 	if j.dec.Action.Final() {
 		rn.cl.Produce(context.Background(), rec, func(r *kgo.Record, err error) {
-			rn.mu.Lock()
 			rn.recorded()
 			rn.persisted(j, r, err)
-			if rn.revoking.Load() > 0 {
-				rn.poke()
-			}
-			rn.mu.Unlock()
 		})
 		return
 	}
 	rn.cl.Produce(context.Background(), rec, func(r *kgo.Record, err error) {
-		rn.mu.Lock()
-		defer rn.mu.Unlock()
 		rn.recorded()
+		ps := j.ps
+		ps.mu.Lock()
 		if err != nil {
 			j.inDoubt = true // the answer is not on record
-			if !errors.Is(err, kgo.ErrClientClosed) {
-				rn.stop(fmt.Errorf("reporter: publish delivery record: %w", err), false)
-			}
 		} else {
-			rn.noteLog(r)
+			ps.noteLog(r)
 		}
 		rn.answerAcked(j)
+		ps.mu.Unlock()
+		if err != nil && !errors.Is(err, kgo.ErrClientClosed) {
+			rn.stop(fmt.Errorf("reporter: publish delivery record: %w", err), false)
+		}
 	})
 }
 
@@ -139,7 +144,7 @@ func (rn *run) roomAtStake() bool { return rn.atStake() < rn.stakeCap() }
 // may post now (mu held). Each woken worker is counted out of idle here, so
 // that wake-ups arriving before it runs do not wake it twice.
 func (rn *run) wakeWorkers() {
-	if rn.idle == 0 || rn.leased.len() == 0 || rn.stopping || rn.standby != nil {
+	if rn.idle == 0 || rn.leased.len() == 0 || rn.stopping.Load() || rn.standby != nil {
 		return
 	}
 	n := min(rn.idle, rn.leased.len(), rn.thr.lim.room(rn.inflight), rn.stakeCap()-rn.atStake())
@@ -150,12 +155,14 @@ func (rn *run) wakeWorkers() {
 }
 
 // recorded: one answer handed to Kafka by a worker is acknowledged (or
-// failed) (mu held); a worker held by the cap on posts at stake may go.
-// Each acknowledgement wakes one: those of one produce request come one
-// after the other, and each makes room for one post.
+// failed); a worker held by the cap on posts at stake may go. Each
+// acknowledgement wakes one: those of one produce request come one after
+// the other, and each makes room for one post.
 func (rn *run) recorded() {
+	rn.mu.Lock()
 	rn.unrecorded--
 	rn.wakeWorkers()
+	rn.mu.Unlock()
 }
 
 // post runs in a worker, outside the lock: one POST, classified. It returns
@@ -186,8 +193,12 @@ func (rn *run) post(j *job) *kgo.Record {
 		// The request may have left and no complete answer of the API came
 		// back (Decision.Doubt): the partner may have recorded the report.
 		// Every later post is labelled, and this attempt's record (or, for
-		// an abandoned post, the next one) carries the cause.
+		// an abandoned post, the next one) carries the cause. Under the
+		// partition's lock: an earlier attempt's record acknowledged now
+		// reads it.
+		j.ps.mu.Lock()
 		j.inDoubt = true
+		j.ps.mu.Unlock()
 	}
 	if span.IsRecording() {
 		span.SetAttributes(

@@ -41,11 +41,11 @@ func bareRun(t *testing.T, concurrency, n int) (*run, *partState) {
 // per freed slot made one marker record per 2–3 reports.
 func TestLeaseWaitsForRoom(t *testing.T) {
 	const conc = 8
-	rn, _ := bareRun(t, conc, 100)
+	rn, ps := bareRun(t, conc, 100)
 	rn.mu.Lock()
 	defer rn.mu.Unlock()
 
-	l, recs := rn.takeLease()
+	l, recs, _ := rn.takeLease()
 	if l == nil || len(l.jobs) != leaseRoom(conc, conc) || len(recs) != 1 {
 		t.Fatalf("first lease: %v jobs, %d markers; want %d jobs in 1 marker", l, len(recs), leaseRoom(conc, conc))
 	}
@@ -56,22 +56,22 @@ func TestLeaseWaitsForRoom(t *testing.T) {
 	if len(m.Offsets) != 1 || m.Offsets[0] != [2]int64{0, int64(leaseRoom(conc, conc) - 1)} {
 		t.Fatalf("marker offsets %v, want [[0 %d]]", m.Offsets, leaseRoom(conc, conc)-1)
 	}
-	if l2, _ := rn.takeLease(); l2 != nil {
+	if l2, _, _ := rn.takeLease(); l2 != nil {
 		t.Fatalf("a second lease with no room: %d jobs", len(l2.jobs))
 	}
 
 	// The marker is acknowledged; the workers take reports one by one.
 	rn.mu.Unlock()
-	rn.leaseAcked(l, &kgo.Record{Partition: 0, Offset: 7}, nil)
+	rn.leaseAcked(l, ps, &kgo.Record{Partition: 0, Offset: 7}, nil)
 	rn.mu.Lock()
 	for i := 1; i < leaseChunk(conc, conc); i++ {
 		rn.leased.pop()
-		if l2, _ := rn.takeLease(); l2 != nil {
+		if l2, _, _ := rn.takeLease(); l2 != nil {
 			t.Fatalf("lease taken with room for %d (< %d): %d jobs", i, leaseChunk(conc, conc), len(l2.jobs))
 		}
 	}
 	rn.leased.pop()
-	l2, recs2 := rn.takeLease()
+	l2, recs2, _ := rn.takeLease()
 	if l2 == nil || len(l2.jobs) != leaseChunk(conc, conc) || len(recs2) != 1 {
 		t.Fatalf("lease with room for %d: %v, %d markers", leaseChunk(conc, conc), l2, len(recs2))
 	}
@@ -127,9 +127,7 @@ func TestCapOnPostsAtStake(t *testing.T) {
 
 	// Three acknowledgements back to back, under one lock each.
 	for range 3 {
-		rn.mu.Lock()
 		rn.recorded()
-		rn.mu.Unlock()
 	}
 	for i := range 3 {
 		select {

@@ -49,56 +49,63 @@
 // periodic commit's goroutine, a standby episode's prober, and the Kafka
 // client's produce and group callbacks.
 //
-// Owned without the shared lock:
-//   - the fetch bound: run.pending (atomic) and run.room (the poller
-//     waits on it);
-//   - the periodic commits' pace (commitPace) and the retry, commit and
-//     shutdown timers: the coordinator goroutine's;
-//   - the revocation list: the coordinator's (the others read
-//     run.revoking, an atomic);
-//   - a post under way (the job's attempt, decision, latency and trace id,
-//     and its Delivery record): the worker's, from next to its answer;
-//   - a standby episode's timer and probe count: the prober's.
+// Each concern owns its state and its lock (or its goroutine):
 //
-// One lock, run.mu, guards the state a report moves through: workerState,
-// queueState, answerState, standbyState, stopState (reporter.go), every
-// partState and every job outside a post. They are grouped by concern, but
-// share the lock because each of these steps must be atomic across the
-// concerns:
+//   - Partitions (partState.mu, one per assigned partition): the report's
+//     way from intake to commit, the one invariant that needs a lock across
+//     steps. The tracker (which offsets are final), the unsure set (reports
+//     that may be at the partner without a recorded answer), the recovered
+//     states, the log position (logEnd), the posts out (inflight) and the
+//     reports held past the window. Every step that changes what a commit
+//     would say takes it: intake, a report joining the unsure set before
+//     its lease marker is produced, a post starting (checked against the
+//     partition's revocation and counted in the same step), an answer's
+//     record acknowledged (the log position moves together with the change
+//     the record makes: a snapshot that saw one without the other would
+//     make the next owner skip that record of the log tail and post a final
+//     report again), and the progress snapshot (progressOf), which reads it
+//     all together. Each partition's progress is independent of the
+//     others', so no step locks two partitions.
+//   - Dispatch (run.mu): the queues (fresh, ready, delayed, leased), the
+//     leases on their way, the workers (idle ones wait on run.cond), the
+//     posts in flight and the answers not recorded (the cap on posts at
+//     stake), the throttle (in-flight limit and retry budget, decided with
+//     the in-flight count: no lock of their own, so two workers cannot both
+//     take the last slot) and the standby episode, which holds the dispatch.
+//   - Report ids (run.idMu): the reports on their way by id, each one's
+//     followers (twins waiting for its outcome), and the ids already final
+//     (the duplicate window).
+//   - The partition map (run.partsMu), the commits' memory
+//     (commitState.mu), the first fatal error (run.fatalMu): leaves.
+//   - The stop: run.stopping and run.noCommit are atomics, set once; a post
+//     starts only after next read stopping under run.mu, and the
+//     coordinator ends the run only when it reads stopping and then no post
+//     in flight under run.mu.
+//   - The coordinator's own, without a lock: the periodic commits' pace
+//     (commitPace), the retry, commit and shutdown timers, the revocation
+//     list (the others read run.revoking, an atomic).
+//   - A post under way (the job's attempt, decision, latency and trace id,
+//     and its Delivery record): the worker's, from next to its answer; a
+//     standby episode's timer and probe count: the prober's; the fetch
+//     bound: run.pending (atomic) and run.room.
 //
-//  1. Intake (poller, intake): a fetched record enters its partition's
-//     tracker and a queue, or is final at once (recovered, below minimum).
-//  2. Lease (leaser, takeLease): a queued report passes the duplicate
-//     window and the active reports, and joins its partition's unsure set
-//     before its marker is produced: a commit in between carries it.
-//  3. Marker acknowledged (leaseAcked): logEnd moves and the reports
-//     become postable in one step.
-//  4. Post start (next): a leased report goes in flight after the checks
-//     of stopping, the standby episode, its partition's revocation, the
-//     in-flight limit, the retry budget and the cap on posts at stake, and
-//     is counted (inflight, unacked, unsure) in the same step: no post
-//     starts past a cap, during an episode or after a stop, and no commit
-//     misses it. The throttle (limit and budget) therefore has no lock of
-//     its own: two workers could both take the last slot.
-//  5. Answer (posted): in flight → retry queue, standby hold or final
-//     awaiting its record, with the budget, the limit and the duplicate
-//     window.
-//  6. Answer recorded (produce callbacks: persisted, answerAcked,
-//     recorded): logEnd moves together with the change the record makes
-//     (final in the tracker, doubt cleared). A snapshot that saw the log
-//     position without the change would make the next owner skip that
-//     record of the log tail and post a final report again.
-//  7. Progress snapshot (progressOf, dirtyProgress): the tracker, the
-//     unsure set, the recovered states and logEnd are read together.
-//  8. Revocation done (checkRevocations): the partition's posts are back,
-//     its progress is taken and its state dropped.
+// Lock order: run.mu, then run.idMu, then a partState.mu; the leaves last.
+// Code that starts at a partition (intake, an acknowledged record) releases
+// its lock before it takes run.mu or run.idMu: it returns the reports a
+// moved commit point lets back in (markDone, unheld) and queues them after
+// (pushReady, requeue). Each function's comment says which lock it needs.
+// Under a lock: channel sends that never block (wake-ups, a revocation's
+// reply), cond signals, atomics, metrics, logs. Never under one: calls into
+// the Kafka client (its produce callbacks take these locks), posts,
+// commits, the rate limit's waits.
 //
-// Lock order: run.mu is the only lock of a Run and nothing else is locked
-// while it is held (idle workers wait on run.cond, which is on run.mu).
-// Under it: channel sends that never block (wake-ups, a revocation's
-// reply), cond signals, atomics, metrics, logs. Never under it: calls into
-// the Kafka client (its produce callbacks take run.mu), posts, commits,
-// the rate limit's waits.
+// Between the steps, a report is seen in one state by one concern and in
+// the next by another for a moment; each such moment is safe because the
+// partition's state errs toward doubt: a report joins the unsure set before
+// anything could post it and leaves it only once its answer is on record,
+// so a snapshot taken in between over-counts reports in doubt (the audit's
+// bound stays above the partner's duplicates) and never marks one final
+// that is not.
 //
 // # Time
 //

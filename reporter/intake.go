@@ -42,7 +42,7 @@ func (rn *run) describeTopics(ctx context.Context) error {
 				err = ends.Error()
 			}
 			if err == nil {
-				ends.Each(func(o kadm.ListedOffset) { rn.logEnd[o.Partition] = o.Offset })
+				ends.Each(func(o kadm.ListedOffset) { rn.logStart[o.Partition] = o.Offset })
 				if rn.logParts > 0 {
 					return nil
 				}
@@ -88,9 +88,7 @@ func (rn *run) poll(ctx context.Context) {
 			if err := rn.recoverNew(ctx, recs); err != nil {
 				rn.cl.AllowRebalance()
 				if ctx.Err() == nil {
-					rn.mu.Lock()
 					rn.stop(err, true)
-					rn.mu.Unlock()
 				}
 				return
 			}
@@ -101,12 +99,9 @@ func (rn *run) poll(ctx context.Context) {
 				batch[i].rec = rec
 				batch[i].err = schemas.DecodeTrackPlayHead(rec.Value, &batch[i].tp)
 			}
-			rn.mu.Lock()
-			invalid := rn.intake(batch)
-			rn.mu.Unlock()
-			for _, j := range invalid {
+			for _, j := range rn.intake(batch) {
 				rn.cl.Produce(context.Background(), rn.deliveryRecord(context.Background(), j), func(r *kgo.Record, err error) {
-					rn.persistedLocked(j, r, err)
+					rn.persisted(j, r, err)
 				})
 			}
 		}
@@ -143,69 +138,80 @@ func slimRecord(c, r *kgo.Record) {
 	}
 }
 
-// intake adds fetched records to their partitions' trackers and queues them
-// (mu held). It returns the records that cannot be posted, whose rejected
-// Delivery record the caller publishes outside the lock.
+// intake adds fetched records to their partitions' trackers, each
+// partition's run of records under its lock, then queues them under the
+// dispatch lock. It returns the records that cannot be posted, whose
+// rejected Delivery record the caller publishes. No lock is held when it
+// is called; no rebalance can drop a partition meanwhile (the poller holds
+// rebalances until the intake is done).
 func (rn *run) intake(batch []fetched) (invalid []*job) {
-	defer rn.jobsReady()
-	var ps *partState
+	var fresh, rq []*job
 	now := rn.cfg.Now().UnixNano()
-	for i := range batch {
-		rec, tp, err := batch[i].rec, &batch[i].tp, batch[i].err
-		key := tpKey{rec.Topic, rec.Partition}
-		if ps == nil || ps.key != key {
-			ps = rn.parts[key] // created by recoverNew
-		}
-		seq := ps.wm.add(rec.Offset, rec.LeaderEpoch, now)
-		st, known := ps.recovered[rec.Offset]
-		if known {
-			delete(ps.recovered, rec.Offset)
-			if st == recFinal {
-				// Its final outcome is in the deliveries log already (a stop or
-				// crash before the commit point passed it): never posted again.
-				rn.met.skip(context.Background(), "final_before_restart")
-				rn.markDone(ps, seq)
-				continue
+	for i := 0; i < len(batch); {
+		key := tpKey{batch[i].rec.Topic, batch[i].rec.Partition}
+		ps := rn.part(key) // created by recoverNew
+		ps.mu.Lock()
+		for ; i < len(batch) && batch[i].rec.Partition == key.partition && batch[i].rec.Topic == key.topic; i++ {
+			rec, tp, err := batch[i].rec, &batch[i].tp, batch[i].err
+			seq := ps.wm.add(rec.Offset, rec.LeaderEpoch, now)
+			st, known := ps.recovered[rec.Offset]
+			if known {
+				delete(ps.recovered, rec.Offset)
+				if st == recFinal {
+					// Its final outcome is in the deliveries log already (a stop or
+					// crash before the commit point passed it): never posted again.
+					rn.met.skip(context.Background(), "final_before_restart")
+					rq = rn.markDone(ps, seq, rq)
+					continue
+				}
 			}
-		}
-		switch {
-		case err == nil && tp.ReportID != "" && tp.BelowMinimum:
-			// Shorter than the minimum play length: counted in the ledger,
-			// never posted. Final at once, unless past the progress window
-			// (lease.go): then final when leasing reaches it.
-			if rec.Offset < rn.commitBase(ps)+rn.window {
-				rn.met.skip(context.Background(), "below_minimum")
-				rn.markDone(ps, seq)
-			} else {
+			switch {
+			case err == nil && tp.ReportID != "" && tp.BelowMinimum:
+				// Shorter than the minimum play length: counted in the ledger,
+				// never posted. Final at once, unless past the progress window
+				// (lease.go): then final when leasing reaches it.
+				if rec.Offset < rn.commitBase(ps)+rn.window {
+					rn.met.skip(context.Background(), "below_minimum")
+					rq = rn.markDone(ps, seq, rq)
+				} else {
+					j := newJob(ps, seq, rec, tp.ReportID, tp.EventID)
+					j.skip = true
+					fresh = append(fresh, j)
+				}
+			case err != nil || tp.ReportID == "" || len(tp.Report) == 0 || tp.Report[0] != '{':
+				// A record the reporter cannot post. It is published as rejected
+				// with the reason, so it is never lost silently.
+				msg := "invalid track play record: no report_id or report object"
+				if err != nil {
+					msg = "invalid track play record: " + err.Error()
+				}
+				rn.log.Error("invalid record on the reports topic", "topic", rec.Topic, "partition", rec.Partition, "offset", rec.Offset, "err", msg)
+				rn.met.skip(context.Background(), "invalid")
 				j := newJob(ps, seq, rec, tp.ReportID, tp.EventID)
-				j.skip = true
-				rn.fresh.push(j)
+				j.dec = Decision{Action: ActRejected, Outcome: schemas.OutcomeRejected, Message: msg}
+				ps.inflight++
+				invalid = append(invalid, j)
+			default:
+				j := newJob(ps, seq, rec, tp.ReportID, tp.EventID)
+				j.body = tp.Report
+				if known && st == recDoubt {
+					// The previous owner may have posted it without recording the
+					// answer: post it again, labelled, so the audit counts it.
+					j.inDoubt = true
+					j.carried = schemas.DoubtCrash
+					ps.unsure[j] = struct{}{}
+				}
+				fresh = append(fresh, j)
 			}
-		case err != nil || tp.ReportID == "" || len(tp.Report) == 0 || tp.Report[0] != '{':
-			// A record the reporter cannot post. It is published as rejected
-			// with the reason, so it is never lost silently.
-			msg := "invalid track play record: no report_id or report object"
-			if err != nil {
-				msg = "invalid track play record: " + err.Error()
-			}
-			rn.log.Error("invalid record on the reports topic", "topic", rec.Topic, "partition", rec.Partition, "offset", rec.Offset, "err", msg)
-			rn.met.skip(context.Background(), "invalid")
-			j := newJob(ps, seq, rec, tp.ReportID, tp.EventID)
-			j.dec = Decision{Action: ActRejected, Outcome: schemas.OutcomeRejected, Message: msg}
-			ps.inflight++
-			invalid = append(invalid, j)
-		default:
-			j := newJob(ps, seq, rec, tp.ReportID, tp.EventID)
-			j.body = tp.Report
-			if known && st == recDoubt {
-				// The previous owner may have posted it without recording the
-				// answer: post it again, labelled, so the audit counts it.
-				j.inDoubt = true
-				j.carried = schemas.DoubtCrash
-				ps.unsure[j] = struct{}{}
-			}
-			rn.fresh.push(j)
 		}
+		ps.mu.Unlock()
 	}
+	rn.mu.Lock()
+	for _, j := range fresh {
+		rn.fresh.push(j)
+	}
+	rn.pushReady(rq)
+	rn.jobsReady()
+	rn.mu.Unlock()
 	return invalid
 }

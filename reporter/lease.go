@@ -47,7 +47,7 @@ func leaseChunk(concurrency, limit int) int { return max(1, leaseRoom(concurrenc
 // lease is a batch of reports whose markers are on their way to Kafka.
 type lease struct {
 	jobs    []*job
-	markers int // markers not acknowledged yet
+	markers int // markers not acknowledged yet (run.mu)
 }
 
 // leaser leases queued reports until the run ends.
@@ -60,29 +60,32 @@ func (rn *run) leaser() {
 		}
 		for {
 			rn.mu.Lock()
-			l, recs := rn.takeLease()
+			l, recs, parts := rn.takeLease()
 			rn.mu.Unlock()
 			if l == nil {
 				break
 			}
-			for _, rec := range recs {
-				rn.cl.Produce(context.Background(), rec, func(r *kgo.Record, err error) { rn.leaseAcked(l, r, err) })
+			for i, rec := range recs {
+				ps := parts[i]
+				rn.cl.Produce(context.Background(), rec, func(r *kgo.Record, err error) { rn.leaseAcked(l, ps, r, err) })
 			}
 		}
 	}
 }
 
 // takeLease moves up to the lease room's worth of queued reports into a
-// new lease and returns it with its marker records (mu held); nil when
-// there is nothing to lease or no room.
-func (rn *run) takeLease() (*lease, []*kgo.Record) {
-	if rn.stopping || rn.exiting || rn.standby != nil {
-		return nil, nil
+// new lease and returns it with its marker records and the partition of
+// each (mu held); nil when there is nothing to lease or no room. Each
+// report joins its partition's unsure set before its marker is produced:
+// a commit in between carries it.
+func (rn *run) takeLease() (*lease, []*kgo.Record, []*partState) {
+	if rn.stopping.Load() || rn.exiting || rn.standby != nil {
+		return nil, nil, nil
 	}
 	limit := int(rn.thr.lim.limit)
 	room := leaseRoom(rn.cfg.Concurrency, limit) - rn.leased.len() - rn.leasing
 	if room < leaseChunk(rn.cfg.Concurrency, limit) {
-		return nil, nil
+		return nil, nil, nil
 	}
 	// Few partitions per lease: a slice, not a map (allocations per lease
 	// are allocations per report at full speed).
@@ -94,15 +97,18 @@ func (rn *run) takeLease() (*lease, []*kgo.Record) {
 			break
 		}
 		l.jobs = append(l.jobs, j)
+		ps := j.ps
+		ps.mu.Lock()
 		j.leasedOnly = true
-		j.ps.unsure[j] = struct{}{}
-		j.ps.dirty = true
+		ps.unsure[j] = struct{}{}
+		ps.dirty = true
+		ps.mu.Unlock()
 		i := 0
-		for i < len(parts) && parts[i].ps != j.ps {
+		for i < len(parts) && parts[i].ps != ps {
 			i++
 		}
 		if i == len(parts) {
-			parts = append(parts, partLease{ps: j.ps, m: schemas.Lease{V: 1, Partition: j.ps.key.partition}})
+			parts = append(parts, partLease{ps: ps, m: schemas.Lease{V: 1, Partition: ps.key.partition}})
 		}
 		m := &parts[i].m
 		if n := len(m.Offsets); n > 0 && m.Offsets[n-1][1]+1 == j.rec.Offset {
@@ -112,18 +118,20 @@ func (rn *run) takeLease() (*lease, []*kgo.Record) {
 		}
 	}
 	if len(l.jobs) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	rn.leasing += len(l.jobs)
 	recs := make([]*kgo.Record, 0, len(parts))
+	pss := make([]*partState, 0, len(parts))
 	for i := range parts {
 		rh := &recordWithHeader{}
 		rh.hdr[0] = kgo.RecordHeader{Key: schemas.HeaderLease, Value: rn.groupHdr}
 		rh.rec = kgo.Record{Partition: parts[i].ps.logPart, Headers: rh.hdr[:1:1], Value: appendLease(make([]byte, 0, 48+44*len(parts[i].m.Offsets)), &parts[i].m)}
 		recs = append(recs, &rh.rec)
+		pss = append(pss, parts[i].ps)
 	}
 	l.markers = len(recs)
-	return l, recs
+	return l, recs, pss
 }
 
 // partLease is the lease marker of one partition in the making.
@@ -132,18 +140,22 @@ type partLease struct {
 	m  schemas.Lease
 }
 
-// leaseAcked applies the acknowledgement of one lease marker; once all of a
-// lease's markers are in, its reports may be posted.
-func (rn *run) leaseAcked(l *lease, r *kgo.Record, err error) {
-	rn.mu.Lock()
-	defer rn.mu.Unlock()
+// leaseAcked applies the acknowledgement of the lease marker of partition
+// ps (no lock held); once all of a lease's markers are in, its reports may
+// be posted. The reports are in their partitions' unsure sets already, so
+// the log position may move before they become postable.
+func (rn *run) leaseAcked(l *lease, ps *partState, r *kgo.Record, err error) {
 	if err != nil {
 		if !errors.Is(err, kgo.ErrClientClosed) {
 			rn.stop(fmt.Errorf("reporter: publish lease marker: %w", err), false)
 		}
 	} else {
-		rn.noteLog(r)
+		ps.mu.Lock()
+		ps.noteLog(r)
+		ps.mu.Unlock()
 	}
+	rn.mu.Lock()
+	defer rn.mu.Unlock()
 	if l.markers--; l.markers > 0 {
 		return
 	}
@@ -154,16 +166,18 @@ func (rn *run) leaseAcked(l *lease, r *kgo.Record, err error) {
 	rn.jobsReady()
 }
 
-// noteLog records that r, produced by this run, is acknowledged (mu held).
-func (rn *run) noteLog(r *kgo.Record) {
-	if r.Offset+1 > rn.logEnd[r.Partition] {
-		rn.logEnd[r.Partition] = r.Offset + 1
+// noteLog records that r, produced by this run for the partition, is
+// acknowledged (ps.mu held).
+func (ps *partState) noteLog(r *kgo.Record) {
+	if r.Offset+1 > ps.logEnd {
+		ps.logEnd = r.Offset + 1
 	}
 }
 
-// take pops the next report to lease (mu held): retries and replays first.
-// Reports already final (re-published events) are passed; a report whose
-// twin is on its way waits for the twin's outcome.
+// take pops the next report to lease (mu held; it takes idMu and the
+// report's partition lock in turn): retries and replays first. Reports
+// already final (re-published events) are passed; a report whose twin is on
+// its way waits for the twin's outcome.
 func (rn *run) take() *job {
 	for {
 		j := rn.ready.pop()
@@ -172,45 +186,56 @@ func (rn *run) take() *job {
 				return nil
 			}
 		}
-		if j.ps.revoking || j.ps.dropped {
+		ps := j.ps
+		ps.mu.Lock()
+		switch {
+		case ps.revoking.Load() || ps.dropped.Load():
+			ps.mu.Unlock()
 			continue
-		}
-		if !rn.inWindow(j) {
-			j.ps.pastWindow.push(j) // back in ready once the commit point moved
+		case !rn.inWindow(j):
+			ps.pastWindow.push(j) // back in ready once the commit point moved
+			ps.mu.Unlock()
 			continue
-		}
-		if j.skip {
+		case j.skip:
 			// Below the minimum play length past the window at intake:
 			// final now that the progress can hold it.
 			rn.met.skip(context.Background(), "below_minimum")
-			rn.markDone(j.ps, j.seq)
+			rq := rn.markDone(ps, j.seq, nil)
+			ps.mu.Unlock()
+			rn.pushReady(rq)
 			continue
 		}
+		ps.mu.Unlock()
+		rn.idMu.Lock()
 		if rn.recent.has(j.id) && rn.active[j.id] != j {
+			rn.idMu.Unlock()
 			// Already delivered or rejected within the window (re-published
 			// event): final without a post.
 			rn.met.skip(context.Background(), "duplicate")
 			rn.log.Debug("skipping report already final", "report_id", j.id)
-			rn.finalWithoutPost(j)
+			rn.pushReady(rn.finalWithoutPost(j, nil))
 			continue
 		}
 		if a := rn.active[j.id]; a != nil && a != j {
 			// The same report is on its way: wait for its outcome.
 			a.followers = append(a.followers, j)
+			rn.idMu.Unlock()
 			continue
 		}
 		rn.active[j.id] = j
+		rn.idMu.Unlock()
 		return j
 	}
 }
 
 // inWindow reports whether j lies within its partition's progress window
-// past the commit point (mu held): only then may it be leased or made final.
+// past the commit point (j.ps.mu held): only then may it be leased or made
+// final.
 func (rn *run) inWindow(j *job) bool {
 	return j.rec.Offset < rn.commitBase(j.ps)+rn.window
 }
 
-// commitBase is the partition's commit point (mu held): the Base of its
+// commitBase is the partition's commit point (ps.mu held): the Base of its
 // progress.
 func (rn *run) commitBase(ps *partState) int64 {
 	if base, _, ok := ps.wm.commitPoint(); ok {
@@ -219,20 +244,39 @@ func (rn *run) commitBase(ps *partState) int64 {
 	return ps.start
 }
 
-// unheld requeues the reports a partition held back past its window, once
-// its commit point moved (mu held).
-func (rn *run) unheld(ps *partState) {
-	if ps.pastWindow.len() == 0 {
+// unheld appends to rq the reports a partition held back past its window,
+// once its commit point moved (ps.mu held); the caller queues them
+// (pushReady) once it holds the dispatch lock.
+func (ps *partState) unheld(rq []*job) []*job {
+	for j := ps.pastWindow.pop(); j != nil; j = ps.pastWindow.pop() {
+		rq = append(rq, j)
+	}
+	return rq
+}
+
+// pushReady queues rq for leasing (mu held).
+func (rn *run) pushReady(rq []*job) {
+	if len(rq) == 0 {
 		return
 	}
-	for j := ps.pastWindow.pop(); j != nil; j = ps.pastWindow.pop() {
+	for _, j := range rq {
 		rn.ready.push(j)
 	}
 	rn.jobsReady()
 }
 
-// unlease gives up j's lease without posting it (mu held): it is no longer
-// unsure unless something else makes it so.
+// requeue queues rq for leasing (no lock held).
+func (rn *run) requeue(rq []*job) {
+	if len(rq) == 0 {
+		return
+	}
+	rn.mu.Lock()
+	rn.pushReady(rq)
+	rn.mu.Unlock()
+}
+
+// unlease gives up j's lease without posting it (j.ps.mu held): it is no
+// longer unsure unless something else makes it so.
 func (rn *run) unlease(j *job) {
 	if !j.leasedOnly {
 		return
@@ -248,7 +292,9 @@ func (rn *run) unlease(j *job) {
 // run stops posting (shutdown) and they will be posted by the next one.
 func (rn *run) unleaseAll() {
 	for _, j := range rn.leased.all() {
+		j.ps.mu.Lock()
 		rn.unlease(j)
+		j.ps.mu.Unlock()
 	}
 }
 

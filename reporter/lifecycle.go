@@ -32,9 +32,11 @@ func (rn *run) coordinate(ctx context.Context) error {
 	commitDone := make(chan []*partState, 1)
 
 	for {
-		rn.mu.Lock()
 		rn.checkRevocations(rn.cfg.Now())
-		if rn.stopping && rn.inflight == 0 {
+		rn.mu.Lock()
+		// stopping is set before this lock is taken: a worker that takes a
+		// report after this check saw it (next) and takes none.
+		if rn.stopping.Load() && rn.inflight == 0 {
 			rn.mu.Unlock()
 			return rn.finish()
 		}
@@ -49,11 +51,11 @@ func (rn *run) coordinate(ctx context.Context) error {
 			rn.retryAt = next
 			retryTimer.Reset(max(next.Sub(rn.cfg.Now()), 0))
 		}
+		rn.mu.Unlock()
 		var batch []commitEntry
-		if !rn.stopping {
+		if !rn.stopping.Load() {
 			batch = rn.periodicCommit(&pace)
 		}
-		rn.mu.Unlock()
 		if batch != nil {
 			rn.commitWG.Go(func() { commitDone <- rn.commit(ctx, "periodic", batch) })
 		}
@@ -61,9 +63,7 @@ func (rn *run) coordinate(ctx context.Context) error {
 		select {
 		case <-rn.wake:
 		case req := <-rn.revokeCh:
-			rn.mu.Lock()
 			rn.startRevocation(req)
-			rn.mu.Unlock()
 		case <-retryTimer.C():
 			rn.mu.Lock()
 			rn.retryAt = time.Time{}
@@ -72,19 +72,15 @@ func (rn *run) coordinate(ctx context.Context) error {
 			rn.mu.Unlock()
 		case failed := <-commitDone:
 			pace.inFlight = false
-			if len(failed) > 0 {
-				rn.mu.Lock()
-				rn.committed(failed)
-				rn.mu.Unlock()
-			}
+			rn.committed(failed)
 		case <-commitTick.C():
 			commitTick.Reset(rn.cfg.CommitInterval)
 		case <-done:
 			done = nil
 			shutdownTimer = clk.NewTimer(rn.cfg.ShutdownTimeout)
 			deadline = shutdownTimer.C()
+			rn.stopping.Store(true)
 			rn.mu.Lock()
-			rn.stopping = true
 			rn.log.Info("reporter shutting down: no new posts; waiting for posts in flight",
 				"in_flight", rn.inflight, "timeout", rn.cfg.ShutdownTimeout)
 			rn.mu.Unlock()
@@ -141,15 +137,19 @@ func (rn *run) finish() error {
 	// leased but not posted are not in doubt. A lease whose marker is still
 	// unacknowledged was flushed above.
 	rn.unleaseAll()
+	rn.mu.Unlock()
 	var batch []commitEntry
-	if !rn.noCommit {
-		for _, ps := range rn.parts {
+	if !rn.noCommit.Load() {
+		for _, ps := range rn.partList() {
+			ps.mu.Lock()
 			ps.dirty = true // all of them: a periodic commit may have failed
+			ps.mu.Unlock()
 		}
 		batch = rn.dirtyProgress()
 	}
+	rn.fatalMu.Lock()
 	fatal := rn.fatal
-	rn.mu.Unlock()
+	rn.fatalMu.Unlock()
 	if len(batch) > 0 {
 		ctx, cancel := context.WithTimeout(context.Background(), rn.cfg.ShutdownTimeout)
 		if failed := rn.commit(ctx, "shutdown", batch); len(failed) == 0 {
@@ -175,15 +175,19 @@ func (rn *run) configError(j *job, d Decision) error {
 
 // stop ends the run after a configuration or publishing error: posts in
 // flight are abandoned and, when noCommit, no offset is committed any more.
+// It takes only fatalMu (a leaf): any goroutine may call it, holding any
+// lock.
 func (rn *run) stop(err error, noCommit bool) {
+	rn.fatalMu.Lock()
 	if rn.fatal == nil {
 		rn.fatal = err
 		rn.log.Error("reporter stopping", "err", err, "commit", !noCommit)
 	}
+	rn.fatalMu.Unlock()
 	if noCommit {
-		rn.noCommit = true
+		rn.noCommit.Store(true)
 	}
-	rn.stopping = true
+	rn.stopping.Store(true)
 	rn.cancelPosts()
 	rn.poke()
 }

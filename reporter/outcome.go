@@ -9,15 +9,20 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// finalWithoutPost marks a job final that needs no post (mu held).
-func (rn *run) finalWithoutPost(j *job) {
-	delete(j.ps.unsure, j)
-	j.ps.dirty = true
-	rn.markDone(j.ps, j.seq)
+// finalWithoutPost marks a job final that needs no post (no lock held but
+// possibly mu: it takes j.ps.mu). It returns rq with the reports the
+// partition's moved commit point lets back in (pushReady, requeue).
+func (rn *run) finalWithoutPost(j *job, rq []*job) []*job {
+	ps := j.ps
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	delete(ps.unsure, j)
+	ps.dirty = true
+	return rn.markDone(ps, j.seq, rq)
 }
 
 // answerAcked: the answer of one post of j is on record (or will never be,
-// and j is in doubt) (mu held).
+// and j is in doubt) (j.ps.mu held).
 func (rn *run) answerAcked(j *job) {
 	j.unacked--
 	if j.unacked <= 0 && !j.inDoubt && !j.leasedOnly {
@@ -26,30 +31,23 @@ func (rn *run) answerAcked(j *job) {
 	j.ps.dirty = true
 }
 
-func (rn *run) persistedLocked(j *job, r *kgo.Record, err error) {
-	rn.mu.Lock()
-	rn.persisted(j, r, err)
-	if rn.revoking.Load() > 0 {
-		rn.poke()
-	}
-	rn.mu.Unlock()
-}
-
-// posted applies the answer of j's post to the state (mu held).
+// posted applies the answer of j's post to the state (mu held; it takes
+// idMu and the partition's lock in turn).
 func (rn *run) posted(j *job) {
 	ps, d := j.ps, j.dec
 	if d.Action.Final() {
 		rn.healthy(j)
+		rn.idMu.Lock()
 		rn.recent.add(j.id)
+		rn.idMu.Unlock()
 		if d.Action == ActRejected {
 			rn.log.Warn("report rejected by the partner API", "report_id", j.id, "status", d.Status, "message", d.Message, "fields", d.Fields)
 		}
-		if rn.stopping {
+		if rn.stopping.Load() {
 			rn.poke()
 		}
 		return // ps.inflight drops when the Delivery record is persisted
 	}
-	ps.inflight--
 	switch {
 	case d.Action == ActRetry && d.Reason != ReasonUnauthorized:
 		before := math.Floor(rn.thr.lim.limit)
@@ -62,6 +60,8 @@ func (rn *run) posted(j *job) {
 	default:
 		rn.healthy(j)
 	}
+	ps.mu.Lock()
+	ps.inflight--
 	if d.Action == ActAbandon {
 		// Cancelled while in flight: it may have reached the partner, and
 		// no answer will be recorded.
@@ -71,8 +71,13 @@ func (rn *run) posted(j *job) {
 		}
 		rn.answerAcked(j)
 	}
-	if ps.dropped || ps.revoking {
+	gone := ps.dropped.Load() || ps.revoking.Load()
+	ps.mu.Unlock()
+	if gone {
+		rn.idMu.Lock()
 		rn.release(j)
+		rn.idMu.Unlock()
+		rn.poke()
 		return
 	}
 	switch d.Action {
@@ -81,18 +86,27 @@ func (rn *run) posted(j *job) {
 	case ActRetry:
 		rn.retry(j)
 	case ActStop:
+		rn.idMu.Lock()
 		rn.release(j)
+		rn.idMu.Unlock()
 		rn.stop(rn.configError(j, d), true)
 	case ActAbandon:
+		rn.idMu.Lock()
 		rn.release(j)
-		if !rn.stopping {
-			// Cancelled without a shutdown (cannot happen today): post again.
+		// Cancelled without a shutdown (cannot happen today): post again,
+		// unless its partition was dropped meanwhile (checkRevocations
+		// drops it before it forgets its active reports).
+		again := !rn.stopping.Load() && !ps.dropped.Load()
+		if again {
 			rn.active[j.id] = j
+		}
+		rn.idMu.Unlock()
+		if again {
 			rn.ready.push(j)
 			rn.jobsReady()
 		}
 	}
-	if rn.stopping || rn.revoking.Load() > 0 {
+	if rn.stopping.Load() || rn.revoking.Load() > 0 {
 		rn.poke()
 	}
 }
@@ -156,13 +170,13 @@ func (rn *run) limitMoved(before float64) bool {
 }
 
 // release forgets that j is on its way (not final), requeueing followers
-// whose partition is still ours.
+// whose partition is still ours (mu and idMu held).
 func (rn *run) release(j *job) {
 	if rn.active[j.id] == j {
 		delete(rn.active, j.id)
 	}
 	for _, f := range j.followers {
-		if !f.ps.dropped && !f.ps.revoking && f.ps != j.ps {
+		if !f.ps.dropped.Load() && !f.ps.revoking.Load() && f.ps != j.ps {
 			rn.ready.push(f)
 		}
 	}
@@ -170,37 +184,58 @@ func (rn *run) release(j *job) {
 	rn.jobsReady()
 }
 
-// persisted applies the acknowledgement of a final Delivery record (mu held).
+// persisted applies the acknowledgement of a final Delivery record (a
+// produce callback; no lock held). Under the partition's lock, the log
+// position moves together with the report's final mark: a snapshot that
+// saw the position without the mark would make the next owner skip that
+// record of the log tail and post a final report again.
 func (rn *run) persisted(j *job, r *kgo.Record, err error) {
 	if err != nil {
 		rn.stop(fmt.Errorf("reporter: publish delivery record of report %s: %w", j.id, err), false)
 		return
 	}
-	rn.noteLog(r)
-	j.ps.inflight--
+	ps := j.ps
+	var rq []*job
+	ps.mu.Lock()
+	ps.noteLog(r)
+	ps.inflight--
+	delete(ps.unsure, j)
+	ps.dirty = true
+	dropped := ps.dropped.Load()
+	rq = rn.markDone(ps, j.seq, rq)
+	ps.mu.Unlock()
+	rn.idMu.Lock()
 	if rn.active[j.id] == j {
 		delete(rn.active, j.id)
 	}
-	delete(j.ps.unsure, j)
-	j.ps.dirty = true
-	if j.ps.dropped {
-		return
-	}
-	rn.markDone(j.ps, j.seq)
-	for _, f := range j.followers {
-		if !f.ps.dropped {
-			rn.met.skip(context.Background(), "duplicate")
-			rn.finalWithoutPost(f)
+	followers := j.followers
+	j.followers = nil
+	rn.idMu.Unlock()
+	if !dropped {
+		// Twins that waited for this outcome: final without a post.
+		for _, f := range followers {
+			if !f.ps.dropped.Load() {
+				rn.met.skip(context.Background(), "duplicate")
+				rq = rn.finalWithoutPost(f, rq)
+			}
 		}
 	}
-	j.followers = nil
+	rn.requeue(rq)
+	if rn.revoking.Load() > 0 {
+		rn.poke() // a revocation may wait for this partition's posts
+	}
 }
 
-// markDone records a final outcome in the partition's tracker.
-func (rn *run) markDone(ps *partState, seq uint64) {
+// markDone records a final outcome in the partition's tracker (ps.mu held)
+// and returns rq with the reports its moved commit point lets back in. A
+// dropped partition's tracker is gone: nothing changes.
+func (rn *run) markDone(ps *partState, seq uint64, rq []*job) []*job {
+	if ps.dropped.Load() {
+		return rq
+	}
 	ps.dirty = true
 	if n := ps.wm.markDone(seq); n > 0 {
-		rn.unheld(ps)
+		rq = ps.unheld(rq)
 		if rn.pending.Add(-int64(n)) < int64(rn.cfg.MaxPending) {
 			select {
 			case rn.room <- struct{}{}:
@@ -208,4 +243,5 @@ func (rn *run) markDone(ps *partState, seq uint64) {
 			}
 		}
 	}
+	return rq
 }

@@ -50,7 +50,7 @@ func (rn *run) recoverNew(ctx context.Context, recs []*kgo.Record) error {
 	// The partitions seen for the first time, and the offset each is first
 	// fetched from (its commit point until it has a record).
 	first := map[int32]int64{}
-	rn.mu.Lock()
+	rn.partsMu.Lock()
 	for _, r := range recs {
 		if rn.parts[tpKey{r.Topic, r.Partition}] != nil {
 			continue
@@ -59,7 +59,7 @@ func (rn *run) recoverNew(ctx context.Context, recs []*kgo.Record) error {
 			first[r.Partition] = r.Offset
 		}
 	}
-	rn.mu.Unlock()
+	rn.partsMu.Unlock()
 	if len(first) == 0 {
 		return nil
 	}
@@ -81,30 +81,35 @@ func (rn *run) recoverNew(ctx context.Context, recs []*kgo.Record) error {
 	if err != nil {
 		return fmt.Errorf("reporter: recover partitions %v of %s: %w", fresh, rn.topics.Reports, err)
 	}
-	rn.mu.Lock()
 	var batch []commitEntry
-	for _, p := range fresh {
-		key := tpKey{rn.topics.Reports, p}
-		ps := &partState{key: key, logPart: p % rn.logParts, unsure: map[*job]struct{}{}, recovered: got.state[p], start: first[p]}
-		if b, ok := got.base[p]; ok && b < ps.start {
-			ps.start = b
-		}
-		rn.parts[key] = ps
-	}
-	for lp, end := range got.logEnd {
-		if end > rn.logEnd[lp] {
-			rn.logEnd[lp] = end
-		}
-	}
+	rn.idMu.Lock()
 	for _, id := range got.finalIDs {
 		rn.recent.add(id)
 	}
+	rn.idMu.Unlock()
 	for _, p := range fresh {
-		if e, ok := rn.progressOf(rn.parts[tpKey{rn.topics.Reports, p}]); ok {
+		key := tpKey{rn.topics.Reports, p}
+		lp := p % rn.logParts
+		// The log position of its progress: every record of the partition
+		// before it is in the recovered state. With progress, the tail was
+		// read to got.logEnd (≥ the log's end when the run started);
+		// without, no owner wrote a marker of it (each commits progress
+		// first, as below), and the old position (the end at the start) is
+		// what the previous run's code used too.
+		ps := &partState{key: key, logPart: lp, unsure: map[*job]struct{}{}, recovered: got.state[p], start: first[p],
+			logEnd: max(rn.logStart[lp], got.logEnd[lp])}
+		if b, ok := got.base[p]; ok && b < ps.start {
+			ps.start = b
+		}
+		ps.mu.Lock()
+		if e, ok := rn.progressOf(ps); ok {
 			batch = append(batch, e)
 		}
+		ps.mu.Unlock()
+		rn.partsMu.Lock()
+		rn.parts[key] = ps
+		rn.partsMu.Unlock()
 	}
-	rn.mu.Unlock()
 	// Commit the recovered progress before anything of these partitions is
 	// leased: from now on the log position of every later marker and answer
 	// is covered by a commit, whenever this process dies.

@@ -68,8 +68,11 @@ func New(cfg Config, api API) (*Reporter, error) {
 	return r, nil
 }
 
-// job is one report record on its way to a final outcome. The run owns it
-// (under run.mu), except while a worker posts it.
+// job is one report record on its way to a final outcome. Its fields
+// follow the concern that uses them: leasedOnly, unacked and inDoubt (what
+// makes it unsure) under its partition's lock, followers under run.idMu,
+// the rest under run.mu while it is queued and the worker's while it is
+// posted.
 type job struct {
 	ps   *partState
 	seq  uint64
@@ -124,17 +127,32 @@ type tpKey struct {
 	partition int32
 }
 
-// partState is the run's state of one assigned partition.
+// partState is the run's state of one assigned partition: the one lock a
+// report's way from intake to commit needs (see "State and locks" in
+// doc.go). Its fields are guarded by mu, except key, logPart (fixed) and
+// the flags revoking and dropped, which are written under mu and may be
+// read without it where a stale value only costs a check later.
 type partState struct {
-	key      tpKey
-	wm       watermark
-	inflight int  // jobs being posted or waiting for their Delivery record to persist
-	revoking bool // revocation asked: dispatch nothing more of it
-	dropped  bool // revoked/lost: late events are ignored
-	dirty    bool // progress changed since the last commit
+	key tpKey
 	// logPart is the partition of <prefix>.deliveries that holds this
 	// partition's lease markers and Delivery records.
 	logPart int32
+
+	mu       sync.Mutex
+	revoking atomic.Bool // revocation asked: dispatch nothing more of it
+	dropped  atomic.Bool // revoked/lost: late events are ignored
+
+	wm       watermark
+	inflight int  // jobs being posted or waiting for their Delivery record to persist
+	dirty    bool // progress changed since the last commit
+	// logEnd is the offset after the last record of this partition (lease
+	// marker or Delivery record) acknowledged in its deliveries partition,
+	// or where that partition ended when this run took it: a progress
+	// snapshot's LogOffset. It moves together with what the record changes
+	// (noteLog), so a snapshot never says a record is behind it without
+	// its change. Only this partition's records move it: a recovery reads
+	// the others of the log partition and passes them.
+	logEnd int64
 	// unsure are the jobs whose report may be at the partner without a
 	// recorded answer (see job.unacked and job.inDoubt).
 	unsure map[*job]struct{}
@@ -149,18 +167,24 @@ type partState struct {
 	pastWindow fifo
 }
 
-// run is the state of one Run. The fields below mu are guarded by it;
-// workers apply their own answers and take their next report under it, so
-// a report costs no goroutine hand-off; idle workers wait on cond.
+// run is the state of one Run. Its state is split by concern, each with
+// its own lock or goroutine (see "State and locks" in doc.go): the
+// partitions (partState.mu, the report's way from intake to commit), the
+// dispatch (mu), the report ids (idMu), the partition map (partsMu), the
+// commits' memory (commitState.mu), the stop (atomics and fatalMu), and the
+// coordinator's own.
 type run struct {
 	*Reporter
 	cl     *kgo.Client
 	adm    *kadm.Client
 	topics kafkax.Topics
 	// reportsID is the topic id of <prefix>.reports (offset commits v10+);
-	// logParts is the partition count of <prefix>.deliveries.
+	// logParts is the partition count of <prefix>.deliveries; logStart is,
+	// per deliveries partition, its end when the run started. Fixed once
+	// connected.
 	reportsID [16]byte
 	logParts  int32
+	logStart  map[int32]int64
 	// window is how far past its commit point a partition may lease
 	// (progressWindow of MetadataMaxBytes).
 	window int64
@@ -184,20 +208,28 @@ type run struct {
 	// to the Kafka client yet.
 	publishing sync.WaitGroup
 
-	// mu guards the state of the reports on their way (the embedded
-	// states below). See "State and locks" in doc.go for why these share
-	// one lock, the steps that need it and the lock order.
+	// mu is the dispatch lock: it guards workerState, queueState and
+	// standbyState, what decides which report is posted next and when.
 	mu sync.Mutex
 	workerState
 	queueState
-	answerState
 	standbyState
+
+	// idMu guards answerState: the reports on their way by id and the ids
+	// already final.
+	idMu sync.Mutex
+	answerState
+
+	// partsMu guards parts, the assigned partitions by key (a leaf lock:
+	// nothing else is locked while it is held).
+	partsMu sync.Mutex
+	parts   map[tpKey]*partState
+
 	stopState
 }
 
-// The states a report moves through, by concern. Each is guarded by run.mu
-// (the field comments say where one is not); they are separate types to
-// say which code owns which fields, not to be locked on their own.
+// The states of the dispatch, by concern: each guarded by run.mu (the field
+// comments say where one is not).
 
 // workerState is the workers and what they have out (dispatch.go).
 type workerState struct {
@@ -209,10 +241,9 @@ type workerState struct {
 	thr        *throttle  // the retry budget and the in-flight limit
 }
 
-// queueState is intake, the queues and the leases (intake.go, lease.go,
-// outcome.go).
+// queueState is the queues and the leases on their way (intake.go,
+// lease.go, outcome.go).
 type queueState struct {
-	parts   map[tpKey]*partState
 	fresh   fifo
 	ready   fifo // retries and replays: leased before fresh records
 	delayed delayQueue
@@ -221,38 +252,41 @@ type queueState struct {
 	leased fifo
 	// leasing counts reports in leases whose marker is not acknowledged.
 	leasing int
-	// logEnd is, per deliveries partition, the offset after the last
-	// record of ours acknowledged there (or its end when the run started).
-	logEnd map[int32]int64
 }
 
-// answerState is what the answers left: the reports on their way by id
-// and the ids already final (outcome.go, dedupe.go).
-type answerState struct {
-	active map[string]*job
-	recent *recentSet
-}
-
-// standbyState is the standby episode under way (standby.go).
+// standbyState is the standby episode under way (standby.go): it holds the
+// dispatch, so it is the dispatch's.
 type standbyState struct {
 	held    []*job // answered by standby during the current episode
 	standby *episode
 	gen     uint64
 }
 
+// answerState is what the answers left, guarded by run.idMu: the reports on
+// their way by id (and each one's followers) and the ids already final
+// (outcome.go, dedupe.go).
+type answerState struct {
+	active map[string]*job
+	recent *recentSet
+}
+
 // stopState is rebalances, commits and shutdown (revoke.go, commit.go,
-// lifecycle.go).
+// lifecycle.go): no lock of run.mu's.
 type stopState struct {
 	// revocations are the coordinator goroutine's (startRevocation,
 	// checkRevocations); the others read only revoking.
 	revocations []*revocation
-	// revoking is len(revocations), stored under mu by the coordinator:
-	// an answer that comes back while one is under way wakes it.
+	// revoking is len(revocations), stored by the coordinator: an answer
+	// that comes back while one is under way wakes it.
 	revoking atomic.Int32
 	commits  commitState
-	stopping bool
-	noCommit bool
-	fatal    error
+	// stopping: no post starts any more (a shutdown or a fatal error);
+	// noCommit: no offset is committed any more (a configuration error).
+	// Set once, never cleared.
+	stopping atomic.Bool
+	noCommit atomic.Bool
+	fatalMu  sync.Mutex
+	fatal    error // the first fatal error (fatalMu)
 }
 
 // Run consumes <prefix>.reports and delivers every report until ctx ends
@@ -287,21 +321,41 @@ func (r *Reporter) Run(ctx context.Context) error {
 // gauges reads the state the reporter's gauges show (metrics.go).
 func (rn *run) gauges() gauges {
 	rn.mu.Lock()
-	defer rn.mu.Unlock()
 	now := rn.cfg.Now()
 	rn.thr.refill(now) // allows refills only when short: the gauge shows what the floor earned since
 	g := gauges{limit: rn.thr.lim.limit, tokens: rn.thr.tokens, shed: rn.thr.shed, inFlight: rn.inflight, atStake: rn.atStake(),
 		rttMin: rn.thr.lim.baseline, rttRecent: rn.thr.lim.recent}
+	rn.mu.Unlock()
 	oldest := int64(math.MaxInt64)
-	for _, ps := range rn.parts {
-		if at, ok := ps.wm.oldest(); ok && !ps.dropped {
+	for _, ps := range rn.partList() {
+		ps.mu.Lock()
+		if at, ok := ps.wm.oldest(); ok && !ps.dropped.Load() {
 			oldest = min(oldest, at)
 		}
+		ps.mu.Unlock()
 	}
 	if oldest != math.MaxInt64 {
 		g.oldestPending = max(0, time.Duration(now.UnixNano()-oldest))
 	}
 	return g
+}
+
+// part is the state of an assigned partition (nil when not assigned).
+func (rn *run) part(key tpKey) *partState {
+	rn.partsMu.Lock()
+	defer rn.partsMu.Unlock()
+	return rn.parts[key]
+}
+
+// partList is the assigned partitions now.
+func (rn *run) partList() []*partState {
+	rn.partsMu.Lock()
+	defer rn.partsMu.Unlock()
+	out := make([]*partState, 0, len(rn.parts))
+	for _, ps := range rn.parts {
+		out = append(out, ps)
+	}
+	return out
 }
 
 // newRun is the state of one Run; cancelPosts abandons the posts of postCtx.
@@ -314,10 +368,8 @@ func (r *Reporter) newRun(postCtx context.Context, cancelPosts context.CancelFun
 		room:      make(chan struct{}, 1),
 		leaseWake: make(chan struct{}, 1),
 		coordDone: make(chan struct{}),
-		queueState: queueState{
-			parts:  map[tpKey]*partState{},
-			logEnd: map[int32]int64{},
-		},
+		parts:     map[tpKey]*partState{},
+		logStart:  map[int32]int64{},
 		answerState: answerState{
 			active: map[string]*job{},
 			recent: newRecentSet(r.cfg.RecentWindow),

@@ -50,14 +50,17 @@ func (rn *run) onRevoked(ctx context.Context, m map[string][]int32, lost bool) {
 	}
 }
 
-// startRevocation marks the partitions revoked: nothing more of them is
-// posted; the reply goes once their posts are back.
+// startRevocation marks the partitions revoked (the coordinator's; no
+// lock held): nothing more of them is posted (next checks the mark under
+// the partition's lock); the reply goes once their posts are back.
 func (rn *run) startRevocation(req revokeReq) {
 	rv := &revocation{lost: req.lost, reply: req.reply, deadline: rn.cfg.Now().Add(rn.cfg.ShutdownTimeout)}
 	for topic, ps := range req.parts {
 		for _, p := range ps {
-			if st := rn.parts[tpKey{topic, p}]; st != nil {
-				st.revoking = true
+			if st := rn.part(tpKey{topic, p}); st != nil {
+				st.mu.Lock()
+				st.revoking.Store(true)
+				st.mu.Unlock()
 				rv.parts = append(rv.parts, st)
 			}
 		}
@@ -69,40 +72,61 @@ func (rn *run) startRevocation(req revokeReq) {
 
 // checkRevocations completes the revocations whose posts are all back (or
 // whose deadline passed: those posts stay in doubt in the progress): it
-// replies with the progress to commit and drops the partitions' state.
+// replies with the progress to commit and drops the partitions' state (the
+// coordinator's; no lock held). No post of a revoking partition starts,
+// so once its posts are back nothing but late acknowledgements changes it.
 func (rn *run) checkRevocations(now time.Time) {
 	rn.revocations = slices.DeleteFunc(rn.revocations, func(rv *revocation) bool {
 		busy := false
 		for _, ps := range rv.parts {
+			ps.mu.Lock()
 			busy = busy || ps.inflight > 0
+			ps.mu.Unlock()
 		}
 		if busy && now.Before(rv.deadline) {
 			return false
 		}
-		var batch []commitEntry
+		rn.mu.Lock()
 		for _, j := range rn.leased.all() {
-			if j.ps.revoking {
+			if j.ps.revoking.Load() {
+				j.ps.mu.Lock()
 				rn.unlease(j) // never posted: next() drops revoking partitions' reports
+				j.ps.mu.Unlock()
 			}
 		}
+		rn.mu.Unlock()
+		var batch []commitEntry
+		gone := make(map[*partState]bool, len(rv.parts))
 		for _, ps := range rv.parts {
-			if !rv.lost && !rn.noCommit {
+			ps.mu.Lock()
+			if !rv.lost && !rn.noCommit.Load() {
 				if e, ok := rn.progressOf(ps); ok {
 					batch = append(batch, e)
 				}
 			}
-			ps.dropped = true
+			ps.dropped.Store(true)
 			rn.pending.Add(-int64(ps.wm.pending()))
+			ps.mu.Unlock()
+			gone[ps] = true
+			rn.partsMu.Lock()
 			if rn.parts[ps.key] == ps {
 				delete(rn.parts, ps.key)
 			}
-			for id, j := range rn.active {
-				if j.ps == ps {
-					rn.release(j)
-					delete(rn.active, id)
-				}
+			rn.partsMu.Unlock()
+		}
+		// Dropped first, forgotten after: an answer that comes back in
+		// between sees the partition dropped and does not make its report
+		// active again.
+		rn.mu.Lock()
+		rn.idMu.Lock()
+		for id, j := range rn.active {
+			if gone[j.ps] {
+				rn.release(j)
+				delete(rn.active, id)
 			}
 		}
+		rn.idMu.Unlock()
+		rn.mu.Unlock()
 		select {
 		case rn.room <- struct{}{}:
 		default:

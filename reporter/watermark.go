@@ -9,7 +9,8 @@ package reporter
 // returns a sequence number; markDone(seq) marks that record final. Entries
 // leave the tracker as soon as the contiguous prefix passes them, so the
 // tracker holds exactly the records between the commit point and the newest
-// fetched one. It is not safe for concurrent use: the coordinator owns it.
+// fetched one. It is not safe for concurrent use: its partition's lock
+// (partState.mu) guards it.
 type watermark struct {
 	entries []wmEntry // entries[head:] are pending, entries[head] has sequence base
 	head    int
