@@ -269,3 +269,84 @@ func TestWakeOnePerReport(t *testing.T) {
 		<-got
 	}
 }
+
+// TestTokenBackWakesIdleWorkers: a worker that found the retry budget
+// empty goes idle; once a token is back, the coordinator's next look wakes
+// it, also when the timer that woke it before has fired already (the
+// worker looked an instant before the refill completed). Without that, a
+// reporter with no post out stalled for good: no answer or acknowledgement
+// was left to wake anyone.
+func TestTokenBackWakesIdleWorkers(t *testing.T) {
+	rn, _ := bareRun(t, 4, 1)
+	clk := newFakeClock()
+	rn.cfg.Clock, rn.cfg.Now = clk, clk.Now
+	rn.thr = newThrottle(rn.cfg, clk.Now())
+	rn.thr.tokens = 0.5
+	rn.log = testLogger(t)
+	got := make(chan *job, 1)
+	go func() {
+		rn.mu.Lock()
+		j := rn.next()
+		for ; j == nil && !rn.exiting; j = rn.next() {
+			rn.idle++ // the waker counts it out (wakeWorkers)
+			rn.cond.Wait()
+		}
+		rn.mu.Unlock()
+		got <- j
+	}()
+	t.Cleanup(func() {
+		rn.mu.Lock()
+		rn.exiting, rn.idle = true, 0
+		rn.cond.Broadcast()
+		rn.mu.Unlock()
+	})
+	waitShed := func(shed int64) {
+		t.Helper()
+		waitFor(t, 5*time.Second, func() bool {
+			rn.mu.Lock()
+			defer rn.mu.Unlock()
+			return rn.idle == 1 && rn.thr.shed == shed
+		})
+	}
+	waitFor(t, 5*time.Second, func() bool { rn.mu.Lock(); defer rn.mu.Unlock(); return rn.idle == 1 })
+
+	// A report is leased: the worker wakes, finds no token, goes idle.
+	rn.mu.Lock()
+	j := rn.take()
+	j.leasedOnly = true
+	rn.leased.push(j)
+	rn.jobsReady()
+	rn.mu.Unlock()
+	waitShed(1)
+
+	// The coordinator looks: the token is back in 0.5 / floor seconds.
+	rn.mu.Lock()
+	at := rn.nextWake(clk.Now())
+	rn.mu.Unlock()
+	want := clk.Now().Add(time.Duration(0.5 / DefaultBudgetFloor * float64(time.Second)))
+	if !at.Equal(want) {
+		t.Fatalf("the coordinator looks again at %v, want %v (when the token is back)", at, want)
+	}
+	select {
+	case <-got:
+		t.Fatal("the worker posted with no token")
+	default:
+	}
+
+	// That instant passes; the coordinator looks again (its timer fired
+	// already, or another wake-up): the worker goes.
+	clk.Advance(time.Second)
+	rn.mu.Lock()
+	if at := rn.nextWake(clk.Now()); !at.IsZero() {
+		t.Errorf("with a token back the coordinator still waits for %v", at)
+	}
+	rn.mu.Unlock()
+	select {
+	case j := <-got:
+		if j == nil {
+			t.Fatal("the woken worker found no report")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the worker stayed idle with a token back and a report leased")
+	}
+}

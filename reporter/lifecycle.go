@@ -40,13 +40,7 @@ func (rn *run) coordinate(ctx context.Context) error {
 			rn.mu.Unlock()
 			return rn.finish()
 		}
-		next := rn.delayed.next()
-		if rn.leased.len() > 0 {
-			// Posting held by the retry budget: wake when a token is back.
-			if at := rn.thr.readyAt(rn.cfg.Now()); !at.IsZero() && (next.IsZero() || at.Before(next)) {
-				next = at
-			}
-		}
+		next := rn.nextWake(rn.cfg.Now())
 		if !next.IsZero() && !next.Equal(rn.retryAt) {
 			rn.retryAt = next
 			retryTimer.Reset(max(next.Sub(rn.cfg.Now()), 0))
@@ -93,6 +87,27 @@ func (rn *run) coordinate(ctx context.Context) error {
 			rn.cancelPosts()
 		}
 	}
+}
+
+// nextWake is when the coordinator must look again (zero: on its next
+// wake-up): the first retry due, or, while leased reports wait for the
+// retry budget, the instant a token is back (mu held). When a token is back
+// already, it wakes the idle workers: those that found none went idle, and
+// with no post out nothing else may wake them (a worker that looked an
+// instant before the refill completed shed, and the timer that woke it
+// does not fire again).
+func (rn *run) nextWake(now time.Time) time.Time {
+	next := rn.delayed.next()
+	if rn.leased.len() == 0 {
+		return next
+	}
+	if at := rn.thr.readyAt(now); !at.IsZero() && (next.IsZero() || at.Before(next)) {
+		next = at
+	}
+	if rn.thr.tokens >= 1 {
+		rn.wakeWorkers()
+	}
+	return next
 }
 
 // poke wakes the housekeeper (never blocks).

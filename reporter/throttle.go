@@ -114,5 +114,6 @@ func (t *throttle) readyAt(now time.Time) time.Time {
 	if t.tokens >= 1 || t.floor <= 0 {
 		return time.Time{}
 	}
-	return now.Add(time.Duration((1 - t.tokens) / t.floor * float64(time.Second)))
+	// Rounded up: at the instant returned, the refill has the whole token.
+	return now.Add(time.Duration(math.Ceil((1 - t.tokens) / t.floor * float64(time.Second))))
 }
