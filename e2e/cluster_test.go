@@ -352,7 +352,10 @@ func TestReplicatedLedgerWithKills(t *testing.T) {
 // returns its combined output and exit status.
 func runBinary(t *testing.T, bin string, args ...string) (string, int) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	// Three minutes: an ON CLUSTER migration waits on both replicas'
+	// distributed DDL queues, which ClickHouse 18.16 polls; on a loaded
+	// 2-core machine one took over a minute once (killed, no output).
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	var buf bytes.Buffer
 	cmd := exec.CommandContext(ctx, bin, args...)
