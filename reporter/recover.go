@@ -92,10 +92,11 @@ func (rn *run) recoverNew(ctx context.Context, recs []*kgo.Record) error {
 		lp := p % rn.logParts
 		// The log position of its progress: every record of the partition
 		// before it is in the recovered state. With progress, the tail was
-		// read to got.logEnd (≥ the log's end when the run started);
-		// without, no owner wrote a marker of it (each commits progress
-		// first, as below), and the old position (the end at the start) is
-		// what the previous run's code used too.
+		// read up to got.logEnd, past the log's end when the run started;
+		// without, no owner wrote a record of the partition (each commits
+		// its progress before its first lease, as below), so the log's end
+		// when the run started will do (a later one would only shorten a
+		// recovery's read).
 		ps := &partState{key: key, logPart: lp, unsure: map[*job]struct{}{}, recovered: got.state[p], start: first[p],
 			logEnd: max(rn.logStart[lp], got.logEnd[lp])}
 		if b, ok := got.base[p]; ok && b < ps.start {
