@@ -53,10 +53,11 @@ func (rn *run) periodicCommit(pace *commitPace) []commitEntry {
 	return batch
 }
 
-// committed marks the partitions whose periodic commit failed dirty: they
-// are committed again with the next one.
-func (rn *run) committed(failed []*partState) {
-	for _, ps := range failed {
+// markDirty marks parts changed since their last commit: committed again
+// with the next one (a periodic commit that failed, or every partition at
+// shutdown).
+func (rn *run) markDirty(parts []*partState) {
+	for _, ps := range parts {
 		ps.mu.Lock()
 		ps.dirty = true
 		ps.mu.Unlock()

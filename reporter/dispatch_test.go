@@ -98,32 +98,8 @@ func TestCapOnPostsAtStake(t *testing.T) {
 	rn.mu.Unlock()
 
 	// The other three workers wait for room, as worker does.
-	got := make(chan *job, 3)
-	for range 3 {
-		go func() {
-			rn.mu.Lock()
-			j := rn.next()
-			for ; j == nil; j = rn.next() {
-				rn.idle++ // the waker counts it out (wakeWorkers)
-				rn.cond.Wait()
-			}
-			rn.mu.Unlock()
-			got <- j
-		}()
-	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		rn.mu.Lock()
-		idle := rn.idle
-		rn.mu.Unlock()
-		if idle == 3 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of 3 workers waiting", idle)
-		}
-		time.Sleep(time.Millisecond) // polls: the goroutines reach cond.Wait (no timer involved)
-	}
+	got := waitingWorkers(t, rn, 3)
+	waitIdle(t, rn, 3)
 
 	// Three acknowledgements back to back, under one lock each.
 	for range 3 {
@@ -205,36 +181,8 @@ func TestTraceContextWithTracingOff(t *testing.T) {
 func TestWakeOnePerReport(t *testing.T) {
 	const workers = 20
 	rn, _ := bareRun(t, 32, 3)
-	got := make(chan *job, workers)
-	for range workers {
-		go func() {
-			rn.mu.Lock()
-			j := rn.next()
-			for ; j == nil && !rn.exiting; j = rn.next() {
-				rn.idle++ // the waker counts it out (wakeWorkers)
-				rn.cond.Wait()
-			}
-			rn.mu.Unlock()
-			got <- j
-		}()
-	}
-	waitIdle := func(want int) {
-		t.Helper()
-		deadline := time.Now().Add(5 * time.Second)
-		for {
-			rn.mu.Lock()
-			idle := rn.idle
-			rn.mu.Unlock()
-			if idle == want {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%d workers idle, want %d", idle, want)
-			}
-			time.Sleep(time.Millisecond) // polls: the goroutines reach cond.Wait (no timer involved)
-		}
-	}
-	waitIdle(workers)
+	got := waitingWorkers(t, rn, workers)
+	waitIdle(t, rn, workers)
 	rn.mu.Lock()
 	for range 3 {
 		j := rn.take()
@@ -261,13 +209,45 @@ func TestWakeOnePerReport(t *testing.T) {
 		t.Fatalf("a fourth worker woke (report %v)", j)
 	case <-time.After(50 * time.Millisecond): // a real wait: nothing may happen in it
 	}
-	rn.mu.Lock()
-	rn.exiting, rn.idle = true, 0
-	rn.cond.Broadcast()
-	rn.mu.Unlock()
-	for range workers - 3 {
-		<-got
+}
+
+// waitingWorkers starts n goroutines that take a report as worker does:
+// next, or wait on cond (counted idle) until a wake-up lets them try again.
+// Each sends what it took on the channel returned; the test's cleanup makes
+// those still waiting exit (they send nil).
+func waitingWorkers(t *testing.T, rn *run, n int) <-chan *job {
+	t.Helper()
+	got := make(chan *job, n)
+	for range n {
+		go func() {
+			rn.mu.Lock()
+			j := rn.next()
+			for ; j == nil && !rn.exiting; j = rn.next() {
+				rn.idle++ // the waker counts it out (wakeWorkers)
+				rn.cond.Wait()
+			}
+			rn.mu.Unlock()
+			got <- j
+		}()
 	}
+	t.Cleanup(func() {
+		rn.mu.Lock()
+		rn.exiting, rn.idle = true, 0
+		rn.cond.Broadcast()
+		rn.mu.Unlock()
+	})
+	return got
+}
+
+// waitIdle waits until n workers wait on cond (polling: the goroutines
+// reach cond.Wait on their own, no timer involved).
+func waitIdle(t *testing.T, rn *run, n int) {
+	t.Helper()
+	waitFor(t, 5*time.Second, func() bool {
+		rn.mu.Lock()
+		defer rn.mu.Unlock()
+		return rn.idle == n
+	})
 }
 
 // TestTokenBackWakesIdleWorkers: a worker that found the retry budget
@@ -283,23 +263,7 @@ func TestTokenBackWakesIdleWorkers(t *testing.T) {
 	rn.thr = newThrottle(rn.cfg, clk.Now())
 	rn.thr.tokens = 0.5
 	rn.log = testLogger(t)
-	got := make(chan *job, 1)
-	go func() {
-		rn.mu.Lock()
-		j := rn.next()
-		for ; j == nil && !rn.exiting; j = rn.next() {
-			rn.idle++ // the waker counts it out (wakeWorkers)
-			rn.cond.Wait()
-		}
-		rn.mu.Unlock()
-		got <- j
-	}()
-	t.Cleanup(func() {
-		rn.mu.Lock()
-		rn.exiting, rn.idle = true, 0
-		rn.cond.Broadcast()
-		rn.mu.Unlock()
-	})
+	got := waitingWorkers(t, rn, 1)
 	waitShed := func(shed int64) {
 		t.Helper()
 		waitFor(t, 5*time.Second, func() bool {
@@ -308,7 +272,7 @@ func TestTokenBackWakesIdleWorkers(t *testing.T) {
 			return rn.idle == 1 && rn.thr.shed == shed
 		})
 	}
-	waitFor(t, 5*time.Second, func() bool { rn.mu.Lock(); defer rn.mu.Unlock(); return rn.idle == 1 })
+	waitIdle(t, rn, 1)
 
 	// A report is leased: the worker wakes, finds no token, goes idle.
 	rn.mu.Lock()

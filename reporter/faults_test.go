@@ -89,11 +89,7 @@ func TestKillThreeTimes(t *testing.T) {
 			t.Errorf("restart %d resumed delivery only after %v (want ≤ 10s)", k, took)
 		}
 	}
-	e.waitLedger(90 * time.Second)
-	// The ledger complete does not say the restarted process holds every
-	// partition: one whose reports were all final before the restart is
-	// fetched and committed only once assigned (CI once stopped it first).
-	e.waitAllCommitted(60 * time.Second)
+	e.waitRestartDone(90*time.Second, 60*time.Second)
 	stopChild(t, c, syscall.SIGTERM)
 	outs = append(outs, c.out.String())
 	dups := e.checkExactlyOnce(true)
@@ -169,11 +165,7 @@ func TestSigtermDuringStorm(t *testing.T) {
 			c = e.startChild(0, conc)
 			time.Sleep(time.Second) // a real wait (scenario): the restarted child (its own clock) works in the storm for a second
 			e.sb.SetFaults(sandbox.Faults{})
-			e.waitLedger(90 * time.Second)
-			// The ledger complete does not say the restarted process holds every
-			// partition: one whose reports were all final before the restart is
-			// fetched and committed only once assigned (CI once stopped it first).
-			e.waitAllCommitted(60 * time.Second)
+			e.waitRestartDone(90*time.Second, 60*time.Second)
 			stopChild(t, c, syscall.SIGTERM)
 			dups := e.checkExactlyOnce(false)
 			e.checkAllCommitted()

@@ -170,11 +170,7 @@ func TestKillAndRestart(t *testing.T) {
 	}
 
 	second := e.startChild(rate, conc)
-	e.waitLedger(90 * time.Second)
-	// The ledger complete does not say the restarted process holds every
-	// partition: one whose reports were all final before the restart is
-	// fetched and committed only once assigned (CI once stopped it first).
-	e.waitAllCommitted(60 * time.Second)
+	e.waitRestartDone(90*time.Second, 60*time.Second)
 	if err := second.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}

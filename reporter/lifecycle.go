@@ -66,7 +66,7 @@ func (rn *run) coordinate(ctx context.Context) error {
 			rn.mu.Unlock()
 		case failed := <-commitDone:
 			pace.inFlight = false
-			rn.committed(failed)
+			rn.markDirty(failed)
 		case <-commitTick.C():
 			commitTick.Reset(rn.cfg.CommitInterval)
 		case <-done:
@@ -155,11 +155,7 @@ func (rn *run) finish() error {
 	rn.mu.Unlock()
 	var batch []commitEntry
 	if !rn.noCommit.Load() {
-		for _, ps := range rn.partList() {
-			ps.mu.Lock()
-			ps.dirty = true // all of them: a periodic commit may have failed
-			ps.mu.Unlock()
-		}
+		rn.markDirty(rn.partList()) // all of them: a periodic commit may have failed
 		batch = rn.dirtyProgress()
 	}
 	rn.fatalMu.Lock()
