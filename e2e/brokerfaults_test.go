@@ -30,16 +30,9 @@ func TestBrokerFrozen(t *testing.T) {
 		t.Skip("end-to-end: builds the binary and runs 5 processes")
 	}
 	r := startBrokerRig(t)
-	first := r.take(20)
-	if a := r.post("fleet-a", first, 10*time.Second); a.err != nil || a.status != http.StatusAccepted {
-		t.Fatalf("before the freeze: %d %v %+v", a.status, a.err, a.body)
-	}
-	r.waitDelivered(r.wantPlays(first), 60*time.Second)
+	first := r.deliverFirst(t, "before the freeze")
 
-	logFrom := map[string]int64{}
-	for name, ro := range r.roles {
-		logFrom[name] = fileSize(ro.p.log)
-	}
+	logFrom := r.logSizes()
 	r.brokerP.signal(t, syscall.SIGSTOP)
 	frozeAt := time.Now()
 	t.Logf("broker (pid %d) frozen", r.brokerP.cmd.Process.Pid)
@@ -217,39 +210,15 @@ func TestBrokerRestartedEmpty(t *testing.T) {
 		t.Skip("end-to-end: builds the binary and runs 5 processes")
 	}
 	r := startBrokerRig(t)
-	first := r.take(20)
-	if a := r.post("fleet-a", first, 10*time.Second); a.err != nil || a.status != http.StatusAccepted {
-		t.Fatalf("before the restart: %d %v %+v", a.status, a.err, a.body)
-	}
-	r.waitDelivered(r.wantPlays(first), 60*time.Second)
-	logFrom := map[string]int64{}
-	for name, ro := range r.roles {
-		logFrom[name] = fileSize(ro.p.log)
-	}
+	r.deliverFirst(t, "before the restart")
+	logFrom := r.logSizes()
 	sup := superviseRoles(r)
 
 	r.brokerP.signal(t, syscall.SIGKILL)
 	r.brokerP.wait(t, 10*time.Second)
 	killedAt := time.Now()
 	t.Logf("broker killed")
-	named := map[string]bool{}
-	for len(named) < len(r.roles) {
-		if time.Since(killedAt) > 15*time.Second {
-			t.Fatalf("/readyz did not name the dead broker within 15 s for every role: %v", named)
-		}
-		for name, ro := range r.roles {
-			st, body, took, err := readyz(ro.admin)
-			if err != nil || took > time.Second {
-				t.Errorf("%s /readyz while the broker is down: %v after %s", name, err, took)
-				continue
-			}
-			if st == http.StatusServiceUnavailable && strings.Contains(body, r.broker) && !named[name] {
-				named[name] = true
-				t.Logf("%s /readyz after %s: 503 %s", name, time.Since(killedAt).Round(time.Millisecond), strings.TrimSpace(body))
-			}
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	r.waitReadyzNames(t, killedAt, r.broker, "the dead broker", "while the broker is down")
 	for name, ro := range r.roles { // the metrics say it too
 		up, err1 := scrapeSum(ro.admin, "playpipe_kafka_broker_up")
 		faults, err2 := scrapeSum(ro.admin, "playpipe_kafka_faults_total", `kind="unreachable"`)
@@ -315,11 +284,7 @@ func TestBrokerFrozenShutdown(t *testing.T) {
 		t.Skip("end-to-end: builds the binary and runs 5 processes")
 	}
 	r := startBrokerRig(t)
-	first := r.take(20)
-	if a := r.post("fleet-a", first, 10*time.Second); a.err != nil || a.status != http.StatusAccepted {
-		t.Fatalf("before the freeze: %d %v %+v", a.status, a.err, a.body)
-	}
-	r.waitDelivered(r.wantPlays(first), 60*time.Second)
+	r.deliverFirst(t, "before the freeze")
 	r.brokerP.signal(t, syscall.SIGSTOP)
 	defer r.brokerP.signal(t, syscall.SIGCONT)
 	// A request in flight at the freeze, so that the gateway holds unacknowledged records.
@@ -359,15 +324,8 @@ func TestTopicRecreated(t *testing.T) {
 		t.Skip("end-to-end: builds the binary and runs 5 processes")
 	}
 	r := startBrokerRig(t)
-	first := r.take(20)
-	if a := r.post("fleet-a", first, 10*time.Second); a.err != nil || a.status != http.StatusAccepted {
-		t.Fatalf("before the deletion: %d %v %+v", a.status, a.err, a.body)
-	}
-	r.waitDelivered(r.wantPlays(first), 60*time.Second)
-	logFrom := map[string]int64{}
-	for name, ro := range r.roles {
-		logFrom[name] = fileSize(ro.p.log)
-	}
+	r.deliverFirst(t, "before the deletion")
+	logFrom := r.logSizes()
 	sup := superviseRoles(r)
 	cl, err := kgo.NewClient(kgo.SeedBrokers(r.broker))
 	if err != nil {
@@ -381,24 +339,7 @@ func TestTopicRecreated(t *testing.T) {
 		t.Fatalf("delete plays.events: %v", err)
 	}
 	deletedAt := time.Now()
-	named := map[string]bool{}
-	for len(named) < len(r.roles) {
-		if time.Since(deletedAt) > 15*time.Second {
-			t.Fatalf("/readyz did not name the missing topic within 15 s for every role: %v", named)
-		}
-		for name, ro := range r.roles {
-			st, body, took, err := readyz(ro.admin)
-			if err != nil || took > time.Second {
-				t.Errorf("%s /readyz with a topic missing: %v after %s", name, err, took)
-				continue
-			}
-			if st == http.StatusServiceUnavailable && strings.Contains(body, "plays.events") && !named[name] {
-				named[name] = true
-				t.Logf("%s /readyz after %s: 503 %s", name, time.Since(deletedAt).Round(time.Millisecond), strings.TrimSpace(body))
-			}
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	r.waitReadyzNames(t, deletedAt, "plays.events", "the missing topic", "with a topic missing")
 	if _, err := adm.CreateTopics(ctx, 3, -1, nil, "plays.events"); err != nil {
 		t.Fatalf("create plays.events: %v", err)
 	}
@@ -447,4 +388,54 @@ func (r *brokerRig) postUntilAccepted(t *testing.T, n int, what string) []simRec
 		time.Sleep(time.Second) // one batch a second (scenario)
 	}
 	return acked
+}
+
+// deliverFirst posts 20 events as fleet-a, fails unless they are answered
+// 202 (before the fault named by before), and waits until their plays are
+// at the partner: every role is up and working before the fault. It
+// returns the events.
+func (r *brokerRig) deliverFirst(t *testing.T, before string) []simRecord {
+	t.Helper()
+	first := r.take(20)
+	if a := r.post("fleet-a", first, 10*time.Second); a.err != nil || a.status != http.StatusAccepted {
+		t.Fatalf("%s: %d %v %+v", before, a.status, a.err, a.body)
+	}
+	r.waitDelivered(r.wantPlays(first), 60*time.Second)
+	return first
+}
+
+// logSizes is each role's log size now: where its lines about the fault
+// begin.
+func (r *brokerRig) logSizes() map[string]int64 {
+	from := map[string]int64{}
+	for name, ro := range r.roles {
+		from[name] = fileSize(ro.p.log)
+	}
+	return from
+}
+
+// waitReadyzNames polls every role's /readyz until each has answered 503
+// naming needle (the fault, which began at since), at most 15 s; each
+// answer must come within a second. fault says what /readyz should
+// name, while says when it is asked (for the messages).
+func (r *brokerRig) waitReadyzNames(t *testing.T, since time.Time, needle, fault, while string) {
+	t.Helper()
+	named := map[string]bool{}
+	for len(named) < len(r.roles) {
+		if time.Since(since) > 15*time.Second {
+			t.Fatalf("/readyz did not name %s within 15 s for every role: %v", fault, named)
+		}
+		for name, ro := range r.roles {
+			st, body, took, err := readyz(ro.admin)
+			if err != nil || took > time.Second {
+				t.Errorf("%s /readyz %s: %v after %s", name, while, err, took)
+				continue
+			}
+			if st == http.StatusServiceUnavailable && strings.Contains(body, needle) && !named[name] {
+				named[name] = true
+				t.Logf("%s /readyz after %s: 503 %s", name, time.Since(since).Round(time.Millisecond), strings.TrimSpace(body))
+			}
+		}
+		time.Sleep(200 * time.Millisecond) // polls other processes' /readyz
+	}
 }
