@@ -58,6 +58,23 @@ func newHoldScenario(bad, good refMix, mixedKeys, goodKeys, perKey int, started 
 	return s
 }
 
+// checkDeliveredOnce reads what was delivered and asserts that every event
+// of the scenario has all its plays and no report id came twice (when says
+// after what, for the message); it returns the plays by event id.
+func (s *holdScenario) checkDeliveredOnce(t *testing.T, k *testenv.Kafka, when string) map[string][]schemas.TrackPlay {
+	t.Helper()
+	got, dups := delivered(t, k)
+	if len(dups) > 0 {
+		t.Errorf("report ids delivered twice%s: %v", when, dups)
+	}
+	for id, want := range s.want {
+		if len(got[id]) != len(want) {
+			t.Errorf("event %s: %d plays, want %d", id, len(got[id]), len(want))
+		}
+	}
+	return got
+}
+
 // delivered reads the committed plays and returns the plays per event id and
 // the report ids seen more than once.
 func delivered(t *testing.T, k *testenv.Kafka) (map[string][]schemas.TrackPlay, []string) {
@@ -151,17 +168,9 @@ func TestOneFailingMixHoldsOnlyItsEvents(t *testing.T) {
 	if err := stop(); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	got, dups := delivered(t, k)
-	if len(dups) > 0 {
-		t.Errorf("report ids delivered twice: %v", dups)
-	}
+	got := s.checkDeliveredOnce(t, k, "")
 	if rej := k.ReadAll(t, k.Config.Topics().Rejected); len(rej) > 0 {
 		t.Errorf("%d rejections; a 500 must never become one", len(rej))
-	}
-	for id, want := range s.want {
-		if len(got[id]) != len(want) {
-			t.Errorf("event %s: %d plays, want %d", id, len(got[id]), len(want))
-		}
 	}
 	// Order per key, and the held ones after the outage.
 	for key, ids := range s.byKey {
@@ -247,15 +256,7 @@ func TestCrashWhileHeldNothingDoubled(t *testing.T) {
 	if err := stop(); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	got, dups := delivered(t, k)
-	if len(dups) > 0 {
-		t.Errorf("report ids delivered twice after the restart: %v", dups)
-	}
-	for id, want := range s.want {
-		if len(got[id]) != len(want) {
-			t.Errorf("event %s: %d plays, want %d", id, len(got[id]), len(want))
-		}
-	}
+	got := s.checkDeliveredOnce(t, k, " after the restart")
 	st := b.Stats()
 	if st.Skipped == 0 || st.Events != int64(len(s.mixedKeys)*4) {
 		t.Errorf("replacement: %+v; want the %d held events derived and the predecessor's skipped", st, len(s.mixedKeys)*4)
@@ -301,15 +302,7 @@ func TestRebalanceWhileHeldNothingDoubled(t *testing.T) {
 	if err := stopA(); err != nil {
 		t.Fatalf("first: %v", err)
 	}
-	got, dups := delivered(t, k)
-	if len(dups) > 0 {
-		t.Errorf("report ids delivered twice across the rebalance: %v", dups)
-	}
-	for id, want := range s.want {
-		if len(got[id]) != len(want) {
-			t.Errorf("event %s: %d plays, want %d", id, len(got[id]), len(want))
-		}
-	}
+	s.checkDeliveredOnce(t, k, " across the rebalance")
 	sa, sb2 := a.Stats(), b.Stats()
 	if sa.Events+sb2.Events != int64(len(s.evs)) {
 		t.Errorf("committed %d + %d events, want %d in all", sa.Events, sb2.Events, len(s.evs))
