@@ -45,18 +45,18 @@ func TestLeaseWaitsForRoom(t *testing.T) {
 	rn.mu.Lock()
 	defer rn.mu.Unlock()
 
-	l, recs, _ := rn.takeLease()
-	if l == nil || len(l.jobs) != leaseRoom(conc, conc) || len(recs) != 1 {
-		t.Fatalf("first lease: %v jobs, %d markers; want %d jobs in 1 marker", l, len(recs), leaseRoom(conc, conc))
+	l, marks := rn.takeLease()
+	if l == nil || len(l.jobs) != leaseRoom(conc, conc) || len(marks) != 1 {
+		t.Fatalf("first lease: %v jobs, %d markers; want %d jobs in 1 marker", l, len(marks), leaseRoom(conc, conc))
 	}
 	var m schemas.Lease
-	if err := json.Unmarshal(recs[0].Value, &m); err != nil {
+	if err := json.Unmarshal(marks[0].rec.Value, &m); err != nil {
 		t.Fatal(err)
 	}
 	if len(m.Offsets) != 1 || m.Offsets[0] != [2]int64{0, int64(leaseRoom(conc, conc) - 1)} {
 		t.Fatalf("marker offsets %v, want [[0 %d]]", m.Offsets, leaseRoom(conc, conc)-1)
 	}
-	if l2, _, _ := rn.takeLease(); l2 != nil {
+	if l2, _ := rn.takeLease(); l2 != nil {
 		t.Fatalf("a second lease with no room: %d jobs", len(l2.jobs))
 	}
 
@@ -66,14 +66,14 @@ func TestLeaseWaitsForRoom(t *testing.T) {
 	rn.mu.Lock()
 	for i := 1; i < leaseChunk(conc, conc); i++ {
 		rn.leased.pop()
-		if l2, _, _ := rn.takeLease(); l2 != nil {
+		if l2, _ := rn.takeLease(); l2 != nil {
 			t.Fatalf("lease taken with room for %d (< %d): %d jobs", i, leaseChunk(conc, conc), len(l2.jobs))
 		}
 	}
 	rn.leased.pop()
-	l2, recs2, _ := rn.takeLease()
-	if l2 == nil || len(l2.jobs) != leaseChunk(conc, conc) || len(recs2) != 1 {
-		t.Fatalf("lease with room for %d: %v, %d markers", leaseChunk(conc, conc), l2, len(recs2))
+	l2, marks2 := rn.takeLease()
+	if l2 == nil || len(l2.jobs) != leaseChunk(conc, conc) || len(marks2) != 1 {
+		t.Fatalf("lease with room for %d: %v, %d markers", leaseChunk(conc, conc), l2, len(marks2))
 	}
 }
 

@@ -60,32 +60,32 @@ func (rn *run) leaser() {
 		}
 		for {
 			rn.mu.Lock()
-			l, recs, parts := rn.takeLease()
+			l, marks := rn.takeLease()
 			rn.mu.Unlock()
 			if l == nil {
 				break
 			}
-			for i, rec := range recs {
-				ps := parts[i]
-				rn.cl.Produce(context.Background(), rec, func(r *kgo.Record, err error) { rn.leaseAcked(l, ps, r, err) })
+			for _, m := range marks {
+				ps := m.ps
+				rn.cl.Produce(context.Background(), m.rec, func(r *kgo.Record, err error) { rn.leaseAcked(l, ps, r, err) })
 			}
 		}
 	}
 }
 
 // takeLease moves up to the lease room's worth of queued reports into a
-// new lease and returns it with its marker records and the partition of
-// each (mu held); nil when there is nothing to lease or no room. Each
-// report joins its partition's unsure set before its marker is produced:
-// a commit in between carries it.
-func (rn *run) takeLease() (*lease, []*kgo.Record, []*partState) {
+// new lease and returns it with its markers, one per partition (mu held);
+// nil when there is nothing to lease or no room. Each report joins its
+// partition's unsure set before its marker is produced: a commit in between
+// carries it.
+func (rn *run) takeLease() (*lease, []partLease) {
 	if rn.stopping.Load() || rn.exiting || rn.standby != nil {
-		return nil, nil, nil
+		return nil, nil
 	}
 	limit := int(rn.thr.lim.limit)
 	room := leaseRoom(rn.cfg.Concurrency, limit) - rn.leased.len() - rn.leasing
 	if room < leaseChunk(rn.cfg.Concurrency, limit) {
-		return nil, nil, nil
+		return nil, nil
 	}
 	// Few partitions per lease: a slice, not a map (allocations per lease
 	// are allocations per report at full speed).
@@ -118,26 +118,25 @@ func (rn *run) takeLease() (*lease, []*kgo.Record, []*partState) {
 		}
 	}
 	if len(l.jobs) == 0 {
-		return nil, nil, nil
+		return nil, nil
 	}
 	rn.leasing += len(l.jobs)
-	recs := make([]*kgo.Record, 0, len(parts))
-	pss := make([]*partState, 0, len(parts))
 	for i := range parts {
 		rh := &recordWithHeader{}
 		rh.hdr[0] = kgo.RecordHeader{Key: schemas.HeaderLease, Value: rn.groupHdr}
 		rh.rec = kgo.Record{Partition: parts[i].ps.logPart, Headers: rh.hdr[:1:1], Value: appendLease(make([]byte, 0, 48+44*len(parts[i].m.Offsets)), &parts[i].m)}
-		recs = append(recs, &rh.rec)
-		pss = append(pss, parts[i].ps)
+		parts[i].rec = &rh.rec
 	}
-	l.markers = len(recs)
-	return l, recs, pss
+	l.markers = len(parts)
+	return l, parts
 }
 
-// partLease is the lease marker of one partition in the making.
+// partLease is the lease marker of one partition: its offsets, then its
+// record.
 type partLease struct {
-	ps *partState
-	m  schemas.Lease
+	ps  *partState
+	m   schemas.Lease
+	rec *kgo.Record
 }
 
 // leaseAcked applies the acknowledgement of the lease marker of partition

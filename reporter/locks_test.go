@@ -91,12 +91,13 @@ func TestSnapshotsWhileAnswersLand(t *testing.T) {
 			}
 			for {
 				rn.mu.Lock()
-				l, _, parts := rn.takeLease()
+				l, marks := rn.takeLease()
 				rn.mu.Unlock()
 				if l == nil {
 					break
 				}
-				for _, p := range parts {
+				for _, m := range marks {
+					p := m.ps
 					var offs []int64
 					for _, j := range l.jobs {
 						if j.ps == p {
