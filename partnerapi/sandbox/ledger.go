@@ -137,7 +137,6 @@ func (l *ledger) keep() bool {
 // addAccepted records an accepted report; the canonical key decides the
 // shard so that duplicate detection needs one shard lock only.
 func (l *ledger) addAccepted(e LedgerEntry) {
-	e.Seq = l.seq.Add(1)
 	l.accepted.Add(1)
 	var buf [256]byte
 	canon := canonical(buf[:0], &e.Report)
@@ -145,6 +144,10 @@ func (l *ledger) addAccepted(e LedgerEntry) {
 	sh := &l.shards[key[0]%ledgerShards]
 	keep := l.keep()
 	sh.mu.Lock()
+	// Numbered under the lock that decides which copy is the first: two
+	// copies arriving together (same shard) are numbered in the order they
+	// are judged, so a duplicate never precedes its first in Seq order.
+	e.Seq = l.seq.Add(1)
 	if _, dup := sh.seen[key]; dup {
 		e.Duplicate = true
 	} else {
