@@ -6,7 +6,7 @@ DEADCODE_VERSION    ?= v0.52.0
 BIN       := bin/playpipe
 export PATH := $(PATH):$(shell $(GO) env GOPATH)/bin:/usr/sbin
 
-.PHONY: all build demo test test-race test-chdb unit lint fmt-check vet staticcheck deadcode bench bench-e2e bench-report bench-report-latency fuzz fuzz-short tools clickhouse zookeeper chromium chdb nginx clean e2e-docker
+.PHONY: all build demo test test-race test-chdb unit lint fmt-check vet staticcheck deadcode bench bench-e2e bench-report bench-report-bound bench-report-latency fuzz fuzz-short tools clickhouse zookeeper chromium chdb nginx clean e2e-docker
 
 all: build
 
@@ -57,11 +57,13 @@ vet:
 	$(GO) vet $(PKGS)
 	$(GO) vet -tags docker $(PKGS)
 	$(GO) vet -tags chdb $(PKGS)
+	$(GO) vet -tags benchstub ./reporter/ ./cmd/...
 
 staticcheck:
 	staticcheck $(PKGS)
 	staticcheck -tags docker ./e2e/...
 	staticcheck -tags chdb $(PKGS)
+	staticcheck -tags benchstub ./reporter/
 
 ## e2e-docker: the end-to-end suite on Apache Kafka and current ClickHouse
 ## containers (the images docker-compose.yml uses), roles as processes.
@@ -88,6 +90,14 @@ bench-e2e: clickhouse build
 BENCH_REPORT_FLAGS ?=
 bench-report: build
 	$(GO) run ./wiring/bench -bin $(BIN) -mode report $(BENCH_REPORT_FLAGS)
+
+## bench-report-bound: the same bench with a measurement build of the reporter
+## that writes no Delivery record and no lease marker (`-tags benchstub`, each
+## "acknowledged" at once): the most that cutting the reporter's Kafka writes
+## could give at 0 ms. Never deploy that build. docs/reporter.md, "The 0 ms bound".
+bench-report-bound: build
+	$(GO) build -tags benchstub -o bin/playpipe-benchstub ./cmd/playpipe
+	$(GO) run ./wiring/bench -bin bin/playpipe-benchstub -mode report $(BENCH_REPORT_FLAGS)
 
 ## bench-report-latency: the same reporter process with DEFAULT flags (the
 ## adaptive in-flight limit finds the partner) against the plain client, the

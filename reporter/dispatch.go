@@ -104,13 +104,13 @@ func (rn *run) worker() {
 // never misses the outcome of a committed report.
 func (rn *run) publish(j *job, rec *kgo.Record) {
 	if j.dec.Action.Final() {
-		rn.cl.Produce(context.Background(), rec, func(r *kgo.Record, err error) {
+		rn.produce(rec, func(r *kgo.Record, err error) {
 			rn.recorded()
 			rn.persisted(j, r, err)
 		})
 		return
 	}
-	rn.cl.Produce(context.Background(), rec, func(r *kgo.Record, err error) {
+	rn.produce(rec, func(r *kgo.Record, err error) {
 		rn.recorded()
 		ps := j.ps
 		ps.mu.Lock()

@@ -100,7 +100,7 @@ func (rn *run) poll(ctx context.Context) {
 				batch[i].err = schemas.DecodeTrackPlayHead(rec.Value, &batch[i].tp)
 			}
 			for _, j := range rn.intake(batch) {
-				rn.cl.Produce(context.Background(), rn.deliveryRecord(context.Background(), j), func(r *kgo.Record, err error) {
+				rn.produce(rn.deliveryRecord(context.Background(), j), func(r *kgo.Record, err error) {
 					rn.persisted(j, r, err)
 				})
 			}

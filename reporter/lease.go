@@ -67,7 +67,7 @@ func (rn *run) leaser() {
 			}
 			for _, m := range marks {
 				ps := m.ps
-				rn.cl.Produce(context.Background(), m.rec, func(r *kgo.Record, err error) { rn.leaseAcked(l, ps, r, err) })
+				rn.produce(m.rec, func(r *kgo.Record, err error) { rn.leaseAcked(l, ps, r, err) })
 			}
 		}
 	}
