@@ -41,6 +41,9 @@ type brokerRig struct {
 	ingest  string            // gateway address
 	events  []simRecord       // valid events to post, in order
 	next    int               // first of events not posted yet
+	// kafkaArgs and chArgs are the roles' flags for the broker and the
+	// ledger (for other commands run against the rig).
+	kafkaArgs, chArgs []string
 }
 
 // deliveryTimeout is the gateway's --delivery-timeout in these tests.
@@ -70,6 +73,7 @@ func startBrokerRig(t *testing.T) *brokerRig {
 	r.startBroker()
 	kafkaArgs := []string{"--brokers", r.broker, "--partitions", "3"}
 	chArgs := []string{"--clickhouse-addr", ch.Addr, "--clickhouse-db", ch.Database, "--clickhouse-user", ch.User}
+	r.kafkaArgs, r.chArgs = kafkaArgs, chArgs
 	r.ingest = testenv.FreeAddr(t)
 	var keyArgs []string
 	for fleet, key := range r.keys {

@@ -119,8 +119,12 @@ func offsetRanges(ctx context.Context, adm *kadm.Client, topic string, items []i
 
 // readRanges reads the records of topic in ranges (read_committed) and
 // calls fn for each, until every partition reached its end or no record
-// came for idle (the offsets left hold none: transaction markers, aborted).
-func readRanges(ctx context.Context, opts []kgo.Opt, topic string, ranges map[int32][2]int64, fn func(*kgo.Record) error) error {
+// came for w.idle (the offsets left hold none: transaction markers,
+// aborted). Silence alone is not the end: a frozen broker sends nothing
+// either. So when nothing came for w.idle, the broker must answer a request
+// (within w's timeout, else a *KafkaTimeoutError) and nothing come for
+// another w.idle after that answer.
+func readRanges(ctx context.Context, w waits, opts []kgo.Opt, topic string, ranges map[int32][2]int64, fn func(*kgo.Record) error) error {
 	if len(ranges) == 0 {
 		return nil
 	}
@@ -142,9 +146,12 @@ func readRanges(ctx context.Context, opts []kgo.Opt, topic string, ranges map[in
 	if err != nil {
 		return fmt.Errorf("replay: read %s: %w", topic, err)
 	}
-	defer cl.Close()
-	const idle = 3 * time.Second
+	// A reader holds no group and nothing to flush: a second bounds its
+	// close, which a frozen broker would hold for the requests in flight.
+	defer kafkax.CloseClient(cl, time.Second)
+	idle := w.idle
 	last := time.Now()
+	answered := false // the broker answered since the last record
 	for len(next) > 0 {
 		pctx, cancel := context.WithTimeout(ctx, time.Second)
 		fs := cl.PollFetches(pctx)
@@ -184,10 +191,25 @@ func readRanges(ctx context.Context, opts []kgo.Opt, topic string, ranges map[in
 		if rerr != nil {
 			return rerr
 		}
-		if got {
-			last = time.Now()
-		} else if time.Since(last) > idle {
+		switch {
+		case got:
+			last, answered = time.Now(), false
+		case time.Since(last) <= idle:
+		case answered:
 			return nil
+		default:
+			err := w.do(ctx, "reading "+topic, func(ctx context.Context) error {
+				_, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)
+				return err
+			})
+			var ke *KafkaTimeoutError
+			if errors.As(err, &ke) {
+				return err
+			}
+			if err != nil {
+				return fmt.Errorf("replay: read %s: nothing for %s, and the broker's answer: %w", topic, time.Since(last).Round(time.Second), err)
+			}
+			last, answered = time.Now(), true
 		}
 	}
 	return nil
@@ -195,20 +217,27 @@ func readRanges(ctx context.Context, opts []kgo.Opt, topic string, ranges map[in
 
 // alreadyDone returns the report ids replayID already got a final answer
 // for, read from the deliveries log since the run's start.
-func alreadyDone(ctx context.Context, opts []kgo.Opt, adm *kadm.Client, topic, replayID string, startMS int64) (map[string]bool, error) {
-	from, err := adm.ListOffsetsAfterMilli(ctx, startMS, topic)
-	if err == nil {
-		err = from.Error()
-	}
+func alreadyDone(ctx context.Context, w waits, opts []kgo.Opt, adm *kadm.Client, topic, replayID string, startMS int64) (map[string]bool, error) {
+	var from, ends kadm.ListedOffsets
+	err := w.do(ctx, "listing the offsets of "+topic, func(ctx context.Context) (err error) {
+		from, err = adm.ListOffsetsAfterMilli(ctx, startMS, topic)
+		if err == nil {
+			err = from.Error()
+		}
+		if err != nil {
+			return fmt.Errorf("replay: list offsets of %s: %w", topic, err)
+		}
+		ends, err = adm.ListEndOffsets(ctx, topic)
+		if err == nil {
+			err = ends.Error()
+		}
+		if err != nil {
+			return fmt.Errorf("replay: list end offsets of %s: %w", topic, err)
+		}
+		return nil
+	})
 	if err != nil {
-		return nil, fmt.Errorf("replay: list offsets of %s: %w", topic, err)
-	}
-	ends, err := adm.ListEndOffsets(ctx, topic)
-	if err == nil {
-		err = ends.Error()
-	}
-	if err != nil {
-		return nil, fmt.Errorf("replay: list end offsets of %s: %w", topic, err)
+		return nil, err
 	}
 	ranges := map[int32][2]int64{}
 	from.Each(func(o kadm.ListedOffset) {
@@ -217,7 +246,7 @@ func alreadyDone(ctx context.Context, opts []kgo.Opt, adm *kadm.Client, topic, r
 		}
 	})
 	done := map[string]bool{}
-	err = readRanges(ctx, opts, topic, ranges, func(r *kgo.Record) error {
+	err = readRanges(ctx, w, opts, topic, ranges, func(r *kgo.Record) error {
 		if kafkax.HasHeader(r, schemas.HeaderLease) {
 			return nil
 		}

@@ -113,7 +113,13 @@ type Config struct {
 	Samples int
 	// LiveBypassDelivered as the reporter's flag (default true at the command).
 	LiveBypassDelivered bool
-	Logger              *slog.Logger
+	// KafkaTimeout bounds every wait on Kafka (default
+	// DefaultKafkaTimeout): an admin request, a Delivery record's
+	// acknowledgement, a read that gets nothing while the broker does not
+	// answer either. Past it the run ends with a *KafkaTimeoutError; a
+	// re-run of its id resumes.
+	KafkaTimeout time.Duration
+	Logger       *slog.Logger
 }
 
 var (
@@ -141,6 +147,12 @@ func (c *Config) check() error {
 	}
 	if c.Concurrency < 0 || c.Concurrency > 1024 {
 		return fmt.Errorf("--concurrency must be between 1 and 1024, got %d", c.Concurrency)
+	}
+	if c.KafkaTimeout < 0 {
+		return fmt.Errorf("--kafka-timeout must be > 0, got %v", c.KafkaTimeout)
+	}
+	if c.KafkaTimeout == 0 {
+		c.KafkaTimeout = DefaultKafkaTimeout
 	}
 	if c.Progress < 0 {
 		return fmt.Errorf("--progress must be ≥ 0 (0: no progress lines), got %v", c.Progress)
@@ -202,14 +214,23 @@ type item struct {
 // Run runs a replay or redrive: see the package documentation. It returns
 // the result so far with any error.
 func Run(ctx context.Context, cfg Config, api *partnerapi.Client, sel Selection) (Result, error) {
-	if err := prepare(&cfg, &sel); err != nil {
+	res, err := run(ctx, &cfg, api, sel)
+	if ke := (*KafkaTimeoutError)(nil); errors.As(err, &ke) && cfg.ReplayID != "" {
+		err = fmt.Errorf("%w; nothing is lost: run again with --replay-id %s to resume (a report posted without a recorded answer is posted again, labelled in doubt)", err, cfg.ReplayID)
+	}
+	return res, err
+}
+
+// run is Run with cfg's defaults filled in (cfg.ReplayID is the run's id).
+func run(ctx context.Context, cfg *Config, api *partnerapi.Client, sel Selection) (Result, error) {
+	if err := prepare(cfg, &sel); err != nil {
 		return Result{}, err
 	}
 	res := Result{ReplayID: cfg.ReplayID, DryRun: cfg.DryRun}
 	log := cfg.Logger.With("replay_id", cfg.ReplayID, "kind", sel.Kind)
 	topics := cfg.Kafka.Topics()
 
-	items, err := selectReports(ctx, cfg, sel)
+	items, err := selectReports(ctx, *cfg, sel)
 	if err != nil {
 		return res, err
 	}
@@ -223,17 +244,25 @@ func Run(ctx context.Context, cfg Config, api *partnerapi.Client, sel Selection)
 	if err != nil {
 		return res, fmt.Errorf("replay: kafka client: %w", err)
 	}
-	defer cl.Close()
+	// Bounded: a Delivery record a frozen broker holds must not hold the
+	// process's exit (kgo's Close waits for requests in flight).
+	defer kafkax.CloseClient(cl, 0)
 	adm := kadm.NewClient(cl)
 	group := "playpipe-replay." + cfg.ReplayID
+	w := waits{timeout: cfg.KafkaTimeout, brokers: cfg.Kafka.Brokers, idle: readIdle}
 
 	// A re-run: what this id already sent, from the deliveries log.
-	startMS, found, err := runStart(ctx, adm, group, topics.Reports)
+	var startMS int64
+	var found bool
+	err = w.do(ctx, "reading the progress of group "+group, func(ctx context.Context) (err error) {
+		startMS, found, err = runStart(ctx, adm, group, topics.Reports)
+		return err
+	})
 	if err != nil {
 		return res, err
 	}
 	if found {
-		if items, err = skipDone(ctx, opts, adm, topics.Deliveries, cfg.ReplayID, startMS, items, &res); err != nil {
+		if items, err = skipDone(ctx, w, opts, adm, topics.Deliveries, cfg.ReplayID, startMS, items, &res); err != nil {
 			return res, err
 		}
 	}
@@ -247,7 +276,7 @@ func Run(ctx context.Context, cfg Config, api *partnerapi.Client, sel Selection)
 		log.Info("nothing to send", "selected", res.Selected, "already_done", res.AlreadyDone)
 		return res, nil
 	}
-	r := &runner{cfg: cfg, api: api, log: log, topic: topics.Deliveries, cl: cl, kind: sel.Kind,
+	r := &runner{cfg: *cfg, w: w, api: api, log: log, topic: topics.Deliveries, cl: cl, kind: sel.Kind,
 		// A report re-posted after a crash of a previous run of this id (it
 		// selected the report, but no final answer is on record) may have
 		// reached the partner: label it in doubt.
@@ -280,8 +309,8 @@ func prepare(cfg *Config, sel *Selection) error {
 // skipDone drops from items the reports a previous run of replayID already
 // got a final answer for (read from the deliveries topic since startMS),
 // counting them in res.AlreadyDone.
-func skipDone(ctx context.Context, opts []kgo.Opt, adm *kadm.Client, deliveries, replayID string, startMS int64, items []item, res *Result) ([]item, error) {
-	done, err := alreadyDone(ctx, opts, adm, deliveries, replayID, startMS)
+func skipDone(ctx context.Context, w waits, opts []kgo.Opt, adm *kadm.Client, deliveries, replayID string, startMS int64, items []item, res *Result) ([]item, error) {
+	done, err := alreadyDone(ctx, w, opts, adm, deliveries, replayID, startMS)
 	if err != nil {
 		return items, err
 	}

@@ -24,6 +24,7 @@ import (
 // runner posts the selected reports.
 type runner struct {
 	cfg     Config
+	w       waits
 	api     *partnerapi.Client
 	log     *slog.Logger
 	cl      *kgo.Client
@@ -45,20 +46,30 @@ type job struct {
 // the reports, and records the end of the run if every report got a final
 // answer.
 func (r *runner) send(ctx context.Context, opts []kgo.Opt, adm *kadm.Client, group, reports string, items []item, startMS int64, resumed bool, res *Result) error {
-	ranges, err := offsetRanges(ctx, adm, reports, items)
+	var ranges map[int32][2]int64
+	err := r.w.do(ctx, "listing the offsets of "+reports, func(ctx context.Context) (err error) {
+		ranges, err = offsetRanges(ctx, adm, reports, items)
+		return err
+	})
 	if err != nil {
 		return err
 	}
 	if !resumed {
 		startMS = time.Now().UnixMilli()
 	}
-	if err := commitRanges(ctx, adm, group, reports, ranges, startMS, false); err != nil {
+	err = r.w.do(ctx, "recording the run in group "+group, func(ctx context.Context) error {
+		return commitRanges(ctx, adm, group, reports, ranges, startMS, false)
+	})
+	if err != nil {
 		return err
 	}
 	r.log.Info("replay started", "reason", r.cfg.Reason, "reports", len(items), "resumed", resumed)
 	err = r.run(ctx, opts, reports, ranges, items, res)
 	if err == nil {
-		if cerr := commitRanges(ctx, adm, group, reports, ranges, startMS, true); cerr != nil {
+		cerr := r.w.do(ctx, "recording the end of the run in group "+group, func(ctx context.Context) error {
+			return commitRanges(ctx, adm, group, reports, ranges, startMS, true)
+		})
+		if cerr != nil {
 			r.log.Warn("recording the end of the replay", "err", cerr)
 		}
 	}
@@ -91,7 +102,7 @@ func (r *runner) run(ctx context.Context, opts []kgo.Opt, reports string, ranges
 		}()
 	}
 	stopProgress := r.startProgress(len(items))
-	readErr := readRanges(ctx, opts, reports, ranges, func(rec *kgo.Record) error {
+	readErr := readRanges(ctx, r.w, opts, reports, ranges, func(rec *kgo.Record) error {
 		return r.enqueue(ctx, reports, want, rec, jobs)
 	})
 	close(jobs)
@@ -219,8 +230,8 @@ func (r *runner) deliver(ctx context.Context, j job) error {
 			if merr != nil {
 				return fmt.Errorf("replay: encode delivery: %w", merr)
 			}
-			if perr := r.cl.ProduceSync(ctx, &kgo.Record{Topic: r.topic, Key: []byte(d.ReportID), Value: val}).FirstErr(); perr != nil {
-				return fmt.Errorf("replay: publish the answer for %s to %s: %w", d.ReportID, r.topic, perr)
+			if perr := r.publish(ctx, &kgo.Record{Topic: r.topic, Key: []byte(d.ReportID), Value: val}); perr != nil {
+				return perr
 			}
 		}
 		switch dec.Action {
@@ -248,5 +259,29 @@ func (r *runner) deliver(ctx context.Context, j job) error {
 			return nil
 		case <-t.C:
 		}
+	}
+}
+
+// publish produces rec (the Delivery record of one answer) and waits for
+// its acknowledgement, at most KafkaTimeout: franz-go holds a record whose
+// request a frozen broker never answers for its request timeouts and
+// retries, whatever the record's context says. Past the bound the run ends;
+// the record's fate is unknown (it may still land) and a re-run of the id
+// reads the deliveries log before it posts anything again.
+func (r *runner) publish(ctx context.Context, rec *kgo.Record) error {
+	acked := make(chan error, 1)
+	r.cl.Produce(ctx, rec, func(_ *kgo.Record, err error) { acked <- err })
+	t := time.NewTimer(r.w.timeout)
+	defer t.Stop()
+	select {
+	case err := <-acked:
+		if err != nil {
+			return fmt.Errorf("replay: publish the answer for %s to %s: %w", rec.Key, r.topic, err)
+		}
+		return nil
+	case <-t.C:
+		return r.w.silent(fmt.Sprintf("publishing the answer for %s to %s", rec.Key, r.topic), context.DeadlineExceeded)
+	case <-ctx.Done():
+		return context.Cause(ctx)
 	}
 }

@@ -113,6 +113,7 @@ func (f *replayFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.rcfg.Concurrency, "concurrency", 8, "most posts in flight")
 	fs.IntVar(&f.rcfg.MaxAttempts, "max-attempts", 8, "most posts of one report answered by a transient failure or standby")
 	fs.DurationVar(&f.rcfg.Progress, "progress", 5*time.Second, "interval of the progress lines (0: none)")
+	fs.DurationVar(&f.rcfg.KafkaTimeout, "kafka-timeout", replay.DefaultKafkaTimeout, "longest the run waits on Kafka (a request, a Delivery record's acknowledgement, a read while the broker does not answer); past it the run ends with an error and --replay-id resumes it")
 	fs.IntVar(&f.rcfg.Samples, "samples", 10, "report ids a --dry-run prints")
 	fs.BoolVar(&f.liveBypassN, "live-bypass-not-delivered", false, "count a 200 served by live-bypass as not delivered (retried)")
 	fs.BoolVar(&f.asJSON, "json", false, "print the result as JSON")
@@ -141,6 +142,9 @@ func (f *replayFlags) check(now time.Time) error {
 	}
 	if rcfg.Concurrency < 1 || rcfg.Concurrency > 1024 {
 		return fmt.Errorf("--concurrency must be between 1 and 1024, got %d", rcfg.Concurrency)
+	}
+	if rcfg.KafkaTimeout <= 0 {
+		return fmt.Errorf("--kafka-timeout must be > 0, got %v", rcfg.KafkaTimeout)
 	}
 	if rcfg.Rate < 0 || rcfg.Progress < 0 || rcfg.MaxAttempts < 1 || rcfg.Samples < 0 {
 		return fmt.Errorf("--rate and --progress must be ≥ 0, --max-attempts ≥ 1, --samples ≥ 0 (got %v, %v, %d, %d)", rcfg.Rate, rcfg.Progress, rcfg.MaxAttempts, rcfg.Samples)
