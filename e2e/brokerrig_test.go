@@ -239,23 +239,29 @@ func (r *brokerRig) waitDelivered(want map[play]int, d time.Duration) time.Durat
 // eventCopies counts the records of plays.events per event_id (key).
 func (r *brokerRig) eventCopies() map[string]int {
 	r.t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(r.broker), kgo.ConsumeTopics("plays.events"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	out := map[string]int{}
+	readTopic(r.t, r.broker, "plays.events", func(rec *kgo.Record) { out[string(rec.Key)]++ })
+	return out
+}
+
+// readTopic calls fn for every record of topic on broker, from the start
+// until three polls of 700 ms in a row bring nothing.
+func readTopic(t *testing.T, broker, topic string, fn func(*kgo.Record)) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(broker), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	if err != nil {
-		r.t.Fatalf("kafka client: %v", err)
+		t.Fatalf("kafka client: %v", err)
 	}
 	defer cl.Close()
-	out := map[string]int{}
-	quiet := 0
-	for quiet < 3 {
+	for quiet := 0; quiet < 3; {
 		ctx, cancel := context.WithTimeout(context.Background(), 700*time.Millisecond)
 		fs := cl.PollFetches(ctx)
 		cancel()
 		if fs.NumRecords() == 0 {
 			quiet++
 		}
-		fs.EachRecord(func(rec *kgo.Record) { out[string(rec.Key)]++ })
+		fs.EachRecord(fn)
 	}
-	return out
 }
 
 // faultLines counts, in a role's log, the lines from offset on that speak

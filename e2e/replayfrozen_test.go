@@ -4,7 +4,6 @@ package e2e
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -170,35 +169,22 @@ func replayResult(log string) (replay.Result, error) {
 // doubt.
 func replayDeliveries(t *testing.T, broker, id string) (finals map[string]int, doubt int) {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(broker), kgo.ConsumeTopics("plays.deliveries"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	if err != nil {
-		t.Fatalf("kafka client: %v", err)
-	}
-	defer cl.Close()
 	finals = map[string]int{}
-	for quiet := 0; quiet < 3; {
-		ctx, cancel := context.WithTimeout(context.Background(), 700*time.Millisecond)
-		fs := cl.PollFetches(ctx)
-		cancel()
-		if fs.NumRecords() == 0 {
-			quiet++
+	readTopic(t, broker, "plays.deliveries", func(rec *kgo.Record) {
+		if kafkax.HasHeader(rec, schemas.HeaderLease) {
+			return
 		}
-		fs.EachRecord(func(rec *kgo.Record) {
-			if kafkax.HasHeader(rec, schemas.HeaderLease) {
-				return
-			}
-			var d schemas.Delivery
-			if err := schemas.DecodeDelivery(rec.Value, &d); err != nil || d.ReplayID != id {
-				return
-			}
-			if d.InDoubt || d.DoubtCause != "" {
-				doubt++
-			}
-			if d.Outcome == schemas.OutcomeDelivered || d.Outcome == schemas.OutcomeRejected {
-				finals[d.ReportID]++
-			}
-		})
-	}
+		var d schemas.Delivery
+		if err := schemas.DecodeDelivery(rec.Value, &d); err != nil || d.ReplayID != id {
+			return
+		}
+		if d.InDoubt || d.DoubtCause != "" {
+			doubt++
+		}
+		if d.Outcome == schemas.OutcomeDelivered || d.Outcome == schemas.OutcomeRejected {
+			finals[d.ReportID]++
+		}
+	})
 	return finals, doubt
 }
 
