@@ -36,9 +36,13 @@ func TestReadRangesSilenceIsNotTheEnd(t *testing.T) {
 			release := make(chan struct{})
 			var once sync.Once
 			t.Cleanup(func() { once.Do(func() { close(release) }) }) // before the broker's own cleanup
+			// The cluster is taken once: the control function still runs
+			// for the requests of the broker's own close, after the
+			// Embedded has let go of it.
+			c := k.Cluster()
 			freeze := func() {
-				k.Cluster().Control(func(kmsg.Request) (kmsg.Response, error, bool) {
-					k.Cluster().KeepControl()
+				c.Control(func(kmsg.Request) (kmsg.Response, error, bool) {
+					c.KeepControl()
 					<-release
 					return nil, nil, false
 				})
