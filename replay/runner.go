@@ -263,25 +263,17 @@ func (r *runner) deliver(ctx context.Context, j job) error {
 }
 
 // publish produces rec (the Delivery record of one answer) and waits for
-// its acknowledgement, at most KafkaTimeout: franz-go holds a record whose
-// request a frozen broker never answers for its request timeouts and
-// retries, whatever the record's context says. Past the bound the run ends;
-// the record's fate is unknown (it may still land) and a re-run of the id
-// reads the deliveries log before it posts anything again.
+// its acknowledgement, at most KafkaTimeout (waits.do: franz-go holds a
+// record whose request a frozen broker never answers for its request
+// timeouts and retries, whatever the record's context says). Past the
+// bound the run ends; the record's fate is unknown (it may still land) and
+// a re-run of the id reads the deliveries log before it posts anything
+// again.
 func (r *runner) publish(ctx context.Context, rec *kgo.Record) error {
-	acked := make(chan error, 1)
-	r.cl.Produce(ctx, rec, func(_ *kgo.Record, err error) { acked <- err })
-	t := time.NewTimer(r.w.timeout)
-	defer t.Stop()
-	select {
-	case err := <-acked:
-		if err != nil {
+	return r.w.do(ctx, fmt.Sprintf("publishing the answer for %s to %s", rec.Key, r.topic), func(ctx context.Context) error {
+		if err := r.cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
 			return fmt.Errorf("replay: publish the answer for %s to %s: %w", rec.Key, r.topic, err)
 		}
 		return nil
-	case <-t.C:
-		return r.w.silent(fmt.Sprintf("publishing the answer for %s to %s", rec.Key, r.topic), context.DeadlineExceeded)
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	}
+	})
 }

@@ -44,13 +44,14 @@ type waits struct {
 	idle    time.Duration // readIdle; shorter in tests
 }
 
-// do runs one step against Kafka (an admin request) with ctx bounded by
-// the timeout, and waits for it no longer than that: franz-go dials a new
-// connection with a dial timeout of its own, whatever the context says (a
-// frozen broker held a 2 s request for 19 s). When the bound, not ctx,
-// ended the step, the error is a *KafkaTimeoutError naming it. A step
-// given up on finishes in the background (its own timeouts end it); fn
-// must not write what the caller reads after an error.
+// do runs one step against Kafka (an admin request, a produce's
+// acknowledgement) with ctx bounded by the timeout, and waits for it no
+// longer than that: franz-go dials a new connection with a dial timeout of
+// its own, whatever the context says (a frozen broker held a 2 s request
+// for 19 s), and holds a record whose produce request is not answered. When
+// the bound, not ctx, ended the step, the error is a *KafkaTimeoutError
+// naming it. A step given up on finishes in the background (its own
+// timeouts end it); fn must not write what the caller reads after an error.
 func (w waits) do(ctx context.Context, step string, fn func(context.Context) error) error {
 	sctx, cancel := context.WithTimeoutCause(ctx, w.timeout, errWaitOver)
 	defer cancel()
@@ -58,26 +59,19 @@ func (w waits) do(ctx context.Context, step string, fn func(context.Context) err
 	go func() { done <- fn(sctx) }() // owned by this call; past the bound, by franz-go's own timeouts
 	select {
 	case err := <-done:
-		return w.over(ctx, sctx, step, err)
+		if err == nil || ctx.Err() != nil || !errors.Is(context.Cause(sctx), errWaitOver) {
+			return err
+		}
+		return w.timedOut(step, err)
 	case <-sctx.Done():
 		if ctx.Err() != nil {
 			return context.Cause(ctx)
 		}
-		return w.silent(step, context.DeadlineExceeded)
+		return w.timedOut(step, context.DeadlineExceeded)
 	}
 }
 
-// over returns err as a *KafkaTimeoutError when sctx's bound (not ctx)
-// ended the step, err otherwise.
-func (w waits) over(ctx, sctx context.Context, step string, err error) error {
-	if err == nil || ctx.Err() != nil || !errors.Is(context.Cause(sctx), errWaitOver) {
-		return err
-	}
-	return &KafkaTimeoutError{Brokers: w.brokers, Timeout: w.timeout, Step: step, Err: err}
-}
-
-// silent is the error of a read that got nothing for the timeout while
-// Kafka did not answer either.
-func (w waits) silent(step string, err error) error {
+// timedOut is the error of step when its bound ran out.
+func (w waits) timedOut(step string, err error) error {
 	return &KafkaTimeoutError{Brokers: w.brokers, Timeout: w.timeout, Step: step, Err: err}
 }

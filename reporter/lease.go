@@ -58,18 +58,27 @@ func (rn *run) leaser() {
 		case <-rn.coordDone:
 			return
 		}
-		for {
-			rn.mu.Lock()
-			l, marks := rn.takeLease()
-			rn.mu.Unlock()
-			if l == nil {
-				break
-			}
+		rn.takeLeases(func(l *lease, marks []partLease) {
 			for _, m := range marks {
 				ps := m.ps
 				rn.produce(m.rec, func(r *kgo.Record, err error) { rn.leaseAcked(l, ps, r, err) })
 			}
+		})
+	}
+}
+
+// takeLeases takes leases until there is nothing to lease or no room (mu
+// taken for each, not held while fn runs) and hands each, with its
+// markers, to fn.
+func (rn *run) takeLeases(fn func(*lease, []partLease)) {
+	for {
+		rn.mu.Lock()
+		l, marks := rn.takeLease()
+		rn.mu.Unlock()
+		if l == nil {
+			return
 		}
+		fn(l, marks)
 	}
 }
 

@@ -89,13 +89,7 @@ func TestSnapshotsWhileAnswersLand(t *testing.T) {
 			case <-rn.leaseWake:
 			case <-time.After(time.Millisecond): // a lost wake-up would show as a slow test, not a hang
 			}
-			for {
-				rn.mu.Lock()
-				l, marks := rn.takeLease()
-				rn.mu.Unlock()
-				if l == nil {
-					break
-				}
+			rn.takeLeases(func(l *lease, marks []partLease) {
 				for _, m := range marks {
 					p := m.ps
 					var offs []int64
@@ -106,7 +100,7 @@ func TestSnapshotsWhileAnswersLand(t *testing.T) {
 					}
 					events <- event{l: l, ps: p, off: offs}
 				}
-			}
+			})
 		}
 	})
 	// The workers: the answer applied, then its record handed to Kafka.
