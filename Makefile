@@ -6,7 +6,7 @@ DEADCODE_VERSION    ?= v0.52.0
 BIN       := bin/playpipe
 export PATH := $(PATH):$(shell $(GO) env GOPATH)/bin:/usr/sbin
 
-.PHONY: all build demo test test-race test-chdb unit lint fmt-check vet staticcheck deadcode bench bench-e2e bench-report bench-report-bound bench-report-latency fuzz fuzz-short tools clickhouse zookeeper chromium chdb nginx clean e2e-docker
+.PHONY: kafka all build demo test test-race test-chdb unit lint fmt-check vet staticcheck deadcode bench bench-e2e bench-report bench-report-bound bench-report-latency fuzz fuzz-short tools clickhouse zookeeper chromium chdb nginx clean e2e-docker
 
 all: build
 
@@ -18,14 +18,14 @@ demo: clickhouse build
 	./$(BIN) demo
 
 ## test: everything CI checks: formatting, vet, staticcheck, a short run of every fuzz target, then all tests with the race detector, then the ledger suite on current ClickHouse (test-chdb).
-test: tools clickhouse zookeeper chromium chdb nginx lint fuzz-short test-race test-chdb
+test: tools clickhouse zookeeper chromium chdb nginx kafka lint fuzz-short test-race test-chdb
 
 # `make test` installs ClickHouse, ZooKeeper, Chromium and nginx first, so a
 # missing server, browser or edge is a failure, not a skip
 # (PLAYPIPE_REQUIRE_CLICKHOUSE covers ZooKeeper too: the replicated-ledger
 # tests need both).
 test-race:
-	PLAYPIPE_REQUIRE_CLICKHOUSE=$${PLAYPIPE_REQUIRE_CLICKHOUSE:-1} PLAYPIPE_REQUIRE_CHROMIUM=$${PLAYPIPE_REQUIRE_CHROMIUM:-1} PLAYPIPE_REQUIRE_NGINX=$${PLAYPIPE_REQUIRE_NGINX:-1} $(GO) test -race -count=1 -timeout 20m $(PKGS)
+	PLAYPIPE_KAFKA_VERSION=$(KAFKA_VERSION) PLAYPIPE_REQUIRE_KAFKA=$${PLAYPIPE_REQUIRE_KAFKA:-1} PLAYPIPE_REQUIRE_CLICKHOUSE=$${PLAYPIPE_REQUIRE_CLICKHOUSE:-1} PLAYPIPE_REQUIRE_CHROMIUM=$${PLAYPIPE_REQUIRE_CHROMIUM:-1} PLAYPIPE_REQUIRE_NGINX=$${PLAYPIPE_REQUIRE_NGINX:-1} $(GO) test -race -count=1 -timeout 20m $(PKGS)
 
 ## test-chdb: the ledger tests that run on every ClickHouse (testenv.ForEachLedger:
 ## migrations, the sink's rows, every audit number, list and HTML query, the
@@ -141,6 +141,26 @@ tools:
 ## deadcode: no function unreachable from main or the tests (issue 23).
 deadcode:
 	@out=$$(deadcode -test $(PKGS)); if [ -n "$$out" ]; then echo "deadcode -test finds unreachable functions:"; echo "$$out"; exit 1; fi
+
+## kafka: Apache Kafka's own jars for the tests (org.apache.kafka:kafka_2.13
+## KAFKA_VERSION with its runtime dependencies and a log binding), resolved
+## with Maven from deploy/kafka/pom.xml into .playpipe/kafka/<version>/libs;
+## Java 17 and Maven from the distribution when missing. The tests start KRaft
+## nodes from them (internal/kafkanode). KAFKA_VERSION=3.9.2 selects the last
+## 3.x release (docs/kafka.md, "Apache Kafka in the tests").
+KAFKA_VERSION ?= 4.1.0
+KAFKA_LIBS    := .playpipe/kafka/$(KAFKA_VERSION)/libs
+kafka:
+	@if [ -f $(KAFKA_LIBS)/kafka_2.13-$(KAFKA_VERSION).jar ]; then :; else \
+	  if ! command -v mvn >/dev/null 2>&1 || ! command -v java >/dev/null 2>&1; then \
+	    SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	    $$SUDO apt-get update && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y openjdk-17-jre-headless maven; \
+	  fi; \
+	  rm -rf $(KAFKA_LIBS).tmp; \
+	  mvn -q -B -f deploy/kafka/pom.xml -Dkafka.version=$(KAFKA_VERSION) $(if $(filter 3.%,$(KAFKA_VERSION)),-Dkafka3) \
+	    dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(abspath $(KAFKA_LIBS)).tmp && \
+	  mv $(KAFKA_LIBS).tmp $(KAFKA_LIBS) && echo "Apache Kafka $(KAFKA_VERSION): $$(ls $(KAFKA_LIBS) | wc -l) jars in $(KAFKA_LIBS)"; \
+	fi
 
 ## clickhouse: the tests and the demo start a local clickhouse-server; install it from the distribution when missing.
 clickhouse:
