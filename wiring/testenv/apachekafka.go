@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -70,14 +72,77 @@ func StartApacheKafka(t testing.TB, opts ApacheKafka) *Kafka {
 		t.Fatalf("testenv: %v", err)
 	}
 	t.Cleanup(c.Close)
-	rf := min(3, len(c.Brokers()))
-	k := &Kafka{Apache: c, Config: kafkax.Config{Brokers: c.Addrs(), TopicPrefix: kafkax.DefaultTopicPrefix, Partitions: opts.Partitions, ReplicationFactor: rf}}
-	if err := kafkax.EnsureTopics(ctx, k.Config); err != nil {
-		t.Fatalf("testenv: topics on Apache Kafka %s: %v", in.Version, err)
-	}
-	k.waitTopicsLed(t, ctx)
+	k := apacheTopics(t, ctx, c, kafkax.DefaultTopicPrefix, opts.Partitions)
 	t.Logf("testenv: Apache Kafka %s, %d broker(s) at %s, ready with the topics in %s", in.Version, len(c.Brokers()), strings.Join(c.Addrs(), ","), time.Since(started).Round(time.Millisecond))
 	return k
+}
+
+func findKafka(t testing.TB) kafkanode.Install {
+	t.Helper()
+	in, err := kafkanode.FindInstall(os.Getenv("PLAYPIPE_KAFKA_VERSION"))
+	if errors.Is(err, kafkanode.ErrNotInstalled) && os.Getenv("PLAYPIPE_REQUIRE_KAFKA") != "1" {
+		t.Skipf("testenv: %v", err)
+	}
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	return in
+}
+
+// apacheTopics creates the four topics of prefix on c, replicated over
+// every broker (at most 3), and waits until they are led and in sync.
+func apacheTopics(t testing.TB, ctx context.Context, c *kafkanode.Cluster, prefix string, partitions int) *Kafka {
+	t.Helper()
+	rf := min(3, len(c.Brokers()))
+	k := &Kafka{Apache: c, Config: kafkax.Config{Brokers: c.Addrs(), TopicPrefix: prefix, Partitions: partitions, ReplicationFactor: rf}}
+	if err := kafkax.EnsureTopics(ctx, k.Config); err != nil {
+		t.Fatalf("testenv: topics %s.* on Apache Kafka %s: %v", prefix, c.Version(), err)
+	}
+	k.waitTopicsLed(t, ctx)
+	return k
+}
+
+// SharedApacheKafka is StartApacheKafka for the many tests of one test
+// binary that need a broker but never stop it: one Apache Kafka node,
+// started on first use and kept until the test binary exits (the node dies
+// with it: a parent-death signal; its folder is left in the system's temp
+// folder, playpipe-kafka-*), and for each call four topics of its own under
+// a fresh prefix (t1, t2, …) with the given partitions (0 means 3). A
+// test that stops, kills or freezes its broker uses StartApacheKafka.
+// Groups and transactional ids are the caller's to keep apart.
+func SharedApacheKafka(t testing.TB, partitions int) *Kafka {
+	t.Helper()
+	if partitions <= 0 {
+		partitions = 3
+	}
+	in := findKafka(t)
+	shared.once.Do(func() {
+		started := time.Now()
+		dir, err := os.MkdirTemp("", "playpipe-kafka-")
+		if err != nil {
+			shared.err = err
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		shared.c, shared.err = kafkanode.Start(ctx, kafkanode.Config{Dir: dir, Install: in, Heap: "768m", Addr: func() (string, error) { return FreeAddr(t), nil }})
+		if shared.err == nil {
+			t.Logf("testenv: shared Apache Kafka %s at %s (for this test binary) ready in %s", in.Version, strings.Join(shared.c.Addrs(), ","), time.Since(started).Round(time.Millisecond))
+		}
+	})
+	if shared.err != nil {
+		t.Fatalf("testenv: shared Apache Kafka: %v", shared.err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	return apacheTopics(t, ctx, shared.c, fmt.Sprintf("t%d", shared.next.Add(1)), partitions)
+}
+
+var shared struct {
+	once sync.Once
+	c    *kafkanode.Cluster
+	err  error
+	next atomic.Int64
 }
 
 // waitTopicsLed waits until every partition of the four topics has a leader
