@@ -83,7 +83,7 @@ func transportDoubt(replied bool, err error) string {
 // playpipe.partnerapi.foreign_answers metric (by status), and a warning
 // with the status and the body's first bytes (scrubbed, printable), at most
 // one per foreignLogEvery so that a storm of edge pages cannot flood the log.
-func (c *Client) foreignAnswer(op string, status int, h http.Header, body []byte) {
+func (c *Client) foreignAnswer(op string, status int, h http.Header, body []byte, auth []string) {
 	c.foreign.Add(context.Background(), 1, metric.WithAttributes(
 		attribute.Int("http.response.status_code", status), attribute.String("partnerapi.op", opGroup(op))))
 	n := c.foreignN.Add(1)
@@ -99,7 +99,7 @@ func (c *Client) foreignAnswer(op string, status int, h http.Header, body []byte
 		ct = h.Get("Content-Type")
 	}
 	c.log.Warn("partner API: an answer that is not the API's own (an edge's or proxy's page?): retried, never taken as a rejection",
-		"op", op, "status", status, "content_type", bound(printable(ct), 100), "first_bytes", c.scrub(printable(string(first))),
+		"op", op, "status", status, "content_type", bound(printable(ct), 100), "first_bytes", c.scrub(printable(string(first)), auth),
 		"answers_since_last_log", n)
 }
 

@@ -269,7 +269,7 @@ func (c *Client) send(ctx context.Context, op, method, url string, auth []string
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
 		return meta, data, nil
 	}
-	return meta, nil, c.statusError(op, meta, resp.Header, data)
+	return meta, nil, c.statusError(op, meta, resp.Header, data, auth)
 }
 
 // readBounded reads r to EOF, failing when it holds more than limit bytes.
@@ -285,8 +285,10 @@ func readBounded(r io.Reader, limit int64) ([]byte, error) {
 }
 
 // statusError is the one place that maps an HTTP answer to a Kind; the
-// reason for each case is written next to it.
-func (c *Client) statusError(op string, meta Meta, h http.Header, body []byte) *Error {
+// reason for each case is written next to it. auth is the Authorization
+// header the request carried (nil: none): the answer may echo it, held or
+// not (a 401's token is dropped, another caller may have dropped it first).
+func (c *Client) statusError(op string, meta Meta, h http.Header, body []byte, auth []string) *Error {
 	e := &Error{Op: op, Status: meta.Status, ServedBy: meta.ServedBy}
 	s := meta.Status
 	api := isAPIEnvelope(s, body)
@@ -307,7 +309,7 @@ func (c *Client) statusError(op string, meta Meta, h http.Header, body []byte) *
 		// 413, 502 …), a redirect. The API may never have seen the request,
 		// so this is never a final rejection: retry with backoff, and say so.
 		e.Kind, e.Foreign = KindTransient, true
-		c.foreignAnswer(op, s, h, body)
+		c.foreignAnswer(op, s, h, body, auth)
 	case s == http.StatusRequestTimeout, s == http.StatusTooManyRequests, s >= 500:
 		// 500 internal error, 503 standby upstream error, and the
 		// overload statuses, in the API's envelope: retry with backoff.
@@ -321,7 +323,7 @@ func (c *Client) statusError(op string, meta Meta, h http.Header, body []byte) *
 		// an intermediary may be misbehaving, so retrying is reasonable.
 		e.Kind = KindTransient
 	}
-	e.Reason = c.scrub(errorReason(s, body))
+	e.Reason = c.scrub(errorReason(s, body), auth)
 	if e.Kind == KindRejected {
 		e.Fields = parseFields(e.Reason)
 	}
@@ -331,15 +333,21 @@ func (c *Client) statusError(op string, meta Meta, h http.Header, body []byte) *
 	return e
 }
 
-// scrub removes the signature and any held token from text that came from
-// the server (an answer could echo a request), so that no secret reaches an
-// error message.
-func (c *Client) scrub(s string) string {
+// scrub removes the signature, the request's own token (auth, the
+// Authorization header it carried; nil: none) and any held token from text
+// that came from the server (an answer could echo a request), so that no
+// secret reaches an error message. The request's token is scrubbed whether
+// or not it is still held: a 401's token is dropped, and another caller's
+// 401 may drop it while this answer is read.
+func (c *Client) scrub(s string, auth []string) string {
 	if s == "" {
 		return s
 	}
 	if sig := c.cfg.Credentials.ClientSignature; len(sig) >= 4 && strings.Contains(s, sig) {
 		s = strings.ReplaceAll(s, sig, redacted)
+	}
+	if len(auth) > 0 && auth[0] != "" && strings.Contains(s, auth[0]) {
+		s = strings.ReplaceAll(s, auth[0], redacted)
 	}
 	for _, sl := range [...]*slot{c.main, c.user} {
 		if t := sl.cur.Load(); t != nil && strings.Contains(s, t.hdr[0]) {

@@ -217,16 +217,20 @@ func (c *Client) reportOutcome(tok *token, a reportAnswer) (ReportResult, error)
 	switch {
 	case k.ok:
 		return ReportResult{Meta: meta, Message: c.reportMessage(a.body)}, nil
-	case a.status == http.StatusUnauthorized:
+	}
+	// Scrubbed with the request's own token before a 401 drops it: an
+	// edge's page may echo the Authorization header, and a dropped token
+	// is no longer among the held ones that scrub looks for.
+	e := c.statusError(opReport, meta, a.header, a.body, tok.hdr)
+	if a.status == http.StatusUnauthorized {
 		c.main.drop(tok)
 	}
-	e := c.statusError(opReport, meta, a.header, a.body)
 	if a.status < 300 {
 		// A 2xx that is not the API's answer ({"error":false,…}) — cut,
 		// garbled, or not the API's — or a 101: the report may have been
 		// taken.
 		if !e.Foreign {
-			c.foreignAnswer(opReport, a.status, a.header, a.body)
+			c.foreignAnswer(opReport, a.status, a.header, a.body, tok.hdr)
 		}
 		e.Kind, e.Reason, e.Doubt, e.Foreign = KindTransient, "malformed answer: "+e.Reason, schemas.DoubtMalformedAnswer, true
 	} else if e.Foreign {
