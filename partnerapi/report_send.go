@@ -98,20 +98,61 @@ type reportAnswer struct {
 	status  int // 0: no answer
 	header  http.Header
 	body    []byte
-	sent    bool  // the request's headers were written: it may have left
-	replied bool  // the first byte of an answer arrived
-	err     error // transport or body-read error
-	ctxErr  error // the caller's ctx error, when it ended
-	timeout bool  // the attempt's own RequestTimeout ran out
+	sent    bool // the request's headers were written: it may have left
+	replied bool // the first byte of an answer arrived
+	// resendRefused: the transport would have posted the report again
+	// after the whole request was written (getBody refused).
+	resendRefused bool
+	err           error // transport or body-read error
+	ctxErr        error // the caller's ctx error, when it ended
+	timeout       bool  // the attempt's own RequestTimeout ran out
 }
 
 // postTrace records whether a request may have left the process: net/http
 // calls WroteHeaders once the request's headers are written to the
 // connection (HTTP/1.1: into its buffer, flushed with the body; HTTP/2:
 // the HEADERS frame). Before that the server cannot have seen a request.
+// wrote: WroteRequest came without an error — the whole request (headers
+// and body: HTTP/1.1 flushed to the connection, HTTP/2 with END_STREAM)
+// was written at least once. refused: the transport asked to post it
+// again after that, and was refused (getBody).
 type postTrace struct {
-	sent, replied atomic.Bool
-	ct            httptrace.ClientTrace
+	sent, replied, wrote, refused atomic.Bool
+	ct                            httptrace.ClientTrace
+}
+
+// errResendRefused is what getBody answers the transport that would post a
+// report again after the whole request was written.
+var errResendRefused = errors.New("the connection or stream failed after the whole report was written: not re-sent by the transport (the partner may have taken it)")
+
+// getBody is the post's Request.GetBody: net/http rewinds a body with it
+// to send the request again on another try of its own, and the caller
+// would see only the last try's answer. It allows that only while no try
+// has written the whole request (pt.wrote), which covers every re-send
+// that cannot reach the partner twice:
+//   - HTTP/1.1 re-sends a POST (no Idempotency-Key: not replayable) only
+//     when nothing was written to a reused keep-alive connection the server
+//     had closed (nothingWrittenError; WroteRequest reported the failed
+//     write) or no connection was taken (shouldRetryRequest): kept, so a
+//     stale keep-alive connection costs no failed post;
+//   - HTTP/2 re-sends after a connection found unusable before the stream
+//     started, a GOAWAY beyond the stream, REFUSED_STREAM — and a
+//     PROTOCOL_ERROR reset from the peer (http2canRetryError,
+//     golang/go#47635), which can come after the server read the whole
+//     report. Once the whole request was written, that re-send would put a
+//     second copy at the partner behind the caller's back: refused, and the
+//     post fails in doubt (pt.refused) for the caller to retry, labelled.
+//
+// A stream refused or beyond a GOAWAY after the whole request was written
+// is refused too: in doubt where it need not be, never a silent copy.
+func (pt *postTrace) getBody(body []byte) func() (io.ReadCloser, error) {
+	return func() (io.ReadCloser, error) {
+		if pt.wrote.Load() {
+			pt.refused.Store(true)
+			return nil, errResendRefused
+		}
+		return io.NopCloser(bytes.NewReader(body)), nil
+	}
 }
 
 // postReport sends one report through net/http and reads the answer into
@@ -122,6 +163,11 @@ func (c *Client) postReport(parent context.Context, tok *token, body, dst []byte
 	pt := &postTrace{}
 	pt.ct.WroteHeaders = func() { pt.sent.Store(true) }
 	pt.ct.GotFirstResponseByte = func() { pt.replied.Store(true) }
+	pt.ct.WroteRequest = func(i httptrace.WroteRequestInfo) {
+		if i.Err == nil {
+			pt.wrote.Store(true)
+		}
+	}
 	ctx := httptrace.WithClientTrace(parent, &pt.ct)
 	var cancel context.CancelFunc
 	if c.cfg.RequestTimeout > 0 {
@@ -134,13 +180,14 @@ func (c *Client) postReport(parent context.Context, tok *token, body, dst []byte
 	req.Header = http.Header{"User-Agent": c.uaHeader, "Authorization": tok.hdr, "Content-Type": jsonHeader, "Accept": jsonHeader}
 	c.injectTrace(parent, req.Header)
 	// io.NopCloser(*bytes.Reader) is a body net/http knows to be in memory:
-	// headers and body leave in one write, and GetBody lets the transport
-	// resend it where the protocol proves the first try unprocessed (a
-	// connection closed before anything was written, an HTTP/2 stream
-	// refused or beyond a GOAWAY); net/http never re-sends a POST otherwise.
+	// headers and body leave in one write. GetBody lets the transport send
+	// it again only while no try has written the whole request (getBody):
+	// net/http's HTTP/2 transport would re-send it after a PROTOCOL_ERROR
+	// reset that came after the server read it all, and the caller would
+	// see only the second copy's answer.
 	req.Body = io.NopCloser(bytes.NewReader(body))
 	req.ContentLength = int64(len(body))
-	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	req.GetBody = pt.getBody(body)
 
 	var resp *http.Response
 	var err error
@@ -161,7 +208,7 @@ func (c *Client) postReport(parent context.Context, tok *token, body, dst []byte
 		// connection, which no deadline bounds: never read, never the API's.
 		resp.Body.Close()
 	}
-	a.sent, a.replied, a.err = pt.sent.Load(), pt.replied.Load(), err
+	a.sent, a.replied, a.resendRefused, a.err = pt.sent.Load(), pt.replied.Load(), pt.refused.Load(), err
 	if err != nil {
 		a.ctxErr = parent.Err()
 		a.timeout = a.ctxErr == nil && errors.Is(ctx.Err(), context.DeadlineExceeded)
@@ -202,6 +249,10 @@ func (c *Client) reportOutcome(tok *token, a reportAnswer) (ReportResult, error)
 			if a.sent {
 				e.Doubt = schemas.DoubtTimeout
 			}
+		case a.resendRefused:
+			// The connection or stream failed after the whole report was
+			// written (an HTTP/2 reset from the peer): it may have been taken.
+			e.Doubt = schemas.DoubtConnectionLost
 		case a.sent:
 			e.Doubt = transportDoubt(a.replied, a.err)
 		}
