@@ -382,7 +382,7 @@ func TestMixUnavailablePolicy(t *testing.T) {
 	})
 	t.Run("refused credentials", func(t *testing.T) {
 		src := newFakeSource()
-		src.byID[9], src.failErr = true, &partnerapi.Error{Kind: partnerapi.KindUnauthorized, Op: "POST /partners/session", Status: 401, Reason: "invalid client_signature"}
+		src.byID[9], src.failErr = true, &partnerapi.Error{Kind: partnerapi.KindUnauthorized, Endpoint: partnerapi.EndpointSession, Op: "POST /partners/session", Status: 401, Reason: "invalid client_signature"}
 		c, err := NewMixCache(src, CacheConfig{Logger: quietLogger()})
 		if err != nil {
 			t.Fatal(err)

@@ -25,8 +25,8 @@ type h2Frame struct {
 
 const (
 	h2Data, h2Headers, h2RSTStream, h2Settings, h2GoAway = 0x0, 0x1, 0x3, 0x4, 0x7
-	h2EndStream, h2Ack                                     = 0x1, 0x1
-	h2ProtocolError                                        = 0x1
+	h2EndStream, h2Ack                                   = 0x1, 0x1
+	h2ProtocolError                                      = 0x1
 )
 
 func readH2Frame(r io.Reader) (h2Frame, error) {

@@ -29,7 +29,8 @@ func (c *Client) injectTrace(ctx context.Context, h http.Header) {
 	}
 }
 
-const opReport = "POST " + PathRoyaltyTracking
+// opReport is the play report post.
+var opReport = call{name: "POST " + PathRoyaltyTracking, ep: EndpointReport}
 
 // ReportPlay encodes r exactly as the spec's Play report table says (see
 // schemas.AppendReportJSON) and posts it once: see ReportPlayJSON.
@@ -70,7 +71,7 @@ func (c *Client) ReportPlayJSON(ctx context.Context, body []byte) (ReportResult,
 	// with tracing off the hot path stays free of span work.
 	var span trace.Span
 	if trace.SpanContextFromContext(ctx).IsSampled() {
-		ctx, span = c.tracer.Start(ctx, opReport, trace.WithSpanKind(trace.SpanKindClient),
+		ctx, span = c.tracer.Start(ctx, opReport.name, trace.WithSpanKind(trace.SpanKindClient),
 			trace.WithAttributes(attribute.String("http.request.method", http.MethodPost),
 				attribute.String("url.path", PathRoyaltyTracking), attribute.String("url.full", c.reportURL)))
 		defer span.End()
@@ -224,7 +225,7 @@ func (c *Client) reportOutcome(tok *token, a reportAnswer) (ReportResult, error)
 		meta.ServedBy = servedBy(a.header)
 	}
 	if a.err != nil {
-		e := &Error{Kind: KindTransient, Op: opReport, Status: a.status, ServedBy: meta.ServedBy, Err: a.err}
+		e := &Error{Kind: KindTransient, Endpoint: opReport.ep, Op: opReport.name, Status: a.status, ServedBy: meta.ServedBy, Err: a.err}
 		if a.status != 0 {
 			e.Reason = "reading the answer"
 		}
