@@ -391,4 +391,12 @@ func TestMixUnavailablePolicy(t *testing.T) {
 			t.Fatalf("Get: %v, want ErrInvalidConfig", err)
 		}
 	})
+	t.Run("refused credentials, decided by the endpoint", func(t *testing.T) {
+		if !refusedCredentials(&partnerapi.Error{Kind: partnerapi.KindRejected, Endpoint: partnerapi.EndpointSessionWithUser, Op: "session", Status: 400}) {
+			t.Error("a session endpoint's 400 named otherwise is not taken for refused credentials")
+		}
+		if refusedCredentials(&partnerapi.Error{Kind: partnerapi.KindRejected, Endpoint: partnerapi.EndpointMix, Op: "POST /partners/session?", Status: 400}) {
+			t.Error("a mix endpoint's 400 is taken for refused credentials by its Op")
+		}
+	})
 }
