@@ -41,15 +41,17 @@ func (c *Client) ReportPlay(ctx context.Context, r schemas.PlayReport) (ReportRe
 // ReportPlayJSON posts a pre-encoded play report body as is, in exactly one
 // POST /partners/royalty-tracking through net/http (HTTP/2 over TLS where
 // the server offers it, HTTP/1.1 otherwise), after taking a session if none
-// is held: the caller owns retries and sees every attempt. The attempt is
-// bounded by RequestTimeout (from the request to the last byte of the
-// answer) and ctx.
+// is held: the caller owns retries and sees every attempt — the transport
+// never sends the report again once a try has written it all (getBody).
+// The attempt is bounded by RequestTimeout (from the request to the last
+// byte of the answer) and ctx.
 //
 //   - 200 with the API's body ({"error":false,…}): a ReportResult;
 //     Meta.ServedBy == ServedStandby means standby took the report without
 //     validating or forwarding it (not an error).
 //   - 401: the held token is dropped (the next call renews it, single
-//     flight) and an *Error of KindUnauthorized is returned.
+//     flight) after the answer is scrubbed of it, and an *Error of
+//     KindUnauthorized is returned.
 //   - anything else: an *Error of the matching Kind (a 4xx in the API's
 //     envelope KindRejected with the message and Fields; 403
 //     KindEdgeBlocked; 500/503/timeout/connection and every answer that is
