@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/playpipe/playpipe/partnerapi"
@@ -156,7 +155,7 @@ func classifyAnswer(res partnerapi.ReportResult, liveBypassDelivered bool) Decis
 // its kind; err is the error that wraps e.
 func classifyError(e *partnerapi.Error, err error) Decision {
 	d := Decision{Status: e.Status, ServedBy: e.ServedBy, Message: e.Reason, Fields: e.Fields, RetryAfter: e.RetryAfter, Err: err, Doubt: e.Doubt}
-	session := strings.HasPrefix(e.Op, "POST /partners/session")
+	session := e.Endpoint.Session()
 
 	switch e.Kind {
 	case partnerapi.KindRejected:

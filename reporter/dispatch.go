@@ -260,20 +260,12 @@ var consumerSpan = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindCons
 // reads only fields the worker owns while posting.
 func (rn *run) deliveryRecord(ctx context.Context, j *job) *kgo.Record {
 	d := j.dec
-	del := schemas.Delivery{
-		V: schemas.DeliveryVersion, ReportID: j.id, EventID: j.evID, Outcome: d.Outcome, Attempt: j.attempt,
-		HTTPStatus: d.Status, ServedBy: string(d.ServedBy), Partner: rn.cfg.PartnerURL, Message: d.Message, Fields: d.Fields,
-		Reason: d.Reason, LatencyUS: j.latency.Microseconds(), TraceID: j.traceID, Replay: j.replay,
-		InDoubt: j.inDoubt, DoubtCause: d.Doubt, At: rn.cfg.Now().UnixMilli(),
-	}
-	if del.DoubtCause == "" {
-		// An earlier attempt that left no record of its own (abandoned in
-		// flight, or the previous owner's crash): this record counts it.
-		del.DoubtCause, j.carried = j.carried, ""
-	}
-	if del.Message == "" && d.Err != nil && d.Action != ActDelivered {
-		del.Message = d.Err.Error()
-	}
+	// An earlier attempt that left no record of its own (abandoned in
+	// flight, or the previous owner's crash): this record counts it.
+	doubt := Doubt{InDoubt: j.inDoubt, Carried: j.carried}
+	del := NewDelivery(&Attempt{ReportID: j.id, EventID: j.evID, N: j.attempt, Decision: d, Latency: j.latency,
+		TraceID: j.traceID, Partner: rn.cfg.PartnerURL, Replay: j.replay, At: rn.cfg.Now()}, &doubt)
+	j.carried = doubt.Carried
 	// One allocation for the record, its header, and the key, the source
 	// header and the value (the hot path's allocations); a longer value
 	// than the room left takes one more.
