@@ -2,6 +2,7 @@ package reporter
 
 import (
 	"math"
+	"math/rand/v2"
 	"testing"
 	"time"
 )
@@ -14,10 +15,10 @@ func feed(l *limiter, now *time.Time, rtt time.Duration, saturated bool) {
 		if !saturated {
 			inflight /= 2
 		}
-		l.sample(*now, rtt, inflight)
+		l.observe(*now, SignalAnswer, rtt, inflight)
 		*now = now.Add(max(minInterval, rtt) / minSamples)
 	}
-	l.sample(*now, rtt, 0) // closes the interval
+	l.observe(*now, SignalAnswer, rtt, 0) // closes the interval
 }
 
 // TestLimiterGrowsWhileLatencyIsFlat: a partner 50 ms away whose latency
@@ -95,32 +96,297 @@ func TestLimiterShrinksWhenLatencyRises(t *testing.T) {
 	}
 }
 
-// TestLimiterHalvesOnFailure: failures halve the limit once per
-// cutInterval, down to 1 (below --concurrency), and flat answers grow it
-// back.
-func TestLimiterHalvesOnFailure(t *testing.T) {
+// TestLimiterHalvesOnBackPressure: a 503, 429 or timeout halves the limit
+// once per cutInterval, down to 1 (below --concurrency), and flat answers
+// grow it back. A 500, an edge's page, a lost connection or a 400 alone
+// moves nothing.
+func TestLimiterHalvesOnBackPressure(t *testing.T) {
+	for _, sig := range []Signal{SignalBackPressure, SignalTimeout} {
+		now := time.Unix(1000, 0)
+		l := newLimiter(64, 1024, now)
+		l.observe(now, sig, 0, 64)
+		l.observe(now.Add(cutInterval/2), sig, 0, 64) // the same burst
+		want := map[Signal]string{SignalBackPressure: moveBackPressure, SignalTimeout: moveTimeout}[sig]
+		if l.limit != 32 || l.reason != want || l.moves[want] != 1 {
+			t.Fatalf("%v: limit %.1f reason %q moves %v, want 32 after one burst", sig, l.limit, l.reason, l.moves)
+		}
+		for range 10 {
+			now = now.Add(cutInterval)
+			l.observe(now, sig, 0, 1)
+		}
+		if l.limit != 1 {
+			t.Fatalf("%v: limit %.2f after an outage, want 1", sig, l.limit)
+		}
+		if l.allows(1) || !l.allows(0) {
+			t.Fatal("limit 1 allows one post")
+		}
+		for range 40 {
+			feed(l, &now, 20*time.Millisecond, true)
+		}
+		if l.limit < 64 {
+			t.Fatalf("%v: limit %.1f after recovery, want back above 64", sig, l.limit)
+		}
+	}
+	for _, sig := range []Signal{SignalPayload, SignalEdge, SignalConnection} {
+		now := time.Unix(1000, 0)
+		l := newLimiter(64, 1024, now)
+		for range 3 {
+			now = now.Add(cutInterval)
+			l.observe(now, sig, time.Millisecond, 64)
+		}
+		if l.limit != 64 || len(l.moves) != 0 {
+			t.Fatalf("%v: limit %.1f moves %v after three single errors, want 64 unmoved", sig, l.limit, l.moves)
+		}
+	}
+}
+
+// sim is a simulated partner with a backlog: the limiter's posts are always
+// all in flight, and answers come back at limit / RTT a second, each one
+// drawn by answer. The clock advances in 1 ms steps; the random source is
+// seeded, so a run is the same every time.
+type sim struct {
+	l    *limiter
+	now  time.Time
+	t    time.Duration // since the start of the simulation
+	r    *rand.Rand
+	acc  float64
+	low  float64 // lowest limit since the last reset
+	high float64 // highest limit since the last reset
+	sent float64 // answers since the last reset
+	errs float64 // error answers (any but SignalAnswer) since the last reset
+}
+
+func newSim(start, maxLimit int) *sim {
 	now := time.Unix(1000, 0)
-	l := newLimiter(64, 1024, now)
-	l.failure(now)
-	l.failure(now.Add(cutInterval / 2)) // the same burst
-	if l.limit != 32 || l.reason != moveFailure || l.moves[moveFailure] != 1 {
-		t.Fatalf("limit %.1f reason %q moves %v, want 32 after one burst", l.limit, l.reason, l.moves)
+	s := &sim{l: newLimiter(start, maxLimit, now), now: now, r: rand.New(rand.NewPCG(29, 3))}
+	s.reset()
+	return s
+}
+
+// reset starts the lowest / highest limit and the counts anew.
+func (s *sim) reset() { s.low, s.high, s.sent, s.errs = s.l.limit, s.l.limit, 0, 0 }
+
+// run simulates d against a partner whose RTT at inflight posts is rtt and
+// whose answers are drawn by answer (p in [0, 1) uniform).
+func (s *sim) run(d time.Duration, rtt func(inflight float64) time.Duration, answer func(inflight, p float64) Signal) {
+	const step = time.Millisecond
+	for end := s.t + d; s.t < end; s.t += step {
+		s.now = s.now.Add(step)
+		inflight := math.Floor(s.l.limit)
+		lat := rtt(inflight)
+		s.acc += inflight * float64(step) / float64(lat)
+		for ; s.acc >= 1; s.acc-- {
+			sig := answer(inflight, s.r.Float64())
+			s.sent++
+			if sig != SignalAnswer {
+				s.errs++
+			}
+			s.l.observe(s.now, sig, lat, int(inflight))
+		}
+		s.low, s.high = min(s.low, s.l.limit), max(s.high, s.l.limit)
 	}
-	for i := range 10 {
-		now = now.Add(cutInterval)
-		l.failure(now)
-		_ = i
+}
+
+// flat is a partner 50 ms away whose latency does not move.
+func flat(float64) time.Duration { return 50 * time.Millisecond }
+
+// errorsAt answers sig to a share of the posts, the rest normally.
+func errorsAt(share float64, sig Signal) func(float64, float64) Signal {
+	return func(_, p float64) Signal {
+		if p < share {
+			return sig
+		}
+		return SignalAnswer
 	}
-	if l.limit != 1 {
-		t.Fatalf("limit %.2f after an outage, want 1", l.limit)
+}
+
+// TestLimiterGrowsThroughSteadyErrors: a partner 50 ms away that fails a
+// steady share of the posts for reasons of their own (a 500 for one
+// payload, an edge's page, a reset connection, a 400) at any load: the
+// limit climbs to the cap as it does without errors, and never goes below
+// --concurrency. The old limiter halved on each one: 1 % of 500s held it
+// at 14.
+func TestLimiterGrowsThroughSteadyErrors(t *testing.T) {
+	var ref time.Duration // to the cap without errors
+	for _, c := range []struct {
+		name  string
+		share float64
+		sig   Signal
+	}{
+		{"no errors", 0, SignalAnswer},
+		{"0.1% 500s", 0.001, SignalPayload},
+		{"1% 500s", 0.01, SignalPayload},
+		{"2% 500s", 0.02, SignalPayload},
+		{"10% 500s", 0.10, SignalPayload},
+		{"1% edge pages", 0.01, SignalEdge},
+		{"1% resets", 0.01, SignalConnection},
+		{"2% 400s", 0.02, SignalPayload},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := newSim(48, 1024)
+			var atCap time.Duration
+			for s.t < time.Minute {
+				s.run(100*time.Millisecond, flat, errorsAt(c.share, c.sig))
+				if atCap == 0 && s.l.limit == 1024 {
+					atCap = s.t
+				}
+			}
+			if c.share == 0 {
+				ref = atCap
+			}
+			t.Logf("48 → 1024 in %v (%v without errors); lowest %.0f, after 60 s %.0f, moves %v, error rate at the limit %.2f %%",
+				atCap, ref, s.low, s.l.limit, s.l.moves, 100*s.l.errRates[errBucket(s.l.limit)].errs/s.l.errRates[errBucket(s.l.limit)].answers)
+			if s.l.limit != 1024 || atCap == 0 {
+				t.Errorf("limit %.0f after 60 s at %.1f%% errors, want the cap 1024 (as without errors)", s.l.limit, 100*c.share)
+			}
+			if s.low < 48 {
+				t.Errorf("limit went down to %.0f, below --concurrency 48, on steady errors", s.low)
+			}
+			if ref > 0 && atCap > ref+time.Second {
+				t.Errorf("cap reached in %v, %v without errors", atCap, ref)
+			}
+		})
 	}
-	if l.allows(1) || !l.allows(0) {
-		t.Fatal("limit 1 allows one post")
+}
+
+// TestLimiterShrinksOnBackPressureStorms: at the cap against a partner 50 ms
+// away failing 1 % of posts with 500s, a storm of 503s, 429s or timeouts
+// (10 % of the answers for 3 s) takes the limit below --concurrency within
+// a second; after the storm it climbs back to the cap through the 500s.
+func TestLimiterShrinksOnBackPressureStorms(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		sig  Signal
+	}{
+		{"503 storm", SignalBackPressure}, // 503 or 429, Retry-After or not: one Signal (TestClassifySignal)
+		{"timeouts", SignalTimeout},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := newSim(48, 1024)
+			background := errorsAt(0.01, SignalPayload)
+			s.run(30*time.Second, flat, background)
+			if s.l.limit != 1024 {
+				t.Fatalf("limit %.0f before the storm at 1 %% 500s, want the cap 1024", s.l.limit)
+			}
+			storm := func(inflight, p float64) Signal {
+				if p < 0.10 {
+					return c.sig
+				}
+				return background(inflight, (p-0.10)/0.90)
+			}
+			s.reset()
+			var to24, to1 time.Duration
+			for start := s.t; s.t-start < 3*time.Second; {
+				s.run(10*time.Millisecond, flat, storm)
+				if to24 == 0 && s.l.limit <= 24 {
+					to24 = s.t - start
+				}
+				if to1 == 0 && s.l.limit < 2 {
+					to1 = s.t - start
+				}
+			}
+			if to24 == 0 || to24 > time.Second {
+				t.Fatalf("limit %.0f (lowest %.0f) after 3 s of 10 %% %v, want ≤ 24 within 1 s", s.l.limit, s.low, c.sig)
+			}
+			s.reset()
+			var back time.Duration
+			for start := s.t; s.t-start < 30*time.Second && back == 0; {
+				s.run(100*time.Millisecond, flat, background)
+				if s.l.limit == 1024 {
+					back = s.t - start
+				}
+			}
+			t.Logf("1024 → ≤ 24 in %v, → 1 in %v; back at 1024 %v after the storm; moves %v", to24, to1, back, s.l.moves)
+			if back == 0 {
+				t.Fatalf("limit %.0f 30 s after the storm, want back at the cap 1024", s.l.limit)
+			}
+		})
 	}
-	for range 40 {
-		feed(l, &now, 20*time.Millisecond, true)
+}
+
+// TestLimiterShrinksWhenLatencyRisesThroughErrors: the partner of
+// TestLimiterShrinksWhenLatencyRises (slowing past 300 in flight) that also
+// fails 1 % of posts with 500s: the latency rule holds the limit where it
+// holds it without the 500s, not collapsed by them.
+func TestLimiterShrinksWhenLatencyRisesThroughErrors(t *testing.T) {
+	partner := func(inflight float64) time.Duration {
+		d := 50 * time.Millisecond
+		if inflight > 300 {
+			d += time.Duration((inflight - 300) / 300 * float64(50*time.Millisecond))
+		}
+		return d
 	}
-	if l.limit < 64 {
-		t.Fatalf("limit %.1f after recovery, want back above 64", l.limit)
+	var clean *sim
+	for _, share := range []float64{0, 0.01} {
+		s := newSim(48, 1024)
+		s.run(20*time.Second, partner, errorsAt(share, SignalPayload))
+		s.reset()
+		s.run(100*time.Second, partner, errorsAt(share, SignalPayload))
+		t.Logf("%.0f %% 500s: limit %.0f (%.0f–%.0f over the last 100 s), moves %v", 100*share, s.l.limit, s.low, s.high, s.l.moves)
+		if share == 0 {
+			clean = s
+			continue
+		}
+		if s.low < 0.9*clean.low || s.high > 1.1*clean.high || s.low < 250 {
+			t.Fatalf("limit %.0f–%.0f with 1 %% 500s, %.0f–%.0f without: want the same band, ≥ 250", s.low, s.high, clean.low, clean.high)
+		}
+		if s.l.moves[moveLatency] == 0 {
+			t.Fatalf("no latency cut: %v", s.l.moves)
+		}
+	}
+}
+
+// TestLimiterShrinksWhenErrorRateRisesWithLoad: a partner 50 ms away whose
+// latency never moves but whose 500s rise with the posts in flight past 300
+// (0.1 % below, +1 % per 10 posts above): the error-rate rule holds the
+// limit near the knee for minutes — the baseline does not ratchet up with
+// the errors our own load makes — and above --concurrency.
+func TestLimiterShrinksWhenErrorRateRisesWithLoad(t *testing.T) {
+	s := newSim(48, 1024)
+	overload := func(inflight, p float64) Signal {
+		share := 0.001 + max(0, inflight-300)/1000
+		if p < share {
+			return SignalPayload
+		}
+		return SignalAnswer
+	}
+	s.run(20*time.Second, flat, overload)
+	s.reset()
+	s.run(5*time.Minute, flat, overload)
+	rate := s.errs / s.sent
+	t.Logf("limit %.0f (%.0f–%.0f over 5 min), 500s %.2f %% of answers, error rate at the limit %.2f %%, moves %v",
+		s.l.limit, s.low, s.high, 100*rate, 100*s.l.errRates[errBucket(s.l.limit)].errs/s.l.errRates[errBucket(s.l.limit)].answers, s.l.moves)
+	if s.low < 225 || s.high > 450 {
+		t.Fatalf("limit %.0f–%.0f against a partner failing more past 300 in flight, want within 225–450", s.low, s.high)
+	}
+	if rate > 0.05 {
+		t.Fatalf("%.1f %% of answers failed, want ≤ 5 %%", 100*rate)
+	}
+	if s.l.moves[moveErrorRate] == 0 {
+		t.Fatalf("no error-rate cut: %v", s.l.moves)
+	}
+}
+
+// TestLimiterLearnsAnErrorRateNotTiedToLoad: the partner's 500s jump from
+// 1 % to 10 % of posts for reasons of its own (an incident, not our load):
+// the limit may step back, never below --concurrency, and is back at the cap
+// within about a minute, once the baseline has learned the new rate.
+func TestLimiterLearnsAnErrorRateNotTiedToLoad(t *testing.T) {
+	s := newSim(48, 1024)
+	s.run(30*time.Second, flat, errorsAt(0.01, SignalPayload))
+	s.reset()
+	var back time.Duration
+	for start := s.t; s.t-start < 2*time.Minute && back == 0; {
+		s.run(100*time.Millisecond, flat, errorsAt(0.10, SignalPayload))
+		if s.l.limit == 1024 && s.low < 1024 {
+			back = s.t - start
+		}
+	}
+	t.Logf("lowest %.0f; back at 1024 after %v (0 = never left); moves %v", s.low, back, s.l.moves)
+	if s.low < 48 {
+		t.Fatalf("limit went down to %.0f, below --concurrency 48", s.low)
+	}
+	if s.l.limit != 1024 {
+		t.Fatalf("limit %.0f after 2 min at a steady 10 %% of 500s, want the cap 1024", s.l.limit)
 	}
 }
