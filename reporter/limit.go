@@ -54,26 +54,37 @@ func (s Signal) String() string {
 // not safe for concurrent use (run.mu guards it) and reads no clock: every
 // input carries its time, so tests feed it numbers.
 //
-// It shrinks on back-pressure, not on bad luck. After Vector's ARC
+// It shrinks on back-pressure, not on bad luck, after Vector's ARC
 // (back-pressure answers cut, other errors do not), Netflix's
-// concurrency-limits (Gradient2, Vegas: latency; "ignored" errors) and
-// Envoy's adaptive_concurrency (a gradient on a minimum RTT). Answers are
-// gathered in intervals (at least minInterval, one recent RTT and
-// minSamples answers); at the close of each one rule applies, the first
-// that holds:
+// concurrency-limits (Gradient2, Vegas: latency; errors it is told to
+// ignore) and Envoy's adaptive_concurrency (a gradient on a minimum RTT).
 //
-//   - Error rate rose: payload errors, edge pages and lost connections
-//     (SignalPayload, SignalEdge, SignalConnection) are counted, never acted
-//     on one by one. The interval's count is compared with the count the
-//     error baseline predicts (λ = answers × errBase): over
-//     max(errRatio·λ, λ + errSigmas·√λ) + errSlack it is no longer noise
-//     but a rate that rose — with our load, when the limit just grew: the
-//     baseline follows over errWindow (30 s), the limit grows in seconds.
-//     The limit is multiplied by rateCut, never below the starting limit
-//     (Config.Concurrency). A rate that stays up after the limit came
-//     down is not about load: the baseline learns it within errWindow and
-//     growth resumes. No rate cut until errWarmup answers have set the
-//     baseline (their plain mean).
+// At once, between intervals:
+//
+//   - Back-pressure halves (SignalBackPressure, SignalTimeout: 429, 503,
+//     408, Retry-After, a timeout): the partner asks for less, or no longer
+//     answers in time. Once per cut gap (max(cutInterval, the recent RTT):
+//     the answers of one window of posts are one signal), down to 1 —
+//     below the starting limit: a real outage makes the reporter back off
+//     as a whole. The interval under way starts anew.
+//
+// Every other answer joins an interval (at least minInterval, one recent
+// RTT and minSamples answers); at its close the first rule that holds
+// applies:
+//
+//   - The error rate rose with our load: payload errors, edge pages and
+//     lost connections (SignalPayload, SignalEdge, SignalConnection) are
+//     never acted on one by one. They are counted by limit (errRates, √2
+//     apart, decayed over errWindow), and the interval's count is compared
+//     with what the rate seen at half the limit or less predicts (λ):
+//     over max(errRatio·λ, λ + errSigmas·noise) + errSlack — noise the
+//     count's own √λ widened by the reference's own size — the errors
+//     follow the limit, and the limit is multiplied by rateCut, never below
+//     the starting limit (Config.Concurrency). A steady rate, however high,
+//     is the same at every limit and never cuts. A rate that rose on its
+//     own (not with load) cuts until the limit is where no lower rate is
+//     known (--concurrency): the rates are forgotten there and measured
+//     anew on the climb back.
 //   - Latency rose: a mean RTT over tolerance × baseline + slack (the
 //     baseline: the lowest interval mean of the last baselineWindow)
 //     multiplies the limit by threshold/mean (at least ½ per interval),
@@ -83,15 +94,6 @@ func (s Signal) String() string {
 //     the posts in flight reached the limit during the interval (a backlog
 //     waits for room: an idle reporter learns nothing of the partner): the
 //     limit grows by √limit, from 48 to 1 024 in about 50 intervals.
-//
-// And at once, between intervals:
-//
-//   - Back-pressure halves (SignalBackPressure, SignalTimeout: 429, 503,
-//     408, Retry-After, a timeout): the partner asks for less, or takes too
-//     long to answer at all. Once per cutGap (max(cutInterval, the recent
-//     RTT): the answers of one window of posts are one signal), down to 1 —
-//     below the starting limit: a real outage makes the reporter back off
-//     as a whole. The interval under way starts anew.
 //
 // The RTT baseline forgets after baselineWindow: a partner whose latency
 // moved for good (a new route) becomes the new normal within a minute, at

@@ -1,10 +1,18 @@
 package reporter
 
 import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
 	"math"
 	"math/rand/v2"
+	"net"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/playpipe/playpipe/partnerapi"
 )
 
 // feed gives l one interval of answers at rtt with the limit's posts in
@@ -388,5 +396,57 @@ func TestLimiterLearnsAnErrorRateNotTiedToLoad(t *testing.T) {
 	}
 	if s.l.limit != 1024 {
 		t.Fatalf("limit %.0f after 2 min at a steady 10 %% of 500s, want the cap 1024", s.l.limit)
+	}
+}
+
+// TestClassifySignal: what each answer tells the in-flight limit, as a
+// Signal set by Classify (no string matching on reasons).
+func TestClassifySignal(t *testing.T) {
+	const op = "POST /partners/royalty-tracking"
+	api := func(k partnerapi.Kind, status int) *partnerapi.Error {
+		return &partnerapi.Error{Kind: k, Op: op, Status: status}
+	}
+	withRetryAfter := api(partnerapi.KindTransient, 503)
+	withRetryAfter.RetryAfter = 3 * time.Second
+	edge := func(status int) *partnerapi.Error {
+		e := api(partnerapi.KindTransient, status)
+		e.Foreign = true
+		return e
+	}
+	edgeRetryAfter := edge(502)
+	edgeRetryAfter.RetryAfter = time.Second
+	timeout := &partnerapi.Error{Kind: partnerapi.KindTransient, Op: op, Err: fmt.Errorf("post: %w", context.DeadlineExceeded)}
+	reset := &partnerapi.Error{Kind: partnerapi.KindTransient, Op: op, Err: &net.OpError{Op: "read", Err: syscall.ECONNRESET}}
+	cut := &partnerapi.Error{Kind: partnerapi.KindTransient, Op: op, Status: 200, Reason: "reading the answer", Err: io.ErrUnexpectedEOF}
+	for _, c := range []struct {
+		name string
+		res  partnerapi.ReportResult
+		err  error
+		want Signal
+	}{
+		{"200", partnerapi.ReportResult{Meta: partnerapi.Meta{Status: 200}}, nil, SignalAnswer},
+		{"401", partnerapi.ReportResult{}, api(partnerapi.KindUnauthorized, 401), SignalAnswer},
+		{"429", partnerapi.ReportResult{}, api(partnerapi.KindTransient, 429), SignalBackPressure},
+		{"503", partnerapi.ReportResult{}, api(partnerapi.KindTransient, 503), SignalBackPressure},
+		{"503 Retry-After", partnerapi.ReportResult{}, withRetryAfter, SignalBackPressure},
+		{"408", partnerapi.ReportResult{}, api(partnerapi.KindTransient, 408), SignalBackPressure},
+		{"edge 503 page", partnerapi.ReportResult{}, edge(503), SignalBackPressure},
+		{"edge 429 page", partnerapi.ReportResult{}, edge(429), SignalBackPressure},
+		{"edge page with Retry-After", partnerapi.ReportResult{}, edgeRetryAfter, SignalBackPressure},
+		{"timeout", partnerapi.ReportResult{}, timeout, SignalTimeout},
+		{"timeout outside the API", partnerapi.ReportResult{}, fmt.Errorf("x: %w", context.DeadlineExceeded), SignalTimeout},
+		{"500", partnerapi.ReportResult{}, api(partnerapi.KindTransient, 500), SignalPayload},
+		{"502 of the API", partnerapi.ReportResult{}, api(partnerapi.KindTransient, 502), SignalPayload},
+		{"400", partnerapi.ReportResult{}, api(partnerapi.KindRejected, 400), SignalPayload},
+		{"edge 502 page", partnerapi.ReportResult{}, edge(502), SignalEdge},
+		{"edge 400 page", partnerapi.ReportResult{}, edge(400), SignalEdge},
+		{"edge 413 page", partnerapi.ReportResult{}, edge(413), SignalEdge},
+		{"reset", partnerapi.ReportResult{}, reset, SignalConnection},
+		{"cut answer", partnerapi.ReportResult{}, cut, SignalConnection},
+		{"unknown error", partnerapi.ReportResult{}, errors.New("boom"), SignalConnection},
+	} {
+		if got := Classify(c.res, c.err, true).Signal; got != c.want {
+			t.Errorf("%s: signal %v, want %v", c.name, got, c.want)
+		}
 	}
 }
