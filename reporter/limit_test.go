@@ -2,17 +2,22 @@ package reporter
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"math"
 	"math/rand/v2"
 	"net"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/playpipe/playpipe/partnerapi"
+	"github.com/playpipe/playpipe/partnerapi/sandbox"
 )
 
 // feed gives l one interval of answers at rtt with the limit's posts in
@@ -448,5 +453,77 @@ func TestClassifySignal(t *testing.T) {
 		if got := Classify(c.res, c.err, true).Signal; got != c.want {
 			t.Errorf("%s: signal %v, want %v", c.name, got, c.want)
 		}
+	}
+}
+
+// flakyAPI answers every report after lat, costing no CPU, and a share of
+// them 500 (the API's own envelope: one payload's failure); it counts the
+// most posts it had at once.
+type flakyAPI struct {
+	lat              time.Duration
+	every            int64 // one post in every fails
+	posts, ok        atomic.Int64
+	inflight, peakIn atomic.Int64
+}
+
+func (a *flakyAPI) ReportPlayJSON(ctx context.Context, body []byte) (partnerapi.ReportResult, error) {
+	in := a.inflight.Add(1)
+	defer a.inflight.Add(-1)
+	for p := a.peakIn.Load(); in > p && !a.peakIn.CompareAndSwap(p, in); p = a.peakIn.Load() {
+	}
+	t := time.NewTimer(a.lat)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+		return partnerapi.ReportResult{}, ctx.Err()
+	}
+	if a.posts.Add(1)%a.every == 0 {
+		return partnerapi.ReportResult{Meta: partnerapi.Meta{Status: 500}, Latency: a.lat},
+			&partnerapi.Error{Kind: partnerapi.KindTransient, Op: "POST /partners/royalty-tracking", Status: 500, Reason: "internal error"}
+	}
+	a.ok.Add(1)
+	return partnerapi.ReportResult{Meta: partnerapi.Meta{Status: 200, ServedBy: partnerapi.ServedLive}, Message: "ok", Latency: a.lat}, nil
+}
+
+func (a *flakyAPI) Session(context.Context) (partnerapi.Meta, error) {
+	return partnerapi.Meta{Status: 200}, nil
+}
+
+// TestLimitGrowsThroughSporadic500sEndToEnd: the whole reporter (embedded
+// broker, classifier, throttle, limiter) against a partner 50 ms away that
+// answers 1 % of posts 500: the posts in flight grow far past
+// --concurrency (the halving limiter held about 14).
+func TestLimitGrowsThroughSporadic500sEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("an end-to-end run")
+	}
+	const n = 20000
+	e := newE2E(t, 3, func(o *sandbox.Config) { o.MaxLedgerEntries = 1 })
+	e.group = "reporter-limit-500s"
+	recs := make([]*kgo.Record, n)
+	for i := range n {
+		tp := play(fmt.Sprintf("limit500-%d", i), false, false)
+		v, _ := json.Marshal(tp)
+		recs[i] = &kgo.Record{Topic: e.kafka.Config.Topics().Reports, Key: []byte(tp.ReportID), Value: v}
+	}
+	for i := 0; i < n; i += 10000 {
+		e.produce(recs[i:min(i+10000, n)])
+	}
+	api := &flakyAPI{lat: 50 * time.Millisecond, every: 100}
+	cfg := e.config()
+	cfg.Concurrency, cfg.MaxConcurrency = 16, 1024
+	stop := e.start(cfg, api)
+	t0 := time.Now()
+	waitFor(t, 3*time.Minute, func() bool { return api.ok.Load() >= n })
+	el := time.Since(t0)
+	if err := stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	peak := api.peakIn.Load()
+	t.Logf("%d reports, %d posts (%d answered 500) in %v: %.0f reports/s, at most %d posts in flight",
+		n, api.posts.Load(), api.posts.Load()/api.every, el.Round(time.Millisecond), n/el.Seconds(), peak)
+	if peak < 8*16 {
+		t.Fatalf("at most %d posts in flight with 1 %% 500s, want ≥ %d (8 × --concurrency)", peak, 8*16)
 	}
 }
