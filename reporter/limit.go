@@ -74,9 +74,10 @@ func (s Signal) String() string {
 //
 //   - The error rate rose with our load: payload errors, edge pages and
 //     lost connections (SignalPayload, SignalEdge, SignalConnection) are
-//     never acted on one by one. They are counted by limit (errRates, √2
-//     apart, decayed over errWindow), and the interval's count is compared
-//     with what the rate seen at half the limit or less predicts (λ):
+//     never acted on one by one. They are counted by load, the most posts
+//     in flight (errRates, buckets √2 apart, decayed over errWindow), and
+//     the interval's count is compared with what the rate seen at about
+//     half the load or less (two buckets down) predicts (λ):
 //     over max(errRatio·λ, λ + errSigmas·noise) + errSlack — noise the
 //     count's own √λ widened by the reference's own size — the errors
 //     follow the limit, and the limit is multiplied by rateCut, never below
@@ -119,8 +120,8 @@ type limiter struct {
 	recent   time.Duration // the last interval's mean
 	lastCut  time.Time     // last back-pressure cut
 
-	// The error rate by limit (errBucket): errors and answers at each, both
-	// decayed by e^(-t/errWindow) when the limit comes back to it.
+	// The error rate by load (errBucket): errors and answers at each, both
+	// decayed by e^(-t/errWindow) when the load comes back to it.
 	errRates [errBuckets]errRate
 
 	// Why the limit last moved, and how often it moved for each reason
@@ -151,9 +152,9 @@ const (
 	cutInterval    = 100 * time.Millisecond
 	backoffRatio   = 0.5 // back-pressure's cut
 
-	errMinAnswers = 500              // answers at lower limits to judge the rate by
-	errWindow     = 30 * time.Second // the error baseline's time constant
-	errRatio      = 2.0              // a rate this many times the baseline …
+	errMinAnswers = 500              // answers at lower loads to judge the rate by
+	errWindow     = 30 * time.Second // a rate's decay when its load comes back
+	errRatio      = 2.0              // a rate this many times the reference …
 	errSigmas     = 4.0              // … and this many deviations over it …
 	errSlack      = 3.0              // … plus this many errors is no noise
 	rateCut       = 0.9              // the cut of a rate that rose
@@ -200,7 +201,8 @@ func (l *limiter) observe(now time.Time, sig Signal, rtt time.Duration, inflight
 	l.close(now)
 }
 
-// backPressure halves the limit once per cutGap, down to 1.
+// backPressure halves the limit once per max(cutInterval, recent RTT),
+// down to 1.
 func (l *limiter) backPressure(now time.Time, sig Signal) {
 	if now.Sub(l.lastCut) < max(cutInterval, l.recent) {
 		return
@@ -216,18 +218,19 @@ func (l *limiter) backPressure(now time.Time, sig Signal) {
 }
 
 // close ends the interval: at most one rule moves the limit, and the
-// interval's errors join the error rate at its limit.
+// interval's errors join the error rate at its load (the most posts in
+// flight: the limit, with a backlog).
 func (l *limiter) close(now time.Time) {
-	n, errs, before := float64(l.n), float64(l.errs), l.limit
+	n, errs, load := float64(l.n), float64(l.errs), float64(l.peak)
 	saturated := float64(l.peak+1) >= math.Floor(l.limit)*0.9
 	ok, sum := l.ok, l.sum
 	l.from, l.n, l.ok, l.sum, l.errs, l.peak = now, 0, 0, 0, 0, 0
 
 	// The rate rose with our load when the interval's errors are over
-	// what the rate at half the limit or less predicts (λ) by more than
-	// noise: the count's own (√λ) and the reference's, estimated from
-	// refAnswers answers (λ·n/refAnswers).
-	refErrs, refAnswers := l.reference(before)
+	// what the rate at about half the load or less predicts (λ) by more
+	// than noise: the count's own (√λ) and the reference's, estimated
+	// from refAnswers answers (λ·n/refAnswers).
+	refErrs, refAnswers := l.reference(load)
 	rose := false
 	if refAnswers >= errMinAnswers {
 		lambda := n * refErrs / refAnswers
@@ -235,23 +238,23 @@ func (l *limiter) close(now time.Time) {
 		rose = errs > math.Max(errRatio*lambda, lambda+errSigmas*noise)+errSlack
 	}
 	l.rules(now, ok, sum, saturated, rose)
-	b := &l.errRates[errBucket(before)]
+	b := &l.errRates[errBucket(load)]
 	decay := math.Exp(-now.Sub(b.at).Seconds() / errWindow.Seconds())
 	b.errs, b.answers, b.at = b.errs*decay+errs, b.answers*decay+n, now
 }
 
-// reference is the errors and answers seen at half the limit or less
-// (two buckets down and below).
-func (l *limiter) reference(limit float64) (errs, answers float64) {
-	for _, b := range l.errRates[:max(0, errBucket(limit)-1)] {
+// reference is the errors and answers seen at about half the load or
+// less: two buckets down (at most 0.5 to 0.7 × load) and below.
+func (l *limiter) reference(load float64) (errs, answers float64) {
+	for _, b := range l.errRates[:max(0, errBucket(load)-1)] {
 		errs, answers = errs+b.errs, answers+b.answers
 	}
 	return errs, answers
 }
 
-// errBucket is the error rate's bucket of a limit: √2 apart.
-func errBucket(limit float64) int {
-	return min(errBuckets-1, int(2*math.Log2(math.Max(1, limit))))
+// errBucket is the error rate's bucket of a load: √2 apart.
+func errBucket(load float64) int {
+	return min(errBuckets-1, int(2*math.Log2(math.Max(1, load))))
 }
 
 // rules applies the first rule that holds: the error rate rose, the

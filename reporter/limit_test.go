@@ -169,11 +169,17 @@ type sim struct {
 	errs float64 // error answers (any but SignalAnswer) since the last reset
 }
 
-func newSim(start, maxLimit int) *sim {
+func newSim(start, maxLimit int, seed uint64) *sim {
 	now := time.Unix(1000, 0)
-	s := &sim{l: newLimiter(start, maxLimit, now), now: now, r: rand.New(rand.NewPCG(29, 3))}
+	s := &sim{l: newLimiter(start, maxLimit, now), now: now, r: rand.New(rand.NewPCG(seed, 29))}
 	s.reset()
 	return s
+}
+
+// rateAt is the error rate the limiter holds for its load now (%).
+func (s *sim) rateAt() float64 {
+	b := s.l.errRates[errBucket(s.l.limit)]
+	return 100 * b.errs / b.answers
 }
 
 // reset starts the lowest / highest limit and the counts anew.
@@ -236,27 +242,34 @@ func TestLimiterGrowsThroughSteadyErrors(t *testing.T) {
 		{"2% 400s", 0.02, SignalPayload},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			s := newSim(48, 1024)
-			var atCap time.Duration
-			for s.t < time.Minute {
-				s.run(100*time.Millisecond, flat, errorsAt(c.share, c.sig))
-				if atCap == 0 && s.l.limit == 1024 {
-					atCap = s.t
+			for seed := range uint64(3) { // three draws of the same partner
+				s := newSim(48, 1024, seed)
+				var atCap time.Duration
+				for s.t < time.Minute {
+					s.run(100*time.Millisecond, flat, errorsAt(c.share, c.sig))
+					if atCap == 0 && s.l.limit == 1024 {
+						atCap = s.t
+					}
 				}
-			}
-			if c.share == 0 {
-				ref = atCap
-			}
-			t.Logf("48 → 1024 in %v (%v without errors); lowest %.0f, after 60 s %.0f, moves %v, error rate at the limit %.2f %%",
-				atCap, ref, s.low, s.l.limit, s.l.moves, 100*s.l.errRates[errBucket(s.l.limit)].errs/s.l.errRates[errBucket(s.l.limit)].answers)
-			if s.l.limit != 1024 || atCap == 0 {
-				t.Errorf("limit %.0f after 60 s at %.1f%% errors, want the cap 1024 (as without errors)", s.l.limit, 100*c.share)
-			}
-			if s.low < 48 {
-				t.Errorf("limit went down to %.0f, below --concurrency 48, on steady errors", s.low)
-			}
-			if ref > 0 && atCap > ref+time.Second {
-				t.Errorf("cap reached in %v, %v without errors", atCap, ref)
+				if c.share == 0 && seed == 0 {
+					ref = atCap
+				}
+				if seed == 0 || t.Failed() {
+					t.Logf("seed %d: 48 → 1024 in %v (%v without errors); lowest %.0f, after 60 s %.0f, moves %v, error rate at the limit %.2f %%",
+						seed, atCap, ref, s.low, s.l.limit, s.l.moves, s.rateAt())
+				}
+				if s.l.limit != 1024 || atCap == 0 {
+					t.Fatalf("seed %d: limit %.0f after 60 s at %.1f%% errors, want the cap 1024 (as without errors)", seed, s.l.limit, 100*c.share)
+				}
+				if s.low < 48 {
+					t.Fatalf("seed %d: limit went down to %.0f, below --concurrency 48, on steady errors", seed, s.low)
+				}
+				if s.l.moves[moveErrorRate] > 0 {
+					t.Fatalf("seed %d: %d error-rate cuts on a steady rate", seed, s.l.moves[moveErrorRate])
+				}
+				if atCap > ref+time.Second {
+					t.Fatalf("seed %d: cap reached in %v, %v without errors", seed, atCap, ref)
+				}
 			}
 		})
 	}
@@ -275,7 +288,7 @@ func TestLimiterShrinksOnBackPressureStorms(t *testing.T) {
 		{"timeouts", SignalTimeout},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			s := newSim(48, 1024)
+			s := newSim(48, 1024, 29)
 			background := errorsAt(0.01, SignalPayload)
 			s.run(30*time.Second, flat, background)
 			if s.l.limit != 1024 {
@@ -331,7 +344,7 @@ func TestLimiterShrinksWhenLatencyRisesThroughErrors(t *testing.T) {
 	}
 	var clean *sim
 	for _, share := range []float64{0, 0.01} {
-		s := newSim(48, 1024)
+		s := newSim(48, 1024, 29)
 		s.run(20*time.Second, partner, errorsAt(share, SignalPayload))
 		s.reset()
 		s.run(100*time.Second, partner, errorsAt(share, SignalPayload))
@@ -355,7 +368,7 @@ func TestLimiterShrinksWhenLatencyRisesThroughErrors(t *testing.T) {
 // limit near the knee for minutes — the baseline does not ratchet up with
 // the errors our own load makes — and above --concurrency.
 func TestLimiterShrinksWhenErrorRateRisesWithLoad(t *testing.T) {
-	s := newSim(48, 1024)
+	s := newSim(48, 1024, 29)
 	overload := func(inflight, p float64) Signal {
 		share := 0.001 + max(0, inflight-300)/1000
 		if p < share {
@@ -368,7 +381,7 @@ func TestLimiterShrinksWhenErrorRateRisesWithLoad(t *testing.T) {
 	s.run(5*time.Minute, flat, overload)
 	rate := s.errs / s.sent
 	t.Logf("limit %.0f (%.0f–%.0f over 5 min), 500s %.2f %% of answers, error rate at the limit %.2f %%, moves %v",
-		s.l.limit, s.low, s.high, 100*rate, 100*s.l.errRates[errBucket(s.l.limit)].errs/s.l.errRates[errBucket(s.l.limit)].answers, s.l.moves)
+		s.l.limit, s.low, s.high, 100*rate, s.rateAt(), s.l.moves)
 	if s.low < 225 || s.high > 450 {
 		t.Fatalf("limit %.0f–%.0f against a partner failing more past 300 in flight, want within 225–450", s.low, s.high)
 	}
@@ -385,7 +398,7 @@ func TestLimiterShrinksWhenErrorRateRisesWithLoad(t *testing.T) {
 // the limit may step back, never below --concurrency, and is back at the cap
 // within about a minute, once the baseline has learned the new rate.
 func TestLimiterLearnsAnErrorRateNotTiedToLoad(t *testing.T) {
-	s := newSim(48, 1024)
+	s := newSim(48, 1024, 29)
 	s.run(30*time.Second, flat, errorsAt(0.01, SignalPayload))
 	s.reset()
 	var back time.Duration
