@@ -36,7 +36,7 @@ func (rn *run) waitRate() (time.Duration, error) {
 //   - The adaptive in-flight limit (limit.go): the posts in flight are
 //     capped by a limit between 1 and MaxConcurrency that grows while the
 //     partner's latency stays flat, shrinks when it rises or when the
-//     error rate rises over its baseline, and halves on back-pressure
+//     error rate rises with the load, and halves on back-pressure
 //     (429, 503, timeouts: AIMD's decrease).
 //   - A retry budget (a token bucket of failures): each failed post takes a
 //     token; tokens come back at BudgetFloor per second plus BudgetRatio per
@@ -46,7 +46,8 @@ func (rn *run) waitRate() (time.Duration, error) {
 //     posts succeed again the successes refill the budget and the limit
 //     grows back.
 //
-// 401s (session renewal) and 400s are not partner health signals.
+// 401s (session renewal) are not partner health signals; a 400 counts
+// toward the limit's error rate only (Decision.Signal).
 type throttle struct {
 	lim *limiter
 
