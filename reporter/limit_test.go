@@ -231,18 +231,19 @@ func TestLimiterGrowsThroughSteadyErrors(t *testing.T) {
 		name  string
 		share float64
 		sig   Signal
+		draws uint64 // of the same partner
 	}{
-		{"no errors", 0, SignalAnswer},
-		{"0.1% 500s", 0.001, SignalPayload},
-		{"1% 500s", 0.01, SignalPayload},
-		{"2% 500s", 0.02, SignalPayload},
-		{"10% 500s", 0.10, SignalPayload},
-		{"1% edge pages", 0.01, SignalEdge},
-		{"1% resets", 0.01, SignalConnection},
-		{"2% 400s", 0.02, SignalPayload},
+		{"no errors", 0, SignalAnswer, 1},
+		{"0.1% 500s", 0.001, SignalPayload, 2},
+		{"1% 500s", 0.01, SignalPayload, 2},
+		{"2% 500s", 0.02, SignalPayload, 2},
+		{"10% 500s", 0.10, SignalPayload, 2},
+		{"1% edge pages", 0.01, SignalEdge, 1},
+		{"1% resets", 0.01, SignalConnection, 1},
+		{"2% 400s", 0.02, SignalPayload, 1},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			for seed := range uint64(3) { // three draws of the same partner
+			for seed := range c.draws {
 				s := newSim(48, 1024, seed)
 				var atCap time.Duration
 				for s.t < time.Minute {
