@@ -124,9 +124,7 @@ func Classify(res partnerapi.ReportResult, err error, liveBypassDelivered bool) 
 		// Not an API answer at all (the client failed before or around the
 		// request): treat as a connection problem, retry with backoff. Never
 		// drop a report on an error we do not understand.
-		d := Decision{Action: ActRetry, Outcome: schemas.OutcomeRetry, Reason: transportReason(err), Err: err}
-		d.Signal = transportSignal(d.Reason)
-		return d
+		return Decision{Action: ActRetry, Outcome: schemas.OutcomeRetry, Reason: transportReason(err), Err: err, Signal: transportSignal(err)}
 	}
 	return classifyError(e, err)
 }
@@ -225,16 +223,16 @@ func classifyError(e *partnerapi.Error, err error) Decision {
 		case e.Status >= 500:
 			d.Signal = SignalPayload
 		default: // no answer, or a cut or malformed one
-			d.Signal = transportSignal(transportReason(err))
+			d.Signal = transportSignal(err)
 		}
 	}
 	return d
 }
 
 // transportSignal is what a post without a usable answer tells the
-// in-flight limit.
-func transportSignal(reason string) Signal {
-	if reason == ReasonTimeout {
+// in-flight limit: a timeout, or a lost connection.
+func transportSignal(err error) Signal {
+	if transportReason(err) == ReasonTimeout {
 		return SignalTimeout
 	}
 	return SignalConnection
