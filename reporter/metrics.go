@@ -67,10 +67,10 @@ func newMetrics(mp metric.MeterProvider, tp trace.TracerProvider) (*metrics, err
 	if x.skipped, err = m.Int64Counter("playpipe.reports.skipped", metric.WithDescription("reports final without a post, by reason (duplicate, below_minimum, invalid)")); err != nil {
 		return nil, err
 	}
-	if x.limitMoves, err = m.Int64Counter("playpipe.reporter.limit_changes", metric.WithDescription("moves of the in-flight limit, by reason: grow (latency flat, backlog waiting), latency (latency rose), failure (the partner failed)")); err != nil {
+	if x.limitMoves, err = m.Int64Counter("playpipe.reporter.limit_changes", metric.WithDescription("moves of the in-flight limit, by reason: grow (latency flat, backlog waiting), latency (latency rose), back_pressure (429, 503, 408, Retry-After), timeout (a post timed out), error_rate (500s, edge pages, lost connections, 400s: their rate rose with the posts in flight)")); err != nil {
 		return nil, err
 	}
-	for _, r := range []string{moveGrow, moveLatency, moveFailure} {
+	for _, r := range []string{moveGrow, moveLatency, moveBackPressure, moveTimeout, moveErrorRate} {
 		x.moveReason[r] = metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", r)))
 	}
 	for _, o := range []string{schemas.OutcomeDelivered, schemas.OutcomeRejected, schemas.OutcomeStandby, schemas.OutcomeRetry, schemas.OutcomeBlocked} {
