@@ -6,7 +6,7 @@ DEADCODE_VERSION    ?= v0.52.0
 BIN       := bin/playpipe
 export PATH := $(PATH):$(shell $(GO) env GOPATH)/bin:/usr/sbin
 
-.PHONY: kafka all build demo test test-race test-chdb unit lint fmt-check vet staticcheck deadcode bench bench-e2e bench-report bench-report-bound bench-report-latency fuzz fuzz-short tools clickhouse zookeeper chromium chdb nginx clean e2e-docker
+.PHONY: kafka all build demo test test-race test-chdb unit lint fmt-check vet staticcheck deadcode bench bench-e2e bench-report bench-report-bound bench-report-latency bench-report-errors fuzz fuzz-short tools clickhouse zookeeper chromium chdb nginx clean e2e-docker
 
 all: build
 
@@ -103,9 +103,27 @@ bench-report-bound: build
 ## adaptive in-flight limit finds the partner) against the plain client, the
 ## sandbox answering after 0, 5, 50 and 150 ms; plays/s, in flight reached,
 ## time to steady rate, CPU per report. BENCH_LATENCY_FLAGS="-reports 150000".
+## Its error-rate dimension, -error-rates (default 0: no errors, the rounds
+## above), runs every latency once per rate with that share of posts answered
+## 500 (seeded sandbox faults: the plain client and the reporter meet the same
+## sequence), the plain client retrying a 500 with the reporter's default
+## backoff at the same in flight; the table gains the rate and the 500s
+## retried. The rates are not in the default set: at 1 % the reporter fell to
+## ~360 reports/s (20 000 reports, 50 ms, 2026-11-27), so a 150 000-report
+## round would take ~7 min each; bench-report-errors runs them on fewer reports.
 BENCH_LATENCY_FLAGS ?= -reports 150000
 bench-report-latency: build
 	$(GO) run ./wiring/bench -bin $(BIN) -mode latency $(BENCH_LATENCY_FLAGS)
+
+## bench-report-errors: bench-report-latency's error rounds: 50 and 150 ms
+## partner latency with 0, 0.1, 1 and 2 % of posts answered 500, reporter
+## (DEFAULT flags) vs the plain client retrying the same way; 8 rounds of
+## BENCH_ERRORS_FLAGS="-reports 30000 -timeout 10m" (about 15 min on 2 cores
+## while the reporter's limit collapses under errors: 20 000 reports at 50 ms,
+## 0 and 1 % took 2.5 min; a few minutes once it holds its in flight).
+BENCH_ERRORS_FLAGS ?= -reports 30000 -timeout 10m
+bench-report-errors: build
+	$(GO) run ./wiring/bench -bin $(BIN) -mode latency -latencies 50ms,150ms -plain-inflight 512,1024 -error-rates 0,0.001,0.01,0.02 $(BENCH_ERRORS_FLAGS)
 
 ## fuzz: each fuzz target for FUZZTIME (untrusted input: events, API answers, report bodies, records).
 ## fuzz-short: the same targets for 30 000 inputs each, run by `make test`. A count,

@@ -371,7 +371,7 @@ func (e *env) rawCeiling(ctx context.Context, p partner, res result) (ceilingRes
 	if int64(len(bodies)) < res.posted {
 		return ceilingResult{}, fmt.Errorf("read %d report bodies back from the reports topic, but %d were delivered", len(bodies), res.posted)
 	}
-	return ceiling(ctx, p.url, p.admin, p.c.pid(), bodies, e.o.concurrency, 0)
+	return ceiling(ctx, p.url, p.admin, p.c.pid(), bodies, e.o.concurrency, sandboxFaults{})
 }
 
 // state is the pipeline's progress as its roles' metrics tell it.

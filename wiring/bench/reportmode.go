@@ -91,7 +91,7 @@ func runReportBench(ctx context.Context, o options, log *slog.Logger) (res repor
 	}
 	keys, values, bodies := benchPlays(o.reports)
 	log.Info("broker and sandbox up", "reports", o.reports, "rounds", o.rounds, "concurrency", o.concurrency, "dir", e.dir)
-	before, err := ceiling(ctx, sb.url, sb.admin, sb.c.pid(), bodies, o.concurrency, 0)
+	before, err := ceiling(ctx, sb.url, sb.admin, sb.c.pid(), bodies, o.concurrency, sandboxFaults{})
 	if err != nil {
 		return res, fmt.Errorf("plain client before round 1: %w", err)
 	}
@@ -104,7 +104,7 @@ func runReportBench(ctx context.Context, o options, log *slog.Logger) (res repor
 		if round.rep, err = e.reporterRound(ctx, sb, prefix, r == 0); err != nil {
 			return res, fmt.Errorf("round %d, reporter: %w", r+1, err)
 		}
-		if round.after, err = ceiling(ctx, sb.url, sb.admin, sb.c.pid(), bodies, o.concurrency, 0); err != nil {
+		if round.after, err = ceiling(ctx, sb.url, sb.admin, sb.c.pid(), bodies, o.concurrency, sandboxFaults{}); err != nil {
 			return res, fmt.Errorf("round %d, plain client: %w", r+1, err)
 		}
 		before = round.after
