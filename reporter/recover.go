@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -148,6 +147,7 @@ func (rn *run) recoverParts(ctx context.Context, parts []int32) (*recovered, err
 		return nil, fmt.Errorf("fetch committed offsets: %w", err)
 	}
 	progs := map[int32]*progress{}
+	blind := map[int32]string{} // committed without readable progress: why
 	for _, p := range parts {
 		o, ok := offs.Lookup(rn.topics.Reports, p)
 		if !ok || o.At < 0 {
@@ -158,11 +158,10 @@ func (rn *run) recoverParts(ctx context.Context, parts []int32) (*recovered, err
 		}
 		out.base[p] = o.At
 		pr, err := decodeProgress(o.Metadata, o.At)
-		if errors.Is(err, errNoProgress) {
-			continue // committed by another writer: nothing known past the offset
-		}
 		if err != nil {
-			rn.log.Warn("unreadable progress in the commit metadata: recovering from the committed offset alone", "partition", p, "err", err)
+			// Committed by another writer (an earlier version, an offset
+			// reset) or corrupt: nothing is known past the offset.
+			blind[p] = err.Error()
 			continue
 		}
 		progs[p] = pr
@@ -176,6 +175,11 @@ func (rn *run) recoverParts(ctx context.Context, parts []int32) (*recovered, err
 		out.state[p] = st
 	}
 	out.withProgress = len(progs)
+	if len(blind) > 0 {
+		if err := rn.doubtPastCommit(ctx, blind, out); err != nil {
+			return nil, err
+		}
+	}
 	if len(progs) > 0 {
 		if err := rn.readLogTail(ctx, progs, out); err != nil {
 			return nil, err
@@ -191,6 +195,42 @@ func (rn *run) recoverParts(ctx context.Context, parts []int32) (*recovered, err
 		}
 	}
 	return out, nil
+}
+
+// doubtPastCommit is the fallback for partitions committed without
+// readable progress (why, by partition): the previous owner may have posted
+// any report past the committed offset, final or not, and no log position
+// says where its records are. Each report it may have had, from the
+// committed offset to the partition's end now, within the progress window
+// (an owner of this version leases no further past its commit point, and a
+// progress holds no more), is recovered in doubt: posted again labelled,
+// so the audit over-counts doubles rather than missing one. Loud: a
+// warning per partition and the playpipe.reporter.recovery_fallbacks
+// metric.
+func (rn *run) doubtPastCommit(ctx context.Context, blind map[int32]string, out *recovered) error {
+	ends, err := rn.adm.ListEndOffsets(ctx, rn.topics.Reports)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		return fmt.Errorf("end offsets of %s: %w", rn.topics.Reports, err)
+	}
+	for _, p := range slices.Sorted(maps.Keys(blind)) {
+		base := out.base[p]
+		end := base
+		if e, ok := ends.Lookup(rn.topics.Reports, p); ok {
+			end = max(base, min(e.Offset, base+rn.window))
+		}
+		st := make(map[int64]recState, end-base)
+		for o := base; o < end; o++ {
+			st[o] = recDoubt
+		}
+		out.state[p] = st
+		rn.met.recoveryFallback(ctx)
+		rn.log.Warn("no readable progress in the commit metadata: recovering from the committed offset, the reports past it that the previous owner may have posted labelled in doubt",
+			"partition", p, "why", blind[p], "committed", base, "in_doubt_until", end)
+	}
+	return nil
 }
 
 // readLogTail applies the deliveries log from each progress's LogOffset to
