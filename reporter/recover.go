@@ -12,6 +12,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/playpipe/playpipe/internal/kafkax"
 	"github.com/playpipe/playpipe/schemas"
 )
 
@@ -233,8 +234,16 @@ func (rn *run) doubtPastCommit(ctx context.Context, blind map[int32]string, out 
 	return nil
 }
 
+// logWaitTimeout bounds each wait of a recovery's log read on the broker:
+// listing the log's offsets, and each record of a range not read yet. Past
+// it the read fails with a *kafkax.TimeoutError (and recoverNew tries again
+// within recoverTimeout): a broker that is slow or frozen is never taken
+// for the end of the log.
+const logWaitTimeout = 10 * time.Second
+
 // readLogTail applies the deliveries log from each progress's LogOffset to
-// the log's current end.
+// the log's end when the recovery began (kafkax.ReadRanges: the reader
+// replay uses too).
 func (rn *run) readLogTail(ctx context.Context, progs map[int32]*progress, out *recovered) error {
 	starts := map[int32]int64{}
 	for _, pr := range progs {
@@ -249,8 +258,7 @@ func (rn *run) readLogTail(ctx context.Context, progs map[int32]*progress, out *
 	if err != nil {
 		return fmt.Errorf("end offsets of %s: %w", rn.topics.Deliveries, err)
 	}
-	from := map[int32]kgo.Offset{}
-	want := map[int32]int64{} // log partition → end
+	ranges := map[int32][2]int64{} // log partition → [from, end)
 	for lp, s := range starts {
 		e, ok := ends.Lookup(rn.topics.Deliveries, lp)
 		if !ok {
@@ -258,60 +266,22 @@ func (rn *run) readLogTail(ctx context.Context, progs map[int32]*progress, out *
 		}
 		out.logEnd[lp] = e.Offset
 		if s < e.Offset {
-			from[lp] = kgo.NewOffset().At(s)
-			want[lp] = e.Offset
+			ranges[lp] = [2]int64{s, e.Offset}
 		}
 	}
-	if len(from) == 0 {
+	if len(ranges) == 0 {
 		return nil
 	}
 	base, err := rn.cfg.Kafka.ClientOpts()
 	if err != nil {
 		return err
 	}
-	cl, err := kgo.NewClient(append(base,
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{rn.topics.Deliveries: from}),
-		kgo.FetchMaxWait(200*time.Millisecond),
-	)...)
-	if err != nil {
-		return fmt.Errorf("log reader: %w", err)
-	}
-	defer cl.Close()
-	next := map[int32]int64{}
-	lastProgress := time.Now()
-	for len(want) > 0 {
-		fs := cl.PollFetches(ctx)
-		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("reading %s: %w", rn.topics.Deliveries, err)
-		}
-		for _, fe := range fs.Errors() {
-			return fmt.Errorf("reading %s partition %d: %w", fe.Topic, fe.Partition, fe.Err)
-		}
-		moved := false
-		fs.EachRecord(func(r *kgo.Record) {
-			end, ok := want[r.Partition]
-			if !ok || r.Offset >= end {
-				return
-			}
-			moved = true
-			out.read++
-			next[r.Partition] = r.Offset + 1
-			rn.applyLog(r, progs, out)
-		})
-		for lp, end := range want {
-			if next[lp] >= end {
-				delete(want, lp)
-			}
-		}
-		if moved {
-			lastProgress = time.Now()
-		} else if time.Since(lastProgress) > 2*time.Second {
-			// The offsets left hold no record (aborted or compacted away).
-			rn.log.Warn("deliveries log tail ends before its end offset", "partitions", want)
-			break
-		}
-	}
-	return nil
+	w := kafkax.Waits{Timeout: logWaitTimeout, Brokers: rn.cfg.Kafka.Brokers, Role: "reporter"}
+	return kafkax.ReadRanges(ctx, w, append(base, kgo.FetchMaxWait(200*time.Millisecond)), rn.topics.Deliveries, ranges, func(r *kgo.Record) error {
+		out.read++
+		rn.applyLog(r, progs, out)
+		return nil
+	})
 }
 
 // applyLog applies one record of the deliveries log to the recovery.
