@@ -197,17 +197,17 @@ func (rn *run) post(j *job) *kgo.Record {
 		// The request may have left and no complete answer of the API came
 		// back (Decision.Doubt): the partner may have recorded the report.
 		// Every later post is labelled, and this attempt's record (or, for
-		// an abandoned post, the next one) carries the cause.
-	}
-	// The doubt under the partition's lock: an earlier attempt's record
-	// acknowledged (or failed: publish) now reads or writes it.
-	j.ps.mu.Lock()
-	if d.Doubt != "" {
+		// an abandoned post, the next one) carries the cause. Under the
+		// partition's lock: an earlier attempt's record acknowledged (or
+		// failed: publish) now reads or writes it.
+		j.ps.mu.Lock()
 		j.inDoubt = true
+		j.ps.mu.Unlock()
 	}
-	inDoubt := j.inDoubt
-	j.ps.mu.Unlock()
 	if span.IsRecording() {
+		j.ps.mu.Lock() // the doubt is the partition's (see above)
+		inDoubt := j.inDoubt
+		j.ps.mu.Unlock()
 		span.SetAttributes(
 			attribute.String("playpipe.report_id", j.id),
 			attribute.Int("playpipe.delivery.attempt", j.attempt),
