@@ -29,7 +29,9 @@ import (
 //
 // Offsets final at the end are skipped; offsets in doubt are posted again
 // with Delivery.InDoubt set, which the audit counts as possibly delivered
-// twice. Everything else is posted as usual.
+// twice. Everything else is posted as usual. A commit without readable
+// progress leaves nothing to read: every report past it within the window
+// is taken as in doubt (doubtPastCommit), loudly.
 
 // recState is what recovery learnt of one offset.
 type recState uint8
