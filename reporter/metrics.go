@@ -31,6 +31,7 @@ type metrics struct {
 	standbyEpisode metric.Int64Counter
 	skipped        metric.Int64Counter
 	limitMoves     metric.Int64Counter
+	recoveries     metric.Int64Counter // recovery fallbacks (recover.go)
 
 	moveReason map[string]metric.AddOption
 
@@ -70,6 +71,9 @@ func newMetrics(mp metric.MeterProvider, tp trace.TracerProvider) (*metrics, err
 	if x.limitMoves, err = m.Int64Counter("playpipe.reporter.limit_changes", metric.WithDescription("moves of the in-flight limit, by reason: grow (latency flat, backlog waiting), latency (latency rose), back_pressure (429, 503, 408, Retry-After), timeout (a post timed out), error_rate (500s, edge pages, lost connections, 400s: their rate rose with the posts in flight)")); err != nil {
 		return nil, err
 	}
+	if x.recoveries, err = m.Int64Counter("playpipe.reporter.recovery_fallbacks", metric.WithDescription("partitions recovered without readable progress in their commit: the reports past the committed offset posted again labelled in doubt")); err != nil {
+		return nil, err
+	}
 	for _, r := range []string{moveGrow, moveLatency, moveBackPressure, moveTimeout, moveErrorRate} {
 		x.moveReason[r] = metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", r)))
 	}
@@ -99,6 +103,9 @@ func (m *metrics) record(ctx context.Context, d Decision, seconds float64) {
 		m.latency.Record(ctx, seconds)
 	}
 }
+
+// recoveryFallback counts one partition recovered without readable progress.
+func (m *metrics) recoveryFallback(ctx context.Context) { m.recoveries.Add(ctx, 1) }
 
 // limitMoved counts one move of the in-flight limit.
 func (m *metrics) limitMoved(reason string) {
