@@ -68,17 +68,17 @@ func childEnv(extra ...string) []string {
 // logs), the embedded broker and the processes started, which close stops
 // in reverse order.
 type env struct {
-	o        options
-	log      *slog.Logger
-	dir      string
-	addrs    []string // the broker's addresses
-	brokers  string   // comma separated, for --brokers
+	o       options
+	log     *slog.Logger
+	dir     string
+	addrs   []string // the broker's addresses
+	brokers string   // comma separated, for --brokers
 	// brokerPID is the broker's process: this one for kfake, the JVM
 	// for Apache Kafka; brokerName says which, for the tables.
 	brokerPID  int
 	brokerName string
-	children []*child
-	cleanup  []func() // run by close, last first
+	children   []*child
+	cleanup    []func() // run by close, last first
 }
 
 // newEnv makes the run folder and starts the broker: kfake in this
