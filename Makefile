@@ -78,6 +78,9 @@ bench:
 ## built binary (broker, sandbox --lean, ClickHouse, consume, report, sink,
 ## simulate): plays/s end to end, CPU µs per play and peak RSS per process,
 ## and the raw HTTP ceiling of the same run. BENCH_E2E_FLAGS="-events 80000 -keep".
+## Every bench mode takes -kafka apache: one Apache Kafka node (KRaft, a JVM from
+## `make kafka`'s jars) instead of the embedded kfake, its CPU and peak RSS the
+## broker's: BENCH_E2E_FLAGS="-kafka apache", BENCH_REPORT_FLAGS="-kafka apache".
 BENCH_E2E_FLAGS ?=
 bench-e2e: clickhouse build
 	$(GO) run ./wiring/bench -bin $(BIN) $(BENCH_E2E_FLAGS)

@@ -216,7 +216,7 @@ func (e *env) latencyRound(ctx context.Context, p partner, prefix string, sf san
 		time.Sleep(250 * time.Millisecond)
 	}
 	lr.summarize(t0, samples, n)
-	if err := waitCommitted(ctx, e.broker.Addrs(), group, kafkax.TopicsFor(prefix).Reports); err != nil {
+	if err := waitCommitted(ctx, e.addrs, group, kafkax.TopicsFor(prefix).Reports); err != nil {
 		return err
 	}
 	if err := checkPartner(ctx, p.admin, int64(n)); err != nil {
@@ -283,8 +283,8 @@ func printLatency(w io.Writer, o options, runs []latencyRun, started time.Time) 
 	if o.reportArgs != "" {
 		flags = o.reportArgs
 	}
-	fmt.Fprintf(w, "\nplaypipe reporter (%s) vs plain client by partner latency, as processes, %s, %s; %d reports per run, %d partitions\n\n",
-		flags, started.Format("2006-01-02 15:04"), runtimeDesc(), o.reports, o.partitions)
+	fmt.Fprintf(w, "\nplaypipe reporter (%s) vs plain client by partner latency, as processes, %s, %s; %d reports per run, %d partitions; %s\n\n",
+		flags, started.Format("2006-01-02 15:04"), runtimeDesc(), o.reports, o.partitions, brokerDesc(o))
 	fmt.Fprintln(w, "| partner latency | posts answered 500 | plain in flight | Little's bound /s | plain reports/s before / after | reporter steady reports/s | ratio to the plain mean | reporter overall reports/s | reporter in flight: steady mean / peak (peak limit) | start → steady | start → 90 % of plain | CPU µs/report rep / plain | 500s retried: plain before / reporter / plain after |")
 	fmt.Fprintln(w, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, r := range runs {

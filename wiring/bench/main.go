@@ -53,6 +53,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/playpipe/playpipe/internal/kafkanode"
 	"github.com/playpipe/playpipe/reporter"
 )
 
@@ -80,6 +81,7 @@ type options struct {
 	events      int
 	concurrency int
 	partitions  int
+	kafka       string // kafkaKfake or kafkaApache
 	seed        int64
 	badShare    float64
 	keep        bool
@@ -111,6 +113,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.events, "events", 40000, "player events to publish (about 4.4 plays each with the sandbox's default catalog; 40000 take ~30 s on a 2-core machine)")
 	fs.IntVar(&o.concurrency, "concurrency", reporter.DefaultConcurrency, "reports in flight: the reporter's --concurrency and the plain client's goroutines (default: playpipe report's own)")
 	fs.IntVar(&o.partitions, "partitions", 6, "partitions of every topic")
+	fs.StringVar(&o.kafka, "kafka", kafkaKfake, "the broker: kfake (the embedded fake, in this process) or apache (one Apache Kafka node, KRaft, from the jars `make kafka` resolved; PLAYPIPE_KAFKA_VERSION picks the release): its JVM's CPU and peak RSS are the broker's")
 	fs.Int64Var(&o.seed, "seed", 1, "simulator seed (the same seed sends the same events)")
 	fs.Float64Var(&o.badShare, "bad-share", 0.05, "share of bad events the simulator sends (0–1)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the run folder (process logs) instead of removing it")
@@ -143,6 +146,8 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		return bad("events", o.events, "1 or more")
 	case o.concurrency < 1 || o.concurrency > 1024:
 		return bad("concurrency", o.concurrency, "1–1024")
+	case o.kafka != kafkaKfake && o.kafka != kafkaApache:
+		return bad("kafka", o.kafka, kafkaKfake+" or "+kafkaApache)
 	case o.partitions < 1 || o.partitions > 1000:
 		return bad("partitions", o.partitions, "1–1000")
 	case o.badShare < 0 || o.badShare > 1:
@@ -199,4 +204,22 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	res.print(stdout, o)
 	return nil
+}
+
+// The brokers -kafka accepts.
+const (
+	kafkaKfake  = "kfake"
+	kafkaApache = "apache"
+)
+
+// brokerDesc names the run's broker for the tables' headings.
+func brokerDesc(o options) string {
+	if o.kafka != kafkaApache {
+		return "broker: kfake (embedded fake, in the bench process)"
+	}
+	v := os.Getenv("PLAYPIPE_KAFKA_VERSION")
+	if v == "" {
+		v = kafkanode.DefaultVersion
+	}
+	return "broker: Apache Kafka " + v + " (one KRaft node, a JVM)"
 }
