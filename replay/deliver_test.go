@@ -56,7 +56,7 @@ func newDeliverRig(t *testing.T, report func(n int, w http.ResponseWriter, r *ht
 	t.Cleanup(api.Close)
 	c := Config{ReplayID: "rp-test", Reason: "a test", Partner: srv.URL, MaxAttempts: 4,
 		BackoffInitial: time.Millisecond, BackoffMax: time.Millisecond, Logger: testenv.Logger(t)}
-	g.r = &runner{cfg: c, w: waits{timeout: 10 * time.Second, brokers: g.k.Config.Brokers, idle: readIdle}, api: api,
+	g.r = &runner{cfg: c, w: waits{timeout: 10 * time.Second, brokers: g.k.Config.Brokers}, api: api,
 		log: c.Logger, cl: g.k.Client(t), topic: g.k.Config.Topics().Deliveries, kind: KindReplay}
 	return g
 }
