@@ -151,6 +151,9 @@ func WriteAudit(w io.Writer, r *Audit, format string) error {
 		if r.DeliveredToSandbox > 0 {
 			fmt.Fprintf(w, "NOTE: %d of the %d delivered plays were answered only by a sandbox target: nothing reached a real partner for them\n", r.DeliveredToSandbox, r.Delivered)
 		}
+		for _, n := range r.generationNotes() {
+			fmt.Fprintf(w, "NOTE: %s\n", n)
+		}
 		if ps := r.Problems(); len(ps) > 0 {
 			fmt.Fprintf(w, "RESULT: FAIL: %s\n", strings.Join(ps, "; "))
 		} else if r.Pending > 0 {

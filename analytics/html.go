@@ -166,7 +166,7 @@ func (a *Auditor) series(ctx context.Context, o AuditOptions, h *HTMLAudit) erro
 func (a *Auditor) episodes(ctx context.Context, o AuditOptions, h *HTMLAudit) error {
 	rows, err := a.conn.Query(ctx, `SELECT at_ms, report_id FROM `+a.db+`.deliveries
 WHERE outcome = 'standby' AND report_id IN (SELECT report_id FROM `+a.db+`.plays WHERE `+window(o)+`)`+asOf(o)+`
-ORDER BY at_ms LIMIT 1 BY kafka_topic, kafka_partition, kafka_offset LIMIT 1000000`)
+ORDER BY at_ms LIMIT 1 BY kafka_topic_id, kafka_topic, kafka_partition, kafka_offset LIMIT 1000000`)
 	if err != nil {
 		return fmt.Errorf("analytics: audit standby episodes: %w", err)
 	}

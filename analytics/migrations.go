@@ -155,6 +155,41 @@ var Migrations = []Migration{
 		// in_doubt, one possible copy per play).
 		`ALTER TABLE {db}.deliveries ADD COLUMN doubt_cause String DEFAULT ''`,
 	}},
+	{Version: 6, Name: "kafka_topic_id", Statements: append(topicIDStatements(),
+		// The generation of the events topic a rejected event came from
+		// (the sink's view of that topic's id when it copied the
+		// rejection): with src_topic, src_partition and src_offset, the
+		// rejected event's identity (docs/audit.md, "A record's identity").
+		`ALTER TABLE {db}.rejections ADD COLUMN src_topic_id String DEFAULT '' AFTER src_offset`)},
+}
+
+// topicIDStatements add kafka_topic_id, the topic's id as the broker
+// reports it (KIP-516; base64url, as kafka-topics.sh prints it), to every
+// ledger table, and append it to the table's sorting key in the same
+// ALTER. A Kafka location names a record only within one life of its
+// topic: a topic deleted and created again (or a broker that came back
+// empty) starts its offsets again at 0, so the record's identity is
+// (kafka_topic_id, kafka_topic, kafka_partition, kafka_offset). In the
+// sorting key of the ReplacingMergeTree, two records of two generations at
+// one location are two rows, never merged into one. Rows written before the
+// column existed, and rows from a broker that reports no topic ids, read
+// ” (the unknown generation). ClickHouse can only add a column to the
+// sorting key in the ALTER that adds it, and only without a DEFAULT
+// expression: a String column's default is ” anyway. Runs on 18.16 and
+// current releases alike.
+func topicIDStatements() []string {
+	keys := []struct{ table, orderBy string }{
+		{"events", "kafka_time_ms, kafka_topic, kafka_partition, kafka_offset"},
+		{"plays", "report_id, kafka_topic, kafka_partition, kafka_offset"},
+		{"deliveries", "report_id, kafka_topic, kafka_partition, kafka_offset"},
+		{"rejections", "kafka_time_ms, kafka_topic, kafka_partition, kafka_offset"},
+		{"malformed", "kafka_topic, kafka_partition, kafka_offset"},
+	}
+	out := make([]string, 0, len(keys)+1)
+	for _, k := range keys {
+		out = append(out, "ALTER TABLE {db}."+k.table+" ADD COLUMN kafka_topic_id String AFTER kafka_offset, MODIFY ORDER BY ("+k.orderBy+", kafka_topic_id)")
+	}
+	return out
 }
 
 // ledgerTable is the portable DDL of the ledger table name: the Kafka
