@@ -101,6 +101,13 @@ func TestTwoTopicGenerations(t *testing.T) {
 		t.Errorf("audit output lacks the generations note or OK:\n%s", out.String())
 	}
 	t.Logf("audit:\n%s", out.String())
+	var page bytes.Buffer
+	if err := WriteHTML(&page, &HTMLAudit{Audit: got}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(page.String(), "NOTE: topic "+e.topics.Events+" holds 2 generations") {
+		t.Errorf("the HTML page lacks the generations note")
+	}
 
 	list, err := a.List(ctx, o, "received", 0)
 	if err != nil {
