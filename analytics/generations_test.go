@@ -23,10 +23,25 @@ import (
 // rejection with the event of its own generation, and say that the window
 // holds two generations — without failing, the counts being unambiguous.
 func TestTwoTopicGenerations(t *testing.T) {
-	e := newEnv(t)
+	testenv.ForEachLedger(t, twoTopicGenerations)
+}
+
+func twoTopicGenerations(t *testing.T, l *testenv.Ledger) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	a := e.auditor(t)
+	k1 := testenv.StartKafka(t, 3)
+	topics := k1.Config.Topics()
+	a, err := NewAuditor(l.Conn, l.Database)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sinkCfg := SinkConfig{Kafka: k1.Config, ClickHouse: Config{Database: l.Database}, BatchRows: 200,
+		Linger: 50 * time.Millisecond, RetryMin: 50 * time.Millisecond, RetryMax: 400 * time.Millisecond, Logger: testLogger()}
+	if l.Server != nil {
+		sinkCfg.ClickHouse.Addr, sinkCfg.ClickHouse.User, sinkCfg.ClickHouse.Password = l.Server.Addr, l.Server.User, l.Server.Password
+	} else {
+		sinkCfg.conn = l.Conn // chdb: in this process, no address
+	}
 	o := AuditOptions{From: time.Now().Add(-time.Hour), To: time.Now().Add(time.Hour), Now: time.Now()}
 
 	// life publishes n events on partition 0 of the events topic and a
@@ -50,7 +65,7 @@ func TestTwoTopicGenerations(t *testing.T) {
 	}
 	sinkUntil := func(cfg SinkConfig, events, rejected uint64) {
 		t.Helper()
-		r := e.startSink(t, cfg)
+		r := (&env{}).startSink(t, cfg)
 		waitFor(t, 60*time.Second, fmt.Sprintf("%d events and %d rejected in the audit", events, rejected), func() (bool, string) {
 			got, err := a.Audit(ctx, o)
 			if err != nil {
@@ -64,14 +79,14 @@ func TestTwoTopicGenerations(t *testing.T) {
 		}
 	}
 
-	life(e.kafka, "first", 41)
-	sinkUntil(e.cfg, 41, 1)
+	life(k1, "first", 41)
+	sinkUntil(sinkCfg, 41, 1)
 
 	// The broker comes back empty: topics created again, offsets from 0.
-	e.kafka.Close()
+	k1.Close()
 	k2 := testenv.StartKafka(t, 3)
 	life(k2, "second", 32)
-	cfg := e.cfg
+	cfg := sinkCfg
 	cfg.Kafka = k2.Config
 	sinkUntil(cfg, 73, 2)
 
@@ -82,7 +97,7 @@ func TestTwoTopicGenerations(t *testing.T) {
 	if got.EventsWithoutPlays != 71 {
 		t.Errorf("valid events without plays: %d, want 71 (each rejection matched with its own generation's event)", got.EventsWithoutPlays)
 	}
-	if len(got.Generations) != 2 || got.Generations[0].Topic != e.topics.Events || got.Generations[1].Topic != e.topics.Rejected ||
+	if len(got.Generations) != 2 || got.Generations[0].Topic != topics.Events || got.Generations[1].Topic != topics.Rejected ||
 		len(got.Generations[0].Generations) != 2 || len(got.Generations[1].Generations) != 2 {
 		t.Fatalf("generations: %+v, want the events and rejected topics with two each", got.Generations)
 	}
@@ -97,7 +112,7 @@ func TestTwoTopicGenerations(t *testing.T) {
 	if err := WriteAudit(&out, got, FormatTable); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(out.String(), "NOTE: topic "+e.topics.Events+" holds 2 generations in the window") || !strings.Contains(out.String(), "RESULT: OK") {
+	if !strings.Contains(out.String(), "NOTE: topic "+topics.Events+" holds 2 generations in the window") || !strings.Contains(out.String(), "RESULT: OK") {
 		t.Errorf("audit output lacks the generations note or OK:\n%s", out.String())
 	}
 	t.Logf("audit:\n%s", out.String())
@@ -105,7 +120,7 @@ func TestTwoTopicGenerations(t *testing.T) {
 	if err := WriteHTML(&page, &HTMLAudit{Audit: got}); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(page.String(), "NOTE: topic "+e.topics.Events+" holds 2 generations") {
+	if !strings.Contains(page.String(), "NOTE: topic "+topics.Events+" holds 2 generations") {
 		t.Errorf("the HTML page lacks the generations note")
 	}
 
@@ -125,12 +140,11 @@ func TestTwoTopicGenerations(t *testing.T) {
 	}
 
 	// The ReplacingMergeTree keeps both generations through a merge.
-	conn := e.ch.Conn(t)
-	if err := conn.Exec(ctx, "OPTIMIZE TABLE "+e.ch.Database+".events FINAL"); err != nil {
+	if err := l.Conn.Exec(ctx, "OPTIMIZE TABLE "+l.Database+".events FINAL"); err != nil {
 		t.Fatal(err)
 	}
 	var rows uint64
-	if err := conn.QueryRow(ctx, "SELECT count() FROM "+e.ch.Database+".events").Scan(&rows); err != nil {
+	if err := l.Conn.QueryRow(ctx, "SELECT count() FROM "+l.Database+".events").Scan(&rows); err != nil {
 		t.Fatal(err)
 	}
 	if rows != 73 {
