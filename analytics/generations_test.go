@@ -196,3 +196,17 @@ SELECT 'plays.events', 0, %d, '%s', toDateTime(%d), %d, '', 1, 'e%d', '%s'`, ch.
 		t.Errorf("problems: %q", ps)
 	}
 }
+
+// TestWithoutKeyChange: the fallback of a replicated table on 18.16, which
+// cannot change its sorting key (TestClusterLedger runs it for real).
+func TestWithoutKeyChange(t *testing.T) {
+	for _, st := range topicIDStatements() {
+		add, ok := withoutKeyChange(st)
+		if !ok || strings.Contains(add, "ORDER BY") || !strings.HasSuffix(add, "ADD COLUMN kafka_topic_id String AFTER kafka_offset") {
+			t.Errorf("%q → %q, %v", st, add, ok)
+		}
+	}
+	if _, ok := withoutKeyChange(`ALTER TABLE {db}.deliveries ADD COLUMN partner String DEFAULT ''`); ok {
+		t.Error("a plain ADD COLUMN has no key change")
+	}
+}

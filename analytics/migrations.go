@@ -407,7 +407,15 @@ func migrateLayout(ctx context.Context, conn driver.Conn, db, cluster string, li
 					continue
 				}
 			}
-			if err := conn.Exec(ctx, strings.ReplaceAll(st, "{db}", db)); err != nil {
+			err := conn.Exec(ctx, strings.ReplaceAll(st, "{db}", db))
+			if add, ok := withoutKeyChange(st); ok && errNotImplemented(err) {
+				// A replicated table on ClickHouse 18.16 cannot change its
+				// sorting key (code 48, "Unsupported type of ALTER query"):
+				// the column is added outside it (docs/audit.md, "A
+				// record's identity": the limit of such a ledger).
+				err = conn.Exec(ctx, strings.ReplaceAll(add, "{db}", db))
+			}
+			if err != nil {
 				return out, fmt.Errorf("analytics: migration %d (%s), statement %d: %w", m.Version, m.Name, i+1, err)
 			}
 		}
@@ -498,6 +506,26 @@ func LatestVersion() uint32 {
 		v = max(v, m.Version)
 	}
 	return v
+}
+
+// modifyOrderBy is the sorting key change a migration's ADD COLUMN may carry.
+const modifyOrderBy = ", MODIFY ORDER BY ("
+
+// withoutKeyChange returns the ADD COLUMN statement st without its
+// MODIFY ORDER BY, and whether it had one.
+func withoutKeyChange(st string) (string, bool) {
+	i := strings.Index(st, modifyOrderBy)
+	if i < 0 || addColumnRE.FindStringSubmatch(st) == nil {
+		return st, false
+	}
+	return st[:i], true
+}
+
+// errNotImplemented tells whether err is ClickHouse's NOT_IMPLEMENTED (48),
+// which 18.16 answers to MODIFY ORDER BY on a replicated table.
+func errNotImplemented(err error) bool {
+	var ex *clickhouse.Exception
+	return errors.As(err, &ex) && ex.Code == 48
 }
 
 // errSchemaMissing tells whether err says a table or database is missing
