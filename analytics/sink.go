@@ -579,20 +579,28 @@ type generations struct {
 
 // see records the topic ids of a poll's fetches.
 func (g *generations) see(ctx context.Context, fs kgo.Fetches) {
-	rejections := false
+	rejections, recreated, events := false, false, false
 	for _, f := range fs {
 		for _, ft := range f.Topics {
 			if id := topicIDString(ft.TopicID); id != "" {
 				if old, ok := g.ids[ft.Topic]; ok && old != id {
 					g.log.Warn("sink: topic re-created (new topic id): its records are a new generation in the ledger",
 						"topic", ft.Topic, "old_id", old, "new_id", id)
+					recreated = true
 				}
 				g.ids[ft.Topic] = id
+				events = events || ft.Topic == g.events
 			}
 			if ft.Topic == g.rejected && len(ft.Partitions) > 0 {
 				rejections = true
 			}
 		}
+	}
+	if recreated && !events {
+		// Topics were created again and this poll holds none of the
+		// events topic: its id is asked anew rather than assumed.
+		delete(g.ids, g.events)
+		g.asked = time.Time{}
 	}
 	if !rejections || g.ids[g.events] != "" || time.Since(g.asked) < time.Second {
 		return
