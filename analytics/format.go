@@ -118,6 +118,9 @@ func WriteAudit(w io.Writer, r *Audit, format string) error {
 		}{{"plays", float64(d.Plays)}, {"p50_ms", d.P50MS}, {"p90_ms", d.P90MS}, {"p99_ms", d.P99MS}, {"max_ms", d.MaxMS}} {
 			_ = cw.Write([]string{"delay", "event to delivered", q.k, strconv.FormatFloat(q.v, 'f', -1, 64), ""})
 		}
+		for _, row := range r.generationRows() {
+			_ = cw.Write(row)
+		}
 		cw.Flush()
 		return cw.Error()
 	case FormatTable:

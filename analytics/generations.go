@@ -3,6 +3,7 @@ package analytics
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -158,6 +159,25 @@ func (r Audit) generationProblems() []string {
 		if tg.UnknownOverlaps > 0 {
 			out = append(out, fmt.Sprintf("topic %s: %d records are in the ledger under an unknown generation (before schema version 6) and a known one: they may be counted twice", tg.Topic, tg.UnknownOverlaps))
 		}
+	}
+	return out
+}
+
+// generationRows are the CSV rows of the topics with more than one
+// generation or records it cannot tell apart: per generation its records
+// (key "<topic> <id>", the id "unknown" for ”), and the two counts.
+func (r Audit) generationRows() [][]string {
+	var out [][]string
+	for _, tg := range r.Generations {
+		for _, g := range tg.Generations {
+			id := g.ID
+			if id == "" {
+				id = "unknown"
+			}
+			out = append(out, []string{"generations", "records of a topic generation (topic id) since " + g.First.Format(time.RFC3339), tg.Topic + " " + id, strconv.FormatUint(g.Records, 10), ""})
+		}
+		out = append(out, []string{"generations", "locations with two records of one generation", tg.Topic, strconv.FormatUint(tg.Clashes, 10), ""},
+			[]string{"generations", "records under the unknown and a known generation", tg.Topic, strconv.FormatUint(tg.UnknownOverlaps, 10), ""})
 	}
 	return out
 }

@@ -116,6 +116,13 @@ func twoTopicGenerations(t *testing.T, l *testenv.Ledger) {
 		t.Errorf("audit output lacks the generations note or OK:\n%s", out.String())
 	}
 	t.Logf("audit:\n%s", out.String())
+	var csvOut bytes.Buffer
+	if err := WriteAudit(&csvOut, got, FormatCSV); err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(csvOut.String(), "generations,records of a topic generation"); n != 4 {
+		t.Errorf("CSV: %d generation rows, want 4 (two topics, two generations each):\n%s", n, csvOut.String())
+	}
 	var page bytes.Buffer
 	if err := WriteHTML(&page, &HTMLAudit{Audit: got}); err != nil {
 		t.Fatal(err)
