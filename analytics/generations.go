@@ -165,7 +165,8 @@ func (r Audit) generationProblems() []string {
 
 // generationRows are the CSV rows of the topics with more than one
 // generation or records it cannot tell apart: per generation its records
-// (key "<topic> <id>", the id "unknown" for ”), and the two counts.
+// (key "<topic> <id>", the id "unknown" for the empty one), and the two
+// counts.
 func (r Audit) generationRows() [][]string {
 	var out [][]string
 	for _, tg := range r.Generations {
