@@ -173,10 +173,11 @@ var Migrations = []Migration{
 // sorting key of the ReplacingMergeTree, two records of two generations at
 // one location are two rows, never merged into one. Rows written before the
 // column existed, and rows from a broker that reports no topic ids, read
-// ” (the unknown generation). ClickHouse can only add a column to the
-// sorting key in the ALTER that adds it, and only without a DEFAULT
-// expression: a String column's default is ” anyway. Runs on 18.16 and
-// current releases alike.
+// the empty string (the unknown generation). ClickHouse can only add a
+// column to the sorting key in the ALTER that adds it, and only without a
+// DEFAULT expression: a String column's default is the empty string
+// anyway. Runs on 18.16 and current releases alike, but for a replicated
+// table on 18.16 (migrateLayout: withoutKeyChange).
 func topicIDStatements() []string {
 	keys := []struct{ table, orderBy string }{
 		{"events", "kafka_time_ms, kafka_topic, kafka_partition, kafka_offset"},
