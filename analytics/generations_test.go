@@ -163,7 +163,7 @@ func twoTopicGenerations(t *testing.T, l *testenv.Ledger) {
 // different records at one location of the unknown generation (two lives of
 // a topic on a broker without topic ids, or rows from before schema
 // version 6), and one record copied before and after the upgrade (once
-// with ”, once with its id).
+// with the empty id, once with its id).
 func TestGenerationsAmbiguous(t *testing.T) {
 	ch := testenv.StartClickHouse(t)
 	conn := ch.Conn(t)
