@@ -35,7 +35,7 @@ test-race:
 ## subtests run. With the race detector: chdb-go calls the library through purego,
 ## whose calls the detector does not instrument, as it does not cgo's.
 CHDB_PKGS  := ./analytics ./deploy ./internal/chdbconn ./replay
-CHDB_TESTS := TestLedgerSuite|TestDashboardQueries|TestSelectReportsOnEveryLedger|TestDriverBehavesAlike
+CHDB_TESTS := TestLedgerSuite|TestTwoTopicGenerations|TestDashboardQueries|TestSelectReportsOnEveryLedger|TestDriverBehavesAlike
 test-chdb: chdb
 	@rc=0; CHDB_LIB_PATH=$(abspath $(CHDB_LIB)) PLAYPIPE_REQUIRE_CLICKHOUSE=$${PLAYPIPE_REQUIRE_CLICKHOUSE:-1} \
 	  $(GO) test -race -tags chdb -count=1 -timeout 10m -run '^($(CHDB_TESTS))$$/^chdb$$' -v $(CHDB_PKGS) > $(CHDB_DIR)/test.log 2>&1 || rc=$$?; \
