@@ -81,14 +81,22 @@ func TestHeldReportAt4096OnApacheKafka(t *testing.T) {
 	watch := e.watchMetadata()
 
 	first := e.startChild(0, conc, envChildMaxConc+"=4096", viaProxy)
-	waitFor(t, 3*time.Minute, func() bool { return e.sb.Ledger().AcceptedCount >= n/2 })
+	waitOr := func(c *child, what string, d time.Duration, cond func() bool) {
+		t.Helper()
+		for by := time.Now().Add(d); !cond(); time.Sleep(100 * time.Millisecond) {
+			if time.Now().After(by) {
+				t.Fatalf("%s: not within %v (%d accepted); the reporter's log:\n%s", what, d, e.sb.Ledger().AcceptedCount, lastLines(c.out.String(), 80))
+			}
+		}
+	}
+	waitOr(first, "half the reports at the partner", 3*time.Minute, func() bool { return e.sb.Ledger().AcceptedCount >= n/2 })
 	stopChild(t, first, syscall.SIGKILL)
 	atKill := e.sb.Ledger().AcceptedCount
 	committed, _ := e.committed()
 	t.Logf("killed (SIGKILL) at %d accepted, the held report answered 503 %d times; committed %v", atKill, heldAnswers.Load(), committed)
 
 	second := e.startChild(0, conc, envChildMaxConc+"=4096", viaProxy)
-	waitFor(t, 3*time.Minute, func() bool { return e.sb.Ledger().AcceptedCount >= int64(n-1) })
+	waitOr(second, "all but the held report at the partner", 3*time.Minute, func() bool { return e.sb.Ledger().AcceptedCount >= int64(n-1) })
 	release()
 	e.waitLedger(2 * time.Minute)
 	e.waitAllCommitted(time.Minute)
