@@ -61,7 +61,7 @@ func TestScaleOutWithFaults(t *testing.T) {
 	dir := t.TempDir()
 	bin := buildBinary(t, dir)
 
-	k := testenv.StartKafka(t, scalePartitions)
+	k := testenv.StartApacheKafka(t, testenv.ApacheKafka{Partitions: scalePartitions})
 	sb := testenv.StartSandbox(t, func(o *sandbox.Config) {
 		o.Seed, o.Pages, o.ListsPerPage, o.MixesPerList = 7, 2, 2, 5
 	})

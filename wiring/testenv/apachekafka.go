@@ -119,3 +119,13 @@ func (k *Kafka) waitTopicsLed(t testing.TB, ctx context.Context) {
 		}
 	}
 }
+
+// WaitInSync waits up to d until every partition of the four topics has a
+// leader and its full replica set in sync again (after a node's restart),
+// and fails the test otherwise. For Apache Kafka only.
+func (k *Kafka) WaitInSync(t testing.TB, d time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	k.waitTopicsLed(t, ctx)
+}
