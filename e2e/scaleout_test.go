@@ -429,7 +429,7 @@ func readDeliveries(t *testing.T, k *testenv.Kafka) (inDoubt, delivered, leases 
 type groupWatch struct {
 	partitions int
 	mu         sync.Mutex
-	snaps []groupSnap
+	snaps      []groupSnap
 }
 
 type groupSnap struct {
