@@ -29,6 +29,11 @@ type ApacheKafka struct {
 	Partitions int
 	// Props are broker settings added to kafkanode's defaults.
 	Props map[string]string
+	// NodeAddr and Prefix are kafkanode.Config's: a node on an address of
+	// its own, run under a command (a network namespace). NodeAddr nil:
+	// every listener on a free loopback port.
+	NodeAddr func(id int) (string, error)
+	Prefix   map[int][]string
 }
 
 // StartApacheKafka starts Apache Kafka itself (KRaft, JVM processes from the
@@ -65,6 +70,8 @@ func StartApacheKafka(t testing.TB, opts ApacheKafka) *Kafka {
 		Heap:        "512m",
 		Props:       opts.Props,
 		Addr:        func() (string, error) { return FreeAddr(t), nil },
+		NodeAddr:    opts.NodeAddr,
+		Prefix:      opts.Prefix,
 	})
 	if err != nil {
 		t.Fatalf("testenv: %v", err)
