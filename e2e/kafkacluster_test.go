@@ -31,9 +31,12 @@ const (
 	kcPartitions = 6
 	// clusterDeliveryTimeout is the gateway's --delivery-timeout.
 	clusterDeliveryTimeout = 5 * time.Second
-	// clusterBatch events are posted every clusterPace (~50 events/s).
+	// clusterBatch events are posted every clusterPace (~35 events/s: each post takes a few ms to seconds).
 	clusterBatch = 10
-	clusterPace  = 200 * time.Millisecond
+	clusterPace  = 250 * time.Millisecond
+	// kcEvents are generated; the fleet posts ~35 a second for the whole
+	// run (about 6 minutes past the setup).
+	kcEvents = 14000
 	// clusterLogLines bounds what one role may log over one fault and its
 	// aftermath: a broker fault is worth a few lines, not a line per retry.
 	clusterLogLines = 60
@@ -63,6 +66,7 @@ type fleet struct {
 
 	mu          sync.Mutex
 	accepted    map[string]time.Time // event_id → when a post answered it accepted
+	refused     []string             // events refused (a rule broken): a fault of the test's data
 	firstPosted map[string]time.Time // event_id → when it was first posted
 	retry       []simRecord
 	posts       []fleetPost
@@ -114,21 +118,24 @@ func startFleet(r *brokerRig) *fleet {
 func (f *fleet) postOnce(name string, batch []simRecord) {
 	start := time.Now()
 	a := f.r.post(name, batch, clusterDeliveryTimeout+20*time.Second)
-	status := map[string]string{}
+	status := map[string]gateway.EventAnswer{}
 	for _, e := range a.body.Events {
-		status[e.EventID] = string(e.Status)
+		status[e.EventID] = e
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.posts = append(f.posts, fleetPost{start: start, a: a, n: len(batch)})
 	for _, e := range batch {
-		if status[e.Key] == "accepted" {
+		switch ans := status[e.Key]; ans.Status {
+		case "accepted":
 			if _, ok := f.accepted[e.Key]; !ok {
 				f.accepted[e.Key] = time.Now()
 			}
-			continue
+		case "refused":
+			f.refused = append(f.refused, fmt.Sprintf("%s: %v", e.Key, ans.Reasons))
+		default:
+			f.retry = append(f.retry, e)
 		}
-		f.retry = append(f.retry, e)
 	}
 }
 
@@ -433,7 +440,10 @@ func startClusterRig(t *testing.T) *clusterRig {
 	for _, name := range names[1:] {
 		waitReady(t, r.roles[name].p, r.roles[name].admin, 90*time.Second)
 	}
-	sa := simArgs{events: 9000, rate: 1000, devices: 40, badShare: 0, seed: 31, startMS: time.Now().Add(-time.Hour).UnixMilli()}
+	// 20 plays per device: the events' started_at stay within a few hours
+	// of now (more per device would run past the gateway's plausible-time
+	// window, a day ahead, and be refused).
+	sa := simArgs{events: kcEvents, rate: 1000, devices: kcEvents / 20, badShare: 0, seed: 31, startMS: time.Now().Add(-2 * time.Hour).UnixMilli()}
 	c := &clusterRig{brokerRig: r, k: k, bin: bin, net: cn, noNet: noNet, eventOf: map[play]string{}, firstArr: map[string]time.Time{}}
 	for _, m := range sa.generated(t, sb.URL, partnerapi.Credentials{ClientID: sb.ClientID, ClientSignature: sb.ClientSignature}) {
 		if m.Kind != "valid" {
@@ -587,6 +597,8 @@ func TestKafkaClusterFaults(t *testing.T) {
 					unknown++
 				case "failed":
 					failed++
+				case "refused":
+					// a rule broken: the data's fault, reported at the end
 				default:
 					t.Errorf("event %s: %q while two brokers are down", e.EventID, e.Status)
 				}
@@ -733,7 +745,15 @@ func TestKafkaClusterFaults(t *testing.T) {
 		}
 	}
 	posts := len(c.fl.posts)
+	refused := c.fl.refused
+	exhausted := c.next >= len(c.events)
 	c.fl.mu.Unlock()
+	if len(refused) > 0 {
+		t.Errorf("the gateway refused %d events (the test's data broke a rule), e.g. %v", len(refused), refused[:min(3, len(refused))])
+	}
+	if exhausted {
+		t.Errorf("the fleet ran out of events before the end: more are needed (kcEvents)")
+	}
 	want := c.wantPlays(acc)
 	wantReports := 0
 	for _, n := range want {
