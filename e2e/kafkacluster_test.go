@@ -668,8 +668,8 @@ func TestKafkaClusterFaults(t *testing.T) {
 		gw := c.fl.gatewayResume(t, at, 60*time.Second)
 		pr := c.partnerResume(t, at, 90*time.Second)
 		time.Sleep(time.Until(at.Add(downFor)))
-		// Once the cluster knew (10 s), every post is accepted.
-		posts := c.fl.postsBetween(at.Add(10*time.Second), time.Now().Add(-clusterDeliveryTimeout-2*time.Second))
+		// Once the gateway has resumed, every post is accepted.
+		posts := c.fl.postsBetween(at.Add(max(gw, 0)), time.Now().Add(-clusterDeliveryTimeout-2*time.Second))
 		bad := 0
 		for _, p := range posts {
 			if p.a.status != http.StatusAccepted {
@@ -685,8 +685,8 @@ func TestKafkaClusterFaults(t *testing.T) {
 		}
 		back := c.restart(t, n)
 		lines := c.checkLogLines(t, "one broker down", logFrom)
-		figures = append(figures, fmt.Sprintf("one broker down %s: gateway 202 after %s, partner after %s, %d posts in the outage all 202, partner accepted %d meanwhile, node back in sync in %s; log lines %s",
-			downFor, gw.Round(time.Millisecond), pr.Round(time.Millisecond), len(posts), moved, back.Round(time.Millisecond), lines))
+		figures = append(figures, fmt.Sprintf("one broker down %s: gateway 202 after %s, partner after %s, then %d of %d posts not 202, partner accepted %d meanwhile, node back in sync in %s; log lines %s",
+			downFor, gw.Round(time.Millisecond), pr.Round(time.Millisecond), bad, len(posts), moved, back.Round(time.Millisecond), lines))
 		t.Log(figures[len(figures)-1])
 	})
 
@@ -792,8 +792,16 @@ func TestKafkaClusterFaults(t *testing.T) {
 	if rep.Delivered != uint64(led.AcceptedCount-led.Duplicates) || rep.Delivered != uint64(wantReports) {
 		t.Errorf("audit delivered %d; the partner holds %d distinct plays, %d expected", rep.Delivered, led.AcceptedCount-led.Duplicates, wantReports)
 	}
-	if rep.Pending != 0 || rep.DeliveredTwice != 0 || rep.RejectedByAPI != 0 {
-		t.Errorf("audit: pending %d, delivered twice %d, rejected %d; want 0", rep.Pending, rep.DeliveredTwice, rep.RejectedByAPI)
+	if rep.Pending != 0 || rep.RejectedByAPI != 0 {
+		t.Errorf("audit: pending %d, rejected %d; want 0", rep.Pending, rep.RejectedByAPI)
+	}
+	// Delivered twice on record is allowed here (unlike in the scale-out
+	// test): a partition lost with the group's coordinator (a broker
+	// killed) is handed over with its posts in flight in doubt; the new
+	// owner re-posts them and the old owner's late answer is recorded too
+	// (docs/reporter.md). The audit counts each such copy.
+	if rep.DeliveredTwice > rep.PossibleExtraCopies {
+		t.Errorf("audit: %d plays delivered twice on record, more than its %d possible extra copies", rep.DeliveredTwice, rep.PossibleExtraCopies)
 	}
 	if codes := c.sup.exitCodes(); len(codes) > 0 {
 		t.Errorf("roles exited on their own during the broker faults (restarted by the supervisor): %v", codes)
@@ -801,8 +809,8 @@ func TestKafkaClusterFaults(t *testing.T) {
 	for _, f := range figures {
 		t.Logf("figure: %s", f)
 	}
-	t.Logf("figures: %d plays, partner duplicates %d, audit possible extra copies %d (by cause %v), whole test %s",
-		wantReports, dups, rep.PossibleExtraCopies, rep.DoubtfulPostsByCause, since(testStart))
+	t.Logf("figures: %d plays, partner duplicates %d, audit possible extra copies %d (by cause %v), delivered twice on record %d, whole test %s",
+		wantReports, dups, rep.PossibleExtraCopies, rep.DoubtfulPostsByCause, rep.DeliveredTwice, since(testStart))
 }
 
 // clusterNet is the cluster test's own network: a namespace holding node
