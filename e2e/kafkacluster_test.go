@@ -224,6 +224,40 @@ func (f *fleet) gap(from, to time.Time) time.Duration {
 	return max(g, to.Sub(prev))
 }
 
+// timeline says the posts begun in [from, to) in short: the offset of
+// their start from t0, the status, and the events' fates when not all
+// accepted (a accepted, f failed, u unknown).
+func (f *fleet) timeline(t0, from, to time.Time) string {
+	var b strings.Builder
+	for _, p := range f.postsBetween(from, to) {
+		fmt.Fprintf(&b, " %+.1fs:%d", p.start.Sub(t0).Seconds(), p.a.status)
+		if p.a.status != http.StatusAccepted {
+			fmt.Fprintf(&b, "(a%d f%d u%d, %.1fs)", p.a.body.Accepted, p.a.body.Failed, p.a.body.Unknown, p.a.took.Seconds())
+		}
+	}
+	return strings.TrimSpace(b.String())
+}
+
+// firstEventAfter is how long after t0 a post begun at or after t0 first
+// had an event accepted (a partial answer counts); -1 if none within d.
+func (f *fleet) firstEventAfter(t0 time.Time, d time.Duration) time.Duration {
+	deadline := time.Now().Add(d)
+	for {
+		f.mu.Lock()
+		for _, p := range f.posts {
+			if !p.start.Before(t0) && p.a.body.Accepted > 0 {
+				f.mu.Unlock()
+				return p.start.Add(p.a.took).Sub(t0)
+			}
+		}
+		f.mu.Unlock()
+		if time.Now().After(deadline) {
+			return -1
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 // clusterRig is the pipeline as processes on three Apache Kafka brokers and
 // two controller-only nodes, with a fleet posting through the gateway.
 type clusterRig struct {
@@ -508,6 +542,7 @@ func TestKafkaClusterFaults(t *testing.T) {
 		time.Sleep(5 * time.Second) // down a while longer
 		back := c.restart(t, n)
 		t.Logf("%6s node %d back and in sync in %s", since(testStart), n.ID, back.Round(time.Millisecond))
+		t.Logf("posts after the kill: %s", c.fl.timeline(at, at, at.Add(pr+2*time.Second)))
 		lines := c.checkLogLines(t, "the leader's kill", logFrom)
 		figures = append(figures, fmt.Sprintf("kill -9 leader (node %d): gateway 202 after %s, partner after %s, longest gap between 202s %s; log lines %s",
 			n.ID, gw.Round(time.Millisecond), pr.Round(time.Millisecond), c.fl.gap(at, at.Add(pr)).Round(time.Millisecond), lines))
@@ -622,6 +657,7 @@ func TestKafkaClusterFaults(t *testing.T) {
 		gw := c.fl.gatewayResume(t, back, 90*time.Second)
 		pr := c.partnerResume(t, back, 120*time.Second)
 		t.Logf("%6s node %d back (registered after %s): gateway 202 after %s, partner after %s", since(testStart), down[0].ID, up.Round(time.Millisecond), gw.Round(time.Millisecond), pr.Round(time.Millisecond))
+		t.Logf("posts from the kill (+0s) to the partner's resume: %s", c.fl.timeline(at, at, back.Add(pr)))
 		c.restart(t, down[1])
 		lines := c.checkLogLines(t, "two brokers down", logFrom)
 		figures = append(figures, fmt.Sprintf("two brokers down %s: %d/%d posts 503 (slowest %s; %d unknown, %d failed); after one returned (registered %s): gateway 202 after %s, partner after %s; log lines %s",
@@ -709,8 +745,8 @@ func TestKafkaClusterFaults(t *testing.T) {
 			}
 		}()
 		t.Logf("%6s node %d cut off: every packet of namespace %s dropped", since(testStart), n.ID, c.net.ns)
-		gw := c.fl.gatewayResume(t, at, 90*time.Second)
-		pr := c.partnerResume(t, at, 120*time.Second)
+		part := c.fl.firstEventAfter(at, cutFor)
+		pr := c.partnerResume(t, at, 90*time.Second) // while cut off: the pipeline must go on without node 3
 		time.Sleep(time.Until(at.Add(cutFor)))
 		posts := c.fl.postsBetween(at, time.Now())
 		n503 := 0
@@ -728,9 +764,11 @@ func TestKafkaClusterFaults(t *testing.T) {
 		healAt := time.Now()
 		c.k.WaitInSync(t, 3*time.Minute)
 		inSync := time.Since(healAt)
+		gw := c.fl.gatewayResume(t, at, 90*time.Second)
+		t.Logf("posts from the cut (+0s) to 15 s after the heal (+%.0fs): %s", healAt.Sub(at).Seconds(), c.fl.timeline(at, at, healAt.Add(15*time.Second)))
 		lines := c.checkLogLines(t, "the network partition", logFrom)
-		figures = append(figures, fmt.Sprintf("node %d cut off %s (packets dropped): gateway 202 after %s, partner after %s, longest gap between 202s %s, %d of %d posts not 202, partner accepted %d meanwhile; in sync %s after the heal; log lines %s",
-			n.ID, cutFor, gw.Round(time.Millisecond), pr.Round(time.Millisecond), c.fl.gap(at, at.Add(cutFor)).Round(time.Millisecond), n503, len(posts), moved, inSync.Round(time.Millisecond), lines))
+		figures = append(figures, fmt.Sprintf("node %d cut off %s (packets dropped): gateway: an event accepted after %s, a whole post 202 after %s; partner after %s; %d of %d posts during the cut not 202, partner accepted %d meanwhile; in sync %s after the heal; log lines %s",
+			n.ID, cutFor, part.Round(time.Millisecond), gw.Round(time.Millisecond), pr.Round(time.Millisecond), n503, len(posts), moved, inSync.Round(time.Millisecond), lines))
 		t.Log(figures[len(figures)-1])
 	})
 
