@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/playpipe/playpipe/analytics"
 	"github.com/playpipe/playpipe/internal/kafkanode"
@@ -390,6 +392,36 @@ func (c *clusterRig) leaders(t *testing.T) (parts, records map[int32]int64) {
 	return parts, records
 }
 
+// view says the cluster as broker seed sees it: the partitions each broker
+// leads, how many partitions lack a replica in their ISR, and the active
+// controller.
+func (c *clusterRig) view(seed string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seed), kgo.DialTimeout(2*time.Second))
+	if err != nil {
+		return err.Error()
+	}
+	defer cl.Close()
+	td, err := kadm.NewClient(cl).ListTopics(ctx, c.k.Config.Topics().All()...)
+	if err != nil {
+		return "metadata: " + err.Error()
+	}
+	leads := map[int32]int{}
+	short := map[int32]int{} // broker → partitions whose ISR lacks it
+	for _, topic := range td.Sorted() {
+		for _, p := range topic.Partitions.Sorted() {
+			leads[p.Leader]++
+			for _, r := range p.Replicas {
+				if !slices.Contains(p.ISR, r) {
+					short[r]++
+				}
+			}
+		}
+	}
+	return fmt.Sprintf("leaders %v, out of the ISR %v", leads, short)
+}
+
 // node returns the node with id, failing the test if none.
 func (c *clusterRig) node(t *testing.T, id int) *kafkanode.Node {
 	t.Helper()
@@ -736,6 +768,7 @@ func TestKafkaClusterFaults(t *testing.T) {
 		n := c.node(t, c.net.partitionNode)
 		logFrom := c.logSizes()
 		acceptedBefore := c.sb.Counts().Accepted
+		t.Logf("before the cut: %s", c.view(c.k.Apache.Brokers()[0].Broker))
 		c.net.cut(t)
 		at := time.Now()
 		healed := false
@@ -748,6 +781,24 @@ func TestKafkaClusterFaults(t *testing.T) {
 		part := c.fl.firstEventAfter(at, cutFor)
 		pr := c.partnerResume(t, at, 90*time.Second) // while cut off: the pipeline must go on without node 3
 		time.Sleep(time.Until(at.Add(cutFor)))
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctl, err := c.k.Apache.ActiveController(ctx)
+		cancel()
+		t.Logf("%6s after %s cut off: seen from node 1: %s; active controller %d (%v)", since(testStart), cutFor, c.view(c.k.Apache.Brokers()[0].Broker), ctl, err)
+		for _, nd := range c.k.Apache.Nodes() {
+			var fenced []string
+			for _, l := range grepLog(nd.LogPath(), "ence") {
+				if strings.Contains(l, "3") {
+					fenced = append(fenced, l)
+				}
+			}
+			if len(fenced) > 3 {
+				fenced = fenced[len(fenced)-3:]
+			}
+			if len(fenced) > 0 {
+				t.Logf("node %d's log on fencing: %s", nd.ID, strings.Join(fenced, " | "))
+			}
+		}
 		posts := c.fl.postsBetween(at, time.Now())
 		n503 := 0
 		for _, p := range posts {
