@@ -127,7 +127,8 @@ func (k *Kafka) waitTopicsLed(t testing.TB, ctx context.Context) {
 	}
 }
 
-// WaitInSync waits up to d until every partition of the four topics has a
+// WaitInSync waits up to d until every partition of every topic, the
+// internal ones included (__consumer_offsets, __transaction_state), has a
 // leader and its full replica set in sync again (after a node's restart),
 // and fails the test otherwise. For Apache Kafka only.
 func (k *Kafka) WaitInSync(t testing.TB, d time.Duration) {
@@ -135,4 +136,31 @@ func (k *Kafka) WaitInSync(t testing.TB, d time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	k.waitTopicsLed(t, ctx)
+	adm := kadm.NewClient(k.Client(t))
+	var last string
+	for {
+		td, err := adm.ListTopicsWithInternal(ctx)
+		if err == nil {
+			last = ""
+		scan:
+			for _, topic := range td.Sorted() {
+				for _, p := range topic.Partitions.Sorted() {
+					if topic.Err != nil || p.Err != nil || p.Leader < 0 || len(p.ISR) < len(p.Replicas) {
+						last = fmt.Sprintf("%s[%d]: leader %d, isr %v of %v", topic.Topic, p.Partition, p.Leader, p.ISR, p.Replicas)
+						break scan
+					}
+				}
+			}
+			if last == "" {
+				return
+			}
+		} else {
+			last = err.Error()
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("testenv: Apache Kafka not in sync within %s: %s", d, last)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
