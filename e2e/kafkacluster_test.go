@@ -632,6 +632,18 @@ func TestKafkaClusterFaults(t *testing.T) {
 		t.Logf("%6s kill -9 nodes %d and %d: one broker left", since(testStart), down[0].ID, down[1].ID)
 		const hold = 20 * time.Second
 		time.Sleep(hold)
+		// What each role's /readyz says meanwhile (for the record: one
+		// broker still answers metadata requests).
+		var ready []string
+		for _, name := range []string{"ingest", "consume", "report-0", "report-1", "sink"} {
+			st, body, _, err := readyz(c.roles[name].admin)
+			if err != nil {
+				ready = append(ready, fmt.Sprintf("%s: %v", name, err))
+				continue
+			}
+			ready = append(ready, fmt.Sprintf("%s: %d %s", name, st, strings.TrimSpace(body)))
+		}
+		t.Logf("/readyz with two brokers down: %s", strings.Join(ready, "; "))
 		// The gateway: 503 with each event's fate, within the delivery
 		// timeout, for every post begun once the brokers knew (after 3 s).
 		posts := c.fl.postsBetween(at.Add(3*time.Second), time.Now().Add(-clusterDeliveryTimeout-2*time.Second))
