@@ -12,9 +12,12 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
 
 	"github.com/playpipe/playpipe/analytics"
 	"github.com/playpipe/playpipe/partnerapi"
@@ -46,10 +49,13 @@ type role struct {
 }
 
 // TestScaleOutWithFaults is issue 9's scale-out proof: 3 report, 2 consume
-// and 2 sink processes on one broker (12 partitions); while the partner
-// answers and deliveries flow, one of each is killed with SIGKILL and another
-// reporter is stopped with SIGTERM (it must exit 0); the killed ones are
-// restarted under the same --instance-id. Then the partner's ledger must hold
+// and 2 sink processes on one Apache Kafka node (12 partitions; issue 30);
+// while the partner answers and deliveries flow, one of each is killed with
+// SIGKILL and another reporter is stopped with SIGTERM (it must exit 0); the
+// killed ones are restarted under the same --instance-id; then the third
+// reporter is killed for good. How long the stopped and the killed
+// reporter's partitions take to reach the others (static members: the
+// session timeout) is measured from the group's description. Then the partner's ledger must hold
 // exactly the expected plays, with at most the killed reporter's
 // --concurrency duplicates, every duplicate covered by a delivered record
 // labelled in doubt, and `playpipe audit` must agree with the ledger.
@@ -61,7 +67,7 @@ func TestScaleOutWithFaults(t *testing.T) {
 	dir := t.TempDir()
 	bin := buildBinary(t, dir)
 
-	k := testenv.StartKafka(t, scalePartitions)
+	k := testenv.StartApacheKafka(t, testenv.ApacheKafka{Partitions: scalePartitions})
 	sb := testenv.StartSandbox(t, func(o *sandbox.Config) {
 		o.Seed, o.Pages, o.ListsPerPage, o.MixesPerList = 7, 2, 2, 5
 	})
@@ -119,6 +125,8 @@ func TestScaleOutWithFaults(t *testing.T) {
 		waitReady(t, r.p, r.admin, 60*time.Second)
 	}
 	t.Logf("7 processes ready at %s", time.Since(testStart).Round(time.Millisecond))
+
+	gw := watchGroup(t, k, "playpipe-reporter", k.Config.Topics().Reports, scalePartitions)
 
 	// The simulator publishes while the faults happen. The same messages
 	// are generated in-process first, to place the faults as shares of the
@@ -216,6 +224,21 @@ func TestScaleOutWithFaults(t *testing.T) {
 	t.Logf("%6s SIGTERM %s (pid %d); partner accepted %d", since(simStart), reporters[1].name, reporters[1].p.cmd.Process.Pid, acceptedAtTerm)
 	reporters[1].p.stop(t, 30*time.Second)
 	t.Logf("%6s %s exited 0", since(simStart), reporters[1].name)
+	// Takeover: a static member does not leave the group on SIGTERM
+	// (docs/reporter.md), so its partitions wait for the session timeout.
+	termTakeover := gw.takeover(t, "e2e-report-1", marks["term report-1"], 60*time.Second)
+	t.Logf("%6s takeover after SIGTERM: %s's partitions assigned to the others %s after the signal", since(simStart), reporters[1].name, termTakeover.Round(time.Millisecond))
+
+	// Fault 4: SIGKILL the third reporter (at 70 %, or at once if the
+	// takeover took that long) and do not restart it: report-0 takes its
+	// partitions after the session timeout.
+	waitFor("70% of the reports accepted", 90*time.Second, func() bool { return accepted() >= share(0.70) })
+	reporters[2].p.signal(t, syscall.SIGKILL)
+	marks["kill report-2"] = time.Now()
+	acceptedAtKill2 := accepted()
+	t.Logf("%6s SIGKILL %s (pid %d), not restarted; partner accepted %d", since(simStart), reporters[2].name, reporters[2].p.cmd.Process.Pid, acceptedAtKill2)
+	killTakeover := gw.takeover(t, "e2e-report-2", marks["kill report-2"], 60*time.Second)
+	t.Logf("%6s takeover after SIGKILL: %s's partitions assigned to %s %s after the kill", since(simStart), reporters[2].name, reporters[0].name, killTakeover.Round(time.Millisecond))
 
 	if code := sim.wait(t, 60*time.Second); code != 0 {
 		t.Fatalf("simulate exited %d (log %s)", code, sim.log)
@@ -235,8 +258,8 @@ func TestScaleOutWithFaults(t *testing.T) {
 	if wantReports != genReports {
 		t.Errorf("the simulator's record yields %d reports, the in-process generation %d: the fault schedule was off", wantReports, genReports)
 	}
-	if int(acceptedAtKill) >= wantReports || int(acceptedAtTerm) >= wantReports {
-		t.Errorf("the reporter faults came after the end (accepted %d and %d of %d): they did not happen mid-run", acceptedAtKill, acceptedAtTerm, wantReports)
+	if int(acceptedAtKill) >= wantReports || int(acceptedAtTerm) >= wantReports || int(acceptedAtKill2) >= wantReports {
+		t.Errorf("the reporter faults came after the end (accepted %d, %d and %d of %d): they did not happen mid-run", acceptedAtKill, acceptedAtTerm, acceptedAtKill2, wantReports)
 	}
 
 	// Wait (bounded) until the partner holds every expected play.
@@ -287,11 +310,12 @@ func TestScaleOutWithFaults(t *testing.T) {
 	if int64(dups) != led.Duplicates {
 		t.Errorf("duplicates: %d plays accepted more often than expected, the sandbox counted %d", dups, led.Duplicates)
 	}
-	// A crash re-posts only reports whose answer was not on record: the
+	// A crash re-posts only reports whose answer was not on record: each
 	// killed reporter's posts on the wire (≤ --concurrency) and the answers
 	// on their way to Kafka (about rate × produce latency; docs/reporter.md).
-	if dups > 2*scaleConcurrency {
-		t.Errorf("the partner holds %d duplicates, more than the killed reporter's posts without a recorded answer can be (≤ 2 × --concurrency %d)", dups, scaleConcurrency)
+	// Two reporters are killed.
+	if dups > 4*scaleConcurrency {
+		t.Errorf("the partner holds %d duplicates, more than the two killed reporters' posts without a recorded answer can be (≤ 2 × 2 × --concurrency %d)", dups, scaleConcurrency)
 	}
 	explainDuplicates(t, k, led, marks)
 
@@ -335,7 +359,7 @@ func TestScaleOutWithFaults(t *testing.T) {
 	t.Logf("audit: possible extra copies %d of %d plays, doubtful posts by cause %v", rep.PossibleExtraCopies, rep.PlaysWithExtraCopies, rep.DoubtfulPostsByCause)
 
 	// What the kills cost, for the record.
-	for _, r := range []*role{reporters[0], reporters[1], consumers[0], sinks[0]} {
+	for _, r := range []*role{reporters[0], reporters[1], reporters[2], consumers[0], sinks[0]} {
 		for _, l := range grepLog(r.p.log, "level=WARN") {
 			if len(l) > 300 {
 				l = l[:300] + "…"
@@ -344,9 +368,10 @@ func TestScaleOutWithFaults(t *testing.T) {
 		}
 	}
 	t.Logf("figures: %d reports expected; partner accepted %d (%d duplicates; --concurrency %d); %d delivered reports labelled in doubt; %d lease markers; "+
-		"audit delivered %d, delivered twice %d; drained %s after the simulation; restarted reporter delivering after %s; whole test %s",
+		"audit delivered %d, delivered twice %d; drained %s after the simulation; restarted reporter delivering after %s; "+
+		"takeover of a reporter's partitions by the others after SIGTERM %s, after SIGKILL %s; whole test %s",
 		wantReports, led.AcceptedCount, dups, scaleConcurrency, inDoubt, leases, rep.Delivered, rep.DeliveredTwice,
-		drained.Sub(simEnd).Round(time.Millisecond), resumedAfter.Round(time.Millisecond), since(testStart))
+		drained.Sub(simEnd).Round(time.Millisecond), resumedAfter.Round(time.Millisecond), termTakeover.Round(time.Millisecond), killTakeover.Round(time.Millisecond), since(testStart))
 }
 
 func since(t0 time.Time) string { return time.Since(t0).Round(10 * time.Millisecond).String() }
@@ -400,4 +425,102 @@ func readDeliveries(t *testing.T, k *testenv.Kafka) (inDoubt, delivered, leases 
 		}
 	}
 	return len(doubt), len(del), leases
+}
+
+// groupWatch polls a consumer group's description every 100 ms: which
+// instance holds which partitions of a topic.
+type groupWatch struct {
+	partitions int
+	mu         sync.Mutex
+	snaps      []groupSnap
+}
+
+type groupSnap struct {
+	at       time.Time
+	state    string
+	holders  map[string]int // instance id → partitions of the topic it holds
+	assigned int            // partitions of the topic assigned to anyone
+}
+
+func watchGroup(t *testing.T, k *testenv.Kafka, group, topic string, partitions int) *groupWatch {
+	t.Helper()
+	adm := kadm.NewClient(k.Client(t))
+	g := &groupWatch{partitions: partitions}
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() { // owned by the test: stopped at cleanup
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			dg, err := adm.DescribeGroups(ctx, group)
+			cancel()
+			if err != nil {
+				continue
+			}
+			d, ok := dg[group]
+			if !ok || d.Err != nil {
+				continue
+			}
+			s := groupSnap{at: time.Now(), state: d.State, holders: map[string]int{}}
+			for _, m := range d.Members {
+				id := m.MemberID
+				if m.InstanceID != nil {
+					id = *m.InstanceID
+				}
+				if c, ok := m.Assigned.AsConsumer(); ok {
+					for _, tp := range c.Topics {
+						if tp.Topic == topic {
+							s.holders[id] += len(tp.Partitions)
+							s.assigned += len(tp.Partitions)
+						}
+					}
+				}
+				if _, ok := s.holders[id]; !ok {
+					s.holders[id] = 0
+				}
+			}
+			g.mu.Lock()
+			g.snaps = append(g.snaps, s)
+			g.mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() { close(stop); <-done })
+	return g
+}
+
+// takeover waits up to d until the group is stable, without instance, and
+// every partition of the topic assigned to another member; it returns how
+// long after since that was first seen.
+func (g *groupWatch) takeover(t *testing.T, instance string, since time.Time, d time.Duration) time.Duration {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		g.mu.Lock()
+		for _, s := range g.snaps {
+			if s.at.Before(since) || s.state != "Stable" {
+				continue
+			}
+			if _, ok := s.holders[instance]; ok {
+				continue
+			}
+			if s.assigned >= g.partitions {
+				g.mu.Unlock()
+				return s.at.Sub(since)
+			}
+		}
+		var last groupSnap
+		if len(g.snaps) > 0 {
+			last = g.snaps[len(g.snaps)-1]
+		}
+		g.mu.Unlock()
+		if time.Now().After(deadline) {
+			t.Errorf("%s's partitions not taken over within %s (last: %s, %v, %d assigned)", instance, d, last.state, last.holders, last.assigned)
+			return -1
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }

@@ -31,7 +31,7 @@ func TestSlowPartnerCopiesAsProcesses(t *testing.T) {
 	}
 	dir := t.TempDir()
 	bin := buildBinary(t, dir)
-	k := testenv.StartKafka(t, 3)
+	k := testenv.StartApacheKafka(t, testenv.ApacheKafka{Partitions: 3})
 	sb := testenv.StartSandbox(t, func(c *sandbox.Config) { c.Seed, c.Pages, c.ListsPerPage, c.MixesPerList = 5, 1, 1, 3 })
 	late := &testenv.LatePartner{H: sb.Handler(), Slow: 2, Delay: 3 * time.Second}
 	partnerURL := testenv.ServeHandler(t, late)

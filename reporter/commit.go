@@ -3,12 +3,16 @@ package reporter
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/playpipe/playpipe/internal/kafkax"
 )
 
 // Commits carry each partition's progress in the offset commit's metadata
@@ -167,7 +171,10 @@ func (rn *run) commit(ctx context.Context, why string, batch []commitEntry) (fai
 	resp, err := req.RequestWith(ctx, rn.cl)
 	if err != nil {
 		if !errors.Is(err, context.Canceled) {
-			rn.log.Warn("offset commit failed (retried with the next commit; the previous progress stays valid)", "why", why, "err", err)
+			// At most a line a minute: commits go every 100 ms and fail
+			// alike while a broker or the group coordinator is away.
+			rn.cfg.Kafka.Faults.Say(rn.log, slog.LevelWarn, kafkax.FaultCommit, rn.topics.Reports,
+				"offset commit failed (retried with the next commit; the previous progress stays valid)", "why", why, "err", err)
 		}
 		return partsOf(batch)
 	}
@@ -176,7 +183,8 @@ func (rn *run) commit(ctx context.Context, why string, batch []commitEntry) (fai
 		for _, rp := range rt.Partitions {
 			answered++
 			if err := kerr.ErrorForCode(rp.ErrorCode); err != nil {
-				rn.log.Warn("offset commit failed for a partition", "why", why, "partition", rp.Partition, "err", err)
+				rn.cfg.Kafka.Faults.Say(rn.log, slog.LevelWarn, kafkax.FaultCommit, fmt.Sprintf("%s[%d]", rn.topics.Reports, rp.Partition),
+					"offset commit failed for a partition", "why", why, "partition", rp.Partition, "err", err)
 				if ps := byPart[rp.Partition]; ps != nil {
 					failed = append(failed, ps)
 				}

@@ -41,6 +41,14 @@ type Config struct {
 	// Addr returns a free loopback host:port for a listener; nil picks one
 	// with the kernel (net.Listen on port 0).
 	Addr func() (string, error)
+	// NodeAddr, when set, returns the host:port of a listener of node id
+	// instead of Addr: for a node that lives on another address (a
+	// network namespace's, see Prefix).
+	NodeAddr func(id int) (string, error)
+	// Prefix, by node id, is a command the node's JVM is run under, e.g.
+	// {"ip", "netns", "exec", "NAME"} to put it in a network namespace; the
+	// command must exec the JVM (its PID is the node's).
+	Prefix map[int][]string
 	// ReadyTimeout bounds the wait until every broker is registered; 0
 	// means two minutes.
 	ReadyTimeout time.Duration
@@ -87,23 +95,29 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		cfg.ReadyTimeout = 2 * time.Minute
 	}
 	c := &Cluster{ID: newClusterID(), cfg: cfg}
+	addr := func(id int) (string, error) {
+		if cfg.NodeAddr != nil {
+			return cfg.NodeAddr(id)
+		}
+		return cfg.Addr()
+	}
 	for i := 1; i <= cfg.Nodes; i++ {
-		b, err := cfg.Addr()
+		b, err := addr(i)
 		if err != nil {
 			return nil, fmt.Errorf("kafkanode: a port for node %d: %w", i, err)
 		}
-		ctl, err := cfg.Addr()
+		ctl, err := addr(i)
 		if err != nil {
 			return nil, fmt.Errorf("kafkanode: a port for node %d: %w", i, err)
 		}
-		c.nodes = append(c.nodes, &Node{ID: i, Broker: b, Controller: ctl, dir: filepath.Join(cfg.Dir, "node-"+strconv.Itoa(i)), install: cfg.Install, heap: cfg.Heap})
+		c.nodes = append(c.nodes, &Node{ID: i, Broker: b, Controller: ctl, dir: filepath.Join(cfg.Dir, "node-"+strconv.Itoa(i)), install: cfg.Install, heap: cfg.Heap, prefix: cfg.Prefix[i]})
 	}
 	for i := cfg.Nodes + 1; i <= cfg.Nodes+cfg.Controllers; i++ {
-		ctl, err := cfg.Addr()
+		ctl, err := addr(i)
 		if err != nil {
 			return nil, fmt.Errorf("kafkanode: a port for controller %d: %w", i, err)
 		}
-		c.nodes = append(c.nodes, &Node{ID: i, Controller: ctl, dir: filepath.Join(cfg.Dir, "controller-"+strconv.Itoa(i)), install: cfg.Install, heap: "256m"})
+		c.nodes = append(c.nodes, &Node{ID: i, Controller: ctl, dir: filepath.Join(cfg.Dir, "controller-"+strconv.Itoa(i)), install: cfg.Install, heap: "256m", prefix: cfg.Prefix[i]})
 	}
 	fail := func(err error) (*Cluster, error) {
 		c.Close()

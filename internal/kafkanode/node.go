@@ -22,6 +22,7 @@ type Node struct {
 	dir     string
 	install Install
 	heap    string
+	prefix  []string // a command the JVM runs under (Config.Prefix)
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -71,6 +72,9 @@ func (n *Node) start() error {
 	}
 	args := append(n.install.jvmArgs(n.heap, n.dir), "kafka.Kafka", filepath.Join(n.dir, "server.properties"))
 	cmd := exec.Command(n.install.Java, args...)
+	if len(n.prefix) > 0 {
+		cmd = exec.Command(n.prefix[0], append(append(n.prefix[1:len(n.prefix):len(n.prefix)], n.install.Java), args...)...)
+	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = procAttr()
 	cmd.Env = append(os.Environ(), "KAFKA_LOG4J_OPTS=", "KAFKA_HEAP_OPTS=")

@@ -29,6 +29,7 @@ const (
 	FaultFetch          = "fetch_error"      // any other fetch error
 	FaultProduceTimeout = "produce_timeout"  // a produce not acknowledged by its deadline (the gateway's 503 kafka_timeout)
 	FaultProduce        = "produce_error"    // records Kafka failed (the gateway's 503 kafka_unavailable)
+	FaultCommit         = "commit_error"     // an offset commit refused (UNKNOWN_MEMBER_ID while the group moves) or unanswered
 )
 
 // MetricKafkaFaults is the counter of Kafka faults a role met, by kind

@@ -31,6 +31,11 @@ type ApacheKafka struct {
 	Partitions int
 	// Props are broker settings added to kafkanode's defaults.
 	Props map[string]string
+	// NodeAddr and Prefix are kafkanode.Config's: a node on an address of
+	// its own, run under a command (a network namespace). NodeAddr nil:
+	// every listener on a free loopback port.
+	NodeAddr func(id int) (string, error)
+	Prefix   map[int][]string
 }
 
 // StartApacheKafka starts Apache Kafka itself (KRaft, JVM processes from the
@@ -67,6 +72,8 @@ func StartApacheKafka(t testing.TB, opts ApacheKafka) *Kafka {
 		Heap:        "512m",
 		Props:       opts.Props,
 		Addr:        func() (string, error) { return FreeAddr(t), nil },
+		NodeAddr:    opts.NodeAddr,
+		Prefix:      opts.Prefix,
 	})
 	if err != nil {
 		t.Fatalf("testenv: %v", err)
@@ -180,6 +187,44 @@ func (k *Kafka) waitTopicsLed(t testing.TB, ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			t.Fatalf("testenv: topics not settled on Apache Kafka: %s", last)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// WaitInSync waits up to d until every partition of every topic, the
+// internal ones included (__consumer_offsets, __transaction_state), has a
+// leader and its full replica set in sync again (after a node's restart),
+// and fails the test otherwise. For Apache Kafka only.
+func (k *Kafka) WaitInSync(t testing.TB, d time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	k.waitTopicsLed(t, ctx)
+	adm := kadm.NewClient(k.Client(t))
+	var last string
+	for {
+		td, err := adm.ListTopicsWithInternal(ctx)
+		if err == nil {
+			last = ""
+		scan:
+			for _, topic := range td.Sorted() {
+				for _, p := range topic.Partitions.Sorted() {
+					if topic.Err != nil || p.Err != nil || p.Leader < 0 || len(p.ISR) < len(p.Replicas) {
+						last = fmt.Sprintf("%s[%d]: leader %d, isr %v of %v", topic.Topic, p.Partition, p.Leader, p.ISR, p.Replicas)
+						break scan
+					}
+				}
+			}
+			if last == "" {
+				return
+			}
+		} else {
+			last = err.Error()
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("testenv: Apache Kafka not in sync within %s: %s", d, last)
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
