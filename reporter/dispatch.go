@@ -103,6 +103,10 @@ func (rn *run) worker() {
 // offset may be committed only once its record is in Kafka: the ledger
 // never misses the outcome of a committed report.
 func (rn *run) publish(j *job, rec *kgo.Record) {
+	if j.parking {
+		rn.park(j, rec)
+		return
+	}
 	if j.dec.Action.Final() {
 		rn.produce(rec, func(r *kgo.Record, err error) {
 			rn.recorded()

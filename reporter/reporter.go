@@ -120,6 +120,16 @@ type job struct {
 	// followers are later records with the same report id that wait for
 	// this one's final outcome instead of being posted again.
 	followers []*job
+
+	// The retry budget (park.go), under run.mu: failures and time counted
+	// while other reports got answers, the last failure, and the run's
+	// success count then. parking: the budget is spent, the worker parks it.
+	healthyFails int
+	budgetUsed   time.Duration
+	lastFailAt   time.Time
+	succAt       uint64
+	warned       bool
+	parking      bool
 }
 
 type tpKey struct {
@@ -165,6 +175,9 @@ type partState struct {
 	// pastWindow are reports past the progress window (lease.go), in offset
 	// order: requeued when the commit point moves.
 	pastWindow fifo
+	// paused: fetching of this partition is paused, its pending records at
+	// MaxPending (intake.go).
+	paused bool
 }
 
 // run is the state of one Run. Its state is split by concern, each with
@@ -185,6 +198,10 @@ type run struct {
 	reportsID [16]byte
 	logParts  int32
 	logStart  map[int32]int64
+	// parkedParts is the partition count of <prefix>.parked; slow holds the
+	// parked reports of the partitions this run owns (park.go).
+	parkedParts int32
+	slow        *slowLane
 	// window is how far past its commit point a partition may lease
 	// (progressWindow of MetadataMaxBytes).
 	window int64
@@ -224,6 +241,10 @@ type run struct {
 	// nothing else is locked while it is held).
 	partsMu sync.Mutex
 	parts   map[tpKey]*partState
+	// recoverMu serialises the recoveries of new partitions (recover.go):
+	// the poller's, on a partition's first record, and the group's, on
+	// assignment.
+	recoverMu sync.Mutex
 
 	stopState
 }
@@ -239,6 +260,11 @@ type workerState struct {
 	inflight   int        // jobs handed to workers whose post has not come back
 	unrecorded int        // answers handed to Kafka by workers, not acknowledged yet
 	thr        *throttle  // the retry budget and the in-flight limit
+	// successes counts final answers (park.go: a report's budget moves only
+	// while others succeed); warnLimit bounds the stuck-report warnings.
+	successes      uint64
+	warnLimit      *rate.Limiter
+	warnSuppressed int
 }
 
 // queueState is the queues and the leases on their way (intake.go,
@@ -337,6 +363,7 @@ func (rn *run) gauges() gauges {
 	if oldest != math.MaxInt64 {
 		g.oldestPending = max(0, time.Duration(now.UnixNano()-oldest))
 	}
+	g.parked = rn.slow.stats()
 	return g
 }
 
@@ -378,6 +405,8 @@ func (r *Reporter) newRun(postCtx context.Context, cancelPosts context.CancelFun
 	rn.window = progressWindow(r.cfg.MetadataMaxBytes)
 	rn.groupHdr, rn.processSpan = []byte(r.cfg.Group), "process "+rn.topics.Reports
 	rn.cond = sync.NewCond(&rn.mu)
+	rn.slow = newSlowLane()
+	rn.warnLimit = rate.NewLimiter(1, warnBurst)
 	rn.thr = newThrottle(r.cfg, r.cfg.Now())
 	return rn
 }
@@ -397,6 +426,9 @@ func (rn *run) connect(ctx context.Context) error {
 		kgo.BlockRebalanceOnPoll(),
 		kgo.OnPartitionsRevoked(func(ctx context.Context, cl *kgo.Client, m map[string][]int32) { rn.onRevoked(ctx, m, false) }),
 		kgo.OnPartitionsLost(func(ctx context.Context, cl *kgo.Client, m map[string][]int32) { rn.onRevoked(ctx, m, true) }),
+		kgo.OnPartitionsAssigned(func(ctx context.Context, cl *kgo.Client, m map[string][]int32) {
+			rn.recoverAssigned(ctx, m[rn.topics.Reports])
+		}),
 		// Bounded fetch buffers: at most ~2 MiB (compressed) fetched ahead, whatever the backlog.
 		kgo.FetchMaxBytes(2<<20),
 		kgo.FetchMaxPartitionBytes(512<<10),
@@ -442,6 +474,7 @@ func (rn *run) serve(ctx context.Context) error {
 	}
 	var leaser sync.WaitGroup
 	leaser.Go(rn.leaser)
+	leaser.Go(rn.slowRetries)
 	pollCtx, stopPoll := context.WithCancel(ctx)
 	var poller sync.WaitGroup
 	poller.Go(func() { rn.poll(pollCtx) })
