@@ -231,6 +231,9 @@ func TestFullPartitionPausesAlone(t *testing.T) {
 	cfg := e.config()
 	cfg.Concurrency, cfg.MaxConcurrency, cfg.MaxPending = 8, 8, 64
 	cfg.ParkAfterAttempts = -1
+	// The default backoff (100 ms doubling to 10 s): the stuck reports'
+	// retries stay within the retry budget's floor, which every post shares.
+	cfg.BackoffInitial, cfg.BackoffMax = 0, 0
 	stop := e.start(cfg, partner)
 	waitFor(t, 60*time.Second, func() bool {
 		counts := e.ledgerCounts()

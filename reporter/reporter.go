@@ -271,7 +271,9 @@ type workerState struct {
 // lease.go, outcome.go).
 type queueState struct {
 	fresh   fifo
-	ready   fifo // retries and replays: leased before fresh records
+	ready   fifo // retries and replays: leased in turn with fresh records
+	// tookRetry: the last report leased came from ready (take).
+	tookRetry bool
 	delayed delayQueue
 	retryAt time.Time // when the coordinator's retry timer fires
 	// leased are reports whose lease marker is acknowledged: posted next.
