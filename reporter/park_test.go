@@ -46,7 +46,9 @@ func (b *badPartner) ReportPlayJSON(ctx context.Context, body []byte) (partnerap
 	return b.good.ReportPlayJSON(ctx, body)
 }
 
-func (b *badPartner) Session(ctx context.Context) (partnerapi.Meta, error) { return b.good.Session(ctx) }
+func (b *badPartner) Session(ctx context.Context) (partnerapi.Meta, error) {
+	return b.good.Session(ctx)
+}
 
 // newBadPartner is a badPartner failing ids, on e's sandbox and a second
 // one that answers 500 to every report.

@@ -270,12 +270,12 @@ type workerState struct {
 // queueState is the queues and the leases on their way (intake.go,
 // lease.go, outcome.go).
 type queueState struct {
-	fresh   fifo
-	ready   fifo // retries and replays: leased in turn with fresh records
+	fresh fifo
+	ready fifo // retries and replays: leased in turn with fresh records
 	// tookRetry: the last report leased came from ready (take).
 	tookRetry bool
-	delayed delayQueue
-	retryAt time.Time // when the coordinator's retry timer fires
+	delayed   delayQueue
+	retryAt   time.Time // when the coordinator's retry timer fires
 	// leased are reports whose lease marker is acknowledged: posted next.
 	leased fifo
 	// leasing counts reports in leases whose marker is not acknowledged.
