@@ -23,6 +23,10 @@ type slowLane struct {
 	byID  map[string]*parkedItem
 	wake  chan struct{} // capacity 1
 	count int64         // parked reports held (the gauge)
+	// readTo is, per partition of <prefix>.parked, where the lane has read
+	// it up to; caughtUp when it last read others' records (catchUp).
+	readTo   map[int32]int64
+	caughtUp time.Time
 }
 
 // parkedItem is one parked report in the slow lane.
@@ -103,6 +107,17 @@ func (s *slowLane) take(now time.Time) (*parkedItem, time.Time) {
 	return heap.Pop(&s.due).(*parkedItem), time.Time{}
 }
 
+// peek reports whether a parked report is due at now.
+func (s *slowLane) peek(now time.Time) (bool, time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.due) == 0 {
+		return false, time.Time{}
+	}
+	at := time.UnixMilli(s.due[0].e.Due)
+	return !at.After(now), at
+}
+
 // done forgets it (delivered, rejected, its partition gone).
 func (s *slowLane) done(it *parkedItem) {
 	s.mu.Lock()
@@ -128,6 +143,9 @@ func (rn *run) slowRetries() {
 	for {
 		if rn.stopping.Load() {
 			return
+		}
+		if it, _ := rn.slow.peek(rn.cfg.Now()); it {
+			rn.catchUp(rn.postCtx) // an operator's redrive may have settled some
 		}
 		it, next := rn.slow.take(rn.cfg.Now())
 		if it != nil {
@@ -276,82 +294,30 @@ func (rn *run) slowPublish(ctx context.Context, ps *partState, rec *kgo.Record) 
 // removed: the report is posted from <prefix>.reports again.
 func (rn *run) recoverParked(ctx context.Context, parts []int32, got *recovered) (map[int32][]*parkedItem, error) {
 	want := map[int32]bool{}
-	from := map[int32]kgo.Offset{}
+	from := map[int32]int64{}
 	for _, p := range parts {
 		want[p] = true
-		from[rn.parkedPart(p)] = kgo.NewOffset().AtStart()
-	}
-	ends, err := rn.adm.ListEndOffsets(ctx, rn.topics.Parked)
-	if err == nil {
-		err = ends.Error()
-	}
-	if err != nil {
-		return nil, fmt.Errorf("end offsets of %s: %w", rn.topics.Parked, err)
-	}
-	end := map[int32]int64{}
-	for pp := range from {
-		if o, ok := ends.Lookup(rn.topics.Parked, pp); ok && o.Offset > 0 {
-			end[pp] = o.Offset
-		} else {
-			delete(from, pp)
-		}
+		from[rn.parkedPart(p)] = 0
 	}
 	latest := map[string]*schemas.Parked{}
-	if len(from) > 0 {
-		base, err := rn.cfg.Kafka.ClientOpts()
-		if err != nil {
-			return nil, err
+	ends, err := rn.readParked(ctx, from, func(r *kgo.Record) {
+		if len(r.Value) == 0 {
+			delete(latest, string(r.Key))
+			return
 		}
-		cl, err := kgo.NewClient(append(base,
-			kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{rn.topics.Parked: from}),
-			kgo.FetchMaxWait(200*time.Millisecond),
-		)...)
-		if err != nil {
-			return nil, fmt.Errorf("parked reader: %w", err)
+		var e schemas.Parked
+		if err := json.Unmarshal(r.Value, &e); err != nil || e.ReportID == "" {
+			rn.log.Warn("unreadable parked entry", "partition", r.Partition, "offset", r.Offset, "err", err)
+			return
 		}
-		defer cl.Close()
-		next := map[int32]int64{}
-		last := time.Now()
-		for len(end) > 0 {
-			fs := cl.PollFetches(ctx)
-			if err := ctx.Err(); err != nil {
-				return nil, fmt.Errorf("reading %s: %w", rn.topics.Parked, err)
-			}
-			for _, fe := range fs.Errors() {
-				return nil, fmt.Errorf("reading %s partition %d: %w", fe.Topic, fe.Partition, fe.Err)
-			}
-			moved := false
-			fs.EachRecord(func(r *kgo.Record) {
-				if r.Offset >= end[r.Partition] {
-					return
-				}
-				moved = true
-				next[r.Partition] = r.Offset + 1
-				if len(r.Value) == 0 {
-					delete(latest, string(r.Key))
-					return
-				}
-				var e schemas.Parked
-				if err := json.Unmarshal(r.Value, &e); err != nil || e.ReportID == "" {
-					rn.log.Warn("unreadable parked entry", "partition", r.Partition, "offset", r.Offset, "err", err)
-					return
-				}
-				if want[e.Source.Partition] {
-					latest[e.ReportID] = &e
-				}
-			})
-			for pp, o := range end {
-				if next[pp] >= o {
-					delete(end, pp)
-				}
-			}
-			if moved {
-				last = time.Now()
-			} else if time.Since(last) > 2*time.Second {
-				break // compacted away or aborted: nothing more to read
-			}
+		if want[e.Source.Partition] {
+			latest[e.ReportID] = &e
 		}
+	})
+	if err != nil {
+		return nil, err
 	}
+	rn.slow.readFrom(ends)
 	out := map[int32][]*parkedItem{}
 	for id, e := range latest {
 		p, o := e.Source.Partition, e.Source.Offset
@@ -373,4 +339,138 @@ func (rn *run) recoverParked(ctx context.Context, parts []int32, got *recovered)
 		out[p] = append(out[p], it)
 	}
 	return out, nil
+}
+
+// readParked reads the partitions of <prefix>.parked in from, each from its
+// offset to its end now, and returns those ends.
+func (rn *run) readParked(ctx context.Context, from map[int32]int64, fn func(*kgo.Record)) (map[int32]int64, error) {
+	lo, err := rn.adm.ListEndOffsets(ctx, rn.topics.Parked)
+	if err == nil {
+		err = lo.Error()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("end offsets of %s: %w", rn.topics.Parked, err)
+	}
+	ends := map[int32]int64{}
+	start := map[int32]kgo.Offset{}
+	left := map[int32]int64{}
+	for pp, o := range from {
+		e, ok := lo.Lookup(rn.topics.Parked, pp)
+		if !ok {
+			return nil, fmt.Errorf("no end offset for %s partition %d", rn.topics.Parked, pp)
+		}
+		ends[pp] = e.Offset
+		if o < e.Offset {
+			start[pp] = kgo.NewOffset().At(o)
+			left[pp] = e.Offset
+		}
+	}
+	if len(start) == 0 {
+		return ends, nil
+	}
+	base, err := rn.cfg.Kafka.ClientOpts()
+	if err != nil {
+		return nil, err
+	}
+	cl, err := kgo.NewClient(append(base,
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{rn.topics.Parked: start}),
+		kgo.FetchMaxWait(200*time.Millisecond),
+	)...)
+	if err != nil {
+		return nil, fmt.Errorf("parked reader: %w", err)
+	}
+	defer cl.Close()
+	next := map[int32]int64{}
+	last := time.Now()
+	for len(left) > 0 {
+		fs := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("reading %s: %w", rn.topics.Parked, err)
+		}
+		for _, fe := range fs.Errors() {
+			return nil, fmt.Errorf("reading %s partition %d: %w", fe.Topic, fe.Partition, fe.Err)
+		}
+		moved := false
+		fs.EachRecord(func(r *kgo.Record) {
+			if r.Offset >= left[r.Partition] {
+				return
+			}
+			moved = true
+			next[r.Partition] = r.Offset + 1
+			fn(r)
+		})
+		for pp, o := range left {
+			if next[pp] >= o {
+				delete(left, pp)
+			}
+		}
+		if moved {
+			last = time.Now()
+		} else if time.Since(last) > 2*time.Second {
+			break // compacted away or aborted: nothing more to read
+		}
+	}
+	return ends, nil
+}
+
+// readFrom notes where the lane has read <prefix>.parked up to.
+func (s *slowLane) readFrom(ends map[int32]int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.readTo == nil {
+		s.readTo = map[int32]int64{}
+	}
+	for pp, o := range ends {
+		s.readTo[pp] = max(s.readTo[pp], o)
+	}
+}
+
+// catchUpInterval is how often at most the slow lane reads what others
+// wrote to <prefix>.parked (redrive --parked's tombstones) before retrying.
+const catchUpInterval = 5 * time.Second
+
+// catchUp reads what was written to the parked partitions this lane holds
+// reports of since it last read them, and forgets the reports an operator's
+// redrive made final (their tombstones). Its own records read back change
+// nothing: the lane is their only writer and holds their newest state.
+func (rn *run) catchUp(ctx context.Context) {
+	s := rn.slow
+	s.mu.Lock()
+	if time.Since(s.caughtUp) < catchUpInterval {
+		s.mu.Unlock()
+		return
+	}
+	from := map[int32]int64{}
+	for _, it := range s.byID {
+		pp := rn.parkedPart(it.e.Source.Partition)
+		from[pp] = s.readTo[pp]
+	}
+	s.mu.Unlock()
+	if len(from) == 0 {
+		return
+	}
+	var gone []string
+	ends, err := rn.readParked(ctx, from, func(r *kgo.Record) {
+		if len(r.Value) == 0 {
+			gone = append(gone, string(r.Key))
+		}
+	})
+	if err != nil {
+		rn.log.Warn("reading the parked topic before slow retries failed (retried in a while)", "err", err)
+		return
+	}
+	s.mu.Lock()
+	s.caughtUp = time.Now()
+	for _, id := range gone {
+		if it := s.byID[id]; it != nil {
+			if it.i >= 0 {
+				heap.Remove(&s.due, it.i)
+			}
+			delete(s.byID, id)
+			rn.log.Info("parked report made final by an operator's redrive: no more slow retries", "report_id", id)
+		}
+	}
+	s.count = int64(len(s.byID))
+	s.mu.Unlock()
+	rn.slow.readFrom(ends)
 }
