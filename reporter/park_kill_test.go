@@ -49,7 +49,9 @@ func (c *childTrack) ReportPlayJSON(ctx context.Context, body []byte) (partnerap
 	return c.good.ReportPlayJSON(ctx, body)
 }
 
-func (c *childTrack) Session(ctx context.Context) (partnerapi.Meta, error) { return c.good.Session(ctx) }
+func (c *childTrack) Session(ctx context.Context) (partnerapi.Meta, error) {
+	return c.good.Session(ctx)
+}
 
 // TestKillWhileParking: a reporter process parks the reports of a track the
 // partner fails (500) while the others flow, and is killed with SIGKILL
