@@ -79,6 +79,14 @@ const fromCommit = -1
 // report yet: it is recovered with its first record (recoverNew). An error
 // is logged: the first record tries again.
 func (rn *run) recoverAssigned(ctx context.Context, parts []int32) {
+	// The group may assign partitions before connect has learnt the topics.
+	select {
+	case <-rn.described:
+	case <-rn.coordDone:
+		return
+	case <-ctx.Done():
+		return
+	}
 	rn.recoverMu.Lock()
 	defer rn.recoverMu.Unlock()
 	first := map[int32]int64{}
@@ -192,7 +200,10 @@ type recovered struct {
 	state    map[int32]map[int64]recState
 	base     map[int32]int64 // committed offsets
 	logEnd   map[int32]int64 // deliveries partitions read, up to here
-	finalIDs []string        // report ids final in the log tail (duplicate window)
+	finalIDs []string        // report ids final or parked in the log tail (duplicate window)
+	// answeredIDs are the report ids with a final answer (delivered or
+	// rejected, not parked) in the log tail: their parked entries are done.
+	answeredIDs []string
 
 	withProgress, final, doubt, read int
 }
@@ -363,7 +374,16 @@ func (rn *run) applyLog(r *kgo.Record, progs map[int32]*progress, out *recovered
 				return
 			}
 			pr := progs[p]
-			if pr == nil || pr.LogPartition != r.Partition || r.Offset < pr.LogOffset || o < pr.Base {
+			if pr == nil || pr.LogPartition != r.Partition || r.Offset < pr.LogOffset {
+				return
+			}
+			if o < pr.Base {
+				// The answer of a parked report's slow retry (slowlane.go): a
+				// final one ("f", not re-parked "fp") settles its entry.
+				if bytes.IndexByte(flags, 'f') >= 0 && bytes.IndexByte(flags, 'p') < 0 {
+					out.finalIDs = append(out.finalIDs, string(r.Key))
+					out.answeredIDs = append(out.answeredIDs, string(r.Key))
+				}
 				return
 			}
 			st := out.state[p]
@@ -371,6 +391,9 @@ func (rn *run) applyLog(r *kgo.Record, progs map[int32]*progress, out *recovered
 			case bytes.IndexByte(flags, 'f') >= 0:
 				st[o] = recFinal
 				out.finalIDs = append(out.finalIDs, string(r.Key))
+				if bytes.IndexByte(flags, 'p') < 0 {
+					out.answeredIDs = append(out.answeredIDs, string(r.Key))
+				}
 			case st[o] == recFinal:
 			case bytes.IndexByte(flags, 'd') >= 0:
 				st[o] = recDoubt

@@ -178,6 +178,11 @@ type partState struct {
 	// paused: fetching of this partition is paused, its pending records at
 	// MaxPending (intake.go).
 	paused bool
+	// slowHold, when > 0, caps the log position of progress snapshots while
+	// a slow retry of a parked report records its answer and the entry's
+	// next state (slowlane.go): a crash in between leaves the answer in the
+	// tail the next owner reads.
+	slowHold int64
 }
 
 // run is the state of one Run. Its state is split by concern, each with
@@ -245,6 +250,9 @@ type run struct {
 	// the poller's, on a partition's first record, and the group's, on
 	// assignment.
 	recoverMu sync.Mutex
+	// described is closed once connect has learnt the topics (the group's
+	// assigned callback may run before).
+	described chan struct{}
 
 	stopState
 }
@@ -397,6 +405,7 @@ func (r *Reporter) newRun(postCtx context.Context, cancelPosts context.CancelFun
 		room:      make(chan struct{}, 1),
 		leaseWake: make(chan struct{}, 1),
 		coordDone: make(chan struct{}),
+		described: make(chan struct{}),
 		parts:     map[tpKey]*partState{},
 		logStart:  map[int32]int64{},
 		answerState: answerState{
@@ -455,7 +464,11 @@ func (rn *run) connect(ctx context.Context) error {
 		return fmt.Errorf("reporter: kafka client: %w", err)
 	}
 	rn.adm = kadm.NewClient(rn.cl)
-	if err := rn.describeTopics(ctx); err != nil {
+	err = rn.describeTopics(ctx)
+	if err == nil {
+		close(rn.described)
+	}
+	if err != nil {
 		// No coordinator will run: the revoke callback that closing a
 		// client already in the group calls must not wait for one.
 		close(rn.coordDone)

@@ -201,6 +201,10 @@ func (rn *run) slowRetry(it *parkedItem) {
 		later(time.Minute)
 		return
 	}
+	// From here to the entry's next state, the next owner must read this
+	// retry's answer: progress snapshots keep the log position before it.
+	hold(it.ps, true)
+	defer hold(it.ps, false)
 	// 2. One post, classified like any other.
 	j := &job{ps: it.ps, rec: &kgo.Record{Topic: e.Source.Topic, Partition: e.Source.Partition, Offset: e.Source.Offset},
 		id: e.ReportID, evID: e.EventID, body: e.Report, attempt: e.Attempts, inDoubt: e.InDoubt, carried: it.carried}
@@ -269,6 +273,18 @@ func (rn *run) slowRetry(it *parkedItem) {
 	rn.slow.addItem(it)
 }
 
+// hold sets or clears ps's slowHold at its log position now.
+func hold(ps *partState, on bool) {
+	ps.mu.Lock()
+	if on {
+		ps.slowHold = max(ps.logEnd, 1)
+	} else {
+		ps.slowHold = 0
+		ps.dirty = true
+	}
+	ps.mu.Unlock()
+}
+
 // slowPublish publishes the Delivery record of a slow retry and waits for
 // it; an error stops the run (the answer is not on record).
 func (rn *run) slowPublish(ctx context.Context, ps *partState, rec *kgo.Record) error {
@@ -318,9 +334,21 @@ func (rn *run) recoverParked(ctx context.Context, parts []int32, got *recovered)
 		return nil, err
 	}
 	rn.slow.readFrom(ends)
+	final := make(map[string]bool, len(got.answeredIDs))
+	for _, id := range got.answeredIDs {
+		final[id] = true
+	}
 	out := map[int32][]*parkedItem{}
 	for id, e := range latest {
 		p, o := e.Source.Partition, e.Source.Offset
+		if final[id] {
+			// Its final answer is on record (a slow retry's, its owner gone
+			// before the tombstone): never posted again.
+			if err := rn.cl.ProduceSync(ctx, rn.parkRecord(id, p, nil)).FirstErr(); err != nil {
+				return nil, fmt.Errorf("remove the parked entry of final report %s: %w", id, err)
+			}
+			continue
+		}
 		base, committed := got.base[p]
 		if !(committed && o < base) && got.state[p][o] != recFinal {
 			rn.log.Warn("parked entry without its parked record (its writer stopped in between): removed; the report is posted from its topic again",
