@@ -25,7 +25,7 @@ type mPlayState struct {
 	rejected, standby, doubt  bool
 	parked                    bool   // answered parked at least once
 	lastAnswer                string // the pending and parked lists' detail
-	deliveredMS, rejectedMS   int64 // first delivered / rejected answer (0: none)
+	deliveredMS, rejectedMS   int64  // first delivered / rejected answer (0: none)
 	lastOutcome, message      string
 	traces, deliveredTraces   []string
 	deliveries                []*mDelivery
