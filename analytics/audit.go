@@ -105,16 +105,12 @@ type Audit struct {
 	Delivered              uint64  `json:"delivered"`       // reportable plays with a `delivered` answer
 	RejectedByAPI          uint64  `json:"rejected_by_api"` // reportable plays rejected (400), never delivered
 	RejectedByAPIByMessage []Count `json:"rejected_by_api_by_message"`
-	StandbyAnswered        uint64  `json:"standby_answered"`       // plays answered by standby at least once
-	StandbyThenDelivered   uint64  `json:"standby_then_delivered"` // … and delivered later
-	Pending                uint64  `json:"pending"`                // reportable, no final outcome yet
-	PendingOverdue         uint64  `json:"pending_overdue"`        // pending, derived longer ago than the threshold
-	// Parked: pending plays the reporter set aside after their retry budget
-	// (outcome parked, no final answer since): retried on its slow schedule
-	// or by `playpipe redrive --parked`. Counted in Pending too, never as
-	// delivered; a parked play later delivered counts as delivered only.
-	Parked         uint64 `json:"parked"`
-	DeliveredTwice uint64 `json:"delivered_more_than_once"` // more than one distinct `delivered` record
+	StandbyAnswered        uint64  `json:"standby_answered"`         // plays answered by standby at least once
+	StandbyThenDelivered   uint64  `json:"standby_then_delivered"`   // … and delivered later
+	Pending                uint64  `json:"pending"`                  // reportable, no final outcome yet
+	PendingOverdue         uint64  `json:"pending_overdue"`          // pending, derived longer ago than the threshold
+	Parked                 uint64  `json:"parked"`                   // pending plays the reporter parked (a parked answer, none final since): never delivered
+	DeliveredTwice         uint64  `json:"delivered_more_than_once"` // more than one distinct `delivered` record
 	// PossiblyTwice: delivered once on record, but an earlier post's fate
 	// is unknown (it may have reached the partner: a timeout, a connection
 	// lost after sending, a malformed or edge answer, a crash; the delivered
