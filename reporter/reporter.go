@@ -443,6 +443,12 @@ func (rn *run) connect(ctx context.Context) error {
 		// Bounded fetch buffers: at most ~2 MiB (compressed) fetched ahead, whatever the backlog.
 		kgo.FetchMaxBytes(2<<20),
 		kgo.FetchMaxPartitionBytes(512<<10),
+		// A partition resumed after its pending cap (intake.go) is fetched
+		// with the next fetch request: one long-polling for the other
+		// partitions ends within this (franz-go's default, 5 s, made a
+		// stuck partition drain 64 records per 5 s in
+		// TestFullPartitionPausesAlone while the others were idle).
+		kgo.FetchMaxWait(500*time.Millisecond),
 		kgo.DefaultProduceTopic(rn.topics.Deliveries),
 		// Every record names its deliveries partition: the one of its report's partition.
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
