@@ -266,3 +266,51 @@ func TestFullPartitionPausesAlone(t *testing.T) {
 	}
 	e.checkExactlyOnce(false)
 }
+
+// TestParkBudget feeds the retry budget failures and the partner's other
+// answers: a report is parked only once it failed ParkAfterAttempts times
+// over ParkAfter while other reports were answered; in an outage of the
+// whole partner (no other answer) its budget never moves.
+func TestParkBudget(t *testing.T) {
+	clk := newFakeClock()
+	cfg := Config{ParkAfterAttempts: 5, ParkAfter: 10 * time.Minute, Clock: clk, Logger: testLogger(t)}.withDefaults()
+	r := &Reporter{cfg: cfg, log: cfg.Logger}
+	rn := r.newRun(context.Background(), func() {})
+	fail := func(j *job, others uint64, after time.Duration) bool {
+		clk.Advance(after)
+		rn.successes += others
+		j.attempt++
+		return rn.budgetSpent(j)
+	}
+	cases := []struct {
+		name   string
+		others uint64        // other reports answered between two failures
+		every  time.Duration // between two failures
+		want   int           // the failure that spends the budget (0: none of 100)
+	}{
+		{"outage of the whole partner", 0, time.Minute, 0},
+		{"one payload failing, the others taken", 10, 10 * time.Second, 61}, // 60 intervals of 10 s after the first failure
+		{"many quick failures", 10, time.Second, 0},                        // 100 s < ParkAfter
+		{"a slow failure rate", 1, 5 * time.Minute, 5},                     // the attempts bound it: 4 intervals of 5 m ≥ 10 m
+	}
+	for _, c := range cases {
+		j := &job{id: "r", rec: &kgo.Record{}}
+		got := 0
+		for i := 1; i <= 100 && got == 0; i++ {
+			if fail(j, c.others, c.every) {
+				got = i
+			}
+		}
+		if got != c.want {
+			t.Errorf("%s: spent at failure %d, want %d", c.name, got, c.want)
+		}
+	}
+	// Parking off.
+	rn.cfg.ParkAfterAttempts = -1
+	j := &job{id: "r", rec: &kgo.Record{}}
+	for range 100 {
+		if fail(j, 10, time.Minute) {
+			t.Fatal("parked with --park-after-attempts -1")
+		}
+	}
+}
