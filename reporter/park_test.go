@@ -290,8 +290,8 @@ func TestParkBudget(t *testing.T) {
 	}{
 		{"outage of the whole partner", 0, time.Minute, 0},
 		{"one payload failing, the others taken", 10, 10 * time.Second, 61}, // 60 intervals of 10 s after the first failure
-		{"many quick failures", 10, time.Second, 0},                        // 100 s < ParkAfter
-		{"a slow failure rate", 1, 5 * time.Minute, 5},                     // the attempts bound it: 4 intervals of 5 m ≥ 10 m
+		{"many quick failures", 10, time.Second, 0},                         // 100 s < ParkAfter
+		{"a slow failure rate", 1, 5 * time.Minute, 5},                      // the attempts bound it: 4 intervals of 5 m ≥ 10 m
 	}
 	for _, c := range cases {
 		j := &job{id: "r", rec: &kgo.Record{}}
