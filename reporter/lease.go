@@ -188,12 +188,13 @@ func (ps *partState) noteLog(r *kgo.Record) {
 // its way waits for the twin's outcome.
 func (rn *run) take() *job {
 	for {
-		// Retries and fresh reports take turns while both wait: retries
-		// that keep failing (one bad payload, a stuck partition) never take
-		// every post the retry budget allows, so the reports that would
-		// succeed — and refill the budget — keep going.
+		// Retries and fresh reports take turns while both wait, and fresh
+		// ones go first while the retry budget is short: retries that keep
+		// failing (one bad payload, a stuck partition) never take every post
+		// the budget allows, so the reports that would succeed — and refill
+		// the budget — keep going.
 		var j *job
-		if rn.tookRetry && rn.fresh.len() > 0 {
+		if (rn.tookRetry || rn.thr.tokens < rn.thr.max/2) && rn.fresh.len() > 0 {
 			j = rn.fresh.pop()
 			rn.tookRetry = false
 		} else if j = rn.ready.pop(); j != nil {
