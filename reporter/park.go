@@ -105,11 +105,14 @@ func (rn *run) parkEntry(j *job) *schemas.Parked {
 	if msg == "" && d.Err != nil {
 		msg = d.Err.Error()
 	}
+	j.ps.mu.Lock()
+	inDoubt := j.inDoubt // an earlier attempt's record acknowledged late writes it under the lock
+	j.ps.mu.Unlock()
 	return &schemas.Parked{
 		V: schemas.ParkedVersion, ReportID: j.id, EventID: j.evID,
 		Source: schemas.Source{Topic: j.rec.Topic, Partition: j.rec.Partition, Offset: j.rec.Offset},
 		Report: j.body, Attempts: j.attempt, Due: now.Add(rn.cfg.ParkRetries[0]).UnixMilli(),
-		Status: d.Status, Reason: d.Reason, Message: msg, InDoubt: j.inDoubt, ParkedAt: now.UnixMilli(),
+		Status: d.Status, Reason: d.Reason, Message: msg, InDoubt: inDoubt, ParkedAt: now.UnixMilli(),
 	}
 }
 
