@@ -317,3 +317,49 @@ func TestParkBudget(t *testing.T) {
 		}
 	}
 }
+
+// TestPoisonTrackSandboxFault is issue 29 against the sandbox's own fault
+// (Faults.Report.TrackIDs: every report of a track answered 500 until
+// lifted): the reports of that track are parked while the others are
+// delivered and every partition committed to its end; lifted, the slow
+// retries deliver each once.
+func TestPoisonTrackSandboxFault(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end to end")
+	}
+	e := newE2E(t, 3)
+	e.group = "reporter-poison-track"
+	e.sb.SetFaults(sandbox.Faults{Report: sandbox.GroupFaults{TrackIDs: []int64{666}, TrackStatus: 500}})
+	e.publish("pt-good", 300, 0, 0)
+	bad := e.publishTrack("pt-bad", 20, 666)
+	cfg := e.config()
+	cfg.ParkAfterAttempts, cfg.ParkAfter = 3, 100*time.Millisecond
+	cfg.ParkRetries = []time.Duration{500 * time.Millisecond}
+	stop := e.start(cfg, e.client(testUA))
+	for i := 0; len(e.parkedRecords()) < len(bad); i++ {
+		if i == 600 {
+			t.Fatalf("%d of %d reports parked after 60 s", len(e.parkedRecords()), len(bad))
+		}
+		e.publish(fmt.Sprintf("pt-more-%d", i), 5, 0, 0) // others answered: the budgets move
+		time.Sleep(100 * time.Millisecond)              // a steady trickle of other reports
+	}
+	e.waitLedger(60 * time.Second)
+	e.waitAllCommitted(30 * time.Second)
+	for id, d := range e.parkedRecords() {
+		if !bad[id] || d.HTTPStatus != 500 {
+			t.Errorf("parked record %+v: want only the poison track's reports, answered 500", d)
+		}
+	}
+	e.sb.SetFaults(sandbox.Faults{})
+	e.mu.Lock()
+	for id := range bad {
+		e.delivered[id] = true
+	}
+	e.mu.Unlock()
+	e.waitLedger(60 * time.Second)
+	if err := stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	e.checkExactlyOnce(false)
+	e.checkDeliveries(true)
+}
