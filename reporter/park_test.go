@@ -341,7 +341,7 @@ func TestPoisonTrackSandboxFault(t *testing.T) {
 			t.Fatalf("%d of %d reports parked after 60 s", len(e.parkedRecords()), len(bad))
 		}
 		e.publish(fmt.Sprintf("pt-more-%d", i), 5, 0, 0) // others answered: the budgets move
-		time.Sleep(100 * time.Millisecond)              // a steady trickle of other reports
+		time.Sleep(100 * time.Millisecond)               // a steady trickle of other reports
 	}
 	e.waitLedger(60 * time.Second)
 	e.waitAllCommitted(30 * time.Second)
