@@ -109,6 +109,7 @@ type Audit struct {
 	StandbyThenDelivered   uint64  `json:"standby_then_delivered"`   // … and delivered later
 	Pending                uint64  `json:"pending"`                  // reportable, no final outcome yet
 	PendingOverdue         uint64  `json:"pending_overdue"`          // pending, derived longer ago than the threshold
+	Parked                 uint64  `json:"parked"`                   // pending plays the reporter parked (a parked answer, none final since): never delivered
 	DeliveredTwice         uint64  `json:"delivered_more_than_once"` // more than one distinct `delivered` record
 	// PossiblyTwice: delivered once on record, but an earlier post's fate
 	// is unknown (it may have reached the partner: a timeout, a connection
@@ -171,6 +172,9 @@ func (r Audit) Problems() []string {
 	var out []string
 	if r.PendingOverdue > 0 {
 		out = append(out, fmt.Sprintf("%d plays pending for longer than %s (--list pending-overdue)", r.PendingOverdue, r.PendingThreshold))
+	}
+	if r.Parked > 0 {
+		out = append(out, fmt.Sprintf("%d plays parked by the reporter: the partner keeps failing them; retried slowly, or re-send them with playpipe redrive --parked (--list parked)", r.Parked))
 	}
 	if r.DeliveredTwice > 0 {
 		out = append(out, fmt.Sprintf("%d plays delivered more than once (--list delivered-twice)", r.DeliveredTwice))
@@ -265,7 +269,9 @@ func (a *Auditor) snapshot(ctx context.Context, o AuditOptions) (AuditOptions, e
 
 // perReport is one row per play of the window with its outcomes:
 // report_id, event_id, below, derived_ms, delivered_n, replay_delivered_n,
-// rejected_n, standby_n, delivered_ms, last_outcome, message, trace_ids.
+// rejected_n, standby_n, delivered_ms, last_outcome, reject_message (the
+// message of a 400), the last answer (last_status, last_reason,
+// last_message, last_attempt), trace_ids.
 // delivered_n counts the live reporter's `delivered` records only;
 // replay_delivered_n those of replays (deliveries with a replay_id), which
 // make a play delivered but never "delivered more than once".
@@ -290,7 +296,12 @@ ALL LEFT JOIN
         groupUniqArrayIf(doubt_cause, doubt_cause != '' AND replay_id = '') AS doubt_causes,
         minIf(at_ms, outcome = 'delivered') AS delivered_ms,
         argMax(outcome, at_ms) AS last_outcome,
-        anyIf(message, outcome = 'rejected') AS message,
+        anyIf(message, outcome = 'rejected') AS reject_message,
+        countIf(outcome = 'parked') AS parked_n,
+        argMax(http_status, at_ms) AS last_status,
+        argMax(retry_reason, at_ms) AS last_reason,
+        argMax(message, at_ms) AS last_message,
+        argMax(attempt, at_ms) AS last_attempt,
         groupUniqArrayIf(trace_id, trace_id != '') AS trace_ids,
         groupUniqArrayIf(trace_id, trace_id != '' AND outcome = 'delivered') AS delivered_trace_ids
      FROM ` + a.db + `.deliveries
@@ -310,6 +321,7 @@ const (
 	condDelivered  = "below = 0 AND (delivered_n > 0 OR replay_delivered_n > 0)"
 	condRejected   = "below = 0 AND delivered_n = 0 AND replay_delivered_n = 0 AND rejected_n > 0"
 	condPending    = "below = 0 AND delivered_n = 0 AND replay_delivered_n = 0 AND rejected_n = 0"
+	condParked     = condPending + " AND parked_n > 0"
 	condStandby    = "below = 0 AND standby_n > 0"
 	condStandbyDel = "below = 0 AND standby_n > 0 AND (delivered_n > 0 OR replay_delivered_n > 0)"
 	condTwice      = "delivered_n > 1"
@@ -377,14 +389,16 @@ WHERE `+w+` AND parsed = 1
 	cutoff := o.overdueCutoff()
 	if err := a.row(ctx, `SELECT count(), countIf(below = 1), countIf(`+condReportable+`),
     countIf(`+condDelivered+`), countIf(`+condRejected+`), countIf(`+condStandby+`), countIf(`+condStandbyDel+`),
-    countIf(`+condPending+`), countIf(`+condPending+` AND derived_ms < `+cutoff+`), countIf(`+condTwice+`), countIf(`+condBelowDel+`), countIf(`+condDoubt+`)
+    countIf(`+condPending+`), countIf(`+condPending+` AND derived_ms < `+cutoff+`), countIf(`+condTwice+`), countIf(`+condBelowDel+`), countIf(`+condDoubt+`),
+    countIf(`+condParked+`)
 FROM `+a.perReport(o),
 		&r.PlaysDerived, &r.PlaysBelowMinimum, &r.PlaysReportable, &r.Delivered, &r.RejectedByAPI, &r.StandbyAnswered,
-		&r.StandbyThenDelivered, &r.Pending, &r.PendingOverdue, &r.DeliveredTwice, &r.BelowMinimumDelivered, &r.PossiblyTwice); err != nil {
+		&r.StandbyThenDelivered, &r.Pending, &r.PendingOverdue, &r.DeliveredTwice, &r.BelowMinimumDelivered, &r.PossiblyTwice,
+		&r.Parked); err != nil {
 		return nil, fmt.Errorf("analytics: audit plays: %w", err)
 	}
-	if r.RejectedByAPIByMessage, err = a.counts(ctx, `SELECT message, count() AS n FROM `+a.perReport(o)+`
-WHERE `+condRejected+` GROUP BY message ORDER BY n DESC, message`); err != nil {
+	if r.RejectedByAPIByMessage, err = a.counts(ctx, `SELECT reject_message, count() AS n FROM `+a.perReport(o)+`
+WHERE `+condRejected+` GROUP BY reject_message ORDER BY n DESC, reject_message`); err != nil {
 		return nil, fmt.Errorf("analytics: audit rejected by API: %w", err)
 	}
 	if r.Malformed, err = a.counts(ctx, `SELECT kafka_topic, uniqExact(kafka_topic_id, kafka_topic, kafka_partition, kafka_offset) AS n

@@ -38,6 +38,7 @@ var listConds = map[string]string{
 	"standby-delivered":       condStandbyDel,
 	"pending":                 condPending,
 	"pending-overdue":         condPending, // plus the cutoff
+	"parked":                  condParked,
 	"delivered-twice":         condTwice,
 	"possibly-twice":          condDoubt,
 	"extra-copies":            condCopies,
@@ -142,8 +143,10 @@ WHERE ` + w + ` ORDER BY kafka_time_ms, kafka_topic, kafka_partition, kafka_offs
 	detail := "last_outcome"
 	traces := "trace_ids"
 	switch metric {
+	case "pending", "pending-overdue", "parked":
+		detail = lastAnswer
 	case "rejected-by-api":
-		detail = "message"
+		detail = "reject_message"
 	case "delivered-twice", "possibly-twice", "delivered":
 		traces = "delivered_trace_ids"
 	case "extra-copies":
@@ -154,6 +157,13 @@ WHERE ` + w + ` ORDER BY kafka_time_ms, kafka_topic, kafka_partition, kafka_offs
 	return `SELECT report_id, event_id, derived_ms, ` + detail + `, delivered_n, ` + traces + ` FROM ` + a.perReport(o) + `
 WHERE ` + cond + ` ORDER BY derived_ms, report_id` + lim, true, nil
 }
+
+// lastAnswer is the detail of the pending and parked lists: the play's last
+// answer, e.g. "parked (HTTP 500 http_500: internal service error; attempt
+// 20)", or "" without one.
+const lastAnswer = `if(last_outcome = '', '', concat(last_outcome, ' (HTTP ', toString(last_status),
+    if(last_reason = '', '', concat(' ', last_reason)), if(last_message = '', '', concat(': ', last_message)),
+    '; attempt ', toString(last_attempt), ')'))`
 
 // receivedQuery is the query of the "received" and "not-json" lists over
 // the window condition w.

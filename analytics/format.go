@@ -63,6 +63,7 @@ func (r *Audit) lines() []line {
 		line{section: "plays", metric: "answered by standby, later delivered", n: r.StandbyThenDelivered, list: "standby-delivered", indent: 1},
 		line{section: "plays", metric: "pending (no final outcome)", n: r.Pending, list: "pending"},
 		line{section: "plays", metric: "pending past " + r.PendingThreshold, n: r.PendingOverdue, list: "pending-overdue", indent: 1},
+		line{section: "plays", metric: "parked by the reporter (retried slowly, not delivered)", n: r.Parked, list: "parked", indent: 1},
 		line{section: "plays", metric: "delivered more than once", n: r.DeliveredTwice, list: "delivered-twice"},
 		line{section: "plays", metric: "possibly delivered twice (an earlier post's fate unknown)", n: r.PossiblyTwice, list: "possibly-twice"},
 		line{section: "plays", metric: "possible extra copies at the partner (bound)", n: r.PossibleExtraCopies, list: "extra-copies"},

@@ -398,7 +398,7 @@ svg{display:block;max-width:100%;height:auto;font-size:11px;fill:#3b4552}
 
 <h2 id="lists">The ids behind the numbers</h2>
 {{if not .H.Lists}}<p class="empty">No lists: every number is 0.</p>{{end}}
-{{range .H.Lists}}<details id="list-{{.Name}}"{{if or (eq .Name "pending-overdue") (eq .Name "delivered-twice") (eq .Name "possibly-twice") (eq .Name "below-minimum-delivered") (eq .Name "rejected-by-api")}} open{{end}}>
+{{range .H.Lists}}<details id="list-{{.Name}}"{{if or (eq .Name "pending-overdue") (eq .Name "parked") (eq .Name "delivered-twice") (eq .Name "possibly-twice") (eq .Name "below-minimum-delivered") (eq .Name "rejected-by-api")}} open{{end}}>
 <summary><b>{{.Label}}</b> — {{.N}}{{if more .}} (first {{len .Rows}}; all: <code>playpipe audit --list {{.Name}} --limit 0</code>){{end}}</summary>
 <table class="ids">{{if .Play}}<tr><th>report id</th><th>event id</th><th>recorded</th><th>detail</th><th>delivered</th><th>trace ids</th></tr>
 {{range .Rows}}<tr><td>{{.ReportID}}</td><td>{{.EventID}}</td><td>{{ts .At}}</td><td>{{.Detail}}</td><td>{{.Delivered}}</td><td>{{join .TraceIDs " "}}</td></tr>

@@ -2,6 +2,7 @@ package analytics
 
 import (
 	"cmp"
+	"fmt"
 	"slices"
 	"sort"
 	"strconv"
@@ -22,7 +23,9 @@ type mPlayState struct {
 	derivedMS                 uint64
 	deliveredN, replayDelN    int // distinct `delivered` records, live / replays
 	rejected, standby, doubt  bool
-	deliveredMS, rejectedMS   int64 // first delivered / rejected answer (0: none)
+	parked                    bool   // answered parked at least once
+	lastAnswer                string // the pending and parked lists' detail
+	deliveredMS, rejectedMS   int64  // first delivered / rejected answer (0: none)
 	lastOutcome, message      string
 	traces, deliveredTraces   []string
 	deliveries                []*mDelivery
@@ -190,6 +193,8 @@ func (s *scenario) expect(o AuditOptions) expectation {
 			st.anyRejected, st.rejected, st.message = true, true, d.message
 		case schemas.OutcomeStandby:
 			st.standby = true
+		case schemas.OutcomeParked:
+			st.parked = true
 		}
 		st.traces = append(st.traces, d.traceID)
 	}
@@ -206,6 +211,7 @@ func (s *scenario) expect(o AuditOptions) expectation {
 		"pending-overdue": func(p *mPlayState) bool {
 			return p.pending() && int64(p.derivedMS) < o.Now.Add(-o.PendingThreshold).UnixMilli()
 		},
+		"parked":                  func(p *mPlayState) bool { return p.pending() && p.parked },
 		"delivered-twice":         func(p *mPlayState) bool { return p.deliveredN > 1 },
 		"possibly-twice":          func(p *mPlayState) bool { return !p.below && p.deliveredN == 1 && p.doubt },
 		"below-minimum-delivered": func(p *mPlayState) bool { return p.below && p.delivered() },
@@ -216,14 +222,23 @@ func (s *scenario) expect(o AuditOptions) expectation {
 		"delivered": &a.Delivered, "rejected-by-api": &a.RejectedByAPI, "standby": &a.StandbyAnswered,
 		"standby-delivered": &a.StandbyThenDelivered, "pending": &a.Pending, "pending-overdue": &a.PendingOverdue,
 		"delivered-twice": &a.DeliveredTwice, "possibly-twice": &a.PossiblyTwice, "below-minimum-delivered": &a.BelowMinimumDelivered,
-		"extra-copies": &a.PlaysWithExtraCopies,
+		"extra-copies": &a.PlaysWithExtraCopies, "parked": &a.Parked,
 	}
 	for _, p := range x.plays {
-		p.lastOutcome = ""
+		p.lastOutcome, p.lastAnswer = "", ""
 		var last int64
 		for _, d := range p.deliveries {
 			if p.lastOutcome == "" || d.at > last {
 				p.lastOutcome, last = d.outcome, d.at
+				status, reason := answerOf(d.outcome)
+				p.lastAnswer = fmt.Sprintf("%s (HTTP %d", d.outcome, status)
+				if reason != "" {
+					p.lastAnswer += " " + reason
+				}
+				if d.message != "" {
+					p.lastAnswer += ": " + d.message
+				}
+				p.lastAnswer += "; attempt 1)"
 			}
 		}
 		for name, cond := range conds {
@@ -234,6 +249,8 @@ func (s *scenario) expect(o AuditOptions) expectation {
 			row := ListRow{ReportID: p.reportID, EventID: p.eventID, At: time.UnixMilli(int64(p.derivedMS)).UTC(), Detail: p.lastOutcome,
 				Delivered: uint64(p.deliveredN), TraceIDs: uniq(p.traces)}
 			switch name {
+			case "pending", "pending-overdue", "parked":
+				row.Detail = p.lastAnswer
 			case "rejected-by-api":
 				row.Detail = p.message
 				byMessage[p.message]++

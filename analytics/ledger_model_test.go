@@ -221,9 +221,22 @@ func newScenario(t testing.TB, seed uint64, n int, now, from time.Time, topics k
 			case k < 93:
 				answer(schemas.OutcomeDelivered, "rp-a", false, "ok")
 				answer(schemas.OutcomeDelivered, "rp-a", false, "ok") // the same replay twice
-			case k < 96:
+			case k < 94:
 				answer(schemas.OutcomeRetry, "", false, "")
 				answer(schemas.OutcomeRejected, "rp-a", false, pick(messages...))
+			case k < 95:
+				answer(schemas.OutcomeRetry, "", false, "")
+				answer(schemas.OutcomeParked, "", false, "internal service error") // parked: pending, listed as parked
+				if rng.IntN(2) == 0 {
+					answer(schemas.OutcomeParked, "", false, "internal service error") // a slow retry failed again
+				}
+			case k < 96:
+				answer(schemas.OutcomeParked, "", false, "internal service error")
+				if rng.IntN(2) == 0 {
+					answer(schemas.OutcomeDelivered, "", false, "ok") // a slow retry delivered it
+				} else {
+					answer(schemas.OutcomeDelivered, "rp-b", false, "ok") // redrive --parked
+				}
 			default:
 				partner = partnerReal
 				answer(schemas.OutcomeDelivered, "", false, "ok")
@@ -301,15 +314,25 @@ func deliveryRecord(t testing.TB, d *mDelivery) []byte {
 	v := schemas.Delivery{V: schemas.DeliveryVersion, ReportID: d.reportID, EventID: d.eventID, Outcome: d.outcome, Attempt: 1,
 		HTTPStatus: 200, Partner: d.partner, Message: d.message, LatencyUS: 1500, TraceID: d.traceID, InDoubt: d.inDoubt,
 		DoubtCause: d.doubtCause, ReplayID: d.replayID, ReplayReason: d.replayReason, At: d.at}
-	switch d.outcome {
-	case schemas.OutcomeStandby:
+	v.HTTPStatus, v.Reason = answerOf(d.outcome)
+	if d.outcome == schemas.OutcomeStandby {
 		v.ServedBy = "standby"
-	case schemas.OutcomeRejected:
-		v.HTTPStatus = 400
-	case schemas.OutcomeRetry:
-		v.HTTPStatus, v.Reason = 503, "http_503"
 	}
 	return mustJSON(t, v)
+}
+
+// answerOf is the HTTP status and retry reason of the model's answers of
+// outcome.
+func answerOf(outcome string) (status int, reason string) {
+	switch outcome {
+	case schemas.OutcomeRejected:
+		return 400, ""
+	case schemas.OutcomeRetry:
+		return 503, "http_503"
+	case schemas.OutcomeParked:
+		return 500, "http_500"
+	}
+	return 200, ""
 }
 
 func b2int(b bool) int {

@@ -232,7 +232,7 @@ func (s *Sink) Run(ctx context.Context) error {
 		return err
 	}
 	opts = append(append(opts, s.cfg.Kafka.GroupOpts(s.cfg.Group)...),
-		kgo.ConsumeTopics(topics.All()...),
+		kgo.ConsumeTopics(topics.Ledger()...),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.DisableAutoCommit(),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
@@ -251,7 +251,7 @@ func (s *Sink) Run(ctx context.Context) error {
 		return fmt.Errorf("analytics: sink: kafka client: %w", err)
 	}
 	defer kafkax.CloseClient(cl, 0) // bounded leave: never waits on a frozen broker
-	s.log.Info("sink started", "group", s.cfg.Group, "topics", topics.All(), "clickhouse", s.cfg.ClickHouse.Addr,
+	s.log.Info("sink started", "group", s.cfg.Group, "topics", topics.Ledger(), "clickhouse", s.cfg.ClickHouse.Addr,
 		"database", s.cfg.ClickHouse.Database, "cluster", s.cfg.ClickHouse.Cluster, "batch_rows", s.cfg.BatchRows, "linger", s.cfg.Linger)
 
 	queue := make(chan *batch, s.cfg.QueueBatches)

@@ -222,7 +222,7 @@ func TestSinkEndToEndAudit(t *testing.T) {
 	if tw := list("delivered-twice"); len(tw) != 1 || tw[0].ReportID != r3 || tw[0].Delivered != 2 || !reflect.DeepEqual(tw[0].TraceIDs, []string{"trace-r3a", "trace-r3b"}) {
 		t.Fatalf("delivered-twice list: %+v", tw)
 	}
-	if p := list("pending"); len(p) != 1 || p[0].ReportID != schemas.ReportID("e3", 0) || p[0].Detail != schemas.OutcomeRetry {
+	if p := list("pending"); len(p) != 1 || p[0].ReportID != schemas.ReportID("e3", 0) || !strings.HasPrefix(p[0].Detail, schemas.OutcomeRetry+" (HTTP ") {
 		t.Fatalf("pending list: %+v", p)
 	}
 	if p := list("pending-overdue"); len(p) != 1 {

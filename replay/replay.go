@@ -53,6 +53,12 @@ type Selection struct {
 	Messages []string
 	// ReportIDs (redrive, replay): only these report ids.
 	ReportIDs []string
+	// Parked (redrive): the reports the live reporter parked (their last
+	// answer transient, no final answer since) instead of rejected ones;
+	// From and To then bound the time they were parked. Tracks narrows them
+	// (with or without Parked) to plays of these track ids.
+	Parked bool
+	Tracks []int64
 }
 
 // Validate checks the selection.
@@ -66,7 +72,10 @@ func (s Selection) Validate() error {
 			return errors.New("--from is required: the start of the window to replay")
 		}
 	case KindRedrive:
-		if s.From.IsZero() && s.To.IsZero() && len(s.Messages) == 0 && len(s.ReportIDs) == 0 {
+		if s.Parked && len(s.Messages) > 0 {
+			return errors.New("--message selects rejections: not with --parked")
+		}
+		if !s.Parked && s.From.IsZero() && s.To.IsZero() && len(s.Messages) == 0 && len(s.ReportIDs) == 0 && len(s.Tracks) == 0 {
 			return errors.New("select what to redrive: --message, --report-id, or a window (--from/--to) for every rejection in it")
 		}
 	default:
@@ -276,7 +285,7 @@ func run(ctx context.Context, cfg *Config, api *partnerapi.Client, sel Selection
 		log.Info("nothing to send", "selected", res.Selected, "already_done", res.AlreadyDone)
 		return res, nil
 	}
-	r := &runner{cfg: *cfg, w: w, api: api, log: log, topic: topics.Deliveries, cl: cl, kind: sel.Kind,
+	r := &runner{cfg: *cfg, w: w, api: api, log: log, topic: topics.Deliveries, cl: cl, kind: sel.Kind, parked: sel.Parked,
 		// A report re-posted after a crash of a previous run of this id (it
 		// selected the report, but no final answer is on record) may have
 		// reached the partner: label it in doubt.
@@ -285,6 +294,12 @@ func run(ctx context.Context, cfg *Config, api *partnerapi.Client, sel Selection
 		r.lim = rate.NewLimiter(rate.Limit(cfg.Rate), max(1, int(cfg.Rate/10)))
 	}
 	err = r.send(ctx, opts, adm, group, topics.Reports, items, startMS, found, &res)
+	if sel.Parked {
+		// The live reporter stops retrying what this run made final.
+		if uerr := unpark(ctx, w, opts, adm, topics.Parked, r.finals()); uerr != nil {
+			err = errors.Join(err, uerr)
+		}
+	}
 	return res, err
 }
 

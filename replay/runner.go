@@ -32,6 +32,10 @@ type runner struct {
 	kind    string
 	lim     *rate.Limiter
 	inDoubt bool
+	// parked (redrive --parked): final reports are collected for unpark.
+	parked bool
+	parkMu sync.Mutex
+	final  []item
 
 	posts, delivered, rejected, unfinished, found atomic.Int64
 }
@@ -262,9 +266,11 @@ func (r *runner) deliver(ctx, pubCtx context.Context, j job) error {
 		switch dec.Action {
 		case reporter.ActDelivered:
 			r.delivered.Add(1)
+			r.settled(j.it)
 			return nil
 		case reporter.ActRejected:
 			r.rejected.Add(1)
+			r.settled(j.it)
 			r.log.Warn("report rejected", "report_id", d.ReportID, "message", d.Message)
 			return nil
 		case reporter.ActStop:

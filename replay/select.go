@@ -65,12 +65,26 @@ func selectReports(ctx context.Context, cfg Config, sel Selection) ([]item, erro
 			conds = append(conds, "report_id IN (SELECT report_id FROM "+db+".deliveries WHERE "+standby+")")
 		}
 	case KindRedrive:
+		if sel.Parked {
+			// Parked by the live reporter and final for nobody since (a slow
+			// retry or an earlier redrive may have delivered or rejected it).
+			conds = append(conds, "report_id IN (SELECT report_id FROM "+db+".deliveries WHERE outcome = 'parked' AND "+win("at_ms")+")",
+				"report_id NOT IN (SELECT report_id FROM "+db+".deliveries WHERE outcome IN ('delivered', 'rejected'))")
+			break
+		}
 		c := "outcome = 'rejected' AND http_status = 400 AND " + win("at_ms")
 		if len(sel.Messages) > 0 {
 			c += " AND message IN " + quoteList(sel.Messages)
 		}
 		conds = append(conds, "report_id IN (SELECT report_id FROM "+db+".deliveries WHERE "+c+")",
 			"report_id NOT IN (SELECT report_id FROM "+db+".deliveries WHERE outcome = 'delivered')")
+	}
+	if len(sel.Tracks) > 0 {
+		ts := make([]string, len(sel.Tracks))
+		for i, t := range sel.Tracks {
+			ts[i] = strconv.FormatInt(t, 10)
+		}
+		conds = append(conds, "track_id IN ("+strings.Join(ts, ", ")+")")
 	}
 	if len(sel.ReportIDs) > 0 {
 		conds = append(conds, "report_id IN "+quoteList(sel.ReportIDs))

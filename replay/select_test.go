@@ -77,7 +77,7 @@ func TestSelectReportsOnEveryLedger(t *testing.T) {
 				answers = append(answers, selAnswer{reportID: rid, outcome: outcome, servedBy: servedBy, replayID: replayID, message: msg, status: status, atMS: at})
 				at += rng.Int64N(hour)
 			}
-			switch rng.IntN(9) {
+			switch rng.IntN(11) {
 			case 0: // pending
 			case 1:
 				answer(schemas.OutcomeStandby, "standby", "", "", 200)
@@ -95,6 +95,12 @@ func TestSelectReportsOnEveryLedger(t *testing.T) {
 			case 6:
 				answer(schemas.OutcomeRejected, "", "", "isrc is invalid", 400)
 				answer(schemas.OutcomeRejected, "", "rp-x", "isrc is invalid", 400)
+			case 7:
+				answer(schemas.OutcomeRetry, "", "", "internal service error", 500)
+				answer(schemas.OutcomeParked, "", "", "internal service error", 500) // parked: redrive --parked selects it
+			case 8:
+				answer(schemas.OutcomeParked, "", "", "internal service error", 500)
+				answer(schemas.OutcomeDelivered, "", "", "", 200) // a slow retry delivered it
 			default:
 				answer(schemas.OutcomeDelivered, "", "", "", 200)
 			}
@@ -120,6 +126,8 @@ func TestSelectReportsOnEveryLedger(t *testing.T) {
 			{Kind: KindRedrive},
 			{Kind: KindRedrive, From: f, To: to, Messages: []string{"isrc is invalid"}},
 			{Kind: KindRedrive, ReportIDs: some},
+			{Kind: KindRedrive, Parked: true},
+			{Kind: KindRedrive, Parked: true, From: f, To: to},
 		}
 		for _, sel := range sels {
 			got, err := selectReports(ctx, cfg, sel)
@@ -179,6 +187,13 @@ func expectSelection(plays []selPlay, answers []selAnswer, reports, replayID str
 				ok = ok && has(p.reportID, standby)
 			}
 		case KindRedrive:
+			if sel.Parked {
+				ok = ok && has(p.reportID, func(a selAnswer) bool { return a.outcome == schemas.OutcomeParked && in(a.atMS) }) &&
+					!has(p.reportID, func(a selAnswer) bool {
+						return a.outcome == schemas.OutcomeDelivered || a.outcome == schemas.OutcomeRejected
+					})
+				break
+			}
 			ok = ok && has(p.reportID, func(a selAnswer) bool {
 				return a.outcome == schemas.OutcomeRejected && a.status == 400 && in(a.atMS) &&
 					(len(sel.Messages) == 0 || slices.Contains(sel.Messages, a.message))

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
@@ -37,7 +38,19 @@ const (
 	DefaultBudgetRatio = 0.5
 	// DefaultMetadataMaxBytes is Kafka's default offset.metadata.max.bytes.
 	DefaultMetadataMaxBytes = 4096
+	// DefaultParkAfterAttempts and DefaultParkAfter are a report's retry
+	// budget (park.go): it is parked once both are spent, counting only
+	// failures and time while other reports were answered.
+	DefaultParkAfterAttempts = 20
+	DefaultParkAfter         = 10 * time.Minute
+	// DefaultWarnAfterAttempts is the failed attempts after which a report
+	// is logged as stuck (once).
+	DefaultWarnAfterAttempts = 10
 )
+
+// DefaultParkRetries is the slow schedule of a parked report: the delay
+// before each slow retry, the last one repeated.
+var DefaultParkRetries = []time.Duration{time.Minute, 5 * time.Minute, 30 * time.Minute, time.Hour}
 
 // ErrInvalidConfig is wrapped by every error Validate (and so New) returns,
 // and by the error Run returns when the partner API answered in a way no
@@ -91,9 +104,29 @@ type Config struct {
 	// flight before abandoning them. Defaults to DefaultShutdownTimeout.
 	ShutdownTimeout time.Duration
 	// MaxPending bounds the records held between a partition's commit point
-	// and the newest fetched record, over all partitions: fetching pauses at
-	// the bound. Defaults to DefaultMaxPending.
+	// and the newest fetched record, per partition: fetching pauses for that
+	// partition alone at the bound (the others go on), and resumes once half
+	// of it is free. Defaults to DefaultMaxPending.
 	MaxPending int
+	// ParkAfterAttempts and ParkAfter are the retry budget of one report
+	// (park.go): a report whose transient failures (5xx, timeouts, an edge's
+	// page; not 401, not standby) number at least ParkAfterAttempts and span
+	// at least ParkAfter is parked — set aside in <prefix>.parked with a
+	// parked Delivery record, its offset settled for the commit point, and
+	// retried on the ParkRetries schedule. Only failures and time while the
+	// partner answered other reports count: in an outage of the whole
+	// partner nothing is parked (the reporter backs off as a whole).
+	// Defaults DefaultParkAfterAttempts and DefaultParkAfter; a negative
+	// ParkAfterAttempts never parks.
+	ParkAfterAttempts int
+	ParkAfter         time.Duration
+	// ParkRetries is the slow schedule of parked reports: the delay before
+	// each slow retry, the last one repeated. Defaults to DefaultParkRetries.
+	ParkRetries []time.Duration
+	// WarnAfterAttempts is how many failed attempts of one report make a
+	// warning (once per report) naming it, its track, status and attempts.
+	// Defaults to DefaultWarnAfterAttempts.
+	WarnAfterAttempts int
 	// RecentWindow is how many report ids with a final outcome are remembered
 	// to skip duplicates (re-published events). Defaults to
 	// DefaultRecentWindow (~60 bytes each); negative disables.
@@ -161,6 +194,12 @@ func (c Config) withDefaults() Config {
 	c.MaxPending = cmp.Or(c.MaxPending, DefaultMaxPending)
 	c.RecentWindow = cmp.Or(c.RecentWindow, DefaultRecentWindow)
 	c.MetadataMaxBytes = cmp.Or(c.MetadataMaxBytes, DefaultMetadataMaxBytes)
+	c.ParkAfterAttempts = cmp.Or(c.ParkAfterAttempts, DefaultParkAfterAttempts)
+	c.ParkAfter = cmp.Or(c.ParkAfter, DefaultParkAfter)
+	if len(c.ParkRetries) == 0 {
+		c.ParkRetries = DefaultParkRetries
+	}
+	c.WarnAfterAttempts = cmp.Or(c.WarnAfterAttempts, DefaultWarnAfterAttempts)
 	c.BudgetFloor = cmp.Or(c.BudgetFloor, DefaultBudgetFloor)
 	c.BudgetRatio = cmp.Or(c.BudgetRatio, DefaultBudgetRatio)
 	c.Logger = cmp.Or(c.Logger, slog.Default())
@@ -200,6 +239,12 @@ func (c Config) Validate() error {
 		return bad("retry-budget-floor", "must be ≥ 0.1 failed posts/s, got %v", c.BudgetFloor)
 	case c.BudgetRatio < 0 || c.BudgetRatio > 10:
 		return bad("retry-budget-ratio", "must be within 0–10 failed posts per successful post, got %v", c.BudgetRatio)
+	case c.ParkAfter < 0:
+		return bad("park-after", "must be ≥ 0, got %v", c.ParkAfter)
+	case slices.ContainsFunc(c.ParkRetries, func(d time.Duration) bool { return d <= 0 }):
+		return bad("park-retries", "every delay must be > 0, got %v", c.ParkRetries)
+	case c.WarnAfterAttempts < 1:
+		return bad("warn-after-attempts", "must be ≥ 1, got %d", c.WarnAfterAttempts)
 	case c.MetadataMaxBytes < 256:
 		return bad("offset-metadata-max-bytes", "must be ≥ 256, got %d", c.MetadataMaxBytes)
 	case progressWindow(c.MetadataMaxBytes) < int64(2*c.Concurrency):

@@ -65,11 +65,13 @@ func (rn *run) worker() {
 	var last *job
 	var rec *kgo.Record
 	var final bool // last's answer is final: read while the worker owned last
+	var parking bool
 	for {
 		rn.mu.Lock()
 		if last != nil {
 			rn.inflight--
 			rn.posted(last)
+			parking = last.parking // set by posted: its budget is spent (park.go)
 			if rec != nil {
 				rn.publishing.Add(1) // before inflight can be seen at 0: finish waits for it
 				rn.unrecorded++
@@ -78,7 +80,11 @@ func (rn *run) worker() {
 		j := rn.next()
 		rn.mu.Unlock()
 		if rec != nil {
-			rn.publish(last, rec, final)
+			if parking {
+				rn.park(last, rec) // never queued again: the worker still owns it
+			} else {
+				rn.publish(last, rec, final)
+			}
 			rn.publishing.Done()
 		}
 		last, rec = nil, nil

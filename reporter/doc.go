@@ -27,9 +27,16 @@
 //     affected offsets stay uncommitted, the API is probed with new sessions
 //     until live service answers, then the standby-answered reports are
 //     re-sent. Reports already final are recognised by report id.
-//   - Memory is bounded whatever the backlog: at most MaxPending records are
-//     held between the commit points and the newest fetched record, fetches
-//     are capped at 2 MiB, and the duplicate window holds RecentWindow ids.
+//   - A report whose transient failures outlast its retry budget
+//     (ParkAfterAttempts and ParkAfter, counted while other reports are
+//     answered) is parked: its state is written to <prefix>.parked, a parked
+//     Delivery record settles its offset (the commit point moves on), and a
+//     slow lane retries it on ParkRetries until it is final (park.go,
+//     slowlane.go). An outage of the whole partner parks nothing.
+//   - Memory is bounded whatever the backlog: at most about MaxPending
+//     records per partition are held between its commit point and its newest
+//     fetched record (fetching pauses for that partition alone), fetches are
+//     capped at 2 MiB, and the duplicate window holds RecentWindow ids.
 //   - A 403 (edge 1010) or a refused credential stops the reporter with an
 //     error wrapping ErrInvalidConfig and commits nothing more.
 //
@@ -37,7 +44,8 @@
 // topics), lease.go (lease markers), dispatch.go (workers, posts, Delivery
 // records), outcome.go (applying answers), classify.go (what an answer
 // means), commit.go and progress.go (commits and their metadata),
-// recover.go (assignment), revoke.go (rebalances), standby.go (standby
+// recover.go (assignment), revoke.go (rebalances), park.go and slowlane.go
+// (parking and slow retries), standby.go (standby
 // episodes), throttle.go (the retry budget), limit.go (the adaptive
 // in-flight limit), lifecycle.go (coordinator, shutdown), clock.go (the
 // injected clock).

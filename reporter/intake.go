@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -30,20 +31,21 @@ func (rn *run) describeTopics(ctx context.Context) error {
 	var err error
 	for attempt := 0; ; attempt++ {
 		var tds kadm.TopicDetails
-		tds, err = rn.adm.ListTopics(ctx, rn.topics.Reports, rn.topics.Deliveries)
+		tds, err = rn.adm.ListTopics(ctx, rn.topics.Reports, rn.topics.Deliveries, rn.topics.Parked)
 		if err == nil {
 			err = tds.Error()
 		}
 		if err == nil {
 			rn.reportsID = tds[rn.topics.Reports].ID
 			rn.logParts = int32(len(tds[rn.topics.Deliveries].Partitions))
+			rn.parkedParts = int32(len(tds[rn.topics.Parked].Partitions))
 			var ends kadm.ListedOffsets
 			if ends, err = rn.adm.ListEndOffsets(ctx, rn.topics.Deliveries); err == nil {
 				err = ends.Error()
 			}
 			if err == nil {
 				ends.Each(func(o kadm.ListedOffset) { rn.logStart[o.Partition] = o.Offset })
-				if rn.logParts > 0 {
+				if rn.logParts > 0 && rn.parkedParts > 0 {
 					return nil
 				}
 				err = errors.New("no partitions")
@@ -54,28 +56,22 @@ func (rn *run) describeTopics(ctx context.Context) error {
 		}
 		time.Sleep(200 * time.Millisecond) // topics still being created
 	}
-	return fmt.Errorf("reporter: describe topics %s and %s: %w", rn.topics.Reports, rn.topics.Deliveries, err)
+	return fmt.Errorf("reporter: describe topics %s, %s and %s: %w", rn.topics.Reports, rn.topics.Deliveries, rn.topics.Parked, err)
 }
 
-// poll fetches records while the trackers have room and adds them to the
-// state. With BlockRebalanceOnPoll, a rebalance cannot slip between a poll
-// and the intake, so the state never holds a record of a partition that was
-// already revoked. A partition seen for the first time is recovered first:
-// what its previous owner left in the commit metadata and the deliveries
-// log (recover.go).
+// poll fetches records and adds them to the state. Each partition holds at
+// most about MaxPending records between its commit point and its newest
+// fetched one: at the bound, fetching pauses for that partition alone
+// (pauseFull), so a partition whose reports are all stuck never stops the
+// others; markDone resumes it once half of the room is free. With
+// BlockRebalanceOnPoll, a rebalance cannot slip between a poll and the
+// intake, so the state never holds a record of a partition that was already
+// revoked. A partition seen for the first time is recovered first: what its
+// previous owner left in the commit metadata and the deliveries log
+// (recover.go).
 func (rn *run) poll(ctx context.Context) {
-	maxPending := int64(rn.cfg.MaxPending)
 	for {
-		n := maxPending - rn.pending.Load()
-		if n <= 0 {
-			select {
-			case <-rn.room:
-				continue
-			case <-ctx.Done():
-				return
-			}
-		}
-		fs := rn.cl.PollRecords(ctx, int(n))
+		fs := rn.cl.PollRecords(ctx, rn.cfg.MaxPending)
 		if ctx.Err() != nil || fs.IsClientClosed() {
 			rn.cl.AllowRebalance()
 			return
@@ -104,9 +100,61 @@ func (rn *run) poll(ctx context.Context) {
 					rn.persisted(j, r, err)
 				})
 			}
+			rn.pauseFull(recs)
 		}
 		rn.cl.AllowRebalance()
 	}
+}
+
+// pauseFull pauses fetching of the partitions of recs that hold MaxPending
+// records or more (no lock held). It pauses a full partition again even if
+// it thinks it paused it: a resume that raced with the last pause may have
+// undone it.
+func (rn *run) pauseFull(recs []*kgo.Record) {
+	var full map[string][]int32
+	last := int32(-1)
+	for _, r := range recs {
+		if r.Partition == last {
+			continue
+		}
+		last = r.Partition
+		ps := rn.part(tpKey{r.Topic, r.Partition})
+		if ps == nil {
+			continue
+		}
+		ps.mu.Lock()
+		if ps.wm.pending() >= rn.cfg.MaxPending && !ps.dropped.Load() {
+			ps.paused = true
+			if full == nil {
+				full = map[string][]int32{}
+			}
+			if !slices.Contains(full[r.Topic], r.Partition) {
+				full[r.Topic] = append(full[r.Topic], r.Partition)
+			}
+		}
+		ps.mu.Unlock()
+	}
+	if full != nil {
+		rn.cl.PauseFetchPartitions(full)
+		rn.log.Debug("fetching paused for full partitions", "partitions", full, "max_pending", rn.cfg.MaxPending)
+	}
+}
+
+// resumeIfRoom resumes fetching of ps once half of its room is free (ps.mu
+// held; the client call runs on its own: no lock of ours around it).
+func (rn *run) resumeIfRoom(ps *partState) {
+	if !ps.paused || ps.wm.pending() >= rn.cfg.MaxPending/2 {
+		return
+	}
+	ps.paused = false
+	rn.unpause(ps)
+}
+
+// unpause resumes fetching of ps (any lock held: the call is made on its own
+// goroutine). A revoked partition is resumed too: pauses outlive
+// assignments in the Kafka client.
+func (rn *run) unpause(ps *partState) {
+	go rn.cl.ResumeFetchPartitions(map[string][]int32{ps.key.topic: {ps.key.partition}})
 }
 
 // jobRecord is a job and the slim copy of its fetched record, allocated

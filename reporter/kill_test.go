@@ -35,6 +35,11 @@ const (
 	// concurrency: a fixed in-flight, which the bounds of the kill tests
 	// count on.
 	envChildMaxConc = "PLAYPIPE_REPORTER_CHILD_MAX_CONCURRENCY"
+	// The parking kill test (park_kill_test.go): a partner that fails every
+	// report of one track while a file exists, and the parking settings.
+	envChildBadAPI   = "PLAYPIPE_REPORTER_CHILD_BAD_API"
+	envChildBadTrack = "PLAYPIPE_REPORTER_CHILD_BAD_TRACK"
+	envChildBadFile  = "PLAYPIPE_REPORTER_CHILD_BAD_WHILE"
 )
 
 // TestReporterProcess is not a test on its own: it is the reporter process
@@ -62,13 +67,21 @@ func TestReporterProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer api.Close()
-	r, err := New(Config{
+	cfg := Config{
 		Kafka: kafkax.Config{Brokers: strings.Split(os.Getenv(envChildBroker), ","), TopicPrefix: os.Getenv(envChildPrefix), Partitions: 1, ReplicationFactor: -1,
 			InstanceID: os.Getenv(envChildInstance)},
 		Group:       os.Getenv(envChildGroup),
 		Concurrency: conc, MaxConcurrency: maxConc, Rate: rate,
 		Logger: log,
-	}, api)
+	}
+	var partner API = api
+	if u := os.Getenv(envChildBadAPI); u != "" {
+		partner = childBadTrack(t, log, api, u)
+		cfg.ParkAfterAttempts, cfg.ParkAfter = 3, 100*time.Millisecond
+		cfg.ParkRetries = []time.Duration{300 * time.Millisecond}
+		cfg.BackoffInitial, cfg.BackoffMax = 20*time.Millisecond, 200*time.Millisecond
+	}
+	r, err := New(cfg, partner)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -188,11 +188,19 @@ func (ps *partState) noteLog(r *kgo.Record) {
 // its way waits for the twin's outcome.
 func (rn *run) take() *job {
 	for {
-		j := rn.ready.pop()
-		if j == nil {
-			if j = rn.fresh.pop(); j == nil {
-				return nil
-			}
+		// Retries and fresh reports take turns while both wait, and fresh
+		// ones go first while the retry budget is short: retries that keep
+		// failing (one bad payload, a stuck partition) never take every post
+		// the budget allows, so the reports that would succeed — and refill
+		// the budget — keep going.
+		var j *job
+		if (rn.tookRetry || rn.thr.tokens < rn.thr.max/2) && rn.fresh.len() > 0 {
+			j = rn.fresh.pop()
+			rn.tookRetry = false
+		} else if j = rn.ready.pop(); j != nil {
+			rn.tookRetry = true
+		} else if j = rn.fresh.pop(); j == nil {
+			return nil
 		}
 		ps := j.ps
 		ps.mu.Lock()

@@ -31,6 +31,8 @@ type metrics struct {
 	standbyEpisode metric.Int64Counter
 	skipped        metric.Int64Counter
 	limitMoves     metric.Int64Counter
+	parks          metric.Int64Counter
+	unparks        metric.Int64Counter
 	recoveries     metric.Int64Counter // recovery fallbacks (recover.go)
 
 	moveReason map[string]metric.AddOption
@@ -69,6 +71,12 @@ func newMetrics(mp metric.MeterProvider, tp trace.TracerProvider) (*metrics, err
 		return nil, err
 	}
 	if x.limitMoves, err = m.Int64Counter("playpipe.reporter.limit_changes", metric.WithDescription("moves of the in-flight limit, by reason: grow (latency flat, backlog waiting), latency (latency rose), back_pressure (429, 503, 408, Retry-After), timeout (a post timed out), error_rate (500s, edge pages, lost connections, 400s: their rate rose with the posts in flight)")); err != nil {
+		return nil, err
+	}
+	if x.parks, err = m.Int64Counter("playpipe.reporter.parks", metric.WithDescription("reports parked: their transient failures outlasted the retry budget (park.go)")); err != nil {
+		return nil, err
+	}
+	if x.unparks, err = m.Int64Counter("playpipe.reporter.unparks", metric.WithDescription("parked reports that got a final answer on a slow retry, by outcome")); err != nil {
 		return nil, err
 	}
 	if x.recoveries, err = m.Int64Counter("playpipe.reporter.recovery_fallbacks", metric.WithDescription("partitions recovered without readable progress in their commit: the reports past the committed offset posted again labelled in doubt")); err != nil {
@@ -121,6 +129,7 @@ type gauges struct {
 	inFlight, atStake int
 	rttMin, rttRecent time.Duration
 	oldestPending     time.Duration // age of the oldest report without a final outcome; 0 when none
+	parked            int64         // parked reports held by this instance's slow lane
 }
 
 // observeState registers the gauges of the throttle (throttle.go), the
@@ -148,6 +157,7 @@ func (m *metrics) observeState(state func() gauges) (func(), error) {
 	rttMin := f64("playpipe.reporter.rtt_min", "s", "the in-flight limit's baseline: the lowest mean round trip of a measuring interval within the last minute")
 	rttRecent := f64("playpipe.reporter.rtt_recent", "s", "the mean round trip of the last measuring interval")
 	oldest := f64("playpipe.reporter.oldest_pending_age", "s", "age of the oldest fetched report without a final outcome (0: none)")
+	parked := i64("playpipe.reporter.parked", "parked reports of this instance's partitions waiting for a slow retry")
 	shed, err := mt.Int64ObservableCounter("playpipe.reporter.shed", metric.WithDescription("times posting was held because the retry budget was spent"))
 	errs = append(errs, err)
 	if err := errors.Join(errs...); err != nil {
@@ -163,8 +173,9 @@ func (m *metrics) observeState(state func() gauges) (func(), error) {
 		o.ObserveFloat64(rttMin, g.rttMin.Seconds())
 		o.ObserveFloat64(rttRecent, g.rttRecent.Seconds())
 		o.ObserveFloat64(oldest, g.oldestPending.Seconds())
+		o.ObserveInt64(parked, g.parked)
 		return nil
-	}, lim, bud, shed, inFlight, atStake, rttMin, rttRecent, oldest)
+	}, lim, bud, shed, inFlight, atStake, rttMin, rttRecent, oldest, parked)
 	if err != nil {
 		return nil, err
 	}
@@ -173,4 +184,12 @@ func (m *metrics) observeState(state func() gauges) (func(), error) {
 
 func (m *metrics) skip(ctx context.Context, reason string) {
 	m.skipped.Add(ctx, 1, metric.WithAttributes(attribute.String("reason", reason)))
+}
+
+// parkedReport counts one report parked.
+func (m *metrics) parkedReport(ctx context.Context) { m.parks.Add(ctx, 1) }
+
+// unparked counts one parked report final on a slow retry.
+func (m *metrics) unparked(ctx context.Context, outcome string) {
+	m.unparks.Add(ctx, 1, metric.WithAttributes(attribute.String("outcome", outcome)))
 }

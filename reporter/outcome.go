@@ -36,6 +36,7 @@ func (rn *run) answerAcked(j *job) {
 func (rn *run) posted(j *job) {
 	ps, d := j.ps, j.dec
 	if d.Action.Final() {
+		rn.successes++
 		rn.healthy(j)
 		rn.idMu.Lock()
 		rn.recent.add(j.id)
@@ -86,6 +87,15 @@ func (rn *run) posted(j *job) {
 	case ActStandby:
 		rn.standbyAnswer(j)
 	case ActRetry:
+		if !d.Renew && rn.budgetSpent(j) {
+			// Its budget is spent: the worker parks it (park.go). Its
+			// partition counts it in flight until the park is on record.
+			j.parking = true
+			ps.mu.Lock()
+			ps.inflight++
+			ps.mu.Unlock()
+			break
+		}
 		rn.retry(j)
 	case ActStop:
 		rn.idMu.Lock()
@@ -238,6 +248,7 @@ func (rn *run) markDone(ps *partState, seq uint64, rq []*job) []*job {
 	ps.dirty = true
 	if n := ps.wm.markDone(seq); n > 0 {
 		rq = ps.unheld(rq)
+		rn.resumeIfRoom(ps)
 		if rn.pending.Add(-int64(n)) < int64(rn.cfg.MaxPending) {
 			select {
 			case rn.room <- struct{}{}:

@@ -49,6 +49,8 @@ const recoverTimeout = 30 * time.Second
 // not be read: posting those partitions could repeat final reports, so the
 // run stops (and commits nothing more).
 func (rn *run) recoverNew(ctx context.Context, recs []*kgo.Record) error {
+	rn.recoverMu.Lock()
+	defer rn.recoverMu.Unlock()
 	// The partitions seen for the first time, and the offset each is first
 	// fetched from (its commit point until it has a record).
 	first := map[int32]int64{}
@@ -65,6 +67,47 @@ func (rn *run) recoverNew(ctx context.Context, recs []*kgo.Record) error {
 	if len(first) == 0 {
 		return nil
 	}
+	return rn.recoverFirst(ctx, first)
+}
+
+// fromCommit, as the first offset of a partition to recover, stands for its
+// committed offset (recoverAssigned: no record fetched yet).
+const fromCommit = -1
+
+// recoverAssigned recovers the partitions just assigned to this run that
+// have a committed offset, before any of their records is fetched (the
+// group's assigned callback), so that their parked reports are retried even
+// while no new report comes. A partition without a commit has no parked
+// report yet: it is recovered with its first record (recoverNew). An error
+// is logged: the first record tries again.
+func (rn *run) recoverAssigned(ctx context.Context, parts []int32) {
+	// The group may assign partitions before connect has learnt the topics.
+	select {
+	case <-rn.described:
+	case <-rn.coordDone:
+		return
+	case <-ctx.Done():
+		return
+	}
+	rn.recoverMu.Lock()
+	defer rn.recoverMu.Unlock()
+	first := map[int32]int64{}
+	for _, p := range parts {
+		if rn.part(tpKey{rn.topics.Reports, p}) == nil {
+			first[p] = fromCommit
+		}
+	}
+	if len(first) == 0 {
+		return
+	}
+	if err := rn.recoverFirst(ctx, first); err != nil {
+		rn.log.Warn("recovering assigned partitions failed: retried when their first record comes", "partitions", parts, "err", err)
+	}
+}
+
+// recoverFirst recovers the partitions of first (recoverMu held): the
+// offset each is first fetched from, or fromCommit.
+func (rn *run) recoverFirst(ctx context.Context, first map[int32]int64) error {
 	fresh := slices.Sorted(maps.Keys(first))
 	ctx, cancel := context.WithTimeout(ctx, recoverTimeout)
 	defer cancel()
@@ -82,6 +125,24 @@ func (rn *run) recoverNew(ctx context.Context, recs []*kgo.Record) error {
 	}
 	if err != nil {
 		return fmt.Errorf("reporter: recover partitions %v of %s: %w", fresh, rn.topics.Reports, err)
+	}
+	for p, o := range first {
+		if o != fromCommit {
+			continue
+		}
+		if b, ok := got.base[p]; ok {
+			first[p] = b
+		} else {
+			delete(first, p) // no commit: recovered with its first record
+		}
+	}
+	fresh = slices.Sorted(maps.Keys(first))
+	if len(fresh) == 0 {
+		return nil
+	}
+	parked, err := rn.recoverParked(ctx, fresh, got)
+	if err != nil {
+		return fmt.Errorf("reporter: recover the parked reports of partitions %v: %w", fresh, err)
 	}
 	var batch []commitEntry
 	rn.idMu.Lock()
@@ -112,6 +173,10 @@ func (rn *run) recoverNew(ctx context.Context, recs []*kgo.Record) error {
 		rn.partsMu.Lock()
 		rn.parts[key] = ps
 		rn.partsMu.Unlock()
+		for _, it := range parked[p] {
+			it.ps = ps
+			rn.slow.addItem(it)
+		}
 	}
 	// Commit the recovered progress before anything of these partitions is
 	// leased: from now on the log position of every later marker and answer
@@ -137,7 +202,10 @@ type recovered struct {
 	state    map[int32]map[int64]recState
 	base     map[int32]int64 // committed offsets
 	logEnd   map[int32]int64 // deliveries partitions read, up to here
-	finalIDs []string        // report ids final in the log tail (duplicate window)
+	finalIDs []string        // report ids final or parked in the log tail (duplicate window)
+	// answeredIDs are the report ids with a final answer (delivered or
+	// rejected, not parked) in the log tail: their parked entries are done.
+	answeredIDs []string
 
 	withProgress, final, doubt, read int
 }
@@ -318,7 +386,16 @@ func (rn *run) applyLog(r *kgo.Record, progs map[int32]*progress, out *recovered
 				return
 			}
 			pr := progs[p]
-			if pr == nil || pr.LogPartition != r.Partition || r.Offset < pr.LogOffset || o < pr.Base {
+			if pr == nil || pr.LogPartition != r.Partition || r.Offset < pr.LogOffset {
+				return
+			}
+			if o < pr.Base {
+				// The answer of a parked report's slow retry (slowlane.go): a
+				// final one ("f", not re-parked "fp") settles its entry.
+				if bytes.IndexByte(flags, 'f') >= 0 && bytes.IndexByte(flags, 'p') < 0 {
+					out.finalIDs = append(out.finalIDs, string(r.Key))
+					out.answeredIDs = append(out.answeredIDs, string(r.Key))
+				}
 				return
 			}
 			st := out.state[p]
@@ -326,6 +403,9 @@ func (rn *run) applyLog(r *kgo.Record, progs map[int32]*progress, out *recovered
 			case bytes.IndexByte(flags, 'f') >= 0:
 				st[o] = recFinal
 				out.finalIDs = append(out.finalIDs, string(r.Key))
+				if bytes.IndexByte(flags, 'p') < 0 {
+					out.answeredIDs = append(out.answeredIDs, string(r.Key))
+				}
 			case st[o] == recFinal:
 			case bytes.IndexByte(flags, 'd') >= 0:
 				st[o] = recDoubt

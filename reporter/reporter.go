@@ -120,6 +120,16 @@ type job struct {
 	// followers are later records with the same report id that wait for
 	// this one's final outcome instead of being posted again.
 	followers []*job
+
+	// The retry budget (park.go), under run.mu: failures and time counted
+	// while other reports got answers, the last failure, and the run's
+	// success count then. parking: the budget is spent, the worker parks it.
+	healthyFails int
+	budgetUsed   time.Duration
+	lastFailAt   time.Time
+	succAt       uint64
+	warned       bool
+	parking      bool
 }
 
 type tpKey struct {
@@ -165,6 +175,14 @@ type partState struct {
 	// pastWindow are reports past the progress window (lease.go), in offset
 	// order: requeued when the commit point moves.
 	pastWindow fifo
+	// paused: fetching of this partition is paused, its pending records at
+	// MaxPending (intake.go).
+	paused bool
+	// slowHold, when > 0, caps the log position of progress snapshots while
+	// a slow retry of a parked report records its answer and the entry's
+	// next state (slowlane.go): a crash in between leaves the answer in the
+	// tail the next owner reads.
+	slowHold int64
 }
 
 // run is the state of one Run. Its state is split by concern, each with
@@ -185,6 +203,10 @@ type run struct {
 	reportsID [16]byte
 	logParts  int32
 	logStart  map[int32]int64
+	// parkedParts is the partition count of <prefix>.parked; slow holds the
+	// parked reports of the partitions this run owns (park.go).
+	parkedParts int32
+	slow        *slowLane
 	// window is how far past its commit point a partition may lease
 	// (progressWindow of MetadataMaxBytes).
 	window int64
@@ -224,6 +246,13 @@ type run struct {
 	// nothing else is locked while it is held).
 	partsMu sync.Mutex
 	parts   map[tpKey]*partState
+	// recoverMu serialises the recoveries of new partitions (recover.go):
+	// the poller's, on a partition's first record, and the group's, on
+	// assignment.
+	recoverMu sync.Mutex
+	// described is closed once connect has learnt the topics (the group's
+	// assigned callback may run before).
+	described chan struct{}
 
 	stopState
 }
@@ -239,15 +268,22 @@ type workerState struct {
 	inflight   int        // jobs handed to workers whose post has not come back
 	unrecorded int        // answers handed to Kafka by workers, not acknowledged yet
 	thr        *throttle  // the retry budget and the in-flight limit
+	// successes counts final answers (park.go: a report's budget moves only
+	// while others succeed); warnLimit bounds the stuck-report warnings.
+	successes      uint64
+	warnLimit      *rate.Limiter
+	warnSuppressed int
 }
 
 // queueState is the queues and the leases on their way (intake.go,
 // lease.go, outcome.go).
 type queueState struct {
-	fresh   fifo
-	ready   fifo // retries and replays: leased before fresh records
-	delayed delayQueue
-	retryAt time.Time // when the coordinator's retry timer fires
+	fresh fifo
+	ready fifo // retries and replays: leased in turn with fresh records
+	// tookRetry: the last report leased came from ready (take).
+	tookRetry bool
+	delayed   delayQueue
+	retryAt   time.Time // when the coordinator's retry timer fires
 	// leased are reports whose lease marker is acknowledged: posted next.
 	leased fifo
 	// leasing counts reports in leases whose marker is not acknowledged.
@@ -337,6 +373,7 @@ func (rn *run) gauges() gauges {
 	if oldest != math.MaxInt64 {
 		g.oldestPending = max(0, time.Duration(now.UnixNano()-oldest))
 	}
+	g.parked = rn.slow.stats()
 	return g
 }
 
@@ -368,6 +405,7 @@ func (r *Reporter) newRun(postCtx context.Context, cancelPosts context.CancelFun
 		room:      make(chan struct{}, 1),
 		leaseWake: make(chan struct{}, 1),
 		coordDone: make(chan struct{}),
+		described: make(chan struct{}),
 		parts:     map[tpKey]*partState{},
 		logStart:  map[int32]int64{},
 		answerState: answerState{
@@ -378,6 +416,8 @@ func (r *Reporter) newRun(postCtx context.Context, cancelPosts context.CancelFun
 	rn.window = progressWindow(r.cfg.MetadataMaxBytes)
 	rn.groupHdr, rn.processSpan = []byte(r.cfg.Group), "process "+rn.topics.Reports
 	rn.cond = sync.NewCond(&rn.mu)
+	rn.slow = newSlowLane()
+	rn.warnLimit = rate.NewLimiter(1, warnBurst)
 	rn.thr = newThrottle(r.cfg, r.cfg.Now())
 	return rn
 }
@@ -397,9 +437,18 @@ func (rn *run) connect(ctx context.Context) error {
 		kgo.BlockRebalanceOnPoll(),
 		kgo.OnPartitionsRevoked(func(ctx context.Context, cl *kgo.Client, m map[string][]int32) { rn.onRevoked(ctx, m, false) }),
 		kgo.OnPartitionsLost(func(ctx context.Context, cl *kgo.Client, m map[string][]int32) { rn.onRevoked(ctx, m, true) }),
+		kgo.OnPartitionsAssigned(func(ctx context.Context, cl *kgo.Client, m map[string][]int32) {
+			rn.recoverAssigned(ctx, m[rn.topics.Reports])
+		}),
 		// Bounded fetch buffers: at most ~2 MiB (compressed) fetched ahead, whatever the backlog.
 		kgo.FetchMaxBytes(2<<20),
 		kgo.FetchMaxPartitionBytes(512<<10),
+		// A partition resumed after its pending cap (intake.go) is fetched
+		// with the next fetch request: one long-polling for the other
+		// partitions ends within this (franz-go's default, 5 s, made a
+		// stuck partition drain 64 records per 5 s in
+		// TestFullPartitionPausesAlone while the others were idle).
+		kgo.FetchMaxWait(500*time.Millisecond),
 		kgo.DefaultProduceTopic(rn.topics.Deliveries),
 		// Every record names its deliveries partition: the one of its report's partition.
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
@@ -421,7 +470,11 @@ func (rn *run) connect(ctx context.Context) error {
 		return fmt.Errorf("reporter: kafka client: %w", err)
 	}
 	rn.adm = kadm.NewClient(rn.cl)
-	if err := rn.describeTopics(ctx); err != nil {
+	err = rn.describeTopics(ctx)
+	if err == nil {
+		close(rn.described)
+	}
+	if err != nil {
 		// No coordinator will run: the revoke callback that closing a
 		// client already in the group calls must not wait for one.
 		close(rn.coordDone)
@@ -442,6 +495,7 @@ func (rn *run) serve(ctx context.Context) error {
 	}
 	var leaser sync.WaitGroup
 	leaser.Go(rn.leaser)
+	leaser.Go(rn.slowRetries)
 	pollCtx, stopPoll := context.WithCancel(ctx)
 	var poller sync.WaitGroup
 	poller.Go(func() { rn.poll(pollCtx) })

@@ -156,6 +156,10 @@ func (rn *run) checkRevocations(now time.Time) {
 			}
 			ps.dropped.Store(true)
 			rn.pending.Add(-int64(ps.wm.pending()))
+			rn.slow.forget(ps)
+			if ps.paused {
+				rn.unpause(ps)
+			}
 			ps.mu.Unlock()
 			gone[ps] = true
 			rn.partsMu.Lock()

@@ -167,6 +167,12 @@ const (
 	OutcomeStandby   = "standby"   // 200 from standby: accepted but not forwarded; will be replayed
 	OutcomeRetry     = "retry"     // transient failure or 401: will be retried
 	OutcomeBlocked   = "blocked"   // 403 edge 1010: configuration error, the reporter stopped
+	// OutcomeParked: transient failures outlasted the report's retry budget;
+	// the report is set aside (topic <prefix>.parked) and retried on a slow
+	// schedule of its own. Not final, not delivered: it settles the
+	// partition's commit point only. The record carries the last answer
+	// (http_status, retry_reason, message) and the attempts so far.
+	OutcomeParked = "parked"
 )
 
 // Delivery is one answer of the partner API to a report, or a final outcome

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strconv"
 	"strings"
 	"time"
 
@@ -52,13 +53,42 @@ Example:
 
 const redriveSynopsis = `Re-sends reports the partner API rejected (400) and nobody delivered since, after a fix
 (ours or the partner's): selected by --message (repeatable), --report-id (repeatable or comma
-separated), or every rejection in [--from, --to) (the time of the rejection). Same recording
+separated), --track, or every rejection in [--from, --to) (the time of the rejection). With
+--parked it re-sends at once the reports the live reporter parked (their transient failures
+outlasted its retry budget) and removes those made final from its slow retries. Same recording
 as playpipe replay: its own replay id and --reason on every answer, listed by the audit as a
 replay, never counted as a duplicate. Full guide: docs/replay.md.
 
 Example:
   playpipe redrive --brokers kafka:9092 --api-url https://api.example.com \
-    --clickhouse-addr clickhouse:9000 --message "isrc is invalid" --reason "partner fixed ISRC validation"`
+    --clickhouse-addr clickhouse:9000 --message "isrc is invalid" --reason "partner fixed ISRC validation"
+  playpipe redrive --brokers kafka:9092 --api-url https://api.example.com \
+    --clickhouse-addr clickhouse:9000 --parked --track 4711 --reason "partner fixed track 4711"`
+
+// int64List collects a repeatable, comma-separated flag of integers.
+type int64List struct{ v *[]int64 }
+
+func (l int64List) String() string {
+	if l.v == nil {
+		return ""
+	}
+	out := make([]string, len(*l.v))
+	for i, n := range *l.v {
+		out[i] = strconv.FormatInt(n, 10)
+	}
+	return strings.Join(out, ",")
+}
+
+func (l int64List) Set(s string) error {
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.ParseInt(strings.TrimSpace(f), 10, 64)
+		if err != nil {
+			return fmt.Errorf("not an integer: %q", f)
+		}
+		*l.v = append(*l.v, n)
+	}
+	return nil
+}
 
 // listFlag collects a repeatable, comma-separated flag.
 type listFlag struct{ v *[]string }
@@ -104,6 +134,8 @@ func (f *replayFlags) register(fs *flag.FlagSet) {
 		fs.StringVar(&f.from, "from", "", "only rejections at or after this time")
 		fs.StringVar(&f.to, "to", "", "only rejections before this time")
 		fs.Var(listFlag{&f.sel.Messages}, "message", "only rejections with this API message (repeatable)")
+		fs.BoolVar(&f.sel.Parked, "parked", false, "re-send the reports the live reporter parked (no final answer since) instead of rejected ones; --from/--to then bound when they were parked, and the reporter stops retrying those made final")
+		fs.Var(int64List{&f.sel.Tracks}, "track", "only plays of these track ids (repeatable or comma separated)")
 	}
 	fs.Var(listFlag{&f.sel.ReportIDs}, "report-id", "only these report ids (repeatable or comma separated)")
 	fs.StringVar(&f.rcfg.Reason, "reason", "", "why the reports are sent again (required; recorded with every delivery)")

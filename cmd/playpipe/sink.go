@@ -83,7 +83,7 @@ func runSink(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	run.onClose(stopCH)
-	if err := run.exportLagOf(sc.Group, run.kafka.Topics().All()...); err != nil {
+	if err := run.exportLagOf(sc.Group, run.kafka.Topics().Ledger()...); err != nil {
 		return err
 	}
 	sc.Logger = log

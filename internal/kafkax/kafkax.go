@@ -25,12 +25,18 @@ import (
 	"github.com/playpipe/playpipe/internal/kafkaconn"
 )
 
-// Topics names the four topics of the pipeline.
+// Topics names the topics of the pipeline: the four of the ledger and the
+// reporter's parking lot.
 type Topics struct {
 	Events     string // player events from fleets
 	Reports    string // track plays derived by the consumer
 	Rejected   string // bad events with their reasons
 	Deliveries string // delivery outcomes published by the reporter
+	// Parked holds the reports the reporter set aside after their retry
+	// budget (compacted, key = report id; a tombstone when a report leaves
+	// the lot): its slow retries' state, one partition per reports
+	// partition. Not copied to the ledger: the parked Delivery records are.
+	Parked string
 }
 
 // TopicsFor returns the topic names under prefix ("plays" gives plays.events, …).
@@ -43,11 +49,16 @@ func TopicsFor(prefix string) Topics {
 		Reports:    prefix + ".reports",
 		Rejected:   prefix + ".rejected",
 		Deliveries: prefix + ".deliveries",
+		Parked:     prefix + ".parked",
 	}
 }
 
-// All returns the four topic names.
-func (t Topics) All() []string { return []string{t.Events, t.Reports, t.Rejected, t.Deliveries} }
+// All returns every topic name: what EnsureTopics creates and the embedded
+// broker seeds.
+func (t Topics) All() []string { return append(t.Ledger(), t.Parked) }
+
+// Ledger returns the four topics the analytics sink copies to ClickHouse.
+func (t Topics) Ledger() []string { return []string{t.Events, t.Reports, t.Rejected, t.Deliveries} }
 
 // DefaultTopicPrefix is the prefix of the topic names when none is configured.
 const DefaultTopicPrefix = "plays"
@@ -227,7 +238,9 @@ func (c Config) newClient(what string) (*kgo.Client, error) {
 	return cl, nil
 }
 
-// EnsureTopics creates the four topics when they do not exist yet.
+// EnsureTopics creates the topics (All) when they do not exist yet; the
+// parked topic is compacted (its key is the report id, and only each
+// report's last state counts).
 func EnsureTopics(ctx context.Context, c Config) error {
 	cl, err := c.newClient("new admin client")
 	if err != nil {
@@ -235,13 +248,20 @@ func EnsureTopics(ctx context.Context, c Config) error {
 	}
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
-	resp, err := adm.CreateTopics(ctx, int32(c.Partitions), int16(c.ReplicationFactor), nil, c.Topics().All()...)
-	if err != nil {
-		return fmt.Errorf("kafka: create topics: %w", err)
-	}
-	for _, r := range resp.Sorted() {
-		if r.Err != nil && !errors.Is(r.Err, kerr.TopicAlreadyExists) {
-			return fmt.Errorf("kafka: create topic %s: %w", r.Topic, r.Err)
+	t := c.Topics()
+	compact := "compact"
+	for _, create := range []struct {
+		configs map[string]*string
+		topics  []string
+	}{{nil, t.Ledger()}, {map[string]*string{"cleanup.policy": &compact}, []string{t.Parked}}} {
+		resp, err := adm.CreateTopics(ctx, int32(c.Partitions), int16(c.ReplicationFactor), create.configs, create.topics...)
+		if err != nil {
+			return fmt.Errorf("kafka: create topics: %w", err)
+		}
+		for _, r := range resp.Sorted() {
+			if r.Err != nil && !errors.Is(r.Err, kerr.TopicAlreadyExists) {
+				return fmt.Errorf("kafka: create topic %s: %w", r.Topic, r.Err)
+			}
 		}
 	}
 	return nil

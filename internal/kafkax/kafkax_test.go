@@ -14,7 +14,7 @@ import (
 )
 
 func TestTopicsFor(t *testing.T) {
-	if got := TopicsFor("").All(); strings.Join(got, ",") != "plays.events,plays.reports,plays.rejected,plays.deliveries" {
+	if got := TopicsFor("").All(); strings.Join(got, ",") != "plays.events,plays.reports,plays.rejected,plays.deliveries,plays.parked" {
 		t.Fatalf("default topics %v", got)
 	}
 	if got := TopicsFor("acme.eu").Deliveries; got != "acme.eu.deliveries" {

@@ -1,0 +1,221 @@
+package reporter
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/playpipe/playpipe/schemas"
+)
+
+// Parking: one report never holds up the others (DESIGN.md).
+//
+// A report whose transient failures outlast its retry budget
+// (Config.ParkAfterAttempts failures AND Config.ParkAfter of time, counting
+// only failures and time while other reports got a final answer) is parked:
+//
+//  1. its state — body, source offset, attempts, last answer, doubt — is
+//     written to <prefix>.parked (compacted, key = report id, partition of
+//     its reports partition) and acknowledged;
+//  2. then its last attempt's Delivery record is published with outcome
+//     parked and the source flags "fp": recovery (recover.go) reads "f" and
+//     never posts the offset again from <prefix>.reports;
+//  3. once that record is acknowledged, the offset is settled: the
+//     partition's commit point moves past it like past a final report.
+//
+// A crash between 1 and 2 leaves an entry whose offset is not settled: the
+// recovery of the partition (recoverParked) tombstones such orphans before
+// anything of the partition is leased, and the report is posted from
+// <prefix>.reports as usual. A crash between 2 and 3 leaves the offset final
+// in the log tail, and the entry valid.
+//
+// The slow lane (slowLane) retries the parked reports of the partitions
+// this run owns, one at a time, on the schedule Config.ParkRetries: before
+// a post it writes the entry with Posting set (acknowledged), then posts,
+// publishes the answer's Delivery record, and then writes the entry's next
+// state, or a tombstone when the answer is final. A reader that finds
+// Posting set (the writer died mid-retry) posts again labelled in doubt, so
+// a parked report is delivered at most once more than its posts in doubt,
+// and every possible double is labelled.
+
+// budgetSpent counts a transient failure of j against its retry budget and
+// reports whether the budget is spent (mu held). A failure, and the time
+// since the report's previous failure, count only when another report got
+// a final answer in between: while the whole partner fails, no report's
+// budget moves (the reporter backs off as a whole instead).
+func (rn *run) budgetSpent(j *job) bool {
+	now := rn.cfg.Now()
+	switch {
+	case j.lastFailAt.IsZero():
+		j.healthyFails = 1
+	case rn.successes > j.succAt:
+		j.healthyFails++
+		j.budgetUsed += now.Sub(j.lastFailAt)
+	}
+	j.lastFailAt, j.succAt = now, rn.successes
+	if j.attempt >= rn.cfg.WarnAfterAttempts && !j.warned {
+		j.warned = true
+		rn.warnStuck(j)
+	}
+	return rn.cfg.ParkAfterAttempts >= 0 && j.healthyFails >= rn.cfg.ParkAfterAttempts && j.budgetUsed >= rn.cfg.ParkAfter
+}
+
+// warnBurst is how many stuck-report warnings may come at once.
+const warnBurst = 20
+
+// warnStuck logs that j keeps failing (once per report; at most a burst of
+// warnBurst, then one a second, the rest counted in the next line).
+func (rn *run) warnStuck(j *job) {
+	if !rn.warnLimit.Allow() {
+		rn.warnSuppressed++
+		return
+	}
+	d := j.dec
+	rn.log.Warn("report keeps failing: it holds its partition's commit point until it is delivered or parked",
+		"report_id", j.id, "track_id", trackOf(j.body), "status", d.Status, "reason", d.Reason, "message", d.Message,
+		"attempts", j.attempt, "failing_for", j.budgetUsed.Round(time.Second), "partition", j.rec.Partition, "offset", j.rec.Offset,
+		"park_after_attempts", rn.cfg.ParkAfterAttempts, "park_after", rn.cfg.ParkAfter, "warnings_suppressed", rn.warnSuppressed)
+	rn.warnSuppressed = 0
+}
+
+// trackOf reads the track id of a report body (warnings only: not the hot
+// path).
+func trackOf(body []byte) int64 {
+	var r struct {
+		TrackID int64 `json:"trackid"`
+	}
+	_ = json.Unmarshal(body, &r)
+	return r.TrackID
+}
+
+// parkedPart is the partition of <prefix>.parked that holds the parked
+// reports of reports partition p.
+func (rn *run) parkedPart(p int32) int32 { return p % rn.parkedParts }
+
+// parkEntry is the parked state of j after its last answer, due after the
+// first delay of the slow schedule.
+func (rn *run) parkEntry(j *job) *schemas.Parked {
+	now := rn.cfg.Now()
+	d := j.dec
+	msg := d.Message
+	if msg == "" && d.Err != nil {
+		msg = d.Err.Error()
+	}
+	j.ps.mu.Lock()
+	inDoubt := j.inDoubt // an earlier attempt's record acknowledged late writes it under the lock
+	j.ps.mu.Unlock()
+	return &schemas.Parked{
+		V: schemas.ParkedVersion, ReportID: j.id, EventID: j.evID,
+		Source: schemas.Source{Topic: j.rec.Topic, Partition: j.rec.Partition, Offset: j.rec.Offset},
+		Report: j.body, Attempts: j.attempt, Due: now.Add(rn.cfg.ParkRetries[0]).UnixMilli(),
+		Status: d.Status, Reason: d.Reason, Message: msg, InDoubt: inDoubt, ParkedAt: now.UnixMilli(),
+	}
+}
+
+// parkRecord is the <prefix>.parked record of e (a tombstone for a nil e).
+func (rn *run) parkRecord(id string, srcPart int32, e *schemas.Parked) *kgo.Record {
+	r := &kgo.Record{Topic: rn.topics.Parked, Partition: rn.parkedPart(srcPart), Key: []byte(id)}
+	if e != nil {
+		r.Value, _ = json.Marshal(e) // plain fields: cannot fail
+	}
+	return r
+}
+
+// park sets j aside (the worker's, after posted marked it parking; no lock
+// held): rec is its last attempt's Delivery record, published as parked
+// once its entry is in <prefix>.parked. The caller counted rec in
+// unrecorded and publishing (finish waits for the hand-off to Kafka).
+func (rn *run) park(j *job, rec *kgo.Record) {
+	e := rn.parkEntry(j)
+	asParked(rec)
+	rn.publishing.Add(1)
+	rn.produce(rn.parkRecord(j.id, j.rec.Partition, e), func(_ *kgo.Record, err error) {
+		defer rn.publishing.Done()
+		if err != nil {
+			rn.recorded()
+			if !errors.Is(err, kgo.ErrClientClosed) {
+				rn.stop(fmt.Errorf("reporter: park report %s: %w", j.id, err), false)
+			}
+			return
+		}
+		rn.produce(rec, func(r *kgo.Record, err error) {
+			rn.recorded()
+			if err != nil {
+				if !errors.Is(err, kgo.ErrClientClosed) {
+					rn.stop(fmt.Errorf("reporter: publish the parked record of report %s: %w", j.id, err), false)
+				}
+				return
+			}
+			rn.parked(j, r, e)
+		})
+	})
+}
+
+// asParked turns rec, the Delivery record of a retry answer, into the
+// parked record of the same answer: outcome parked, source flags "fp"
+// (settled: recovery never posts the offset again from <prefix>.reports).
+func asParked(rec *kgo.Record) {
+	var del schemas.Delivery
+	if err := json.Unmarshal(rec.Value, &del); err == nil {
+		del.Outcome = schemas.OutcomeParked
+		rec.Value = schemas.AppendDelivery(nil, &del)
+	}
+	for i, h := range rec.Headers {
+		if h.Key != schemas.HeaderSource {
+			continue
+		}
+		p, o, _, ok := parseSource(h.Value)
+		if ok {
+			rec.Headers[i].Value = fmt.Appendf(nil, "%d:%d:fp", p, o)
+		}
+	}
+}
+
+// parked applies the acknowledgement of j's parked record (a produce
+// callback; no lock held): the offset is settled, like a final one, and the
+// entry goes to the slow lane.
+func (rn *run) parked(j *job, r *kgo.Record, e *schemas.Parked) {
+	ps := j.ps
+	var rq []*job
+	ps.mu.Lock()
+	ps.noteLog(r)
+	ps.inflight--
+	j.unacked--
+	delete(ps.unsure, j) // its doubt, if any, is in the entry now
+	ps.dirty = true
+	dropped := ps.dropped.Load()
+	rq = rn.markDone(ps, j.seq, rq)
+	ps.mu.Unlock()
+	rn.met.parkedReport(context.Background())
+	rn.log.Warn("report parked: set aside for slow retries, its partition goes on",
+		"report_id", j.id, "track_id", trackOf(j.body), "status", e.Status, "reason", e.Reason, "message", e.Message,
+		"attempts", e.Attempts, "in_doubt", e.InDoubt, "partition", j.rec.Partition, "offset", j.rec.Offset,
+		"next_retry", time.UnixMilli(e.Due).UTC())
+	rn.idMu.Lock()
+	if rn.active[j.id] == j {
+		delete(rn.active, j.id)
+	}
+	followers := j.followers
+	j.followers = nil
+	if !dropped {
+		rn.recent.add(j.id) // twins are the parked report's to deliver
+	}
+	rn.idMu.Unlock()
+	if !dropped {
+		for _, f := range followers {
+			if !f.ps.dropped.Load() {
+				rn.met.skip(context.Background(), "duplicate")
+				rq = rn.finalWithoutPost(f, rq)
+			}
+		}
+		rn.slow.add(ps, e)
+	}
+	rn.requeue(rq)
+	if rn.revoking.Load() > 0 {
+		rn.poke()
+	}
+}
