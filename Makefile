@@ -6,7 +6,7 @@ DEADCODE_VERSION    ?= v0.52.0
 BIN       := bin/playpipe
 export PATH := $(PATH):$(shell $(GO) env GOPATH)/bin:/usr/sbin
 
-.PHONY: all build demo test test-race test-chdb unit lint fmt-check vet staticcheck deadcode bench bench-e2e bench-report bench-report-bound bench-report-latency fuzz fuzz-short tools clickhouse zookeeper chromium chdb nginx clean e2e-docker
+.PHONY: kafka all build demo test test-race test-chdb unit lint fmt-check vet staticcheck deadcode bench bench-e2e bench-report bench-report-bound bench-report-latency bench-report-errors fuzz fuzz-short tools clickhouse zookeeper chromium chdb nginx clean e2e-docker
 
 all: build
 
@@ -18,14 +18,14 @@ demo: clickhouse build
 	./$(BIN) demo
 
 ## test: everything CI checks: formatting, vet, staticcheck, a short run of every fuzz target, then all tests with the race detector, then the ledger suite on current ClickHouse (test-chdb).
-test: tools clickhouse zookeeper chromium chdb nginx lint fuzz-short test-race test-chdb
+test: tools clickhouse zookeeper chromium chdb nginx kafka lint fuzz-short test-race test-chdb
 
 # `make test` installs ClickHouse, ZooKeeper, Chromium and nginx first, so a
 # missing server, browser or edge is a failure, not a skip
 # (PLAYPIPE_REQUIRE_CLICKHOUSE covers ZooKeeper too: the replicated-ledger
 # tests need both).
 test-race:
-	PLAYPIPE_REQUIRE_CLICKHOUSE=$${PLAYPIPE_REQUIRE_CLICKHOUSE:-1} PLAYPIPE_REQUIRE_CHROMIUM=$${PLAYPIPE_REQUIRE_CHROMIUM:-1} PLAYPIPE_REQUIRE_NGINX=$${PLAYPIPE_REQUIRE_NGINX:-1} $(GO) test -race -count=1 -timeout 20m $(PKGS)
+	PLAYPIPE_KAFKA_VERSION=$(KAFKA_VERSION) PLAYPIPE_REQUIRE_KAFKA=$${PLAYPIPE_REQUIRE_KAFKA:-1} PLAYPIPE_REQUIRE_CLICKHOUSE=$${PLAYPIPE_REQUIRE_CLICKHOUSE:-1} PLAYPIPE_REQUIRE_CHROMIUM=$${PLAYPIPE_REQUIRE_CHROMIUM:-1} PLAYPIPE_REQUIRE_NGINX=$${PLAYPIPE_REQUIRE_NGINX:-1} $(GO) test -race -count=1 -timeout 20m $(PKGS)
 
 ## test-chdb: the ledger tests that run on every ClickHouse (testenv.ForEachLedger:
 ## migrations, the sink's rows, every audit number, list and HTML query, the
@@ -35,7 +35,7 @@ test-race:
 ## subtests run. With the race detector: chdb-go calls the library through purego,
 ## whose calls the detector does not instrument, as it does not cgo's.
 CHDB_PKGS  := ./analytics ./deploy ./internal/chdbconn ./replay
-CHDB_TESTS := TestLedgerSuite|TestDashboardQueries|TestSelectReportsOnEveryLedger|TestDriverBehavesAlike
+CHDB_TESTS := TestLedgerSuite|TestTwoTopicGenerations|TestDashboardQueries|TestSelectReportsOnEveryLedger|TestDriverBehavesAlike
 test-chdb: chdb
 	@rc=0; CHDB_LIB_PATH=$(abspath $(CHDB_LIB)) PLAYPIPE_REQUIRE_CLICKHOUSE=$${PLAYPIPE_REQUIRE_CLICKHOUSE:-1} \
 	  $(GO) test -race -tags chdb -count=1 -timeout 10m -run '^($(CHDB_TESTS))$$/^chdb$$' -v $(CHDB_PKGS) > $(CHDB_DIR)/test.log 2>&1 || rc=$$?; \
@@ -78,6 +78,9 @@ bench:
 ## built binary (broker, sandbox --lean, ClickHouse, consume, report, sink,
 ## simulate): plays/s end to end, CPU µs per play and peak RSS per process,
 ## and the raw HTTP ceiling of the same run. BENCH_E2E_FLAGS="-events 80000 -keep".
+## Every bench mode takes -kafka apache: one Apache Kafka node (KRaft, a JVM from
+## `make kafka`'s jars) instead of the embedded kfake, its CPU and peak RSS the
+## broker's: BENCH_E2E_FLAGS="-kafka apache", BENCH_REPORT_FLAGS="-kafka apache".
 BENCH_E2E_FLAGS ?=
 bench-e2e: clickhouse build
 	$(GO) run ./wiring/bench -bin $(BIN) $(BENCH_E2E_FLAGS)
@@ -103,9 +106,27 @@ bench-report-bound: build
 ## adaptive in-flight limit finds the partner) against the plain client, the
 ## sandbox answering after 0, 5, 50 and 150 ms; plays/s, in flight reached,
 ## time to steady rate, CPU per report. BENCH_LATENCY_FLAGS="-reports 150000".
+## Its error-rate dimension, -error-rates (default 0: no errors, the rounds
+## above), runs every latency once per rate with that share of posts answered
+## 500 (seeded sandbox faults: the plain client and the reporter meet the same
+## sequence), the plain client retrying a 500 with the reporter's default
+## backoff at the same in flight; the table gains the rate and the 500s
+## retried. The rates are not in the default set: at 1 % the reporter fell to
+## ~360 reports/s (20 000 reports, 50 ms, 2026-11-27), so a 150 000-report
+## round would take ~7 min each; bench-report-errors runs them on fewer reports.
 BENCH_LATENCY_FLAGS ?= -reports 150000
 bench-report-latency: build
 	$(GO) run ./wiring/bench -bin $(BIN) -mode latency $(BENCH_LATENCY_FLAGS)
+
+## bench-report-errors: bench-report-latency's error rounds: 50 and 150 ms
+## partner latency with 0, 0.1, 1 and 2 % of posts answered 500, reporter
+## (DEFAULT flags) vs the plain client retrying the same way; 8 rounds of
+## BENCH_ERRORS_FLAGS="-reports 30000 -timeout 10m" (about 15 min on 2 cores
+## while the reporter's limit collapses under errors: 20 000 reports at 50 ms,
+## 0 and 1 % took 2.5 min; a few minutes once it holds its in flight).
+BENCH_ERRORS_FLAGS ?= -reports 30000 -timeout 10m
+bench-report-errors: build
+	$(GO) run ./wiring/bench -bin $(BIN) -mode latency -latencies 50ms,150ms -plain-inflight 512,1024 -error-rates 0,0.001,0.01,0.02 $(BENCH_ERRORS_FLAGS)
 
 ## fuzz: each fuzz target for FUZZTIME (untrusted input: events, API answers, report bodies, records).
 ## fuzz-short: the same targets for 30 000 inputs each, run by `make test`. A count,
@@ -141,6 +162,26 @@ tools:
 ## deadcode: no function unreachable from main or the tests (issue 23).
 deadcode:
 	@out=$$(deadcode -test $(PKGS)); if [ -n "$$out" ]; then echo "deadcode -test finds unreachable functions:"; echo "$$out"; exit 1; fi
+
+## kafka: Apache Kafka's own jars for the tests (org.apache.kafka:kafka_2.13
+## KAFKA_VERSION with its runtime dependencies and a log binding), resolved
+## with Maven from deploy/kafka/pom.xml into .playpipe/kafka/<version>/libs;
+## Java 17 and Maven from the distribution when missing. The tests start KRaft
+## nodes from them (internal/kafkanode). KAFKA_VERSION=3.9.2 selects the last
+## 3.x release (docs/kafka.md, "Apache Kafka in the tests").
+KAFKA_VERSION ?= 4.1.0
+KAFKA_LIBS    := .playpipe/kafka/$(KAFKA_VERSION)/libs
+kafka:
+	@if [ -f $(KAFKA_LIBS)/kafka_2.13-$(KAFKA_VERSION).jar ]; then :; else \
+	  if ! command -v mvn >/dev/null 2>&1 || ! command -v java >/dev/null 2>&1; then \
+	    SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	    $$SUDO apt-get update && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y openjdk-17-jre-headless maven; \
+	  fi; \
+	  rm -rf $(KAFKA_LIBS).tmp; \
+	  mvn -q -B -f deploy/kafka/pom.xml -Dkafka.version=$(KAFKA_VERSION) $(if $(filter 3.%,$(KAFKA_VERSION)),-Dkafka3) \
+	    dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(abspath $(KAFKA_LIBS)).tmp && \
+	  mv $(KAFKA_LIBS).tmp $(KAFKA_LIBS) && echo "Apache Kafka $(KAFKA_VERSION): $$(ls $(KAFKA_LIBS) | wc -l) jars in $(KAFKA_LIBS)"; \
+	fi
 
 ## clickhouse: the tests and the demo start a local clickhouse-server; install it from the distribution when missing.
 clickhouse:

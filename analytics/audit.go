@@ -142,6 +142,11 @@ type Audit struct {
 	// id. Their deliveries count a play as delivered but are never counted
 	// in DeliveredTwice (nor PossiblyTwice): they were meant to be sent again.
 	Replays []ReplayCount `json:"replays"`
+
+	// Generations are the topics of which the window holds records of more
+	// than one generation (a topic created again: its offsets restarted),
+	// or records the audit cannot tell apart (generations.go).
+	Generations []TopicGenerations `json:"topic_generations"`
 }
 
 // ReplayCount is one replay (or redrive) of the plays of a window.
@@ -188,6 +193,7 @@ func (r Audit) Problems() []string {
 	if r.BelowMinimumDelivered > 0 {
 		out = append(out, fmt.Sprintf("%d plays below the minimum length were delivered (--list below-minimum-delivered)", r.BelowMinimumDelivered))
 	}
+	out = append(out, r.generationProblems()...)
 	return out
 }
 
@@ -221,9 +227,10 @@ func asOf(o AuditOptions) string {
 }
 
 // rejectionKey identifies the rejected event of a rejection row: its record
-// on the events topic, or, for an event the ingest gateway refused before it
-// reached Kafka (source partition -1), the rejection record itself.
-const rejectionKey = "if(src_partition >= 0, tuple(src_topic, src_partition, src_offset), tuple(kafka_topic, kafka_partition, kafka_offset))"
+// on the events topic (with that topic's generation, src_topic_id), or, for
+// an event the ingest gateway refused before it reached Kafka (source
+// partition -1), the rejection record itself.
+const rejectionKey = "if(src_partition >= 0, tuple(src_topic_id, src_topic, src_partition, src_offset), tuple(kafka_topic_id, kafka_topic, kafka_partition, kafka_offset))"
 
 // snapshot fixes the ledger state one Audit or List reads, so that its
 // numbers agree with each other while the sink is still inserting: every
@@ -280,12 +287,12 @@ func (a *Auditor) perReport(o AuditOptions) string {
      FROM ` + a.db + `.plays WHERE ` + w + ` GROUP BY report_id) AS per_play
 ALL LEFT JOIN
     (SELECT report_id,
-        uniqExactIf(kafka_topic, kafka_partition, kafka_offset, outcome = 'delivered' AND replay_id = '') AS delivered_n,
-        uniqExactIf(kafka_topic, kafka_partition, kafka_offset, outcome = 'delivered' AND replay_id != '') AS replay_delivered_n,
+        uniqExactIf(kafka_topic_id, kafka_topic, kafka_partition, kafka_offset, outcome = 'delivered' AND replay_id = '') AS delivered_n,
+        uniqExactIf(kafka_topic_id, kafka_topic, kafka_partition, kafka_offset, outcome = 'delivered' AND replay_id != '') AS replay_delivered_n,
         countIf(outcome = 'rejected') AS rejected_n,
         countIf(outcome = 'standby') AS standby_n,
         maxIf(in_doubt, outcome = 'delivered' AND replay_id = '') AS doubt_delivered,
-        uniqExactIf(kafka_topic, kafka_partition, kafka_offset, doubt_cause != '' AND replay_id = '') AS doubt_n,
+        uniqExactIf(kafka_topic_id, kafka_topic, kafka_partition, kafka_offset, doubt_cause != '' AND replay_id = '') AS doubt_n,
         groupUniqArrayIf(doubt_cause, doubt_cause != '' AND replay_id = '') AS doubt_causes,
         minIf(at_ms, outcome = 'delivered') AS delivered_ms,
         argMax(outcome, at_ms) AS last_outcome,
@@ -345,14 +352,14 @@ func (a *Auditor) Audit(ctx context.Context, o AuditOptions) (*Audit, error) {
 		LedgerAsOf: time.Unix(o.asOf, 0).UTC()}
 	w := window(o)
 
-	if err := a.row(ctx, `SELECT uniqExact(kafka_topic, kafka_partition, kafka_offset), uniqExactIf(kafka_topic, kafka_partition, kafka_offset, parsed = 0)
+	if err := a.row(ctx, `SELECT uniqExact(kafka_topic_id, kafka_topic, kafka_partition, kafka_offset), uniqExactIf(kafka_topic_id, kafka_topic, kafka_partition, kafka_offset, parsed = 0)
 FROM `+a.db+`.events WHERE `+w, &r.EventsReceived, &r.EventsNotJSON); err != nil {
 		return nil, fmt.Errorf("analytics: audit events: %w", err)
 	}
 	// "Received" and "rejected" count the same population: an event the
 	// ingest gateway refused never reached the events topic, so it is added
 	// to the received (as refused at the gateway) as well as rejected.
-	if err := a.row(ctx, `SELECT uniqExact(kafka_topic, kafka_partition, kafka_offset) FROM `+a.db+`.rejections WHERE `+w+` AND src_partition < 0`,
+	if err := a.row(ctx, `SELECT uniqExact(kafka_topic_id, kafka_topic, kafka_partition, kafka_offset) FROM `+a.db+`.rejections WHERE `+w+` AND src_partition < 0`,
 		&r.EventsAtGateway); err != nil {
 		return nil, fmt.Errorf("analytics: audit rejections: %w", err)
 	}
@@ -370,13 +377,13 @@ FROM `+a.db+`.rejections WHERE `+w+` AND `+condRealReject+` GROUP BY reason ORDE
 	// Valid events of the window without a play, as of the snapshot (the
 	// rejections and plays they are matched against are bounded by it too,
 	// or a play inserted after it would make the counts disagree).
-	if err := a.row(ctx, `SELECT uniqExact(kafka_topic, kafka_partition, kafka_offset) FROM `+a.db+`.events
+	if err := a.row(ctx, `SELECT uniqExact(kafka_topic_id, kafka_topic, kafka_partition, kafka_offset) FROM `+a.db+`.events
 WHERE `+w+` AND parsed = 1
-  AND (kafka_topic, kafka_partition, kafka_offset) NOT IN (SELECT src_topic, src_partition, src_offset FROM `+a.db+`.rejections WHERE `+condRealReject+asOf(o)+`)
+  AND (kafka_topic_id, kafka_topic, kafka_partition, kafka_offset) NOT IN (SELECT src_topic_id, src_topic, src_partition, src_offset FROM `+a.db+`.rejections WHERE `+condRealReject+asOf(o)+`)
   AND event_id NOT IN (SELECT event_id FROM `+a.db+`.plays WHERE 1 = 1`+asOf(o)+`)`, &r.EventsWithoutPlays); err != nil {
 		return nil, fmt.Errorf("analytics: audit events without plays: %w", err)
 	}
-	if err := a.row(ctx, `SELECT uniqExact(kafka_topic, kafka_partition, kafka_offset) FROM `+a.db+`.plays WHERE `+w, &r.PlayRecords); err != nil {
+	if err := a.row(ctx, `SELECT uniqExact(kafka_topic_id, kafka_topic, kafka_partition, kafka_offset) FROM `+a.db+`.plays WHERE `+w, &r.PlayRecords); err != nil {
 		return nil, fmt.Errorf("analytics: audit plays: %w", err)
 	}
 	cutoff := o.overdueCutoff()
@@ -394,7 +401,7 @@ FROM `+a.perReport(o),
 WHERE `+condRejected+` GROUP BY reject_message ORDER BY n DESC, reject_message`); err != nil {
 		return nil, fmt.Errorf("analytics: audit rejected by API: %w", err)
 	}
-	if r.Malformed, err = a.counts(ctx, `SELECT kafka_topic, uniqExact(kafka_topic, kafka_partition, kafka_offset) AS n
+	if r.Malformed, err = a.counts(ctx, `SELECT kafka_topic, uniqExact(kafka_topic_id, kafka_topic, kafka_partition, kafka_offset) AS n
 FROM `+a.db+`.malformed WHERE `+w+` GROUP BY kafka_topic ORDER BY kafka_topic`); err != nil {
 		return nil, fmt.Errorf("analytics: audit malformed: %w", err)
 	}
@@ -408,6 +415,9 @@ FROM `+a.db+`.malformed WHERE `+w+` GROUP BY kafka_topic ORDER BY kafka_topic`);
 		return nil, err
 	}
 	if r.Replays, err = a.replays(ctx, o); err != nil {
+		return nil, err
+	}
+	if err := a.generations(ctx, o, r); err != nil {
 		return nil, err
 	}
 	return r, nil
@@ -444,7 +454,7 @@ func (a *Auditor) delay(ctx context.Context, o AuditOptions) (Delay, error) {
 func (a *Auditor) replays(ctx context.Context, o AuditOptions) ([]ReplayCount, error) {
 	rows, err := a.conn.Query(ctx, `SELECT replay_id, any(replay_reason), uniqExact(report_id),
     uniqExactIf(report_id, outcome = 'delivered'), uniqExactIf(report_id, outcome = 'rejected'),
-    toUInt64(uniqExactIf(kafka_topic, kafka_partition, kafka_offset, outcome = 'delivered') - uniqExactIf(report_id, outcome = 'delivered')),
+    toUInt64(uniqExactIf(kafka_topic_id, kafka_topic, kafka_partition, kafka_offset, outcome = 'delivered') - uniqExactIf(report_id, outcome = 'delivered')),
     min(at_ms), max(at_ms)
 FROM `+a.db+`.deliveries
 WHERE replay_id != '' AND report_id IN (SELECT report_id FROM `+a.db+`.plays WHERE `+window(o)+`)`+asOf(o)+`

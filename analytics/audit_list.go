@@ -111,7 +111,7 @@ func (a *Auditor) listQuery(o AuditOptions, metric, lim string) (q string, play 
 		// The plays a replay answered: report id, the replay's last outcome,
 		// how many of its answers said delivered.
 		return `SELECT report_id, any(event_id), toUInt64(min(at_ms)), argMax(outcome, at_ms),
-    toUInt64(uniqExactIf(kafka_topic, kafka_partition, kafka_offset, outcome = 'delivered')), groupUniqArrayIf(trace_id, trace_id != '')
+    toUInt64(uniqExactIf(kafka_topic_id, kafka_topic, kafka_partition, kafka_offset, outcome = 'delivered')), groupUniqArrayIf(trace_id, trace_id != '')
 FROM ` + a.db + `.deliveries
 WHERE replay_id = ` + quoteSQL(id) + ` AND report_id IN (SELECT report_id FROM ` + a.db + `.plays WHERE ` + w + `)` + asOf(o) + `
 GROUP BY report_id ORDER BY min(at_ms), report_id` + lim, true, nil
@@ -131,7 +131,7 @@ WHERE ` + w + ` AND ` + condRealReject + ` ORDER BY kafka_time_ms, src_topic, sr
 		return "", false, nil
 	case "malformed":
 		return `SELECT '', '', kafka_time_ms, error, kafka_topic, kafka_partition, kafka_offset FROM ` + a.db + `.malformed
-WHERE ` + w + ` ORDER BY kafka_time_ms, kafka_topic, kafka_partition, kafka_offset LIMIT 1 BY kafka_topic, kafka_partition, kafka_offset` + lim, false, nil
+WHERE ` + w + ` ORDER BY kafka_time_ms, kafka_topic, kafka_partition, kafka_offset LIMIT 1 BY kafka_topic_id, kafka_topic, kafka_partition, kafka_offset` + lim, false, nil
 	}
 	cond, ok := listConds[metric]
 	if !ok {
@@ -176,13 +176,13 @@ func (a *Auditor) receivedQuery(w, metric, lim string) string {
 		// refuses a constant column in a UNION ALL ("Cannot convert column
 		// … non constant in source stream but must be constant in result").
 		return `SELECT * FROM (SELECT materialize(''), event_id, kafka_time_ms AS t, if(parsed = 1, '', 'not JSON'), kafka_topic AS kt, kafka_partition AS kp, kafka_offset AS ko FROM ` + a.db + `.events
-WHERE ` + w + ` LIMIT 1 BY kafka_topic, kafka_partition, kafka_offset
+WHERE ` + w + ` LIMIT 1 BY kafka_topic_id, kafka_topic, kafka_partition, kafka_offset
 UNION ALL SELECT materialize(''), event_id, kafka_time_ms AS t, CAST(concat('refused at the ingest gateway: ', reason) AS String), kafka_topic AS kt, kafka_partition AS kp, kafka_offset AS ko FROM ` + a.db + `.rejections
-WHERE ` + w + ` AND src_partition < 0 LIMIT 1 BY kafka_topic, kafka_partition, kafka_offset)
+WHERE ` + w + ` AND src_partition < 0 LIMIT 1 BY kafka_topic_id, kafka_topic, kafka_partition, kafka_offset)
 ORDER BY t, kt, kp, ko` + lim
 	}
 	return `SELECT '', event_id, kafka_time_ms, if(parsed = 1, '', 'not JSON'), kafka_topic, kafka_partition, kafka_offset FROM ` + a.db + `.events
-WHERE ` + w + ` AND parsed = 0 ORDER BY kafka_time_ms, kafka_topic, kafka_partition, kafka_offset LIMIT 1 BY kafka_topic, kafka_partition, kafka_offset` + lim
+WHERE ` + w + ` AND parsed = 0 ORDER BY kafka_time_ms, kafka_topic, kafka_partition, kafka_offset LIMIT 1 BY kafka_topic_id, kafka_topic, kafka_partition, kafka_offset` + lim
 }
 
 // scanListRow reads one row of a List query: a play's (play) or an

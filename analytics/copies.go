@@ -38,7 +38,7 @@ func (a *Auditor) copies(ctx context.Context, o AuditOptions, r *Audit) error {
 		return fmt.Errorf("analytics: audit copies: %w", err)
 	}
 	var err error
-	if r.DoubtfulPostsByCause, err = a.counts(ctx, `SELECT doubt_cause, uniqExact(kafka_topic, kafka_partition, kafka_offset) AS n
+	if r.DoubtfulPostsByCause, err = a.counts(ctx, `SELECT doubt_cause, uniqExact(kafka_topic_id, kafka_topic, kafka_partition, kafka_offset) AS n
 FROM `+a.db+`.deliveries
 WHERE doubt_cause != '' AND replay_id = '' AND report_id IN (SELECT report_id FROM `+a.db+`.plays WHERE `+window(o)+`)`+asOf(o)+`
 GROUP BY doubt_cause ORDER BY n DESC, doubt_cause`); err != nil {

@@ -119,6 +119,9 @@ func WriteAudit(w io.Writer, r *Audit, format string) error {
 		}{{"plays", float64(d.Plays)}, {"p50_ms", d.P50MS}, {"p90_ms", d.P90MS}, {"p99_ms", d.P99MS}, {"max_ms", d.MaxMS}} {
 			_ = cw.Write([]string{"delay", "event to delivered", q.k, strconv.FormatFloat(q.v, 'f', -1, 64), ""})
 		}
+		for _, row := range r.generationRows() {
+			_ = cw.Write(row)
+		}
 		cw.Flush()
 		return cw.Error()
 	case FormatTable:
@@ -151,6 +154,9 @@ func WriteAudit(w io.Writer, r *Audit, format string) error {
 		}
 		if r.DeliveredToSandbox > 0 {
 			fmt.Fprintf(w, "NOTE: %d of the %d delivered plays were answered only by a sandbox target: nothing reached a real partner for them\n", r.DeliveredToSandbox, r.Delivered)
+		}
+		for _, n := range r.generationNotes() {
+			fmt.Fprintf(w, "NOTE: %s\n", n)
 		}
 		if ps := r.Problems(); len(ps) > 0 {
 			fmt.Fprintf(w, "RESULT: FAIL: %s\n", strings.Join(ps, "; "))

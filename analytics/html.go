@@ -166,7 +166,7 @@ func (a *Auditor) series(ctx context.Context, o AuditOptions, h *HTMLAudit) erro
 func (a *Auditor) episodes(ctx context.Context, o AuditOptions, h *HTMLAudit) error {
 	rows, err := a.conn.Query(ctx, `SELECT at_ms, report_id FROM `+a.db+`.deliveries
 WHERE outcome = 'standby' AND report_id IN (SELECT report_id FROM `+a.db+`.plays WHERE `+window(o)+`)`+asOf(o)+`
-ORDER BY at_ms LIMIT 1 BY kafka_topic, kafka_partition, kafka_offset LIMIT 1000000`)
+ORDER BY at_ms LIMIT 1 BY kafka_topic_id, kafka_topic, kafka_partition, kafka_offset LIMIT 1000000`)
 	if err != nil {
 		return fmt.Errorf("analytics: audit standby episodes: %w", err)
 	}
@@ -236,7 +236,7 @@ func WriteHTML(w io.Writer, h *HTMLAudit) error {
 		partners = append(partners, Count{Key: label, N: p.Delivered})
 	}
 	return htmlTmpl.Execute(w, map[string]any{
-		"R": r, "H": h, "Rows": rows, "Result": result, "OK": ok,
+		"R": r, "H": h, "Rows": rows, "Result": result, "OK": ok, "GenerationNotes": r.generationNotes(),
 		"Timeline":   timelineSVG(h),
 		"Rejects":    barsSVG(rejects, "rejections"),
 		"Partners":   barsSVG(partners, "deliveries"),
@@ -368,6 +368,7 @@ svg{display:block;max-width:100%;height:auto;font-size:11px;fill:#3b4552}
 <h1>playpipe audit</h1>
 <p class="meta">Window {{rfc .R.From}} → {{rfc .R.To}} (record times, UTC) · generated {{rfc .R.GeneratedAt}} · ledger as of {{rfc .R.LedgerAsOf}} · pending threshold {{.R.PendingThreshold}}</p>
 {{if .R.DeliveredToSandbox}}<div class="result note" id="sandbox-note">NOTE: {{.R.DeliveredToSandbox}} of the {{.R.Delivered}} delivered plays were answered only by a sandbox target: nothing reached a real partner for them</div>
+{{end}}{{range .GenerationNotes}}<div class="result note">NOTE: {{.}}</div>
 {{end}}<div class="result {{if .OK}}ok{{else}}fail{{end}}" id="result">RESULT: {{.Result}}</div>
 
 <h2 id="numbers">Numbers</h2>

@@ -313,6 +313,9 @@ func auditNumbers(r *Audit) Audit {
 	if len(c.Replays) == 0 {
 		c.Replays = nil
 	}
+	if len(c.Generations) == 0 {
+		c.Generations = nil
+	}
 	return c
 }
 

@@ -155,6 +155,42 @@ var Migrations = []Migration{
 		// in_doubt, one possible copy per play).
 		`ALTER TABLE {db}.deliveries ADD COLUMN doubt_cause String DEFAULT ''`,
 	}},
+	{Version: 6, Name: "kafka_topic_id", Statements: append(topicIDStatements(),
+		// The generation of the events topic a rejected event came from
+		// (the sink's view of that topic's id when it copied the
+		// rejection): with src_topic, src_partition and src_offset, the
+		// rejected event's identity (docs/audit.md, "A record's identity").
+		`ALTER TABLE {db}.rejections ADD COLUMN src_topic_id String DEFAULT '' AFTER src_offset`)},
+}
+
+// topicIDStatements add kafka_topic_id, the topic's id as the broker
+// reports it (KIP-516; base64url, as kafka-topics.sh prints it), to every
+// ledger table, and append it to the table's sorting key in the same
+// ALTER. A Kafka location names a record only within one life of its
+// topic: a topic deleted and created again (or a broker that came back
+// empty) starts its offsets again at 0, so the record's identity is
+// (kafka_topic_id, kafka_topic, kafka_partition, kafka_offset). In the
+// sorting key of the ReplacingMergeTree, two records of two generations at
+// one location are two rows, never merged into one. Rows written before the
+// column existed, and rows from a broker that reports no topic ids, read
+// the empty string (the unknown generation). ClickHouse can only add a
+// column to the sorting key in the ALTER that adds it, and only without a
+// DEFAULT expression: a String column's default is the empty string
+// anyway. Runs on 18.16 and current releases alike, but for a replicated
+// table on 18.16 (migrateLayout: withoutKeyChange).
+func topicIDStatements() []string {
+	keys := []struct{ table, orderBy string }{
+		{"events", "kafka_time_ms, kafka_topic, kafka_partition, kafka_offset"},
+		{"plays", "report_id, kafka_topic, kafka_partition, kafka_offset"},
+		{"deliveries", "report_id, kafka_topic, kafka_partition, kafka_offset"},
+		{"rejections", "kafka_time_ms, kafka_topic, kafka_partition, kafka_offset"},
+		{"malformed", "kafka_topic, kafka_partition, kafka_offset"},
+	}
+	out := make([]string, 0, len(keys)+1)
+	for _, k := range keys {
+		out = append(out, "ALTER TABLE {db}."+k.table+" ADD COLUMN kafka_topic_id String AFTER kafka_offset, MODIFY ORDER BY ("+k.orderBy+", kafka_topic_id)")
+	}
+	return out
 }
 
 // ledgerTable is the portable DDL of the ledger table name: the Kafka
@@ -372,7 +408,15 @@ func migrateLayout(ctx context.Context, conn driver.Conn, db, cluster string, li
 					continue
 				}
 			}
-			if err := conn.Exec(ctx, strings.ReplaceAll(st, "{db}", db)); err != nil {
+			err := conn.Exec(ctx, strings.ReplaceAll(st, "{db}", db))
+			if add, ok := withoutKeyChange(st); ok && errNotImplemented(err) {
+				// A replicated table on ClickHouse 18.16 cannot change its
+				// sorting key (code 48, "Unsupported type of ALTER query"):
+				// the column is added outside it (docs/audit.md, "A
+				// record's identity": the limit of such a ledger).
+				err = conn.Exec(ctx, strings.ReplaceAll(add, "{db}", db))
+			}
+			if err != nil {
 				return out, fmt.Errorf("analytics: migration %d (%s), statement %d: %w", m.Version, m.Name, i+1, err)
 			}
 		}
@@ -463,6 +507,26 @@ func LatestVersion() uint32 {
 		v = max(v, m.Version)
 	}
 	return v
+}
+
+// modifyOrderBy is the sorting key change a migration's ADD COLUMN may carry.
+const modifyOrderBy = ", MODIFY ORDER BY ("
+
+// withoutKeyChange returns the ADD COLUMN statement st without its
+// MODIFY ORDER BY, and whether it had one.
+func withoutKeyChange(st string) (string, bool) {
+	i := strings.Index(st, modifyOrderBy)
+	if i < 0 || addColumnRE.FindStringSubmatch(st) == nil {
+		return st, false
+	}
+	return st[:i], true
+}
+
+// errNotImplemented tells whether err is ClickHouse's NOT_IMPLEMENTED (48),
+// which 18.16 answers to MODIFY ORDER BY on a replicated table.
+func errNotImplemented(err error) bool {
+	var ex *clickhouse.Exception
+	return errors.As(err, &ex) && ex.Code == 48
 }
 
 // errSchemaMissing tells whether err says a table or database is missing

@@ -58,7 +58,7 @@ func IsSandboxTarget(partner string, extra []string) bool {
 // number of an audit, it reads the audit's snapshot (o.asOf).
 func (a *Auditor) partners(ctx context.Context, o AuditOptions, r *Audit) error {
 	w := window(o)
-	rows, err := a.conn.Query(ctx, `SELECT partner, uniqExactIf(report_id, outcome = 'delivered'), uniqExact(kafka_topic, kafka_partition, kafka_offset)
+	rows, err := a.conn.Query(ctx, `SELECT partner, uniqExactIf(report_id, outcome = 'delivered'), uniqExact(kafka_topic_id, kafka_topic, kafka_partition, kafka_offset)
 FROM `+a.db+`.deliveries
 WHERE report_id IN (SELECT report_id FROM `+a.db+`.plays WHERE `+w+`)`+asOf(o)+`
 GROUP BY partner ORDER BY partner`)

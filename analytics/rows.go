@@ -24,21 +24,33 @@ const (
 	TableMalformed  = "malformed"
 )
 
-// loc is the Kafka location and time columns every table starts with.
+// loc is the Kafka location, topic generation and time columns every table
+// starts with.
 type loc struct {
-	topic  []string
-	part   []int32
-	offset []int64
-	ts     []time.Time
-	tsMS   []uint64
+	topic   []string
+	part    []int32
+	offset  []int64
+	topicID []string
+	ts      []time.Time
+	tsMS    []uint64
 }
 
-const locCols = "kafka_topic, kafka_partition, kafka_offset, kafka_time, kafka_time_ms"
+const locCols = "kafka_topic, kafka_partition, kafka_offset, kafka_topic_id, kafka_time, kafka_time_ms"
 
-func (l *loc) add(r *kgo.Record) {
+// topicIDString is a topic id as Kafka prints it (Uuid.toString: base64url
+// without padding), or "" for the zero id (a broker without topic ids).
+func topicIDString(id [16]byte) string {
+	if id == ([16]byte{}) {
+		return ""
+	}
+	return base64.RawURLEncoding.EncodeToString(id[:])
+}
+
+func (l *loc) add(r *kgo.Record, topicID string) {
 	l.topic = append(l.topic, r.Topic)
 	l.part = append(l.part, r.Partition)
 	l.offset = append(l.offset, r.Offset)
+	l.topicID = append(l.topicID, topicID)
 	l.ts = append(l.ts, r.Timestamp)
 	ms := r.Timestamp.UnixMilli()
 	if ms < 0 {
@@ -47,7 +59,7 @@ func (l *loc) add(r *kgo.Record) {
 	l.tsMS = append(l.tsMS, uint64(ms))
 }
 
-func (l *loc) cols() []any { return []any{l.topic, l.part, l.offset, l.ts, l.tsMS} }
+func (l *loc) cols() []any { return []any{l.topic, l.part, l.offset, l.topicID, l.ts, l.tsMS} }
 
 func (l *loc) n() int { return len(l.offset) }
 
@@ -80,8 +92,8 @@ func (t *eventsRows) values() []any {
 	return append(t.cols(), t.key, t.traceID, t.parsed, t.eventID, t.mixID, t.startedAt, t.offsetMS, t.durationMS, t.userID, t.country, t.raw)
 }
 
-func (t *eventsRows) add(r *kgo.Record, f *schemas.PlayerEvent) {
-	t.loc.add(r)
+func (t *eventsRows) add(r *kgo.Record, topicID string, f *schemas.PlayerEvent) {
+	t.loc.add(r, topicID)
 	raw := recordString(r.Value) // no copy: the decoded strings and the columns are views of it
 	parsed := decodeEvent(r.Value, raw, f)
 	t.key = append(t.key, recordString(r.Key))
@@ -139,8 +151,8 @@ func (t *playsRows) values() []any {
 		t.derivedAt, t.trackID, t.playedAt, t.playLength, t.userID, t.country, t.isrc, t.record)
 }
 
-func (t *playsRows) add(r *kgo.Record, p *schemas.TrackPlay, raw string) {
-	t.loc.add(r)
+func (t *playsRows) add(r *kgo.Record, topicID string, p *schemas.TrackPlay, raw string) {
+	t.loc.add(r, topicID)
 	t.traceID = append(t.traceID, traceIDOf(r))
 	t.v = append(t.v, int32(p.V))
 	t.reportID = append(t.reportID, p.ReportID)
@@ -185,8 +197,8 @@ func (t *deliveriesRows) values() []any {
 	return append(t.cols(), t.v, t.reportID, t.eventID, t.outcome, t.attempt, t.httpStatus, t.servedBy, t.partner, t.message, t.fields, t.retryReason, t.latencyUS, t.traceID, t.replay, t.inDoubt, t.replayID, t.replayReason, t.atMS, t.doubtCause)
 }
 
-func (t *deliveriesRows) add(r *kgo.Record, d *schemas.Delivery) {
-	t.loc.add(r)
+func (t *deliveriesRows) add(r *kgo.Record, topicID string, d *schemas.Delivery) {
+	t.loc.add(r, topicID)
 	t.v = append(t.v, int32(d.V))
 	t.reportID = append(t.reportID, d.ReportID)
 	t.eventID = append(t.eventID, d.EventID)
@@ -226,19 +238,20 @@ type rejectionsRows struct {
 	srcTopic          []string
 	srcPart           []int32
 	srcOffset, atMS   []int64
+	srcTopicID        []string
 	raw               []string
 }
 
 func (t *rejectionsRows) name() string { return TableRejections }
 func (t *rejectionsRows) columns() string {
-	return locCols + ", trace_id, v, event_id, reason, violation_reasons, violation_fields, violation_details, src_topic, src_partition, src_offset, at_ms, raw"
+	return locCols + ", trace_id, v, event_id, reason, violation_reasons, violation_fields, violation_details, src_topic, src_partition, src_offset, src_topic_id, at_ms, raw"
 }
 func (t *rejectionsRows) values() []any {
-	return append(t.cols(), t.traceID, t.v, t.eventID, t.reason, t.vReasons, t.vFields, t.vDetails, t.srcTopic, t.srcPart, t.srcOffset, t.atMS, t.raw)
+	return append(t.cols(), t.traceID, t.v, t.eventID, t.reason, t.vReasons, t.vFields, t.vDetails, t.srcTopic, t.srcPart, t.srcOffset, t.srcTopicID, t.atMS, t.raw)
 }
 
-func (t *rejectionsRows) add(r *kgo.Record, j *schemas.Rejection) {
-	t.loc.add(r)
+func (t *rejectionsRows) add(r *kgo.Record, topicID, srcTopicID string, j *schemas.Rejection) {
+	t.loc.add(r, topicID)
 	t.traceID = append(t.traceID, traceIDOf(r))
 	t.v = append(t.v, int32(j.V))
 	t.eventID = append(t.eventID, j.EventID)
@@ -254,6 +267,10 @@ func (t *rejectionsRows) add(r *kgo.Record, j *schemas.Rejection) {
 	t.srcTopic = append(t.srcTopic, j.Source.Topic)
 	t.srcPart = append(t.srcPart, j.Source.Partition)
 	t.srcOffset = append(t.srcOffset, j.Source.Offset)
+	if j.Source.Partition < 0 {
+		srcTopicID = "" // refused at the ingest gateway: never on a topic
+	}
+	t.srcTopicID = append(t.srcTopicID, srcTopicID)
 	t.atMS = append(t.atMS, j.At)
 	raw := j.Raw
 	if j.RawBase64 {
@@ -273,8 +290,8 @@ func (t *malformedRows) name() string    { return TableMalformed }
 func (t *malformedRows) columns() string { return locCols + ", kafka_key, error, raw" }
 func (t *malformedRows) values() []any   { return append(t.cols(), t.key, t.errText, t.raw) }
 
-func (t *malformedRows) add(r *kgo.Record, err error) {
-	t.loc.add(r)
+func (t *malformedRows) add(r *kgo.Record, topicID string, err error) {
+	t.loc.add(r, topicID)
 	t.key = append(t.key, recordString(r.Key))
 	t.errText = append(t.errText, err.Error())
 	t.raw = append(t.raw, recordString(r.Value))
@@ -298,6 +315,10 @@ type batch struct {
 	reject   schemas.Rejection
 	// next is the offset to commit per topic and partition (last + 1).
 	next map[string]map[int32]kgo.EpochOffset
+	// topicIDs is the id of each topic as the reader last saw it (its
+	// fetches and metadata; nil or missing: unknown). A rejection's source
+	// generation (src_topic_id) is the events topic's id here.
+	topicIDs map[string]string
 }
 
 func newBatch(t kafkax.Topics) *batch {
@@ -356,7 +377,7 @@ func trunc[T any](n int, cols ...*[]T) {
 }
 
 // strs are the String columns of l.
-func (l *loc) strs() []*[]string { return []*[]string{&l.topic} }
+func (l *loc) strs() []*[]string { return []*[]string{&l.topic, &l.topicID} }
 
 func (l *loc) reset(n int) {
 	trunc(n, l.strs()...)
@@ -403,7 +424,7 @@ func (t *deliveriesRows) reset(n int) {
 }
 
 func (t *rejectionsRows) strs() []*[]string {
-	return append(t.loc.strs(), &t.traceID, &t.eventID, &t.reason, &t.srcTopic, &t.raw)
+	return append(t.loc.strs(), &t.traceID, &t.eventID, &t.reason, &t.srcTopic, &t.srcTopicID, &t.raw)
 }
 
 func (t *rejectionsRows) reset(n int) {
@@ -430,7 +451,11 @@ func (b *batch) tables() []table {
 // add decodes one record into its table. It never fails: a record that is
 // not what its topic promises goes to the malformed table (or, for events,
 // to events with parsed = 0).
-func (b *batch) add(r *kgo.Record) {
+func (b *batch) add(r *kgo.Record) { b.addGen(r, b.topicIDs[r.Topic]) }
+
+// addGen is add of a record of the topic generation topicID (its fetch's
+// topic id; "" when the broker reports none).
+func (b *batch) addGen(r *kgo.Record, topicID string) {
 	b.records++
 	ps := b.next[r.Topic]
 	if ps == nil {
@@ -442,42 +467,42 @@ func (b *batch) add(r *kgo.Record) {
 	}
 	switch r.Topic {
 	case b.topics.Events:
-		b.events.add(r, &b.event)
+		b.events.add(r, topicID, &b.event)
 	case b.topics.Reports:
 		raw := recordString(r.Value) // no copy: the decoded strings are slices of it
 		p := &b.play
 		if err := lenient(schemas.DecodeTrackPlay(raw, p)); err != nil {
-			b.malformed.add(r, err)
+			b.malformed.add(r, topicID, err)
 			return
 		}
 		if p.ReportID == "" {
-			b.malformed.add(r, errors.New("track play without report_id"))
+			b.malformed.add(r, topicID, errors.New("track play without report_id"))
 			return
 		}
-		b.plays.add(r, p, raw)
+		b.plays.add(r, topicID, p, raw)
 	case b.topics.Deliveries:
 		if kafkax.HasHeader(r, schemas.HeaderLease) {
 			return // the reporter's lease markers: not deliveries (schemas.HeaderLease)
 		}
 		d := &b.delivery
 		if err := lenient(schemas.DecodeDelivery(recordString(r.Value), d)); err != nil {
-			b.malformed.add(r, err)
+			b.malformed.add(r, topicID, err)
 			return
 		}
 		if d.ReportID == "" {
-			b.malformed.add(r, errors.New("delivery without report_id"))
+			b.malformed.add(r, topicID, errors.New("delivery without report_id"))
 			return
 		}
-		b.deliveries.add(r, d)
+		b.deliveries.add(r, topicID, d)
 	case b.topics.Rejected:
 		j := &b.reject
 		if err := lenient(schemas.DecodeRejection(recordString(r.Value), j)); err != nil {
-			b.malformed.add(r, err)
+			b.malformed.add(r, topicID, err)
 			return
 		}
-		b.rejections.add(r, j)
+		b.rejections.add(r, topicID, b.topicIDs[j.Source.Topic], j)
 	default:
-		b.malformed.add(r, errors.New("record of a topic the sink does not know"))
+		b.malformed.add(r, topicID, errors.New("record of a topic the sink does not know"))
 	}
 }
 

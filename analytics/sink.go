@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.opentelemetry.io/otel/attribute"
@@ -313,6 +314,7 @@ func (s *Sink) read(ctx context.Context, cl *kgo.Client, topics kafkax.Topics, q
 	// growing row by row; it matters when the mix of topics shifts (a fetch
 	// is often one topic's).
 	var sizes room
+	gens := &generations{adm: kadm.NewClient(cl), events: topics.Events, rejected: topics.Rejected, ids: map[string]string{}, log: s.log}
 	// send blocks while the queue is full (it never drops): the writer takes
 	// batches until the queue closes, and when the writer has given up Run
 	// empties the queue, so a send always ends.
@@ -348,18 +350,27 @@ func (s *Sink) read(ctx context.Context, cl *kgo.Client, topics kafkax.Topics, q
 		if fetchErr && fs.NumRecords() == 0 && !backoff.Sleep(ctx, s.cfg.RetryMin) {
 			continue // ctx ended: the next round hands over and returns
 		}
-		fs.EachRecord(func(r *kgo.Record) {
-			if cur == nil {
-				select {
-				case cur = <-free:
-				default:
-					cur = newBatch(topics)
+		gens.see(ctx, fs)
+		for _, f := range fs {
+			for _, ft := range f.Topics {
+				id := topicIDString(ft.TopicID)
+				for _, p := range ft.Partitions {
+					for _, r := range p.Records {
+						if cur == nil {
+							select {
+							case cur = <-free:
+							default:
+								cur = newBatch(topics)
+							}
+							cur.reserve(sizes)
+							cur.topicIDs = gens.ids
+							deadline = time.Now().Add(s.cfg.Linger)
+						}
+						cur.addGen(r, id)
+					}
 				}
-				cur.reserve(sizes)
-				deadline = time.Now().Add(s.cfg.Linger)
 			}
-			cur.add(r)
-		})
+		}
 		if cur != nil && (cur.records >= s.cfg.BatchRows || !time.Now().Before(deadline)) {
 			send()
 		}
@@ -547,4 +558,64 @@ func (s *Sink) insertTable(ctx context.Context, conn driver.Conn, t table) error
 // exponential from RetryMin to RetryMax with ±25 % jitter.
 func (s *Sink) backoff(attempt int) time.Duration {
 	return backoff.Policy{Initial: s.cfg.RetryMin, Max: s.cfg.RetryMax, Jitter: backoff.Proportional}.Delay(attempt, 0)
+}
+
+// generations is the reader's view of the topics' generations (KIP-516
+// topic ids): the id of each topic in its latest fetch. A record is
+// written with its own fetch's id; a rejection also with the events
+// topic's id as the reader knows it when it copies the rejection (its
+// source event's generation, src_topic_id: the consumer publishes a
+// rejection right after reading its event, and a re-created events topic
+// re-creates nothing of the old one's rejections). When a poll holds
+// rejections and the events topic's id is not known yet (the sink's first
+// fetches), the broker's metadata is asked, at most once a second.
+type generations struct {
+	adm              *kadm.Client
+	events, rejected string
+	ids              map[string]string
+	log              *slog.Logger
+	asked            time.Time
+}
+
+// see records the topic ids of a poll's fetches.
+func (g *generations) see(ctx context.Context, fs kgo.Fetches) {
+	rejections, recreated, events := false, false, false
+	for _, f := range fs {
+		for _, ft := range f.Topics {
+			if id := topicIDString(ft.TopicID); id != "" {
+				if old, ok := g.ids[ft.Topic]; ok && old != id {
+					g.log.Warn("sink: topic re-created (new topic id): its records are a new generation in the ledger",
+						"topic", ft.Topic, "old_id", old, "new_id", id)
+					recreated = true
+				}
+				g.ids[ft.Topic] = id
+				events = events || ft.Topic == g.events
+			}
+			if ft.Topic == g.rejected && len(ft.Partitions) > 0 {
+				rejections = true
+			}
+		}
+	}
+	if recreated && !events {
+		// Topics were created again and this poll holds none of the
+		// events topic: its id is asked anew rather than assumed.
+		delete(g.ids, g.events)
+		g.asked = time.Time{}
+	}
+	if !rejections || g.ids[g.events] != "" || time.Since(g.asked) < time.Second {
+		return
+	}
+	g.asked = time.Now()
+	mctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	td, err := g.adm.ListTopics(mctx, g.events)
+	if err != nil {
+		g.log.Debug("sink: topic id of the events topic", "err", err)
+		return
+	}
+	if d, ok := td[g.events]; ok && d.Err == nil {
+		if id := topicIDString(d.ID); id != "" {
+			g.ids[g.events] = id
+		}
+	}
 }

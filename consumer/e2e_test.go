@@ -48,7 +48,7 @@ func sandboxClient(t *testing.T, sb *testenv.Sandbox) *partnerapi.Client {
 // reference computation expects from the catalog.
 func TestEndToEndWithSandbox(t *testing.T) {
 	t.Parallel()
-	k := testenv.StartKafka(t, 3)
+	k := testenv.SharedApacheKafka(t, 3)
 	sb := testenv.StartSandbox(t)
 	refs, unknown := sandboxRefs(sb.Catalog())
 	quirks := 0
@@ -158,7 +158,7 @@ func quirkEvents(cat *sandbox.Catalog, refs []refMix) []genEvent {
 // once the storm ends, everything is, exactly.
 func TestEndToEnd503StormWithSandbox(t *testing.T) {
 	t.Parallel()
-	k := testenv.StartKafka(t, 3)
+	k := testenv.SharedApacheKafka(t, 3)
 	sb := testenv.StartSandbox(t)
 	refs, unknown := sandboxRefs(sb.Catalog())
 	evs := genEvents(6, 1500, refs, unknown)

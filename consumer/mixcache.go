@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -318,7 +317,7 @@ func (c *MixCache) fetch(ctx context.Context, id int64) (*Listing, error) {
 // our credentials (400 or 401 on POST /partners/session…).
 func refusedCredentials(err error) bool {
 	var e *partnerapi.Error
-	if !errors.As(err, &e) || !strings.HasPrefix(e.Op, "POST /partners/session") {
+	if !errors.As(err, &e) || !e.Endpoint.Session() {
 		return false
 	}
 	return e.Kind == partnerapi.KindRejected || e.Kind == partnerapi.KindUnauthorized

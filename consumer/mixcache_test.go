@@ -382,13 +382,21 @@ func TestMixUnavailablePolicy(t *testing.T) {
 	})
 	t.Run("refused credentials", func(t *testing.T) {
 		src := newFakeSource()
-		src.byID[9], src.failErr = true, &partnerapi.Error{Kind: partnerapi.KindUnauthorized, Op: "POST /partners/session", Status: 401, Reason: "invalid client_signature"}
+		src.byID[9], src.failErr = true, &partnerapi.Error{Kind: partnerapi.KindUnauthorized, Endpoint: partnerapi.EndpointSession, Op: "POST /partners/session", Status: 401, Reason: "invalid client_signature"}
 		c, err := NewMixCache(src, CacheConfig{Logger: quietLogger()})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if _, err := c.Get(context.Background(), 9); !errors.Is(err, ErrInvalidConfig) {
 			t.Fatalf("Get: %v, want ErrInvalidConfig", err)
+		}
+	})
+	t.Run("refused credentials, decided by the endpoint", func(t *testing.T) {
+		if !refusedCredentials(&partnerapi.Error{Kind: partnerapi.KindRejected, Endpoint: partnerapi.EndpointSessionWithUser, Op: "session", Status: 400}) {
+			t.Error("a session endpoint's 400 named otherwise is not taken for refused credentials")
+		}
+		if refusedCredentials(&partnerapi.Error{Kind: partnerapi.KindRejected, Endpoint: partnerapi.EndpointMix, Op: "POST /partners/session?", Status: 400}) {
+			t.Error("a mix endpoint's 400 is taken for refused credentials by its Op")
 		}
 	})
 }

@@ -93,3 +93,76 @@ func TestImplausibleTimeOverKafka(t *testing.T) {
 		t.Errorf("%d rejections, want 6", len(rejected))
 	}
 }
+
+// TestImplausibleTimeFutureRecord: the window is bounded by the consumer's
+// own clock (Config.Now, injected), not only by the record's timestamp,
+// which the producer sets. A record stamped 2100 carrying started_at 2100
+// was delivered with playedat 4102444800000; it is rejected
+// implausible_time. A record stamped a little ahead (clock skew) with a
+// started_at within a day of the clock still yields its plays.
+func TestImplausibleTimeFutureRecord(t *testing.T) {
+	t.Parallel()
+	k := testenv.StartKafka(t, 2)
+	mixes := fakeMixes()
+	mix := mixes[0]
+	clock := time.Now().Add(-3 * time.Hour).Truncate(time.Millisecond) // the consumer's clock, not the machine's
+	y2100 := time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC)
+	ev := func(id string, started int64) []byte {
+		return fmt.Appendf(nil, `{"event_id":%q,"mix_id":%d,"started_at":%d,"offset_ms":0,"duration_ms":60000,"user_id":"u","country":"DE","os":"o","device":"d","vendor":1}`,
+			id, mix.ID, started)
+	}
+	cases := []struct {
+		id      string
+		started time.Time
+		stamp   time.Time
+		want    string // "" plays; else the rejection's detail contains it
+	}{
+		{"stamped-2100", y2100, y2100, "started_at 4102444800000 (2100-01-01"},
+		{"stamped-2h-ahead-started-2h-ahead", clock.Add(2 * time.Hour), clock.Add(2 * time.Hour), ""},
+		{"stamped-3d-ahead-started-2d-ahead", clock.Add(48 * time.Hour), clock.Add(72 * time.Hour), "started_at"},
+		{"now", clock.Add(-time.Minute), clock, ""},
+	}
+	var recs []*kgo.Record
+	for _, c := range cases {
+		recs = append(recs, &kgo.Record{Topic: k.Config.Topics().Events, Key: []byte(c.id), Value: ev(c.id, c.started.UnixMilli()), Timestamp: c.stamp})
+	}
+	if err := k.Client(t).ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	e := newTestEnricher(t, k, newFakeSource(mixes...), func(o *Config) {
+		o.Now = func() time.Time { return clock }
+	})
+	stop := runEnricher(t, e)
+	waitFor(t, 30*time.Second, "all events committed", func() bool { return e.Stats().Events >= int64(len(cases)) })
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	rejected := map[string]schemas.Rejection{}
+	for _, r := range k.ReadAll(t, k.Config.Topics().Rejected) {
+		var rj schemas.Rejection
+		if err := json.Unmarshal(r.Value, &rj); err != nil {
+			t.Fatal(err)
+		}
+		rejected[rj.EventID] = rj
+	}
+	plays := map[string]int{}
+	for _, r := range k.ReadAll(t, k.Config.Topics().Reports) {
+		var tp schemas.TrackPlay
+		if err := json.Unmarshal(r.Value, &tp); err != nil {
+			t.Fatal(err)
+		}
+		plays[tp.EventID]++
+		if tp.Report.PlayedAt > clock.Add(schemas.DefaultTimeAhead).UnixMilli() {
+			t.Errorf("%s: playedat %d is more than a day after the consumer's clock", tp.EventID, tp.Report.PlayedAt)
+		}
+	}
+	for _, c := range cases {
+		rj, isRej := rejected[c.id]
+		switch {
+		case c.want == "" && (isRej || plays[c.id] == 0):
+			t.Errorf("%s: rejected %+v, %d plays; want plays", c.id, rj, plays[c.id])
+		case c.want != "" && (!isRej || plays[c.id] != 0 || rj.Reason != schemas.ReasonImplausibleTime || !strings.Contains(rj.Violations[0].Detail, c.want)):
+			t.Errorf("%s: rejection %+v, %d plays; want implausible_time with %q and no play", c.id, rj, plays[c.id], c.want)
+		}
+	}
+}

@@ -195,8 +195,9 @@ func (p *processor) process(ctx, waitCtx context.Context, recs []*kgo.Record, no
 // parse validates recs into p.items and finds their mixes in the cache. It
 // returns the mixes that are not cached (each once). An event's arrival, the
 // reference of the plausible-time window, is its record's timestamp (nowMS
-// for a record without one): so a backlog read late is judged by when it
-// arrived, not by when it is read.
+// for a record without one), bounded by nowMS (arrivalMS): so a backlog read
+// late is judged by when it arrived, not by when it is read, and a record
+// stamped in the future is judged by the consumer's own clock.
 func (p *processor) parse(recs []*kgo.Record, nowMS int64) (missing []int64) {
 	p.items = p.items[:0]
 	p.isolate = p.isolate[:0]
@@ -221,9 +222,15 @@ func (p *processor) parse(recs []*kgo.Record, nowMS int64) (missing []int64) {
 	return missing
 }
 
-// arrivalMS is the record's timestamp in epoch ms, or nowMS when it has none.
+// arrivalMS is the record's timestamp in epoch ms, never later than nowMS
+// (the consumer's clock, Config.Now), and nowMS for a record without one.
+// Whoever produces a record sets its timestamp: a record stamped in 2100
+// carrying started_at 2100 was inside its own window and delivered with a
+// playedat of 2100, so the window's upper bound is the consumer's clock
+// plus --time-window-ahead, however the record is stamped. (An old
+// timestamp is kept: a backlog is judged by when it arrived.)
 func arrivalMS(r *kgo.Record, nowMS int64) int64 {
-	if ms := r.Timestamp.UnixMilli(); ms > 0 {
+	if ms := r.Timestamp.UnixMilli(); ms > 0 && ms < nowMS {
 		return ms
 	}
 	return nowMS

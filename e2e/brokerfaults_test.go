@@ -15,6 +15,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/playpipe/playpipe/analytics"
 )
 
 // TestBrokerFrozen is issue 22's first case: the broker is frozen with
@@ -210,7 +212,7 @@ func TestBrokerRestartedEmpty(t *testing.T) {
 		t.Skip("end-to-end: builds the binary and runs 5 processes")
 	}
 	r := startBrokerRig(t)
-	r.deliverFirst(t, "before the restart")
+	first := r.deliverFirst(t, "before the restart")
 	logFrom := r.logSizes()
 	sup := superviseRoles(r)
 
@@ -270,6 +272,36 @@ func TestBrokerRestartedEmpty(t *testing.T) {
 		waitReady(t, sup.proc(name), ro.admin, 30*time.Second)
 		if up, err := scrapeSum(ro.admin, "playpipe_kafka_broker_up"); err != nil || up != 1 {
 			t.Errorf("%s after the recovery: playpipe_kafka_broker_up %v (%v), want 1", name, up, err)
+		}
+	}
+
+	// The ledger holds both lives of the topics at the same positions (issue
+	// 30, 7.1): the audit counts every event once and says that the window
+	// holds two generations of the events topic, without failing.
+	want := uint64(len(first) + len(acked))
+	auditArgs := append(append([]string{"audit"}, r.chArgs...), "--from", "-1h", "--to", "+1h", "--format", "json")
+	var rep analytics.Audit
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		rep = runAudit(t, r.ps.bin, auditArgs)
+		if rep.EventsReceived >= want || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	gens := 0
+	for _, g := range rep.Generations {
+		if g.Topic == "plays.events" {
+			gens = len(g.Generations)
+		}
+	}
+	t.Logf("audit after the restart: %d events received (want %d), generations %+v, problems %q", rep.EventsReceived, want, rep.Generations, rep.Problems())
+	if rep.EventsReceived != want || gens != 2 {
+		t.Errorf("audit: %d events received, %d generations of plays.events; want %d and 2", rep.EventsReceived, gens, want)
+	}
+	for _, p := range rep.Problems() {
+		if strings.Contains(p, "generation") {
+			t.Errorf("audit problem: %s", p)
 		}
 	}
 }

@@ -83,9 +83,9 @@ func transportDoubt(replied bool, err error) string {
 // playpipe.partnerapi.foreign_answers metric (by status), and a warning
 // with the status and the body's first bytes (scrubbed, printable), at most
 // one per foreignLogEvery so that a storm of edge pages cannot flood the log.
-func (c *Client) foreignAnswer(op string, status int, h http.Header, body []byte) {
+func (c *Client) foreignAnswer(op call, status int, h http.Header, body []byte, auth []string) {
 	c.foreign.Add(context.Background(), 1, metric.WithAttributes(
-		attribute.Int("http.response.status_code", status), attribute.String("partnerapi.op", opGroup(op))))
+		attribute.Int("http.response.status_code", status), attribute.String("partnerapi.op", op.ep.String())))
 	n := c.foreignN.Add(1)
 	now := time.Now().UnixNano()
 	last := c.foreignLogAt.Load()
@@ -99,19 +99,9 @@ func (c *Client) foreignAnswer(op string, status int, h http.Header, body []byte
 		ct = h.Get("Content-Type")
 	}
 	c.log.Warn("partner API: an answer that is not the API's own (an edge's or proxy's page?): retried, never taken as a rejection",
-		"op", op, "status", status, "content_type", bound(printable(ct), 100), "first_bytes", c.scrub(printable(string(first))),
+		"op", op.name, "status", status, "content_type", bound(printable(ct), 100), "first_bytes", c.scrub(printable(string(first)), auth),
 		"answers_since_last_log", n)
 }
 
 // foreignLogEvery is the least time between two foreign-answer warnings.
 const foreignLogEvery = 10 * time.Second
-
-// opGroup keeps the op attribute's cardinality low: GET paths lose their id.
-func opGroup(op string) string {
-	for _, p := range [...]string{PathPage, PathList, PathGenres, PathMix} {
-		if i := len("GET "); len(op) > i+len(p) && op[:i] == "GET " && op[i:i+len(p)] == p {
-			return "GET " + p + "{id}"
-		}
-	}
-	return op
-}

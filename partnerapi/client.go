@@ -122,8 +122,8 @@ func New(cfg Config) (*Client, error) {
 	req.Header = nil
 	c.reportReq = req
 	c.root, c.cancel = context.WithCancel(context.Background())
-	c.main = &slot{c: c, path: PathSession, op: "POST " + PathSession}
-	c.user = &slot{c: c, path: PathSessionWithUser, op: "POST " + PathSessionWithUser, withUser: true}
+	c.main = &slot{c: c, path: PathSession, op: call{name: "POST " + PathSession, ep: EndpointSession}}
+	c.user = &slot{c: c, path: PathSessionWithUser, op: call{name: "POST " + PathSessionWithUser, ep: EndpointSessionWithUser}, withUser: true}
 	c.sessions, _ = cfg.MeterProvider.Meter(instrumentationName).Int64Counter("playpipe.partnerapi.sessions",
 		metric.WithDescription("Partner API sessions created, by served_by and outcome"))
 	c.foreign, _ = cfg.MeterProvider.Meter(instrumentationName).Int64Counter("playpipe.partnerapi.foreign_answers",
@@ -225,9 +225,16 @@ func servedByValue(v string) ServedBy {
 	return ServedBy(bound(printable(v), 64))
 }
 
+// call is one call of the API: its name for people (Error.Op, span names)
+// and its endpoint, which decisions read (Error.Endpoint).
+type call struct {
+	name string
+	ep   Endpoint
+}
+
 // send makes one attempt of one request and reads the answer with a size
 // bound. A non-2xx answer is returned as an *Error (with meta filled).
-func (c *Client) send(ctx context.Context, op, method, url string, auth []string, body []byte, country string, limit int64) (Meta, []byte, error) {
+func (c *Client) send(ctx context.Context, op call, method, url string, auth []string, body []byte, country string, limit int64) (Meta, []byte, error) {
 	if c.closed.Load() {
 		return Meta{}, nil, ErrClosed
 	}
@@ -242,7 +249,7 @@ func (c *Client) send(ctx context.Context, op, method, url string, auth []string
 	}
 	req, err := http.NewRequestWithContext(ctx, method, url, rd)
 	if err != nil {
-		return Meta{}, nil, &Error{Kind: KindRejected, Op: op, Reason: "cannot build request", Err: err}
+		return Meta{}, nil, &Error{Kind: KindRejected, Endpoint: op.ep, Op: op.name, Reason: "cannot build request", Err: err}
 	}
 	req.Header["User-Agent"] = c.uaHeader
 	req.Header["Accept"] = jsonHeader
@@ -258,18 +265,18 @@ func (c *Client) send(ctx context.Context, op, method, url string, auth []string
 	c.injectTrace(ctx, req.Header)
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return Meta{}, nil, &Error{Kind: KindTransient, Op: op, Err: err}
+		return Meta{}, nil, &Error{Kind: KindTransient, Endpoint: op.ep, Op: op.name, Err: err}
 	}
 	meta := Meta{Status: resp.StatusCode, ServedBy: servedBy(resp.Header)}
 	data, err := readBounded(resp.Body, limit)
 	resp.Body.Close()
 	if err != nil {
-		return meta, nil, &Error{Kind: KindTransient, Op: op, Status: meta.Status, ServedBy: meta.ServedBy, Reason: "reading the answer", Err: err}
+		return meta, nil, &Error{Kind: KindTransient, Endpoint: op.ep, Op: op.name, Status: meta.Status, ServedBy: meta.ServedBy, Reason: "reading the answer", Err: err}
 	}
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
 		return meta, data, nil
 	}
-	return meta, nil, c.statusError(op, meta, resp.Header, data)
+	return meta, nil, c.statusError(op, meta, resp.Header, data, auth)
 }
 
 // readBounded reads r to EOF, failing when it holds more than limit bytes.
@@ -285,9 +292,11 @@ func readBounded(r io.Reader, limit int64) ([]byte, error) {
 }
 
 // statusError is the one place that maps an HTTP answer to a Kind; the
-// reason for each case is written next to it.
-func (c *Client) statusError(op string, meta Meta, h http.Header, body []byte) *Error {
-	e := &Error{Op: op, Status: meta.Status, ServedBy: meta.ServedBy}
+// reason for each case is written next to it. auth is the Authorization
+// header the request carried (nil: none): the answer may echo it, held or
+// not (a 401's token is dropped, another caller may have dropped it first).
+func (c *Client) statusError(op call, meta Meta, h http.Header, body []byte, auth []string) *Error {
+	e := &Error{Endpoint: op.ep, Op: op.name, Status: meta.Status, ServedBy: meta.ServedBy}
 	s := meta.Status
 	api := isAPIEnvelope(s, body)
 	switch {
@@ -298,7 +307,7 @@ func (c *Client) statusError(op string, meta Meta, h http.Header, body []byte) *
 	case s == http.StatusForbidden:
 		// The edge blocked our User-Agent (error 1010): configuration error.
 		e.Kind = KindEdgeBlocked
-	case s == http.StatusNotFound && (api || op == opReport):
+	case s == http.StatusNotFound && (api || op.ep == EndpointReport):
 		// Mix not found; on the report endpoint, a base URL that is not the
 		// partner API (the reporter stops: a configuration error).
 		e.Kind = KindNotFound
@@ -307,7 +316,7 @@ func (c *Client) statusError(op string, meta Meta, h http.Header, body []byte) *
 		// 413, 502 …), a redirect. The API may never have seen the request,
 		// so this is never a final rejection: retry with backoff, and say so.
 		e.Kind, e.Foreign = KindTransient, true
-		c.foreignAnswer(op, s, h, body)
+		c.foreignAnswer(op, s, h, body, auth)
 	case s == http.StatusRequestTimeout, s == http.StatusTooManyRequests, s >= 500:
 		// 500 internal error, 503 standby upstream error, and the
 		// overload statuses, in the API's envelope: retry with backoff.
@@ -321,7 +330,7 @@ func (c *Client) statusError(op string, meta Meta, h http.Header, body []byte) *
 		// an intermediary may be misbehaving, so retrying is reasonable.
 		e.Kind = KindTransient
 	}
-	e.Reason = c.scrub(errorReason(s, body))
+	e.Reason = c.scrub(errorReason(s, body), auth)
 	if e.Kind == KindRejected {
 		e.Fields = parseFields(e.Reason)
 	}
@@ -331,15 +340,21 @@ func (c *Client) statusError(op string, meta Meta, h http.Header, body []byte) *
 	return e
 }
 
-// scrub removes the signature and any held token from text that came from
-// the server (an answer could echo a request), so that no secret reaches an
-// error message.
-func (c *Client) scrub(s string) string {
+// scrub removes the signature, the request's own token (auth, the
+// Authorization header it carried; nil: none) and any held token from text
+// that came from the server (an answer could echo a request), so that no
+// secret reaches an error message. The request's token is scrubbed whether
+// or not it is still held: a 401's token is dropped, and another caller's
+// 401 may drop it while this answer is read.
+func (c *Client) scrub(s string, auth []string) string {
 	if s == "" {
 		return s
 	}
 	if sig := c.cfg.Credentials.ClientSignature; len(sig) >= 4 && strings.Contains(s, sig) {
 		s = strings.ReplaceAll(s, sig, redacted)
+	}
+	if len(auth) > 0 && auth[0] != "" && strings.Contains(s, auth[0]) {
+		s = strings.ReplaceAll(s, auth[0], redacted)
 	}
 	for _, sl := range [...]*slot{c.main, c.user} {
 		if t := sl.cur.Load(); t != nil && strings.Contains(s, t.hdr[0]) {
@@ -367,9 +382,9 @@ func (c *Client) retryable(ctx context.Context, e *Error, d time.Duration) bool 
 
 // get runs a GET with the session of s: transient errors retried with
 // backoff up to MaxAttempts, one new session and retry on 401.
-func (c *Client) get(ctx context.Context, path string, s *slot, country string, decode func([]byte) error) (Meta, error) {
-	op := "GET " + path
-	ctx, span := c.tracer.Start(ctx, op, trace.WithSpanKind(trace.SpanKindClient),
+func (c *Client) get(ctx context.Context, ep Endpoint, path string, s *slot, country string, decode func([]byte) error) (Meta, error) {
+	op := call{name: "GET " + path, ep: ep}
+	ctx, span := c.tracer.Start(ctx, op.name, trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(attribute.String("http.request.method", "GET"), attribute.String("url.path", path)))
 	defer span.End()
 	meta, err := c.getLoop(ctx, op, c.base+path, s, country, decode)
@@ -384,7 +399,7 @@ func (c *Client) get(ctx context.Context, path string, s *slot, country string, 
 	return meta, err
 }
 
-func (c *Client) getLoop(ctx context.Context, op, url string, s *slot, country string, decode func([]byte) error) (Meta, error) {
+func (c *Client) getLoop(ctx context.Context, op call, url string, s *slot, country string, decode func([]byte) error) (Meta, error) {
 	reauthed := false
 	for attempt := 1; ; {
 		tok, err := s.token(ctx)
@@ -400,7 +415,7 @@ func (c *Client) getLoop(ctx context.Context, op, url string, s *slot, country s
 			// A 200 whose body does not decode: truncated or garbled by an
 			// intermediary, or a shape this client does not know. Retried as
 			// transient (bounded by MaxAttempts).
-			err = &Error{Kind: KindTransient, Op: op, Status: meta.Status, ServedBy: meta.ServedBy, Reason: "malformed response body", Err: derr}
+			err = &Error{Kind: KindTransient, Endpoint: op.ep, Op: op.name, Status: meta.Status, ServedBy: meta.ServedBy, Reason: "malformed response body", Err: derr}
 		}
 		var e *Error
 		if !errors.As(err, &e) {

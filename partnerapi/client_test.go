@@ -645,3 +645,33 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// TestErrorEndpoint: every *Error names its endpoint (Error.Endpoint), the
+// field callers decide on instead of Error.Op's text: a session refusing
+// the credentials, a GET's 404 and a play report's 400.
+func TestErrorEndpoint(t *testing.T) {
+	f := newFake(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == PathRoyaltyTracking {
+			w.WriteHeader(400)
+			fmt.Fprint(w, `{"error":true,"message":"include the required fields: isrc"}`)
+			return
+		}
+		w.WriteHeader(404)
+		fmt.Fprint(w, `{"error":true,"reason":"mix not found","mix":null}`)
+	})
+	c := f.client(t, func(c *Config) { c.MaxAttempts = 1 })
+	_, _, err := c.Mix(context.Background(), 7)
+	var e *Error
+	if !errors.As(err, &e) || e.Endpoint != EndpointMix || e.Endpoint.Session() || e.Endpoint.String() != "GET /partners/mix/{id}" {
+		t.Fatalf("mix: %v (endpoint %v)", err, e.Endpoint)
+	}
+	_, err = c.ReportPlay(context.Background(), schemas.PlayReport{TrackID: 1})
+	if !errors.As(err, &e) || e.Endpoint != EndpointReport || e.Kind != KindRejected {
+		t.Fatalf("report: %v (endpoint %v)", err, e.Endpoint)
+	}
+	bad := f.client(t, func(c *Config) { c.MaxAttempts = 1; c.Credentials.ClientSignature = "wrong-signature" })
+	_, _, err = bad.Mix(context.Background(), 7)
+	if !errors.As(err, &e) || e.Endpoint != EndpointSession || !e.Endpoint.Session() || e.Kind != KindRejected {
+		t.Fatalf("session: %v (endpoint %v)", err, e.Endpoint)
+	}
+}

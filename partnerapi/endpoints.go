@@ -116,7 +116,7 @@ type GenreRow struct {
 // country, in display order: sorted by Ranking, ascending (the API may send
 // them in any order).
 func (c *Client) Catalog(ctx context.Context) ([]CatalogEntry, Meta, error) {
-	return getDecoded(ctx, c, PathCatalog, c.main, "", decodeCatalog)
+	return getDecoded(ctx, c, EndpointCatalog, PathCatalog, c.main, "", decodeCatalog)
 }
 
 // RestrictedCatalog is GET /partners/catalog/restricted: the catalog filtered
@@ -134,7 +134,7 @@ func (c *Client) RestrictedCatalog(ctx context.Context, country string) ([]Catal
 	if c.cfg.Credentials.Email != "" {
 		s = c.user
 	}
-	return getDecoded(ctx, c, PathRestrictedCatalog, s, country, decodeCatalog)
+	return getDecoded(ctx, c, EndpointRestrictedCatalog, PathRestrictedCatalog, s, country, decodeCatalog)
 }
 
 func isAlpha2(s string) bool {
@@ -151,31 +151,31 @@ func isAlpha2(s string) bool {
 
 // Page is GET /partners/page/{id}.
 func (c *Client) Page(ctx context.Context, id int64) (Page, Meta, error) {
-	return getDecoded(ctx, c, PathPage+strconv.FormatInt(id, 10), c.main, "", decodePage)
+	return getDecoded(ctx, c, EndpointPage, PathPage+strconv.FormatInt(id, 10), c.main, "", decodePage)
 }
 
 // List is GET /partners/list/{id}; its mix summaries are decoded from the
 // live or the standby shape.
 func (c *Client) List(ctx context.Context, id int64) (List, Meta, error) {
-	return getDecoded(ctx, c, PathList+strconv.FormatInt(id, 10), c.main, "", decodeList)
+	return getDecoded(ctx, c, EndpointList, PathList+strconv.FormatInt(id, 10), c.main, "", decodeList)
 }
 
 // GenreRow is GET /partners/genres/{id} (same id space as page ids).
 func (c *Client) GenreRow(ctx context.Context, id int64) (GenreRow, Meta, error) {
-	return getDecoded(ctx, c, PathGenres+strconv.FormatInt(id, 10), c.main, "", decodeGenreRow)
+	return getDecoded(ctx, c, EndpointGenres, PathGenres+strconv.FormatInt(id, 10), c.main, "", decodeGenreRow)
 }
 
 // Mix is GET /partners/mix/{id}. An unknown mix is an *Error of KindNotFound.
 // In standby (Meta.Standby()) the metadata may be degraded: see Mix.
 func (c *Client) Mix(ctx context.Context, id int64) (Mix, Meta, error) {
-	return getDecoded(ctx, c, PathMix+strconv.FormatInt(id, 10), c.main, "", decodeMix)
+	return getDecoded(ctx, c, EndpointMix, PathMix+strconv.FormatInt(id, 10), c.main, "", decodeMix)
 }
 
-// getDecoded is a GET of path (c.get: session s, country header) whose
+// getDecoded is a GET of path (endpoint ep) (c.get: session s, country header) whose
 // answer decode turns into the endpoint's value.
-func getDecoded[T any](ctx context.Context, c *Client, path string, s *slot, country string, decode func([]byte) (T, error)) (T, Meta, error) {
+func getDecoded[T any](ctx context.Context, c *Client, ep Endpoint, path string, s *slot, country string, decode func([]byte) (T, error)) (T, Meta, error) {
 	var out T
-	meta, err := c.get(ctx, path, s, country, func(b []byte) (err error) {
+	meta, err := c.get(ctx, ep, path, s, country, func(b []byte) (err error) {
 		out, err = decode(b)
 		return err
 	})

@@ -43,6 +43,59 @@ func (k Kind) String() string {
 	return "kind(" + strconv.Itoa(int(k)) + ")"
 }
 
+// Endpoint is the endpoint of the partner API a call went to. Callers
+// decide on it (Error.Endpoint), never on Error.Op, which is the call's
+// name for people (with a GET's id) and may be reworded.
+type Endpoint int
+
+const (
+	// EndpointSession: POST /partners/session.
+	EndpointSession Endpoint = iota + 1
+	// EndpointSessionWithUser: POST /partners/session/with-user.
+	EndpointSessionWithUser
+	// EndpointReport: POST /partners/royalty-tracking, the play reports.
+	EndpointReport
+	// EndpointCatalog: GET /partners/catalog.
+	EndpointCatalog
+	// EndpointRestrictedCatalog: GET /partners/catalog/restricted.
+	EndpointRestrictedCatalog
+	// EndpointPage: GET /partners/page/{id}.
+	EndpointPage
+	// EndpointList: GET /partners/list/{id}.
+	EndpointList
+	// EndpointGenres: GET /partners/genres/{id}.
+	EndpointGenres
+	// EndpointMix: GET /partners/mix/{id}.
+	EndpointMix
+)
+
+// endpointNames are the names String gives the endpoints: the method and
+// the path, a GET's id as {id} (low cardinality, for metrics).
+var endpointNames = [...]string{
+	EndpointSession:           "POST " + PathSession,
+	EndpointSessionWithUser:   "POST " + PathSessionWithUser,
+	EndpointReport:            "POST " + PathRoyaltyTracking,
+	EndpointCatalog:           "GET " + PathCatalog,
+	EndpointRestrictedCatalog: "GET " + PathRestrictedCatalog,
+	EndpointPage:              "GET " + PathPage + "{id}",
+	EndpointList:              "GET " + PathList + "{id}",
+	EndpointGenres:            "GET " + PathGenres + "{id}",
+	EndpointMix:               "GET " + PathMix + "{id}",
+}
+
+func (e Endpoint) String() string {
+	if e >= EndpointSession && int(e) < len(endpointNames) {
+		return endpointNames[e]
+	}
+	return "endpoint(" + strconv.Itoa(int(e)) + ")"
+}
+
+// Session reports whether e is one of the session endpoints, where a 400
+// or 401 means the credentials were refused.
+func (e Endpoint) Session() bool {
+	return e == EndpointSession || e == EndpointSessionWithUser
+}
+
 // Sentinels for errors.Is: errors.Is(err, ErrTransient) is true for every
 // *Error of KindTransient, and so on.
 var (
@@ -57,7 +110,10 @@ var (
 // client signature.
 type Error struct {
 	Kind Kind
-	// Op names the call, e.g. "GET /partners/mix/42" or "POST /partners/royalty-tracking".
+	// Endpoint is the endpoint called: decide on it, not on Op.
+	Endpoint Endpoint
+	// Op names the call for people, e.g. "GET /partners/mix/42" or "POST
+	// /partners/royalty-tracking".
 	Op string
 	// Status is the HTTP status, 0 when no answer came (timeout, connection error).
 	Status int
@@ -106,7 +162,7 @@ func (e *Error) Unwrap() error { return e.Err }
 // Is matches the Kind sentinels.
 func (e *Error) Is(target error) bool {
 	var t *Error
-	if errors.As(target, &t) && t.Op == "" && t.Status == 0 && t.Err == nil {
+	if errors.As(target, &t) && t.Op == "" && t.Endpoint == 0 && t.Status == 0 && t.Err == nil {
 		return t.Kind == e.Kind
 	}
 	return false

@@ -182,7 +182,7 @@ func TestReportAnswers(t *testing.T) {
 				return
 			}
 			var e *Error
-			if !errors.As(err, &e) || e.Kind != tc.kind || e.Status != tc.status || e.RetryAfter != tc.retryAfter || e.Op != opReport || e.Doubt != tc.doubt {
+			if !errors.As(err, &e) || e.Kind != tc.kind || e.Status != tc.status || e.RetryAfter != tc.retryAfter || e.Op != opReport.name || e.Endpoint != EndpointReport || e.Doubt != tc.doubt {
 				t.Fatalf("err %v: %+v", err, e)
 			}
 			if tc.kind == KindRejected && (len(e.Fields) != 1 || e.Fields[0] != "os") {

@@ -29,7 +29,8 @@ func (c *Client) injectTrace(ctx context.Context, h http.Header) {
 	}
 }
 
-const opReport = "POST " + PathRoyaltyTracking
+// opReport is the play report post.
+var opReport = call{name: "POST " + PathRoyaltyTracking, ep: EndpointReport}
 
 // ReportPlay encodes r exactly as the spec's Play report table says (see
 // schemas.AppendReportJSON) and posts it once: see ReportPlayJSON.
@@ -40,15 +41,17 @@ func (c *Client) ReportPlay(ctx context.Context, r schemas.PlayReport) (ReportRe
 // ReportPlayJSON posts a pre-encoded play report body as is, in exactly one
 // POST /partners/royalty-tracking through net/http (HTTP/2 over TLS where
 // the server offers it, HTTP/1.1 otherwise), after taking a session if none
-// is held: the caller owns retries and sees every attempt. The attempt is
-// bounded by RequestTimeout (from the request to the last byte of the
-// answer) and ctx.
+// is held: the caller owns retries and sees every attempt — the transport
+// never sends the report again once a try has written it all (getBody).
+// The attempt is bounded by RequestTimeout (from the request to the last
+// byte of the answer) and ctx.
 //
 //   - 200 with the API's body ({"error":false,…}): a ReportResult;
 //     Meta.ServedBy == ServedStandby means standby took the report without
 //     validating or forwarding it (not an error).
 //   - 401: the held token is dropped (the next call renews it, single
-//     flight) and an *Error of KindUnauthorized is returned.
+//     flight) after the answer is scrubbed of it, and an *Error of
+//     KindUnauthorized is returned.
 //   - anything else: an *Error of the matching Kind (a 4xx in the API's
 //     envelope KindRejected with the message and Fields; 403
 //     KindEdgeBlocked; 500/503/timeout/connection and every answer that is
@@ -70,7 +73,7 @@ func (c *Client) ReportPlayJSON(ctx context.Context, body []byte) (ReportResult,
 	// with tracing off the hot path stays free of span work.
 	var span trace.Span
 	if trace.SpanContextFromContext(ctx).IsSampled() {
-		ctx, span = c.tracer.Start(ctx, opReport, trace.WithSpanKind(trace.SpanKindClient),
+		ctx, span = c.tracer.Start(ctx, opReport.name, trace.WithSpanKind(trace.SpanKindClient),
 			trace.WithAttributes(attribute.String("http.request.method", http.MethodPost),
 				attribute.String("url.path", PathRoyaltyTracking), attribute.String("url.full", c.reportURL)))
 		defer span.End()
@@ -98,20 +101,61 @@ type reportAnswer struct {
 	status  int // 0: no answer
 	header  http.Header
 	body    []byte
-	sent    bool  // the request's headers were written: it may have left
-	replied bool  // the first byte of an answer arrived
-	err     error // transport or body-read error
-	ctxErr  error // the caller's ctx error, when it ended
-	timeout bool  // the attempt's own RequestTimeout ran out
+	sent    bool // the request's headers were written: it may have left
+	replied bool // the first byte of an answer arrived
+	// resendRefused: the transport would have posted the report again
+	// after the whole request was written (getBody refused).
+	resendRefused bool
+	err           error // transport or body-read error
+	ctxErr        error // the caller's ctx error, when it ended
+	timeout       bool  // the attempt's own RequestTimeout ran out
 }
 
 // postTrace records whether a request may have left the process: net/http
 // calls WroteHeaders once the request's headers are written to the
 // connection (HTTP/1.1: into its buffer, flushed with the body; HTTP/2:
 // the HEADERS frame). Before that the server cannot have seen a request.
+// wrote: WroteRequest came without an error — the whole request (headers
+// and body: HTTP/1.1 flushed to the connection, HTTP/2 with END_STREAM)
+// was written at least once. refused: the transport asked to post it
+// again after that, and was refused (getBody).
 type postTrace struct {
-	sent, replied atomic.Bool
-	ct            httptrace.ClientTrace
+	sent, replied, wrote, refused atomic.Bool
+	ct                            httptrace.ClientTrace
+}
+
+// errResendRefused is what getBody answers the transport that would post a
+// report again after the whole request was written.
+var errResendRefused = errors.New("the connection or stream failed after the whole report was written: not re-sent by the transport (the partner may have taken it)")
+
+// getBody is the post's Request.GetBody: net/http rewinds a body with it
+// to send the request again on another try of its own, and the caller
+// would see only the last try's answer. It allows that only while no try
+// has written the whole request (pt.wrote), which covers every re-send
+// that cannot reach the partner twice:
+//   - HTTP/1.1 re-sends a POST (no Idempotency-Key: not replayable) only
+//     when nothing was written to a reused keep-alive connection the server
+//     had closed (nothingWrittenError; WroteRequest reported the failed
+//     write) or no connection was taken (shouldRetryRequest): kept, so a
+//     stale keep-alive connection costs no failed post;
+//   - HTTP/2 re-sends after a connection found unusable before the stream
+//     started, a GOAWAY beyond the stream, REFUSED_STREAM — and a
+//     PROTOCOL_ERROR reset from the peer (http2canRetryError,
+//     golang/go#47635), which can come after the server read the whole
+//     report. Once the whole request was written, that re-send would put a
+//     second copy at the partner behind the caller's back: refused, and the
+//     post fails in doubt (pt.refused) for the caller to retry, labelled.
+//
+// A stream refused or beyond a GOAWAY after the whole request was written
+// is refused too: in doubt where it need not be, never a silent copy.
+func (pt *postTrace) getBody(body []byte) func() (io.ReadCloser, error) {
+	return func() (io.ReadCloser, error) {
+		if pt.wrote.Load() {
+			pt.refused.Store(true)
+			return nil, errResendRefused
+		}
+		return io.NopCloser(bytes.NewReader(body)), nil
+	}
 }
 
 // postReport sends one report through net/http and reads the answer into
@@ -122,6 +166,11 @@ func (c *Client) postReport(parent context.Context, tok *token, body, dst []byte
 	pt := &postTrace{}
 	pt.ct.WroteHeaders = func() { pt.sent.Store(true) }
 	pt.ct.GotFirstResponseByte = func() { pt.replied.Store(true) }
+	pt.ct.WroteRequest = func(i httptrace.WroteRequestInfo) {
+		if i.Err == nil {
+			pt.wrote.Store(true)
+		}
+	}
 	ctx := httptrace.WithClientTrace(parent, &pt.ct)
 	var cancel context.CancelFunc
 	if c.cfg.RequestTimeout > 0 {
@@ -134,13 +183,14 @@ func (c *Client) postReport(parent context.Context, tok *token, body, dst []byte
 	req.Header = http.Header{"User-Agent": c.uaHeader, "Authorization": tok.hdr, "Content-Type": jsonHeader, "Accept": jsonHeader}
 	c.injectTrace(parent, req.Header)
 	// io.NopCloser(*bytes.Reader) is a body net/http knows to be in memory:
-	// headers and body leave in one write, and GetBody lets the transport
-	// resend it where the protocol proves the first try unprocessed (a
-	// connection closed before anything was written, an HTTP/2 stream
-	// refused or beyond a GOAWAY); net/http never re-sends a POST otherwise.
+	// headers and body leave in one write. GetBody lets the transport send
+	// it again only while no try has written the whole request (getBody):
+	// net/http's HTTP/2 transport would re-send it after a PROTOCOL_ERROR
+	// reset that came after the server read it all, and the caller would
+	// see only the second copy's answer.
 	req.Body = io.NopCloser(bytes.NewReader(body))
 	req.ContentLength = int64(len(body))
-	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	req.GetBody = pt.getBody(body)
 
 	var resp *http.Response
 	var err error
@@ -161,7 +211,7 @@ func (c *Client) postReport(parent context.Context, tok *token, body, dst []byte
 		// connection, which no deadline bounds: never read, never the API's.
 		resp.Body.Close()
 	}
-	a.sent, a.replied, a.err = pt.sent.Load(), pt.replied.Load(), err
+	a.sent, a.replied, a.resendRefused, a.err = pt.sent.Load(), pt.replied.Load(), pt.refused.Load(), err
 	if err != nil {
 		a.ctxErr = parent.Err()
 		a.timeout = a.ctxErr == nil && errors.Is(ctx.Err(), context.DeadlineExceeded)
@@ -177,7 +227,7 @@ func (c *Client) reportOutcome(tok *token, a reportAnswer) (ReportResult, error)
 		meta.ServedBy = servedBy(a.header)
 	}
 	if a.err != nil {
-		e := &Error{Kind: KindTransient, Op: opReport, Status: a.status, ServedBy: meta.ServedBy, Err: a.err}
+		e := &Error{Kind: KindTransient, Endpoint: opReport.ep, Op: opReport.name, Status: a.status, ServedBy: meta.ServedBy, Err: a.err}
 		if a.status != 0 {
 			e.Reason = "reading the answer"
 		}
@@ -202,6 +252,10 @@ func (c *Client) reportOutcome(tok *token, a reportAnswer) (ReportResult, error)
 			if a.sent {
 				e.Doubt = schemas.DoubtTimeout
 			}
+		case a.resendRefused:
+			// The connection or stream failed after the whole report was
+			// written (an HTTP/2 reset from the peer): it may have been taken.
+			e.Doubt = schemas.DoubtConnectionLost
 		case a.sent:
 			e.Doubt = transportDoubt(a.replied, a.err)
 		}
@@ -217,16 +271,20 @@ func (c *Client) reportOutcome(tok *token, a reportAnswer) (ReportResult, error)
 	switch {
 	case k.ok:
 		return ReportResult{Meta: meta, Message: c.reportMessage(a.body)}, nil
-	case a.status == http.StatusUnauthorized:
+	}
+	// Scrubbed with the request's own token before a 401 drops it: an
+	// edge's page may echo the Authorization header, and a dropped token
+	// is no longer among the held ones that scrub looks for.
+	e := c.statusError(opReport, meta, a.header, a.body, tok.hdr)
+	if a.status == http.StatusUnauthorized {
 		c.main.drop(tok)
 	}
-	e := c.statusError(opReport, meta, a.header, a.body)
 	if a.status < 300 {
 		// A 2xx that is not the API's answer ({"error":false,…}) — cut,
 		// garbled, or not the API's — or a 101: the report may have been
 		// taken.
 		if !e.Foreign {
-			c.foreignAnswer(opReport, a.status, a.header, a.body)
+			c.foreignAnswer(opReport, a.status, a.header, a.body, tok.hdr)
 		}
 		e.Kind, e.Reason, e.Doubt, e.Foreign = KindTransient, "malformed answer: "+e.Reason, schemas.DoubtMalformedAnswer, true
 	} else if e.Foreign {

@@ -245,3 +245,37 @@ func FuzzDecoders(f *testing.F) {
 }
 
 var timeZero = time.Time{}
+
+// TestReport401EchoScrubbed: an edge page answering 401 to a play report
+// and echoing the request's Authorization header does not put the token
+// in the error (the Delivery record's message, the ledger) or the logs:
+// the body is scrubbed before the token is dropped.
+func TestReport401EchoScrubbed(t *testing.T) {
+	f := newFake(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		w.WriteHeader(http.StatusUnauthorized)
+		fmt.Fprintf(w, "<html><body><h1>401</h1><pre>Authorization: %s</pre></body></html>", r.Header.Get("Authorization"))
+	})
+	var logs bytes.Buffer
+	c := f.client(t, func(c *Config) {
+		c.Logger = slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	})
+	for range 2 {
+		_, err := c.ReportPlay(context.Background(), schemas.PlayReport{TrackID: 1})
+		if KindOf(err) != KindUnauthorized {
+			t.Fatalf("err = %v, want KindUnauthorized", err)
+		}
+		out := printAll(err)
+		for _, tok := range []string{"tok1", "tok2"} {
+			if strings.Contains(out, tok) {
+				t.Errorf("token %s in the error:\n%s", tok, out)
+			}
+		}
+		if !strings.Contains(err.Error(), redacted) {
+			t.Errorf("err = %v, want the token %s", err, redacted)
+		}
+	}
+	if strings.Contains(logs.String(), "tok1") || strings.Contains(logs.String(), "tok2") {
+		t.Errorf("token in the logs:\n%s", logs.String())
+	}
+}

@@ -38,7 +38,8 @@ func (t *token) GoString() string { return redacted }
 // call is made and all of them wait for it.
 type slot struct {
 	c        *Client
-	path, op string
+	path     string
+	op       call
 	withUser bool
 
 	cur atomic.Pointer[token]
@@ -108,7 +109,7 @@ func (s *slot) renew(ctx context.Context) (*token, error) {
 	case <-f.done:
 		return f.tok, f.err
 	case <-ctx.Done():
-		return nil, &Error{Kind: KindTransient, Op: s.op, Reason: "waiting for a session", Err: ctx.Err()}
+		return nil, &Error{Kind: KindTransient, Endpoint: s.op.ep, Op: s.op.name, Reason: "waiting for a session", Err: ctx.Err()}
 	}
 }
 
@@ -161,7 +162,7 @@ func (c *Client) createSession(ctx context.Context, s *slot, attempts int, probe
 	if probe {
 		okLevel, failLevel = slog.LevelDebug, slog.LevelDebug
 	}
-	ctx, span := c.tracer.Start(ctx, s.op, trace.WithSpanKind(trace.SpanKindClient),
+	ctx, span := c.tracer.Start(ctx, s.op.name, trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(attribute.String("http.request.method", "POST"), attribute.String("url.path", s.path)))
 	defer span.End()
 	req := struct {
@@ -222,10 +223,10 @@ func (c *Client) createSession(ctx context.Context, s *slot, attempts int, probe
 // newToken decodes a session answer and sets the token's lifetime: the
 // configured TTL for the mode that minted it, shortened by the JWT's exp
 // claim when that is sooner.
-func (c *Client) newToken(op string, meta Meta, data []byte) (*token, error) {
+func (c *Client) newToken(op call, meta Meta, data []byte) (*token, error) {
 	jwt, err := decodeSession(data)
 	if err != nil {
-		return nil, &Error{Kind: KindTransient, Op: op, Status: meta.Status, ServedBy: meta.ServedBy,
+		return nil, &Error{Kind: KindTransient, Endpoint: op.ep, Op: op.name, Status: meta.Status, ServedBy: meta.ServedBy,
 			Reason: "malformed session answer", Err: err}
 	}
 	now := c.cfg.Now()

@@ -39,7 +39,7 @@ func TestReplayAfterPartnerDataLoss(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end")
 	}
-	k := testenv.StartKafka(t, 3)
+	k := testenv.SharedApacheKafka(t, 3)
 	ch := testenv.StartClickHouse(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()

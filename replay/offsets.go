@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -118,101 +117,12 @@ func offsetRanges(ctx context.Context, adm *kadm.Client, topic string, items []i
 }
 
 // readRanges reads the records of topic in ranges (read_committed) and
-// calls fn for each, until every partition reached its end or no record
-// came for w.idle (the offsets left hold none: transaction markers,
-// aborted). Silence alone is not the end: a frozen broker sends nothing
-// either. So when nothing came for w.idle, the broker must answer a request
-// (within w's timeout, else a *KafkaTimeoutError) and nothing come for
-// another w.idle after that answer.
+// calls fn for each: kafkax.ReadRanges, the one reader of a log up to the
+// end offsets the broker lists at the start, which the reporter's recovery
+// uses too. Silence is never the end: a broker that answers nothing for
+// the run's --kafka-timeout ends the read with a *KafkaTimeoutError.
 func readRanges(ctx context.Context, w waits, opts []kgo.Opt, topic string, ranges map[int32][2]int64, fn func(*kgo.Record) error) error {
-	if len(ranges) == 0 {
-		return nil
-	}
-	parts := map[int32]kgo.Offset{}
-	next := map[int32]int64{}
-	for p, rg := range ranges {
-		if rg[1] <= rg[0] {
-			continue
-		}
-		parts[p] = kgo.NewOffset().At(rg[0])
-		next[p] = rg[0]
-	}
-	if len(parts) == 0 {
-		return nil
-	}
-	opts = append(append([]kgo.Opt(nil), opts...), kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: parts}),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()))
-	cl, err := kgo.NewClient(opts...)
-	if err != nil {
-		return fmt.Errorf("replay: read %s: %w", topic, err)
-	}
-	// A reader holds no group and nothing to flush: a second bounds its
-	// close, which a frozen broker would hold for the requests in flight.
-	defer kafkax.CloseClient(cl, time.Second)
-	idle := w.idle
-	last := time.Now()
-	answered := false // the broker answered since the last record
-	for len(next) > 0 {
-		pctx, cancel := context.WithTimeout(ctx, time.Second)
-		fs := cl.PollFetches(pctx)
-		cancel()
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		var ferr error
-		fs.EachError(func(t string, p int32, err error) {
-			if !errors.Is(err, context.DeadlineExceeded) && ferr == nil {
-				ferr = fmt.Errorf("replay: read %s/%d: %w", t, p, err)
-			}
-		})
-		if ferr != nil {
-			return ferr
-		}
-		got := false
-		var rerr error
-		fs.EachRecord(func(r *kgo.Record) {
-			n, ok := next[r.Partition]
-			if !ok || rerr != nil {
-				return
-			}
-			got = true
-			if r.Offset >= ranges[r.Partition][1] {
-				delete(next, r.Partition)
-				return
-			}
-			if r.Offset >= n {
-				rerr = fn(r)
-				next[r.Partition] = r.Offset + 1
-				if r.Offset+1 >= ranges[r.Partition][1] {
-					delete(next, r.Partition)
-				}
-			}
-		})
-		if rerr != nil {
-			return rerr
-		}
-		switch {
-		case got:
-			last, answered = time.Now(), false
-		case time.Since(last) <= idle:
-		case answered:
-			return nil
-		default:
-			err := w.do(ctx, "reading "+topic, func(ctx context.Context) error {
-				_, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)
-				return err
-			})
-			var ke *KafkaTimeoutError
-			if errors.As(err, &ke) {
-				return err
-			}
-			if err != nil {
-				return fmt.Errorf("replay: read %s: nothing for %s, and the broker's answer: %w", topic, time.Since(last).Round(time.Second), err)
-			}
-			last, answered = time.Now(), true
-		}
-	}
-	return nil
+	return kafkax.ReadRanges(ctx, w.kafka(), opts, topic, ranges, fn)
 }
 
 // alreadyDone returns the report ids replayID already got a final answer

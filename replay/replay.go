@@ -258,7 +258,7 @@ func run(ctx context.Context, cfg *Config, api *partnerapi.Client, sel Selection
 	defer kafkax.CloseClient(cl, 0)
 	adm := kadm.NewClient(cl)
 	group := "playpipe-replay." + cfg.ReplayID
-	w := waits{timeout: cfg.KafkaTimeout, brokers: cfg.Kafka.Brokers, idle: readIdle}
+	w := waits{timeout: cfg.KafkaTimeout, brokers: cfg.Kafka.Brokers}
 
 	// A re-run: what this id already sent, from the deliveries log.
 	var startMS int64

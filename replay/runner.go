@@ -83,6 +83,13 @@ func (r *runner) send(ctx context.Context, opts []kgo.Opt, adm *kadm.Client, gro
 // run reads the selected records in ranges and posts their reports with
 // cfg.Concurrency workers, filling in res.
 func (r *runner) run(ctx context.Context, opts []kgo.Opt, reports string, ranges map[int32][2]int64, items []item, res *Result) error {
+	// Delivery records are still published once ctx ends (the operator's
+	// interrupt): an answer that came back, or a post that may have
+	// reached the partner, is not left unrecorded (KafkaTimeout bounds
+	// each wait). A run that fails (Kafka did not answer, the partner
+	// refuses us) publishes nothing more.
+	pubCtx, pubCancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer pubCancel(nil)
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	want := make(map[int32]map[int64]item, len(ranges))
@@ -99,7 +106,8 @@ func (r *runner) run(ctx context.Context, opts []kgo.Opt, reports string, ranges
 		go func() {
 			defer wg.Done()
 			for j := range jobs {
-				if err := r.deliver(ctx, j); err != nil {
+				if err := r.deliver(ctx, pubCtx, j); err != nil {
+					pubCancel(err)
 					cancel(err)
 				}
 			}
@@ -207,9 +215,25 @@ func (r *runner) progress(total int) {
 }
 
 // deliver posts one report until a final answer or MaxAttempts, publishing
-// every answer. It returns an error only when the whole run must stop.
-func (r *runner) deliver(ctx context.Context, j job) error {
+// every answer with pubCtx (see run). It returns an error only when the
+// whole run must stop.
+//
+// Doubt is labelled as the reporter labels it (reporter.Doubt, one
+// Delivery builder for both): a post in doubt (its request may have left,
+// no complete answer of the API came back) carries its cause, and every
+// later record of the report says in_doubt; on a resumed run every report
+// re-posted is in doubt from its first record on (carrying
+// schemas.DoubtCrash), since the earlier run may have posted it without
+// recording the answer. A post cancelled after its request may have left
+// gets a record of its own (cause cancelled, outcome retry): no later post
+// of the run will carry it. The answer of a post that came back is
+// recorded even when the run is stopping.
+func (r *runner) deliver(ctx, pubCtx context.Context, j job) error {
 	backoff := r.cfg.BackoffInitial
+	var doubt reporter.Doubt
+	if r.inDoubt {
+		doubt = reporter.Doubt{InDoubt: true, Carried: schemas.DoubtCrash}
+	}
 	for attempt := 1; ; attempt++ {
 		if r.lim != nil {
 			if err := r.lim.Wait(ctx); err != nil {
@@ -217,24 +241,25 @@ func (r *runner) deliver(ctx context.Context, j job) error {
 			}
 		}
 		r.posts.Add(1)
+		start := time.Now()
 		res, err := r.api.ReportPlayJSON(ctx, j.body)
+		lat := res.Latency
+		if lat <= 0 {
+			lat = time.Since(start) // a failed post: its own round trip, as the reporter records it
+		}
 		dec := reporter.Classify(res, err, r.cfg.LiveBypassDelivered)
-		if dec.Action == reporter.ActAbandon || ctx.Err() != nil {
-			return nil
+		if dec.Action == reporter.ActAbandon && dec.Doubt == "" {
+			return nil // cancelled before its request left: nothing to record
 		}
-		d := schemas.Delivery{V: schemas.DeliveryVersion, ReportID: j.it.reportID, EventID: j.it.eventID, Outcome: dec.Outcome,
-			Attempt: attempt, HTTPStatus: dec.Status, ServedBy: string(dec.ServedBy), Partner: r.cfg.Partner, Message: dec.Message,
-			Fields: dec.Fields, Reason: dec.Reason, LatencyUS: res.Latency.Microseconds(), InDoubt: r.inDoubt && attempt == 1,
-			ReplayID: r.cfg.ReplayID, ReplayReason: r.cfg.Reason, At: time.Now().UnixMilli()}
-		if d.Message == "" && dec.Err != nil && dec.Action != reporter.ActDelivered {
-			d.Message = dec.Err.Error()
-		}
+		doubt.Posted(dec, true)
+		d := reporter.NewDelivery(&reporter.Attempt{ReportID: j.it.reportID, EventID: j.it.eventID, N: attempt, Decision: dec,
+			Latency: lat, Partner: r.cfg.Partner, ReplayID: r.cfg.ReplayID, ReplayReason: r.cfg.Reason, At: time.Now()}, &doubt)
 		if dec.Action != reporter.ActStop {
 			val, merr := json.Marshal(d)
 			if merr != nil {
 				return fmt.Errorf("replay: encode delivery: %w", merr)
 			}
-			if perr := r.publish(ctx, &kgo.Record{Topic: r.topic, Key: []byte(d.ReportID), Value: val}); perr != nil {
+			if perr := r.publish(pubCtx, &kgo.Record{Topic: r.topic, Key: []byte(d.ReportID), Value: val}); perr != nil {
 				return perr
 			}
 		}
@@ -250,6 +275,11 @@ func (r *runner) deliver(ctx context.Context, j job) error {
 			return nil
 		case reporter.ActStop:
 			return fmt.Errorf("replay: the partner API refuses us (configuration): %w", dec.Err)
+		case reporter.ActAbandon:
+			return nil // stopping; a re-run of the id posts it again
+		}
+		if ctx.Err() != nil {
+			return nil // stopping
 		}
 		if attempt >= r.cfg.MaxAttempts {
 			r.unfinished.Add(1)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/playpipe/playpipe/partnerapi"
@@ -91,6 +90,10 @@ type Decision struct {
 	Doubt string
 	// Err is the error of the answer, if any (never holds a secret).
 	Err error
+	// Signal is what the answer tells the in-flight limit (limit.go):
+	// back-pressure, or an error about this post or path, or (zero) a
+	// normal answer.
+	Signal Signal
 }
 
 // Classify is the one place that decides what an answer of the partner API
@@ -120,7 +123,7 @@ func Classify(res partnerapi.ReportResult, err error, liveBypassDelivered bool) 
 		// Not an API answer at all (the client failed before or around the
 		// request): treat as a connection problem, retry with backoff. Never
 		// drop a report on an error we do not understand.
-		return Decision{Action: ActRetry, Outcome: schemas.OutcomeRetry, Reason: transportReason(err), Err: err}
+		return Decision{Action: ActRetry, Outcome: schemas.OutcomeRetry, Reason: transportReason(err), Err: err, Signal: transportSignal(err)}
 	}
 	return classifyError(e, err)
 }
@@ -156,7 +159,7 @@ func classifyAnswer(res partnerapi.ReportResult, liveBypassDelivered bool) Decis
 // its kind; err is the error that wraps e.
 func classifyError(e *partnerapi.Error, err error) Decision {
 	d := Decision{Status: e.Status, ServedBy: e.ServedBy, Message: e.Reason, Fields: e.Fields, RetryAfter: e.RetryAfter, Err: err, Doubt: e.Doubt}
-	session := strings.HasPrefix(e.Op, "POST /partners/session")
+	session := e.Endpoint.Session()
 
 	switch e.Kind {
 	case partnerapi.KindRejected:
@@ -168,8 +171,9 @@ func classifyError(e *partnerapi.Error, err error) Decision {
 			return d
 		}
 		// 400: the report is invalid and will never pass (message lists the
-		// fields). Final, no retry.
-		d.Action, d.Outcome = ActRejected, schemas.OutcomeRejected
+		// fields). Final, no retry. About this post, not the partner's
+		// load: it counts toward the error rate only.
+		d.Action, d.Outcome, d.Signal = ActRejected, schemas.OutcomeRejected, SignalPayload
 	case partnerapi.KindUnauthorized:
 		if session {
 			// 401 from a session endpoint means credentials missing from the
@@ -207,8 +211,30 @@ func classifyError(e *partnerapi.Error, err error) Decision {
 		default:
 			d.Reason = transportReason(err)
 		}
+		// What it tells the in-flight limit: 429, 503, 408 and a
+		// Retry-After ask for less, whoever sent them; other edge pages
+		// and a 500 (one payload's failure) count toward the error rate.
+		switch {
+		case e.Status == 429, e.Status == 503, e.Status == 408, e.RetryAfter > 0:
+			d.Signal = SignalBackPressure
+		case e.Foreign:
+			d.Signal = SignalEdge
+		case e.Status >= 500:
+			d.Signal = SignalPayload
+		default: // no answer, or a cut or malformed one
+			d.Signal = transportSignal(err)
+		}
 	}
 	return d
+}
+
+// transportSignal is what a post without a usable answer tells the
+// in-flight limit: a timeout, or a lost connection.
+func transportSignal(err error) Signal {
+	if transportReason(err) == ReasonTimeout {
+		return SignalTimeout
+	}
+	return SignalConnection
 }
 
 // transportReason tells a timeout from another connection failure.

@@ -64,11 +64,14 @@ func (rn *run) next() *job {
 func (rn *run) worker() {
 	var last *job
 	var rec *kgo.Record
+	var final bool   // last's answer is final: read while the worker owned last
+	var parking bool // last is to be parked: decided by posted, read under rn.mu
 	for {
 		rn.mu.Lock()
 		if last != nil {
 			rn.inflight--
 			rn.posted(last)
+			parking = last.parking
 			if rec != nil {
 				rn.publishing.Add(1) // before inflight can be seen at 0: finish waits for it
 				rn.unrecorded++
@@ -77,7 +80,7 @@ func (rn *run) worker() {
 		j := rn.next()
 		rn.mu.Unlock()
 		if rec != nil {
-			rn.publish(last, rec)
+			rn.publish(last, rec, final, parking)
 			rn.publishing.Done()
 		}
 		last, rec = nil, nil
@@ -96,18 +99,22 @@ func (rn *run) worker() {
 			}
 		}
 		last, rec = j, rn.post(j)
+		final = j.dec.Action.Final()
 	}
 }
 
-// publish sends the Delivery record of j's last answer. A final answer's
-// offset may be committed only once its record is in Kafka: the ledger
-// never misses the outcome of a committed report.
-func (rn *run) publish(j *job, rec *kgo.Record) {
-	if j.parking {
+// publish sends the Delivery record of j's last answer (final: the answer
+// is final; parking: its retry budget is spent and the worker parks it,
+// park.go). A final answer's offset may be committed only once its record
+// is in Kafka: the ledger never misses the outcome of a committed report.
+// It reads nothing of j's decision: posted handed j back, and a retry's
+// post by another worker may write it already.
+func (rn *run) publish(j *job, rec *kgo.Record, final, parking bool) {
+	if parking {
 		rn.park(j, rec)
 		return
 	}
-	if j.dec.Action.Final() {
+	if final {
 		rn.produce(rec, func(r *kgo.Record, err error) {
 			rn.recorded()
 			rn.persisted(j, r, err)
@@ -198,18 +205,21 @@ func (rn *run) post(j *job) *kgo.Record {
 		// back (Decision.Doubt): the partner may have recorded the report.
 		// Every later post is labelled, and this attempt's record (or, for
 		// an abandoned post, the next one) carries the cause. Under the
-		// partition's lock: an earlier attempt's record acknowledged now
-		// reads it.
+		// partition's lock: an earlier attempt's record acknowledged (or
+		// failed: publish) now reads or writes it.
 		j.ps.mu.Lock()
 		j.inDoubt = true
 		j.ps.mu.Unlock()
 	}
 	if span.IsRecording() {
+		j.ps.mu.Lock() // the doubt is the partition's (see above)
+		inDoubt := j.inDoubt
+		j.ps.mu.Unlock()
 		span.SetAttributes(
 			attribute.String("playpipe.report_id", j.id),
 			attribute.Int("playpipe.delivery.attempt", j.attempt),
 			attribute.Bool("playpipe.delivery.replay", j.replay),
-			attribute.Bool("playpipe.delivery.in_doubt", j.inDoubt),
+			attribute.Bool("playpipe.delivery.in_doubt", inDoubt),
 			attribute.Int("http.response.status_code", d.Status),
 			attribute.String("playpipe.served_by", string(d.ServedBy)),
 			attribute.String("playpipe.delivery.outcome", d.Outcome),
@@ -261,23 +271,19 @@ var consumerSpan = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindCons
 // deliveryRecord builds the <prefix>.deliveries record of j's last answer,
 // in the deliveries partition of its report's partition, with the report's
 // location and what the answer means for it in the HeaderSource header. It
-// reads only fields the worker owns while posting.
+// reads fields the worker owns while posting, and the doubt under the
+// partition's lock (an earlier attempt's record may fail meanwhile).
 func (rn *run) deliveryRecord(ctx context.Context, j *job) *kgo.Record {
 	d := j.dec
-	del := schemas.Delivery{
-		V: schemas.DeliveryVersion, ReportID: j.id, EventID: j.evID, Outcome: d.Outcome, Attempt: j.attempt,
-		HTTPStatus: d.Status, ServedBy: string(d.ServedBy), Partner: rn.cfg.PartnerURL, Message: d.Message, Fields: d.Fields,
-		Reason: d.Reason, LatencyUS: j.latency.Microseconds(), TraceID: j.traceID, Replay: j.replay,
-		InDoubt: j.inDoubt, DoubtCause: d.Doubt, At: rn.cfg.Now().UnixMilli(),
-	}
-	if del.DoubtCause == "" {
-		// An earlier attempt that left no record of its own (abandoned in
-		// flight, or the previous owner's crash): this record counts it.
-		del.DoubtCause, j.carried = j.carried, ""
-	}
-	if del.Message == "" && d.Err != nil && d.Action != ActDelivered {
-		del.Message = d.Err.Error()
-	}
+	j.ps.mu.Lock()
+	inDoubt := j.inDoubt
+	j.ps.mu.Unlock()
+	// An earlier attempt that left no record of its own (abandoned in
+	// flight, or the previous owner's crash): this record counts it.
+	doubt := Doubt{InDoubt: inDoubt, Carried: j.carried}
+	del := NewDelivery(&Attempt{ReportID: j.id, EventID: j.evID, N: j.attempt, Decision: d, Latency: j.latency,
+		TraceID: j.traceID, Partner: rn.cfg.PartnerURL, Replay: j.replay, At: rn.cfg.Now()}, &doubt)
+	j.carried = doubt.Carried
 	// One allocation for the record, its header, and the key, the source
 	// header and the value (the hot path's allocations); a longer value
 	// than the room left takes one more.
@@ -296,7 +302,7 @@ func (rn *run) deliveryRecord(ctx context.Context, j *job) *kgo.Record {
 	switch {
 	case d.Action.Final():
 		src = append(src, 'f')
-	case j.inDoubt:
+	case inDoubt:
 		src = append(src, 'd')
 	default:
 		src = append(src, '-')

@@ -13,7 +13,7 @@ import (
 // message and fields, below-minimum plays final without a post, a
 // re-published event not posted twice, every offset committed.
 func TestDeliverAll(t *testing.T) {
-	e := newE2E(t, 3)
+	e := newE2EApache(t, 3)
 	recs := e.publish("basic", 600, 50, 40)
 	stop := e.start(e.config(), e.client(testUA))
 	e.waitLedger(30 * time.Second)
@@ -47,7 +47,7 @@ func TestDeliverAll(t *testing.T) {
 // TestStorm500: 30% of posts answered 500 for a while, then 503s; every
 // report delivered exactly once and the retries visible in deliveries.
 func TestStorm500And503(t *testing.T) {
-	e := newE2E(t, 3)
+	e := newE2EApache(t, 3)
 	e.sb.SetFaults(sandbox.Faults{Report: sandbox.GroupFaults{Rate500: 0.3}})
 	e.publish("storm", 800, 0, 0)
 	stop := e.start(e.config(), e.client(testUA))
@@ -78,7 +78,7 @@ func TestStorm500And503(t *testing.T) {
 // every report is delivered once.
 func TestTokenExpiresMidRun(t *testing.T) {
 	var skew atomicDuration
-	e := newE2E(t, 3, func(o *sandbox.Config) {
+	e := newE2EApache(t, 3, func(o *sandbox.Config) {
 		o.LiveTokenTTL = time.Hour
 		o.Now = func() time.Time { return time.Now().Add(skew.Load()) }
 	})
@@ -113,7 +113,7 @@ func TestTokenExpiresMidRun(t *testing.T) {
 // reports standby answered are replayed once live service is back; nothing
 // is lost, nothing delivered twice, and the episode is in the deliveries.
 func TestStandbyWindow(t *testing.T) {
-	e := newE2E(t, 3)
+	e := newE2EApache(t, 3)
 	e.publish("standby", 1500, 0, 0)
 	cfg := e.config()
 	cfg.Rate = 1500 // keep reports flowing through the whole window
@@ -156,7 +156,7 @@ func TestStandbyWindow(t *testing.T) {
 // TestBlockedUserAgent: the edge blocks our User-Agent: Run stops with a
 // configuration error and commits nothing.
 func TestBlockedUserAgent(t *testing.T) {
-	e := newE2E(t, 3)
+	e := newE2EApache(t, 3)
 	e.publish("blocked", 200, 0, 0)
 	stop, ended := e.startRun(e.config(), e.client("Go-http-client/1.1"))
 	waitFor(t, 20*time.Second, func() bool {

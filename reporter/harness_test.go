@@ -35,8 +35,19 @@ type e2e struct {
 }
 
 func newE2E(t testing.TB, partitions int, opts ...func(*sandbox.Config)) *e2e {
+	return newE2EOn(t, testenv.StartKafka(t, partitions), opts...)
+}
+
+// newE2EApache is newE2E on Apache Kafka (one node shared by the package's
+// tests, topics of the test's own: testenv.SharedApacheKafka): the suites
+// that carry the crash and exactly-once promises run there.
+func newE2EApache(t testing.TB, partitions int, opts ...func(*sandbox.Config)) *e2e {
+	return newE2EOn(t, testenv.SharedApacheKafka(t, partitions), opts...)
+}
+
+func newE2EOn(t testing.TB, k *testenv.Kafka, opts ...func(*sandbox.Config)) *e2e {
 	return &e2e{
-		t: t, kafka: testenv.StartKafka(t, partitions), sb: testenv.StartSandbox(t, opts...),
+		t: t, kafka: k, sb: testenv.StartSandbox(t, opts...),
 		group:     "reporter-test",
 		delivered: map[string]bool{}, rejected: map[string]bool{}, skipped: map[string]bool{},
 	}

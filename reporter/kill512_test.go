@@ -24,7 +24,7 @@ func TestKillAt512InFlight(t *testing.T) {
 		n    = 20000
 		conc = 512
 	)
-	e := newE2E(t, 2)
+	e := newE2EApache(t, 2)
 	const latency = 250 * time.Millisecond
 	e.sb.SetFaults(sandbox.Faults{Report: sandbox.GroupFaults{Latency: latency}})
 	e.group = "reporter-kill512"

@@ -30,6 +30,7 @@ const (
 	envChildConc     = "PLAYPIPE_REPORTER_CHILD_CONCURRENCY"
 	envChildHeapProf = "PLAYPIPE_REPORTER_CHILD_HEAPPROFILE"
 	envChildInstance = "PLAYPIPE_REPORTER_CHILD_INSTANCE"
+	envChildPrefix   = "PLAYPIPE_REPORTER_CHILD_TOPIC_PREFIX"
 	// envChildMaxConc is the child's MaxConcurrency; unset, it is the
 	// concurrency: a fixed in-flight, which the bounds of the kill tests
 	// count on.
@@ -67,7 +68,7 @@ func TestReporterProcess(t *testing.T) {
 	}
 	defer api.Close()
 	cfg := Config{
-		Kafka: kafkax.Config{Brokers: strings.Split(os.Getenv(envChildBroker), ","), TopicPrefix: kafkax.DefaultTopicPrefix, Partitions: 1, ReplicationFactor: -1,
+		Kafka: kafkax.Config{Brokers: strings.Split(os.Getenv(envChildBroker), ","), TopicPrefix: os.Getenv(envChildPrefix), Partitions: 1, ReplicationFactor: -1,
 			InstanceID: os.Getenv(envChildInstance)},
 		Group:       os.Getenv(envChildGroup),
 		Concurrency: conc, MaxConcurrency: maxConc, Rate: rate,
@@ -129,6 +130,7 @@ func (e *e2e) startChild(rate float64, conc int, extraEnv ...string) *child {
 	cmd.Env = append(os.Environ(),
 		envChild+"=1",
 		envChildBroker+"="+strings.Join(e.kafka.Config.Brokers, ","),
+		envChildPrefix+"="+e.kafka.Config.TopicPrefix,
 		envChildAPI+"="+e.sb.URL,
 		envChildGroup+"="+e.group,
 		envChildRate+"="+fmt.Sprint(rate),
@@ -162,7 +164,7 @@ func TestKillAndRestart(t *testing.T) {
 		rate = 2000.0
 		conc = 16
 	)
-	e := newE2E(t, 3)
+	e := newE2EApache(t, 3)
 	e.group = "reporter-kill"
 	e.publish("kill", n, 0, 0)
 	first := e.startChild(rate, conc)

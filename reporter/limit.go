@@ -2,57 +2,127 @@ package reporter
 
 import (
 	"math"
+	"strconv"
 	"time"
 )
 
+// Signal is what one answer of the partner tells the in-flight limit
+// (Decision.Signal, set by Classify): a normal answer, back-pressure, or an
+// error that is about this post or this path rather than about load.
+type Signal int
+
+const (
+	// SignalAnswer: the API answered (2xx, 401): its round trip counts.
+	SignalAnswer Signal = iota
+	// SignalBackPressure: 429, 503, 408 or any answer with Retry-After:
+	// the partner (or its edge) asks for less. Cuts the limit.
+	SignalBackPressure
+	// SignalTimeout: no answer within the timeout. Cuts the limit.
+	SignalTimeout
+	// SignalPayload: an error in the API's own envelope about this post
+	// (500 and other 5xx, 400). Counts toward the error rate only.
+	SignalPayload
+	// SignalEdge: a non-2xx that is not the API's own (an edge's page).
+	// Counts toward the error rate only.
+	SignalEdge
+	// SignalConnection: the connection was refused, reset or lost, or the
+	// answer came back cut. Counts toward the error rate only.
+	SignalConnection
+)
+
+func (s Signal) String() string {
+	switch s {
+	case SignalAnswer:
+		return "answer"
+	case SignalBackPressure:
+		return "back_pressure"
+	case SignalTimeout:
+		return "timeout"
+	case SignalPayload:
+		return "payload"
+	case SignalEdge:
+		return "edge"
+	case SignalConnection:
+		return "connection"
+	}
+	return "signal(" + strconv.Itoa(int(s)) + ")"
+}
+
 // limiter is the adaptive in-flight limit: how many posts may be on the
-// wire at once. Its inputs are the answers' round-trip times with the posts
-// in flight when each came back (sample), and the answers that say the
-// partner is failing (failure); its output is limit. It is not safe for
-// concurrent use (run.mu guards it) and reads no clock: every input
-// carries its time, so tests feed it numbers.
+// wire at once. Its one input is observe: each answer's Signal, round trip
+// and the posts in flight when it came back; its output is limit. It is
+// not safe for concurrent use (run.mu guards it) and reads no clock: every
+// input carries its time, so tests feed it numbers.
 //
-// Three rules, after Envoy's adaptive_concurrency (gradient on a minimum
-// RTT), Netflix's concurrency-limits (Gradient2, Vegas) and Vector's ARC:
+// It shrinks on back-pressure, not on bad luck, after Vector's ARC
+// (back-pressure answers cut, other errors do not), Netflix's
+// concurrency-limits (Gradient2, Vegas: latency; errors it is told to
+// ignore) and Envoy's adaptive_concurrency (a gradient on a minimum RTT).
 //
-//   - Grow while the partner keeps up. RTTs are averaged over an interval
-//     (at least minInterval, one recent RTT and minSamples answers). When
-//     the interval's mean stays within tolerance × baseline + slack of the
-//     baseline (the lowest interval mean of the last baselineWindow), and
+// At once, between intervals:
+//
+//   - Back-pressure halves (SignalBackPressure, SignalTimeout: 429, 503,
+//     408, Retry-After, a timeout): the partner asks for less, or no longer
+//     answers in time. Once per cut gap (max(cutInterval, the recent RTT):
+//     the answers of one window of posts are one signal), down to 1 —
+//     below the starting limit: a real outage makes the reporter back off
+//     as a whole. The interval under way starts anew.
+//
+// Every other answer joins an interval (at least minInterval, one recent
+// RTT and minSamples answers); at its close the first rule that holds
+// applies:
+//
+//   - The error rate rose with our load: payload errors, edge pages and
+//     lost connections (SignalPayload, SignalEdge, SignalConnection) are
+//     never acted on one by one. They are counted by load, the most posts
+//     in flight (errRates, buckets √2 apart, decayed over errWindow), and
+//     the interval's count is compared with what the rate seen at about
+//     half the load or less (two buckets down) predicts (λ):
+//     over max(errRatio·λ, λ + errSigmas·noise) + errSlack — noise the
+//     count's own √λ widened by the reference's own size — the errors
+//     follow the limit, and the limit is multiplied by rateCut, never below
+//     the starting limit (Config.Concurrency). A steady rate, however high,
+//     is the same at every limit and never cuts. A rate that rose on its
+//     own (not with load) cuts until the limit is where no lower rate is
+//     known (--concurrency): the rates are forgotten there and measured
+//     anew on the climb back.
+//   - Latency rose: a mean RTT over tolerance × baseline + slack (the
+//     baseline: the lowest interval mean of the last baselineWindow)
+//     multiplies the limit by threshold/mean (at least ½ per interval),
+//     never below the starting limit: queueing at the partner, or in our
+//     own process, shows as latency before errors.
+//   - Grow while the partner keeps up: the mean within the threshold and
 //     the posts in flight reached the limit during the interval (a backlog
-//     waits for room: an idle reporter learns nothing of the partner),
-//     the limit grows by √limit: from 48 to 1 024 in about 50 intervals,
-//     7.5 s toward a partner 150 ms away.
-//   - Shrink when latency rises: a mean over the threshold multiplies the
-//     limit by threshold/mean (at least ½ per interval), never below the
-//     starting limit (Config.Concurrency): queueing at the partner, or in
-//     our own process, shows as latency before errors, and the reporter
-//     gives the room back before the partner fails. The operator's
-//     --concurrency is known to be safe, so latency alone does not go below.
-//   - Halve on failure (AIMD's decrease, as before): a 500, 503, 429,
-//     timeout or connection error halves the limit, once per cutInterval
-//     (one burst is one signal), down to 1. Growth after a cut follows the
-//     first rule.
+//     waits for room: an idle reporter learns nothing of the partner): the
+//     limit grows by √limit, from 48 to 1 024 in about 50 intervals.
 //
-// The baseline forgets after baselineWindow: a partner whose latency moved
-// for good (a new route) becomes the new normal within a minute, at the
-// cost of a slow sawtooth against a partner whose latency rises with our
-// load for longer than that.
+// The RTT baseline forgets after baselineWindow: a partner whose latency
+// moved for good (a new route) becomes the new normal within a minute, at
+// the cost of a slow sawtooth against a partner whose latency rises with
+// our load for longer than that.
 type limiter struct {
 	limit float64
-	start float64 // Config.Concurrency: the floor of latency cuts
+	start float64 // Config.Concurrency: the floor of latency and rate cuts
 	max   float64 // Config.MaxConcurrency
 
-	// The interval being measured.
+	// The interval being measured: every answer counts in n, the round
+	// trips of the normal ones in sum and ok, the errors that make the
+	// rate in errs.
 	from  time.Time
-	sum   time.Duration
 	n     int
-	peak  int // most posts in flight seen at a sample
+	ok    int
+	sum   time.Duration
+	errs  int
+	peak  int // most posts in flight seen at an answer
 	means []rttMean
 
 	baseline time.Duration // lowest interval mean within baselineWindow
 	recent   time.Duration // the last interval's mean
-	lastCut  time.Time     // last failure cut
+	lastCut  time.Time     // last back-pressure cut
+
+	// The error rate by load (errBucket): errors and answers at each, both
+	// decayed by e^(-t/errWindow) when the load comes back to it.
+	errRates [errBuckets]errRate
 
 	// Why the limit last moved, and how often it moved for each reason
 	// (metrics).
@@ -66,6 +136,12 @@ type rttMean struct {
 	mean time.Duration
 }
 
+// errRate is the errors and answers seen at one bucket of limits, as of at.
+type errRate struct {
+	errs, answers float64
+	at            time.Time
+}
+
 // The controller's constants (see limiter).
 const (
 	minInterval    = 100 * time.Millisecond
@@ -74,13 +150,24 @@ const (
 	tolerance      = 1.5
 	rttSlack       = time.Millisecond // scheduling noise on loopback
 	cutInterval    = 100 * time.Millisecond
+	backoffRatio   = 0.5 // back-pressure's cut
+
+	errMinAnswers = 500              // answers at lower loads to judge the rate by
+	errWindow     = 30 * time.Second // a rate's decay when its load comes back
+	errRatio      = 2.0              // a rate this many times the reference …
+	errSigmas     = 4.0              // … and this many deviations over it …
+	errSlack      = 3.0              // … plus this many errors is no noise
+	rateCut       = 0.9              // the cut of a rate that rose
+	errBuckets    = 32               // limits up to 2^16
 )
 
 // Reasons the limit moved.
 const (
-	moveGrow    = "grow"
-	moveLatency = "latency"
-	moveFailure = "failure"
+	moveGrow         = "grow"
+	moveLatency      = "latency"
+	moveBackPressure = "back_pressure"
+	moveTimeout      = "timeout"
+	moveErrorRate    = "error_rate"
 )
 
 func newLimiter(start, maxLimit int, now time.Time) *limiter {
@@ -93,18 +180,100 @@ func (l *limiter) allows(inflight int) bool { return float64(inflight) < math.Fl
 // room is how many more posts may start with inflight posts out.
 func (l *limiter) room(inflight int) int { return max(0, int(l.limit)-inflight) }
 
-// sample records the round trip of one answer from a partner that answered
-// (not a failure), with inflight posts out when it came back.
-func (l *limiter) sample(now time.Time, rtt time.Duration, inflight int) {
-	l.sum += rtt
+// observe records one answer (or its absence: a timeout, a lost
+// connection) that took rtt, with inflight posts out when it came back.
+func (l *limiter) observe(now time.Time, sig Signal, rtt time.Duration, inflight int) {
+	switch sig {
+	case SignalBackPressure, SignalTimeout:
+		l.backPressure(now, sig)
+		return
+	case SignalPayload, SignalEdge, SignalConnection:
+		l.errs++
+	default:
+		l.sum += rtt
+		l.ok++
+	}
 	l.n++
 	l.peak = max(l.peak, inflight)
 	if l.n < minSamples || now.Sub(l.from) < max(minInterval, l.recent) {
 		return
 	}
-	mean := l.sum / time.Duration(l.n)
+	l.close(now)
+}
+
+// backPressure halves the limit once per max(cutInterval, recent RTT),
+// down to 1.
+func (l *limiter) backPressure(now time.Time, sig Signal) {
+	if now.Sub(l.lastCut) < max(cutInterval, l.recent) {
+		return
+	}
+	l.lastCut = now
+	why := moveBackPressure
+	if sig == SignalTimeout {
+		why = moveTimeout
+	}
+	l.move(math.Max(1, l.limit*backoffRatio), why)
+	// The interval under way mixed the partner's states: start anew.
+	l.from, l.n, l.ok, l.sum, l.errs, l.peak = now, 0, 0, 0, 0, 0
+}
+
+// close ends the interval: at most one rule moves the limit, and the
+// interval's errors join the error rate at its load (the most posts in
+// flight: the limit, with a backlog).
+func (l *limiter) close(now time.Time) {
+	n, errs, load := float64(l.n), float64(l.errs), float64(l.peak)
 	saturated := float64(l.peak+1) >= math.Floor(l.limit)*0.9
-	l.from, l.sum, l.n, l.peak = now, 0, 0, 0
+	ok, sum := l.ok, l.sum
+	l.from, l.n, l.ok, l.sum, l.errs, l.peak = now, 0, 0, 0, 0, 0
+
+	// The rate rose with our load when the interval's errors are over
+	// what the rate at about half the load or less predicts (λ) by more
+	// than noise: the count's own (√λ) and the reference's, estimated
+	// from refAnswers answers (λ·n/refAnswers).
+	refErrs, refAnswers := l.reference(load)
+	rose := false
+	if refAnswers >= errMinAnswers {
+		lambda := n * refErrs / refAnswers
+		noise := math.Sqrt(lambda * (1 + n/refAnswers))
+		rose = errs > math.Max(errRatio*lambda, lambda+errSigmas*noise)+errSlack
+	}
+	l.rules(now, ok, sum, saturated, rose)
+	b := &l.errRates[errBucket(load)]
+	decay := math.Exp(-now.Sub(b.at).Seconds() / errWindow.Seconds())
+	b.errs, b.answers, b.at = b.errs*decay+errs, b.answers*decay+n, now
+}
+
+// reference is the errors and answers seen at about half the load or
+// less: two buckets down (at most 0.5 to 0.7 × load) and below.
+func (l *limiter) reference(load float64) (errs, answers float64) {
+	for _, b := range l.errRates[:max(0, errBucket(load)-1)] {
+		errs, answers = errs+b.errs, answers+b.answers
+	}
+	return errs, answers
+}
+
+// errBucket is the error rate's bucket of a load: √2 apart.
+func errBucket(load float64) int {
+	return min(errBuckets-1, int(2*math.Log2(math.Max(1, load))))
+}
+
+// rules applies the first rule that holds: the error rate rose, the
+// latency rose, the partner keeps up with a backlog waiting.
+func (l *limiter) rules(now time.Time, ok int, sum time.Duration, saturated, rose bool) {
+	floor := math.Min(l.start, l.limit) // of latency and rate cuts
+	if rose {
+		l.move(math.Max(floor, l.limit*rateCut), moveErrorRate)
+		if _, below := l.reference(l.limit); below < errMinAnswers {
+			// Cut down to where no lower rate is known (--concurrency):
+			// the rate rose at every limit we can judge, not with our
+			// load. Forget the rates: the climb back measures them anew.
+			l.errRates = [errBuckets]errRate{}
+		}
+	}
+	if ok < minSamples {
+		return // too few round trips for a mean
+	}
+	mean := sum / time.Duration(ok)
 	l.recent = mean
 	// The baseline: the lowest mean of the window, this one included.
 	keep := l.means[:0]
@@ -120,25 +289,13 @@ func (l *limiter) sample(now time.Time, rtt time.Duration, inflight int) {
 	}
 	threshold := time.Duration(float64(l.baseline)*tolerance) + rttSlack
 	switch {
+	case rose:
 	case mean > threshold:
-		floor := math.Min(l.start, l.limit)
 		next := math.Max(floor, l.limit*math.Max(0.5, float64(threshold)/float64(mean)))
 		l.move(next, moveLatency)
 	case saturated && l.limit < l.max:
 		l.move(math.Min(l.max, l.limit+math.Max(1, math.Sqrt(l.limit))), moveGrow)
 	}
-}
-
-// failure records an answer (or its absence) that says the partner is
-// failing.
-func (l *limiter) failure(now time.Time) {
-	if now.Sub(l.lastCut) < cutInterval {
-		return
-	}
-	l.lastCut = now
-	l.move(math.Max(1, l.limit/2), moveFailure)
-	// The interval under way mixed the partner's states: start anew.
-	l.from, l.sum, l.n, l.peak = now, 0, 0, 0
 }
 
 func (l *limiter) move(next float64, why string) {

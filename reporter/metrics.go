@@ -33,6 +33,7 @@ type metrics struct {
 	limitMoves     metric.Int64Counter
 	parks          metric.Int64Counter
 	unparks        metric.Int64Counter
+	recoveries     metric.Int64Counter // recovery fallbacks (recover.go)
 
 	moveReason map[string]metric.AddOption
 
@@ -69,7 +70,7 @@ func newMetrics(mp metric.MeterProvider, tp trace.TracerProvider) (*metrics, err
 	if x.skipped, err = m.Int64Counter("playpipe.reports.skipped", metric.WithDescription("reports final without a post, by reason (duplicate, below_minimum, invalid)")); err != nil {
 		return nil, err
 	}
-	if x.limitMoves, err = m.Int64Counter("playpipe.reporter.limit_changes", metric.WithDescription("moves of the in-flight limit, by reason: grow (latency flat, backlog waiting), latency (latency rose), failure (the partner failed)")); err != nil {
+	if x.limitMoves, err = m.Int64Counter("playpipe.reporter.limit_changes", metric.WithDescription("moves of the in-flight limit, by reason: grow (latency flat, backlog waiting), latency (latency rose), back_pressure (429, 503, 408, Retry-After), timeout (a post timed out), error_rate (500s, edge pages, lost connections, 400s: their rate rose with the posts in flight)")); err != nil {
 		return nil, err
 	}
 	if x.parks, err = m.Int64Counter("playpipe.reporter.parks", metric.WithDescription("reports parked: their transient failures outlasted the retry budget (park.go)")); err != nil {
@@ -78,7 +79,10 @@ func newMetrics(mp metric.MeterProvider, tp trace.TracerProvider) (*metrics, err
 	if x.unparks, err = m.Int64Counter("playpipe.reporter.unparks", metric.WithDescription("parked reports that got a final answer on a slow retry, by outcome")); err != nil {
 		return nil, err
 	}
-	for _, r := range []string{moveGrow, moveLatency, moveFailure} {
+	if x.recoveries, err = m.Int64Counter("playpipe.reporter.recovery_fallbacks", metric.WithDescription("partitions recovered without readable progress in their commit: the reports past the committed offset posted again labelled in doubt")); err != nil {
+		return nil, err
+	}
+	for _, r := range []string{moveGrow, moveLatency, moveBackPressure, moveTimeout, moveErrorRate} {
 		x.moveReason[r] = metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", r)))
 	}
 	for _, o := range []string{schemas.OutcomeDelivered, schemas.OutcomeRejected, schemas.OutcomeStandby, schemas.OutcomeRetry, schemas.OutcomeBlocked} {
@@ -107,6 +111,9 @@ func (m *metrics) record(ctx context.Context, d Decision, seconds float64) {
 		m.latency.Record(ctx, seconds)
 	}
 }
+
+// recoveryFallback counts one partition recovered without readable progress.
+func (m *metrics) recoveryFallback(ctx context.Context) { m.recoveries.Add(ctx, 1) }
 
 // limitMoved counts one move of the in-flight limit.
 func (m *metrics) limitMoved(reason string) {

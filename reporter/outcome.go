@@ -52,8 +52,10 @@ func (rn *run) posted(j *job) {
 	switch {
 	case d.Action == ActRetry && d.Reason != ReasonUnauthorized:
 		before := math.Floor(rn.thr.lim.limit)
-		rn.thr.failure(rn.cfg.Now())
-		rn.limitMoved(before)
+		rn.thr.failure(rn.cfg.Now(), d.Signal, j.held, rn.inflight+1)
+		if rn.limitMoved(before) {
+			rn.wakeWorkers()
+		}
 		if rn.thr.tokens < 1 {
 			rn.poke() // the coordinator wakes the workers when a token is back
 		}
@@ -159,7 +161,7 @@ func (rn *run) healthy(j *job) {
 		return
 	}
 	before := math.Floor(rn.thr.lim.limit)
-	rn.thr.success(rn.cfg.Now(), j.held, rn.inflight+1)
+	rn.thr.success(rn.cfg.Now(), j.dec.Signal, j.held, rn.inflight+1)
 	if rn.limitMoved(before) {
 		rn.wakeWorkers()
 	}

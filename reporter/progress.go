@@ -240,7 +240,10 @@ func decodeV1(d *decoder, b []byte, base int64) (*progress, error) {
 	p := &progress{Base: base}
 	p.LogPartition = int32(d.uvarint(1 << 31))
 	p.LogOffset = int64(d.uvarint(1 << 62))
-	span := int64(d.uvarint(1 << 40))
+	// The bound of format 2's span (far above any window an earlier version
+	// leased within): every offset of a run is expanded into Done, so a
+	// corrupt span of up to 2^40 offsets would take hours and terabytes.
+	span := int64(d.uvarint(1 << 24))
 	switch d.byte() {
 	case encRuns:
 		n := int(d.uvarint(uint64(len(b))))
@@ -253,7 +256,10 @@ func decodeV1(d *decoder, b []byte, base int64) (*progress, error) {
 			next += int64(d.uvarint(uint64(span)))
 			run := int64(d.uvarint(uint64(span)))
 			if d.err == nil && (run == 0 || next+run > base+span) {
-				d.err = errors.New("progress metadata: run outside the span")
+				d.err = errors.New("run outside the span")
+			}
+			if d.err != nil {
+				break // a run that failed its bounds check is not expanded
 			}
 			for range run {
 				p.Done = append(p.Done, next)

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/playpipe/playpipe/internal/kafkax"
 )
@@ -231,4 +232,62 @@ func appendRunsV1(dst []byte, base int64, done []int64) []byte {
 		i = j
 	}
 	return dst
+}
+
+// TestProgressV1CorruptRunReturns: a corrupt format-1 progress whose run
+// fails its bounds check (or whose span is absurd) is an error at once.
+// Before, the decoder went on to expand the run it had just found outside
+// the span: up to 2^40 offsets appended to Done, a decode that never
+// returned (and ate the memory) on a recovery's path.
+func TestProgressV1CorruptRunReturns(t *testing.T) {
+	v1 := func(span, gap, run uint64) string {
+		var runs []byte
+		runs = binary.AppendUvarint(runs, gap)
+		runs = binary.AppendUvarint(runs, run)
+		b := []byte{1}                    // format version
+		b = binary.AppendUvarint(b, 0)    // log partition
+		b = binary.AppendUvarint(b, 7)    // log offset
+		b = binary.AppendUvarint(b, span) // span
+		b = append(b, encRuns)
+		b = binary.AppendUvarint(b, uint64(len(runs)))
+		b = append(b, runs...)
+		b = binary.AppendUvarint(b, 0) // no doubt
+		return progressPrefix + base64.RawURLEncoding.EncodeToString(b)
+	}
+	for _, c := range []struct {
+		name           string
+		span, gap, run uint64
+	}{
+		// The run ends one past the span: its check fails, and the old
+		// decoder still appended its 2^40 offsets.
+		{"run past a 2^40 span", 1 << 40, 1, 1 << 40},
+		{"run past the span", 1 << 20, 1, 1 << 20},
+		// Within its own bounds but absurd: 2^40 offsets past the commit
+		// point are no window any version leased within.
+		{"2^40 span", 1 << 40, 0, 1 << 40},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			meta := v1(c.span, c.gap, c.run)
+			done := make(chan error, 1)
+			go func() { // left running if it does not return: the test fails, the process ends
+				_, err := decodeProgress(meta, 100)
+				done <- err
+			}()
+			select {
+			case err := <-done:
+				if err == nil {
+					t.Fatalf("decodeProgress(%q) accepted a corrupt format-1 run", meta)
+				}
+				t.Logf("decodeProgress: %v", err)
+			case <-time.After(10 * time.Second):
+				t.Fatalf("decodeProgress(%q) did not return within 10 s", meta)
+			}
+		})
+	}
+	// A well-formed format-1 progress still decodes.
+	p := &progress{Base: 100, LogOffset: 7, Done: []int64{101, 102, 103, 200}, Doubt: []int64{104}}
+	got, err := decodeProgress(encodeProgressV1(p), 100)
+	if err != nil || !sameProgress(p, got) {
+		t.Fatalf("format 1 round trip: %+v, %v", got, err)
+	}
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/playpipe/playpipe/internal/kafkax"
 	"github.com/playpipe/playpipe/schemas"
 )
 
@@ -29,7 +29,9 @@ import (
 //
 // Offsets final at the end are skipped; offsets in doubt are posted again
 // with Delivery.InDoubt set, which the audit counts as possibly delivered
-// twice. Everything else is posted as usual.
+// twice. Everything else is posted as usual. A commit without readable
+// progress leaves nothing to read: every report past it within the window
+// is taken as in doubt (doubtPastCommit), loudly.
 
 // recState is what recovery learnt of one offset.
 type recState uint8
@@ -216,6 +218,7 @@ func (rn *run) recoverParts(ctx context.Context, parts []int32) (*recovered, err
 		return nil, fmt.Errorf("fetch committed offsets: %w", err)
 	}
 	progs := map[int32]*progress{}
+	blind := map[int32]string{} // committed without readable progress: why
 	for _, p := range parts {
 		o, ok := offs.Lookup(rn.topics.Reports, p)
 		if !ok || o.At < 0 {
@@ -226,11 +229,10 @@ func (rn *run) recoverParts(ctx context.Context, parts []int32) (*recovered, err
 		}
 		out.base[p] = o.At
 		pr, err := decodeProgress(o.Metadata, o.At)
-		if errors.Is(err, errNoProgress) {
-			continue // committed by another writer: nothing known past the offset
-		}
 		if err != nil {
-			rn.log.Warn("unreadable progress in the commit metadata: recovering from the committed offset alone", "partition", p, "err", err)
+			// Committed by another writer (an earlier version, an offset
+			// reset) or corrupt: nothing is known past the offset.
+			blind[p] = err.Error()
 			continue
 		}
 		progs[p] = pr
@@ -244,6 +246,11 @@ func (rn *run) recoverParts(ctx context.Context, parts []int32) (*recovered, err
 		out.state[p] = st
 	}
 	out.withProgress = len(progs)
+	if len(blind) > 0 {
+		if err := rn.doubtPastCommit(ctx, blind, out); err != nil {
+			return nil, err
+		}
+	}
 	if len(progs) > 0 {
 		if err := rn.readLogTail(ctx, progs, out); err != nil {
 			return nil, err
@@ -261,8 +268,52 @@ func (rn *run) recoverParts(ctx context.Context, parts []int32) (*recovered, err
 	return out, nil
 }
 
+// doubtPastCommit is the fallback for partitions committed without
+// readable progress (why, by partition): the previous owner may have posted
+// any report past the committed offset, final or not, and no log position
+// says where its records are. Each report it may have had, from the
+// committed offset to the partition's end now, within the progress window
+// (an owner of this version leases no further past its commit point, and a
+// progress holds no more), is recovered in doubt: posted again labelled,
+// so the audit over-counts doubles rather than missing one. Loud: a
+// warning per partition and the playpipe.reporter.recovery_fallbacks
+// metric.
+func (rn *run) doubtPastCommit(ctx context.Context, blind map[int32]string, out *recovered) error {
+	ends, err := rn.adm.ListEndOffsets(ctx, rn.topics.Reports)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		return fmt.Errorf("end offsets of %s: %w", rn.topics.Reports, err)
+	}
+	for _, p := range slices.Sorted(maps.Keys(blind)) {
+		base := out.base[p]
+		end := base
+		if e, ok := ends.Lookup(rn.topics.Reports, p); ok {
+			end = max(base, min(e.Offset, base+rn.window))
+		}
+		st := make(map[int64]recState, end-base)
+		for o := base; o < end; o++ {
+			st[o] = recDoubt
+		}
+		out.state[p] = st
+		rn.met.recoveryFallback(ctx)
+		rn.log.Warn("no readable progress in the commit metadata: recovering from the committed offset, the reports past it that the previous owner may have posted labelled in doubt",
+			"partition", p, "why", blind[p], "committed", base, "in_doubt_until", end)
+	}
+	return nil
+}
+
+// logWaitTimeout bounds each wait of a recovery's log read on the broker:
+// listing the log's offsets, and each record of a range not read yet. Past
+// it the read fails with a *kafkax.TimeoutError (and recoverNew tries again
+// within recoverTimeout): a broker that is slow or frozen is never taken
+// for the end of the log.
+const logWaitTimeout = 10 * time.Second
+
 // readLogTail applies the deliveries log from each progress's LogOffset to
-// the log's current end.
+// the log's end when the recovery began (kafkax.ReadRanges: the reader
+// replay uses too).
 func (rn *run) readLogTail(ctx context.Context, progs map[int32]*progress, out *recovered) error {
 	starts := map[int32]int64{}
 	for _, pr := range progs {
@@ -277,8 +328,7 @@ func (rn *run) readLogTail(ctx context.Context, progs map[int32]*progress, out *
 	if err != nil {
 		return fmt.Errorf("end offsets of %s: %w", rn.topics.Deliveries, err)
 	}
-	from := map[int32]kgo.Offset{}
-	want := map[int32]int64{} // log partition → end
+	ranges := map[int32][2]int64{} // log partition → [from, end)
 	for lp, s := range starts {
 		e, ok := ends.Lookup(rn.topics.Deliveries, lp)
 		if !ok {
@@ -286,60 +336,22 @@ func (rn *run) readLogTail(ctx context.Context, progs map[int32]*progress, out *
 		}
 		out.logEnd[lp] = e.Offset
 		if s < e.Offset {
-			from[lp] = kgo.NewOffset().At(s)
-			want[lp] = e.Offset
+			ranges[lp] = [2]int64{s, e.Offset}
 		}
 	}
-	if len(from) == 0 {
+	if len(ranges) == 0 {
 		return nil
 	}
 	base, err := rn.cfg.Kafka.ClientOpts()
 	if err != nil {
 		return err
 	}
-	cl, err := kgo.NewClient(append(base,
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{rn.topics.Deliveries: from}),
-		kgo.FetchMaxWait(200*time.Millisecond),
-	)...)
-	if err != nil {
-		return fmt.Errorf("log reader: %w", err)
-	}
-	defer cl.Close()
-	next := map[int32]int64{}
-	lastProgress := time.Now()
-	for len(want) > 0 {
-		fs := cl.PollFetches(ctx)
-		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("reading %s: %w", rn.topics.Deliveries, err)
-		}
-		for _, fe := range fs.Errors() {
-			return fmt.Errorf("reading %s partition %d: %w", fe.Topic, fe.Partition, fe.Err)
-		}
-		moved := false
-		fs.EachRecord(func(r *kgo.Record) {
-			end, ok := want[r.Partition]
-			if !ok || r.Offset >= end {
-				return
-			}
-			moved = true
-			out.read++
-			next[r.Partition] = r.Offset + 1
-			rn.applyLog(r, progs, out)
-		})
-		for lp, end := range want {
-			if next[lp] >= end {
-				delete(want, lp)
-			}
-		}
-		if moved {
-			lastProgress = time.Now()
-		} else if time.Since(lastProgress) > 2*time.Second {
-			// The offsets left hold no record (aborted or compacted away).
-			rn.log.Warn("deliveries log tail ends before its end offset", "partitions", want)
-			break
-		}
-	}
-	return nil
+	w := kafkax.Waits{Timeout: logWaitTimeout, Brokers: rn.cfg.Kafka.Brokers, Role: "reporter"}
+	return kafkax.ReadRanges(ctx, w, append(base, kgo.FetchMaxWait(200*time.Millisecond)), rn.topics.Deliveries, ranges, func(r *kgo.Record) error {
+		out.read++
+		rn.applyLog(r, progs, out)
+		return nil
+	})
 }
 
 // applyLog applies one record of the deliveries log to the recovery.

@@ -225,7 +225,7 @@ type run struct {
 	pending   atomic.Int64  // records held by the partition trackers
 	coordDone chan struct{}
 	bg        sync.WaitGroup // prober goroutines
-	commitWG  sync.WaitGroup // the periodic commit in flight
+	commitWG  commitsOut     // the periodic commit in flight (revoke.go)
 	// publishing counts answers applied whose Delivery record is not handed
 	// to the Kafka client yet.
 	publishing sync.WaitGroup

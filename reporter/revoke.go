@@ -3,8 +3,58 @@ package reporter
 import (
 	"context"
 	"slices"
+	"sync"
 	"time"
 )
+
+// commitsOut counts the periodic commits in flight (one at a time: the
+// coordinator's pace). The coordinator starts them (Go); onRevoked, on the
+// Kafka client's group goroutine, and finish wait for the ones started
+// before they asked (Wait). Not a sync.WaitGroup: its Add from zero must
+// happen before any Wait, and the coordinator starts a commit whenever the
+// pace allows, whatever a rebalance is doing — an Add racing a Wait made
+// the runtime panic ("WaitGroup is reused before previous Wait has
+// returned") in a rebalance (TestRevokeWhileCommitsStart).
+type commitsOut struct {
+	mu   sync.Mutex
+	n    int
+	idle chan struct{} // closed when n drops to zero; a new one when n leaves it
+}
+
+// Go runs f in a goroutine of its own, counted until it returns.
+func (c *commitsOut) Go(f func()) {
+	c.mu.Lock()
+	if c.n == 0 {
+		c.idle = make(chan struct{})
+	}
+	c.n++
+	c.mu.Unlock()
+	go func() { // counted: Wait waits for it
+		defer c.done()
+		f()
+	}()
+}
+
+func (c *commitsOut) done() {
+	c.mu.Lock()
+	if c.n--; c.n == 0 {
+		close(c.idle)
+	}
+	c.mu.Unlock()
+}
+
+// Wait returns once every commit started before the call has returned
+// (any goroutine, concurrently with Go).
+func (c *commitsOut) Wait() {
+	c.mu.Lock()
+	if c.n == 0 {
+		c.mu.Unlock()
+		return
+	}
+	idle := c.idle
+	c.mu.Unlock()
+	<-idle
+}
 
 // revocation is one rebalance's partitions leaving this instance.
 type revocation struct {

@@ -35,8 +35,9 @@ func (rn *run) waitRate() (time.Duration, error) {
 //
 //   - The adaptive in-flight limit (limit.go): the posts in flight are
 //     capped by a limit between 1 and MaxConcurrency that grows while the
-//     partner's latency stays flat, shrinks when it rises and halves on
-//     failures (AIMD's decrease).
+//     partner's latency stays flat, shrinks when it rises or when the
+//     error rate rises with the load, and halves on back-pressure
+//     (429, 503, timeouts: AIMD's decrease).
 //   - A retry budget (a token bucket of failures): each failed post takes a
 //     token; tokens come back at BudgetFloor per second plus BudgetRatio per
 //     successful post, up to a burst of Concurrency. With no token left,
@@ -45,7 +46,8 @@ func (rn *run) waitRate() (time.Duration, error) {
 //     posts succeed again the successes refill the budget and the limit
 //     grows back.
 //
-// 401s (session renewal) and 400s are not partner health signals.
+// 401s (session renewal) are not partner health signals; a 400 counts
+// toward the limit's error rate only (Decision.Signal).
 type throttle struct {
 	lim *limiter
 
@@ -93,19 +95,20 @@ func (t *throttle) allows(inflight int) bool {
 	return true
 }
 
-// success records an answer from a healthy partner that took rtt, with
-// inflight posts out when it came back.
-func (t *throttle) success(now time.Time, rtt time.Duration, inflight int) {
+// success records an answer from a healthy partner (sig: what it tells
+// the in-flight limit) that took rtt, with inflight posts out when it came
+// back.
+func (t *throttle) success(now time.Time, sig Signal, rtt time.Duration, inflight int) {
 	t.tokens = math.Min(t.max, t.tokens+t.ratio)
-	t.lim.sample(now, rtt, inflight)
+	t.lim.observe(now, sig, rtt, inflight)
 }
 
-// failure records an answer (or its absence) that says the partner is
-// struggling.
-func (t *throttle) failure(now time.Time) {
+// failure records a failed post: an answer (or its absence) to be
+// retried. It takes a token; sig says whether it moves the limit.
+func (t *throttle) failure(now time.Time, sig Signal, rtt time.Duration, inflight int) {
 	t.refill(now)
 	t.tokens = math.Max(t.tokens-1, -t.max) // a burst in flight may overdraw a little
-	t.lim.failure(now)
+	t.lim.observe(now, sig, rtt, inflight)
 }
 
 // readyAt is when the next token will be there (zero when one is).

@@ -27,7 +27,7 @@ func TestClassify(t *testing.T) {
 	timeout := &partnerapi.Error{Kind: partnerapi.KindTransient, Op: "POST /partners/royalty-tracking", Err: fmt.Errorf("post: %w", context.DeadlineExceeded)}
 	conn := &partnerapi.Error{Kind: partnerapi.KindTransient, Op: "POST /partners/royalty-tracking", Err: &net.OpError{Op: "dial", Err: os.ErrNotExist}}
 	cancelled := &partnerapi.Error{Kind: partnerapi.KindTransient, Op: "POST /partners/royalty-tracking", Err: context.Canceled}
-	badCreds := &partnerapi.Error{Kind: partnerapi.KindRejected, Op: "POST /partners/session", Status: 400, Reason: "credentials invalid"}
+	badCreds := &partnerapi.Error{Kind: partnerapi.KindRejected, Endpoint: partnerapi.EndpointSession, Op: "POST /partners/session", Status: 400, Reason: "credentials invalid"}
 
 	cases := []struct {
 		name    string

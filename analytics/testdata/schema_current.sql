@@ -131,3 +131,21 @@ ALTER TABLE {db}.deliveries ADD COLUMN replay_reason String DEFAULT '';
 -- migration 5 (deliveries.doubt_cause), statement 1
 ALTER TABLE {db}.deliveries ADD COLUMN doubt_cause String DEFAULT '';
 
+-- migration 6 (kafka_topic_id), statement 1
+ALTER TABLE {db}.events ADD COLUMN kafka_topic_id String AFTER kafka_offset, MODIFY ORDER BY (kafka_time_ms, kafka_topic, kafka_partition, kafka_offset, kafka_topic_id);
+
+-- migration 6 (kafka_topic_id), statement 2
+ALTER TABLE {db}.plays ADD COLUMN kafka_topic_id String AFTER kafka_offset, MODIFY ORDER BY (report_id, kafka_topic, kafka_partition, kafka_offset, kafka_topic_id);
+
+-- migration 6 (kafka_topic_id), statement 3
+ALTER TABLE {db}.deliveries ADD COLUMN kafka_topic_id String AFTER kafka_offset, MODIFY ORDER BY (report_id, kafka_topic, kafka_partition, kafka_offset, kafka_topic_id);
+
+-- migration 6 (kafka_topic_id), statement 4
+ALTER TABLE {db}.rejections ADD COLUMN kafka_topic_id String AFTER kafka_offset, MODIFY ORDER BY (kafka_time_ms, kafka_topic, kafka_partition, kafka_offset, kafka_topic_id);
+
+-- migration 6 (kafka_topic_id), statement 5
+ALTER TABLE {db}.malformed ADD COLUMN kafka_topic_id String AFTER kafka_offset, MODIFY ORDER BY (kafka_topic, kafka_partition, kafka_offset, kafka_topic_id);
+
+-- migration 6 (kafka_topic_id), statement 6
+ALTER TABLE {db}.rejections ADD COLUMN src_topic_id String DEFAULT '' AFTER src_offset;
+

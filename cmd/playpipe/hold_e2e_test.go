@@ -29,7 +29,7 @@ func TestConsumeKill9WhileHeld(t *testing.T) {
 	if testing.Short() {
 		t.Skip("separate processes")
 	}
-	k := testenv.StartKafka(t, 4)
+	k := testenv.SharedApacheKafka(t, 4)
 	sb := testenv.StartSandbox(t)
 	cat := sb.Catalog()
 	bad, good := cat.Mixes[0], cat.Mixes[1]
@@ -63,7 +63,7 @@ func TestConsumeKill9WhileHeld(t *testing.T) {
 	}
 	sb.SetFaults(sandbox.Faults{Mix: sandbox.GroupFaults{Rate500: 1, IDs: []int64{bad.ID}}})
 	env := []string{envAPIClientSignature + "=" + sb.ClientSignature}
-	args := []string{"consume", "--brokers", k.Config.Brokers[0], "--api-url", sb.URL, "--api-client-id", sb.ClientID,
+	args := []string{"consume", "--brokers", k.Config.Brokers[0], "--topic-prefix", k.Config.TopicPrefix, "--api-url", sb.URL, "--api-client-id", sb.ClientID,
 		"--transactional-id", "kill9-held", "--mix-hold-after", "300ms", "--admin-addr", "127.0.0.1:0", "--log-level", "info"}
 	first := startProc(t, env, args...)
 	first.out.wait(t, regexp.MustCompile(`enricher started`), 60*time.Second)

@@ -57,7 +57,7 @@ func TestIngestRefusesToStartWithoutKeys(t *testing.T) {
 // TestIngestCommandServesAndShutsDown runs the subcommand against a broker,
 // posts a batch with a key, and stops it through its context.
 func TestIngestCommandServesAndShutsDown(t *testing.T) {
-	k := testenv.StartKafka(t, 2)
+	k := testenv.SharedApacheKafka(t, 2)
 	key := "fleet-key-for-cmd-test"
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -65,7 +65,7 @@ func TestIngestCommandServesAndShutsDown(t *testing.T) {
 	done := make(chan error, 1)
 	var logs bytes.Buffer
 	go func() {
-		done <- runIngestWith(ctx, []string{"--addr", "127.0.0.1:0", "--brokers", strings.Join(k.Config.Brokers, ","),
+		done <- runIngestWith(ctx, []string{"--addr", "127.0.0.1:0", "--brokers", strings.Join(k.Config.Brokers, ","), "--topic-prefix", k.Config.TopicPrefix,
 			"--api-key", "acme:" + gateway.HashKey(key), "--log-level", "debug", "--admin-addr", "127.0.0.1:0"}, nil, io.Discard, &ingestLogBuffer{b: &logs}, func(a string) { addrc <- a })
 	}()
 	var addr string

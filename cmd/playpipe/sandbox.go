@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -45,6 +47,7 @@ type sandboxFlags struct {
 	seed                             int64
 	clientID, clientSig, email       string
 	secretFile, modeName             string
+	faults                           string
 	adminHosts                       string
 	liveTTL, standbyTTL              time.Duration
 	pages, lists, mixes, maxLedger   int
@@ -63,6 +66,7 @@ func (f *sandboxFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.liveTTL, "live-token-ttl", sandbox.DefaultLiveTokenTTL, "lifetime of tokens minted in live and live-bypass mode")
 	fs.DurationVar(&f.standbyTTL, "standby-token-ttl", sandbox.DefaultStandbyTokenTTL, "lifetime of tokens minted in standby")
 	fs.StringVar(&f.modeName, "mode", "live", "starting mode: live, standby or live-bypass")
+	fs.StringVar(&f.faults, "faults", "", "injected faults to start with (and return to on POST /admin/reset): the JSON body of PUT /admin/faults, or @FILE holding it; e.g. '{\"report\":{\"rate_500\":0.01,\"latency\":\"50ms\",\"track_ids\":[400001],\"seed\":7}}' (docs/sandbox.md, Faults)")
 	fs.IntVar(&f.pages, "pages", sandbox.DefaultPages, "content pages in the catalog (1–100; one empty page is always added)")
 	fs.IntVar(&f.lists, "lists-per-page", sandbox.DefaultListsPerPage, "lists per page (1–50)")
 	fs.IntVar(&f.mixes, "mixes-per-list", sandbox.DefaultMixesPerList, "mixes per list (1–100)")
@@ -102,6 +106,14 @@ func (f *sandboxFlags) options(log *slog.Logger, stderr io.Writer) (sandbox.Conf
 	if f.maxLedger < 0 {
 		fmt.Fprintf(stderr, "--max-ledger-entries %d: accepted 0 (the default) or more\n", f.maxLedger)
 		return opts, errUsage
+	}
+	if f.faults != "" {
+		fl, err := parseFaults(f.faults)
+		if err != nil {
+			fmt.Fprintf(stderr, "--faults: %v\n", err)
+			return opts, errUsage
+		}
+		opts.Faults = fl
 	}
 	if f.secretFile != "" {
 		b, err := os.ReadFile(f.secretFile)
@@ -162,7 +174,7 @@ func runSandbox(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			return err
 		}
 	}
-	log.Info("sandbox ready", "mode", opts.Mode.String(), "strict", f.strict, "lean", f.lean, "seed", f.seed, "mixes", len(srv.Catalog().Mixes), "client_id", f.clientID)
+	log.Info("sandbox ready", "mode", opts.Mode.String(), "faults", f.faults != "", "strict", f.strict, "lean", f.lean, "seed", f.seed, "mixes", len(srv.Catalog().Mixes), "client_id", f.clientID)
 	var runErr error
 	select {
 	case <-ctx.Done():
@@ -251,6 +263,28 @@ func pinHost(h http.Handler, listenAddr string) http.Handler {
 		r2.Host = listenAddr
 		h.ServeHTTP(w, r2)
 	})
+}
+
+// parseFaults reads --faults: the JSON of PUT /admin/faults, or @FILE
+// holding it; unknown fields and invalid values are refused.
+func parseFaults(v string) (sandbox.Faults, error) {
+	var f sandbox.Faults
+	b := []byte(v)
+	if name, ok := strings.CutPrefix(v, "@"); ok {
+		var err error
+		if b, err = os.ReadFile(name); err != nil {
+			return f, fmt.Errorf("reading the faults: %w", err)
+		}
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&f); err != nil {
+		return f, fmt.Errorf("decoding the faults: %w", err)
+	}
+	if err := f.Validate(); err != nil {
+		return f, err
+	}
+	return f, nil
 }
 
 // loopbackAddr reports whether a listen address binds loopback only.

@@ -71,8 +71,9 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return err
 	}
 	defer stopAPI()
-	if *f.startMS == 0 {
-		*f.startMS = simulator.DefaultStart(time.Now())
+	start := *f.startMS // 0 stays 0 in the Config: the default start, held to the clock from both sides
+	if start == 0 {
+		start = simulator.DefaultStart(time.Now())
 	}
 	cfg := simulator.Config{
 		Kafka: f.kcfg, Mixes: catalog, Events: *f.events, Rate: *f.ratePS, Devices: *f.devices, Users: *f.users,
@@ -92,7 +93,7 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return errUsage
 	}
 	log.Info("simulate: publishing", "topic", f.kcfg.Topics().Events, "events", *f.events, "rate", *f.ratePS, "devices", *f.devices,
-		"bad_share", *f.badShare, "seed", *f.seed, "start_ms", *f.startMS, "mixes", len(catalog))
+		"bad_share", *f.badShare, "seed", *f.seed, "start_ms", start, "mixes", len(catalog))
 	stats, err := simulator.Run(ctx, cfg)
 	fmt.Fprintln(stdout, stats)
 	if err != nil && !errors.Is(err, context.Canceled) { // interrupted: what was sent is printed
@@ -122,7 +123,7 @@ func newSimulateFlags(fs *flag.FlagSet) *simulateFlags {
 		users:    fs.Int("users", 0, "distinct users; 0: 80% of --devices"),
 		badShare: fs.Float64("bad-share", 0.05, "share of bad messages, 0–1, spread evenly over malformed_json, missing_field, unknown_mix, bad_country"),
 		seed:     fs.Int64("seed", 1, "random seed: the same seed and flags send the same messages"),
-		startMS:  fs.Int64("start-ms", 0, "the simulated clock's start, epoch ms; 0: 28 days before today (UTC), so that the events lie within the consumer's plausible-time window (--time-window-back 720h) while the simulated clocks advance (~4.5 min × events / devices)"),
+		startMS:  fs.Int64("start-ms", 0, "the simulated clock's start, epoch ms; 0: 28 days before today (UTC), so that the events lie within the consumer's plausible-time window (--time-window-back 720h); the simulated clocks advance ~4.5 min × events / devices but are held to the simulator's clock: never ahead of now, and with the default start never more than 29 days behind"),
 		mixes:    fs.String("mixes", "", "the catalog without the partner API: id:length[@start/start/…],… with length and track starts in ms or as Go durations (101:60m@0/4m/9m30s)"),
 		maxMixes: fs.Int("max-mixes", 0, "use at most this many mixes of the partner API's catalog; 0: all"),
 		record:   fs.String("record", "", "write every message Kafka acknowledged to this file, one JSON line each: {kind, key, value}"),

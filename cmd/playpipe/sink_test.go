@@ -17,7 +17,7 @@ import (
 // against a real broker and ClickHouse server, then stops the sink as a
 // SIGTERM would and checks the ledger.
 func TestMigrateAndSinkCommands(t *testing.T) {
-	k := testenv.StartKafka(t, 2)
+	k := testenv.SharedApacheKafka(t, 2)
 	ch := testenv.StartClickHouse(t)
 	ctx := context.Background()
 	chFlags := []string{"--clickhouse-addr", ch.Addr, "--clickhouse-db", ch.Database, "--log-level", "warn"}
@@ -43,7 +43,7 @@ func TestMigrateAndSinkCommands(t *testing.T) {
 	done := make(chan int, 1)
 	var out, errb bytes.Buffer
 	go func() {
-		args := append([]string{"sink", "--brokers", strings.Join(k.Config.Brokers, ","), "--partitions", "2", "--linger", "50ms", "--batch-rows", "20"}, chFlags...)
+		args := append([]string{"sink", "--brokers", strings.Join(k.Config.Brokers, ","), "--topic-prefix", k.Config.TopicPrefix, "--partitions", "2", "--linger", "50ms", "--batch-rows", "20"}, chFlags...)
 		done <- runMain(sctx, args, &out, &errb)
 	}()
 	conn := ch.Conn(t)

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -17,15 +18,25 @@ unless allowed; a foreign Host or Origin is refused with 403, a non-JSON body wi
   PUT    /admin/mode              body {"mode":"standby"}; entering standby starts an episode,
                                   leaving it kills every token minted during it
   GET    /admin/faults            the injected faults (fail_next = what remains)
-  PUT    /admin/faults            body {"report":{"rate_500":0.1,"rate_503":0,"latency":"20ms",
-                                  "fail_next":3,"fail_next_status":503},"session":{…},"catalog":{…},"mix":{…}};
+  PUT    /admin/faults            body {"report":{"rate_500":0.1,"rate_503":0,"rate_429":0,"retry_after":"2s",
+                                  "latency":"20ms","fail_next":3,"fail_next_status":503,
+                                  "track_ids":[400001],"track_status":500,"body_over":2048,"body_over_status":413},
+                                  "session":{…},"catalog":{…},"mix":{…},"seed":7}: replaces every fault;
                                   groups: session, catalog (catalog, restricted, page, list, genres), mix, report;
-                                  fail_next_status: 401, 500 (default), 502, 503, 504;
-                                  "ids":[42] restricts a group's fail_next and rates to those path ids
+                                  rates: shares of the group's requests (one seeded draw, sum ≤ 1);
+                                  retry_after: Retry-After on injected 429 and 503;
+                                  fail_next_status: 401, 429, 500 (default), 502, 503, 504;
+                                  "ids":[42] restricts a group's fail_next and rates to those path ids;
+                                  report only: track_ids / body_over answer every report of those
+                                  tracks / longer than N bytes with track_status (500 default) /
+                                  body_over_status (413 default): 400, 401, 413, 429, 500, 502, 503, 504
+  PATCH  /admin/faults            JSON merge patch (RFC 7386) of the faults: sets or lifts one fault,
+                                  keeps the others, e.g. {"report":{"track_ids":null}} lifts the track fault
   DELETE /admin/faults            no faults
-  POST   /admin/reset             empty ledger and counters, no faults, starting mode
+  POST   /admin/reset             empty ledger and counters, the starting faults (--faults), starting mode
   GET    /admin/ledger[?since=N]  accepted reports (raw body, decoded fields, arrival, flags,
-                                  duplicate), standby reports, rejected reports, counts, counters;
+                                  duplicate), standby reports, rejected reports, reports answered
+                                  with an injected fault (status, fault), counts, counters;
                                   since=N keeps entries with seq > N
   GET    /admin/counters          answers per endpoint and HTTP status
   GET    /admin/catalog           the generated catalog with every mix's full track listing
@@ -54,6 +65,7 @@ func (s *Server) adminMux() http.Handler {
 	})
 	mux.HandleFunc("PUT /admin/faults", s.adminSetFaults)
 	mux.HandleFunc("POST /admin/faults", s.adminSetFaults)
+	mux.HandleFunc("PATCH /admin/faults", s.adminPatchFaults)
 	mux.HandleFunc("DELETE /admin/faults", func(w http.ResponseWriter, r *http.Request) {
 		s.SetFaults(Faults{})
 		adminJSON(w, http.StatusOK, s.Faults())
@@ -113,6 +125,75 @@ func (s *Server) adminSetFaults(w http.ResponseWriter, r *http.Request) {
 	s.SetFaults(f)
 	s.log.Info("sandbox faults set")
 	adminJSON(w, http.StatusOK, s.Faults())
+}
+
+// adminPatchFaults merges the body (a JSON merge patch, RFC 7386) into the
+// injected faults: a member set to null is lifted, the others are kept.
+func (s *Server) adminPatchFaults(w http.ResponseWriter, r *http.Request) {
+	var patch any
+	dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, 1<<20))
+	dec.UseNumber()
+	if err := dec.Decode(&patch); err != nil {
+		adminError(w, http.StatusBadRequest, fmt.Sprintf("request body: %v", err))
+		return
+	}
+	f, err := patchFaults(s.Faults(), patch)
+	if err != nil {
+		adminError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if err := f.Validate(); err != nil {
+		adminError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	s.SetFaults(f)
+	s.log.Info("sandbox faults patched")
+	adminJSON(w, http.StatusOK, s.Faults())
+}
+
+// patchFaults applies the JSON merge patch to cur.
+func patchFaults(cur Faults, patch any) (Faults, error) {
+	b, err := json.Marshal(cur)
+	if err != nil {
+		return Faults{}, fmt.Errorf("encoding the faults: %w", err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var doc any
+	if err := dec.Decode(&doc); err != nil {
+		return Faults{}, fmt.Errorf("decoding the faults: %w", err)
+	}
+	if b, err = json.Marshal(mergePatch(doc, patch)); err != nil {
+		return Faults{}, fmt.Errorf("encoding the patched faults: %w", err)
+	}
+	var f Faults
+	dec = json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&f); err != nil {
+		return Faults{}, fmt.Errorf("patched faults: %w", err)
+	}
+	return f, nil
+}
+
+// mergePatch is RFC 7386: objects merge member by member, null deletes,
+// anything else replaces.
+func mergePatch(target, patch any) any {
+	p, ok := patch.(map[string]any)
+	if !ok {
+		return patch
+	}
+	t, ok := target.(map[string]any)
+	if !ok {
+		t = map[string]any{}
+	}
+	for k, v := range p {
+		if v == nil {
+			delete(t, k)
+		} else {
+			t[k] = mergePatch(t[k], v)
+		}
+	}
+	return t
 }
 
 // adminLedger answers the ledger, since=N: its entries with seq > N.

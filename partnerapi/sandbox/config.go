@@ -117,6 +117,9 @@ type Config struct {
 
 	// Mode is the mode the server starts in. Defaults to ModeLive.
 	Mode Mode
+	// Faults are the injected faults the server starts with, and returns
+	// to on Reset (`playpipe sandbox --faults`). Defaults to none.
+	Faults Faults
 	// MaxLedgerEntries bounds the entries kept with their raw bodies
 	// (accepted, standby and rejected together). Beyond it, reports are still
 	// validated, counted and checked for duplicates, but their entries are
@@ -199,6 +202,9 @@ func (o Config) validate() error {
 		return bad("MaxLedgerEntries", "must be positive, got %d", o.MaxLedgerEntries)
 	case o.MaxBodyBytes < 1024:
 		return bad("MaxBodyBytes", "must be at least 1024, got %d", o.MaxBodyBytes)
+	}
+	if err := o.Faults.Validate(); err != nil {
+		return bad("Faults", "%v", err)
 	}
 	return nil
 }

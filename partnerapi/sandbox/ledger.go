@@ -66,15 +66,30 @@ type RejectedEntry struct {
 	Message string    `json:"message"`
 }
 
+// InjectedEntry is a play report answered with an injected fault status
+// (Faults): not validated, not accepted, not delivered.
+type InjectedEntry struct {
+	Seq     uint64    `json:"seq"`
+	Arrival time.Time `json:"arrival"`
+	Raw     string    `json:"raw"`
+	Status  int       `json:"status"` // the injected answer's HTTP status
+	Fault   string    `json:"fault"`  // FaultTrack, FaultBodyOver, FaultFailNext or FaultRate
+}
+
 // LedgerSnapshot is a copy of the ledger, entries in arrival (Seq) order.
 type LedgerSnapshot struct {
 	Accepted []LedgerEntry   `json:"accepted"`
 	Standby  []StandbyEntry  `json:"standby"`
 	Rejected []RejectedEntry `json:"rejected"`
+	Injected []InjectedEntry `json:"injected"`
 	// Counts include entries dropped beyond Config.MaxLedgerEntries.
 	AcceptedCount int64 `json:"accepted_count"`
 	StandbyCount  int64 `json:"standby_count"`
 	RejectedCount int64 `json:"rejected_count"`
+	// InjectedCount is the number of play reports answered with an
+	// injected fault; InjectedByStatus splits it by HTTP status.
+	InjectedCount    int64         `json:"injected_count"`
+	InjectedByStatus map[int]int64 `json:"injected_by_status"`
 	// Duplicates is the number of accepted reports whose canonical body
 	// equals one accepted before (the first one is not counted).
 	Duplicates int64 `json:"duplicates"`
@@ -102,6 +117,8 @@ type ledger struct {
 	seq                                        atomic.Uint64
 	stored                                     atomic.Int64
 	accepted, standby, rejected, dups, dropped atomic.Int64
+	injected                                   atomic.Int64
+	injectedBy                                 [600]atomic.Int64 // by status
 	seed1, seed2                               maphash.Seed
 	shards                                     [ledgerShards]ledgerShard
 }
@@ -111,6 +128,7 @@ type ledgerShard struct {
 	accepted chunked[LedgerEntry]
 	standby  chunked[StandbyEntry]
 	rejected chunked[RejectedEntry]
+	injected chunked[InjectedEntry]
 	seen     map[[2]uint64]struct{}
 	_        [64]byte // keep shards on separate cache lines
 }
@@ -174,6 +192,15 @@ func (l *ledger) addRejected(e RejectedEntry) {
 	store(l, e.Seq, func(sh *ledgerShard) *chunked[RejectedEntry] { return &sh.rejected }, e)
 }
 
+func (l *ledger) addInjected(e InjectedEntry) {
+	e.Seq = l.seq.Add(1)
+	l.injected.Add(1)
+	if e.Status >= 100 && e.Status < 600 {
+		l.injectedBy[e.Status].Add(1)
+	}
+	store(l, e.Seq, func(sh *ledgerShard) *chunked[InjectedEntry] { return &sh.injected }, e)
+}
+
 // store keeps the entry e numbered seq, unless the ledger is full, in the
 // list of its shard that list picks.
 func store[E any](l *ledger, seq uint64, list func(*ledgerShard) *chunked[E], e E) {
@@ -187,7 +214,7 @@ func store[E any](l *ledger, seq uint64, list func(*ledgerShard) *chunked[E], e 
 }
 
 func (l *ledger) snapshot(since uint64) LedgerSnapshot {
-	s := LedgerSnapshot{Accepted: []LedgerEntry{}, Standby: []StandbyEntry{}, Rejected: []RejectedEntry{}}
+	s := LedgerSnapshot{Accepted: []LedgerEntry{}, Standby: []StandbyEntry{}, Rejected: []RejectedEntry{}, Injected: []InjectedEntry{}, InjectedByStatus: map[int]int64{}}
 	for i := range l.shards {
 		sh := &l.shards[i]
 		sh.mu.Lock()
@@ -206,11 +233,23 @@ func (l *ledger) snapshot(since uint64) LedgerSnapshot {
 				s.Rejected = append(s.Rejected, *e)
 			}
 		})
+		sh.injected.each(func(e *InjectedEntry) {
+			if e.Seq > since {
+				s.Injected = append(s.Injected, *e)
+			}
+		})
 		sh.mu.Unlock()
 	}
 	slices.SortFunc(s.Accepted, func(a, b LedgerEntry) int { return cmpU(a.Seq, b.Seq) })
 	slices.SortFunc(s.Standby, func(a, b StandbyEntry) int { return cmpU(a.Seq, b.Seq) })
 	slices.SortFunc(s.Rejected, func(a, b RejectedEntry) int { return cmpU(a.Seq, b.Seq) })
+	slices.SortFunc(s.Injected, func(a, b InjectedEntry) int { return cmpU(a.Seq, b.Seq) })
+	s.InjectedCount = l.injected.Load()
+	for st := range l.injectedBy {
+		if n := l.injectedBy[st].Load(); n > 0 {
+			s.InjectedByStatus[st] = n
+		}
+	}
 	s.AcceptedCount, s.StandbyCount, s.RejectedCount = l.accepted.Load(), l.standby.Load(), l.rejected.Load()
 	s.Duplicates, s.Dropped = l.dups.Load(), l.dropped.Load()
 	return s
@@ -221,6 +260,7 @@ func (l *ledger) reset() {
 		sh := &l.shards[i]
 		sh.mu.Lock()
 		sh.accepted, sh.standby, sh.rejected = chunked[LedgerEntry]{}, chunked[StandbyEntry]{}, chunked[RejectedEntry]{}
+		sh.injected = chunked[InjectedEntry]{}
 		clear(sh.seen)
 		sh.mu.Unlock()
 	}
@@ -230,6 +270,10 @@ func (l *ledger) reset() {
 	l.rejected.Store(0)
 	l.dups.Store(0)
 	l.dropped.Store(0)
+	l.injected.Store(0)
+	for st := range l.injectedBy {
+		l.injectedBy[st].Store(0)
+	}
 }
 
 // chunked is an append-only list in fixed-size chunks: appending never

@@ -12,7 +12,7 @@ import (
 // instruments, read at collection time (nothing is added to the request path):
 //
 //	playpipe.sandbox.responses{endpoint,status}  answers per endpoint and status
-//	playpipe.sandbox.reports{kind}               accepted, standby, rejected, duplicate
+//	playpipe.sandbox.reports{kind}               accepted, standby, rejected, duplicate, injected
 //	playpipe.sandbox.mode                        0 live, 1 standby, 2 live-bypass
 //
 // Call Unregister on the result when the server is no longer served.
@@ -21,7 +21,7 @@ func (s *Server) RegisterMetrics(m metric.Meter) (metric.Registration, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sandbox metrics: %w", err)
 	}
-	reports, err := m.Int64ObservableCounter("playpipe.sandbox.reports", metric.WithDescription("play reports by kind: accepted, standby, rejected, duplicate"))
+	reports, err := m.Int64ObservableCounter("playpipe.sandbox.reports", metric.WithDescription("play reports by kind: accepted, standby, rejected, duplicate, injected (answered with an injected fault)"))
 	if err != nil {
 		return nil, fmt.Errorf("sandbox metrics: %w", err)
 	}
@@ -37,7 +37,7 @@ func (s *Server) RegisterMetrics(m metric.Meter) (metric.Registration, error) {
 				}
 			}
 		}
-		for kind, n := range map[string]int64{"accepted": s.ledger.accepted.Load(), "standby": s.ledger.standby.Load(), "rejected": s.ledger.rejected.Load(), "duplicate": s.ledger.dups.Load()} {
+		for kind, n := range map[string]int64{"accepted": s.ledger.accepted.Load(), "standby": s.ledger.standby.Load(), "rejected": s.ledger.rejected.Load(), "duplicate": s.ledger.dups.Load(), "injected": s.ledger.injected.Load()} {
 			o.ObserveInt64(reports, n, metric.WithAttributes(attribute.String("kind", kind)))
 		}
 		o.ObserveInt64(mode, int64(s.Mode()))
@@ -58,9 +58,10 @@ func (s *Server) LedgerSince(seq uint64) LedgerSnapshot {
 	return l
 }
 
-// LedgerCounts are the ledger's totals, without entries.
+// LedgerCounts are the ledger's totals, without entries. Injected counts
+// the play reports answered with an injected fault (Faults).
 type LedgerCounts struct {
-	Accepted, Standby, Rejected, Duplicates, Dropped int64
+	Accepted, Standby, Rejected, Duplicates, Dropped, Injected int64
 }
 
 // Counts returns the ledger's totals from atomic counters: O(1), no copy,
@@ -68,6 +69,6 @@ type LedgerCounts struct {
 func (s *Server) Counts() LedgerCounts {
 	return LedgerCounts{
 		Accepted: s.ledger.accepted.Load(), Standby: s.ledger.standby.Load(), Rejected: s.ledger.rejected.Load(),
-		Duplicates: s.ledger.dups.Load(), Dropped: s.ledger.dropped.Load(),
+		Duplicates: s.ledger.dups.Load(), Dropped: s.ledger.dropped.Load(), Injected: s.ledger.injected.Load(),
 	}
 }

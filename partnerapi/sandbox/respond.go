@@ -8,6 +8,7 @@ import (
 	"mime"
 	"net/http"
 	"strconv"
+	"time"
 )
 
 // Fixed answers.
@@ -17,6 +18,10 @@ var (
 	bodyReport500    = []byte(`{"error":true,"message":"internal service error"}`)
 	bodyStandby503   = []byte(`{"error":true,"reason":"standby upstream error"}`)
 	bodyReport415    = []byte(`{"error":true,"message":"` + reasonContentType + `"}`)
+	bodyReport429    = []byte(`{"error":true,"message":"` + reasonTooMany + `"}`)
+	bodyReport413    = []byte(`{"error":true,"message":"request entity too large"}`)
+	// bodyReport400 is an injected 400: the validation answer naming trackid.
+	bodyReport400 = []byte(`{"error":true,"message":"` + MessageRequiredPrefix + ` trackid"}`)
 )
 
 const (
@@ -32,6 +37,7 @@ const (
 	reasonSessionMissing  = "please provide user information to create session: email, salt"
 	reasonSessionUserMiss = "please provide user information to create session: email, client_id, client_signature"
 	reasonContentType     = "Content-Type must be application/json"
+	reasonTooMany         = "too many requests"
 )
 
 // jsonContentType reports whether the Content-Type header values are one
@@ -80,8 +86,12 @@ func (s *Server) writeError(w http.ResponseWriter, ep endpoint, status int, reas
 	s.writeJSON(w, ep, status, envelope(reason))
 }
 
-// writeFault answers an injected or internal failure with the endpoint's envelope.
-func (s *Server) writeFault(w http.ResponseWriter, ep endpoint, status int, mode Mode) {
+// writeFault answers an injected or internal failure with the endpoint's
+// envelope; retryAfter, when positive, goes with a 429 or 503.
+func (s *Server) writeFault(w http.ResponseWriter, ep endpoint, status int, mode Mode, retryAfter time.Duration) {
+	if retryAfter > 0 && (status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable) {
+		w.Header()["Retry-After"] = []string{retryAfterHeader(retryAfter)}
+	}
 	switch {
 	case status == http.StatusUnauthorized:
 		s.writeText(w, ep, status, bodyUnauthorized)
@@ -89,8 +99,16 @@ func (s *Server) writeFault(w http.ResponseWriter, ep endpoint, status int, mode
 		s.writeText(w, ep, status, []byte(http.StatusText(status)))
 	case status == http.StatusServiceUnavailable && mode == ModeStandby:
 		s.writeJSON(w, ep, status, bodyStandby503)
+	case ep == epReport && status == http.StatusTooManyRequests:
+		s.writeJSON(w, ep, status, bodyReport429)
+	case ep == epReport && status == http.StatusBadRequest:
+		s.writeJSON(w, ep, status, bodyReport400)
+	case ep == epReport && status == http.StatusRequestEntityTooLarge:
+		s.writeJSON(w, ep, status, bodyReport413)
 	case ep == epReport:
 		s.writeJSON(w, ep, status, bodyReport500)
+	case status == http.StatusTooManyRequests:
+		s.writeError(w, ep, status, reasonTooMany)
 	default:
 		s.writeError(w, ep, status, reasonInternal)
 	}
@@ -123,7 +141,7 @@ func (s *Server) readBody(r *http.Request) ([]byte, error) {
 func (s *Server) bodyError(w http.ResponseWriter, ep endpoint, err error) {
 	if errors.Is(err, errBodyTooLarge) {
 		if ep == epReport {
-			s.writeJSON(w, ep, http.StatusRequestEntityTooLarge, []byte(`{"error":true,"message":"request entity too large"}`))
+			s.writeJSON(w, ep, http.StatusRequestEntityTooLarge, bodyReport413)
 			return
 		}
 		s.writeError(w, ep, http.StatusRequestEntityTooLarge, "request entity too large")

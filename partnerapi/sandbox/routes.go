@@ -73,7 +73,7 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	s.dispatch(w, r, ep, id, mode, episode, cl)
+	s.dispatch(w, r, ep, id, mode, episode, cl, fs)
 }
 
 // gate applies the checks before the token: the edge layer, the served-by
@@ -114,7 +114,7 @@ func (s *Server) gate(w http.ResponseWriter, r *http.Request, ep endpoint, metho
 }
 
 // admit checks the token (but on the session endpoints), draws the injected
-// faults (for the path id) and checks the content type of a POST. It returns the token's
+// faults (for the path id; play reports draw theirs in serveReport) and checks the content type of a POST. It returns the token's
 // claims, and false when the request was answered.
 func (s *Server) admit(w http.ResponseWriter, r *http.Request, ep endpoint, id, method string, fs *faultState, mode Mode, episode uint64) (claims, bool) {
 	strict := !s.opts.Lenient
@@ -131,9 +131,11 @@ func (s *Server) admit(w http.ResponseWriter, r *http.Request, ep endpoint, id, 
 			return cl, false
 		}
 	}
-	if fs.any {
-		if st := fs.draw(endpointGroup[ep], id); st != 0 {
-			s.writeFault(w, ep, st, mode)
+	// Play reports draw their faults once the body is read (serveReport):
+	// payload faults need it, and the ledger keeps what was refused.
+	if fs.any && ep != epReport {
+		if st, _ := fs.draw(endpointGroup[ep], id); st != 0 {
+			s.writeFault(w, ep, st, mode, fs.groups[endpointGroup[ep]].RetryAfter)
 			return cl, false
 		}
 	}
@@ -149,7 +151,7 @@ func (s *Server) admit(w http.ResponseWriter, r *http.Request, ep endpoint, id, 
 }
 
 // dispatch answers an admitted request with its endpoint.
-func (s *Server) dispatch(w http.ResponseWriter, r *http.Request, ep endpoint, id string, mode Mode, episode uint64, cl claims) {
+func (s *Server) dispatch(w http.ResponseWriter, r *http.Request, ep endpoint, id string, mode Mode, episode uint64, cl claims, fs *faultState) {
 	si := 0
 	if mode == ModeStandby {
 		si = 1
@@ -174,6 +176,6 @@ func (s *Server) dispatch(w http.ResponseWriter, r *http.Request, ep endpoint, i
 	case epMix:
 		s.serveByID(w, ep, id, s.bodies.mixes[si], reasonMixID, http.StatusNotFound, reasonMixNotFound)
 	case epReport:
-		s.serveReport(w, r, mode)
+		s.serveReport(w, r, mode, fs)
 	}
 }

@@ -48,7 +48,7 @@ func New(opts Config) (*Server, error) {
 	s := &Server{opts: o, log: o.Logger, signer: newSigner(o.JWTSecret), ledger: newLedger(o.MaxLedgerEntries)}
 	s.cat = newCatalog(o)
 	s.bodies = encodeBodies(s.cat, o.EmptyCatalog)
-	s.faults.Store(newFaultState(Faults{}))
+	s.faults.Store(newFaultState(o.Faults))
 	s.setMode(o.Mode)
 	s.api = http.HandlerFunc(s.serveAPI)
 	s.admin = s.adminMux()
@@ -107,14 +107,15 @@ func (s *Server) Ledger() LedgerSnapshot {
 	return l
 }
 
-// Reset empties the ledger and the counters, clears the faults and returns
-// to the starting mode (Config.Mode). Tokens stay valid unless they were
+// Reset empties the ledger and the counters, returns to the starting
+// faults (Config.Faults, none by default) and to the starting mode
+// (Config.Mode). Tokens stay valid unless they were
 // minted in a standby episode that the reset ends; revocations stay in
 // force (a revoked token never comes back).
 func (s *Server) Reset() {
 	s.ledger.reset()
 	s.counts.reset()
-	s.SetFaults(Faults{})
+	s.SetFaults(s.opts.Faults)
 	s.setMode(s.opts.Mode)
 }
 
@@ -244,13 +245,21 @@ func (s *Server) serveRestricted(w http.ResponseWriter, r *http.Request, cl clai
 	s.writeJSON(w, epRestricted, http.StatusOK, b.([]byte))
 }
 
-func (s *Server) serveReport(w http.ResponseWriter, r *http.Request, mode Mode) {
+func (s *Server) serveReport(w http.ResponseWriter, r *http.Request, mode Mode, fs *faultState) {
 	body, err := s.readBody(r)
 	if err != nil {
 		s.bodyError(w, epReport, err)
 		return
 	}
 	now := s.opts.Now()
+	if fs.any {
+		if st, kind := fs.drawReport(body); st != 0 {
+			// Refused by an injected fault: kept apart, never accepted.
+			s.ledger.addInjected(InjectedEntry{Arrival: now, Raw: string(body), Status: st, Fault: kind})
+			s.writeFault(w, epReport, st, mode, fs.groups[GroupReport].RetryAfter)
+			return
+		}
+	}
 	var traceParent string
 	if !s.opts.Lean {
 		traceParent = r.Header.Get("Traceparent")

@@ -76,14 +76,19 @@ type Config struct {
 	// same messages in the same order.
 	Seed int64
 	// StartMS is the simulated clock's start (epoch ms); defaults to
-	// DefaultStart(time.Now()): 28 days before the current UTC day, so that
+	// DefaultStart(Now()): 28 days before the current UTC day, so that
 	// the events are plausible (the pipeline rejects a started_at more than
 	// 30 days before or 1 day after its arrival as implausible_time) and a
 	// seed fixes the events within a UTC day. Set it for events fixed for
 	// ever. The simulated clocks advance about devices⁻¹ × events × 4.5
-	// minutes (25 days for 200 000 events over 150 devices): keep that
-	// under ~29 days, or the last events lie in the future and are refused.
+	// minutes (25 days for 200 000 events over 150 devices), faster than
+	// the real clock at a high rate, so the generator holds them to the
+	// simulator's clock as it runs (holdToClock): a segment never ends
+	// after Now, and with the default start a device's clock never falls
+	// more than MaxLag behind Now, however long the run.
 	StartMS int64
+	// Now is the simulator's clock; defaults to time.Now. Tests inject one.
+	Now func() time.Time
 	// BatchSize is the messages per synchronous write; defaults to 2000.
 	// BatchTimeout is kafka-go's Writer.BatchTimeout, set deliberately:
 	// kafka-go's 1 s default would make every synchronous write wait a
@@ -102,7 +107,16 @@ type Config struct {
 	// W3C trace context plus baggage (telemetry.Propagator), as everywhere
 	// in playpipe.
 	Propagator propagation.TextMapPropagator
+
+	// anchored: StartMS was the default, relative to Now (holdToClock also
+	// keeps the clocks from falling behind).
+	anchored bool
 }
+
+// MaxLag is how far behind the simulator's clock a device's clock may fall
+// with the default start (DefaultStartBack plus the day DefaultStart rounds
+// down): inside the pipeline's default plausible window of 30 days back.
+const MaxLag = DefaultStartBack + 24*time.Hour
 
 // DefaultStartMS is 2024-01-01T00:00:00Z, the fixed start of earlier
 // releases: events from it are now implausible unless the pipeline's window
@@ -129,8 +143,12 @@ func (c *Config) setDefaults() {
 	if c.Users == 0 {
 		c.Users = max(1, c.Devices*4/5)
 	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
 	if c.StartMS == 0 {
-		c.StartMS = DefaultStart(time.Now())
+		c.StartMS = DefaultStart(c.Now())
+		c.anchored = true
 	}
 	if c.BatchSize == 0 {
 		c.BatchSize = 2000
@@ -337,6 +355,7 @@ func (g *Generator) segment(d *simDevice) schemas.PlayerEvent {
 		Vendor:    &vendor,
 	}
 	dur, end, next, jump := g.listen(d, m, remaining)
+	ev.StartedAt = g.holdToClock(d, dur)
 	ev.DurationMS = dur
 	d.optionalFields(&ev, end)
 	d.clock += dur
@@ -351,6 +370,26 @@ func (g *Generator) segment(d *simDevice) schemas.PlayerEvent {
 		d.pos, d.jumpNew = next, jump
 	}
 	return ev
+}
+
+// holdToClock keeps device d's segment of dur ms within the simulator's
+// clock and returns its start: a device reports a segment once it has
+// ended, so a segment never ends after Now (the pipeline refuses a
+// started_at more than a day ahead of its arrival: a load generator whose
+// simulated clocks ran ahead of the real one had most of its events refused
+// after 25 minutes at 300/s). A device that listened faster than the clock
+// runs is held at it: its segment ends at Now (overlapping its previous
+// ones). With the default start (anchored) a device's clock is also kept
+// at most MaxLag behind Now, so a slow run of days stays inside the window.
+func (g *Generator) holdToClock(d *simDevice, dur int64) int64 {
+	now := g.cfg.Now().UnixMilli()
+	if d.clock > now-dur {
+		d.clock = now - dur
+	}
+	if g.cfg.anchored && d.clock < now-MaxLag.Milliseconds() {
+		d.clock = now - MaxLag.Milliseconds()
+	}
+	return d.clock
 }
 
 // listen picks how the listener plays the segment that starts at d.pos

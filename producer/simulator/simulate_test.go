@@ -315,3 +315,51 @@ func TestCatalogFromAPI(t *testing.T) {
 		t.Fatalf("maxMixes 3: %d %v", len(few), err)
 	}
 }
+
+// TestSimHeldToTheClock: a simulated fleet's event times stay inside the
+// window the consumer checks however long it runs (issue 30, 7.3). With an
+// injected clock, no sleeping: 10 devices at 300 events/s would listen
+// ~1.5 simulated days a minute, 60 000 events (200 s at 300/s) put the
+// last ones weeks in the future; and a slow run (an event an hour) of
+// 2 000 events lets the clocks fall more than 30 days behind. Every valid
+// event must end by the clock and pass the consumer's plausible-time check
+// against it.
+func TestSimHeldToTheClock(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		events int
+		step   time.Duration // the clock's advance per event
+	}{
+		{"300/s", 60_000, time.Second / 300},
+		{"one an hour", 2_000, time.Hour},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			now := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+			g, err := NewGenerator(Config{Mixes: testMixes, Events: c.events, Devices: 10, Seed: 3, Now: func() time.Time { return now }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			bad := 0
+			for {
+				m, ok := g.Next()
+				if !ok {
+					break
+				}
+				if m.Kind == KindValid {
+					var ev schemas.PlayerEvent
+					if err := json.Unmarshal(m.Value, &ev); err != nil {
+						t.Fatal(err)
+					}
+					_, vs := schemas.ParseEvent(m.Value, schemas.ValidateOptions{ArrivalMS: now.UnixMilli()})
+					if end := ev.StartedAt + ev.DurationMS; (end > now.UnixMilli() || len(vs) > 0) && bad < 3 {
+						bad++
+						t.Errorf("event %s at clock %s: started_at %s, ends %s; violations %+v",
+							ev.EventID, now.Format(time.RFC3339), time.UnixMilli(ev.StartedAt).UTC().Format(time.RFC3339),
+							time.UnixMilli(end).UTC().Format(time.RFC3339), vs)
+					}
+				}
+				now = now.Add(c.step)
+			}
+		})
+	}
+}

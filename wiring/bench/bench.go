@@ -11,12 +11,14 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/playpipe/playpipe/internal/chlocal"
+	"github.com/playpipe/playpipe/internal/kafkanode"
 	"github.com/playpipe/playpipe/internal/kafkax"
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
 )
@@ -66,31 +68,61 @@ func childEnv(extra ...string) []string {
 // logs), the embedded broker and the processes started, which close stops
 // in reverse order.
 type env struct {
-	o        options
-	log      *slog.Logger
-	dir      string
-	broker   *kafkax.Embedded
-	brokers  string // comma separated, for --brokers
-	children []*child
-	cleanup  []func() // run by close, last first
+	o       options
+	log     *slog.Logger
+	dir     string
+	addrs   []string // the broker's addresses
+	brokers string   // comma separated, for --brokers
+	// brokerPID is the broker's process: this one for kfake, the JVM
+	// for Apache Kafka; brokerName says which, for the tables.
+	brokerPID  int
+	brokerName string
+	children   []*child
+	cleanup    []func() // run by close, last first
 }
 
 // newEnv makes the run folder and starts the broker: kfake in this
-// process, over TCP on loopback.
+// process, over TCP on loopback, or with -kafka apache one Apache Kafka
+// node (KRaft, a JVM from the jars `make kafka` resolved) in the run folder.
 func newEnv(o options, log *slog.Logger) (*env, error) {
 	dir, err := os.MkdirTemp("", "playpipe-bench-")
 	if err != nil {
 		return nil, fmt.Errorf("run folder: %w", err)
 	}
 	e := &env{o: o, log: log, dir: dir}
-	e.broker, err = kafkax.StartEmbedded(topicPrefix, o.partitions)
-	if err != nil {
+	if err := e.startBroker(); err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, err
 	}
-	e.cleanup = append(e.cleanup, e.broker.Close)
-	e.brokers = strings.Join(e.broker.Addrs(), ",")
+	e.brokers = strings.Join(e.addrs, ",")
 	return e, nil
+}
+
+func (e *env) startBroker() error {
+	if e.o.kafka != kafkaApache {
+		b, err := kafkax.StartEmbedded(topicPrefix, e.o.partitions)
+		if err != nil {
+			return err
+		}
+		e.cleanup = append(e.cleanup, b.Close)
+		e.addrs, e.brokerPID, e.brokerName = b.Addrs(), os.Getpid(), "bench (kfake broker)"
+		return nil
+	}
+	in, err := kafkanode.FindInstall(os.Getenv("PLAYPIPE_KAFKA_VERSION"))
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c, err := kafkanode.Start(ctx, kafkanode.Config{Dir: filepath.Join(e.dir, "kafka"), Install: in, Heap: "1g",
+		Props: map[string]string{"num.partitions": strconv.Itoa(e.o.partitions)}})
+	if err != nil {
+		return err
+	}
+	e.cleanup = append(e.cleanup, c.Close)
+	e.addrs, e.brokerPID = c.Addrs(), c.Brokers()[0].PID()
+	e.brokerName = "Apache Kafka " + in.Version + " broker (JVM)"
+	return nil
 }
 
 // close stops the children (SIGTERM, then SIGKILL), runs the clean-ups and
@@ -231,7 +263,7 @@ type tracked struct {
 
 // trackProcs lists the processes measured in the pipeline phase, in table
 // order, with their CPU time so far.
-func trackProcs(roles map[string]*role, p partner, ch *chlocal.Server) ([]*tracked, error) {
+func trackProcs(roles map[string]*role, p partner, ch *chlocal.Server, brokerName string, brokerPID int) ([]*tracked, error) {
 	var track []*tracked
 	for _, n := range []string{"consume", "report", "sink"} {
 		track = append(track, &tracked{name: n, pid: roles[n].c.pid()})
@@ -239,8 +271,11 @@ func trackProcs(roles map[string]*role, p partner, ch *chlocal.Server) ([]*track
 	track = append(track,
 		&tracked{name: "sandbox (partner API)", pid: p.c.pid()},
 		&tracked{name: "clickhouse-server", pid: ch.PID()},
-		&tracked{name: "bench (kfake broker)", pid: os.Getpid()},
+		&tracked{name: brokerName, pid: brokerPID},
 	)
+	if brokerPID != os.Getpid() {
+		track = append(track, &tracked{name: "bench (polls the roles' metrics)", pid: os.Getpid()})
+	}
 	for _, t := range track {
 		var err error
 		if t.cpu0, err = cpuTime(t.pid); err != nil {
@@ -272,7 +307,7 @@ func runBench(ctx context.Context, o options, log *slog.Logger) (res result, err
 		return res, err
 	}
 	log.Info("sandbox, sink, consume and report ready", "events", o.events, "concurrency", o.concurrency)
-	track, err := trackProcs(roles, sb, ch)
+	track, err := trackProcs(roles, sb, ch, e.brokerName, e.brokerPID)
 	if err != nil {
 		return res, err
 	}
@@ -364,14 +399,14 @@ func (r *result) collect(track []*tracked, sim *child) error {
 // (read back from the reports topic), the same sandbox, the same number in
 // flight.
 func (e *env) rawCeiling(ctx context.Context, p partner, res result) (ceilingResult, error) {
-	bodies, err := reportBodies(ctx, e.broker.Addrs(), topicPrefix, res.plays)
+	bodies, err := reportBodies(ctx, e.addrs, topicPrefix, res.plays)
 	if err != nil {
 		return ceilingResult{}, err
 	}
 	if int64(len(bodies)) < res.posted {
 		return ceilingResult{}, fmt.Errorf("read %d report bodies back from the reports topic, but %d were delivered", len(bodies), res.posted)
 	}
-	return ceiling(ctx, p.url, p.admin, p.c.pid(), bodies, e.o.concurrency, 0)
+	return ceiling(ctx, p.url, p.admin, p.c.pid(), bodies, e.o.concurrency, sandboxFaults{})
 }
 
 // state is the pipeline's progress as its roles' metrics tell it.

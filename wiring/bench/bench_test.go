@@ -37,6 +37,7 @@ func TestParseOptionsRefusesBadFlags(t *testing.T) {
 		{[]string{"-bin", bin, "-mode", "x"}, "-mode x: accepted e2e, report or latency"},
 		{[]string{"-bin", bin, "-mode", "latency", "-latencies", "50ms,soon"}, `-latencies: "soon" is not a duration`},
 		{[]string{"-bin", bin, "-mode", "latency", "-latencies", "5ms,50ms", "-plain-inflight", "1,2,3"}, "-plain-inflight: 3 values for 2 latencies"},
+		{[]string{"-bin", bin, "-mode", "latency", "-error-rates", "0,0.9"}, `-error-rates: "0.9" is not a share of 0–0.5`},
 		{[]string{"-bin", bin, "-mode", "report", "-rounds", "0"}, "-rounds 0: accepted 1–100"},
 		{[]string{"-bin", bin, "-mode", "report", "-reports", "0"}, "-reports 0: accepted 1 or more"},
 	} {

@@ -9,14 +9,17 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/playpipe/playpipe/internal/backoff"
 	"github.com/playpipe/playpipe/internal/kafkax"
 	"github.com/playpipe/playpipe/internal/version"
+	"github.com/playpipe/playpipe/reporter"
 	"github.com/playpipe/playpipe/schemas"
 )
 
@@ -67,7 +70,8 @@ func reportBodies(ctx context.Context, brokers []string, prefix string, want int
 
 // ceilingResult is the plain client's run.
 type ceilingResult struct {
-	posts      int
+	posts      int // reports, each answered 200 once
+	retried    int // answers retried (500, 503, 429 …): posts beyond the reports
 	elapsed    time.Duration
 	clientCPU  time.Duration // this process during the run (the client; the broker is idle)
 	sandboxCPU time.Duration
@@ -77,24 +81,35 @@ type ceilingResult struct {
 
 func (c ceilingResult) rate() float64 { return float64(c.posts) / c.elapsed.Seconds() }
 
-// cpuPerPost is the client's CPU µs per post.
+// cpuPerPost is the client's CPU µs per report.
 func (c ceilingResult) cpuPerPost() float64 { return us(c.clientCPU) / float64(c.posts) }
 
+// plainRetry is the plain client's retry policy: the reporter's defaults
+// (exponential from 100 ms to 10 s, equal jitter, Retry-After honoured up
+// to 2 min), per report, without holding a slot while it waits.
+var plainRetry = backoff.Policy{Initial: reporter.DefaultBackoffInitial, Max: reporter.DefaultBackoffMax, Jitter: backoff.Equal, RetryAfterMax: reporter.DefaultRetryAfterMax}
+
+// retryable reports whether the plain client posts again after status:
+// the transient answers the reporter retries (partnerapi: 408, 429, 5xx).
+func retryable(status int) bool {
+	return status == http.StatusRequestTimeout || status == http.StatusTooManyRequests || status >= 500
+}
+
 // ceiling resets the sandbox's ledger (the bodies were accepted once
-// already: posted again they would be answered as duplicates), mints a
-// token, and posts every body with conc goroutines over conc keep-alive
-// connections: a plain net/http client, the way a minimal reporter would.
-// Every post must be answered 200.
-func ceiling(ctx context.Context, apiURL, sbAdmin string, sbPID int, bodies [][]byte, conc int, latency time.Duration) (ceilingResult, error) {
+// already: posted again they would be answered as duplicates), sets the
+// faults sf, mints a token, and posts every body with conc goroutines over
+// conc keep-alive connections: a plain net/http client, the way a minimal
+// reporter would. An answer retryable says is posted again after
+// plainRetry's delay, as the reporter retries (the report waits in a queue,
+// its goroutine posts the next one); any other non-200 answer fails the run.
+func ceiling(ctx context.Context, apiURL, sbAdmin string, sbPID int, bodies [][]byte, conc int, sf sandboxFaults) (ceilingResult, error) {
 	var res ceilingResult
 	admin := &http.Client{Timeout: 10 * time.Second}
 	if err := adminPost(ctx, admin, "http://"+sbAdmin+"/admin/reset", "", nil); err != nil {
 		return res, err
 	}
-	if latency > 0 { // the reset cleared the faults
-		if err := setLatency(ctx, sbAdmin, latency); err != nil {
-			return res, err
-		}
+	if err := setFaults(ctx, sbAdmin, sf); err != nil { // the reset cleared them
+		return res, err
 	}
 	var tok struct {
 		Token string `json:"token"`
@@ -111,42 +126,86 @@ func ceiling(ctx context.Context, apiURL, sbAdmin string, sbPID int, bodies [][]
 	hc := &http.Client{Transport: tr, Timeout: 10 * time.Second}
 	ua := version.UserAgent()
 	url := apiURL + "/partners/royalty-tracking"
-	var next, failed atomic.Int64
+	var next, failed, retried, final atomic.Int64
 	var firstErr atomic.Value
-	post := func(body []byte) {
+	// post answers the status and Retry-After of one post (0: no answer).
+	post := func(body []byte) (int, time.Duration) {
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 		if err != nil {
-			failed.Add(1)
 			firstErr.CompareAndSwap(nil, err.Error())
-			return
+			return 0, 0
 		}
 		req.Header["User-Agent"] = []string{ua}
 		req.Header["Authorization"] = []string{tok.Token}
 		req.Header["Content-Type"] = []string{"application/json"}
 		resp, err := hc.Do(req)
 		if err != nil {
-			failed.Add(1)
 			firstErr.CompareAndSwap(nil, err.Error())
-			return
+			return 0, 0
 		}
 		_, _ = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			failed.Add(1)
+		var ra time.Duration
+		if n, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && n > 0 {
+			ra = time.Duration(n) * time.Second
+		}
+		if resp.StatusCode != http.StatusOK && !retryable(resp.StatusCode) {
 			firstErr.CompareAndSwap(nil, "HTTP "+resp.Status)
 		}
+		return resp.StatusCode, ra
+	}
+	type item struct{ i, failures int }
+	n := int64(len(bodies))
+	retries := make(chan item, len(bodies)) // at most one pending retry per body
+	finished := make(chan struct{})
+	if n == 0 {
+		close(finished)
+	}
+	done := func() {
+		if final.Add(1) == n {
+			close(finished)
+		}
+	}
+	// take is the next report to post: a retry that is due, else the next
+	// body, else (all bodies taken) a retry when it falls due.
+	take := func() (item, bool) {
+		select {
+		case it := <-retries:
+			return it, true
+		default:
+		}
+		if i := next.Add(1) - 1; i < n {
+			return item{i: int(i)}, true
+		}
+		select {
+		case it := <-retries:
+			return it, true
+		case <-finished:
+		case <-ctx.Done():
+		}
+		return item{}, false
 	}
 	self, sb0, m0 := cpuNow(), cpuOf(sbPID), sampleMachine()
 	start := time.Now()
 	var wg sync.WaitGroup
 	for range conc {
 		wg.Go(func() {
-			for {
-				i := next.Add(1) - 1
-				if i >= int64(len(bodies)) || ctx.Err() != nil {
+			for ctx.Err() == nil {
+				it, ok := take()
+				if !ok {
 					return
 				}
-				post(bodies[i])
+				switch st, ra := post(bodies[it.i]); {
+				case st == http.StatusOK:
+					done()
+				case st != 0 && retryable(st):
+					retried.Add(1)
+					it.failures++
+					time.AfterFunc(plainRetry.Delay(it.failures, ra), func() { retries <- it })
+				default:
+					failed.Add(1)
+					done()
+				}
 			}
 		})
 	}
@@ -154,7 +213,7 @@ func ceiling(ctx context.Context, apiURL, sbAdmin string, sbPID int, bodies [][]
 	res.elapsed = time.Since(start)
 	res.clientCPU, res.sandboxCPU = cpuNow()-self, cpuOf(sbPID)-sb0
 	res.busy, res.steal = machineShare(m0, sampleMachine())
-	res.posts = len(bodies)
+	res.posts, res.retried = len(bodies), int(retried.Load())
 	if err := ctx.Err(); err != nil {
 		return res, err
 	}

@@ -3,7 +3,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -21,6 +20,8 @@ import (
 // the sandbox answering after the latency.
 type latencyRun struct {
 	latency   time.Duration
+	errRate   float64       // share of posts the sandbox answers 500
+	injected  int64         // 500s the sandbox injected into the reporter's posts
 	inflight  int           // the plain client's in flight
 	plain     ceilingResult // the plain client before the reporter
 	after     ceilingResult // and after it (zero when not run)
@@ -89,14 +90,20 @@ func parseLatencies(lat, inflight string) ([]time.Duration, []int, error) {
 	return ls, ns, nil
 }
 
-// runLatencyBench is -mode latency: per latency, the sandbox answers every
-// report after it; a plain net/http client posts the -reports bodies with
-// its in flight (Little's bound: in flight / latency), then a fresh
-// reporter process with DEFAULT flags (no --concurrency: the adaptive limit
-// has to find the in-flight itself) drains a backlog of the same reports.
+// runLatencyBench is -mode latency: per latency and error rate, the
+// sandbox answers every report after the latency and the share error rate
+// of the posts 500 (seeded with -seed); a plain net/http client posts the
+// -reports bodies with its in flight (Little's bound: in flight / latency),
+// retrying a 500 with the reporter's default backoff, then a fresh reporter
+// process with DEFAULT flags (no --concurrency: the adaptive limit has to
+// find the in-flight itself) drains a backlog of the same reports.
 func runLatencyBench(ctx context.Context, o options, log *slog.Logger) (runs []latencyRun, started time.Time, err error) {
 	started = time.Now()
 	lats, ins, err := parseLatencies(o.latencies, o.plainInflight)
+	if err != nil {
+		return nil, started, err
+	}
+	rates, err := parseErrorRates(o.errorRates)
 	if err != nil {
 		return nil, started, err
 	}
@@ -110,59 +117,45 @@ func runLatencyBench(ctx context.Context, o options, log *slog.Logger) (runs []l
 		return nil, started, err
 	}
 	keys, values, bodies := benchPlays(o.reports)
+	k := 0
 	for i, lat := range lats {
-		lr := latencyRun{latency: lat, inflight: ins[i]}
-		if lr.plain, err = ceiling(ctx, sb.url, sb.admin, sb.c.pid(), bodies, ins[i], lat); err != nil {
-			return runs, started, fmt.Errorf("latency %v, plain client: %w", lat, err)
+		for _, rate := range rates {
+			k++
+			lr := latencyRun{latency: lat, errRate: rate, inflight: ins[i]}
+			sf := sandboxFaults{latency: lat, rate500: rate, seed: uint64(o.seed)}
+			what := fmt.Sprintf("latency %v, error rate %v", lat, rate)
+			if lr.plain, err = ceiling(ctx, sb.url, sb.admin, sb.c.pid(), bodies, ins[i], sf); err != nil {
+				return runs, started, fmt.Errorf("%s, plain client: %w", what, err)
+			}
+			prefix := "bench-latency-" + strconv.Itoa(k)
+			if err := e.fill(ctx, prefix, keys, values); err != nil {
+				return runs, started, err
+			}
+			if err := e.latencyRound(ctx, sb, prefix, sf, &lr); err != nil {
+				return runs, started, fmt.Errorf("%s, reporter: %w", what, err)
+			}
+			if lr.after, err = ceiling(ctx, sb.url, sb.admin, sb.c.pid(), bodies, ins[i], sf); err != nil {
+				return runs, started, fmt.Errorf("%s, plain client after the reporter: %w", what, err)
+			}
+			runs = append(runs, lr)
+			log.Info("latency done", "latency", lat, "error_rate", rate, "plain_per_s", int(lr.plainRate()), "reporter_steady_per_s", int(lr.steady),
+				"plain_retried", lr.plain.retried, "reporter_500s", lr.injected,
+				"peak_in_flight", lr.peakPosts, "to_steady", lr.toSteady.Round(100*time.Millisecond))
 		}
-		prefix := "bench-latency-" + strconv.Itoa(i+1)
-		if err := e.fill(ctx, prefix, keys, values); err != nil {
-			return runs, started, err
-		}
-		if err := e.latencyRound(ctx, sb, prefix, &lr); err != nil {
-			return runs, started, fmt.Errorf("latency %v, reporter: %w", lat, err)
-		}
-		if lr.after, err = ceiling(ctx, sb.url, sb.admin, sb.c.pid(), bodies, ins[i], lat); err != nil {
-			return runs, started, fmt.Errorf("latency %v, plain client after the reporter: %w", lat, err)
-		}
-		runs = append(runs, lr)
-		log.Info("latency done", "latency", lat, "plain_per_s", int(lr.plainRate()), "reporter_steady_per_s", int(lr.steady),
-			"peak_in_flight", lr.peakPosts, "to_steady", lr.toSteady.Round(100*time.Millisecond))
 	}
 	return runs, started, nil
 }
 
-// setLatency makes the sandbox answer every report after d.
-func setLatency(ctx context.Context, admin string, d time.Duration) error {
-	body := fmt.Sprintf(`{"report":{"latency":%q}}`, d.String())
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, "http://"+admin+"/admin/faults", bytes.NewReader([]byte(body)))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
-	if err != nil {
-		return fmt.Errorf("sandbox latency: %w", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return fmt.Errorf("sandbox latency: %s: %s", resp.Status, b)
-	}
-	return nil
-}
-
 // latencyRound runs a reporter with default flags until every report of
-// prefix is final, sampling its metrics every 250 ms.
-func (e *env) latencyRound(ctx context.Context, p partner, prefix string, lr *latencyRun) error {
+// prefix is final, the sandbox with the faults sf, sampling its metrics
+// every 250 ms.
+func (e *env) latencyRound(ctx context.Context, p partner, prefix string, sf sandboxFaults, lr *latencyRun) error {
 	n := float64(e.o.reports)
 	if err := adminPost(ctx, &http.Client{Timeout: 10 * time.Second}, "http://"+p.admin+"/admin/reset", "", nil); err != nil {
 		return err
 	}
-	if lr.latency > 0 { // the reset cleared the faults
-		if err := setLatency(ctx, p.admin, lr.latency); err != nil {
-			return err
-		}
+	if err := setFaults(ctx, p.admin, sf); err != nil { // the reset cleared them
+		return err
 	}
 	group := prefix + "-reporter"
 	args := append(append([]string{"report"}, e.kafkaArgs()...), "--topic-prefix", prefix, "--group", group, "--api-url", p.url)
@@ -223,10 +216,14 @@ func (e *env) latencyRound(ctx context.Context, p partner, prefix string, lr *la
 		time.Sleep(250 * time.Millisecond)
 	}
 	lr.summarize(t0, samples, n)
-	if err := waitCommitted(ctx, e.broker.Addrs(), group, kafkax.TopicsFor(prefix).Reports); err != nil {
+	if err := waitCommitted(ctx, e.addrs, group, kafkax.TopicsFor(prefix).Reports); err != nil {
 		return err
 	}
-	return checkPartner(ctx, p.admin, int64(n))
+	if err := checkPartner(ctx, p.admin, int64(n)); err != nil {
+		return err
+	}
+	lr.injected, err = injectedCount(ctx, p.admin)
+	return err
 }
 
 // summarize computes the run's figures from its samples.
@@ -286,10 +283,10 @@ func printLatency(w io.Writer, o options, runs []latencyRun, started time.Time) 
 	if o.reportArgs != "" {
 		flags = o.reportArgs
 	}
-	fmt.Fprintf(w, "\nplaypipe reporter (%s) vs plain client by partner latency, as processes, %s, %s; %d reports per run, %d partitions\n\n",
-		flags, started.Format("2006-01-02 15:04"), runtimeDesc(), o.reports, o.partitions)
-	fmt.Fprintln(w, "| partner latency | plain in flight | Little's bound /s | plain posts/s before / after | reporter steady reports/s | ratio to the plain mean | reporter overall reports/s | reporter in flight: steady mean / peak (peak limit) | start → steady | start → 90 % of plain | CPU µs/report rep / plain |")
-	fmt.Fprintln(w, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Fprintf(w, "\nplaypipe reporter (%s) vs plain client by partner latency, as processes, %s, %s; %d reports per run, %d partitions; %s\n\n",
+		flags, started.Format("2006-01-02 15:04"), runtimeDesc(), o.reports, o.partitions, brokerDesc(o))
+	fmt.Fprintln(w, "| partner latency | posts answered 500 | plain in flight | Little's bound /s | plain reports/s before / after | reporter steady reports/s | ratio to the plain mean | reporter overall reports/s | reporter in flight: steady mean / peak (peak limit) | start → steady | start → 90 % of plain | CPU µs/report rep / plain | 500s retried: plain before / reporter / plain after |")
+	fmt.Fprintln(w, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, r := range runs {
 		little := "∞"
 		if r.latency > 0 {
@@ -299,9 +296,9 @@ func printLatency(w io.Writer, o options, runs []latencyRun, started time.Time) 
 		if r.toPlain >= 0 {
 			toPlain = r.toPlain.Round(100 * time.Millisecond).String()
 		}
-		fmt.Fprintf(w, "| %v | %d | %s | %.0f / %.0f | %.0f | %.1f %% | %.0f | %.0f / %.0f (%.0f) | %v | %s | %.1f / %.1f |\n",
-			r.latency, r.inflight, little, r.plain.rate(), r.after.rate(), r.steady, 100*r.steady/r.plainRate(), r.overall,
+		fmt.Fprintf(w, "| %v | %s | %d | %s | %.0f / %.0f | %.0f | %.1f %% | %.0f | %.0f / %.0f (%.0f) | %v | %s | %.1f / %.1f | %d / %d / %d |\n",
+			r.latency, strconv.FormatFloat(100*r.errRate, 'g', -1, 64)+" %", r.inflight, little, r.plain.rate(), r.after.rate(), r.steady, 100*r.steady/r.plainRate(), r.overall,
 			r.meanPosts, r.peakPosts, r.peakLimit, r.toSteady.Round(100*time.Millisecond), toPlain,
-			us(r.cpu)/float64(r.reports), r.plainCPU())
+			us(r.cpu)/float64(r.reports), r.plainCPU(), r.plain.retried, r.injected, r.after.retried)
 	}
 }

@@ -30,13 +30,14 @@
 // With -mode report (`make bench-report`) it measures the reporter alone
 // as a process against the plain client: see runReportBench. With -mode
 // latency (`make bench-report-latency`) the sandbox answers after each of
-// -latencies and the reporter runs with its default flags: see
-// runLatencyBench.
+// -latencies (and, with -error-rates, answers that share of the posts 500)
+// and the reporter runs with its default flags: see runLatencyBench.
 //
 //	make bench-e2e                              # defaults: 40000 events, 48 in flight (playpipe report's default)
 //	go run ./wiring/bench -bin bin/playpipe -events 80000 -keep
 //	make bench-report                           # -mode report -reports 100000 -rounds 3
 //	make bench-report-latency                   # -mode latency: 0, 5, 50, 150 ms partner, reporter with default flags
+//	make bench-report-errors                    # -mode latency at 50, 150 ms with 0, 0.1, 1, 2 % of posts answered 500
 package main
 
 import (
@@ -52,6 +53,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/playpipe/playpipe/internal/kafkanode"
 	"github.com/playpipe/playpipe/reporter"
 )
 
@@ -79,6 +81,7 @@ type options struct {
 	events      int
 	concurrency int
 	partitions  int
+	kafka       string // kafkaKfake or kafkaApache
 	seed        int64
 	badShare    float64
 	keep        bool
@@ -91,6 +94,7 @@ type options struct {
 	latencies     string
 	plainInflight string
 	reportArgs    string // -mode latency: extra flags of `playpipe report` (default: none)
+	errorRates    string // -mode latency: shares of posts the sandbox answers 500, each run at every latency
 }
 
 func parseOptions(args []string, stderr io.Writer) (options, error) {
@@ -100,6 +104,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.mode, "mode", "e2e", "e2e: the whole pipeline, then the raw ceiling; report: a fresh `playpipe report` process against a plain net/http client on the same N reports, interleaved rounds; latency: the same with the sandbox answering after each of -latencies, the reporter with default flags")
 	fs.StringVar(&o.latencies, "latencies", "0s,5ms,50ms,150ms", "-mode latency: the sandbox's answer latencies, comma-separated")
 	fs.StringVar(&o.reportArgs, "report-args", "", "-mode latency: extra flags of `playpipe report`, space-separated (e.g. \"--concurrency 4096\"); default none: the reporter's defaults")
+	fs.StringVar(&o.errorRates, "error-rates", "0", "-mode latency: shares of posts the sandbox answers 500 (seeded with -seed), comma-separated; every latency runs once per rate, the plain client retrying a 500 with the reporter's default backoff (e.g. \"0,0.001,0.01,0.02\")")
 	fs.StringVar(&o.plainInflight, "plain-inflight", "512,512,512,1024", "-mode latency: the plain client's in flight at each latency (one value: all)")
 	fs.IntVar(&o.reports, "reports", 100000, "-mode report: play reports per round (pre-enriched TrackPlay records on a fresh reports topic)")
 	fs.IntVar(&o.rounds, "rounds", 3, "-mode report: rounds, each a reporter run and a plain-client run")
@@ -108,6 +113,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.events, "events", 40000, "player events to publish (about 4.4 plays each with the sandbox's default catalog; 40000 take ~30 s on a 2-core machine)")
 	fs.IntVar(&o.concurrency, "concurrency", reporter.DefaultConcurrency, "reports in flight: the reporter's --concurrency and the plain client's goroutines (default: playpipe report's own)")
 	fs.IntVar(&o.partitions, "partitions", 6, "partitions of every topic")
+	fs.StringVar(&o.kafka, "kafka", kafkaKfake, "the broker: kfake (the embedded fake, in this process) or apache (one Apache Kafka node, KRaft, from the jars `make kafka` resolved; PLAYPIPE_KAFKA_VERSION picks the release): its JVM's CPU and peak RSS are the broker's")
 	fs.Int64Var(&o.seed, "seed", 1, "simulator seed (the same seed sends the same events)")
 	fs.Float64Var(&o.badShare, "bad-share", 0.05, "share of bad events the simulator sends (0–1)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the run folder (process logs) instead of removing it")
@@ -140,6 +146,8 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		return bad("events", o.events, "1 or more")
 	case o.concurrency < 1 || o.concurrency > 1024:
 		return bad("concurrency", o.concurrency, "1–1024")
+	case o.kafka != kafkaKfake && o.kafka != kafkaApache:
+		return bad("kafka", o.kafka, kafkaKfake+" or "+kafkaApache)
 	case o.partitions < 1 || o.partitions > 1000:
 		return bad("partitions", o.partitions, "1–1000")
 	case o.badShare < 0 || o.badShare > 1:
@@ -149,6 +157,10 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	}
 	if o.mode == "latency" {
 		if _, _, err := parseLatencies(o.latencies, o.plainInflight); err != nil {
+			fmt.Fprintln(stderr, err)
+			return o, errUsage
+		}
+		if _, err := parseErrorRates(o.errorRates); err != nil {
 			fmt.Fprintln(stderr, err)
 			return o, errUsage
 		}
@@ -192,4 +204,22 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	res.print(stdout, o)
 	return nil
+}
+
+// The brokers -kafka accepts.
+const (
+	kafkaKfake  = "kfake"
+	kafkaApache = "apache"
+)
+
+// brokerDesc names the run's broker for the tables' headings.
+func brokerDesc(o options) string {
+	if o.kafka != kafkaApache {
+		return "broker: kfake (embedded fake, in the bench process)"
+	}
+	v := os.Getenv("PLAYPIPE_KAFKA_VERSION")
+	if v == "" {
+		v = kafkanode.DefaultVersion
+	}
+	return "broker: Apache Kafka " + v + " (one KRaft node, a JVM)"
 }

@@ -28,7 +28,7 @@ type reportRun struct {
 	cpu        time.Duration // the reporter's utime+stime over the window
 	cpuTotal   time.Duration // the reporter's utime+stime from its start (start-up, group join included)
 	sandboxCPU time.Duration // the sandbox's over the window
-	brokerCPU  time.Duration // this process's over the window: the embedded broker (and the polling of the reporter's metrics)
+	brokerCPU  time.Duration // the broker's over the window: this process for kfake (with its polling of the reporter's metrics), the JVM for Apache Kafka
 	rss        int64         // the reporter's peak RSS
 	busy       float64       // the machine's CPU busy share over the window
 	steal      float64       // the machine's CPU share stolen by the hypervisor
@@ -91,7 +91,7 @@ func runReportBench(ctx context.Context, o options, log *slog.Logger) (res repor
 	}
 	keys, values, bodies := benchPlays(o.reports)
 	log.Info("broker and sandbox up", "reports", o.reports, "rounds", o.rounds, "concurrency", o.concurrency, "dir", e.dir)
-	before, err := ceiling(ctx, sb.url, sb.admin, sb.c.pid(), bodies, o.concurrency, 0)
+	before, err := ceiling(ctx, sb.url, sb.admin, sb.c.pid(), bodies, o.concurrency, sandboxFaults{})
 	if err != nil {
 		return res, fmt.Errorf("plain client before round 1: %w", err)
 	}
@@ -104,7 +104,7 @@ func runReportBench(ctx context.Context, o options, log *slog.Logger) (res repor
 		if round.rep, err = e.reporterRound(ctx, sb, prefix, r == 0); err != nil {
 			return res, fmt.Errorf("round %d, reporter: %w", r+1, err)
 		}
-		if round.after, err = ceiling(ctx, sb.url, sb.admin, sb.c.pid(), bodies, o.concurrency, 0); err != nil {
+		if round.after, err = ceiling(ctx, sb.url, sb.admin, sb.c.pid(), bodies, o.concurrency, sandboxFaults{}); err != nil {
 			return res, fmt.Errorf("round %d, plain client: %w", r+1, err)
 		}
 		before = round.after
@@ -140,11 +140,11 @@ func benchPlays(n int) (keys, values, bodies [][]byte) {
 // fill creates the topics of prefix and produces the records to its
 // reports topic (not measured).
 func (e *env) fill(ctx context.Context, prefix string, keys, values [][]byte) error {
-	cfg := kafkax.Config{Brokers: e.broker.Addrs(), TopicPrefix: prefix, Partitions: e.o.partitions, ReplicationFactor: -1}
+	cfg := kafkax.Config{Brokers: e.addrs, TopicPrefix: prefix, Partitions: e.o.partitions, ReplicationFactor: -1}
 	if err := kafkax.EnsureTopics(ctx, cfg); err != nil {
 		return err
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(e.broker.Addrs()...), kgo.DefaultProduceTopic(cfg.Topics().Reports),
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.addrs...), kgo.DefaultProduceTopic(cfg.Topics().Reports),
 		kgo.ProducerLinger(5*time.Millisecond))
 	if err != nil {
 		return fmt.Errorf("kafka client: %w", err)
@@ -187,7 +187,7 @@ func (e *env) reporterRound(ctx context.Context, p partner, prefix string, profi
 		return run, err
 	}
 	defer rl.c.stop(10 * time.Second)
-	w, err := waitFinal(ctx, rl, p, n, e.o.timeout, profile && e.o.profile != "", e.o.profile)
+	w, err := waitFinal(ctx, rl, p, e.brokerPID, n, e.o.timeout, profile && e.o.profile != "", e.o.profile)
 	if err != nil {
 		return run, err
 	}
@@ -195,7 +195,7 @@ func (e *env) reporterRound(ctx context.Context, p partner, prefix string, profi
 	if run.rss, err = peakRSS(rl.c.pid()); err != nil {
 		return run, err
 	}
-	if err := waitCommitted(ctx, e.broker.Addrs(), group, kafkax.TopicsFor(prefix).Reports); err != nil {
+	if err := waitCommitted(ctx, e.addrs, group, kafkax.TopicsFor(prefix).Reports); err != nil {
 		return run, err
 	}
 	return run, checkPartner(ctx, p.admin, n)
@@ -204,7 +204,7 @@ func (e *env) reporterRound(ctx context.Context, p partner, prefix string, profi
 // waitFinal polls the reporter's metrics until n reports are final (the
 // window opens at the first answer seen) and measures the window. With
 // profile, a CPU profile of the window's first 3 s goes to file.
-func waitFinal(ctx context.Context, rl *role, p partner, n int64, timeout time.Duration, profile bool, file string) (reportRun, error) {
+func waitFinal(ctx context.Context, rl *role, p partner, brokerPID int, n int64, timeout time.Duration, profile bool, file string) (reportRun, error) {
 	var run reportRun
 	pid := rl.c.pid()
 	deadline := time.Now().Add(timeout)
@@ -225,14 +225,14 @@ func waitFinal(ctx context.Context, rl *role, p partner, n int64, timeout time.D
 		switch {
 		case err != nil || final == 0:
 		case t0.IsZero():
-			t0, d0, cpu0, sb0, br0, m0 = now, final, cpuOf(pid), cpuOf(p.c.pid()), cpuNow(), sampleMachine()
+			t0, d0, cpu0, sb0, br0, m0 = now, final, cpuOf(pid), cpuOf(p.c.pid()), cpuOf(brokerPID), sampleMachine()
 			if profile {
 				profDone = make(chan error, 1)
 				go func() { profDone <- fetchProfile(rl.admin, "profile?seconds=3", file) }() // owner: this round; waited for below
 			}
 		case final >= n:
 			run.elapsed, run.reports = now.Sub(t0), final-d0
-			run.cpu, run.cpuTotal, run.sandboxCPU, run.brokerCPU = cpuOf(pid)-cpu0, cpuOf(pid), cpuOf(p.c.pid())-sb0, cpuNow()-br0
+			run.cpu, run.cpuTotal, run.sandboxCPU, run.brokerCPU = cpuOf(pid)-cpu0, cpuOf(pid), cpuOf(p.c.pid())-sb0, cpuOf(brokerPID)-br0
 			run.busy, run.steal = machineShare(m0, sampleMachine())
 			if profDone != nil {
 				if err := <-profDone; err != nil {
@@ -333,8 +333,8 @@ func waitCommitted(ctx context.Context, brokers []string, group, topic string) e
 
 // print writes the rounds and their medians (Markdown).
 func (r reportResult) print(w io.Writer, o options) {
-	fmt.Fprintf(w, "\nplaypipe reporter vs plain client, as processes, %s, %s; %d reports per run, --concurrency %d, %d partitions\n\n",
-		r.started.Format("2006-01-02 15:04"), runtimeDesc(), o.reports, o.concurrency, o.partitions)
+	fmt.Fprintf(w, "\nplaypipe reporter vs plain client, as processes, %s, %s; %d reports per run, --concurrency %d, %d partitions; %s\n\n",
+		r.started.Format("2006-01-02 15:04"), runtimeDesc(), o.reports, o.concurrency, o.partitions, brokerDesc(o))
 	fmt.Fprintln(w, "| round | reporter reports/s | plain posts/s before / after | rate ratio | reporter CPU µs/report (from start) | plain CPU µs/post before / after | CPU ratio | sandbox µs/post rep / plain after | broker µs/report | machine busy % rep / plain after | steal % rep / plain after | reporter peak RSS MiB |")
 	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	var rates, cpus []float64

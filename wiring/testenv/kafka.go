@@ -8,14 +8,23 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/playpipe/playpipe/internal/kafkanode"
 	"github.com/playpipe/playpipe/internal/kafkax"
 )
 
-// Kafka is an embedded broker for one test.
+// Kafka is the broker of one test: the embedded broker (kfake, StartKafka)
+// or Apache Kafka itself (StartApacheKafka). Config, Addrs, Client and the
+// readers work on both.
 type Kafka struct {
+	// Embedded is the in-process broker; nil on Apache Kafka.
 	*kafkax.Embedded
+	// Apache is the Apache Kafka cluster; nil on the embedded broker.
+	Apache *kafkanode.Cluster
 	Config kafkax.Config
 }
+
+// Addrs returns the brokers' addresses, host:port.
+func (k *Kafka) Addrs() []string { return append([]string(nil), k.Config.Brokers...) }
 
 // StartKafka starts an embedded Kafka-protocol broker on loopback with the
 // four topics (prefix "plays", the given partitions; 0 means 3) and stops it
@@ -64,6 +73,45 @@ func (k *Kafka) ReadAll(t testing.TB, topic string) []*kgo.Record {
 	return k.readToEnd(t, topic, kgo.ReadCommitted())
 }
 
+// settledEnds lists the end offsets a read must reach. At read_committed it
+// is the last stable offsets, once they have caught up with the high
+// watermarks or 15 s have passed: Apache Kafka completes a transaction
+// after EndTransaction returns (the coordinator writes the markers
+// afterwards), so a read right after a commit would stop short of it;
+// kfake completes it at once. A transaction still open after 15 s is left
+// out, as a read_committed consumer would.
+func settledEnds(adm *kadm.Client, topic string, level kgo.IsolationLevel) (kadm.ListedOffsets, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	by := time.Now().Add(15 * time.Second)
+	for {
+		hw, err := adm.ListEndOffsets(ctx, topic)
+		if err == nil {
+			err = hw.Error()
+		}
+		if err != nil || level != kgo.ReadCommitted() {
+			return hw, err
+		}
+		lso, err := adm.ListCommittedOffsets(ctx, topic)
+		if err == nil {
+			err = lso.Error()
+		}
+		if err != nil {
+			return nil, err
+		}
+		settled := true
+		lso.Each(func(o kadm.ListedOffset) {
+			if h, ok := hw.Lookup(topic, o.Partition); !ok || h.Offset != o.Offset {
+				settled = false
+			}
+		})
+		if settled || time.Now().After(by) {
+			return lso, nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 // ReadAllUncommitted is ReadAll at read_uncommitted, up to the high
 // watermarks: it also returns the records of aborted and open transactions.
 func (k *Kafka) ReadAllUncommitted(t testing.TB, topic string) []*kgo.Record {
@@ -77,19 +125,7 @@ func (k *Kafka) readToEnd(t testing.TB, topic string, level kgo.IsolationLevel) 
 	// marker is seen to reach its end; they are not returned.
 	cl := k.Client(t, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchIsolationLevel(level), kgo.KeepControlRecords())
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	adm := kadm.NewClient(cl)
-	var ends kadm.ListedOffsets
-	var err error
-	if level == kgo.ReadCommitted() {
-		ends, err = adm.ListCommittedOffsets(ctx, topic)
-	} else {
-		ends, err = adm.ListEndOffsets(ctx, topic)
-	}
-	cancel()
-	if err == nil {
-		err = ends.Error()
-	}
+	ends, err := settledEnds(kadm.NewClient(cl), topic, level)
 	if err != nil {
 		t.Fatalf("testenv: end offsets of %s: %v", topic, err)
 	}
