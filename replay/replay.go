@@ -218,6 +218,11 @@ type item struct {
 	partition         int32
 	offset            int64
 	timeMS            int64
+	// inDoubt: a live post of the report may have reached the partner
+	// without a recorded answer (a parked report whose posts were in
+	// doubt): every record the run writes for it says in_doubt, as the
+	// reporter's slow lane would.
+	inDoubt bool
 }
 
 // Run runs a replay or redrive: see the package documentation. It returns

@@ -231,8 +231,11 @@ func (r *runner) progress(total int) {
 func (r *runner) deliver(ctx, pubCtx context.Context, j job) error {
 	backoff := r.cfg.BackoffInitial
 	var doubt reporter.Doubt
-	if r.inDoubt {
+	switch {
+	case r.inDoubt:
 		doubt = reporter.Doubt{InDoubt: true, Carried: schemas.DoubtCrash}
+	case j.it.inDoubt:
+		doubt = reporter.Doubt{InDoubt: true} // its cause is on the live reporter's record
 	}
 	for attempt := 1; ; attempt++ {
 		if r.lim != nil {

@@ -110,5 +110,43 @@ GROUP BY report_id HAVING max(below_minimum) = 0 ORDER BY report_id`
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("replay: select the reports in the ledger: %w", err)
 	}
+	if sel.Kind == KindRedrive && sel.Parked && len(out) > 0 {
+		if err := markDoubt(ctx, cfg, out); err != nil {
+			return nil, err
+		}
+	}
 	return out, nil
+}
+
+// markDoubt marks the parked reports a live post of which may have reached
+// the partner (a record of the live reporter in doubt or with a doubt
+// cause): the redrive's records of them say in_doubt, so that the audit
+// counts the possible copy (docs/reporter.md, "Parking": a report whose
+// last post was in doubt stays in doubt).
+func markDoubt(ctx context.Context, cfg Config, items []item) error {
+	ids := make([]string, len(items))
+	for i, it := range items {
+		ids[i] = it.reportID
+	}
+	rows, err := cfg.CH.Query(ctx, `SELECT DISTINCT report_id FROM `+cfg.Database+`.deliveries
+WHERE replay_id = '' AND (in_doubt = 1 OR doubt_cause != '') AND report_id IN `+quoteList(ids))
+	if err != nil {
+		return fmt.Errorf("replay: the parked reports in doubt: %w", err)
+	}
+	defer rows.Close()
+	doubt := map[string]bool{}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return fmt.Errorf("replay: the parked reports in doubt: %w", err)
+		}
+		doubt[id] = true
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("replay: the parked reports in doubt: %w", err)
+	}
+	for i := range items {
+		items[i].inDoubt = doubt[items[i].reportID]
+	}
+	return nil
 }

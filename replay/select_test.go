@@ -32,6 +32,7 @@ type selAnswer struct {
 	reportID, outcome, servedBy, replayID, message string
 	status                                         int32
 	atMS                                           int64
+	doubtCause                                     string // a post in doubt
 }
 
 // TestSelectReportsOnEveryLedger: the replay and redrive selections of
@@ -97,6 +98,9 @@ func TestSelectReportsOnEveryLedger(t *testing.T) {
 				answer(schemas.OutcomeRejected, "", "rp-x", "isrc is invalid", 400)
 			case 7:
 				answer(schemas.OutcomeRetry, "", "", "internal service error", 500)
+				if rng.IntN(2) == 0 { // a post of it in doubt: the redrive's records say in_doubt
+					answers[len(answers)-1].doubtCause = schemas.DoubtTimeout
+				}
 				answer(schemas.OutcomeParked, "", "", "internal service error", 500) // parked: redrive --parked selects it
 			case 8:
 				answer(schemas.OutcomeParked, "", "", "internal service error", 500)
@@ -212,6 +216,8 @@ func expectSelection(plays []selPlay, answers []selAnswer, reports, replayID str
 			c.it.partition, c.it.offset = p.partition, p.offset
 		}
 		c.it.timeMS = min(c.it.timeMS, p.derivedMS)
+		c.it.inDoubt = sel.Kind == KindRedrive && sel.Parked &&
+			has(p.reportID, func(a selAnswer) bool { return a.replayID == "" && a.doubtCause != "" })
 		c.below = c.below || p.below
 	}
 	var out []item
@@ -240,12 +246,12 @@ func insertSel(t *testing.T, l *testenv.Ledger, plays []selPlay, answers []selAn
 	if err := b.Send(); err != nil {
 		t.Fatal(err)
 	}
-	b, err = l.Conn.PrepareBatch(ctx, "INSERT INTO "+l.Database+".deliveries (kafka_topic, kafka_partition, kafka_offset, kafka_time, kafka_time_ms, report_id, outcome, served_by, replay_id, message, http_status, at_ms)")
+	b, err = l.Conn.PrepareBatch(ctx, "INSERT INTO "+l.Database+".deliveries (kafka_topic, kafka_partition, kafka_offset, kafka_time, kafka_time_ms, report_id, outcome, served_by, replay_id, message, http_status, at_ms, doubt_cause)")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i, a := range answers {
-		if err := b.Append("plays.deliveries", int32(0), int64(i), time.UnixMilli(a.atMS), uint64(a.atMS), a.reportID, a.outcome, a.servedBy, a.replayID, a.message, a.status, a.atMS); err != nil {
+		if err := b.Append("plays.deliveries", int32(0), int64(i), time.UnixMilli(a.atMS), uint64(a.atMS), a.reportID, a.outcome, a.servedBy, a.replayID, a.message, a.status, a.atMS, a.doubtCause); err != nil {
 			t.Fatal(err)
 		}
 	}

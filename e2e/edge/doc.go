@@ -13,6 +13,12 @@
 // audit rests on: the partner's duplicates are no more than the plays
 // labelled in doubt, and no more than the audit's bound on extra copies.
 //
+// TestEdge413Parked (issue 29) runs `playpipe report` and `playpipe sink` as
+// processes behind an edge whose client_max_body_size refuses one oversized
+// report with nginx's own 413 page: the report is parked (a Delivery record
+// with the 413), listed by `playpipe audit --list parked`, and delivered
+// exactly once by `playpipe redrive --parked` after the limit is raised.
+//
 // Without nginx the tests skip, unless PLAYPIPE_REQUIRE_NGINX=1 (`make
 // test`, which installs it) makes that a failure.
 package edge
