@@ -30,10 +30,6 @@ type Node struct {
 	frozen bool
 }
 
-// Dir is the node's folder: server.properties, the log4j settings, its log
-// (node.log) and its data (data/).
-func (n *Node) Dir() string { return n.dir }
-
 // LogPath is the node's own log, appended to across restarts.
 func (n *Node) LogPath() string { return filepath.Join(n.dir, "node.log") }
 
