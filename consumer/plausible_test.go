@@ -64,20 +64,9 @@ func TestImplausibleTimeOverKafka(t *testing.T) {
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
-	rejected := map[string]schemas.Rejection{}
-	for _, r := range k.ReadAll(t, k.Config.Topics().Rejected) {
-		var rj schemas.Rejection
-		if err := json.Unmarshal(r.Value, &rj); err != nil {
-			t.Fatal(err)
-		}
-		rejected[rj.EventID] = rj
-	}
+	rejected, tps := readOutcomes(t, k)
 	plays := map[string]int{}
-	for _, r := range k.ReadAll(t, k.Config.Topics().Reports) {
-		var tp schemas.TrackPlay
-		if err := json.Unmarshal(r.Value, &tp); err != nil {
-			t.Fatal(err)
-		}
+	for _, tp := range tps {
 		plays[tp.EventID]++
 	}
 	for _, c := range cases {
@@ -137,20 +126,9 @@ func TestImplausibleTimeFutureRecord(t *testing.T) {
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
-	rejected := map[string]schemas.Rejection{}
-	for _, r := range k.ReadAll(t, k.Config.Topics().Rejected) {
-		var rj schemas.Rejection
-		if err := json.Unmarshal(r.Value, &rj); err != nil {
-			t.Fatal(err)
-		}
-		rejected[rj.EventID] = rj
-	}
+	rejected, tps := readOutcomes(t, k)
 	plays := map[string]int{}
-	for _, r := range k.ReadAll(t, k.Config.Topics().Reports) {
-		var tp schemas.TrackPlay
-		if err := json.Unmarshal(r.Value, &tp); err != nil {
-			t.Fatal(err)
-		}
+	for _, tp := range tps {
 		plays[tp.EventID]++
 		if tp.Report.PlayedAt > clock.Add(schemas.DefaultTimeAhead).UnixMilli() {
 			t.Errorf("%s: playedat %d is more than a day after the consumer's clock", tp.EventID, tp.Report.PlayedAt)
@@ -165,4 +143,27 @@ func TestImplausibleTimeFutureRecord(t *testing.T) {
 			t.Errorf("%s: rejection %+v, %d plays; want implausible_time with %q and no play", c.id, rj, plays[c.id], c.want)
 		}
 	}
+}
+
+// readOutcomes reads what the enricher wrote: the rejections by event id
+// and the track plays.
+func readOutcomes(t *testing.T, k *testenv.Kafka) (map[string]schemas.Rejection, []schemas.TrackPlay) {
+	t.Helper()
+	rejected := map[string]schemas.Rejection{}
+	for _, r := range k.ReadAll(t, k.Config.Topics().Rejected) {
+		var rj schemas.Rejection
+		if err := json.Unmarshal(r.Value, &rj); err != nil {
+			t.Fatal(err)
+		}
+		rejected[rj.EventID] = rj
+	}
+	var plays []schemas.TrackPlay
+	for _, r := range k.ReadAll(t, k.Config.Topics().Reports) {
+		var tp schemas.TrackPlay
+		if err := json.Unmarshal(r.Value, &tp); err != nil {
+			t.Fatal(err)
+		}
+		plays = append(plays, tp)
+	}
+	return rejected, plays
 }

@@ -54,17 +54,7 @@ func TestKillAt512InFlight(t *testing.T) {
 	dups := e.checkExactlyOnce(true)
 	e.checkAllCommitted()
 	e.checkDeliveries(false)
-	inDoubt, recorded := e.deliveredRecords()
-	for id, k := range e.ledgerCounts() {
-		if k > 1 && !inDoubt[id] {
-			t.Errorf("report %s accepted %d times but not labelled in doubt: the audit would under-count", id, k)
-		}
-	}
-	for id, k := range recorded {
-		if k > 1 {
-			t.Errorf("report %s has %d delivered records: posted again after its final outcome was recorded", id, k)
-		}
-	}
+	inDoubt := e.checkCrashPromise()
 	// At stake at a kill: ≤ 2 × the limit (posts on the wire and answers on
 	// their way to Kafka); reports leased ahead are labelled but never
 	// posted twice.
@@ -78,4 +68,24 @@ func TestKillAt512InFlight(t *testing.T) {
 	if t.Failed() {
 		t.Logf("first process output:\n%s\nsecond process output:\n%s", first, c.out.String())
 	}
+}
+
+// checkCrashPromise checks what a crash may and may not cause: every
+// report the partner holds twice is labelled in doubt (the audit's doubles
+// bound the partner's from above), and no report is posted again after its
+// final outcome was recorded. It returns the reports labelled in doubt.
+func (e *e2e) checkCrashPromise() (inDoubt map[string]bool) {
+	e.t.Helper()
+	inDoubt, recorded := e.deliveredRecords()
+	for id, k := range e.ledgerCounts() {
+		if k > 1 && !inDoubt[id] {
+			e.t.Errorf("report %s accepted %d times but not labelled in doubt: the audit would under-count", id, k)
+		}
+	}
+	for id, k := range recorded {
+		if k > 1 {
+			e.t.Errorf("report %s has %d delivered records: posted again after its final outcome was recorded", id, k)
+		}
+	}
+	return inDoubt
 }

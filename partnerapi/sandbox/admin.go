@@ -118,12 +118,18 @@ func (s *Server) adminSetFaults(w http.ResponseWriter, r *http.Request) {
 		adminError(w, http.StatusBadRequest, err.Error())
 		return
 	}
+	s.applyFaults(w, f, "sandbox faults set")
+}
+
+// applyFaults validates f, makes it the injected faults and answers with
+// them (400 with the reason when f is invalid).
+func (s *Server) applyFaults(w http.ResponseWriter, f Faults, logMsg string) {
 	if err := f.Validate(); err != nil {
 		adminError(w, http.StatusBadRequest, err.Error())
 		return
 	}
 	s.SetFaults(f)
-	s.log.Info("sandbox faults set")
+	s.log.Info(logMsg)
 	adminJSON(w, http.StatusOK, s.Faults())
 }
 
@@ -142,13 +148,7 @@ func (s *Server) adminPatchFaults(w http.ResponseWriter, r *http.Request) {
 		adminError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	if err := f.Validate(); err != nil {
-		adminError(w, http.StatusBadRequest, err.Error())
-		return
-	}
-	s.SetFaults(f)
-	s.log.Info("sandbox faults patched")
-	adminJSON(w, http.StatusOK, s.Faults())
+	s.applyFaults(w, f, "sandbox faults patched")
 }
 
 // patchFaults applies the JSON merge patch to cur.
