@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/playpipe/playpipe/analytics"
@@ -278,32 +280,7 @@ func TestBrokerRestartedEmpty(t *testing.T) {
 	// The ledger holds both lives of the topics at the same positions (issue
 	// 30, 7.1): the audit counts every event once and says that the window
 	// holds two generations of the events topic, without failing.
-	want := uint64(len(first) + len(acked))
-	auditArgs := append(append([]string{"audit"}, r.chArgs...), "--from", "-1h", "--to", "+1h", "--format", "json")
-	var rep analytics.Audit
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		rep = runAudit(t, r.ps.bin, auditArgs)
-		if rep.EventsReceived >= want || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
-	gens := 0
-	for _, g := range rep.Generations {
-		if g.Topic == "plays.events" {
-			gens = len(g.Generations)
-		}
-	}
-	t.Logf("audit after the restart: %d events received (want %d), generations %+v, problems %q", rep.EventsReceived, want, rep.Generations, rep.Problems())
-	if rep.EventsReceived != want || gens != 2 {
-		t.Errorf("audit: %d events received, %d generations of plays.events; want %d and 2", rep.EventsReceived, gens, want)
-	}
-	for _, p := range rep.Problems() {
-		if strings.Contains(p, "generation") {
-			t.Errorf("audit problem: %s", p)
-		}
-	}
+	r.checkGenerations(t, uint64(len(first)+len(acked)), "after the restart")
 }
 
 // TestBrokerFrozenShutdown stops every role with SIGTERM while the broker is
@@ -344,19 +321,20 @@ func TestBrokerFrozenShutdown(t *testing.T) {
 	}
 }
 
-// TestTopicRecreated deletes plays.events on the running broker and creates
-// it again, as an operator may on real Kafka: every /readyz must say the
+// TestTopicRecreated deletes plays.events on a running Apache Kafka broker
+// and creates it again, as an operator may: every /readyz must say the
 // topic is missing, then each role must notice the new topic id and exit 75
 // for its supervisor; the events the gateway answers 202 afterwards must all
 // reach the partner (a restarted role finds no committed offsets on the new
 // topic: the broker dropped them with the old one, and the roles read a new
-// topic from its start).
+// topic from its start), and the ledger's audit counts every event of both
+// generations once and names them (issue 30, 7.1).
 func TestTopicRecreated(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end: builds the binary and runs 5 processes")
 	}
-	r := startBrokerRig(t)
-	r.deliverFirst(t, "before the deletion")
+	r := startBrokerRigOnApache(t)
+	first := r.deliverFirst(t, "before the deletion")
 	logFrom := r.logSizes()
 	sup := superviseRoles(r)
 	cl, err := kgo.NewClient(kgo.SeedBrokers(r.broker))
@@ -372,8 +350,20 @@ func TestTopicRecreated(t *testing.T) {
 	}
 	deletedAt := time.Now()
 	r.waitReadyzNames(t, deletedAt, "plays.events", "the missing topic", "with a topic missing")
-	if _, err := adm.CreateTopics(ctx, 3, -1, nil, "plays.events"); err != nil {
-		t.Fatalf("create plays.events: %v", err)
+	// Apache Kafka deletes a topic in the background: a create can be
+	// refused (TOPIC_ALREADY_EXISTS) until the deletion is complete.
+	for {
+		resp, err := adm.CreateTopics(ctx, 3, -1, nil, "plays.events")
+		if err == nil {
+			err = resp.Error()
+		}
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, kerr.TopicAlreadyExists) || ctx.Err() != nil {
+			t.Fatalf("create plays.events: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 	createdAt := time.Now()
 	t.Logf("plays.events deleted and created again after %s", createdAt.Sub(deletedAt).Round(time.Millisecond))
@@ -394,6 +384,7 @@ func TestTopicRecreated(t *testing.T) {
 			t.Errorf("%s wrote %d lines about the re-created topic, want a few", name, len(lines))
 		}
 	}
+	r.checkGenerations(t, uint64(len(first)+len(acked)), "after the re-creation")
 }
 
 // postUntilAccepted posts n batches of 10 events as fleet-a, one a second,
@@ -469,5 +460,37 @@ func (r *brokerRig) waitReadyzNames(t *testing.T, since time.Time, needle, fault
 			}
 		}
 		time.Sleep(200 * time.Millisecond) // polls other processes' /readyz
+	}
+}
+
+// checkGenerations waits (bounded) until the audit counts want events
+// received, then requires exactly that, two generations of plays.events
+// named, and no problem about generations: each record counted once.
+func (r *brokerRig) checkGenerations(t *testing.T, want uint64, what string) {
+	t.Helper()
+	auditArgs := append(append([]string{"audit"}, r.chArgs...), "--from", "-1h", "--to", "+1h", "--format", "json")
+	var rep analytics.Audit
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		rep = runAudit(t, r.ps.bin, auditArgs)
+		if rep.EventsReceived >= want || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	gens := 0
+	for _, g := range rep.Generations {
+		if g.Topic == "plays.events" {
+			gens = len(g.Generations)
+		}
+	}
+	t.Logf("audit %s: %d events received (want %d), generations %+v, problems %q", what, rep.EventsReceived, want, rep.Generations, rep.Problems())
+	if rep.EventsReceived != want || gens != 2 {
+		t.Errorf("audit: %d events received, %d generations of plays.events; want %d and 2", rep.EventsReceived, gens, want)
+	}
+	for _, p := range rep.Problems() {
+		if strings.Contains(p, "generation") {
+			t.Errorf("audit problem: %s", p)
+		}
 	}
 }

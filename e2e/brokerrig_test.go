@@ -59,6 +59,20 @@ const (
 
 func startBrokerRig(t *testing.T) *brokerRig {
 	t.Helper()
+	return newBrokerRig(t, false)
+}
+
+// startBrokerRigOnApache is the rig on Apache Kafka (one node started by
+// the test, kafkanode) instead of the embedded broker's process: for the
+// faults an operator causes through the admin API (a topic deleted and
+// created again), which do not need to kill the broker.
+func startBrokerRigOnApache(t *testing.T) *brokerRig {
+	t.Helper()
+	return newBrokerRig(t, true)
+}
+
+func newBrokerRig(t *testing.T, apache bool) *brokerRig {
+	t.Helper()
 	dir := t.TempDir()
 	bin := buildBinary(t, dir)
 	sb := testenv.StartSandbox(t, func(o *sandbox.Config) { o.Seed, o.Pages, o.ListsPerPage, o.MixesPerList = 5, 1, 2, 4 })
@@ -69,8 +83,12 @@ func startBrokerRig(t *testing.T) *brokerRig {
 		"PLAYPIPE_API_CLIENT_SIGNATURE="+sb.ClientSignature,
 		"PLAYPIPE_LOG_LEVEL=info",
 	))
-	r.broker = testenv.FreeAddr(t)
-	r.startBroker()
+	if apache {
+		r.broker = testenv.StartApacheKafka(t, testenv.ApacheKafka{Partitions: 3}).Addrs()[0]
+	} else {
+		r.broker = testenv.FreeAddr(t)
+		r.startBroker()
+	}
 	kafkaArgs := []string{"--brokers", r.broker, "--partitions", "3"}
 	chArgs := []string{"--clickhouse-addr", ch.Addr, "--clickhouse-db", ch.Database, "--clickhouse-user", ch.User}
 	r.kafkaArgs, r.chArgs = kafkaArgs, chArgs
