@@ -25,7 +25,7 @@ test: tools clickhouse zookeeper chromium chdb nginx kafka lint fuzz-short test-
 # (PLAYPIPE_REQUIRE_CLICKHOUSE covers ZooKeeper too: the replicated-ledger
 # tests need both).
 test-race:
-	PLAYPIPE_KAFKA_VERSION=$(KAFKA_VERSION) PLAYPIPE_REQUIRE_KAFKA=$${PLAYPIPE_REQUIRE_KAFKA:-1} PLAYPIPE_REQUIRE_CLICKHOUSE=$${PLAYPIPE_REQUIRE_CLICKHOUSE:-1} PLAYPIPE_REQUIRE_CHROMIUM=$${PLAYPIPE_REQUIRE_CHROMIUM:-1} PLAYPIPE_REQUIRE_NGINX=$${PLAYPIPE_REQUIRE_NGINX:-1} $(GO) test -race -count=1 -timeout 20m $(PKGS)
+	PLAYPIPE_KAFKA_VERSION=$(KAFKA_VERSION) PLAYPIPE_REQUIRE_KAFKA=$${PLAYPIPE_REQUIRE_KAFKA:-1} PLAYPIPE_REQUIRE_CLICKHOUSE=$${PLAYPIPE_REQUIRE_CLICKHOUSE:-1} PLAYPIPE_REQUIRE_CHROMIUM=$${PLAYPIPE_REQUIRE_CHROMIUM:-1} PLAYPIPE_REQUIRE_NGINX=$${PLAYPIPE_REQUIRE_NGINX:-1} $(GO) test -race -count=1 -timeout 45m $(PKGS)
 
 ## test-chdb: the ledger tests that run on every ClickHouse (testenv.ForEachLedger:
 ## migrations, the sink's rows, every audit number, list and HTML query, the
