@@ -211,8 +211,12 @@ func runPipeline(t *testing.T, pr pipelineRun) runResult {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// One clock for the generation here and the run: the simulator holds
+	// its devices to its clock, and the plays expected must be the plays
+	// sent.
+	simNow := time.Now()
 	sim := simulator.Config{Kafka: p.Kafka, Mixes: mixes, Events: pr.events, Rate: pr.rate, Devices: 20, Seed: 7,
-		StartMS: time.Now().Add(-time.Hour).UnixMilli()}
+		StartMS: simNow.Add(-time.Hour).UnixMilli(), Now: func() time.Time { return simNow }}
 	gen, err := simulator.NewGenerator(sim)
 	if err != nil {
 		t.Fatal(err)

@@ -273,6 +273,7 @@ type Generator struct {
 	devices  []simDevice
 	unknown  int64 // first mix id above every catalog id
 	produced int
+	anchors  map[anchor]bool // where recent segments played their mixes from (holdToClock)
 }
 
 // NewGenerator validates the generation settings of cfg (Kafka settings
@@ -355,7 +356,7 @@ func (g *Generator) segment(d *simDevice) schemas.PlayerEvent {
 		Vendor:    &vendor,
 	}
 	dur, end, next, jump := g.listen(d, m, remaining)
-	ev.StartedAt = g.holdToClock(d, dur)
+	ev.StartedAt = g.holdToClock(d, m.ID, d.pos, dur)
 	ev.DurationMS = dur
 	d.optionalFields(&ev, end)
 	d.clock += dur
@@ -381,7 +382,8 @@ func (g *Generator) segment(d *simDevice) schemas.PlayerEvent {
 // runs is held at it: its segment ends at Now (overlapping its previous
 // ones). With the default start (anchored) a device's clock is also kept
 // at most MaxLag behind Now, so a slow run of days stays inside the window.
-func (g *Generator) holdToClock(d *simDevice, dur int64) int64 {
+// Two held segments of a device never repeat each other's plays.
+func (g *Generator) holdToClock(d *simDevice, mix, pos, dur int64) int64 {
 	now := g.cfg.Now().UnixMilli()
 	if d.clock > now-dur {
 		d.clock = now - dur
@@ -389,7 +391,26 @@ func (g *Generator) holdToClock(d *simDevice, dur int64) int64 {
 	if g.cfg.anchored && d.clock < now-MaxLag.Milliseconds() {
 		d.clock = now - MaxLag.Milliseconds()
 	}
+	// Held segments all end at Now: one that plays a mix from the same
+	// anchor (start − offset) as an earlier segment of the same listener
+	// would repeat its plays exactly (the same tracks, starts and user), as
+	// a player that starts a mix again within the same millisecond. It
+	// starts a millisecond earlier instead, still ending by Now.
+	if g.anchors == nil || len(g.anchors) >= 1<<16 {
+		g.anchors = map[anchor]bool{}
+	}
+	for g.anchors[anchor{d.user, mix, d.clock - pos}] {
+		d.clock--
+	}
+	g.anchors[anchor{d.user, mix, d.clock - pos}] = true
 	return d.clock
+}
+
+// anchor is where a segment plays a mix from: the listener, the mix and
+// the instant its position 0 falls on.
+type anchor struct {
+	user    string
+	mix, at int64
 }
 
 // listen picks how the listener plays the segment that starts at d.pos

@@ -339,7 +339,8 @@ func TestSimHeldToTheClock(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			bad := 0
+			bad, repeats := 0, 0
+			anchors := map[string]string{} // user, mix, start − offset → the event that played it
 			for {
 				m, ok := g.Next()
 				if !ok {
@@ -350,6 +351,14 @@ func TestSimHeldToTheClock(t *testing.T) {
 					if err := json.Unmarshal(m.Value, &ev); err != nil {
 						t.Fatal(err)
 					}
+					// Held segments end at the clock: none may repeat an
+					// earlier one's plays (one mix from one anchor).
+					a := fmt.Sprintf("%s/%d/%d", ev.UserID, ev.MixID, ev.StartedAt-ev.OffsetMS)
+					if first, ok := anchors[a]; ok && repeats < 3 {
+						repeats++
+						t.Errorf("event %s plays mix %d from the same instant as %s (user %s): the very same plays twice", ev.EventID, ev.MixID, first, ev.UserID)
+					}
+					anchors[a] = ev.EventID
 					_, vs := schemas.ParseEvent(m.Value, schemas.ValidateOptions{ArrivalMS: now.UnixMilli()})
 					if end := ev.StartedAt + ev.DurationMS; (end > now.UnixMilli() || len(vs) > 0) && bad < 3 {
 						bad++
