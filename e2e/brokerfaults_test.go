@@ -432,7 +432,7 @@ func (r *brokerRig) deliverFirst(t *testing.T, before string) []simRecord {
 func (r *brokerRig) logSizes() map[string]int64 {
 	from := map[string]int64{}
 	for name, ro := range r.roles {
-		from[name] = fileSize(ro.p.log)
+		from[name] = fileSize(r.ps.logPath(ro.name)) // not ro.p: a supervisor replaces it on a restart
 	}
 	return from
 }

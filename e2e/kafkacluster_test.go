@@ -322,7 +322,7 @@ func (c *clusterRig) partnerResume(t *testing.T, t0 time.Time, d time.Duration) 
 func (c *clusterRig) logSizes() map[string]int64 {
 	out := map[string]int64{}
 	for name, ro := range c.roles {
-		out[name] = fileSize(ro.p.log)
+		out[name] = fileSize(c.ps.logPath(ro.name)) // not ro.p: the supervisor replaces it on a restart
 	}
 	return out
 }
@@ -338,7 +338,7 @@ func (c *clusterRig) checkLogLines(t *testing.T, fault string, from map[string]i
 	}
 	sort.Strings(names)
 	for _, name := range names {
-		b, err := os.ReadFile(c.roles[name].p.log)
+		b, err := os.ReadFile(c.ps.logPath(c.roles[name].name))
 		if err != nil {
 			t.Errorf("log of %s: %v", name, err)
 			continue

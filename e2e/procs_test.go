@@ -78,9 +78,13 @@ func newProcs(t *testing.T, bin, dir string, env []string) *procs {
 
 // start runs the binary with args; stdout and stderr go to <dir>/<name>.log
 // (appended, so a restarted instance continues the same file).
+// logPath is the log of the processes started as name (appended to
+// across restarts): readable while a supervisor restarts the process.
+func (ps *procs) logPath(name string) string { return filepath.Join(ps.dir, name+".log") }
+
 func (ps *procs) start(name string, args ...string) *proc {
 	ps.t.Helper()
-	logPath := filepath.Join(ps.dir, name+".log")
+	logPath := ps.logPath(name)
 	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		ps.t.Fatalf("log file of %s: %v", name, err)
