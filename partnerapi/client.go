@@ -21,6 +21,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/net/http2"
 )
 
 const instrumentationName = "github.com/playpipe/playpipe/partnerapi"
@@ -91,6 +92,11 @@ type Client struct {
 	foreign      metric.Int64Counter
 	foreignN     atomic.Int64
 	foreignLogAt atomic.Int64
+	// h2Errors counts the HTTP/2 errors the own transport reports
+	// (countH2Error), by type; h2Unsafe those after which a re-send by the
+	// transport could put a second copy at the partner (getBody).
+	h2Errors metric.Int64Counter
+	h2Unsafe atomic.Uint64
 }
 
 // New validates cfg once (errors name the field and flag) and returns a
@@ -112,7 +118,9 @@ func New(cfg Config) (*Client, error) {
 	if cfg.HTTPClient != nil {
 		c.hc = cfg.HTTPClient
 	} else {
-		c.transport = newTransport(cfg)
+		if c.transport, err = newTransport(cfg, c.countH2Error); err != nil {
+			return nil, err
+		}
 		c.hc = &http.Client{Transport: c.transport}
 	}
 	req, err := http.NewRequest(http.MethodPost, c.reportURL, nil)
@@ -128,6 +136,8 @@ func New(cfg Config) (*Client, error) {
 		metric.WithDescription("Partner API sessions created, by served_by and outcome"))
 	c.foreign, _ = cfg.MeterProvider.Meter(instrumentationName).Int64Counter("playpipe.partnerapi.foreign_answers",
 		metric.WithDescription("Answers that were not the API's own (an edge's or proxy's error page, a malformed 2xx), by status: retried, never a final rejection"))
+	c.h2Errors, _ = cfg.MeterProvider.Meter(instrumentationName).Int64Counter("playpipe.partnerapi.http2_errors",
+		metric.WithDescription("HTTP/2 errors of the partner API's connections (net/http's CountError types: recv_goaway_*, recv_rststream_*, read frame errors), by type"))
 	if looksLikeLibraryAgent(cfg.UserAgent) {
 		c.log.Warn("partner API User-Agent looks like a library default; the API's edge blocks those with 403/1010",
 			"user_agent", cfg.UserAgent)
@@ -142,8 +152,7 @@ const maxResponseHeaderBytes = 256 << 10
 
 // newTransport is the client's own transport, suited to an API behind an
 // edge (docs/partnerapi.md, "Connections"):
-//   - HTTP/2 over TLS where the edge offers it (ForceAttemptHTTP2 with a
-//     custom TLS config), so in-flight posts share few connections;
+//   - HTTP/2 over TLS where the edge offers it (x/net/http2, below), so in-flight posts share few connections;
 //     HTTP/1.1 otherwise, with as many idle connections kept per host as
 //     are allowed (MaxConns), so concurrent callers never dial again after
 //     warm-up;
@@ -153,9 +162,11 @@ const maxResponseHeaderBytes = 256 << 10
 //     usual keep-alive timeouts of edges and load balancers (60–75 s), so a
 //     post rarely meets a connection the edge is closing;
 //   - answers: headers bounded (maxResponseHeaderBytes), bodies bounded by
-//     the callers, gzip accepted and decoded by net/http.
-func newTransport(cfg Config) *http.Transport {
-	return &http.Transport{
+//     the callers, gzip accepted and decoded by net/http;
+//   - HTTP/2 errors go to countError (http.HTTP2Config.CountError), which
+//     tells a play report's getBody whether the transport's re-send is safe.
+func newTransport(cfg Config, countError func(errType string)) (*http.Transport, error) {
+	t1 := &http.Transport{
 		Proxy: http.ProxyFromEnvironment,
 		DialContext: (&net.Dialer{
 			Timeout:   10 * time.Second,
@@ -166,7 +177,6 @@ func newTransport(cfg Config) *http.Transport {
 			MinVersion:         tls.VersionTLS12,
 			ClientSessionCache: tls.NewLRUClientSessionCache(max(64, cfg.MaxConns)),
 		},
-		ForceAttemptHTTP2:      true,
 		MaxIdleConns:           cfg.MaxConns,
 		MaxIdleConnsPerHost:    cfg.MaxConns,
 		MaxConnsPerHost:        cfg.MaxConns,
@@ -175,6 +185,46 @@ func newTransport(cfg Config) *http.Transport {
 		ExpectContinueTimeout:  time.Second,
 		ResponseHeaderTimeout:  cfg.RequestTimeout,
 		MaxResponseHeaderBytes: maxResponseHeaderBytes,
+		HTTP2:                  &http.HTTP2Config{CountError: countError},
+	}
+	// HTTP/2 through golang.org/x/net/http2 rather than the copy bundled in
+	// net/http: Go 1.26's bundled client never calls HTTP2Config.CountError
+	// (its streams read a field that config does not set), and getBody
+	// needs the count. x/net's transport takes its settings from t1 (header
+	// bound, response header timeout, idle timeout, compression) and, unlike
+	// the bundled copy, does not re-send after a PROTOCOL_ERROR reset.
+	//lint:ignore SA1019 ConfigureTransports is deprecated for http.Transport.Protocols, which has no client-side CountError before Go 1.27; x/net forwards CountError to net/http from 1.27 on.
+	t2, err := http2.ConfigureTransports(t1)
+	if err != nil {
+		return nil, fmt.Errorf("partnerapi: HTTP/2 transport: %w", err)
+	}
+	//lint:ignore SA1019 see above: the only client-side CountError on Go 1.26.
+	t2.CountError = countError
+	return t1, nil
+}
+
+// The CountError types of a stream reset by the server: RST_STREAM with
+// any code is h2ResetPrefix and the code; REFUSED_STREAM (h2RefusedStream)
+// says the stream was not processed (RFC 9113 §8.7).
+const (
+	h2ResetPrefix   = "recv_rststream_"
+	h2RefusedStream = h2ResetPrefix + "REFUSED_STREAM"
+)
+
+// countH2Error is the own transport's HTTP/2 CountError: the transport
+// calls it on the connection's read loop before it fails the streams the
+// error concerns, so a getBody that runs for one of them sees it counted.
+// Unsafe (h2Unsafe) is a stream reset by the server with any code but
+// REFUSED_STREAM: the only errors after which a transport re-sends a
+// stream the server may have processed (net/http's bundled copy after a
+// PROTOCOL_ERROR reset, golang/go#47635). A GOAWAY beyond the stream (a
+// graceful one, as nginx sends after keepalive_requests, is not even an
+// error) and the connection's end after it fail streams the server did not
+// process, and are not unsafe.
+func (c *Client) countH2Error(errType string) {
+	c.h2Errors.Add(context.Background(), 1, metric.WithAttributes(attribute.String("type", errType)))
+	if strings.HasPrefix(errType, h2ResetPrefix) && errType != h2RefusedStream {
+		c.h2Unsafe.Add(1)
 	}
 }
 

@@ -42,7 +42,8 @@ func (c *Client) ReportPlay(ctx context.Context, r schemas.PlayReport) (ReportRe
 // POST /partners/royalty-tracking through net/http (HTTP/2 over TLS where
 // the server offers it, HTTP/1.1 otherwise), after taking a session if none
 // is held: the caller owns retries and sees every attempt — the transport
-// never sends the report again once a try has written it all (getBody).
+// sends the report again only where the server says it did not process it
+// (getBody).
 // The attempt is bounded by RequestTimeout (from the request to the last
 // byte of the answer) and ctx.
 //
@@ -119,8 +120,15 @@ type reportAnswer struct {
 // and body: HTTP/1.1 flushed to the connection, HTTP/2 with END_STREAM)
 // was written at least once. refused: the transport asked to post it
 // again after that, and was refused (getBody).
+//
+// unsafe is the client's count of HTTP/2 errors after which a re-send may
+// be a second copy (Client.h2Unsafe), nil when the transport is the
+// caller's (Config.HTTPClient) and its errors cannot be seen; unsafe0 its
+// value when the post began.
 type postTrace struct {
 	sent, replied, wrote, refused atomic.Bool
+	unsafe                        *atomic.Uint64
+	unsafe0                       uint64
 	ct                            httptrace.ClientTrace
 }
 
@@ -130,27 +138,30 @@ var errResendRefused = errors.New("the connection or stream failed after the who
 
 // getBody is the post's Request.GetBody: net/http rewinds a body with it
 // to send the request again on another try of its own, and the caller
-// would see only the last try's answer. It allows that only while no try
-// has written the whole request (pt.wrote), which covers every re-send
-// that cannot reach the partner twice:
-//   - HTTP/1.1 re-sends a POST (no Idempotency-Key: not replayable) only
-//     when nothing was written to a reused keep-alive connection the server
-//     had closed (nothingWrittenError; WroteRequest reported the failed
-//     write) or no connection was taken (shouldRetryRequest): kept, so a
-//     stale keep-alive connection costs no failed post;
-//   - HTTP/2 re-sends after a connection found unusable before the stream
-//     started, a GOAWAY beyond the stream, REFUSED_STREAM — and a
-//     PROTOCOL_ERROR reset from the peer (http2canRetryError,
-//     golang/go#47635), which can come after the server read the whole
-//     report. Once the whole request was written, that re-send would put a
-//     second copy at the partner behind the caller's back: refused, and the
-//     post fails in doubt (pt.refused) for the caller to retry, labelled.
-//
-// A stream refused or beyond a GOAWAY after the whole request was written
-// is refused too: in doubt where it need not be, never a silent copy.
+// would see only the last try's answer. It allows every re-send that
+// cannot reach the partner twice, and refuses the rest:
+//   - while no try has written the whole request (pt.wrote): HTTP/1.1
+//     re-sends a POST (no Idempotency-Key: not replayable) only when
+//     nothing was written to a reused keep-alive connection the server had
+//     closed (nothingWrittenError) or no connection was taken; HTTP/2 after
+//     a connection found unusable before the stream started. Kept, so a
+//     stale connection costs no failed post.
+//   - after the whole request was written, HTTP/2 re-sends on a stream the
+//     server says it did not process — beyond a GOAWAY's last stream
+//     (RFC 9113 §6.8: nginx's keepalive_requests, an edge's graceful
+//     reload) or reset REFUSED_STREAM (§8.7) — and after a PROTOCOL_ERROR
+//     reset from the peer (http2canRetryError, golang/go#47635), which can
+//     come after the server read the whole report. The first two are
+//     allowed; the third would put a second copy at the partner behind the
+//     caller's back. Which one it is, net/http does not tell GetBody, but
+//     it counts the error (countH2Error) before it fails the stream: a
+//     re-send is refused when any unsafe HTTP/2 error was counted since the
+//     post began (on this stream or, conservatively, another), and always
+//     when the transport is the caller's (unsafe is nil). Refused, the post
+//     fails in doubt (pt.refused) for the caller to retry, labelled.
 func (pt *postTrace) getBody(body []byte) func() (io.ReadCloser, error) {
 	return func() (io.ReadCloser, error) {
-		if pt.wrote.Load() {
+		if pt.wrote.Load() && (pt.unsafe == nil || pt.unsafe.Load() != pt.unsafe0) {
 			pt.refused.Store(true)
 			return nil, errResendRefused
 		}
@@ -164,6 +175,10 @@ func (pt *postTrace) getBody(body []byte) func() (io.ReadCloser, error) {
 // the reportAnswer, for reportOutcome to classify.
 func (c *Client) postReport(parent context.Context, tok *token, body, dst []byte) reportAnswer {
 	pt := &postTrace{}
+	if c.transport != nil {
+		pt.unsafe = &c.h2Unsafe
+		pt.unsafe0 = c.h2Unsafe.Load()
+	}
 	pt.ct.WroteHeaders = func() { pt.sent.Store(true) }
 	pt.ct.GotFirstResponseByte = func() { pt.replied.Store(true) }
 	pt.ct.WroteRequest = func(i httptrace.WroteRequestInfo) {
@@ -184,7 +199,7 @@ func (c *Client) postReport(parent context.Context, tok *token, body, dst []byte
 	c.injectTrace(parent, req.Header)
 	// io.NopCloser(*bytes.Reader) is a body net/http knows to be in memory:
 	// headers and body leave in one write. GetBody lets the transport send
-	// it again only while no try has written the whole request (getBody):
+	// it again only where the partner cannot get it twice (getBody):
 	// net/http's HTTP/2 transport would re-send it after a PROTOCOL_ERROR
 	// reset that came after the server read it all, and the caller would
 	// see only the second copy's answer.
