@@ -122,7 +122,8 @@ type Audit struct {
 	// of the window's plays never exceed it. PlaysWithExtraCopies are the
 	// plays it comes from (--list extra-copies), DoubtfulPostsByCause the
 	// posts whose fate is unknown by recorded cause (timeout,
-	// connection_lost, malformed_answer, edge_answer, cancelled, crash).
+	// connection_lost, malformed_answer, edge_answer, cancelled, crash):
+	// the reporter's, and a replay's of a play the reporter never delivered.
 	PossibleExtraCopies   uint64  `json:"possible_extra_copies"`
 	PlaysWithExtraCopies  uint64  `json:"plays_with_possible_extra_copies"`
 	DoubtfulPostsByCause  []Count `json:"doubtful_posts_by_cause"`
@@ -294,6 +295,8 @@ ALL LEFT JOIN
         maxIf(in_doubt, outcome = 'delivered' AND replay_id = '') AS doubt_delivered,
         uniqExactIf(kafka_topic_id, kafka_topic, kafka_partition, kafka_offset, doubt_cause != '' AND replay_id = '') AS doubt_n,
         groupUniqArrayIf(doubt_cause, doubt_cause != '' AND replay_id = '') AS doubt_causes,
+        uniqExactIf(kafka_topic_id, kafka_topic, kafka_partition, kafka_offset, doubt_cause != '' AND replay_id != '') AS replay_doubt_n,
+        groupUniqArrayIf(doubt_cause, doubt_cause != '' AND replay_id != '') AS replay_doubt_causes,
         minIf(at_ms, outcome = 'delivered') AS delivered_ms,
         argMax(outcome, at_ms) AS last_outcome,
         anyIf(message, outcome = 'rejected') AS reject_message,

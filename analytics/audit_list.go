@@ -151,7 +151,7 @@ WHERE ` + w + ` ORDER BY kafka_time_ms, kafka_topic, kafka_partition, kafka_offs
 		traces = "delivered_trace_ids"
 	case "extra-copies":
 		// The possible extra copies and their causes, e.g. "2: timeout, crash".
-		detail = "concat(toString(" + playCopies + " - 1), ': ', arrayStringConcat(arraySort(doubt_causes), ', '))"
+		detail = "concat(toString(" + playCopies + " - 1), ': ', arrayStringConcat(arraySort(if(delivered_n = 0, arrayDistinct(arrayConcat(doubt_causes, replay_doubt_causes)), doubt_causes)), ', '))"
 		traces = "delivered_trace_ids"
 	}
 	return `SELECT report_id, event_id, derived_ms, ` + detail + `, delivered_n, ` + traces + ` FROM ` + a.perReport(o) + `

@@ -17,18 +17,23 @@ import (
 // crash). Ledgers written before doubt_cause existed count one possible
 // copy per play whose delivered record says in_doubt. So
 //
-//	extra copies of a play ≤ delivered_n + max(doubtful posts, legacy in_doubt) − 1
+//	extra copies of a play ≤ delivered_n + max(doubtful posts, legacy in_doubt)
+//	                         + (replay delivered + replay doubtful posts, when delivered_n = 0) − 1
 //
-// summed over the window's reportable plays (replays excluded: their
-// copies are deliberate) is the audit's PossibleExtraCopies: the partner's
-// duplicates of the window's plays never exceed it.
+// summed over the window's reportable plays is the audit's
+// PossibleExtraCopies: the partner's duplicates of the window's plays never
+// exceed it. A replay's posts of a play the reporter delivered are
+// deliberate copies (the partner lost it), not counted; but a play the
+// reporter never delivered — parked, then re-sent by `redrive --parked` —
+// gets its first delivery from the replay, and each of that run's posts in
+// doubt may be a copy as well as the reporter's own.
 
 // condCopies selects the plays with at least one possible extra copy, over
 // perReport's columns.
 const condCopies = "below = 0 AND " + playCopies + " > 1"
 
 // playCopies is the bound of a play's copies at the partner.
-const playCopies = "(delivered_n + greatest(doubt_n, toUInt64(doubt_delivered)))"
+const playCopies = "(delivered_n + greatest(doubt_n, toUInt64(doubt_delivered)) + if(delivered_n = 0, replay_delivered_n + replay_doubt_n, toUInt64(0)))"
 
 // copies fills PossibleExtraCopies, PlaysWithExtraCopies and
 // DoubtfulPostsByCause.
@@ -40,7 +45,8 @@ func (a *Auditor) copies(ctx context.Context, o AuditOptions, r *Audit) error {
 	var err error
 	if r.DoubtfulPostsByCause, err = a.counts(ctx, `SELECT doubt_cause, uniqExact(kafka_topic_id, kafka_topic, kafka_partition, kafka_offset) AS n
 FROM `+a.db+`.deliveries
-WHERE doubt_cause != '' AND replay_id = '' AND report_id IN (SELECT report_id FROM `+a.db+`.plays WHERE `+window(o)+`)`+asOf(o)+`
+WHERE doubt_cause != '' AND report_id IN (SELECT report_id FROM `+a.db+`.plays WHERE `+window(o)+`)`+asOf(o)+`
+  AND (replay_id = '' OR report_id NOT IN (SELECT report_id FROM `+a.db+`.deliveries WHERE outcome = 'delivered' AND replay_id = ''`+asOf(o)+`))
 GROUP BY doubt_cause ORDER BY n DESC, doubt_cause`); err != nil {
 		return fmt.Errorf("analytics: audit copies by cause: %w", err)
 	}

@@ -32,12 +32,30 @@ type mPlayState struct {
 	anyDelivered, anyRejected bool
 	doubtN                    int      // live records with a doubt cause
 	causes                    []string // their causes
+	replayDoubtN              int      // replay records with a doubt cause
+	replayCauses              []string // their causes
 }
 
 // copies bounds the play's copies at the partner (docs/audit.md, "Copies
 // at the partner"): its live delivered records plus its posts whose fate
-// is unknown (legacy: one when a delivered record says in_doubt).
-func (p *mPlayState) copies() int { return p.deliveredN + max(p.doubtN, b2int(p.doubt)) }
+// is unknown (legacy: one when a delivered record says in_doubt), plus, for
+// a play no live record delivered (parked, then redriven), its replay
+// delivered records and replay posts whose fate is unknown.
+func (p *mPlayState) copies() int {
+	n := p.deliveredN + max(p.doubtN, b2int(p.doubt))
+	if p.deliveredN == 0 {
+		n += p.replayDelN + p.replayDoubtN
+	}
+	return n
+}
+
+// copyCauses are the causes of the posts copies counts.
+func (p *mPlayState) copyCauses() []string {
+	if p.deliveredN == 0 {
+		return uniq(append(slices.Clone(p.causes), p.replayCauses...))
+	}
+	return uniq(p.causes)
+}
 
 func (p *mPlayState) delivered() bool { return p.deliveredN > 0 || p.replayDelN > 0 }
 func (p *mPlayState) pending() bool   { return !p.below && !p.delivered() && !p.rejected }
@@ -173,6 +191,10 @@ func (s *scenario) expect(o AuditOptions) expectation {
 			st.causes = append(st.causes, d.doubtCause)
 			byCause[d.doubtCause]++
 		}
+		if d.doubtCause != "" && d.replayID != "" {
+			st.replayDoubtN++
+			st.replayCauses = append(st.replayCauses, d.doubtCause)
+		}
 		switch d.outcome {
 		case schemas.OutcomeDelivered:
 			if d.replayID == "" {
@@ -197,6 +219,15 @@ func (s *scenario) expect(o AuditOptions) expectation {
 			st.parked = true
 		}
 		st.traces = append(st.traces, d.traceID)
+	}
+	// A replay's posts in doubt of a play no live record delivered count
+	// among the doubtful posts (copies).
+	for _, st := range x.plays {
+		if st.deliveredN == 0 {
+			for _, c := range st.replayCauses {
+				byCause[c]++
+			}
+		}
 	}
 	byMessage := map[string]uint64{}
 	conds := map[string]func(p *mPlayState) bool{
@@ -258,7 +289,7 @@ func (s *scenario) expect(o AuditOptions) expectation {
 				row.TraceIDs = uniq(p.deliveredTraces)
 			case "extra-copies":
 				a.PossibleExtraCopies += uint64(p.copies() - 1)
-				row.Detail = strconv.Itoa(p.copies()-1) + ": " + strings.Join(uniq(p.causes), ", ")
+				row.Detail = strconv.Itoa(p.copies()-1) + ": " + strings.Join(p.copyCauses(), ", ")
 				row.TraceIDs = uniq(p.deliveredTraces)
 			}
 			x.lists[name] = append(x.lists[name], row)
