@@ -137,7 +137,17 @@ func (rn *run) retry(j *job) {
 		}
 	} else {
 		j.renews = 0
-		delay = rn.backoff.Delay(j.failures, d.RetryAfter)
+		step := j.failures
+		if j.healthyFails >= 2 {
+			// It failed again after other reports were answered: a fault of
+			// this payload, not a blip of the partner. Quick retries would
+			// only take posts (slots at the in-flight limit) from the
+			// reports that succeed: it backs off as if slowStepsAhead
+			// failures further (BackoffInitial 100 ms: 1.6–3.2 s after the
+			// second failure, then 3.2–6.4 s, then BackoffMax).
+			step += slowStepsAhead
+		}
+		delay = rn.backoff.Delay(step, d.RetryAfter)
 	}
 	rn.log.Debug("report post to be retried", "report_id", j.id, "attempt", j.attempt, "reason", d.Reason, "status", d.Status, "delay", delay)
 	if delay <= 0 {
@@ -151,6 +161,10 @@ func (rn *run) retry(j *job) {
 		rn.poke() // the retry timer must fire earlier
 	}
 }
+
+// slowStepsAhead is how many doublings further a report's backoff goes once
+// it failed again while other reports were answered (retry).
+const slowStepsAhead = 4
 
 // healthy records an answer of a healthy partner (mu held): its round trip
 // feeds the in-flight limit (an abandoned post, without an answer, does

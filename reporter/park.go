@@ -43,26 +43,55 @@ import (
 // and every possible double is labelled.
 
 // budgetSpent counts a transient failure of j against its retry budget and
-// reports whether the budget is spent (mu held). A failure, and the time
-// since the report's previous failure, count only when another report got
-// a final answer in between: while the whole partner fails, no report's
-// budget moves (the reporter backs off as a whole instead).
+// reports whether the budget is spent (mu held; it takes j.ps.mu). A
+// failure, and the time since the report's previous failure, count only
+// when another report got a final answer in between: while the whole
+// partner fails, no report's budget moves (the reporter backs off as a
+// whole instead).
+//
+// The pressure rule spends it early: a report that failed
+// pressureParkFails times, after whose first failure another report got a
+// final answer, is parked as soon as its partition holds MaxPending
+// records — fetching of the partition has stopped behind it, and waiting
+// out ParkAfter would stall the partition for minutes at any real rate
+// (16 384 records at 1 000 a second fill it in 16 s). A whole-partner
+// outage parks nothing by it either: no final answer comes after the first
+// failure.
 func (rn *run) budgetSpent(j *job) bool {
 	now := rn.cfg.Now()
 	switch {
 	case j.lastFailAt.IsZero():
 		j.healthyFails = 1
+		j.succAtFirst = rn.successes
 	case rn.successes > j.succAt:
 		j.healthyFails++
 		j.budgetUsed += now.Sub(j.lastFailAt)
 	}
+	j.fails++
 	j.lastFailAt, j.succAt = now, rn.successes
 	if j.attempt >= rn.cfg.WarnAfterAttempts && !j.warned {
 		j.warned = true
 		rn.warnStuck(j)
 	}
-	return rn.cfg.ParkAfterAttempts >= 0 && j.healthyFails >= rn.cfg.ParkAfterAttempts && j.budgetUsed >= rn.cfg.ParkAfter
+	if rn.cfg.ParkAfterAttempts < 0 {
+		return false
+	}
+	if j.healthyFails >= rn.cfg.ParkAfterAttempts && j.budgetUsed >= rn.cfg.ParkAfter {
+		return true
+	}
+	if j.fails < pressureParkFails || rn.successes == j.succAtFirst {
+		return false
+	}
+	j.ps.mu.Lock()
+	full := j.ps.wm.pending() >= rn.cfg.MaxPending
+	j.ps.mu.Unlock()
+	j.pressured = full
+	return full
 }
+
+// pressureParkFails is the failures after which the pressure rule may park
+// a report (budgetSpent).
+const pressureParkFails = 3
 
 // warnBurst is how many stuck-report warnings may come at once.
 const warnBurst = 20
@@ -191,7 +220,11 @@ func (rn *run) parked(j *job, r *kgo.Record, e *schemas.Parked) {
 	rq = rn.markDone(ps, j.seq, rq)
 	ps.mu.Unlock()
 	rn.met.parkedReport(context.Background())
-	rn.log.Warn("report parked: set aside for slow retries, its partition goes on",
+	why := "retry budget spent"
+	if j.pressured {
+		why = "its partition is full behind it (max pending)"
+	}
+	rn.log.Warn("report parked: set aside for slow retries, its partition goes on", "why", why,
 		"report_id", j.id, "track_id", trackOf(j.body), "status", e.Status, "reason", e.Reason, "message", e.Message,
 		"attempts", e.Attempts, "in_doubt", e.InDoubt, "partition", j.rec.Partition, "offset", j.rec.Offset,
 		"next_retry", time.UnixMilli(e.Due).UTC())

@@ -297,7 +297,7 @@ func TestParkBudget(t *testing.T) {
 		{"a slow failure rate", 1, 5 * time.Minute, 5},                      // the attempts bound it: 4 intervals of 5 m ≥ 10 m
 	}
 	for _, c := range cases {
-		j := &job{id: "r", rec: &kgo.Record{}}
+		j := &job{id: "r", rec: &kgo.Record{}, ps: &partState{}}
 		got := 0
 		for i := 1; i <= 100 && got == 0; i++ {
 			if fail(j, c.others, c.every) {
@@ -308,9 +308,38 @@ func TestParkBudget(t *testing.T) {
 			t.Errorf("%s: spent at failure %d, want %d", c.name, got, c.want)
 		}
 	}
+	// The pressure rule: its partition full (MaxPending records pending),
+	// a report is parked at its third failure once another report was
+	// answered after its first — never in an outage of the whole partner.
+	rn.cfg.MaxPending = 4
+	full := &partState{}
+	for i := range 4 {
+		full.wm.add(int64(i), 0, 0)
+	}
+	for _, c := range []struct {
+		name   string
+		others uint64
+		ps     *partState
+		want   int
+	}{
+		{"full partition, the others taken", 10, full, 3},
+		{"full partition, outage of the whole partner", 0, full, 0},
+		{"room in the partition", 10, &partState{}, 61},
+	} {
+		j := &job{id: "r", rec: &kgo.Record{}, ps: c.ps}
+		got := 0
+		for i := 1; i <= 100 && got == 0; i++ {
+			if fail(j, c.others, 10*time.Second) {
+				got = i
+			}
+		}
+		if got != c.want || j.pressured != (c.want == 3) {
+			t.Errorf("pressure, %s: spent at failure %d (pressured %v), want %d", c.name, got, j.pressured, c.want)
+		}
+	}
 	// Parking off.
 	rn.cfg.ParkAfterAttempts = -1
-	j := &job{id: "r", rec: &kgo.Record{}}
+	j := &job{id: "r", rec: &kgo.Record{}, ps: full}
 	for range 100 {
 		if fail(j, 10, time.Minute) {
 			t.Fatal("parked with --park-after-attempts -1")
@@ -362,4 +391,79 @@ func TestPoisonTrackSandboxFault(t *testing.T) {
 	}
 	e.checkExactlyOnce(false)
 	e.checkDeliveries(true)
+}
+
+// TestParkedUnderPressure: with the default retry budget (20 failures over
+// 10 minutes), a report of a poison track at its partition's commit point
+// would stop fetching of the partition once MaxPending records wait behind
+// it, for minutes — at any real rate the partition stalls. The pressure
+// rule parks it once the partition is full: one partition, a poison report
+// before each of three runs of 500 others, MaxPending 64: every other
+// report is delivered and the partition committed to its end within a
+// minute, the poison reports parked after a few attempts.
+func TestParkedUnderPressure(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end to end")
+	}
+	e := newE2E(t, 1)
+	e.group = "reporter-pressure"
+	bad := map[string]bool{}
+	for i := range 3 {
+		for id := range e.publishTrack(fmt.Sprintf("bad%d", i), 1, 666) {
+			bad[id] = true
+		}
+		e.publish(fmt.Sprintf("good%d", i), 500, 0, 0)
+	}
+	partner := e.newBadPartner(bad)
+	cfg := e.config()
+	cfg.MaxPending = 64
+	cfg.ParkAfterAttempts, cfg.ParkAfter = DefaultParkAfterAttempts, DefaultParkAfter
+	cfg.ParkRetries = []time.Duration{time.Hour}
+	stop := e.start(cfg, partner)
+	e.waitLedger(60 * time.Second)
+	e.waitAllCommitted(30 * time.Second)
+	if err := stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	parked := e.parkedRecords()
+	for id := range bad {
+		d, ok := parked[id]
+		switch {
+		case !ok:
+			t.Errorf("report %s not parked", id)
+		case d.HTTPStatus != 500 || d.Attempt < pressureParkFails || d.Attempt >= DefaultParkAfterAttempts:
+			t.Errorf("parked record of %s: %+v, want status 500 after %d–%d attempts (the pressure rule, not the budget)", id, d, pressureParkFails, DefaultParkAfterAttempts-1)
+		}
+	}
+	e.checkExactlyOnce(false)
+}
+
+// TestPayloadFailureBacksOffSlowly: a report that failed again after other
+// reports were answered (a fault of its payload) waits as if slowStepsAhead
+// failures further; one failing in an outage of the whole partner keeps
+// the ordinary schedule.
+func TestPayloadFailureBacksOffSlowly(t *testing.T) {
+	clk := newFakeClock()
+	cfg := Config{BackoffInitial: 100 * time.Millisecond, BackoffMax: 10 * time.Second, Clock: clk, Logger: testLogger(t)}.withDefaults()
+	r := &Reporter{cfg: cfg, log: cfg.Logger, backoff: retryPolicy(cfg)}
+	rn := r.newRun(context.Background(), func() {})
+	for _, c := range []struct {
+		name     string
+		others   uint64
+		min, max time.Duration // the delay after the second failure
+	}{
+		{"the others answered", 5, 1600 * time.Millisecond, 3200 * time.Millisecond},
+		{"outage of the whole partner", 0, 100 * time.Millisecond, 200 * time.Millisecond},
+	} {
+		j := &job{id: "r", rec: &kgo.Record{}, ps: &partState{}, dec: Decision{Action: ActRetry}}
+		for range 2 {
+			rn.successes += c.others
+			j.attempt++
+			rn.budgetSpent(j)
+			rn.retry(j)
+		}
+		if d := j.readyAt.Sub(clk.Now()); d < c.min || d > c.max {
+			t.Errorf("%s: retry after %v, want %v–%v", c.name, d, c.min, c.max)
+		}
+	}
 }

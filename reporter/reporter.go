@@ -123,12 +123,17 @@ type job struct {
 
 	// The retry budget (park.go), under run.mu: failures and time counted
 	// while other reports got answers, the last failure, and the run's
-	// success count then. parking: the budget is spent, the worker parks it.
+	// success count then and at the first failure (succAtFirst: the
+	// pressure rule). pressured: parked early, its partition full behind
+	// it. parking: the budget is spent, the worker parks it.
 	healthyFails int
+	fails        int
 	budgetUsed   time.Duration
 	lastFailAt   time.Time
 	succAt       uint64
+	succAtFirst  uint64
 	warned       bool
+	pressured    bool
 	parking      bool
 }
 
