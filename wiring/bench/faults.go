@@ -15,26 +15,33 @@ import (
 )
 
 // sandboxFaults are the faults a round sets in the sandbox: every report
-// answered after latency, and the share rate500 of them answered 500 (a
-// seeded draw, so the plain client and the reporter meet the same sequence
-// of answers).
+// answered after latency, the share rate500 of them answered 500 (a seeded
+// draw, so the plain client and the reporter meet the same sequence of
+// answers), and with poison every report of poisonTrack answered 500.
 type sandboxFaults struct {
 	latency time.Duration
 	rate500 float64
 	seed    uint64
+	poison  bool
 }
 
 // setFaults replaces the sandbox's faults with sf (PUT /admin/faults); the
 // zero sf sets none.
 func setFaults(ctx context.Context, admin string, sf sandboxFaults) error {
 	type report struct {
-		Latency string  `json:"latency"`
-		Rate500 float64 `json:"rate_500"`
+		Latency     string  `json:"latency"`
+		Rate500     float64 `json:"rate_500"`
+		TrackIDs    []int64 `json:"track_ids,omitempty"`
+		TrackStatus int     `json:"track_status,omitempty"`
+	}
+	r := report{Latency: sf.latency.String(), Rate500: sf.rate500}
+	if sf.poison {
+		r.TrackIDs, r.TrackStatus = []int64{poisonTrack}, http.StatusInternalServerError
 	}
 	body, err := json.Marshal(struct {
 		Seed   uint64 `json:"seed"`
 		Report report `json:"report"`
-	}{sf.seed, report{sf.latency.String(), sf.rate500}})
+	}{sf.seed, r})
 	if err != nil {
 		return fmt.Errorf("sandbox faults: %w", err)
 	}

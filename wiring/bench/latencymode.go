@@ -21,6 +21,7 @@ import (
 type latencyRun struct {
 	latency   time.Duration
 	errRate   float64       // share of posts the sandbox answers 500
+	poisoned  int64         // reports of the poison track (answered 500 every time), not counted in reports
 	injected  int64         // 500s the sandbox injected into the reporter's posts
 	inflight  int           // the plain client's in flight
 	plain     ceilingResult // the plain client before the reporter
@@ -117,28 +118,48 @@ func runLatencyBench(ctx context.Context, o options, log *slog.Logger) (runs []l
 		return nil, started, err
 	}
 	keys, values, bodies := benchPlays(o.reports)
+	pkeys, pvalues, _, pothers := poisonPlays(o.reports, o.poisonShare)
 	k := 0
 	for i, lat := range lats {
+		type round struct {
+			rate   float64
+			poison bool
+		}
+		var rounds []round
 		for _, rate := range rates {
+			rounds = append(rounds, round{rate: rate})
+		}
+		if o.poisonShare > 0 {
+			rounds = append(rounds, round{poison: true})
+		}
+		for _, rd := range rounds {
 			k++
-			lr := latencyRun{latency: lat, errRate: rate, inflight: ins[i]}
-			sf := sandboxFaults{latency: lat, rate500: rate, seed: uint64(o.seed)}
-			what := fmt.Sprintf("latency %v, error rate %v", lat, rate)
-			if lr.plain, err = ceiling(ctx, sb.url, sb.admin, sb.c.pid(), bodies, ins[i], sf); err != nil {
+			lr := latencyRun{latency: lat, errRate: rd.rate, inflight: ins[i]}
+			sf := sandboxFaults{latency: lat, rate500: rd.rate, seed: uint64(o.seed), poison: rd.poison}
+			what := fmt.Sprintf("latency %v, error rate %v", lat, rd.rate)
+			rk, rv, rb := keys, values, bodies
+			if rd.poison {
+				// The plain client drops the poisoned reports at once: it posts
+				// the others only, the rate a reporter that parks could reach.
+				rk, rv, rb = pkeys, pvalues, pothers
+				lr.poisoned = int64(len(pkeys) - len(pothers))
+				what = fmt.Sprintf("latency %v, poison track (%d reports)", lat, lr.poisoned)
+			}
+			if lr.plain, err = ceiling(ctx, sb.url, sb.admin, sb.c.pid(), rb, ins[i], sf); err != nil {
 				return runs, started, fmt.Errorf("%s, plain client: %w", what, err)
 			}
 			prefix := "bench-latency-" + strconv.Itoa(k)
-			if err := e.fill(ctx, prefix, keys, values); err != nil {
+			if err := e.fill(ctx, prefix, rk, rv); err != nil {
 				return runs, started, err
 			}
 			if err := e.latencyRound(ctx, sb, prefix, sf, &lr); err != nil {
 				return runs, started, fmt.Errorf("%s, reporter: %w", what, err)
 			}
-			if lr.after, err = ceiling(ctx, sb.url, sb.admin, sb.c.pid(), bodies, ins[i], sf); err != nil {
+			if lr.after, err = ceiling(ctx, sb.url, sb.admin, sb.c.pid(), rb, ins[i], sf); err != nil {
 				return runs, started, fmt.Errorf("%s, plain client after the reporter: %w", what, err)
 			}
 			runs = append(runs, lr)
-			log.Info("latency done", "latency", lat, "error_rate", rate, "plain_per_s", int(lr.plainRate()), "reporter_steady_per_s", int(lr.steady),
+			log.Info("latency done", "latency", lat, "error_rate", rd.rate, "poisoned", lr.poisoned, "plain_per_s", int(lr.plainRate()), "reporter_steady_per_s", int(lr.steady),
 				"plain_retried", lr.plain.retried, "reporter_500s", lr.injected,
 				"peak_in_flight", lr.peakPosts, "to_steady", lr.toSteady.Round(100*time.Millisecond))
 		}
@@ -147,10 +168,11 @@ func runLatencyBench(ctx context.Context, o options, log *slog.Logger) (runs []l
 }
 
 // latencyRound runs a reporter with default flags until every report of
-// prefix is final, the sandbox with the faults sf, sampling its metrics
-// every 250 ms.
+// prefix is final (but lr.poisoned reports of the poison track, which the
+// sandbox never takes), the sandbox with the faults sf, sampling its
+// metrics every 250 ms.
 func (e *env) latencyRound(ctx context.Context, p partner, prefix string, sf sandboxFaults, lr *latencyRun) error {
-	n := float64(e.o.reports)
+	n := float64(int64(e.o.reports) - lr.poisoned)
 	if err := adminPost(ctx, &http.Client{Timeout: 10 * time.Second}, "http://"+p.admin+"/admin/reset", "", nil); err != nil {
 		return err
 	}
@@ -216,8 +238,14 @@ func (e *env) latencyRound(ctx context.Context, p partner, prefix string, sf san
 		time.Sleep(250 * time.Millisecond)
 	}
 	lr.summarize(t0, samples, n)
-	if err := waitCommitted(ctx, e.addrs, group, kafkax.TopicsFor(prefix).Reports); err != nil {
-		return err
+	// With a poison track, the commit points stay at its reports, retried
+	// until the reporter parks them (--park-after-attempts, --park-after):
+	// beyond a bench round's time. The partner's count below still proves
+	// every other report was delivered once.
+	if lr.poisoned == 0 {
+		if err := waitCommitted(ctx, e.addrs, group, kafkax.TopicsFor(prefix).Reports); err != nil {
+			return err
+		}
 	}
 	if err := checkPartner(ctx, p.admin, int64(n)); err != nil {
 		return err
@@ -297,8 +325,43 @@ func printLatency(w io.Writer, o options, runs []latencyRun, started time.Time) 
 			toPlain = r.toPlain.Round(100 * time.Millisecond).String()
 		}
 		fmt.Fprintf(w, "| %v | %s | %d | %s | %.0f / %.0f | %.0f | %.1f %% | %.0f | %.0f / %.0f (%.0f) | %v | %s | %.1f / %.1f | %d / %d / %d |\n",
-			r.latency, strconv.FormatFloat(100*r.errRate, 'g', -1, 64)+" %", r.inflight, little, r.plain.rate(), r.after.rate(), r.steady, 100*r.steady/r.plainRate(), r.overall,
+			r.latency, faultDesc(r), r.inflight, little, r.plain.rate(), r.after.rate(), r.steady, 100*r.steady/r.plainRate(), r.overall,
 			r.meanPosts, r.peakPosts, r.peakLimit, r.toSteady.Round(100*time.Millisecond), toPlain,
 			us(r.cpu)/float64(r.reports), r.plainCPU(), r.plain.retried, r.injected, r.after.retried)
+	}
+}
+
+// faultDesc is a run's fault, for the table: the share of posts answered
+// 500, or the poison track's reports.
+func faultDesc(r latencyRun) string {
+	if r.poisoned > 0 {
+		return fmt.Sprintf("every post of track %d (%d reports, not counted)", poisonTrack, r.poisoned)
+	}
+	return strconv.FormatFloat(100*r.errRate, 'g', -1, 64) + " %"
+}
+
+// printPoison writes, per latency with a poison round and a round without
+// faults, the other reports' rate against the no-fault round (Markdown).
+func printPoison(w io.Writer, runs []latencyRun) {
+	clean := map[time.Duration]latencyRun{}
+	for _, r := range runs {
+		if r.poisoned == 0 && r.errRate == 0 {
+			clean[r.latency] = r
+		}
+	}
+	header := false
+	for _, r := range runs {
+		c, ok := clean[r.latency]
+		if r.poisoned == 0 || !ok {
+			continue
+		}
+		if !header {
+			fmt.Fprint(w, "\nA poison track: the other reports' steady rate with every post of one track answered 500, against the round with no fault at the same latency\n\n")
+			fmt.Fprintln(w, "| partner latency | poison reports | other reports | reporter steady reports/s: no fault / poison | poison / no fault | plain client (drops the poison) reports/s | reporter / plain | poison posts answered 500 |")
+			fmt.Fprintln(w, "|---:|---:|---:|---:|---:|---:|---:|---:|")
+			header = true
+		}
+		fmt.Fprintf(w, "| %v | %d | %d | %.0f / %.0f | %.1f %% | %.0f | %.1f %% | %d |\n",
+			r.latency, r.poisoned, r.reports, c.steady, r.steady, 100*r.steady/c.steady, r.plainRate(), 100*r.steady/r.plainRate(), r.injected)
 	}
 }

@@ -37,7 +37,7 @@
 //	go run ./wiring/bench -bin bin/playpipe -events 80000 -keep
 //	make bench-report                           # -mode report -reports 100000 -rounds 3
 //	make bench-report-latency                   # -mode latency: 0, 5, 50, 150 ms partner, reporter with default flags
-//	make bench-report-errors                    # -mode latency at 50, 150 ms with 0, 0.1, 1, 2 % of posts answered 500
+//	make bench-report-errors                    # -mode latency at 50, 150 ms with 0, 0.1, 1, 2 % of posts answered 500, and a poison track
 package main
 
 import (
@@ -93,8 +93,9 @@ type options struct {
 	// client's in flight at each.
 	latencies     string
 	plainInflight string
-	reportArgs    string // -mode latency: extra flags of `playpipe report` (default: none)
-	errorRates    string // -mode latency: shares of posts the sandbox answers 500, each run at every latency
+	reportArgs    string  // -mode latency: extra flags of `playpipe report` (default: none)
+	errorRates    string  // -mode latency: shares of posts the sandbox answers 500, each run at every latency
+	poisonShare   float64 // -mode latency: share of reports of a track the sandbox answers 500 every time (0: no such round)
 }
 
 func parseOptions(args []string, stderr io.Writer) (options, error) {
@@ -105,6 +106,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.latencies, "latencies", "0s,5ms,50ms,150ms", "-mode latency: the sandbox's answer latencies, comma-separated")
 	fs.StringVar(&o.reportArgs, "report-args", "", "-mode latency: extra flags of `playpipe report`, space-separated (e.g. \"--concurrency 4096\"); default none: the reporter's defaults")
 	fs.StringVar(&o.errorRates, "error-rates", "0", "-mode latency: shares of posts the sandbox answers 500 (seeded with -seed), comma-separated; every latency runs once per rate, the plain client retrying a 500 with the reporter's default backoff (e.g. \"0,0.001,0.01,0.02\")")
+	fs.Float64Var(&o.poisonShare, "poison-share", 0, "-mode latency: after each latency's error-rate rounds, one round in which this share of the reports (0–0.5) are of one track whose every report the sandbox answers 500 (a poison track): the reporter with its defaults, the plain client dropping those reports at once; the other reports' rate against the round with no fault (-error-rates must include 0)")
 	fs.StringVar(&o.plainInflight, "plain-inflight", "512,512,512,1024", "-mode latency: the plain client's in flight at each latency (one value: all)")
 	fs.IntVar(&o.reports, "reports", 100000, "-mode report: play reports per round (pre-enriched TrackPlay records on a fresh reports topic)")
 	fs.IntVar(&o.rounds, "rounds", 3, "-mode report: rounds, each a reporter run and a plain-client run")
@@ -164,6 +166,9 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 			fmt.Fprintln(stderr, err)
 			return o, errUsage
 		}
+		if o.poisonShare < 0 || o.poisonShare > 0.5 {
+			return bad("poison-share", o.poisonShare, "a share of 0–0.5")
+		}
 	}
 	bin, err := filepath.Abs(o.bin)
 	if err != nil {
@@ -187,6 +192,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		runs, started, err := runLatencyBench(ctx, o, log)
 		if len(runs) > 0 {
 			printLatency(stdout, o, runs, started)
+			printPoison(stdout, runs)
 		}
 		return err
 	}

@@ -119,22 +119,46 @@ func runReportBench(ctx context.Context, o options, log *slog.Logger) (res repor
 // keys and values, and the report bodies they carry (what the reporter
 // posts, byte for byte).
 func benchPlays(n int) (keys, values, bodies [][]byte) {
+	keys, values, bodies, _ = poisonPlays(n, 0)
+	return keys, values, bodies
+}
+
+// poisonTrack is the track whose every report the sandbox answers 500 in a
+// -poison-share round.
+const poisonTrack = 666
+
+// poisonPlays is benchPlays with a share of the reports (spread evenly:
+// every 1/share-th) of poisonTrack instead of the bench track; others are
+// the bodies of the rest, for the plain client, which drops a poisoned
+// report at once.
+func poisonPlays(n int, share float64) (keys, values, bodies, others [][]byte) {
+	every := 0
+	if share > 0 {
+		every = max(1, int(1/share+0.5))
+	}
 	now := time.Now().UnixMilli()
 	for i := range n {
 		ev := "bench-report-" + strconv.Itoa(i)
 		id := schemas.ReportID(ev, 0)
+		track := int64(1001)
+		if every > 0 && i%every == every/2 {
+			track = poisonTrack
+		}
 		tp := schemas.TrackPlay{
 			V: schemas.TrackPlayVersion, ReportID: id, EventID: ev, MixID: 1, OverlapMS: 65_000, DerivedAt: now,
 			Report: schemas.PlayReport{
-				TrackID: 1001, PlayedAt: 1_700_000_000_000 + int64(i), PlayLength: 65, SourceStream: "mix",
+				TrackID: track, PlayedAt: 1_700_000_000_000 + int64(i), PlayLength: 65, SourceStream: "mix",
 				SourceDetail: "Bench mix", OS: "android 14", Device: "phone", Country: "DE", Vendor: 7, UserID: id,
 			},
 		}
 		v, _ := json.Marshal(tp)
 		b, _ := json.Marshal(tp.Report)
 		keys, values, bodies = append(keys, []byte(id)), append(values, v), append(bodies, b)
+		if track != poisonTrack {
+			others = append(others, b)
+		}
 	}
-	return keys, values, bodies
+	return keys, values, bodies, others
 }
 
 // fill creates the topics of prefix and produces the records to its
