@@ -227,6 +227,11 @@ func runReplay(ctx context.Context, kind string, args []string, stdout, stderr i
 	defer stopKafka()
 	rcfg := f.rcfg
 	rcfg.Kafka, rcfg.CH, rcfg.Database, rcfg.Logger, rcfg.Out = kcfg, conn, chCfg.Database, log, stdout
+	if f.asJSON {
+		// With --json, stdout carries the result alone: one JSON object a
+		// script can read whole. The progress lines go to stderr.
+		rcfg.Out = stderr
+	}
 	rcfg.LiveBypassDelivered = !f.liveBypassN
 	if rcfg.Samples == 0 {
 		rcfg.Samples = -1

@@ -234,7 +234,7 @@ func TestEdge413Parked(t *testing.T) {
 
 	// playpipe redrive --parked delivers it.
 	rd, rdCode, rdOut := runRedrive(t, bin, append(append(append([]string{"redrive"}, kafkaArgs...), chArgs...),
-		"--api-url", apiURL, "--parked", "--track", "1001", "--reason", "edge limit raised", "--json", "--progress", "0"), ps.env)
+		"--api-url", apiURL, "--parked", "--track", "1001", "--reason", "edge limit raised", "--json", "--progress", "50ms"), ps.env)
 	t.Logf("%s: redrive --parked exited %d: %+v", since(start), rdCode, rd)
 	if rdCode != 0 || rd.Selected != 1 || rd.Delivered != 1 || rd.Unfinished != 0 {
 		t.Errorf("redrive --parked: exit %d, %+v; want exit 0, 1 selected, 1 delivered\n%s", rdCode, rd, rdOut)
@@ -459,20 +459,15 @@ func runAuditList(t *testing.T, bin string, args []string) ([]analytics.ListRow,
 	return rows, code
 }
 
-// runRedrive runs `playpipe redrive … --json` and reads its result: the
-// last JSON object that starts a line of stdout (the run's last progress
-// line comes before it even with --progress 0, as e2e's replayResult
-// reads it).
+// runRedrive runs `playpipe redrive … --json` and reads its result: stdout
+// must be that one JSON object alone (progress lines go to stderr), so a
+// script can read it whole.
 func runRedrive(t *testing.T, bin string, args, env []string) (replay.Result, int, string) {
 	t.Helper()
 	code, out, errOut := runCmd(t, bin, env, args)
 	var r replay.Result
-	obj := out
-	if i := bytes.LastIndex(out, []byte("\n{\n")); i >= 0 {
-		obj = out[i+1:]
-	}
-	if err := json.Unmarshal(obj, &r); err != nil {
-		t.Errorf("playpipe redrive --json (exit %d): %v\n%s\n%s", code, err, out, errOut)
+	if err := json.Unmarshal(out, &r); err != nil {
+		t.Errorf("playpipe redrive --json (exit %d): stdout is not one JSON object: %v\n%s\n%s", code, err, out, errOut)
 	}
 	return r, code, tail(string(out)+string(errOut), 3000)
 }
