@@ -158,6 +158,12 @@ func (c *Cluster) ServerProps(n *Node) map[string]string {
 	rf := strconv.Itoa(min(3, brokers))
 	isr := strconv.Itoa(min(2, brokers))
 	if n.Broker == "" {
+		// min.insync.replicas on the controllers too: the active controller
+		// decides the ISR and the eligible leader replicas (KIP-966) by its
+		// own view of it, and a controller-only node left at the default (1)
+		// let the leader acknowledge acks=all writes with the ISR at the
+		// leader alone when it was the active one (TestApacheKafkaCluster,
+		// two CI rehearsals).
 		return map[string]string{
 			"process.roles":                  "controller",
 			"node.id":                        strconv.Itoa(n.ID),
@@ -166,6 +172,7 @@ func (c *Cluster) ServerProps(n *Node) map[string]string {
 			"controller.listener.names":      "CONTROLLER",
 			"listener.security.protocol.map": "CONTROLLER:PLAINTEXT",
 			"log.dirs":                       filepath.Join(n.dir, "data"),
+			"min.insync.replicas":            isr,
 		}
 	}
 	p := map[string]string{

@@ -110,6 +110,7 @@ func TestApacheKafkaCluster(t *testing.T) {
 	if err != nil || k.Apache.Node(ctl) == nil {
 		t.Fatalf("active controller: %d, %v", ctl, err)
 	}
+	t.Logf("active controller: node %d (broker: %v)", ctl, k.Apache.Node(ctl).Broker != "")
 	topic := k.Config.Topics().Reports
 	// NOT_ENOUGH_REPLICAS is retriable: an idempotent producer retries it
 	// until its delivery timeout and reports the timeout. This one retries a
@@ -144,21 +145,10 @@ func TestApacheKafkaCluster(t *testing.T) {
 			t.Fatalf("ISR still %v 90 s after nodes %d and %d were killed", partition().ISR, down[0].ID, down[1].ID)
 		}
 	}
-	// The metadata can show the shrunk ISR a moment before the leader's
-	// own partition state has it (CI, once in many runs: a write acked
-	// with acks=all while the metadata said ISR [leader]). A write the
-	// broker acknowledged is kept, and the next one must be refused.
-	var acked []string
-	for i := 0; ; i++ {
-		tag := fmt.Sprintf("two-down-%d", i)
-		err = produce(tag, 20*time.Second)
-		if err != nil || i == 2 {
-			break
-		}
-		acked = append(acked, tag)
-		t.Logf("%s acknowledged with nodes %d and %d down (partition %+v): the leader had not applied the ISR change yet", tag, down[0].ID, down[1].ID, partition())
-		time.Sleep(2 * time.Second)
-	}
+	// Refused whichever node is the active controller: a controller-only
+	// node without min.insync.replicas let the leader take this write (two
+	// CI rehearsals, node 4 active; kafkanode.Cluster.ServerProps).
+	err = produce("two-down", 20*time.Second)
 	if !errors.Is(err, kerr.NotEnoughReplicas) && !errors.Is(err, kerr.NotEnoughReplicasAfterAppend) {
 		t.Fatalf("produce with nodes %d and %d down (partition %+v): %v, want NOT_ENOUGH_REPLICAS", down[0].ID, down[1].ID, partition(), err)
 	}
@@ -172,7 +162,7 @@ func TestApacheKafkaCluster(t *testing.T) {
 	for _, r := range k.ReadAll(t, topic) {
 		got = append(got, string(r.Value))
 	}
-	if want := strings.Join(append(acked, "back"), ","); strings.Join(got, ",") != want {
-		t.Fatalf("records %v, want %s (the refused write must not be there)", got, want)
+	if strings.Join(got, ",") != "back" {
+		t.Fatalf("records %v, want back alone (the refused write must not be there)", got)
 	}
 }
