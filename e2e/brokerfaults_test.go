@@ -19,6 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/playpipe/playpipe/analytics"
+	"github.com/playpipe/playpipe/wiring/testenv"
 )
 
 // TestBrokerFrozen is issue 22's first case: the broker is frozen with
@@ -37,12 +38,12 @@ func TestBrokerFrozen(t *testing.T) {
 	first := r.deliverFirst(t, "before the freeze")
 
 	logFrom := r.logSizes()
-	r.brokerP.signal(t, syscall.SIGSTOP)
+	r.brokerP.Signal(t, syscall.SIGSTOP)
 	frozeAt := time.Now()
-	t.Logf("broker (pid %d) frozen", r.brokerP.cmd.Process.Pid)
+	t.Logf("broker (pid %d) frozen", r.brokerP.Cmd.Process.Pid)
 	defer func() {
-		if r.brokerP.running() {
-			r.brokerP.signal(t, syscall.SIGCONT)
+		if r.brokerP.Running() {
+			r.brokerP.Signal(t, syscall.SIGCONT)
 		}
 	}()
 
@@ -130,13 +131,13 @@ func TestBrokerFrozen(t *testing.T) {
 	if d := time.Since(frozeAt); d < frozenFor {
 		time.Sleep(frozenFor - d) // frozen well past the delivery timeout
 	}
-	r.brokerP.signal(t, syscall.SIGCONT)
+	r.brokerP.Signal(t, syscall.SIGCONT)
 	frozen := time.Since(frozeAt)
 	t.Logf("broker resumed after %s frozen", frozen.Round(time.Millisecond))
 	for name, ro := range r.roles {
-		waitReady(t, ro.p, ro.admin, 30*time.Second)
-		if !ro.p.running() {
-			t.Errorf("%s exited: %v", name, ro.p.err)
+		testenv.WaitReady(t, ro.p, ro.admin, 30*time.Second)
+		if !ro.p.Running() {
+			t.Errorf("%s exited: %v", name, ro.p.Err)
 		}
 	}
 
@@ -194,7 +195,7 @@ func TestBrokerFrozen(t *testing.T) {
 		t.Errorf("partner holds %d duplicate plays: the retried events of unknown fate were posted twice", dups)
 	}
 	for name, ro := range r.roles {
-		lines := logLines(t, ro.p.log, logFrom[name])
+		lines := logLines(t, ro.p.Log, logFrom[name])
 		t.Logf("%s: %d log lines about the broker over the %s freeze and its aftermath:\n%s", name, len(lines), frozen.Round(time.Second), strings.Join(lines, "\n"))
 		if len(lines) > 12 {
 			t.Errorf("%s wrote %d lines about the frozen broker, want a few:\n%s", name, len(lines), strings.Join(lines[:12], "\n"))
@@ -218,14 +219,14 @@ func TestBrokerRestartedEmpty(t *testing.T) {
 	logFrom := r.logSizes()
 	sup := superviseRoles(r)
 
-	r.brokerP.signal(t, syscall.SIGKILL)
-	r.brokerP.wait(t, 10*time.Second)
+	r.brokerP.Signal(t, syscall.SIGKILL)
+	r.brokerP.Wait(t, 10*time.Second)
 	killedAt := time.Now()
 	t.Logf("broker killed")
 	r.waitReadyzNames(t, killedAt, r.broker, "the dead broker", "while the broker is down")
 	for name, ro := range r.roles { // the metrics say it too
-		up, err1 := scrapeSum(ro.admin, "playpipe_kafka_broker_up")
-		faults, err2 := scrapeSum(ro.admin, "playpipe_kafka_faults_total", `kind="unreachable"`)
+		up, err1 := testenv.ScrapeSum(ro.admin, "playpipe_kafka_broker_up")
+		faults, err2 := testenv.ScrapeSum(ro.admin, "playpipe_kafka_faults_total", `kind="unreachable"`)
 		t.Logf("%s while the broker is down: playpipe_kafka_broker_up %v, playpipe_kafka_faults_total{kind=\"unreachable\"} %v", name, up, faults)
 		if err1 != nil || err2 != nil || up != 0 || faults < 1 {
 			t.Errorf("%s metrics while the broker is down: broker_up %v (%v), unreachable faults %v (%v); want 0 and ≥ 1", name, up, err1, faults, err2)
@@ -266,13 +267,13 @@ func TestBrokerRestartedEmpty(t *testing.T) {
 		if len(lines) > 15 {
 			t.Errorf("%s wrote %d lines about the restarted broker, want a few:\n%s", name, len(lines), strings.Join(lines[:15], "\n"))
 		}
-		if n := len(grepLog(logPath, "UNKNOWN_TOPIC_ID")); n > 3 {
+		if n := len(testenv.GrepLog(logPath, "UNKNOWN_TOPIC_ID")); n > 3 {
 			t.Errorf("%s logged UNKNOWN_TOPIC_ID %d times", name, n)
 		}
 	}
 	for name, ro := range r.roles {
-		waitReady(t, sup.proc(name), ro.admin, 30*time.Second)
-		if up, err := scrapeSum(ro.admin, "playpipe_kafka_broker_up"); err != nil || up != 1 {
+		testenv.WaitReady(t, sup.proc(name), ro.admin, 30*time.Second)
+		if up, err := testenv.ScrapeSum(ro.admin, "playpipe_kafka_broker_up"); err != nil || up != 1 {
 			t.Errorf("%s after the recovery: playpipe_kafka_broker_up %v (%v), want 1", name, up, err)
 		}
 	}
@@ -294,8 +295,8 @@ func TestBrokerFrozenShutdown(t *testing.T) {
 	}
 	r := startBrokerRig(t)
 	r.deliverFirst(t, "before the freeze")
-	r.brokerP.signal(t, syscall.SIGSTOP)
-	defer r.brokerP.signal(t, syscall.SIGCONT)
+	r.brokerP.Signal(t, syscall.SIGSTOP)
+	defer r.brokerP.Signal(t, syscall.SIGCONT)
 	// A request in flight at the freeze, so that the gateway holds unacknowledged records.
 	posted, inFlight := make(chan answer, 1), r.take(5)
 	go func() { posted <- r.post("fleet-b", inFlight, 30*time.Second) }()
@@ -303,7 +304,7 @@ func TestBrokerFrozenShutdown(t *testing.T) {
 	time.Sleep(deliveryTimeout / 2)
 	start := time.Now()
 	for _, ro := range r.roles {
-		ro.p.signal(t, syscall.SIGTERM)
+		ro.p.Signal(t, syscall.SIGTERM)
 	}
 	// Each role's own shutdown bounds (--shutdown-timeout: 10 s for ingest
 	// here, the sink's and the reporter's 10 s defaults), a commit the
@@ -313,10 +314,10 @@ func TestBrokerFrozenShutdown(t *testing.T) {
 	// Measured: 10–39 s.
 	const bound = 60 * time.Second
 	for name, ro := range r.roles {
-		code := ro.p.wait(t, bound)
-		t.Logf("%s exited %d %s after SIGTERM with the broker frozen", name, code, ro.p.exited.Sub(start).Round(time.Millisecond))
+		code := ro.p.Wait(t, bound)
+		t.Logf("%s exited %d %s after SIGTERM with the broker frozen", name, code, ro.p.Exited.Sub(start).Round(time.Millisecond))
 		if code != 0 {
-			t.Errorf("%s exited %d after SIGTERM, want 0 within %s (log %s)", name, code, bound, ro.p.log)
+			t.Errorf("%s exited %d after SIGTERM, want 0 within %s (log %s)", name, code, bound, ro.p.Log)
 		}
 	}
 }
@@ -432,7 +433,7 @@ func (r *brokerRig) deliverFirst(t *testing.T, before string) []simRecord {
 func (r *brokerRig) logSizes() map[string]int64 {
 	from := map[string]int64{}
 	for name, ro := range r.roles {
-		from[name] = fileSize(r.ps.logPath(ro.name)) // not ro.p: a supervisor replaces it on a restart
+		from[name] = fileSize(r.ps.LogPath(ro.name)) // not ro.p: a supervisor replaces it on a restart
 	}
 	return from
 }
@@ -472,7 +473,7 @@ func (r *brokerRig) checkGenerations(t *testing.T, want uint64, what string) {
 	var rep analytics.Audit
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		rep = runAudit(t, r.ps.bin, auditArgs)
+		rep = runAudit(t, r.ps.Bin, auditArgs)
 		if rep.EventsReceived >= want || time.Now().After(deadline) {
 			break
 		}

@@ -31,11 +31,11 @@ import (
 // ClickHouse of testenv.
 type brokerRig struct {
 	t       *testing.T
-	ps      *procs
+	ps      *testenv.Procs
 	sb      *testenv.Sandbox
 	dir     string
 	broker  string // host:port, the same across the broker's restarts
-	brokerP *proc
+	brokerP *testenv.Proc
 	roles   map[string]*role
 	keys    map[string]string // fleet → API key
 	ingest  string            // gateway address
@@ -74,11 +74,11 @@ func startBrokerRigOnApache(t *testing.T) *brokerRig {
 func newBrokerRig(t *testing.T, apache bool) *brokerRig {
 	t.Helper()
 	dir := t.TempDir()
-	bin := buildBinary(t, dir)
+	bin := testenv.BuildPlaypipe(t, dir)
 	sb := testenv.StartSandbox(t, func(o *sandbox.Config) { o.Seed, o.Pages, o.ListsPerPage, o.MixesPerList = 5, 1, 2, 4 })
 	ch := testenv.StartClickHouse(t)
 	r := &brokerRig{t: t, sb: sb, dir: dir, roles: map[string]*role{}, keys: map[string]string{"fleet-a": "pp_key_fleet_a_0123456789", "fleet-b": "pp_key_fleet_b_0123456789"}}
-	r.ps = newProcs(t, bin, dir, childEnv(
+	r.ps = testenv.NewProcs(t, bin, dir, testenv.ChildEnv(
 		"PLAYPIPE_API_CLIENT_ID="+sb.ClientID,
 		"PLAYPIPE_API_CLIENT_SIGNATURE="+sb.ClientSignature,
 		"PLAYPIPE_LOG_LEVEL=info",
@@ -108,7 +108,7 @@ func newBrokerRig(t *testing.T, apache bool) *brokerRig {
 		r.start(name)
 	}
 	for _, name := range []string{"sink", "consume", "report", "ingest"} {
-		waitReady(t, r.roles[name].p, r.roles[name].admin, 90*time.Second)
+		testenv.WaitReady(t, r.roles[name].p, r.roles[name].admin, 90*time.Second)
 	}
 	// Events whose started_at is an hour ago (plausible), on the sandbox's mixes.
 	sa := simArgs{events: 400, rate: 1000, devices: 20, badShare: 0, seed: 22, startMS: time.Now().Add(-time.Hour).UnixMilli()}
@@ -122,7 +122,7 @@ func newBrokerRig(t *testing.T, apache bool) *brokerRig {
 
 func (r *brokerRig) startBroker() {
 	_, port, _ := strings.Cut(r.broker, ":")
-	r.brokerP = r.ps.start("broker", "broker", "--port", port, "--partitions", "3")
+	r.brokerP = r.ps.Start("broker", "broker", "--port", port, "--partitions", "3")
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		cl, err := kgo.NewClient(kgo.SeedBrokers(r.broker))
@@ -135,8 +135,8 @@ func (r *brokerRig) startBroker() {
 		if err == nil {
 			return
 		}
-		if !r.brokerP.running() || time.Now().After(deadline) {
-			r.t.Fatalf("broker on %s not up: %v (log %s)", r.broker, err, r.brokerP.log)
+		if !r.brokerP.Running() || time.Now().After(deadline) {
+			r.t.Fatalf("broker on %s not up: %v (log %s)", r.broker, err, r.brokerP.Log)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -144,7 +144,7 @@ func (r *brokerRig) startBroker() {
 
 func (r *brokerRig) start(name string) {
 	ro := r.roles[name]
-	ro.p = r.ps.start(ro.name, append([]string{ro.args[0], "--admin-addr", ro.admin}, ro.args[1:]...)...)
+	ro.p = r.ps.Start(ro.name, append([]string{ro.args[0], "--admin-addr", ro.admin}, ro.args[1:]...)...)
 }
 
 // take returns the next n events not posted yet.
@@ -336,10 +336,10 @@ func superviseRoles(r *brokerRig) *supervisor {
 			}
 			s.mu.Lock()
 			for name, ro := range r.roles {
-				if ro.p.running() {
+				if ro.p.Running() {
 					continue
 				}
-				code := ro.p.wait(r.t, time.Second)
+				code := ro.p.Wait(r.t, time.Second)
 				s.exits[name] = append(s.exits[name], code)
 				r.start(name)
 			}
@@ -358,7 +358,7 @@ func superviseRoles(r *brokerRig) *supervisor {
 }
 
 // proc returns the running process of a role.
-func (s *supervisor) proc(name string) *proc {
+func (s *supervisor) proc(name string) *testenv.Proc {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.r.roles[name].p

@@ -54,7 +54,7 @@ func TestReplicatedLedgerWithKills(t *testing.T) {
 	}
 	testStart := time.Now()
 	dir := t.TempDir()
-	bin := buildBinary(t, dir)
+	bin := testenv.BuildPlaypipe(t, dir)
 	k := testenv.StartKafka(t, clusterPartitions)
 	sb := testenv.StartSandbox(t, func(o *sandbox.Config) {
 		o.Seed, o.Pages, o.ListsPerPage, o.MixesPerList = 11, 2, 2, 5
@@ -64,7 +64,7 @@ func TestReplicatedLedgerWithKills(t *testing.T) {
 	addrs := cl.Addrs()
 	t.Logf("setup: binary, broker, sandbox, ZooKeeper %s and replicas r1 %s, r2 %s in %s", cl.ZooKeeper().Addr(), addrs[0], addrs[1], since(testStart))
 
-	ps := newProcs(t, bin, dir, childEnv(
+	ps := testenv.NewProcs(t, bin, dir, testenv.ChildEnv(
 		"PLAYPIPE_API_CLIENT_ID="+sb.ClientID,
 		"PLAYPIPE_API_CLIENT_SIGNATURE="+sb.ClientSignature,
 		"PLAYPIPE_LOG_LEVEL=info",
@@ -90,13 +90,13 @@ func TestReplicatedLedgerWithKills(t *testing.T) {
 	report := &role{name: "report", args: append(append([]string{"report"}, kafkaArgs...), "--api-url", sb.URL,
 		"--concurrency", "16", "--backoff-max", "500ms"), admin: testenv.FreeAddr(t)}
 	start := func(r *role) {
-		r.p = ps.start(r.name, append([]string{r.args[0], "--admin-addr", r.admin}, r.args[1:]...)...)
+		r.p = ps.Start(r.name, append([]string{r.args[0], "--admin-addr", r.admin}, r.args[1:]...)...)
 	}
 	for _, r := range []*role{sink, consume, report} {
 		start(r)
 	}
 	for _, r := range []*role{sink, consume, report} {
-		waitReady(t, r.p, r.admin, 60*time.Second)
+		testenv.WaitReady(t, r.p, r.admin, 60*time.Second)
 	}
 
 	sa := simArgs{events: clusterEvents, rate: clusterRate, devices: 40, badShare: 0.05, seed: 21, startMS: simulator.DefaultStart(time.Now())}
@@ -108,7 +108,7 @@ func TestReplicatedLedgerWithKills(t *testing.T) {
 	}
 	recordPath := filepath.Join(dir, "simulated.jsonl")
 	simStart := time.Now()
-	sim := ps.start("simulate", append(append(append([]string{"simulate"}, kafkaArgs...), sa.flags()...),
+	sim := ps.Start("simulate", append(append(append([]string{"simulate"}, kafkaArgs...), sa.flags()...),
 		"--api-url", sb.URL, "--record", recordPath)...)
 
 	waitFor := func(what string, d time.Duration, cond func() bool) {
@@ -116,8 +116,8 @@ func TestReplicatedLedgerWithKills(t *testing.T) {
 		deadline := time.Now().Add(d)
 		for !cond() {
 			for _, r := range []*role{sink, consume, report} {
-				if !r.p.running() && r.p.err != nil && !strings.Contains(r.p.err.Error(), "signal: killed") {
-					t.Fatalf("%s exited on its own: %v (log %s)", r.name, r.p.err, r.p.log)
+				if !r.p.Running() && r.p.Err != nil && !strings.Contains(r.p.Err.Error(), "signal: killed") {
+					t.Fatalf("%s exited on its own: %v (log %s)", r.name, r.p.Err, r.p.Log)
 				}
 			}
 			if time.Now().After(deadline) {
@@ -146,12 +146,12 @@ func TestReplicatedLedgerWithKills(t *testing.T) {
 		}
 		return seen != ""
 	})
-	sink.p.signal(t, syscall.SIGKILL)
+	sink.p.Signal(t, syscall.SIGKILL)
 	if len(seen) > 80 {
 		seen = seen[:80] + "…"
 	}
-	t.Logf("%6s SIGKILL sink (pid %d) while r2 ran %q; partner accepted %d", since(simStart), sink.p.cmd.Process.Pid, seen, accepted())
-	sink.p.wait(t, 10*time.Second)
+	t.Logf("%6s SIGKILL sink (pid %d) while r2 ran %q; partner accepted %d", since(simStart), sink.p.Cmd.Process.Pid, seen, accepted())
+	sink.p.Wait(t, 10*time.Second)
 
 	// Both stay down a second, then come back: the sink first (it reaches
 	// r2 while r1 starts), then r1.
@@ -164,10 +164,10 @@ func TestReplicatedLedgerWithKills(t *testing.T) {
 	cancel()
 	restartedR1 := time.Now()
 	t.Logf("%6s restarted the sink and replica r1 (down %s; pid %d)", since(simStart), restartedR1.Sub(killedR1).Round(time.Millisecond), cl.Replica(0).PID())
-	waitReady(t, sink.p, sink.admin, 60*time.Second)
+	testenv.WaitReady(t, sink.p, sink.admin, 60*time.Second)
 
-	if code := sim.wait(t, 90*time.Second); code != 0 {
-		t.Fatalf("simulate exited %d (log %s)", code, sim.log)
+	if code := sim.Wait(t, 90*time.Second); code != 0 {
+		t.Fatalf("simulate exited %d (log %s)", code, sim.Log)
 	}
 	msgs := readRecord(t, recordPath)
 	if len(msgs) != clusterEvents {
@@ -211,7 +211,7 @@ func TestReplicatedLedgerWithKills(t *testing.T) {
 	}
 
 	for _, r := range []*role{report, consume, sink} {
-		r.p.stop(t, 30*time.Second)
+		r.p.Stop(t, 30*time.Second)
 	}
 
 	// The partner's ledger: exactly the expected plays, no duplicate (the
@@ -359,7 +359,7 @@ func runBinary(t *testing.T, bin string, args ...string) (string, int) {
 	defer cancel()
 	var buf bytes.Buffer
 	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Stdout, cmd.Stderr, cmd.Env = &buf, &buf, childEnv()
+	cmd.Stdout, cmd.Stderr, cmd.Env = &buf, &buf, testenv.ChildEnv()
 	err := cmd.Run()
 	if err != nil && cmd.ProcessState == nil {
 		t.Fatalf("playpipe %s: %v", args[0], err)
@@ -375,7 +375,7 @@ func auditThrough(t *testing.T, bin string, args []string) (analytics.Audit, int
 	defer cancel()
 	var stdout, stderr bytes.Buffer
 	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Stdout, cmd.Stderr, cmd.Env = &stdout, &stderr, childEnv()
+	cmd.Stdout, cmd.Stderr, cmd.Env = &stdout, &stderr, testenv.ChildEnv()
 	_ = cmd.Run()
 	var rep analytics.Audit
 	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {

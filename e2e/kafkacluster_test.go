@@ -322,7 +322,7 @@ func (c *clusterRig) partnerResume(t *testing.T, t0 time.Time, d time.Duration) 
 func (c *clusterRig) logSizes() map[string]int64 {
 	out := map[string]int64{}
 	for name, ro := range c.roles {
-		out[name] = fileSize(c.ps.logPath(ro.name)) // not ro.p: the supervisor replaces it on a restart
+		out[name] = fileSize(c.ps.LogPath(ro.name)) // not ro.p: the supervisor replaces it on a restart
 	}
 	return out
 }
@@ -338,7 +338,7 @@ func (c *clusterRig) checkLogLines(t *testing.T, fault string, from map[string]i
 	}
 	sort.Strings(names)
 	for _, name := range names {
-		b, err := os.ReadFile(c.ps.logPath(c.roles[name].name))
+		b, err := os.ReadFile(c.ps.LogPath(c.roles[name].name))
 		if err != nil {
 			t.Errorf("log of %s: %v", name, err)
 			continue
@@ -452,7 +452,7 @@ func startClusterRig(t *testing.T) *clusterRig {
 	t.Helper()
 	testStart := time.Now()
 	dir := t.TempDir()
-	bin := buildBinary(t, dir)
+	bin := testenv.BuildPlaypipe(t, dir)
 	cn, noNet := setupClusterNet(t)
 	opts := testenv.ApacheKafka{Nodes: 3, Controllers: 2, Partitions: kcPartitions}
 	if cn != nil {
@@ -474,7 +474,7 @@ func startClusterRig(t *testing.T) *clusterRig {
 		t.Logf("process logs in %s", logDir)
 	}
 	r := &brokerRig{t: t, sb: sb, dir: dir, roles: map[string]*role{}, keys: map[string]string{"fleet-a": "pp_key_fleet_a_0123456789", "fleet-b": "pp_key_fleet_b_0123456789"}}
-	r.ps = newProcs(t, bin, logDir, childEnv(
+	r.ps = testenv.NewProcs(t, bin, logDir, testenv.ChildEnv(
 		"PLAYPIPE_API_CLIENT_ID="+sb.ClientID,
 		"PLAYPIPE_API_CLIENT_SIGNATURE="+sb.ClientSignature,
 		"PLAYPIPE_LOG_LEVEL=info",
@@ -499,12 +499,12 @@ func startClusterRig(t *testing.T) *clusterRig {
 	add("ingest", append(append(append([]string{"ingest"}, r.kafkaArgs...), keyArgs...), "--addr", r.ingest, "--delivery-timeout", clusterDeliveryTimeout.String(), "--shutdown-timeout", "10s")...)
 	names := []string{"sink", "consume", "report-0", "report-1", "ingest"}
 	r.start("sink")
-	waitReady(t, r.roles["sink"].p, r.roles["sink"].admin, 90*time.Second) // the schema, alone
+	testenv.WaitReady(t, r.roles["sink"].p, r.roles["sink"].admin, 90*time.Second) // the schema, alone
 	for _, name := range names[1:] {
 		r.start(name)
 	}
 	for _, name := range names[1:] {
-		waitReady(t, r.roles[name].p, r.roles[name].admin, 90*time.Second)
+		testenv.WaitReady(t, r.roles[name].p, r.roles[name].admin, 90*time.Second)
 	}
 	// 20 plays per device: the events' started_at stay within a few hours
 	// of now (more per device would run past the gateway's plausible-time
@@ -796,7 +796,7 @@ func TestKafkaClusterFaults(t *testing.T) {
 		t.Logf("%6s after %s cut off: seen from node 1: %s", since(testStart), cutFor, c.view(c.k.Apache.Brokers()[0].Broker))
 		for _, nd := range c.k.Apache.Nodes() {
 			var fenced []string
-			for _, l := range grepLog(nd.LogPath(), "ence") {
+			for _, l := range testenv.GrepLog(nd.LogPath(), "ence") {
 				if strings.Contains(l, "3") {
 					fenced = append(fenced, l)
 				}

@@ -43,14 +43,14 @@ func TestPoisonTrackParked(t *testing.T) {
 	const partitions = 6
 	testStart := time.Now()
 	dir := t.TempDir()
-	bin := buildBinary(t, dir)
+	bin := testenv.BuildPlaypipe(t, dir)
 	k := testenv.StartApacheKafka(t, testenv.ApacheKafka{Partitions: partitions})
 	sb := testenv.StartSandbox(t, func(o *sandbox.Config) { o.Seed, o.Pages, o.ListsPerPage, o.MixesPerList = 29, 2, 2, 5 })
 	sb.SetFaults(sandbox.Faults{Report: sandbox.GroupFaults{Latency: 2 * time.Millisecond}})
 	ch := testenv.StartClickHouse(t)
 	t.Logf("setup: binary, Apache Kafka %v, sandbox, ClickHouse in %s", k.Addrs(), since(testStart))
 
-	ps := newProcs(t, bin, dir, childEnv(
+	ps := testenv.NewProcs(t, bin, dir, testenv.ChildEnv(
 		"PLAYPIPE_API_CLIENT_ID="+sb.ClientID,
 		"PLAYPIPE_API_CLIENT_SIGNATURE="+sb.ClientSignature,
 		"PLAYPIPE_LOG_LEVEL=info",
@@ -65,19 +65,19 @@ func TestPoisonTrackParked(t *testing.T) {
 		"--park-after-attempts", "3", "--park-after", "2s", "--park-retries", "1h", "--backoff-max", "300ms"), admin: testenv.FreeAddr(t)}
 	roles := []*role{sink, consume, report}
 	for _, r := range roles {
-		r.p = ps.start(r.name, append([]string{r.args[0], "--admin-addr", r.admin}, r.args[1:]...)...)
-		waitReady(t, r.p, r.admin, 90*time.Second)
+		r.p = ps.Start(r.name, append([]string{r.args[0], "--admin-addr", r.admin}, r.args[1:]...)...)
+		testenv.WaitReady(t, r.p, r.admin, 90*time.Second)
 	}
 	waitFor := func(what string, d time.Duration, cond func() bool) {
 		t.Helper()
 		for by := time.Now().Add(d); !cond(); time.Sleep(50 * time.Millisecond) {
 			for _, r := range roles {
-				if !r.p.running() {
-					t.Fatalf("%s exited on its own: %v (log %s)", r.name, r.p.err, r.p.log)
+				if !r.p.Running() {
+					t.Fatalf("%s exited on its own: %v (log %s)", r.name, r.p.Err, r.p.Log)
 				}
 			}
 			if time.Now().After(by) {
-				ps.dumpLogs(30)
+				ps.DumpLogs(30)
 				t.Fatalf("waiting for %s: not within %s (sandbox %+v)", what, d, sb.Counts())
 			}
 		}
@@ -89,9 +89,9 @@ func TestPoisonTrackParked(t *testing.T) {
 	fleet := func(name string, seed int64) (map[play]int, int) {
 		sa := simArgs{events: 1500, rate: 1000, devices: 30, badShare: 0, seed: seed, startMS: simulator.DefaultStart(time.Now())}
 		rec := filepath.Join(dir, name+".jsonl")
-		sim := ps.start("simulate-"+name, append(append(append([]string{"simulate"}, kafkaArgs...), sa.flags()...), "--api-url", sb.URL, "--record", rec)...)
-		if code := sim.wait(t, 2*time.Minute); code != 0 {
-			t.Fatalf("simulate %s exited %d (log %s)", name, code, sim.log)
+		sim := ps.Start("simulate-"+name, append(append(append([]string{"simulate"}, kafkaArgs...), sa.flags()...), "--api-url", sb.URL, "--record", rec)...)
+		if code := sim.Wait(t, 2*time.Minute); code != 0 {
+			t.Fatalf("simulate %s exited %d (log %s)", name, code, sim.Log)
 		}
 		want, below, _, _ := expectedPlays(t, sb.Catalog(), readRecord(t, rec))
 		return want, below
@@ -174,15 +174,15 @@ func TestPoisonTrackParked(t *testing.T) {
 	// failing when the fault is lifted; either way they end delivered.
 	sc := simArgs{events: 600, rate: 30, devices: 10, badShare: 0, seed: 33, startMS: simulator.DefaultStart(time.Now())}
 	recC := filepath.Join(dir, "c.jsonl")
-	simC := ps.start("simulate-c", append(append(append([]string{"simulate"}, kafkaArgs...), sc.flags()...), "--api-url", sb.URL, "--record", recC)...)
+	simC := ps.Start("simulate-c", append(append(append([]string{"simulate"}, kafkaArgs...), sc.flags()...), "--api-url", sb.URL, "--record", recC)...)
 	auditArgs := append(append([]string{"audit"}, chArgs...), "--from", "-2h", "--to", "+1h", "--format", "json")
 	var rep analytics.Audit
 	waitFor("the audit to count the second fleet's parked plays", 3*time.Minute, func() bool {
 		rep = runAudit(t, bin, auditArgs)
 		return rep.Parked >= uint64(nBad)
 	})
-	if code := simC.wait(t, 2*time.Minute); code != 0 {
-		t.Fatalf("simulate c exited %d (log %s)", code, simC.log)
+	if code := simC.Wait(t, 2*time.Minute); code != 0 {
+		t.Fatalf("simulate c exited %d (log %s)", code, simC.Log)
 	}
 	wantC, _, _, _ := expectedPlays(t, sb.Catalog(), readRecord(t, recC))
 	nBadC := 0
@@ -210,9 +210,9 @@ func TestPoisonTrackParked(t *testing.T) {
 	sb.SetFaults(sandbox.Faults{})
 	redrive := append(append(append([]string{"redrive"}, kafkaArgs...), chArgs...), "--api-url", sb.URL, "--parked",
 		"--track", strconv.FormatInt(bad, 10), "--reason", fmt.Sprintf("partner fixed track %d", bad), "--rate", "0", "--concurrency", "16")
-	rd := ps.start("redrive", redrive...) // the sandbox's credentials in its environment
-	code := rd.wait(t, 2*time.Minute)
-	rdOut, _ := os.ReadFile(rd.log)
+	rd := ps.Start("redrive", redrive...) // the sandbox's credentials in its environment
+	code := rd.Wait(t, 2*time.Minute)
+	rdOut, _ := os.ReadFile(rd.Log)
 	if code != 0 {
 		t.Fatalf("playpipe redrive --parked exited %d:\n%s", code, rdOut)
 	}
@@ -233,11 +233,11 @@ func TestPoisonTrackParked(t *testing.T) {
 		return rep.Parked == 0 && rep.Delivered >= uint64(total(want))
 	})
 	for _, r := range roles {
-		r.p.signal(t, syscall.SIGTERM)
+		r.p.Signal(t, syscall.SIGTERM)
 	}
 	for _, r := range roles {
-		if code := r.p.wait(t, 30*time.Second); code != 0 {
-			t.Errorf("%s exited %d after SIGTERM (log %s)", r.name, code, r.p.log)
+		if code := r.p.Wait(t, 30*time.Second); code != 0 {
+			t.Errorf("%s exited %d after SIGTERM (log %s)", r.name, code, r.p.Log)
 		}
 	}
 	led := sb.Ledger()

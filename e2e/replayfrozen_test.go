@@ -49,14 +49,14 @@ func TestReplayBrokerFrozen(t *testing.T) {
 	// selects there.
 	deadline := time.Now().Add(60 * time.Second)
 	for i := 0; ; i++ {
-		p := r.ps.start(fmt.Sprintf("replay-dry-%d", i), args("--dry-run")...)
-		code := p.wait(t, 60*time.Second)
-		res, err := replayResult(p.log)
+		p := r.ps.Start(fmt.Sprintf("replay-dry-%d", i), args("--dry-run")...)
+		code := p.Wait(t, 60*time.Second)
+		res, err := replayResult(p.Log)
 		if code == 0 && err == nil && res.Selected == n {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the dry run did not select the %d delivered reports within 60 s: exit %d, %+v, %v (log %s)", n, code, res, err, p.log)
+			t.Fatalf("the dry run did not select the %d delivered reports within 60 s: exit %d, %+v, %v (log %s)", n, code, res, err, p.Log)
 		}
 		time.Sleep(time.Second)
 	}
@@ -64,22 +64,22 @@ func TestReplayBrokerFrozen(t *testing.T) {
 
 	// Run 1: slow enough to be frozen half-way.
 	const kafkaTimeout = 4 * time.Second
-	run1 := r.ps.start("replay-1", args("--rate", "4", "--concurrency", "2", "--kafka-timeout", kafkaTimeout.String())...)
+	run1 := r.ps.Start("replay-1", args("--rate", "4", "--concurrency", "2", "--kafka-timeout", kafkaTimeout.String())...)
 	for len(r.sb.LedgerSince(0).Accepted) < n/3 {
-		if !run1.running() {
-			t.Fatalf("replay run 1 ended before the freeze (log %s)", run1.log)
+		if !run1.Running() {
+			t.Fatalf("replay run 1 ended before the freeze (log %s)", run1.Log)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	r.brokerP.signal(t, syscall.SIGSTOP)
+	r.brokerP.Signal(t, syscall.SIGSTOP)
 	frozeAt := time.Now()
 	atFreeze := len(r.sb.LedgerSince(0).Accepted)
 	// The bound: one wait of --kafka-timeout, then the bounded close of
 	// the clients (2 × kafkax.DefaultLeaveTimeout at most).
 	bound := kafkaTimeout + 2*kafkax.DefaultLeaveTimeout + 10*time.Second
-	code := run1.wait(t, bound)
+	code := run1.Wait(t, bound)
 	took := time.Since(frozeAt)
-	log1, _ := os.ReadFile(run1.log)
+	log1, _ := os.ReadFile(run1.Log)
 	t.Logf("replay run 1 exited %d %s after the freeze (%d of %d reports at the partner then)", code, took.Round(time.Millisecond), atFreeze, n)
 	if i := bytes.Index(log1, []byte("did not answer")); i >= 0 {
 		line := log1[max(0, bytes.LastIndexByte(log1[:i], '\n')+1):]
@@ -96,19 +96,19 @@ func TestReplayBrokerFrozen(t *testing.T) {
 			t.Errorf("replay run 1's error does not say %q:\n%s", needle, tail(log1, 1500))
 		}
 	}
-	r.brokerP.signal(t, syscall.SIGCONT)
+	r.brokerP.Signal(t, syscall.SIGCONT)
 	// Produce requests the first run's connections left in the broker's
 	// socket buffers are served on waking: let them land before the re-run
 	// reads the log.
 	time.Sleep(2 * time.Second)
 
 	// Run 2: the same id, resumed.
-	run2 := r.ps.start("replay-2", args("--rate", "0", "--concurrency", "4")...)
-	if code := run2.wait(t, 90*time.Second); code != 0 {
-		log2, _ := os.ReadFile(run2.log)
+	run2 := r.ps.Start("replay-2", args("--rate", "0", "--concurrency", "4")...)
+	if code := run2.Wait(t, 90*time.Second); code != 0 {
+		log2, _ := os.ReadFile(run2.Log)
 		t.Fatalf("replay run 2 exited %d, want 0:\n%s", code, tail(log2, 2000))
 	}
-	res2, err := replayResult(run2.log)
+	res2, err := replayResult(run2.Log)
 	if err != nil {
 		t.Fatal(err)
 	}

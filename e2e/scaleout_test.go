@@ -45,7 +45,7 @@ type role struct {
 	name  string
 	args  []string
 	admin string
-	p     *proc
+	p     *testenv.Proc
 }
 
 // TestScaleOutWithFaults is issue 9's scale-out proof: 3 report, 2 consume
@@ -65,7 +65,7 @@ func TestScaleOutWithFaults(t *testing.T) {
 	}
 	testStart := time.Now()
 	dir := t.TempDir()
-	bin := buildBinary(t, dir)
+	bin := testenv.BuildPlaypipe(t, dir)
 
 	k := testenv.StartApacheKafka(t, testenv.ApacheKafka{Partitions: scalePartitions})
 	sb := testenv.StartSandbox(t, func(o *sandbox.Config) {
@@ -86,7 +86,7 @@ func TestScaleOutWithFaults(t *testing.T) {
 		}
 		t.Logf("process logs in %s", logDir)
 	}
-	ps := newProcs(t, bin, logDir, childEnv(
+	ps := testenv.NewProcs(t, bin, logDir, testenv.ChildEnv(
 		"PLAYPIPE_API_CLIENT_ID="+sb.ClientID,
 		"PLAYPIPE_API_CLIENT_SIGNATURE="+sb.ClientSignature, // environment only, never a flag
 		"PLAYPIPE_LOG_LEVEL=info",
@@ -98,7 +98,7 @@ func TestScaleOutWithFaults(t *testing.T) {
 		return &role{name: name, args: args, admin: testenv.FreeAddr(t)}
 	}
 	startRole := func(r *role) {
-		r.p = ps.start(r.name, append([]string{r.args[0], "--admin-addr", r.admin}, r.args[1:]...)...)
+		r.p = ps.Start(r.name, append([]string{r.args[0], "--admin-addr", r.admin}, r.args[1:]...)...)
 	}
 	var sinks, consumers, reporters []*role
 	for i := range 2 {
@@ -116,13 +116,13 @@ func TestScaleOutWithFaults(t *testing.T) {
 	}
 	// The first sink applies the schema alone; then everything else.
 	startRole(sinks[0])
-	waitReady(t, sinks[0].p, sinks[0].admin, 60*time.Second)
+	testenv.WaitReady(t, sinks[0].p, sinks[0].admin, 60*time.Second)
 	rest := append(append(append([]*role{}, sinks[1]), consumers...), reporters...)
 	for _, r := range rest {
 		startRole(r)
 	}
 	for _, r := range rest {
-		waitReady(t, r.p, r.admin, 60*time.Second)
+		testenv.WaitReady(t, r.p, r.admin, 60*time.Second)
 	}
 	t.Logf("7 processes ready at %s", time.Since(testStart).Round(time.Millisecond))
 
@@ -140,14 +140,14 @@ func TestScaleOutWithFaults(t *testing.T) {
 	}
 	recordPath := filepath.Join(dir, "simulated.jsonl")
 	simStart := time.Now()
-	sim := ps.start("simulate", append(append(append([]string{"simulate"}, kafkaArgs...), sa.flags()...),
+	sim := ps.Start("simulate", append(append(append([]string{"simulate"}, kafkaArgs...), sa.flags()...),
 		"--api-url", sb.URL, "--record", recordPath)...)
 
 	failIfExited := func() {
 		t.Helper()
 		for _, r := range append(append(append([]*role{}, sinks...), consumers...), reporters...) {
-			if r.p != nil && !r.p.running() && r.p.err != nil && !strings.Contains(r.p.err.Error(), "signal: killed") {
-				t.Fatalf("%s exited on its own: %v (log %s)", r.name, r.p.err, r.p.log)
+			if r.p != nil && !r.p.Running() && r.p.Err != nil && !strings.Contains(r.p.Err.Error(), "signal: killed") {
+				t.Fatalf("%s exited on its own: %v (log %s)", r.name, r.p.Err, r.p.Log)
 			}
 		}
 	}
@@ -171,13 +171,13 @@ func TestScaleOutWithFaults(t *testing.T) {
 	// simulation); restart it (same --instance-id and --transactional-id)
 	// a second later.
 	waitFor("1.5 s of simulation", 10*time.Second, func() bool { return time.Since(simStart) >= 1500*time.Millisecond })
-	if !sim.running() {
+	if !sim.Running() {
 		t.Errorf("the simulation ended before the consumer was killed: the kill did not happen mid-stream")
 	}
-	consumers[0].p.signal(t, syscall.SIGKILL)
+	consumers[0].p.Signal(t, syscall.SIGKILL)
 	marks["kill consume-0"] = time.Now()
-	t.Logf("%6s SIGKILL %s (pid %d); partner accepted %d of %d", since(simStart), consumers[0].name, consumers[0].p.cmd.Process.Pid, accepted(), genReports)
-	consumers[0].p.wait(t, 10*time.Second)
+	t.Logf("%6s SIGKILL %s (pid %d); partner accepted %d of %d", since(simStart), consumers[0].name, consumers[0].p.Cmd.Process.Pid, accepted(), genReports)
+	consumers[0].p.Wait(t, 10*time.Second)
 	time.Sleep(time.Second) // the outage (scenario): the consumer stays down a second
 	startRole(consumers[0])
 	t.Logf("%6s restarted %s", since(simStart), consumers[0].name)
@@ -187,24 +187,24 @@ func TestScaleOutWithFaults(t *testing.T) {
 	// instance ids (within the session timeout: a static member's return)
 	// and measure when the reporter delivers again.
 	waitFor("30% of the reports accepted", 90*time.Second, func() bool { return accepted() >= share(0.30) })
-	reporters[0].p.signal(t, syscall.SIGKILL)
-	sinks[0].p.signal(t, syscall.SIGKILL)
+	reporters[0].p.Signal(t, syscall.SIGKILL)
+	sinks[0].p.Signal(t, syscall.SIGKILL)
 	marks["kill report-0"] = time.Now()
 	acceptedAtKill := accepted()
-	t.Logf("%6s SIGKILL %s (pid %d) and %s (pid %d); partner accepted %d", since(simStart), reporters[0].name, reporters[0].p.cmd.Process.Pid,
-		sinks[0].name, sinks[0].p.cmd.Process.Pid, acceptedAtKill)
-	reporters[0].p.wait(t, 10*time.Second)
-	sinks[0].p.wait(t, 10*time.Second)
+	t.Logf("%6s SIGKILL %s (pid %d) and %s (pid %d); partner accepted %d", since(simStart), reporters[0].name, reporters[0].p.Cmd.Process.Pid,
+		sinks[0].name, sinks[0].p.Cmd.Process.Pid, acceptedAtKill)
+	reporters[0].p.Wait(t, 10*time.Second)
+	sinks[0].p.Wait(t, 10*time.Second)
 	time.Sleep(time.Second) // the outage (scenario): both stay down a second
 	restartAt := time.Now()
 	marks["restart report-0"] = restartAt
 	startRole(reporters[0])
 	startRole(sinks[0])
-	waitReady(t, reporters[0].p, reporters[0].admin, 30*time.Second)
+	testenv.WaitReady(t, reporters[0].p, reporters[0].admin, 30*time.Second)
 	readyAfter := time.Since(restartAt)
 	var resumedAfter time.Duration
 	waitFor("the restarted reporter to deliver", 60*time.Second, func() bool {
-		n, err := scrapeSum(reporters[0].admin, "playpipe_deliveries_total", `outcome="delivered"`)
+		n, err := testenv.ScrapeSum(reporters[0].admin, "playpipe_deliveries_total", `outcome="delivered"`)
 		if err == nil && n > 0 {
 			resumedAfter = time.Since(restartAt)
 			return true
@@ -221,8 +221,8 @@ func TestScaleOutWithFaults(t *testing.T) {
 	waitFor("55% of the reports accepted", 90*time.Second, func() bool { return accepted() >= share(0.55) })
 	marks["term report-1"] = time.Now()
 	acceptedAtTerm := accepted()
-	t.Logf("%6s SIGTERM %s (pid %d); partner accepted %d", since(simStart), reporters[1].name, reporters[1].p.cmd.Process.Pid, acceptedAtTerm)
-	reporters[1].p.stop(t, 30*time.Second)
+	t.Logf("%6s SIGTERM %s (pid %d); partner accepted %d", since(simStart), reporters[1].name, reporters[1].p.Cmd.Process.Pid, acceptedAtTerm)
+	reporters[1].p.Stop(t, 30*time.Second)
 	t.Logf("%6s %s exited 0", since(simStart), reporters[1].name)
 	// Takeover: a static member does not leave the group on SIGTERM
 	// (docs/reporter.md), so its partitions wait for the session timeout.
@@ -233,17 +233,17 @@ func TestScaleOutWithFaults(t *testing.T) {
 	// takeover took that long) and do not restart it: report-0 takes its
 	// partitions after the session timeout.
 	waitFor("70% of the reports accepted", 90*time.Second, func() bool { return accepted() >= share(0.70) })
-	reporters[2].p.signal(t, syscall.SIGKILL)
+	reporters[2].p.Signal(t, syscall.SIGKILL)
 	marks["kill report-2"] = time.Now()
 	acceptedAtKill2 := accepted()
-	t.Logf("%6s SIGKILL %s (pid %d), not restarted; partner accepted %d", since(simStart), reporters[2].name, reporters[2].p.cmd.Process.Pid, acceptedAtKill2)
+	t.Logf("%6s SIGKILL %s (pid %d), not restarted; partner accepted %d", since(simStart), reporters[2].name, reporters[2].p.Cmd.Process.Pid, acceptedAtKill2)
 	killTakeover := gw.takeover(t, "e2e-report-2", marks["kill report-2"], 60*time.Second)
 	t.Logf("%6s takeover after SIGKILL: %s's partitions assigned to %s %s after the kill", since(simStart), reporters[2].name, reporters[0].name, killTakeover.Round(time.Millisecond))
 
-	if code := sim.wait(t, 60*time.Second); code != 0 {
-		t.Fatalf("simulate exited %d (log %s)", code, sim.log)
+	if code := sim.Wait(t, 60*time.Second); code != 0 {
+		t.Fatalf("simulate exited %d (log %s)", code, sim.Log)
 	}
-	simEnd := sim.exited
+	simEnd := sim.Exited
 	msgs := readRecord(t, recordPath)
 	if len(msgs) != scaleEvents {
 		t.Fatalf("the simulator recorded %d acknowledged messages, want %d", len(msgs), scaleEvents)
@@ -282,14 +282,14 @@ func TestScaleOutWithFaults(t *testing.T) {
 	// Stop everything with SIGTERM; every process must exit 0.
 	var running []*role
 	for _, r := range append(append(append([]*role{}, reporters...), consumers...), sinks...) {
-		if r.p.running() {
+		if r.p.Running() {
 			running = append(running, r)
-			r.p.signal(t, syscall.SIGTERM)
+			r.p.Signal(t, syscall.SIGTERM)
 		}
 	}
 	for _, r := range running {
-		if code := r.p.wait(t, 30*time.Second); code != 0 {
-			t.Errorf("%s (pid %d) exited %d after the final SIGTERM, want 0 (log %s)", r.name, r.p.cmd.Process.Pid, code, r.p.log)
+		if code := r.p.Wait(t, 30*time.Second); code != 0 {
+			t.Errorf("%s (pid %d) exited %d after the final SIGTERM, want 0 (log %s)", r.name, r.p.Cmd.Process.Pid, code, r.p.Log)
 		}
 	}
 
@@ -360,7 +360,7 @@ func TestScaleOutWithFaults(t *testing.T) {
 
 	// What the kills cost, for the record.
 	for _, r := range []*role{reporters[0], reporters[1], reporters[2], consumers[0], sinks[0]} {
-		for _, l := range grepLog(r.p.log, "level=WARN") {
+		for _, l := range testenv.GrepLog(r.p.Log, "level=WARN") {
 			if len(l) > 300 {
 				l = l[:300] + "…"
 			}
@@ -384,7 +384,7 @@ func runAudit(t *testing.T, bin string, args []string) analytics.Audit {
 	defer cancel()
 	var stdout, stderr bytes.Buffer
 	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Stdout, cmd.Stderr, cmd.Env = &stdout, &stderr, childEnv()
+	cmd.Stdout, cmd.Stderr, cmd.Env = &stdout, &stderr, testenv.ChildEnv()
 	err := cmd.Run()
 	if err != nil && cmd.ProcessState != nil && cmd.ProcessState.ExitCode() != 3 {
 		t.Fatalf("playpipe audit: %v\n%s", err, stderr.String())

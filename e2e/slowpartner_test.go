@@ -30,24 +30,24 @@ func TestSlowPartnerCopiesAsProcesses(t *testing.T) {
 		t.Skip("end-to-end: builds the binary and runs 4 processes")
 	}
 	dir := t.TempDir()
-	bin := buildBinary(t, dir)
+	bin := testenv.BuildPlaypipe(t, dir)
 	k := testenv.StartApacheKafka(t, testenv.ApacheKafka{Partitions: 3})
 	sb := testenv.StartSandbox(t, func(c *sandbox.Config) { c.Seed, c.Pages, c.ListsPerPage, c.MixesPerList = 5, 1, 1, 3 })
 	late := &testenv.LatePartner{H: sb.Handler(), Slow: 2, Delay: 3 * time.Second}
 	partnerURL := testenv.ServeHandler(t, late)
 	ch := testenv.StartClickHouse(t)
 
-	ps := newProcs(t, bin, dir, childEnv(
+	ps := testenv.NewProcs(t, bin, dir, testenv.ChildEnv(
 		"PLAYPIPE_API_CLIENT_ID="+sb.ClientID,
 		"PLAYPIPE_API_CLIENT_SIGNATURE="+sb.ClientSignature,
 		"PLAYPIPE_LOG_LEVEL=info",
 	))
 	kafkaArgs := []string{"--brokers", strings.Join(k.Addrs(), ","), "--partitions", "3"}
 	chArgs := []string{"--clickhouse-addr", ch.Addr, "--clickhouse-db", ch.Database, "--clickhouse-user", ch.User}
-	start := func(name string, args ...string) *proc {
+	start := func(name string, args ...string) *testenv.Proc {
 		admin := testenv.FreeAddr(t)
-		p := ps.start(name, append([]string{args[0], "--admin-addr", admin}, args[1:]...)...)
-		waitReady(t, p, admin, 60*time.Second)
+		p := ps.Start(name, append([]string{args[0], "--admin-addr", admin}, args[1:]...)...)
+		testenv.WaitReady(t, p, admin, 60*time.Second)
 		return p
 	}
 	sink := start("sink", append(append([]string{"sink"}, kafkaArgs...), append(chArgs, "--linger", "200ms")...)...)
@@ -57,10 +57,10 @@ func TestSlowPartnerCopiesAsProcesses(t *testing.T) {
 
 	sa := simArgs{events: 4, rate: 50, devices: 2, seed: 11, startMS: simulator.DefaultStart(time.Now())}
 	recordPath := filepath.Join(dir, "simulated.jsonl")
-	sim := ps.start("simulate", append(append(append([]string{"simulate"}, kafkaArgs...), sa.flags()...),
+	sim := ps.Start("simulate", append(append(append([]string{"simulate"}, kafkaArgs...), sa.flags()...),
 		"--api-url", sb.URL, "--record", recordPath)...)
-	if code := sim.wait(t, 60*time.Second); code != 0 {
-		t.Fatalf("simulate exited %d (log %s)", code, sim.log)
+	if code := sim.Wait(t, 60*time.Second); code != 0 {
+		t.Fatalf("simulate exited %d (log %s)", code, sim.Log)
 	}
 	msgs := readRecord(t, recordPath)
 	want, wantBelow, _, _ := expectedPlays(t, sb.Catalog(), msgs)
@@ -88,12 +88,12 @@ func TestSlowPartnerCopiesAsProcesses(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	for _, p := range []*proc{report, consume, sink} {
-		p.signal(t, syscall.SIGTERM)
+	for _, p := range []*testenv.Proc{report, consume, sink} {
+		p.Signal(t, syscall.SIGTERM)
 	}
-	for _, p := range []*proc{report, consume, sink} {
-		if code := p.wait(t, 30*time.Second); code != 0 {
-			t.Errorf("%s exited %d after SIGTERM, want 0 (log %s)", p.name, code, p.log)
+	for _, p := range []*testenv.Proc{report, consume, sink} {
+		if code := p.Wait(t, 30*time.Second); code != 0 {
+			t.Errorf("%s exited %d after SIGTERM, want 0 (log %s)", p.Name, code, p.Log)
 		}
 	}
 

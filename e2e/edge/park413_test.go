@@ -3,7 +3,6 @@
 package edge
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/tls"
@@ -14,11 +13,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -61,7 +56,7 @@ func TestEdge413Parked(t *testing.T) {
 	nginxBinary(t)
 	start := time.Now()
 	dir := t.TempDir()
-	bin := buildPlaypipe(t, dir)
+	bin := testenv.BuildPlaypipe(t, dir)
 
 	sb := testenv.StartSandbox(t, func(c *sandbox.Config) { c.Seed = 3; c.Pages, c.ListsPerPage, c.MixesPerList = 1, 1, 2 })
 	cs := makeCerts(t, dir)
@@ -76,30 +71,30 @@ func TestEdge413Parked(t *testing.T) {
 	topics := k.Config.Topics()
 	apiURL := "https://" + n.addr
 
-	ps := newParkProcs(t, bin, dir, []string{
-		"PLAYPIPE_API_CLIENT_ID=" + sb.ClientID,
-		"PLAYPIPE_API_CLIENT_SIGNATURE=" + sb.ClientSignature,
+	ps := testenv.NewProcs(t, bin, dir, testenv.ChildEnv(
+		"PLAYPIPE_API_CLIENT_ID="+sb.ClientID,
+		"PLAYPIPE_API_CLIENT_SIGNATURE="+sb.ClientSignature,
 		"PLAYPIPE_LOG_LEVEL=info",
-		"SSL_CERT_FILE=" + cs.certFile, // the test's CA (after the leaf in the chain file)
-	})
+		"SSL_CERT_FILE="+cs.certFile, // the test's CA (after the leaf in the chain file)
+	))
 	kafkaArgs := []string{"--brokers", strings.Join(k.Addrs(), ","), "--partitions", "3"}
 	chArgs := []string{"--clickhouse-addr", ch.Addr, "--clickhouse-db", ch.Database, "--clickhouse-user", ch.User}
 	sinkAdmin, reportAdmin := testenv.FreeAddr(t), testenv.FreeAddr(t)
-	sink := ps.start("sink", append(append(append([]string{"sink", "--admin-addr", sinkAdmin}, kafkaArgs...), chArgs...),
+	sink := ps.Start("sink", append(append(append([]string{"sink", "--admin-addr", sinkAdmin}, kafkaArgs...), chArgs...),
 		"--instance-id", "edgepark-sink", "--batch-rows", "2000", "--linger", "200ms", "--retry-max", "500ms")...)
-	parkWaitReady(t, sink, sinkAdmin, 60*time.Second)
-	rep := ps.start("report", append(append([]string{"report", "--admin-addr", reportAdmin}, kafkaArgs...),
+	testenv.WaitReady(t, sink, sinkAdmin, 60*time.Second)
+	rep := ps.Start("report", append(append([]string{"report", "--admin-addr", reportAdmin}, kafkaArgs...),
 		"--api-url", apiURL, "--instance-id", "edgepark-report", "--concurrency", "8",
 		"--backoff-initial", "50ms", "--backoff-max", "300ms", "--standby-probe-interval", "100ms",
 		"--park-after-attempts", "3", "--park-after", "2s", "--park-retries", "1h", "--warn-after-attempts", "2")...)
-	parkWaitReady(t, rep, reportAdmin, 60*time.Second)
+	testenv.WaitReady(t, rep, reportAdmin, 60*time.Second)
 	t.Logf("setup: binary, sandbox, nginx %s (%s), broker, ClickHouse, sink and reporter ready in %s", n.addr, parkEdgeLimit, time.Since(start).Round(time.Millisecond))
 
 	alive := func() {
 		t.Helper()
-		for _, p := range []*parkProc{sink, rep} {
-			if !p.running() {
-				t.Fatalf("%s exited on its own: %v (log %s)", p.name, p.err, p.log)
+		for _, p := range []*testenv.Proc{sink, rep} {
+			if !p.Running() {
+				t.Fatalf("%s exited on its own: %v (log %s)", p.Name, p.Err, p.Log)
 			}
 		}
 	}
@@ -156,7 +151,7 @@ func TestEdge413Parked(t *testing.T) {
 		publishNormal()
 		alive()
 		if seq%10 == 0 {
-			if v, err := parkScrape(reportAdmin, "playpipe_reporter_parks"); err == nil && v >= 1 {
+			if v, err := testenv.ScrapeSum(reportAdmin, "playpipe_reporter_parks"); err == nil && v >= 1 {
 				parkedAt = time.Now()
 			}
 		}
@@ -234,7 +229,7 @@ func TestEdge413Parked(t *testing.T) {
 
 	// playpipe redrive --parked delivers it.
 	rd, rdCode, rdOut := runRedrive(t, bin, append(append(append([]string{"redrive"}, kafkaArgs...), chArgs...),
-		"--api-url", apiURL, "--parked", "--track", "1001", "--reason", "edge limit raised", "--json", "--progress", "50ms"), ps.env)
+		"--api-url", apiURL, "--parked", "--track", "1001", "--reason", "edge limit raised", "--json", "--progress", "50ms"), ps.Env)
 	t.Logf("%s: redrive --parked exited %d: %+v", since(start), rdCode, rd)
 	if rdCode != 0 || rd.Selected != 1 || rd.Delivered != 1 || rd.Unfinished != 0 {
 		t.Errorf("redrive --parked: exit %d, %+v; want exit 0, 1 selected, 1 delivered\n%s", rdCode, rd, rdOut)
@@ -281,8 +276,8 @@ func TestEdge413Parked(t *testing.T) {
 		t.Errorf("<prefix>.parked: the latest record of %s is %v, want a tombstone", big.ReportID, last)
 	}
 
-	rep.stop(t, 30*time.Second)
-	sink.stop(t, 30*time.Second)
+	rep.Stop(t, 30*time.Second)
+	sink.Stop(t, 30*time.Second)
 	t.Logf("%s: done", since(start))
 }
 
@@ -434,7 +429,7 @@ func runCmd(t *testing.T, bin string, env []string, args []string) (int, []byte,
 // runAuditJSON runs `playpipe audit --format json`; exit 0 or 3.
 func runAuditJSON(t *testing.T, bin string, args []string) (analytics.Audit, int) {
 	t.Helper()
-	code, out, errOut := runCmd(t, bin, parkChildEnv(), append(append([]string{}, args...), "--format", "json"))
+	code, out, errOut := runCmd(t, bin, testenv.ChildEnv(), append(append([]string{}, args...), "--format", "json"))
 	if code != 0 && code != 3 {
 		t.Fatalf("playpipe audit exited %d\n%s", code, errOut)
 	}
@@ -448,7 +443,7 @@ func runAuditJSON(t *testing.T, bin string, args []string) (analytics.Audit, int
 // runAuditList runs `playpipe audit --list … --format json`.
 func runAuditList(t *testing.T, bin string, args []string) ([]analytics.ListRow, int) {
 	t.Helper()
-	code, out, errOut := runCmd(t, bin, parkChildEnv(), append(append([]string{}, args...), "--format", "json"))
+	code, out, errOut := runCmd(t, bin, testenv.ChildEnv(), append(append([]string{}, args...), "--format", "json"))
 	if code != 0 && code != 3 {
 		t.Fatalf("playpipe audit --list exited %d\n%s", code, errOut)
 	}
@@ -470,180 +465,4 @@ func runRedrive(t *testing.T, bin string, args, env []string) (replay.Result, in
 		t.Errorf("playpipe redrive --json (exit %d): stdout is not one JSON object: %v\n%s\n%s", code, err, out, errOut)
 	}
 	return r, code, tail(string(out)+string(errOut), 3000)
-}
-
-// buildPlaypipe builds cmd/playpipe into dir.
-func buildPlaypipe(t *testing.T, dir string) string {
-	t.Helper()
-	bin := filepath.Join(dir, "playpipe")
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	if out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/playpipe/playpipe/cmd/playpipe").CombinedOutput(); err != nil {
-		t.Fatalf("go build playpipe: %v\n%s", err, out)
-	}
-	return bin
-}
-
-// parkChildEnv is the test's environment without PLAYPIPE_* and OTEL_*
-// settings (a developer's shell cannot redirect the children), plus extra.
-func parkChildEnv(extra ...string) []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if strings.HasPrefix(kv, "PLAYPIPE_") || strings.HasPrefix(kv, "OTEL_") || strings.HasPrefix(kv, "SSL_CERT_") {
-			continue
-		}
-		env = append(env, kv)
-	}
-	return append(env, extra...)
-}
-
-// parkProcs owns the child processes of the test: started with their
-// output in <dir>/<name>.log, stopped by PID; on cleanup whatever still
-// runs is killed by PID, and on failure the logs' tails are dumped.
-type parkProcs struct {
-	t        *testing.T
-	bin, dir string
-	env      []string
-	mu       sync.Mutex
-	all      []*parkProc
-}
-
-type parkProc struct {
-	name, log string
-	cmd       *exec.Cmd
-	done      chan struct{}
-	err       error
-}
-
-func newParkProcs(t *testing.T, bin, dir string, extra []string) *parkProcs {
-	ps := &parkProcs{t: t, bin: bin, dir: dir, env: parkChildEnv(extra...)}
-	t.Cleanup(ps.cleanup)
-	return ps
-}
-
-func (ps *parkProcs) start(name string, args ...string) *parkProc {
-	ps.t.Helper()
-	logPath := filepath.Join(ps.dir, name+".log")
-	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		ps.t.Fatal(err)
-	}
-	cmd := exec.Command(ps.bin, args...)
-	cmd.Stdout, cmd.Stderr, cmd.Env = f, f, ps.env
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		f.Close()
-		ps.t.Fatalf("start %s: %v", name, err)
-	}
-	p := &parkProc{name: name, log: logPath, cmd: cmd, done: make(chan struct{})}
-	go func() { p.err = cmd.Wait(); f.Close(); close(p.done) }()
-	ps.mu.Lock()
-	ps.all = append(ps.all, p)
-	ps.mu.Unlock()
-	return p
-}
-
-func (p *parkProc) running() bool {
-	select {
-	case <-p.done:
-		return false
-	default:
-		return true
-	}
-}
-
-// stop sends SIGTERM by PID and expects exit status 0 within d.
-func (p *parkProc) stop(t *testing.T, d time.Duration) {
-	t.Helper()
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-		if p.err != nil {
-			t.Errorf("%s (pid %d) exited after SIGTERM: %v, want status 0 (log %s)", p.name, p.cmd.Process.Pid, p.err, p.log)
-		}
-	case <-time.After(d):
-		t.Errorf("%s (pid %d) did not exit within %s of SIGTERM", p.name, p.cmd.Process.Pid, d)
-	}
-}
-
-func (ps *parkProcs) cleanup() {
-	ps.mu.Lock()
-	all := append([]*parkProc(nil), ps.all...)
-	ps.mu.Unlock()
-	for _, p := range all {
-		if p.running() {
-			_ = p.cmd.Process.Kill() // by PID
-		}
-	}
-	for _, p := range all {
-		select {
-		case <-p.done:
-		case <-time.After(10 * time.Second):
-			ps.t.Logf("%s (pid %d) still running after SIGKILL", p.name, p.cmd.Process.Pid)
-		}
-	}
-	if !ps.t.Failed() {
-		return
-	}
-	for _, p := range all {
-		b, err := os.ReadFile(p.log)
-		if err != nil {
-			continue
-		}
-		ps.t.Logf("----- %s (%s), tail -----\n%s", p.name, p.log, tail(string(b), 6000))
-	}
-}
-
-// parkWaitReady polls http://addr/readyz until 200, the process exits, or d
-// passes.
-func parkWaitReady(t *testing.T, p *parkProc, addr string, d time.Duration) {
-	t.Helper()
-	c := &http.Client{Timeout: 2 * time.Second}
-	for deadline := time.Now().Add(d); ; {
-		resp, err := c.Get("http://" + addr + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
-		}
-		if !p.running() {
-			t.Fatalf("%s exited before it was ready: %v (log %s)", p.name, p.err, p.log)
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s not ready on %s within %s (last: %v)", p.name, addr, d, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-// parkScrape sums the samples of the metric name (and its label variants)
-// at http://addr/metrics.
-func parkScrape(addr, name string) (float64, error) {
-	c := &http.Client{Timeout: 2 * time.Second}
-	resp, err := c.Get("http://" + addr + "/metrics")
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	var sum float64
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		l := sc.Text()
-		if !strings.HasPrefix(l, name) {
-			continue
-		}
-		rest := l[len(name):]
-		if !strings.HasPrefix(rest, " ") && !strings.HasPrefix(rest, "{") && !strings.HasPrefix(rest, "_total") {
-			continue
-		}
-		f := strings.Fields(l)
-		v, err := strconv.ParseFloat(f[len(f)-1], 64)
-		if err != nil {
-			return 0, err
-		}
-		sum += v
-	}
-	return sum, sc.Err()
 }

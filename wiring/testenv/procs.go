@@ -1,6 +1,11 @@
 //go:build linux
 
-package e2e
+// Child processes of the built playpipe binary, for the end-to-end suites
+// (e2e, e2e/edge): built once, started with their output in a log file per
+// name, signalled and stopped by PID, killed on cleanup, their logs dumped
+// when the test failed.
+
+package testenv
 
 import (
 	"bufio"
@@ -20,8 +25,8 @@ import (
 	"time"
 )
 
-// buildBinary builds cmd/playpipe once into dir and returns its path.
-func buildBinary(t *testing.T, dir string) string {
+// BuildPlaypipe builds cmd/playpipe once into dir and returns its path.
+func BuildPlaypipe(t testing.TB, dir string) string {
 	t.Helper()
 	bin := filepath.Join(dir, "playpipe")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -33,13 +38,13 @@ func buildBinary(t *testing.T, dir string) string {
 	return bin
 }
 
-// childEnv is the test's environment without PLAYPIPE_* and OTEL_*
-// settings (so that a developer's shell cannot redirect the children),
-// plus extra.
-func childEnv(extra ...string) []string {
+// ChildEnv is the test's environment without PLAYPIPE_*, OTEL_* and
+// SSL_CERT_* settings (so that a developer's shell cannot redirect the
+// children or change the CAs they trust), plus extra.
+func ChildEnv(extra ...string) []string {
 	var env []string
 	for _, kv := range os.Environ() {
-		if strings.HasPrefix(kv, "PLAYPIPE_") || strings.HasPrefix(kv, "OTEL_") {
+		if strings.HasPrefix(kv, "PLAYPIPE_") || strings.HasPrefix(kv, "OTEL_") || strings.HasPrefix(kv, "SSL_CERT_") {
 			continue
 		}
 		env = append(env, kv)
@@ -47,61 +52,61 @@ func childEnv(extra ...string) []string {
 	return append(env, extra...)
 }
 
-// procs owns the child processes of one test: it starts them, signals them
+// Procs owns the child processes of one test: it starts them, signals them
 // by PID, and on cleanup SIGKILLs whatever still runs and waits for it. On
 // failure it dumps the tail of every process log.
-type procs struct {
-	t   *testing.T
-	bin string
-	dir string
-	env []string
+type Procs struct {
+	t   testing.TB
+	Bin string
+	Dir string
+	Env []string
 
 	mu  sync.Mutex
-	all []*proc
+	all []*Proc
 }
 
-// proc is one child process (one run of one instance; a restart is a new
-// proc with the same name and log file).
-type proc struct {
-	name, log string
-	cmd       *exec.Cmd
+// Proc is one child process (one run of one instance; a restart is a new
+// Proc with the same name and log file).
+type Proc struct {
+	Name, Log string
+	Cmd       *exec.Cmd
 	done      chan struct{} // closed when the process has exited
-	err       error         // Wait's error, set before done closes
-	exited    time.Time     // when Wait returned, set before done closes
+	Err       error         // Wait's error, set before done closes
+	Exited    time.Time     // when Wait returned, set before done closes
 }
 
-func newProcs(t *testing.T, bin, dir string, env []string) *procs {
-	ps := &procs{t: t, bin: bin, dir: dir, env: env}
+func NewProcs(t testing.TB, bin, dir string, env []string) *Procs {
+	ps := &Procs{t: t, Bin: bin, Dir: dir, Env: env}
 	t.Cleanup(ps.cleanup)
 	return ps
 }
 
 // start runs the binary with args; stdout and stderr go to <dir>/<name>.log
 // (appended, so a restarted instance continues the same file).
-// logPath is the log of the processes started as name (appended to
+// LogPath is the log of the processes started as name (appended to
 // across restarts): readable while a supervisor restarts the process.
-func (ps *procs) logPath(name string) string { return filepath.Join(ps.dir, name+".log") }
+func (ps *Procs) LogPath(name string) string { return filepath.Join(ps.Dir, name+".log") }
 
-func (ps *procs) start(name string, args ...string) *proc {
+func (ps *Procs) Start(name string, args ...string) *Proc {
 	ps.t.Helper()
-	logPath := ps.logPath(name)
+	logPath := ps.LogPath(name)
 	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		ps.t.Fatalf("log file of %s: %v", name, err)
 	}
 	fmt.Fprintf(f, "=== %s: playpipe %s\n", time.Now().Format(time.RFC3339Nano), strings.Join(args, " "))
-	cmd := exec.Command(ps.bin, args...)
-	cmd.Stdout, cmd.Stderr, cmd.Env = f, f, ps.env
+	cmd := exec.Command(ps.Bin, args...)
+	cmd.Stdout, cmd.Stderr, cmd.Env = f, f, ps.Env
 	// Should the test binary itself die, the children die with it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		f.Close()
 		ps.t.Fatalf("start %s: %v", name, err)
 	}
-	p := &proc{name: name, log: logPath, cmd: cmd, done: make(chan struct{})}
+	p := &Proc{Name: name, Log: logPath, Cmd: cmd, done: make(chan struct{})}
 	go func() { // owned by ps: cleanup kills the process, which ends this wait
-		p.err = cmd.Wait()
-		p.exited = time.Now()
+		p.Err = cmd.Wait()
+		p.Exited = time.Now()
 		f.Close()
 		close(p.done)
 	}()
@@ -111,16 +116,16 @@ func (ps *procs) start(name string, args ...string) *proc {
 	return p
 }
 
-// signal sends sig to the process by its PID.
-func (p *proc) signal(t *testing.T, sig syscall.Signal) {
+// Signal sends sig to the process by its PID.
+func (p *Proc) Signal(t testing.TB, sig syscall.Signal) {
 	t.Helper()
-	if err := p.cmd.Process.Signal(sig); err != nil {
-		t.Errorf("%s (pid %d): send %v: %v", p.name, p.cmd.Process.Pid, sig, err)
+	if err := p.Cmd.Process.Signal(sig); err != nil {
+		t.Errorf("%s (pid %d): send %v: %v", p.Name, p.Cmd.Process.Pid, sig, err)
 	}
 }
 
-// running reports whether the process has not exited.
-func (p *proc) running() bool {
+// Running reports whether the process has not exited.
+func (p *Proc) Running() bool {
 	select {
 	case <-p.done:
 		return false
@@ -129,84 +134,84 @@ func (p *proc) running() bool {
 	}
 }
 
-// wait waits up to d for the process to exit and returns its exit code (-1
+// Wait waits up to d for the process to exit and returns its exit code (-1
 // if killed by a signal); on timeout it fails the test.
-func (p *proc) wait(t *testing.T, d time.Duration) int {
+func (p *Proc) Wait(t testing.TB, d time.Duration) int {
 	t.Helper()
 	select {
 	case <-p.done:
 	case <-time.After(d):
-		t.Errorf("%s (pid %d) did not exit within %s", p.name, p.cmd.Process.Pid, d)
+		t.Errorf("%s (pid %d) did not exit within %s", p.Name, p.Cmd.Process.Pid, d)
 		return -2
 	}
 	var ee *exec.ExitError
 	switch {
-	case p.err == nil:
+	case p.Err == nil:
 		return 0
-	case errors.As(p.err, &ee):
+	case errors.As(p.Err, &ee):
 		return ee.ExitCode()
 	default:
-		t.Errorf("%s: wait: %v", p.name, p.err)
+		t.Errorf("%s: wait: %v", p.Name, p.Err)
 		return -2
 	}
 }
 
-// stop sends SIGTERM and expects exit status 0 within d.
-func (p *proc) stop(t *testing.T, d time.Duration) {
+// Stop sends SIGTERM and expects exit status 0 within d.
+func (p *Proc) Stop(t testing.TB, d time.Duration) {
 	t.Helper()
-	p.signal(t, syscall.SIGTERM)
-	if code := p.wait(t, d); code != 0 {
-		t.Errorf("%s (pid %d) exited %d after SIGTERM, want 0 (log %s)", p.name, p.cmd.Process.Pid, code, p.log)
+	p.Signal(t, syscall.SIGTERM)
+	if code := p.Wait(t, d); code != 0 {
+		t.Errorf("%s (pid %d) exited %d after SIGTERM, want 0 (log %s)", p.Name, p.Cmd.Process.Pid, code, p.Log)
 	}
 }
 
-func (ps *procs) cleanup() {
+func (ps *Procs) cleanup() {
 	ps.mu.Lock()
-	all := append([]*proc(nil), ps.all...)
+	all := append([]*Proc(nil), ps.all...)
 	ps.mu.Unlock()
 	for _, p := range all {
-		if p.running() {
-			_ = p.cmd.Process.Kill() // by PID
+		if p.Running() {
+			_ = p.Cmd.Process.Kill() // by PID
 		}
 	}
 	for _, p := range all {
 		select {
 		case <-p.done:
 		case <-time.After(10 * time.Second):
-			ps.t.Logf("%s (pid %d) still running after SIGKILL", p.name, p.cmd.Process.Pid)
+			ps.t.Logf("%s (pid %d) still running after SIGKILL", p.Name, p.Cmd.Process.Pid)
 		}
 	}
 	if ps.t.Failed() {
-		ps.dumpLogs(80)
+		ps.DumpLogs(80)
 	}
 }
 
-// dumpLogs writes the last n lines of every process log to the test log.
-func (ps *procs) dumpLogs(n int) {
+// DumpLogs writes the last n lines of every process log to the test log.
+func (ps *Procs) DumpLogs(n int) {
 	seen := map[string]bool{}
 	ps.mu.Lock()
-	all := append([]*proc(nil), ps.all...)
+	all := append([]*Proc(nil), ps.all...)
 	ps.mu.Unlock()
 	for _, p := range all {
-		if seen[p.log] {
+		if seen[p.Log] {
 			continue
 		}
-		seen[p.log] = true
-		data, err := os.ReadFile(p.log)
+		seen[p.Log] = true
+		data, err := os.ReadFile(p.Log)
 		if err != nil {
-			ps.t.Logf("log of %s: %v", p.name, err)
+			ps.t.Logf("log of %s: %v", p.Name, err)
 			continue
 		}
 		lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
 		if len(lines) > n {
 			lines = append([]string{fmt.Sprintf("… %d lines before", len(lines)-n)}, lines[len(lines)-n:]...)
 		}
-		ps.t.Logf("----- %s (%s) -----\n%s", p.name, p.log, strings.Join(lines, "\n"))
+		ps.t.Logf("----- %s (%s) -----\n%s", p.Name, p.Log, strings.Join(lines, "\n"))
 	}
 }
 
-// grepLog returns the lines of a process log that contain every one of subs.
-func grepLog(path string, subs ...string) []string {
+// GrepLog returns the lines of a process log that contain every one of subs.
+func GrepLog(path string, subs ...string) []string {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil
@@ -227,9 +232,9 @@ scan:
 	return out
 }
 
-// waitReady polls http://addr/readyz until it answers 200, the process
+// WaitReady polls http://addr/readyz until it answers 200, the process
 // exits, or d passes.
-func waitReady(t *testing.T, p *proc, addr string, d time.Duration) {
+func WaitReady(t testing.TB, p *Proc, addr string, d time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	client := &http.Client{Timeout: 2 * time.Second}
@@ -241,19 +246,19 @@ func waitReady(t *testing.T, p *proc, addr string, d time.Duration) {
 				return
 			}
 		}
-		if !p.running() {
-			t.Fatalf("%s exited before it was ready: %v (log %s)", p.name, p.err, p.log)
+		if !p.Running() {
+			t.Fatalf("%s exited before it was ready: %v (log %s)", p.Name, p.Err, p.Log)
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s not ready on %s within %s (last: %v)", p.name, addr, d, err)
+			t.Fatalf("%s not ready on %s within %s (last: %v)", p.Name, addr, d, err)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 }
 
-// scrapeSum fetches http://addr/metrics and sums the samples whose line
+// ScrapeSum fetches http://addr/metrics and sums the samples whose line
 // starts with name and contains every one of labels (e.g. `outcome="delivered"`).
-func scrapeSum(addr, name string, labels ...string) (float64, error) {
+func ScrapeSum(addr, name string, labels ...string) (float64, error) {
 	client := &http.Client{Timeout: 2 * time.Second}
 	resp, err := client.Get("http://" + addr + "/metrics")
 	if err != nil {
