@@ -105,6 +105,20 @@ func (rn *run) recoverAssigned(ctx context.Context, parts []int32) {
 	}
 }
 
+// untilRecovered runs step until it succeeds or ctx ends (a recovery's
+// recoverTimeout), warning and waiting a little longer after each failure:
+// a broker that just died or moved a leader fails a read for seconds.
+func (rn *run) untilRecovered(ctx context.Context, warn string, parts []int32, step func() error) error {
+	for attempt := 1; ; attempt++ {
+		err := step()
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		rn.log.Warn(warn, "partitions", parts, "attempt", attempt, "err", err)
+		time.Sleep(min(time.Duration(attempt)*200*time.Millisecond, 2*time.Second)) // waits on the broker: the real clock (clock.go)
+	}
+}
+
 // recoverFirst recovers the partitions of first (recoverMu held): the
 // offset each is first fetched from, or fromCommit.
 func (rn *run) recoverFirst(ctx context.Context, first map[int32]int64) error {
@@ -116,13 +130,10 @@ func (rn *run) recoverFirst(ctx context.Context, first map[int32]int64) error {
 		got *recovered
 		err error
 	)
-	for attempt := 1; ; attempt++ {
-		if got, err = rn.recoverParts(ctx, fresh); err == nil || ctx.Err() != nil {
-			break
-		}
-		rn.log.Warn("recovering partitions failed, trying again", "partitions", fresh, "attempt", attempt, "err", err)
-		time.Sleep(min(time.Duration(attempt)*200*time.Millisecond, 2*time.Second)) // waits on the broker: the real clock (clock.go)
-	}
+	err = rn.untilRecovered(ctx, "recovering partitions failed, trying again", fresh, func() (err error) {
+		got, err = rn.recoverParts(ctx, fresh)
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("reporter: recover partitions %v of %s: %w", fresh, rn.topics.Reports, err)
 	}
@@ -140,7 +151,14 @@ func (rn *run) recoverFirst(ctx context.Context, first map[int32]int64) error {
 	if len(fresh) == 0 {
 		return nil
 	}
-	parked, err := rn.recoverParked(ctx, fresh, got)
+	// A broker just killed can still lead a partition of <prefix>.parked in
+	// the client's metadata (CI: ListOffsets "unable to dial" stopped the
+	// role): tried again within the same recoverTimeout.
+	var parked map[int32][]*parkedItem
+	err = rn.untilRecovered(ctx, "recovering the parked reports failed, trying again", fresh, func() (err error) {
+		parked, err = rn.recoverParked(ctx, fresh, got)
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("reporter: recover the parked reports of partitions %v: %w", fresh, err)
 	}
