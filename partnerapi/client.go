@@ -152,7 +152,8 @@ const maxResponseHeaderBytes = 256 << 10
 
 // newTransport is the client's own transport, suited to an API behind an
 // edge (docs/partnerapi.md, "Connections"):
-//   - HTTP/2 over TLS where the edge offers it (x/net/http2, below), so in-flight posts share few connections;
+//   - HTTP/2 over TLS where the edge offers it (x/net/http2, below), so
+//     in-flight posts share few connections;
 //     HTTP/1.1 otherwise, with as many idle connections kept per host as
 //     are allowed (MaxConns), so concurrent callers never dial again after
 //     warm-up;
@@ -163,7 +164,7 @@ const maxResponseHeaderBytes = 256 << 10
 //     post rarely meets a connection the edge is closing;
 //   - answers: headers bounded (maxResponseHeaderBytes), bodies bounded by
 //     the callers, gzip accepted and decoded by net/http;
-//   - HTTP/2 errors go to countError (http.HTTP2Config.CountError), which
+//   - HTTP/2 errors go to countError (x/net's Transport.CountError), which
 //     tells a play report's getBody whether the transport's re-send is safe.
 func newTransport(cfg Config, countError func(errType string)) (*http.Transport, error) {
 	t1 := &http.Transport{
@@ -185,7 +186,6 @@ func newTransport(cfg Config, countError func(errType string)) (*http.Transport,
 		ExpectContinueTimeout:  time.Second,
 		ResponseHeaderTimeout:  cfg.RequestTimeout,
 		MaxResponseHeaderBytes: maxResponseHeaderBytes,
-		HTTP2:                  &http.HTTP2Config{CountError: countError},
 	}
 	// HTTP/2 through golang.org/x/net/http2 rather than the copy bundled in
 	// net/http: Go 1.26's bundled client never calls HTTP2Config.CountError
