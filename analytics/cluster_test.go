@@ -17,7 +17,8 @@ import (
 // TestClusterStatements: every migration statement has a cluster form: a
 // CREATE becomes the replicated <table>_local (the same columns, sorting
 // key and partitioning, the engine's Replicated form under the {shard} and
-// {replica} macros) and a Distributed <table>; an ADD COLUMN alters both.
+// {replica} macros), an ADD COLUMN alters it; the Distributed <table> over
+// it is syncDistributed's (TestClusterLedger).
 func TestClusterStatements(t *testing.T) {
 	for _, s := range []Schema{SchemaPortable, SchemaCurrent} {
 		for _, m := range Migrations {
@@ -26,41 +27,36 @@ func TestClusterStatements(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, st := range m.StatementsFor(s) {
-				var local, dist string
+				if len(sts) == 0 {
+					t.Fatalf("migration %d: no cluster form of %s", m.Version, st)
+				}
+				local := sts[0]
+				sts = sts[1:]
 				switch {
 				case createTableRE.MatchString(st):
-					local, dist, sts = sts[0], sts[1], sts[2:]
-				case addColumnRE.MatchString(st):
-					name := addColumnRE.FindStringSubmatch(st)[1]
-					if want := "DROP TABLE IF EXISTS {db}." + name + " ON CLUSTER c1"; sts[1] != want {
-						t.Errorf("migration %d: %q, want %q", m.Version, sts[1], want)
-					}
-					if want := strings.Replace(st, name+" ADD", name+"_local ON CLUSTER c1 ADD", 1); sts[0] != want {
-						t.Errorf("migration %d: %q, want %q", m.Version, sts[0], want)
-					}
-					local, dist, sts = sts[0], sts[2], sts[3:]
-				default:
-					t.Fatalf("migration %d: a statement of no known form: %s", m.Version, st)
-				}
-				if !strings.Contains(local, "_local ON CLUSTER c1 ") || !strings.Contains(dist, " ON CLUSTER c1 ") {
-					t.Errorf("migration %d: no ON CLUSTER:\n%s\n%s", m.Version, local, dist)
-				}
-				if cm := createTableRE.FindStringSubmatch(st); cm != nil {
+					cm := createTableRE.FindStringSubmatch(st)
 					name := cm[1]
 					wantEngine := "ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/led/" + name + "', '{replica}')"
-					if !strings.Contains(local, wantEngine) || !strings.HasSuffix(local, cm[5]) || !strings.Contains(local, cm[2]) {
+					if !strings.HasPrefix(local, "CREATE TABLE IF NOT EXISTS {db}."+name+"_local ON CLUSTER c1 ") ||
+						!strings.Contains(local, wantEngine) || !strings.HasSuffix(local, cm[5]) || !strings.Contains(local, cm[2]) {
 						t.Errorf("local table of %s:\n%s", name, local)
 					}
-				}
-				name := tableOfRE.FindStringSubmatch(st)[1]
-				if want := "CREATE TABLE IF NOT EXISTS {db}." + name + " ON CLUSTER c1 AS {db}." + name + "_local ENGINE = Distributed(c1, led, " + name + "_local)"; dist != want {
-					t.Errorf("distributed table of %s:\n%s\nwant\n%s", name, dist, want)
+				case addColumnRE.MatchString(st):
+					name := addColumnRE.FindStringSubmatch(st)[1]
+					if want := strings.Replace(st, name+" ADD", name+"_local ON CLUSTER c1 ADD", 1); local != want {
+						t.Errorf("migration %d: %q, want %q", m.Version, local, want)
+					}
+				default:
+					t.Fatalf("migration %d: a statement of no known form: %s", m.Version, st)
 				}
 			}
 			if len(sts) != 0 {
 				t.Errorf("migration %d: %d statements too many", m.Version, len(sts))
 			}
 		}
+	}
+	if want := "CREATE TABLE IF NOT EXISTS {db}.plays ON CLUSTER c1 AS {db}.plays_local ENGINE = Distributed(c1, led, plays_local)"; distributedTable("plays", "led", "c1") != want {
+		t.Errorf("distributed table:\n%s\nwant\n%s", distributedTable("plays", "led", "c1"), want)
 	}
 	if _, err := clusterStatements("OPTIMIZE TABLE {db}.plays FINAL", "led", "c1"); err == nil {
 		t.Fatal("a statement of no known form got a cluster form")
@@ -193,6 +189,39 @@ func TestClusterLedger(t *testing.T) {
 	// Through the other replica: nothing to apply, no DDL.
 	if applied, err := MigrateCluster(ctx, conns[1], cl.Database, cl.Name()); err != nil || len(applied) != 0 {
 		t.Fatalf("MigrateCluster through r2: applied %v, %v; want nothing", applied, err)
+	}
+	// A run interrupted before its Distributed tables were made: one
+	// missing, one over old columns. The next run applies nothing and
+	// makes both again, on both replicas; the audit reads them as before.
+	for _, st := range []string{
+		"DROP TABLE " + cl.Database + ".deliveries ON CLUSTER " + cl.Name(),
+		"DROP TABLE " + cl.Database + ".plays ON CLUSTER " + cl.Name(),
+		"CREATE TABLE " + cl.Database + ".plays ON CLUSTER " + cl.Name() + " (play_id String) ENGINE = Distributed(" + cl.Name() + ", " + cl.Database + ", plays_local)",
+	} {
+		if err := conns[0].Exec(ctx, st); err != nil {
+			t.Fatalf("%s: %v", st, err)
+		}
+	}
+	if applied, err := MigrateCluster(ctx, conns[1], cl.Database, cl.Name()); err != nil || len(applied) != 0 {
+		t.Fatalf("MigrateCluster after an interrupted run: applied %v, %v; want nothing", applied, err)
+	}
+	for i, conn := range conns {
+		waitFor(t, 30*time.Second, fmt.Sprintf("r%d's Distributed tables in step", i+1), func() (bool, string) {
+			cols, err := tableColumns(ctx, conn, cl.Database)
+			if err != nil {
+				return false, err.Error()
+			}
+			for _, tbl := range []string{"deliveries", "plays"} {
+				if !reflect.DeepEqual(cols[tbl], cols[tbl+LocalSuffix]) {
+					return false, fmt.Sprintf("%s: %v, local %v", tbl, cols[tbl], cols[tbl+LocalSuffix])
+				}
+			}
+			return true, ""
+		})
+		r, err := auditors[fmt.Sprintf("replica r%d", i+1)].Audit(ctx, opts)
+		if err != nil || !reflect.DeepEqual(numbers(r), want) {
+			t.Errorf("audit through r%d after the repair: %+v, %v", i+1, r, err)
+		}
 	}
 	// The other layout is refused, by name.
 	if _, err := Migrate(ctx, conns[0], cl.Database); err == nil || !strings.Contains(err.Error(), "--clickhouse-cluster") {

@@ -425,6 +425,11 @@ func migrateLayout(ctx context.Context, conn driver.Conn, db, cluster string, li
 		}
 		out = append(out, m.Version)
 	}
+	if cluster != "" {
+		if err := syncDistributed(ctx, conn, db, cluster, list); err != nil {
+			return out, err
+		}
+	}
 	return out, nil
 }
 

@@ -80,6 +80,9 @@ func TestReplicatedLedgerWithKills(t *testing.T) {
 	// The ledger is created by the command a user runs, through r2.
 	out, code := runBinary(t, bin, append([]string{"migrate", "--cluster", cl.Name()}, through(1)[:4]...)...)
 	if code != 0 || !strings.Contains(out, "on cluster "+cl.Name()) {
+		for i := range addrs {
+			t.Logf("replica r%d's error log:\n%s", i+1, cl.Replica(i).LogTail())
+		}
 		t.Fatalf("playpipe migrate --cluster exited %d: %s", code, out)
 	}
 	t.Logf("%s", strings.TrimSpace(out))
@@ -352,10 +355,11 @@ func TestReplicatedLedgerWithKills(t *testing.T) {
 // returns its combined output and exit status.
 func runBinary(t *testing.T, bin string, args ...string) (string, int) {
 	t.Helper()
-	// Three minutes: an ON CLUSTER migration waits on both replicas'
-	// distributed DDL queues, which ClickHouse 18.16 polls; on a loaded
-	// 2-core machine one took over a minute once (killed, no output).
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	// Four minutes: past the servers' distributed_ddl_task_timeout (180 s),
+	// so an ON CLUSTER statement that a replica never ran ends with
+	// ClickHouse's own error, not a kill with no output (CI: a migration
+	// killed at 3 minutes once, at 1 minute once before).
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	var buf bytes.Buffer
 	cmd := exec.CommandContext(ctx, bin, args...)

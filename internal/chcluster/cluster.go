@@ -159,6 +159,9 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 			return nil, err
 		}
 	}
+	if err := c.probeDDL(ctx); err != nil {
+		return nil, err
+	}
 	cfg.Logger.Info("chcluster: replicated ClickHouse started", "cluster", cfg.Name, "zookeeper", c.zk.Addr(),
 		"replicas", c.Addrs(), "zookeeper_serving_after", zkAfter.Round(time.Millisecond), "took", time.Since(began).Round(time.Millisecond))
 	return c, nil
@@ -219,6 +222,36 @@ func (c *Cluster) waitZooKeeper(ctx context.Context, i int) error {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// probeDDL runs one distributed DDL statement that changes nothing (DROP
+// DATABASE IF EXISTS ON CLUSTER) and waits for every replica to finish it:
+// the servers answer queries and ZooKeeper before their DDL workers have
+// read the queue, and a DDL worker that stopped (18.16's "Terminating.
+// Cannot initialize DDL queue", or an unexpected error) leaves every ON
+// CLUSTER statement waiting for distributed_ddl_task_timeout (180 s) with
+// no word why. A failure here says so, with each replica's error log.
+func (c *Cluster) probeDDL(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.StartTimeout)
+	defer cancel()
+	conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{c.replicas[0].Addr()}, DialTimeout: 2 * time.Second})
+	if err != nil {
+		return fmt.Errorf("chcluster: replica %s: %w", ReplicaName(0), err)
+	}
+	defer conn.Close()
+	secs := int(c.cfg.StartTimeout / time.Second)
+	if secs < 1 {
+		secs = 1
+	}
+	qctx := clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{"distributed_ddl_task_timeout": secs}))
+	if err := conn.Exec(qctx, "DROP DATABASE IF EXISTS chcluster_probe ON CLUSTER "+c.cfg.Name); err != nil {
+		var logs strings.Builder
+		for i, s := range c.replicas {
+			fmt.Fprintf(&logs, "\n--- replica %s error log:\n%s", ReplicaName(i), s.LogTail())
+		}
+		return fmt.Errorf("chcluster: the replicas' distributed DDL queue did not run a probe statement: %w%s", err, logs.String())
+	}
+	return nil
 }
 
 // Close kills the replicas and ZooKeeper (throwaway data: no orderly

@@ -290,7 +290,7 @@ func (s *Server) Start(ctx context.Context) error {
 				_ = os.Remove(statePath)
 			}
 		}
-		return &StartError{Dir: s.dir, Err: err, Log: s.errorLogTail()}
+		return &StartError{Dir: s.dir, Err: err, Log: s.LogTail()}
 	}
 	s.log.Info("clickhouse: local server started", "dir", s.dir, "addr", net.JoinHostPort("127.0.0.1", strconv.Itoa(s.tcpPort)),
 		"binary", s.bin.Path, "took", time.Since(begin).Round(time.Millisecond))
@@ -398,7 +398,9 @@ func (s *Server) PID() int {
 	return s.cmd.Process.Pid
 }
 
-func (s *Server) errorLogTail() string {
+// LogTail is the last 2 KiB of the server's error log and of its stdout
+// (what it printed before its logger started), for a failure's message.
+func (s *Server) LogTail() string {
 	var parts []string
 	for _, name := range []string{"error.log", "stdout.log"} {
 		b, err := os.ReadFile(filepath.Join(s.dir, "log", name))
