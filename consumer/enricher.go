@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
@@ -290,6 +291,17 @@ func (e *Enricher) noteHeld(n int) {
 // Run consumes until ctx ends (it then commits the open transaction, leaves
 // the group and returns nil) or a fatal error occurs (returned; the open
 // transaction is aborted, nothing is lost).
+//
+// A Kafka session that fails on Kafka itself (its transaction cannot be
+// ended or its transactional id claimed because the coordinator does not
+// answer, the group's offsets cannot be read: see sessionError) is closed
+// and made again in place after a pause of 1 s doubling to 30 s, as a
+// restart of the process would: the new session's claim of the
+// transactional id fences the old one and aborts its open transaction, and
+// its events are read again from the committed offsets (nothing lost,
+// nothing doubled). franz-go says an error of GroupTransactSession.End is
+// never retryable on the same client. Fencing and authorization errors are
+// returned: another instance holds the id, or the operator must act.
 func (e *Enricher) Run(ctx context.Context) error {
 	o := e.opts
 	base, err := o.Kafka.ClientOpts()
@@ -309,26 +321,6 @@ func (e *Enricher) Run(ctx context.Context) error {
 		kgo.OnPartitionsLost(e.lost.note),
 	)
 	kopts = append(kopts, o.KafkaOpts...)
-	sess, err := kgo.NewGroupTransactSession(kopts...)
-	if err != nil {
-		return fmt.Errorf("consumer: kafka session: %w", err)
-	}
-	e.mu.Lock()
-	e.sess = sess
-	e.mu.Unlock()
-	// Claim the transactional id now (InitProducerId), as Java's
-	// initTransactions does: a predecessor killed mid-transaction is fenced
-	// and its open transaction aborted at once. franz-go would claim it only
-	// at the first write, which never comes while the group's offset fetch
-	// waits for that transaction to end (UNSTABLE_OFFSET_COMMIT): every
-	// partition would stall until the transaction timeout.
-	initCtx, cancelInit := context.WithTimeout(ctx, o.TransactionTimeout)
-	_, _, err = sess.Client().ProducerID(initCtx)
-	cancelInit()
-	if err != nil && ctx.Err() == nil {
-		kafkax.CloseClient(sess.Client(), 0) // bounded leave: never waits on a frozen broker
-		return fmt.Errorf("consumer: claim transactional id %q: %w", o.TransactionalID, err)
-	}
 	meter := telemetry.OrNoopMeterProvider(o.MeterProvider).Meter(instrumentationName)
 	unreg, err := e.cache.registerMetrics(meter)
 	if err != nil {
@@ -345,18 +337,114 @@ func (e *Enricher) Run(ctx context.Context) error {
 	if err := e.proc.initMetrics(meter); err != nil {
 		o.Logger.Warn("enrich metrics not registered", "err", err)
 	}
-	o.Logger.Info("enricher started", "group", o.Group, "topic", e.topics.Events, "transactional_id", o.TransactionalID,
-		"txn_records", o.TxnRecords, "txn_interval", o.TxnInterval, "mix_hold_after", o.MixHoldAfter, "max_held", o.MaxHeld)
+	pause := sessionPauseMin
+	for n := 1; ; n++ {
+		began := time.Now()
+		err := e.session(ctx, kopts, n)
+		if err == nil || ctx.Err() != nil || e.crashed.Load() || !retrySession(err) {
+			return err
+		}
+		if time.Since(began) > sessionPauseMax {
+			pause = sessionPauseMin // it had worked for a while: a new fault
+		}
+		o.Kafka.Faults.Say(o.Logger, slog.LevelWarn, kafkax.FaultUnreachable, "enricher session",
+			"kafka: the enricher's Kafka session failed; a new one is made after a pause (its open transaction is aborted and its events read again: nothing lost, nothing doubled)",
+			"err", err, "retry_in", pause, "session", n)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, sessionPauseMax)
+	}
+}
+
+// The pause before a new Kafka session after one failed (Run).
+const (
+	sessionPauseMin = time.Second
+	sessionPauseMax = 30 * time.Second
+)
+
+// sessionError is an error of the Kafka session itself: its transaction
+// could not be ended or flushed, its transactional id not claimed, the
+// group's committed offsets not read. Run makes a new session after one
+// unless retrySession says it is not worth it.
+type sessionError struct{ err error }
+
+func (e *sessionError) Error() string { return e.err.Error() }
+func (e *sessionError) Unwrap() error { return e.err }
+
+// inSession marks err (when not nil) as an error of the Kafka session.
+func inSession(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &sessionError{err}
+}
+
+// retrySession reports whether a new Kafka session may get past err: an
+// error of the session (sessionError) other than fencing (another instance
+// claimed the transactional id: a new claim would fence it in turn) or a
+// refusal for lack of rights.
+func retrySession(err error) bool {
+	var se *sessionError
+	if !errors.As(err, &se) {
+		return false
+	}
+	for _, fatal := range []error{kerr.ProducerFenced, kerr.InvalidProducerEpoch, kerr.TransactionalIDAuthorizationFailed,
+		kerr.GroupAuthorizationFailed, kerr.TopicAuthorizationFailed, kerr.ClusterAuthorizationFailed} {
+		if errors.Is(err, fatal) {
+			return false
+		}
+	}
+	return true
+}
+
+// session runs one Kafka session (the n-th of Run): it makes the group
+// transact session, claims the transactional id and consumes until ctx
+// ends or an error; the session's client is closed when it returns.
+func (e *Enricher) session(ctx context.Context, kopts []kgo.Opt, n int) error {
+	o := e.opts
+	sess, err := kgo.NewGroupTransactSession(kopts...)
+	if err != nil {
+		return fmt.Errorf("consumer: kafka session: %w", err)
+	}
+	e.mu.Lock()
+	e.sess = sess
+	e.mu.Unlock()
+	e.lost.takeAll() // a previous session's revocations: this one starts with none
+	// Claim the transactional id now (InitProducerId), as Java's
+	// initTransactions does: a predecessor killed mid-transaction is fenced
+	// and its open transaction aborted at once. franz-go would claim it only
+	// at the first write, which never comes while the group's offset fetch
+	// waits for that transaction to end (UNSTABLE_OFFSET_COMMIT): every
+	// partition would stall until the transaction timeout.
+	initCtx, cancelInit := context.WithTimeout(ctx, o.TransactionTimeout)
+	_, _, err = sess.Client().ProducerID(initCtx)
+	cancelInit()
+	if err != nil && ctx.Err() == nil {
+		kafkax.CloseClient(sess.Client(), 0) // bounded leave: never waits on a frozen broker
+		return inSession(fmt.Errorf("consumer: claim transactional id %q: %w", o.TransactionalID, err))
+	}
+	if n == 1 {
+		o.Logger.Info("enricher started", "group", o.Group, "topic", e.topics.Events, "transactional_id", o.TransactionalID,
+			"txn_records", o.TxnRecords, "txn_interval", o.TxnInterval, "mix_hold_after", o.MixHoldAfter, "max_held", o.MaxHeld)
+	} else {
+		o.Logger.Info("enricher resumed in a new Kafka session", "session", n, "transactional_id", o.TransactionalID)
+	}
 
 	err = e.loop(ctx, sess)
 	if errors.Is(err, errClientClosed) || e.crashed.Load() {
 		return err // crashed (tests): no clean end, no leave
 	}
 	if err != nil && ctx.Err() == nil {
-		// Fatal: abort what is open (best effort), then leave.
+		// Fatal to this session: abort what is open (best effort), then
+		// leave. Whatever the open transaction held is forgotten: the
+		// broker aborts it (or the next claim of the id does).
 		endCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		_, _ = sess.End(endCtx, kgo.TryAbort)
 		cancel()
+		e.proc.abandonTxn()
 	}
 	kafkax.CloseClient(sess.Client(), 0) // bounded leave: never waits on a frozen broker
 	return err

@@ -91,6 +91,19 @@ func (p *processor) initMetrics(m metric.Meter) error {
 	return errors.Join(errs...)
 }
 
+// abandonTxn resets what a transaction left when its session failed
+// before ending it (a flush that failed: endTxn was not called), counting
+// it aborted; a transaction already ended leaves nothing and is not
+// counted again.
+func (p *processor) abandonTxn() {
+	p.errMu.Lock()
+	left := p.prodErr != nil || len(p.refused) > 0
+	p.errMu.Unlock()
+	if left || p.used > 0 || len(p.spans) > 0 || p.pending != (Stats{}) {
+		p.endTxn(false)
+	}
+}
+
 // endTxn resets the arenas and moves the pending counts to the committed
 // ones when the transaction committed.
 func (p *processor) endTxn(committed bool) {

@@ -82,13 +82,13 @@ func (p *processor) produce(ctx context.Context, cl *kgo.Client, out []*kgo.Reco
 			cl.Produce(ctx, r, p.promise)
 		}
 		if err := cl.Flush(ctx); err != nil {
-			return fmt.Errorf("consumer: flush: %w", err)
+			return inSession(fmt.Errorf("consumer: flush: %w", err))
 		}
 		for _, r := range out[rg[0]:rg[1]] {
 			cl.Produce(ctx, r, p.promise)
 		}
 		if err := cl.Flush(ctx); err != nil {
-			return fmt.Errorf("consumer: flush: %w", err)
+			return inSession(fmt.Errorf("consumer: flush: %w", err))
 		}
 		next = rg[1]
 	}

@@ -361,7 +361,7 @@ func (t *txn) fetchOffsets(ctx context.Context, fresh []tpKey) (kadm.OffsetRespo
 		}
 		select {
 		case <-fctx.Done():
-			return nil, fmt.Errorf("consumer: read the group's committed offsets: %w", err)
+			return nil, inSession(fmt.Errorf("consumer: read the group's committed offsets: %w", err))
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
@@ -423,7 +423,7 @@ func (t *txn) end(ctx context.Context, commit kgo.TransactionEndTry) error {
 	}
 	t.applyLost()
 	if err != nil {
-		return fmt.Errorf("consumer: end transaction: %w", err)
+		return inSession(fmt.Errorf("consumer: end transaction: %w", err))
 	}
 	if commit == kgo.TryCommit && !committed {
 		t.o.Logger.Info("transaction aborted by a rebalance; its events will be read again from the committed offsets")
@@ -442,7 +442,7 @@ func (t *txn) restore() {
 // when a produce failed.
 func (t *txn) flush(ctx context.Context) (kgo.TransactionEndTry, error) {
 	if err := t.sess.Client().Flush(ctx); err != nil {
-		return kgo.TryAbort, fmt.Errorf("consumer: flush: %w", err)
+		return kgo.TryAbort, inSession(fmt.Errorf("consumer: flush: %w", err))
 	}
 	perr := t.p.produceErr()
 	if perr == nil {

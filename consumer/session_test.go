@@ -1,0 +1,104 @@
+package consumer
+
+import (
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/playpipe/playpipe/wiring/testenv"
+)
+
+// TestEnricherNewSessionAfterCoordinatorFault: the transaction coordinator
+// answers EndTxn with COORDINATOR_NOT_AVAILABLE for 3 s, longer than the
+// client retries it, so a transaction's End fails (as at a coordinator's
+// kill -9 on Apache Kafka). The enricher makes a new Kafka session in
+// place: Run does not return, and every event is derived exactly once.
+// Before, Run returned "end transaction" and the consume role exited 1
+// (CI: TestKafkaClusterFaults, two brokers down).
+func TestEnricherNewSessionAfterCoordinatorFault(t *testing.T) {
+	t.Parallel()
+	k := testenv.StartKafka(t, 3)
+	mixes := fakeMixes()
+	evs := genEvents(3, 3000, refMixes(mixes), 999_999)
+	publish(t, k, k.Config.Topics().Events, evs)
+
+	var refusing atomic.Bool
+	var refused atomic.Int64
+	kc := k.Cluster()
+	kc.ControlKey(int16(kmsg.EndTxn), func(kr kmsg.Request) (kmsg.Response, error, bool) {
+		kc.KeepControl()
+		if !refusing.Load() {
+			return nil, nil, false
+		}
+		resp := kr.(*kmsg.EndTxnRequest).ResponseKind().(*kmsg.EndTxnResponse)
+		resp.ErrorCode = kerr.CoordinatorNotAvailable.Code
+		refused.Add(1)
+		return resp, nil, true
+	})
+	var e *Enricher
+	e = newTestEnricher(t, k, newFakeSource(mixes...), func(o *Config) {
+		o.TxnRecords = 100
+		o.TransactionTimeout, o.MaxTxnWait = 10*time.Second, 5*time.Second
+		o.KafkaOpts = []kgo.Opt{kgo.RetryTimeoutFn(func(key int16) time.Duration {
+			if key == int16(kmsg.EndTxn) {
+				return time.Second
+			}
+			return 30 * time.Second
+		})}
+	})
+	var armed atomic.Bool
+	e.testHookProduced = func(*kgo.Client) {
+		if e.Stats().Events >= 500 && armed.CompareAndSwap(false, true) {
+			refusing.Store(true)
+			time.AfterFunc(3*time.Second, func() { refusing.Store(false) })
+		}
+	}
+	stop := runEnricher(t, e)
+	waitFor(t, 60*time.Second, "all events committed", func() bool { return e.Stats().Events >= int64(len(evs)) })
+	if err := stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if refused.Load() == 0 {
+		t.Fatal("no EndTxn refused: the test proves nothing")
+	}
+	st := e.Stats()
+	if st.Events != int64(len(evs)) {
+		t.Errorf("committed %d events, want %d", st.Events, len(evs))
+	}
+	if st.Aborts == 0 {
+		t.Errorf("no transaction counted aborted: %+v", st)
+	}
+	t.Logf("EndTxn refused %d times; stats %+v", refused.Load(), st)
+	checkOutput(t, k, evs)
+}
+
+// TestRetrySession: only errors of the Kafka session are worth a new
+// session, and not fencing or a refusal for lack of rights.
+func TestRetrySession(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{inSession(fmt.Errorf("consumer: end transaction: %w", kerr.CoordinatorNotAvailable)), true},
+		{inSession(fmt.Errorf("consumer: claim transactional id: %w", errors.New("unable to dial: connection refused"))), true},
+		{inSession(fmt.Errorf("consumer: end transaction: %w", kerr.ProducerFenced)), false},
+		{inSession(fmt.Errorf("consumer: end transaction: %w", kerr.InvalidProducerEpoch)), false},
+		{inSession(fmt.Errorf("consumer: claim: %w", kerr.TransactionalIDAuthorizationFailed)), false},
+		{fmt.Errorf("consumer: kafka session: %w", kerr.CoordinatorNotAvailable), false}, // not marked: not the session's
+		{errors.New("consumer: partner API edge blocks us"), false},
+		{nil, false},
+	} {
+		if got := retrySession(c.err); got != c.want {
+			t.Errorf("retrySession(%v) = %v, want %v", c.err, got, c.want)
+		}
+	}
+	if inSession(nil) != nil {
+		t.Error("inSession(nil) is not nil")
+	}
+}
