@@ -41,8 +41,7 @@ func TestEnricherNewSessionAfterCoordinatorFault(t *testing.T) {
 		refused.Add(1)
 		return resp, nil, true
 	})
-	var e *Enricher
-	e = newTestEnricher(t, k, newFakeSource(mixes...), func(o *Config) {
+	e := newTestEnricher(t, k, newFakeSource(mixes...), func(o *Config) {
 		o.TxnRecords = 100
 		o.TransactionTimeout, o.MaxTxnWait = 10*time.Second, 5*time.Second
 		o.KafkaOpts = []kgo.Opt{kgo.RetryTimeoutFn(func(key int16) time.Duration {
