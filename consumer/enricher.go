@@ -295,7 +295,7 @@ func (e *Enricher) noteHeld(n int) {
 // A Kafka session that fails on Kafka itself (its transaction cannot be
 // ended or its transactional id claimed because the coordinator does not
 // answer, the group's offsets cannot be read: see sessionError) is closed
-// and made again in place after a pause of 1 s doubling to 30 s, as a
+// and made again in place after a pause of 1 s doubling to 10 s, as a
 // restart of the process would: the new session's claim of the
 // transactional id fences the old one and aborts its open transaction, and
 // its events are read again from the committed offsets (nothing lost,
@@ -362,7 +362,7 @@ func (e *Enricher) Run(ctx context.Context) error {
 // The pause before a new Kafka session after one failed (Run).
 const (
 	sessionPauseMin = time.Second
-	sessionPauseMax = 30 * time.Second
+	sessionPauseMax = 10 * time.Second
 )
 
 // sessionError is an error of the Kafka session itself: its transaction
