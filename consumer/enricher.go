@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/playpipe/playpipe/internal/backoff"
 	"github.com/playpipe/playpipe/internal/kafkax"
 	"github.com/playpipe/playpipe/internal/telemetry"
 	"github.com/playpipe/playpipe/schemas"
@@ -337,33 +338,30 @@ func (e *Enricher) Run(ctx context.Context) error {
 	if err := e.proc.initMetrics(meter); err != nil {
 		o.Logger.Warn("enrich metrics not registered", "err", err)
 	}
-	pause := sessionPauseMin
+	fails := 0
 	for n := 1; ; n++ {
 		began := time.Now()
 		err := e.session(ctx, kopts, n)
 		if err == nil || ctx.Err() != nil || e.crashed.Load() || !retrySession(err) {
 			return err
 		}
-		if time.Since(began) > sessionPauseMax {
-			pause = sessionPauseMin // it had worked for a while: a new fault
+		if time.Since(began) > sessionPause.Max {
+			fails = 0 // it had worked for a while: a new fault
 		}
+		fails++
+		pause := sessionPause.Delay(fails, 0)
 		o.Kafka.Faults.Say(o.Logger, slog.LevelWarn, kafkax.FaultUnreachable, "enricher session",
 			"kafka: the enricher's Kafka session failed; a new one is made after a pause (its open transaction is aborted and its events read again: nothing lost, nothing doubled)",
-			"err", err, "retry_in", pause, "session", n)
-		select {
-		case <-ctx.Done():
+			"err", err, "retry_in", pause.Round(time.Millisecond), "session", n)
+		if !backoff.Sleep(ctx, pause) {
 			return nil
-		case <-time.After(pause):
 		}
-		pause = min(2*pause, sessionPauseMax)
 	}
 }
 
-// The pause before a new Kafka session after one failed (Run).
-const (
-	sessionPauseMin = time.Second
-	sessionPauseMax = 10 * time.Second
-)
+// sessionPause is the pause before a new Kafka session after one failed
+// (Run): 1 s doubling to 10 s, each between half and all of its step.
+var sessionPause = backoff.Policy{Initial: time.Second, Max: 10 * time.Second, Jitter: backoff.Equal}
 
 // sessionError is an error of the Kafka session itself: its transaction
 // could not be ended or flushed, its transactional id not claimed, the
