@@ -11,8 +11,10 @@
 // its next ON CLUSTER statement (a segfault in
 // zkutil::ZooKeeper::createImpl): Start waits until ZooKeeper's `srvr`
 // reports its mode (it serves), starts the replicas only then, and returns
-// once system.zookeeper answers on every replica. Restart waits the same
-// way for a killed replica.
+// once system.zookeeper answers on every replica and a probe statement ON
+// CLUSTER has run on all of them (a DDL worker that stopped makes every ON
+// CLUSTER statement wait 180 s with no word why). Restart waits for
+// system.zookeeper the same way for a killed replica.
 //
 // Used by wiring/testenv (StartClickHouseCluster) and the e2e suite's
 // replicated-ledger test; docs/audit.md, "A replicated ledger", describes
