@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
 	"github.com/playpipe/playpipe/internal/chlocal"
 )
@@ -202,9 +203,9 @@ func (c *Cluster) Restart(ctx context.Context, i int) error {
 func (c *Cluster) waitZooKeeper(ctx context.Context, i int) error {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.StartTimeout)
 	defer cancel()
-	conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{c.replicas[i].Addr()}, DialTimeout: 2 * time.Second})
+	conn, err := c.dial(i)
 	if err != nil {
-		return fmt.Errorf("chcluster: replica %s: %w", ReplicaName(i), err)
+		return err
 	}
 	defer conn.Close()
 	var last error
@@ -224,6 +225,15 @@ func (c *Cluster) waitZooKeeper(ctx context.Context, i int) error {
 	}
 }
 
+// dial opens a connection to replica i alone.
+func (c *Cluster) dial(i int) (driver.Conn, error) {
+	conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{c.replicas[i].Addr()}, DialTimeout: 2 * time.Second})
+	if err != nil {
+		return nil, fmt.Errorf("chcluster: replica %s: %w", ReplicaName(i), err)
+	}
+	return conn, nil
+}
+
 // probeDDL runs one distributed DDL statement that changes nothing (DROP
 // DATABASE IF EXISTS ON CLUSTER) and waits for every replica to finish it:
 // the servers answer queries and ZooKeeper before their DDL workers have
@@ -234,9 +244,9 @@ func (c *Cluster) waitZooKeeper(ctx context.Context, i int) error {
 func (c *Cluster) probeDDL(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.StartTimeout)
 	defer cancel()
-	conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{c.replicas[0].Addr()}, DialTimeout: 2 * time.Second})
+	conn, err := c.dial(0)
 	if err != nil {
-		return fmt.Errorf("chcluster: replica %s: %w", ReplicaName(0), err)
+		return err
 	}
 	defer conn.Close()
 	secs := int(c.cfg.StartTimeout / time.Second)
