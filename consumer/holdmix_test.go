@@ -14,7 +14,7 @@ import (
 )
 
 // outageWindow is how long the mix endpoint fails for one mix in the hold
-// tests. Issue 22 saw 60 s; the behaviour is the same for any window
+// tests. The real partner's outage lasted 60 s; the behaviour is the same for any window
 // longer than the batch wait (MixHoldAfter) and the retry backoff, so a
 // shorter one keeps the tests quick.
 const outageWindow = 6 * time.Second
@@ -96,7 +96,8 @@ func delivered(t *testing.T, k *testenv.Kafka) (map[string][]schemas.TrackPlay, 
 	return got, dups
 }
 
-// TestOneFailingMixHoldsOnlyItsEvents is issue 22 item 5 end to end (kfake,
+// TestOneFailingMixHoldsOnlyItsEvents: one failing mix holds only its own
+// events, end to end (kfake,
 // the sandbox with the mix endpoint answering 500 for one mix during
 // outageWindow, the real partner API client, the enrich role): the healthy
 // mix's events on every partition are delivered during the outage; the

@@ -544,7 +544,7 @@ func startClusterRig(t *testing.T) *clusterRig {
 	return c
 }
 
-// TestKafkaClusterFaults is issue 30 point 4: the pipeline as processes
+// TestKafkaClusterFaults runs the pipeline as processes
 // (ingest, consume, report ×2, sink) under a steady load posted through
 // the gateway, on a three-broker Apache Kafka (replication factor 3,
 // min.insync.replicas 2) with two controller-only nodes, through one fault

@@ -16,7 +16,8 @@ import (
 	"github.com/playpipe/playpipe/wiring/testenv"
 )
 
-// TestConsumeKill9WhileHeld is issue 22 item 5 with `playpipe consume` as a
+// TestConsumeKill9WhileHeld: one failing mix holds only its events, with
+// `playpipe consume` as a
 // separate process: the sandbox's mix endpoint answers 500 for one mix; the
 // other mix's events, on every partition, are delivered meanwhile; the
 // process is killed with SIGKILL while the failing mix's events (and those
