@@ -162,7 +162,7 @@ tools:
 	@command -v staticcheck >/dev/null 2>&1 || $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 	@command -v deadcode >/dev/null 2>&1 || $(GO) install golang.org/x/tools/cmd/deadcode@$(DEADCODE_VERSION)
 
-## deadcode: no function unreachable from main or the tests (issue 23).
+## deadcode: no function unreachable from main or the tests.
 deadcode:
 	@out=$$(deadcode -test $(PKGS)); if [ -n "$$out" ]; then echo "deadcode -test finds unreachable functions:"; echo "$$out"; exit 1; fi
 
