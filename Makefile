@@ -6,7 +6,7 @@ DEADCODE_VERSION    ?= v0.52.0
 BIN       := bin/playpipe
 export PATH := $(PATH):$(shell $(GO) env GOPATH)/bin:/usr/sbin
 
-.PHONY: kafka all build demo test test-race test-chdb unit lint fmt-check vet staticcheck deadcode bench bench-e2e bench-report bench-report-bound bench-report-latency bench-report-errors fuzz fuzz-short tools clickhouse zookeeper chromium chdb nginx clean e2e-docker
+.PHONY: kafka all build demo test test-race test-chdb test-short unit lint fmt-check vet staticcheck deadcode bench bench-e2e bench-report bench-report-bound bench-report-latency bench-report-errors fuzz fuzz-short tools clickhouse zookeeper chromium chdb nginx nft clean e2e-docker
 
 all: build
 
@@ -18,10 +18,11 @@ demo: clickhouse build
 	./$(BIN) demo
 
 ## test: everything CI checks: formatting, vet, staticcheck, a short run of every fuzz target, then all tests with the race detector, then the ledger suite on current ClickHouse (test-chdb).
-test: tools clickhouse zookeeper chromium chdb nginx kafka lint fuzz-short test-race test-chdb
+test: tools clickhouse zookeeper chromium chdb nginx nft kafka lint fuzz-short test-race test-chdb
 
-# `make test` installs ClickHouse, ZooKeeper, Chromium and nginx first, so a
-# missing server, browser or edge is a failure, not a skip
+# `make test` installs ClickHouse, ZooKeeper, Chromium, nginx, nftables and
+# iproute2 and Apache Kafka's jars first, so a missing server, browser, edge or
+# broker is a failure, not a skip
 # (PLAYPIPE_REQUIRE_CLICKHOUSE covers ZooKeeper too: the replicated-ledger
 # tests need both).
 test-race:
@@ -44,6 +45,15 @@ test-chdb: chdb
 ## unit: the tests without the race detector (faster, for the edit loop).
 unit:
 	$(GO) test -count=1 $(PKGS)
+
+## test-short: the unit tier, for the edit loop: every package with -short, so the
+## end-to-end suites (e2e/, the processes of cmd/playpipe, the Kafka cluster) and the
+## other slow tests skip (testing.Short guards); no race detector, no fuzzing, no lint.
+## Tests that need a local part still start it where it is installed (clickhouse-server,
+## one Apache Kafka node per test binary, Chromium) and skip where it is not.
+## About 3 minutes on the shared 2-core machine with a warm build cache.
+test-short:
+	$(GO) test -short -count=1 -timeout 10m $(PKGS)
 
 lint: fmt-check vet staticcheck deadcode
 
@@ -236,6 +246,17 @@ nginx:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y nginx; \
 	else echo "nginx not found: install nginx, or run the tests with PLAYPIPE_REQUIRE_NGINX=0 (the edge suite then skips)"; exit 1; fi
+
+## nft: the network partition of the Apache Kafka cluster test (e2e TestKafkaClusterFaults)
+## puts a broker in a network namespace of its own and drops its packets with nftables:
+## nft and ip, from nftables and iproute2, installed when missing (the test itself needs
+## root to make the namespace, and says so when it skips that fault).
+nft:
+	@if command -v nft >/dev/null 2>&1 && command -v ip >/dev/null 2>&1; then :; \
+	elif command -v apt-get >/dev/null 2>&1; then \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y nftables iproute2; \
+	else echo "nft or ip not found: install nftables and iproute2 (the Kafka cluster test's network partition needs them)"; exit 1; fi
 
 clean:
 	rm -rf bin
