@@ -19,7 +19,7 @@ import (
 // shorter one keeps the tests quick.
 const outageWindow = 6 * time.Second
 
-// holdScenario is the issue's case: keys whose first event is of the
+// holdScenario is the case seen in production: keys whose first event is of the
 // failing mix (then events of the healthy, cached mix behind it), and keys
 // with only events of the healthy mix, spread over every partition.
 type holdScenario struct {
@@ -117,7 +117,7 @@ func TestOneFailingMixHoldsOnlyItsEvents(t *testing.T) {
 		o.TxnInterval = 50 * time.Millisecond
 	})
 	stop := runEnricher(t, e)
-	// The healthy mix is cached before the outage (as in the issue).
+	// The healthy mix is cached before the outage (as it was when the real outage began).
 	warm := newHoldScenario(bad, good, 0, 1, 1, time.Now().Add(-time.Hour).UnixMilli())
 	warm.evs[0].eventID, warm.evs[0].key = "warm", []byte("warm")
 	warm.evs[0].value = []byte(strings.Replace(string(warm.evs[0].value), "good-0-e0", "warm", 1))

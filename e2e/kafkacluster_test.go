@@ -47,7 +47,7 @@ const (
 )
 
 // clusterDownFor is how long one node stays down in the one-node-down
-// case: PLAYPIPE_E2E_NODE_DOWN (a duration; the 60s) or 30 s, so
+// case: PLAYPIPE_E2E_NODE_DOWN (a duration, e.g. 60s) or 30 s, so
 // that the whole file finishes well within 10 minutes on a small machine.
 func clusterDownFor(t *testing.T) time.Duration {
 	if s := os.Getenv("PLAYPIPE_E2E_NODE_DOWN"); s != "" {

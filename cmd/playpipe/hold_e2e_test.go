@@ -25,7 +25,7 @@ import (
 // process with the same transactional id delivers the held events — and
 // none of the already delivered ones again (commit metadata). Every play
 // exactly once, nothing rejected. The outage here lasts until the kill
-// (a few seconds); the behaviour is the same for the 60 s.
+// (a few seconds); the behaviour is the same for the real outage's 60 s.
 func TestConsumeKill9WhileHeld(t *testing.T) {
 	if testing.Short() {
 		t.Skip("separate processes")
