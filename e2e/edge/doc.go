@@ -8,7 +8,9 @@
 // own prefix, configuration, pid file and error log in a temporary folder,
 // on loopback, and is stopped by PID.
 //
-// Each run compares what the partner received, play by play, with the
+// TestEdge (edge_test.go, with the nginx configuration of nginx_test.go)
+// runs one variant of the edge per subtest; TestSlowPartnerCopies
+// (slow_test.go) is the slow partner. Each run compares what the partner received, play by play, with the
 // plays expected from the published events, and checks the promise the
 // audit rests on: the partner's duplicates are no more than the plays
 // labelled in doubt, and no more than the audit's bound on extra copies.
