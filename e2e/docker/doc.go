@@ -14,9 +14,14 @@
 // schema and is idempotent, and that the portable DDL runs there too. containers_test.go starts the containers,
 // roles_test.go the roles as processes.
 //
-//	make e2e-docker        # go test -tags docker -count=1 -v ./e2e/docker/
+//	make e2e-docker        # cd e2e/docker && go test -tags docker -count=1 -v ./...
 //
 // It needs a Docker engine (DOCKER_HOST or the default socket). Without one
 // the test fails saying so; it is not part of `make test`, which only
-// compiles and vets it (go vet -tags docker ./...).
+// compiles and vets it (make vet, make staticcheck).
+//
+// e2e/docker is a Go module of its own (go.mod, requiring playpipe through a
+// replace directive to the repository's root), so testcontainers-go and the
+// Docker client stay out of the module graph of a program that imports
+// playpipe's libraries (producer's TestFleetModuleGraph).
 package docker
