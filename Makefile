@@ -6,7 +6,17 @@ DEADCODE_VERSION    ?= v0.52.0
 BIN       := bin/playpipe
 export PATH := $(PATH):$(shell $(GO) env GOPATH)/bin:/usr/sbin
 
-.PHONY: kafka all build demo test test-race test-chdb unit lint fmt-check vet staticcheck deadcode bench bench-e2e bench-report bench-report-bound bench-report-latency bench-report-errors fuzz fuzz-short tools clickhouse zookeeper chromium chdb nginx clean e2e-docker
+# Nested modules. The deploy checks (k8s.io/api, kustomize, compose-go), the
+# image's health check (the standard library only) and the Docker suite
+# (testcontainers-go, the Docker client; e2e/docker, `make e2e-docker`) have
+# go.mod files of their own, so that a program importing playpipe's libraries
+# resolves none of their dependencies (producer's TestFleetModuleGraph). `./...`
+# stops at a nested go.mod, so the targets below also run their command in each
+# of SUBMODULES — when PKGS is the default ./..., not for a chosen package list.
+SUBMODULES := deploy deploy/healthcheck
+in-submodules = set -e; for m in $(if $(filter ./...,$(PKGS)),$(SUBMODULES)); do echo "== module $$m"; (cd $$m && $(1)); done
+
+.PHONY: kafka all build demo test test-race test-chdb test-short unit lint fmt-check vet staticcheck deadcode bench bench-e2e bench-report bench-report-bound bench-report-latency bench-report-errors fuzz fuzz-short tools clickhouse zookeeper chromium chdb nginx nft clean e2e-docker
 
 all: build
 
@@ -18,32 +28,50 @@ demo: clickhouse build
 	./$(BIN) demo
 
 ## test: everything CI checks: formatting, vet, staticcheck, a short run of every fuzz target, then all tests with the race detector, then the ledger suite on current ClickHouse (test-chdb).
-test: tools clickhouse zookeeper chromium chdb nginx kafka lint fuzz-short test-race test-chdb
+test: tools clickhouse zookeeper chromium chdb nginx nft kafka lint fuzz-short test-race test-chdb
 
-# `make test` installs ClickHouse, ZooKeeper, Chromium and nginx first, so a
-# missing server, browser or edge is a failure, not a skip
+# `make test` installs ClickHouse, ZooKeeper, Chromium, nginx, nftables and
+# iproute2 and Apache Kafka's jars first, so a missing server, browser, edge or
+# broker is a failure, not a skip
 # (PLAYPIPE_REQUIRE_CLICKHOUSE covers ZooKeeper too: the replicated-ledger
 # tests need both).
+TEST_ENV = PLAYPIPE_KAFKA_VERSION=$(KAFKA_VERSION) PLAYPIPE_REQUIRE_KAFKA=$${PLAYPIPE_REQUIRE_KAFKA:-1} PLAYPIPE_REQUIRE_CLICKHOUSE=$${PLAYPIPE_REQUIRE_CLICKHOUSE:-1} PLAYPIPE_REQUIRE_CHROMIUM=$${PLAYPIPE_REQUIRE_CHROMIUM:-1} PLAYPIPE_REQUIRE_NGINX=$${PLAYPIPE_REQUIRE_NGINX:-1}
 test-race:
-	PLAYPIPE_KAFKA_VERSION=$(KAFKA_VERSION) PLAYPIPE_REQUIRE_KAFKA=$${PLAYPIPE_REQUIRE_KAFKA:-1} PLAYPIPE_REQUIRE_CLICKHOUSE=$${PLAYPIPE_REQUIRE_CLICKHOUSE:-1} PLAYPIPE_REQUIRE_CHROMIUM=$${PLAYPIPE_REQUIRE_CHROMIUM:-1} PLAYPIPE_REQUIRE_NGINX=$${PLAYPIPE_REQUIRE_NGINX:-1} $(GO) test -race -count=1 -timeout 45m $(PKGS)
+	$(TEST_ENV) $(GO) test -race -count=1 -timeout 45m $(PKGS)
+	@$(call in-submodules,$(TEST_ENV) $(GO) test -race -count=1 -timeout 20m ./...)
 
 ## test-chdb: the ledger tests that run on every ClickHouse (testenv.ForEachLedger:
 ## migrations, the sink's rows, every audit number, list and HTML query, the
 ## dashboard panels, replay selection), on current ClickHouse in-process through
 ## chdb (build tag chdb; CHDB_LIB_PATH names libchdb.so, installed by `make chdb`).
 ## Their clickhouse-server (18.16) runs are part of test-race; here only the chdb
-## subtests run. With the race detector: chdb-go calls the library through purego,
-## whose calls the detector does not instrument, as it does not cgo's.
-CHDB_PKGS  := ./analytics ./deploy ./internal/chdbconn ./replay
+## subtests run (the deploy module's dashboard panels too). With the race detector:
+## chdbconn calls the library through purego, whose calls the detector does not
+## instrument, as it does not cgo's.
+CHDB_PKGS  := ./analytics ./internal/chdbconn ./replay
 CHDB_TESTS := TestLedgerSuite|TestTwoTopicGenerations|TestDashboardQueries|TestSelectReportsOnEveryLedger|TestDriverBehavesAlike
 test-chdb: chdb
 	@rc=0; CHDB_LIB_PATH=$(abspath $(CHDB_LIB)) PLAYPIPE_REQUIRE_CLICKHOUSE=$${PLAYPIPE_REQUIRE_CLICKHOUSE:-1} \
 	  $(GO) test -race -tags chdb -count=1 -timeout 10m -run '^($(CHDB_TESTS))$$/^chdb$$' -v $(CHDB_PKGS) > $(CHDB_DIR)/test.log 2>&1 || rc=$$?; \
+	[ $$rc != 0 ] || (cd deploy && CHDB_LIB_PATH=$(abspath $(CHDB_LIB)) PLAYPIPE_REQUIRE_CLICKHOUSE=$${PLAYPIPE_REQUIRE_CLICKHOUSE:-1} \
+	  $(GO) test -race -tags chdb -count=1 -timeout 10m -run '^($(CHDB_TESTS))$$/^chdb$$' -v ./...) >> $(CHDB_DIR)/test.log 2>&1 || rc=$$?; \
 	if [ $$rc = 0 ]; then grep -E '^(--- |ok )|ledger on ClickHouse' $(CHDB_DIR)/test.log; else cat $(CHDB_DIR)/test.log; fi; exit $$rc
 
 ## unit: the tests without the race detector (faster, for the edit loop).
 unit:
 	$(GO) test -count=1 $(PKGS)
+	@$(call in-submodules,$(GO) test -count=1 ./...)
+
+## test-short: the unit tier, for the edit loop: every package with -short, so the
+## end-to-end suites (e2e/, the processes of cmd/playpipe, the Kafka cluster) and the
+## other slow tests skip (testing.Short guards); no race detector, no fuzzing, no lint.
+## Tests that need a local part still start it where it is installed (clickhouse-server,
+## one Apache Kafka node per test binary, Chromium) and skip where it is not.
+## On the shared 2-core machine with a warm build cache: 3 min at load average 21,
+## 7 min at 32–40 (reporter 113 s, analytics 88 s, cmd/playpipe 63 s, consumer 62 s).
+test-short:
+	$(GO) test -short -count=1 -timeout 10m $(PKGS)
+	@$(call in-submodules,$(GO) test -short -count=1 ./...)
 
 lint: fmt-check vet staticcheck deadcode
 
@@ -51,25 +79,28 @@ fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
-# The docker-tagged suite (e2e/docker) is vetted and statically checked too,
-# so it compiles in CI even where no Docker engine can run it.
+# The docker-tagged suite (e2e/docker, a module of its own) is vetted and
+# statically checked too, so it compiles in CI even where no Docker engine can
+# run it.
 vet:
 	$(GO) vet $(PKGS)
-	$(GO) vet -tags docker $(PKGS)
 	$(GO) vet -tags chdb $(PKGS)
 	$(GO) vet -tags benchstub ./reporter/ ./cmd/...
+	@$(call in-submodules,$(GO) vet ./... && $(GO) vet -tags chdb ./...)
+	cd e2e/docker && $(GO) vet -tags docker ./...
 
 staticcheck:
 	staticcheck $(PKGS)
-	staticcheck -tags docker ./e2e/...
 	staticcheck -tags chdb $(PKGS)
 	staticcheck -tags benchstub ./reporter/
+	@$(call in-submodules,staticcheck ./... && staticcheck -tags chdb ./...)
+	cd e2e/docker && staticcheck -tags docker ./...
 
 ## e2e-docker: the end-to-end suite on Apache Kafka and current ClickHouse
 ## containers (the images docker-compose.yml uses), roles as processes.
 ## Needs a Docker engine; not part of `make test`.
 e2e-docker:
-	$(GO) test -tags docker -count=1 -timeout 20m -v ./e2e/docker/
+	cd e2e/docker && $(GO) test -tags docker -count=1 -timeout 20m -v ./...
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -count 6 $(PKGS)
@@ -162,9 +193,10 @@ tools:
 	@command -v staticcheck >/dev/null 2>&1 || $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 	@command -v deadcode >/dev/null 2>&1 || $(GO) install golang.org/x/tools/cmd/deadcode@$(DEADCODE_VERSION)
 
-## deadcode: no function unreachable from main or the tests (issue 23).
+## deadcode: no function unreachable from main or the tests.
 deadcode:
 	@out=$$(deadcode -test $(PKGS)); if [ -n "$$out" ]; then echo "deadcode -test finds unreachable functions:"; echo "$$out"; exit 1; fi
+	@$(call in-submodules,out=$$(deadcode -test ./...); if [ -n "$$out" ]; then echo "deadcode -test finds unreachable functions:"; echo "$$out"; exit 1; fi)
 
 ## kafka: Apache Kafka's own jars for the tests (org.apache.kafka:kafka_2.13
 ## KAFKA_VERSION with its runtime dependencies and a log binding), resolved
@@ -236,6 +268,17 @@ nginx:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y nginx; \
 	else echo "nginx not found: install nginx, or run the tests with PLAYPIPE_REQUIRE_NGINX=0 (the edge suite then skips)"; exit 1; fi
+
+## nft: the network partition of the Apache Kafka cluster test (e2e TestKafkaClusterFaults)
+## puts a broker in a network namespace of its own and drops its packets with nftables:
+## nft and ip, from nftables and iproute2, installed when missing (the test itself needs
+## root to make the namespace, and says so when it skips that fault).
+nft:
+	@if command -v nft >/dev/null 2>&1 && command -v ip >/dev/null 2>&1; then :; \
+	elif command -v apt-get >/dev/null 2>&1; then \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y nftables iproute2; \
+	else echo "nft or ip not found: install nftables and iproute2 (the Kafka cluster test's network partition needs them)"; exit 1; fi
 
 clean:
 	rm -rf bin

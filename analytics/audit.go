@@ -90,7 +90,7 @@ type Audit struct {
 	EventsRejected   uint64  `json:"events_rejected"`           // distinct events rejected (offset_beyond_mix excluded: see EventsWithoutPlays)
 	RejectedByReason []Count `json:"rejected_by_reason"`        // by the first violation's reason
 	// EventsWithoutPlays are valid events that yielded no track play: a
-	// segment starting at or past the end of its mix (DESIGN's split rule:
+	// segment starting at or past the end of its mix (the split rule of docs/design.md:
 	// valid, zero plays; ledgers written before that rule counted them as
 	// offset_beyond_mix rejections, which are counted here instead), or
 	// lying before a listing's first track. An event not enriched yet is
@@ -313,7 +313,7 @@ ALL LEFT JOIN
 USING report_id`
 }
 
-// condRealReject excludes legacy offset_beyond_mix rejections: by DESIGN's
+// condRealReject excludes legacy offset_beyond_mix rejections: by docs/design.md's
 // split rule such an event is valid with zero plays (docs/consumer.md).
 const condRealReject = "reason != 'offset_beyond_mix'"
 

@@ -7,7 +7,7 @@ import (
 	"strings"
 )
 
-// The copies the partner may hold (issue 22, "the audit counts copies").
+// The copies the partner may hold ("the audit counts copies").
 //
 // A play's copies at the partner are bounded by its recorded `delivered`
 // answers plus every post whose own fate is unknown: the Delivery records

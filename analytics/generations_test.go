@@ -14,7 +14,7 @@ import (
 	"github.com/playpipe/playpipe/wiring/testenv"
 )
 
-// TestTwoTopicGenerations: a broker that came back empty (issue 30, 7.1).
+// TestTwoTopicGenerations: a broker that came back empty.
 // The sink copies 41 events of the first life of the topics, the broker is
 // replaced by an empty one (new topic ids, offsets from 0 again), and the
 // sink copies 32 events of the second life at the same (topic, partition,

@@ -1,6 +1,6 @@
 // Package consumer is playpipe's enrich role: it reads player events from
 // <prefix>.events in a consumer group, splits each listening segment into
-// per-track plays with the mix's track listing (the split rule of DESIGN.md,
+// per-track plays with the mix's track listing (the split rule of docs/design.md,
 // see Split), and writes the plays to <prefix>.reports or the event with its
 // reasons to <prefix>.rejected.
 //

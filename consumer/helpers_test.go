@@ -192,7 +192,7 @@ func genEvents(seed uint64, n int, mixes []refMix, unknownMixID int64) []genEven
 			ev["mix_id"] = unknownMixID
 			g.mix, g.wantReason = nil, schemas.ReasonUnknownMix
 		case 5:
-			// Valid, zero plays (DESIGN's split rule): no report, no rejection.
+			// Valid, zero plays (the split rule of docs/design.md): no report, no rejection.
 			ev["offset_ms"] = m.lengthMS + rng.Int64N(10_000)
 		}
 		if g.value == nil {

@@ -14,12 +14,12 @@ import (
 )
 
 // outageWindow is how long the mix endpoint fails for one mix in the hold
-// tests. Issue 22 saw 60 s; the behaviour is the same for any window
+// tests. The real partner's outage lasted 60 s; the behaviour is the same for any window
 // longer than the batch wait (MixHoldAfter) and the retry backoff, so a
 // shorter one keeps the tests quick.
 const outageWindow = 6 * time.Second
 
-// holdScenario is the issue's case: keys whose first event is of the
+// holdScenario is the case seen in production: keys whose first event is of the
 // failing mix (then events of the healthy, cached mix behind it), and keys
 // with only events of the healthy mix, spread over every partition.
 type holdScenario struct {
@@ -96,7 +96,8 @@ func delivered(t *testing.T, k *testenv.Kafka) (map[string][]schemas.TrackPlay, 
 	return got, dups
 }
 
-// TestOneFailingMixHoldsOnlyItsEvents is issue 22 item 5 end to end (kfake,
+// TestOneFailingMixHoldsOnlyItsEvents: one failing mix holds only its own
+// events, end to end (kfake,
 // the sandbox with the mix endpoint answering 500 for one mix during
 // outageWindow, the real partner API client, the enrich role): the healthy
 // mix's events on every partition are delivered during the outage; the
@@ -116,7 +117,7 @@ func TestOneFailingMixHoldsOnlyItsEvents(t *testing.T) {
 		o.TxnInterval = 50 * time.Millisecond
 	})
 	stop := runEnricher(t, e)
-	// The healthy mix is cached before the outage (as in the issue).
+	// The healthy mix is cached before the outage (as it was when the real outage began).
 	warm := newHoldScenario(bad, good, 0, 1, 1, time.Now().Add(-time.Hour).UnixMilli())
 	warm.evs[0].eventID, warm.evs[0].key = "warm", []byte("warm")
 	warm.evs[0].value = []byte(strings.Replace(string(warm.evs[0].value), "good-0-e0", "warm", 1))

@@ -68,7 +68,7 @@ func readRejections(t *testing.T, k *testenv.Kafka) (map[string]schemas.Rejectio
 	return out, sizes
 }
 
-// TestPoisonEventsDoNotStall is issue 10's "done when" on the consumer: a
+// TestPoisonEventsDoNotStall: poison events do not stall the consumer: a
 // 200 KB event (valid JSON, unknown mix, a pad of 200k '<', which JSON
 // escaping grows sixfold) and a 5 MiB one are rejected as too_large with
 // records that fit, and 300 ordinary events published after them on the

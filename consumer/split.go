@@ -96,7 +96,7 @@ type SplitOptions struct {
 // 0 ms to dst (in time order) and returning it. It returns a violation
 // instead when the listing cannot be split (ReasonBadListing). A segment of
 // zero duration, or one that starts at or after the end of the mix (clipped
-// to nothing), overlaps no track and yields no play: by DESIGN's rule it is a
+// to nothing), overlaps no track and yields no play: by the split rule (docs/design.md) it is a
 // valid event with zero plays, not a rejection (docs/consumer.md).
 //
 // Optional event fields are carried as the rule says: cachedplay on every

@@ -101,7 +101,7 @@ func TestSplit(t *testing.T) {
 				{1, 12, " us-s1z-99-00001\u00a0", 100, 100, false},
 			}},
 		{name: "zero duration", mix: testMix(), offset: 10_000, dur: 0, want: nil},
-		// DESIGN's split rule: a segment starting at or past the mix end
+		// The split rule (docs/design.md): a segment starting at or past the mix end
 		// overlaps no track: a valid event with zero plays, not a rejection.
 		{name: "offset at the mix end", mix: testMix(), offset: 600_000, dur: 1_000, want: nil},
 		{name: "offset beyond the mix", mix: testMix(), offset: 900_000, dur: 1_000, want: nil},

@@ -17,4 +17,11 @@
 // `playpipe <role> --help` (every PLAYPIPE_* name it mentions), never from a
 // list kept here, so a flag added to a role is accepted by the checks at once
 // and a misspelt name in a deployment file fails them.
+//
+// deploy/ is a Go module of its own (go.mod, requiring playpipe through a
+// replace directive to the folder above), and so is deploy/healthcheck (the
+// image's health check, the standard library only): k8s.io/api, kustomize
+// and compose-go stay out of the module graph of a program that imports
+// playpipe's libraries (producer's TestFleetModuleGraph). `make test`, `make
+// vet` and the other targets visit both modules besides the root.
 package deploy

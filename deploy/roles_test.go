@@ -104,6 +104,8 @@ func playpipeBinary(t testing.TB) string {
 	return binPath
 }
 
+// moduleRoot is the repository's root: the folder above deploy/go.mod (the
+// deploy checks are a module of their own, nested in playpipe's).
 func moduleRoot() (string, error) {
 	out, err := exec.Command("go", "env", "GOMOD").Output()
 	if err != nil {
@@ -111,9 +113,9 @@ func moduleRoot() (string, error) {
 	}
 	gomod := strings.TrimSpace(string(out))
 	if gomod == "" || gomod == os.DevNull {
-		return "", fmt.Errorf("not inside the playpipe module")
+		return "", fmt.Errorf("not inside the playpipe deploy module")
 	}
-	return filepath.Dir(gomod), nil
+	return filepath.Dir(filepath.Dir(gomod)), nil
 }
 
 var (

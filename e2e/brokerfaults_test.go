@@ -22,7 +22,7 @@ import (
 	"github.com/playpipe/playpipe/wiring/testenv"
 )
 
-// TestBrokerFrozen is issue 22's first case: the broker is frozen with
+// TestBrokerFrozen: the broker is frozen with
 // SIGSTOP for longer than the gateway's --delivery-timeout while two fleets
 // post. Each POST must be answered within the delivery timeout (+1 s) with
 // 503, Retry-After and a per-event fate; /readyz of every role must answer
@@ -203,7 +203,7 @@ func TestBrokerFrozen(t *testing.T) {
 	}
 }
 
-// TestBrokerRestartedEmpty is issue 22's second case: the broker is killed
+// TestBrokerRestartedEmpty: the broker is killed
 // and started again, empty, on the same port while every role runs. Every
 // /readyz must say 503 naming the broker while it is down; the roles must
 // then notice the new topics (new ids) and exit 75 at once for their
@@ -329,7 +329,7 @@ func TestBrokerFrozenShutdown(t *testing.T) {
 // reach the partner (a restarted role finds no committed offsets on the new
 // topic: the broker dropped them with the old one, and the roles read a new
 // topic from its start), and the ledger's audit counts every event of both
-// generations once and names them (issue 30, 7.1).
+// generations once and names them.
 func TestTopicRecreated(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end: builds the binary and runs 5 processes")

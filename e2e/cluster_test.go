@@ -34,7 +34,7 @@ const (
 	clusterRate       = 500 // events per second: the simulation lasts ~6 s
 )
 
-// TestReplicatedLedgerWithKills is issue 21's replicated-ledger proof, on
+// TestReplicatedLedgerWithKills is the replicated ledger's proof, on
 // the real parts: Debian's ZooKeeper and two clickhouse-server 18.16
 // replicas of a 1-shard cluster (internal/chcluster), the ledger created by
 // `playpipe migrate --cluster`, and the pipeline as separate processes of

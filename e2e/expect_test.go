@@ -54,7 +54,7 @@ func readRecord(t *testing.T, path string) []simRecord {
 
 // expectedPlays computes, independently of the consumer, the reports the
 // valid simulated events must yield, from the sandbox's own catalog (the
-// split rule of DESIGN.md, as pipeline/pipeline_test.go computes it, with a
+// split rule of docs/design.md, with wiring/expect like the harness tests, with a
 // minimum play length of 1 s).
 func expectedPlays(t *testing.T, cat *sandbox.Catalog, msgs []simRecord) (posted map[play]int, belowMin, validEvents, badEvents int) {
 	t.Helper()

@@ -47,7 +47,7 @@ const (
 )
 
 // clusterDownFor is how long one node stays down in the one-node-down
-// case: PLAYPIPE_E2E_NODE_DOWN (a duration; the issue's 60s) or 30 s, so
+// case: PLAYPIPE_E2E_NODE_DOWN (a duration, e.g. 60s) or 30 s, so
 // that the whole file finishes well within 10 minutes on a small machine.
 func clusterDownFor(t *testing.T) time.Duration {
 	if s := os.Getenv("PLAYPIPE_E2E_NODE_DOWN"); s != "" {
@@ -544,7 +544,7 @@ func startClusterRig(t *testing.T) *clusterRig {
 	return c
 }
 
-// TestKafkaClusterFaults is issue 30 point 4: the pipeline as processes
+// TestKafkaClusterFaults runs the pipeline as processes
 // (ingest, consume, report ×2, sink) under a steady load posted through
 // the gateway, on a three-broker Apache Kafka (replication factor 3,
 // min.insync.replicas 2) with two controller-only nodes, through one fault

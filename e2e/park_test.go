@@ -21,7 +21,7 @@ import (
 	"github.com/playpipe/playpipe/wiring/testenv"
 )
 
-// TestPoisonTrackParked is issue 29's end-to-end proof, every role a
+// TestPoisonTrackParked is the end-to-end proof of parking, every role a
 // process of the built binary on Apache Kafka: a partner that answers 500
 // to every report of one track (a bug on one payload; 500 is transient, so
 // it is retried) no longer stops the flow.

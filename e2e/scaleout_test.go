@@ -48,8 +48,8 @@ type role struct {
 	p     *testenv.Proc
 }
 
-// TestScaleOutWithFaults is issue 9's scale-out proof: 3 report, 2 consume
-// and 2 sink processes on one Apache Kafka node (12 partitions; issue 30);
+// TestScaleOutWithFaults is the scale-out proof: 3 report, 2 consume
+// and 2 sink processes on one Apache Kafka node (12 partitions);
 // while the partner answers and deliveries flow, one of each is killed with
 // SIGKILL and another reporter is stopped with SIGTERM (it must exit 0); the
 // killed ones are restarted under the same --instance-id; then the third
@@ -351,7 +351,7 @@ func TestScaleOutWithFaults(t *testing.T) {
 			t.Errorf("audit %s: %d, want %d", c.name, c.got, c.want)
 		}
 	}
-	// The audit counts copies (issue 22, item 4): its bound on extra copies
+	// The audit counts copies: its bound on extra copies
 	// is at least the partner's duplicates, and a crash is recorded as such.
 	if rep.PossibleExtraCopies < uint64(dups) {
 		t.Errorf("audit: possible extra copies %d, fewer than the partner's %d duplicates (by cause %v)", rep.PossibleExtraCopies, dups, rep.DoubtfulPostsByCause)

@@ -17,7 +17,7 @@ import (
 	"github.com/playpipe/playpipe/wiring/testenv"
 )
 
-// TestSlowPartnerCopiesAsProcesses is issue 22 item 4 with every role a
+// TestSlowPartnerCopiesAsProcesses is TestSlowPartnerCopies (e2e/edge) with every role a
 // process of the built binary: the partner records each report at once but
 // answers its first two posts of it after 3 s, past `playpipe report
 // --api-timeout 1s`. So every play reaches the partner three times; the

@@ -17,7 +17,7 @@ import (
 
 // What is an answer of the API, and what is not. The partner API sits behind
 // an edge (TLS, HTTP/2, keep-alive limits, large headers, its own error
-// pages: shared/DESIGN.md, "The partner is behind an edge"). An answer is the
+// pages: docs/design.md, "The partner is behind an edge"). An answer is the
 // API's own when its body is the API's JSON: `{"error":false,…}` on a 200,
 // the error envelope `{"error":true,"message"|"reason":…}` otherwise (or the
 // plain-text 401 of its authentication layer). Anything else came from

@@ -26,7 +26,7 @@ import (
 
 // Tests of the play report post (report_send.go, answer.go) through
 // net/http against a raw TCP server that answers with scripted bytes: the
-// edge cases of issue 20 (framings, large and malformed headers, stray
+// edge cases of an HTTP answer (framings, large and malformed headers, stray
 // bytes, cut bodies, closed connections, hung servers, edge pages), each
 // with what it means for the report: delivered, rejected, or retried, and
 // in doubt or not.

@@ -97,7 +97,7 @@ type Decision struct {
 }
 
 // Classify is the one place that decides what an answer of the partner API
-// means for a report: the outcome table of DESIGN.md ("Delivering a report"),
+// means for a report: the outcome table of docs/design.md ("Delivering a report"),
 // with the reason for each case next to it. liveBypassDelivered says whether a
 // 200 served by live-bypass counts as delivered (default) or is replayed like
 // a standby answer.

@@ -25,7 +25,7 @@ type Attempt struct {
 }
 
 // Doubt is what a report's posts leave unknown about its copies at the
-// partner, carried from one post to the next (DESIGN.md, "Delivering a
+// partner, carried from one post to the next (docs/design.md, "Delivering a
 // report"; the causes are schemas.Doubt*). The reporter keeps it on its job
 // (job.inDoubt, job.carried), replay/redrive per report of a run.
 type Doubt struct {

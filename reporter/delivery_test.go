@@ -9,7 +9,7 @@ import (
 	"github.com/playpipe/playpipe/schemas"
 )
 
-// TestNewDelivery: the one Delivery builder labels doubt as DESIGN.md
+// TestNewDelivery: the one Delivery builder labels doubt as docs/design.md
 // says: a post in doubt carries its own cause and labels the report from
 // then on; a post without a record of its own leaves its cause to the
 // next record, which carries it once; an abandoned post given a record of

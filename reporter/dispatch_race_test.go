@@ -44,7 +44,7 @@ func (a *secondPostAPI) Session(context.Context) (partnerapi.Meta, error) {
 // first worker must not read the report's decision after handing it back
 // (run.mu released: the second post writes it), and the second post must
 // read the doubt under the partition's lock. Run it under -race: both were
-// data races (issue 29).
+// data races before the doubt moved under the partition's lock.
 func TestRetryWhileTheFirstAnswerLands(t *testing.T) {
 	rn, ps := bareRun(t, 4, 0)
 	rn.log = testLogger(t)

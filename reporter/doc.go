@@ -20,7 +20,7 @@
 //   - A partition's offset is committed only past records with a final
 //     outcome whose Delivery record is already in Kafka.
 //   - One classifier (Classify) decides what each answer means: the outcome
-//     table of DESIGN.md, with the reason for each case in the code.
+//     table of docs/design.md, with the reason for each case in the code.
 //   - Transient failures are retried with exponential backoff and jitter,
 //     honouring Retry-After, without holding up other reports or partitions.
 //   - A 200 served by standby starts a standby episode: posting stops, the
@@ -40,15 +40,21 @@
 //   - A 403 (edge 1010) or a refused credential stops the reporter with an
 //     error wrapping ErrInvalidConfig and commits nothing more.
 //
-// Files by concern: reporter.go (types, Run), intake.go (polling, intake,
-// topics), lease.go (lease markers), dispatch.go (workers, posts, Delivery
-// records), outcome.go (applying answers), classify.go (what an answer
-// means), commit.go and progress.go (commits and their metadata),
-// recover.go (assignment), revoke.go (rebalances), park.go and slowlane.go
-// (parking and slow retries), standby.go (standby
-// episodes), throttle.go (the retry budget), limit.go (the adaptive
-// in-flight limit), lifecycle.go (coordinator, shutdown), clock.go (the
-// injected clock).
+// Files by concern: config.go (Config, its defaults and Validate),
+// reporter.go (types, Run), intake.go (polling, intake, topics), queue.go
+// (the dispatch queues), lease.go (lease markers), dispatch.go (workers,
+// posts), delivery.go (Attempt and Doubt: what a post's Delivery record
+// says), produce.go (the one way records leave the reporter;
+// produce_benchstub.go swaps it in the benchstub measurement build),
+// outcome.go (applying answers), classify.go (what an answer means),
+// backoff.go (the retry delay), dedupe.go (the recent report ids),
+// watermark.go (a partition's safe commit offset), commit.go and
+// progress.go (commits and their metadata), recover.go (assignment),
+// revoke.go (rebalances), park.go and slowlane.go (parking and slow
+// retries), standby.go (standby episodes), throttle.go (the retry budget),
+// limit.go (the adaptive in-flight limit), lifecycle.go (coordinator,
+// shutdown), metrics.go (instruments and gauges), clock.go (the injected
+// clock).
 //
 // # State and locks
 //

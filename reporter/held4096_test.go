@@ -52,7 +52,7 @@ func holdProxy(t *testing.T, target, id string) (addr string, release func(), he
 	return srv.URL, func() { holding.Store(false) }, held
 }
 
-// TestHeldReportAt4096OnApacheKafka is issue 30's commit-metadata check on
+// TestHeldReportAt4096OnApacheKafka checks the commit metadata against
 // the real limit: Apache Kafka with default settings (offset.metadata.max.bytes
 // 4 096), the reporter process at --concurrency 4096 over a backlog, and
 // one report held at its partition's commit point (answered 503 until

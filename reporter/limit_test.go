@@ -224,7 +224,7 @@ func errorsAt(share float64, sig Signal) func(float64, float64) Signal {
 // payload, an edge's page, a reset connection, a 400) at any load: the
 // limit climbs to the cap as it does without errors, and never goes below
 // --concurrency, in every draw. The old limiter halved on each one: 1 % of
-// 500s held it at 14 in issue 29's measurement, at 18 here.
+// 500s held it at 14 in an earlier measurement, at 18 here.
 func TestLimiterGrowsThroughSteadyErrors(t *testing.T) {
 	var ref time.Duration // to the cap without errors
 	for _, c := range []struct {

@@ -18,7 +18,7 @@ import (
 // clock 4 × faster than the real one, so the retry budget, the backoff,
 // the adaptive limit's intervals and --rate all run on it, and the 12 s
 // outage takes 3 s. Rates are counted per second of that clock.
-// PLAYPIPE_OUTAGE_FULL=1 runs the version: 30 s, 3 000/s, on the
+// PLAYPIPE_OUTAGE_FULL=1 runs the full-size version: 30 s, 3 000/s, on the
 // real clock.
 func TestOutageBacksOffAsAWhole(t *testing.T) {
 	if testing.Short() {

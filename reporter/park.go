@@ -12,7 +12,7 @@ import (
 	"github.com/playpipe/playpipe/schemas"
 )
 
-// Parking: one report never holds up the others (DESIGN.md).
+// Parking: one report never holds up the others (docs/design.md).
 //
 // A report whose transient failures outlast its retry budget
 // (Config.ParkAfterAttempts failures AND Config.ParkAfter of time, counting

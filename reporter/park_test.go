@@ -17,7 +17,7 @@ import (
 	"github.com/playpipe/playpipe/wiring/testenv"
 )
 
-// badPartner is the partner stand-in of issue 29: it answers every report
+// badPartner is the partner stand-in of the parking tests: it answers every report
 // in a set (by the report's userid, which the harness sets to the report
 // id) with the answer of a second sandbox that fails every report with 500,
 // and every other report with the real sandbox's answer, until lifted.
@@ -100,7 +100,7 @@ func (e *e2e) publishTrack(prefix string, n int, track int64) map[string]bool {
 	return ids
 }
 
-// TestParkedTrackDoesNotHoldOthers is issue 29: the partner answers 500 to
+// TestParkedTrackDoesNotHoldOthers: the partner answers 500 to
 // every report of one track. Every other report is delivered; the bad ones
 // are parked (a parked Delivery record with the last answer and attempts),
 // and every partition's commit point moves past them. A restart re-posts
@@ -347,7 +347,7 @@ func TestParkBudget(t *testing.T) {
 	}
 }
 
-// TestPoisonTrackSandboxFault is issue 29 against the sandbox's own fault
+// TestPoisonTrackSandboxFault is the parking test against the sandbox's own fault
 // (Faults.Report.TrackIDs: every report of a track answered 500 until
 // lifted): the reports of that track are parked while the others are
 // delivered and every partition committed to its end; lifted, the slow

@@ -47,7 +47,7 @@ const (
 	ReasonEmptyField     = "empty_field"     // a required string is empty
 	ReasonMissingUserID  = "missing_user_id" // user_id absent or empty (quarantined by default)
 	ReasonUnknownMix     = "unknown_mix"     // the partner API answered 404 for mix_id
-	// ReasonOffsetBeyondMix is no longer a rejection: by DESIGN's split rule
+	// ReasonOffsetBeyondMix is no longer a rejection: by the split rule (docs/design.md)
 	// such a segment is a valid event with zero plays (docs/consumer.md).
 	// Kept so that ledgers holding older rejections can name it.
 	ReasonOffsetBeyondMix = "offset_beyond_mix"

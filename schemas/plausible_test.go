@@ -12,7 +12,7 @@ func timeEvent(started, offset, dur int64) []byte {
 	return fmt.Appendf(nil, `{"event_id":"t-1","mix_id":42,"started_at":%d,"offset_ms":%d,"duration_ms":%d,"user_id":"u","country":"DE","os":"o","device":"d","vendor":1}`, started, offset, dur)
 }
 
-// TestImplausibleTime: the four cases of issue 22 (seconds, microseconds,
+// TestImplausibleTime: the four implausible time cases (seconds, microseconds,
 // the year 2100, int64 max) and the derived-time cases, around a fixed
 // arrival, with the default and a configured window.
 func TestImplausibleTime(t *testing.T) {

@@ -16,7 +16,8 @@ import (
 	"github.com/playpipe/playpipe/wiring/testenv"
 )
 
-// TestConsumeKill9WhileHeld is issue 22 item 5 with `playpipe consume` as a
+// TestConsumeKill9WhileHeld: one failing mix holds only its events, with
+// `playpipe consume` as a
 // separate process: the sandbox's mix endpoint answers 500 for one mix; the
 // other mix's events, on every partition, are delivered meanwhile; the
 // process is killed with SIGKILL while the failing mix's events (and those
@@ -24,7 +25,7 @@ import (
 // process with the same transactional id delivers the held events — and
 // none of the already delivered ones again (commit metadata). Every play
 // exactly once, nothing rejected. The outage here lasts until the kill
-// (a few seconds); the behaviour is the same for the issue's 60 s.
+// (a few seconds); the behaviour is the same for the real outage's 60 s.
 func TestConsumeKill9WhileHeld(t *testing.T) {
 	if testing.Short() {
 		t.Skip("separate processes")

@@ -22,7 +22,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// TestUsageAndExitCodes: the top-level CLI contract (issue 13): no command is
+// TestUsageAndExitCodes: the top-level CLI contract: no command is
 // a usage error, `help <command>` prints that command's help, a bad flag is one
 // short message naming it, and a bad Kafka flag exits 2 in every role.
 func TestUsageAndExitCodes(t *testing.T) {

@@ -20,7 +20,7 @@ import (
 	"github.com/playpipe/playpipe/wiring/testenv"
 )
 
-// TestImplausibleTimeProcesses is issue 22's "four time cases" end to end,
+// TestImplausibleTimeProcesses runs the four implausible time cases end to end,
 // with `playpipe ingest` and `playpipe consume` as separate processes on an
 // embedded broker and the sandbox: an event whose started_at is in seconds,
 // in microseconds, in the year 2100 or int64 max is

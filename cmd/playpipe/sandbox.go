@@ -28,7 +28,7 @@ func init() {
 	})
 }
 
-const sandboxSynopsis = `Serves an emulator of the partner API (shared/partner-api-spec.md, v2.0.0): sessions,
+const sandboxSynopsis = `Serves an emulator of the partner API (docs/partnerapi.md; the partner's specification v2.0.0): sessions,
 catalog, page, list, genre row, mix and play reports, with the spec's shapes, statuses and
 messages; standby and live-bypass modes; an edge layer that blocks default script
 User-Agents (403, edge error 1010); injectable faults; and a ledger of every report.
@@ -252,8 +252,8 @@ func (ls *listeners) shutdown() {
 // pinHost serves h with the request's Host replaced by the listener's own
 // address. otelhttp labels its http.server.* metrics with server.address and
 // server.port taken from the Host header, which the caller chooses: random
-// Host values would each open new series and grow /metrics without bound
-// (issue 10). The sandbox's handlers never read Host, and every other label
+// Host values would each open new series and grow /metrics without bound.
+// The sandbox's handlers never read Host, and every other label
 // (method, status, protocol, the sandbox's endpoint names) is from a fixed
 // set. The request is copied shallowly, as http.StripPrefix does.
 func pinHost(h http.Handler, listenAddr string) http.Handler {

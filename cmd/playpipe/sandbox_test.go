@@ -189,7 +189,7 @@ func metricsSize(t *testing.T, admin string) (int, string) {
 	return len(b), string(b)
 }
 
-// Issue 10: no metric label value comes from the request. 5 000 requests
+// No metric label value comes from the request. 5 000 requests
 // with random Host headers (and random paths and ids) leave /metrics the
 // same size (±10 %).
 func TestSandboxMetricsBoundedUnderRandomHosts(t *testing.T) {

@@ -19,6 +19,8 @@ import (
 	"time"
 )
 
+// moduleRoot is the repository's root: two folders above e2e/docker/go.mod
+// (the Docker suite is a module of its own, nested in playpipe's).
 func moduleRoot(t *testing.T) string {
 	t.Helper()
 	out, err := exec.Command("go", "env", "GOMOD").Output()
@@ -27,9 +29,9 @@ func moduleRoot(t *testing.T) string {
 	}
 	gomod := strings.TrimSpace(string(out))
 	if gomod == "" || gomod == os.DevNull {
-		t.Fatal("not inside the playpipe module")
+		t.Fatal("not inside the playpipe e2e/docker module")
 	}
-	return filepath.Dir(gomod)
+	return filepath.Dir(filepath.Dir(filepath.Dir(gomod)))
 }
 
 // buildPlaypipe builds cmd/playpipe into the test's temp dir.

@@ -35,7 +35,7 @@ const (
 	parkBigDetail  = 6000 // bytes of the oversized report's sourcedetail
 )
 
-// TestEdge413Parked (issue 29, "Done when", the edge case): the sandbox
+// TestEdge413Parked (parking, the edge's case): the sandbox
 // behind nginx whose client_max_body_size takes every normal report but
 // not one oversized report; `playpipe report` (a small park budget, a slow
 // lane of 1 h) and `playpipe sink` run as processes of the built binary,

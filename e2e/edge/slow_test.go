@@ -11,7 +11,7 @@ import (
 	"github.com/playpipe/playpipe/wiring/testenv"
 )
 
-// TestSlowPartnerCopies (issue 22, item 4): the partner records every report
+// TestSlowPartnerCopies: the audit counts copies. The partner records every report
 // but answers its first two posts after 3 s, past the reporter's 1 s
 // --api-timeout. Each play then reaches the partner three times; the
 // reporter labels the two timed-out posts in doubt (cause timeout), and the

@@ -16,12 +16,12 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	chproto "github.com/ClickHouse/ch-go/proto"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/column"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/proto"
-	chdbpurego "github.com/chdb-io/chdb-go/chdb-purego"
 )
 
 // The process's one chDB session (chDB allows one per process), opened on
@@ -29,7 +29,7 @@ import (
 // ~0.1–0.6 s and ~150–280 MB, once.
 var sess struct {
 	once    sync.Once
-	conn    chdbpurego.ChdbConn
+	conn    unsafe.Pointer // the chDB connection handle (lib.go)
 	err     error
 	tz      *time.Location
 	version string
@@ -42,7 +42,7 @@ var sess struct {
 // as long as the process).
 func session() error {
 	sess.once.Do(func() {
-		sess.conn, sess.err = chdbpurego.NewConnectionFromConnString(":memory:")
+		sess.conn, sess.err = connect()
 		if sess.err != nil {
 			sess.err = fmt.Errorf("chdbconn: open chDB (CHDB_LIB_PATH names libchdb.so): %w", sess.err)
 			return
@@ -69,18 +69,7 @@ func session() error {
 // run executes q on the session (the caller holds sess.mu or is in
 // session's once) and returns its output in format.
 func run(q, format string) ([]byte, error) {
-	res, err := sess.conn.Query(q, format)
-	if err != nil {
-		return nil, err
-	}
-	if res == nil {
-		return nil, nil
-	}
-	defer res.Free()
-	if err := res.Error(); err != nil {
-		return nil, err
-	}
-	return bytes.Clone(res.Buf()), nil
+	return query(sess.conn, q, format)
 }
 
 // Options configure a Conn.

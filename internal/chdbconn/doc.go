@@ -5,10 +5,12 @@
 // numbers on ClickHouse 18.16 and on current releases (docs/audit.md,
 // "Which ClickHouse versions are tested").
 //
-// Everything but this file is behind the build tag chdb: the chdb-go
-// package loads libchdb.so when the program starts and panics without it,
-// so only `go test -tags chdb` with CHDB_LIB_PATH naming the library (make
-// test-chdb installs it) compiles it in.
+// Everything but this file is behind the build tag chdb, so only `go test
+// -tags chdb` with CHDB_LIB_PATH naming the library (make test-chdb installs
+// it) compiles it in. The session loads libchdb.so when it first opens and
+// binds the six functions of its C API it calls with purego (lib.go); no
+// chdb Go module is needed, so none reaches the module graph of a program
+// that imports playpipe's libraries.
 //
 // What the adapter does, and how it stays faithful to clickhouse-go:
 //

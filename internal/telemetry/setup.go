@@ -50,7 +50,7 @@ type Config struct {
 // batch processor, resource attributes).
 //
 // The one exception to "only cmd/playpipe reads the environment"
-// (decision, issue 23): the OTEL_* family is OpenTelemetry's standard
+// (a decision): the OTEL_* family is OpenTelemetry's standard
 // configuration, which the SDK and its exporters (autoexport) read
 // themselves wherever they run; Setup reads these five to make the same
 // choice the SDK makes (and to export nothing when no endpoint is set).

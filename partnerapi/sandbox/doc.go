@@ -1,5 +1,5 @@
 // Package sandbox is a faithful emulator of the music catalog's partner API
-// (shared/partner-api-spec.md, version 2.0.0): the far side of the boundary
+// (docs/partnerapi.md, "The partner API"; version 2.0.0 of the partner's specification): the far side of the boundary
 // that package partnerapi is the client of. It is built like stripe-mock: the
 // catalog is generated once from a seed, responses are encoded once at start,
 // requests are validated exactly as the spec's tables say, and every error is

@@ -31,7 +31,7 @@ func catalogTypes(t *testing.T, r resp) []string {
 	return out
 }
 
-// Issue 15, point 1: a with-user token minted in standby keeps the partner
+// Fidelity: a with-user token minted in standby keeps the partner
 // identity, so the restricted catalog keeps hiding the explicit page.
 func TestStandbyWithUserTokenKeepsPartnerIdentity(t *testing.T) {
 	sb := testenv.StartSandbox(t)
@@ -75,7 +75,7 @@ func TestStandbyWithUserTokenKeepsPartnerIdentity(t *testing.T) {
 	}
 }
 
-// Issue 15, point 2: an unknown genre row id is 400 "no results for given
+// Fidelity: an unknown genre row id is 400 "no results for given
 // type"; an existing row without items is 200 items: null.
 func TestGenreRowUnknownIDIsNotAnEmptyRow(t *testing.T) {
 	for _, mode := range []sandbox.Mode{sandbox.ModeLive, sandbox.ModeStandby} {
@@ -144,7 +144,7 @@ func byRank(ids []int64, ranks []int) []int64 {
 	return out
 }
 
-// Issue 15, point 3: in strict mode every ranked collection arrives out of
+// Fidelity: in strict mode every ranked collection arrives out of
 // order, with gapped ranks that do not follow the ids, and page and list ids
 // are not contiguous; lenient mode serves them sorted and contiguous. The
 // content (mix and track ids, listings) is the same in both modes.
@@ -247,7 +247,7 @@ func rawDo(t *testing.T, method, url, body string, hdr ...string) resp {
 	return resp{status: res.StatusCode, header: res.Header, body: b}
 }
 
-// Issue 15, point 4: strict mode refuses POST bodies that are not declared
+// Fidelity: strict mode refuses POST bodies that are not declared
 // application/json, with 415 and the endpoint's error shape.
 func TestStrictRefusesNonJSONContentTypes(t *testing.T) {
 	for _, mode := range []sandbox.Mode{sandbox.ModeLive, sandbox.ModeStandby} {
@@ -284,7 +284,7 @@ func TestStrictRefusesNonJSONContentTypes(t *testing.T) {
 	wantStatus(t, rawDo(t, "POST", sb.URL+"/partners/royalty-tracking", string(report), "Authorization", a.session(), "Content-Type", "text/plain"), 200)
 }
 
-// Issue 15, point 6: non-canonical path ids and repeated Authorization
+// Fidelity: non-canonical path ids and repeated Authorization
 // headers are refused in strict mode, with the spec's errors.
 func TestStrictRefusesNonCanonicalIDsAndRepeatedAuth(t *testing.T) {
 	sb := testenv.StartSandbox(t)

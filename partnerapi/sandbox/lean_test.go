@@ -10,7 +10,7 @@ import (
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
 )
 
-// Lean mode (issue 11): the ledger keeps the detail of the first
+// Lean mode: the ledger keeps the detail of the first
 // LeanMaxLedgerEntries reports only, and no traceparent; every count, the
 // duplicates included, stays exact.
 func TestLeanLedgerIsBoundedAndCountsStayExact(t *testing.T) {

@@ -189,7 +189,7 @@ func TestGatewayPerKeyConcurrency(t *testing.T) {
 	}
 }
 
-// TestGatewaySlowBodyAttackIsolation is issue 10's attack, end to end over
+// TestGatewaySlowBodyAttackIsolation is a slow-body attack, end to end over
 // loopback HTTP with a kfake broker: for 6 s, 64 connections with fleet A's
 // key each declare Content-Length 1000000 and send one byte a second
 // (reconnecting when answered). Fleet B posts an event every 100 ms the whole

@@ -17,7 +17,7 @@ import (
 	"github.com/playpipe/playpipe/wiring/producertest"
 )
 
-// TestGatewayMetricLabelsBounded is issue 10's /metrics growth: 5000
+// TestGatewayMetricLabelsBounded guards against unbounded /metrics growth: 5000
 // requests with random Host headers (and random ports, paths and methods)
 // must not add a series: the /metrics page stays within ±10 % of its size
 // after a warm-up that made every bounded series once.

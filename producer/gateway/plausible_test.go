@@ -15,7 +15,7 @@ import (
 	"github.com/playpipe/playpipe/wiring/producertest"
 )
 
-// TestGatewayImplausibleTime posts the four time cases of issue 22 (seconds,
+// TestGatewayImplausibleTime posts the four implausible time cases (seconds,
 // microseconds, the year 2100, int64 max), a segment ending past the window
 // and a configured window, beside plausible events: each implausible one is
 // refused in its per-event answer with implausible_time and its value, and

@@ -17,7 +17,7 @@ import (
 )
 
 // poisonEvent is valid JSON with an unknown mix and a pad field of n '<'
-// characters: the event of issue 10 whose escaped rejection was over 1 MiB.
+// characters: an event whose escaped rejection record can exceed 1 MiB.
 func poisonEvent(id string, n int) []byte {
 	return []byte(fmt.Sprintf(`{"event_id":%q,"mix_id":999999,"started_at":1700000000000,"offset_ms":0,"duration_ms":1000,"user_id":"u","country":"DE","os":"o","device":"d","vendor":1,"pad":"%s"}`,
 		id, strings.Repeat("<", n)))

@@ -317,7 +317,7 @@ func TestCatalogFromAPI(t *testing.T) {
 }
 
 // TestSimHeldToTheClock: a simulated fleet's event times stay inside the
-// window the consumer checks however long it runs (issue 30, 7.3). With an
+// window the consumer checks however long it runs. With an
 // injected clock, no sleeping: 10 devices at 300 events/s would listen
 // ~1.5 simulated days a minute, 60 000 events (200 s at 300/s) put the
 // last ones weeks in the future; and a slow run (an event an hour) of

@@ -22,7 +22,7 @@ import (
 	"github.com/playpipe/playpipe/wiring/testenv"
 )
 
-// wantPlay is a track play as an independent reading of DESIGN.md's split
+// wantPlay is a track play as an independent reading of docs/design.md's split
 // rule computes it from the sandbox's catalog.
 type wantPlay struct {
 	TrackID, PlayedAt, PlayLength int64
@@ -30,7 +30,7 @@ type wantPlay struct {
 	BelowMinimum                  bool
 }
 
-// TestIngestAndEnrichEndToEnd is issue 3's acceptance test over real parts:
+// TestIngestAndEnrichEndToEnd is the ingest and enrich acceptance test over real parts:
 // the simulator (kafka-go) and the HTTP ingest gateway publish a few thousand
 // events, bad ones included; the enrich consumer splits them with mixes from
 // the sandbox. plays.reports must then hold exactly the plays computed

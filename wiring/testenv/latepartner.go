@@ -16,7 +16,7 @@ import (
 // partner's ledger — and answered only after Delay, when a reporter with a
 // shorter timeout has given up on them; later posts are answered at once.
 // It is the partner that records a report and answers late, as the real one
-// did when it answered after 20 s (issue 22, item 4). Other requests pass
+// did when it answered after 20 s. Other requests pass
 // through untouched.
 type LatePartner struct {
 	H     http.Handler

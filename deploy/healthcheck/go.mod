@@ -1,0 +1,3 @@
+module github.com/playpipe/playpipe/deploy/healthcheck
+
+go 1.26.8
