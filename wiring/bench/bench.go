@@ -25,6 +25,9 @@ import (
 
 const topicPrefix = "plays"
 
+// warmupSeed is added to -seed for the warm-up round: other event ids.
+const warmupSeed = 1 << 20
+
 // measured is one process's figures over the pipeline phase.
 type measured struct {
 	name string
@@ -39,6 +42,12 @@ type result struct {
 	procs                 []measured    // the pipeline phase
 	ceiling               ceilingResult
 	started               time.Time
+	wire                  []roleWire // each role's Kafka traffic over the pipeline phase
+	marks                 marks      // when each stage was done
+	warmup                *result    // the warm-up round (-warmup), unmeasured but for its rate
+	// The broker's CPU per thread group before and after the pipeline
+	// phase (Apache Kafka only: kfake's is the bench process's).
+	brokerThreads0, brokerThreads1 map[string]time.Duration
 }
 
 // freeAddr returns a loopback address that was free a moment ago.
@@ -307,67 +316,101 @@ func runBench(ctx context.Context, o options, log *slog.Logger) (res result, err
 		return res, err
 	}
 	log.Info("sandbox, sink, consume and report ready", "events", o.events, "concurrency", o.concurrency)
+	var base state
+	if o.warmup > 0 {
+		// The same pipeline first takes -warmup events of another seed
+		// (other event ids), unmeasured: the broker's JVM compiles its hot
+		// code (half its CPU in the first seconds of a fresh node), the
+		// roles' mix caches fill, the groups settle.
+		var warm result
+		if _, base, err = e.runPipeline(ctx, roles, sb, &warm, o.warmup, o.seed+warmupSeed, state{}); err != nil {
+			return res, fmt.Errorf("warm-up: %w", err)
+		}
+		res.warmup = &warm
+		log.Info("warm-up finished", "plays", warm.plays, "elapsed", warm.elapsed.Round(time.Millisecond))
+	}
 	track, err := trackProcs(roles, sb, ch, e.brokerName, e.brokerPID)
 	if err != nil {
 		return res, err
 	}
-	sim, err := e.runPipeline(ctx, roles, sb, &res)
+	wire0, err := scrapeRolesWire(roles)
+	if err != nil {
+		return res, err
+	}
+	if o.kafka == kafkaApache {
+		res.brokerThreads0, _ = threadCPU(e.brokerPID)
+	}
+	sim, end, err := e.runPipeline(ctx, roles, sb, &res, o.events, o.seed, base)
 	if err != nil {
 		return res, err
 	}
 	if err := res.collect(track, sim); err != nil {
 		return res, err
 	}
+	wire1, err := scrapeRolesWire(roles)
+	if err != nil {
+		return res, err
+	}
+	if o.kafka == kafkaApache {
+		res.brokerThreads1, _ = threadCPU(e.brokerPID)
+	}
+	for i := range wire1 {
+		res.wire = append(res.wire, roleWire{wire1[i].role, wire1[i].w.minus(wire0[i].w)})
+	}
 	log.Info("pipeline finished", "plays", res.plays, "delivered", res.posted, "elapsed", res.elapsed.Round(time.Millisecond))
 	// Nothing lost, nothing doubled: the partner's own count.
-	if err := checkPartner(ctx, sb.admin, res.posted); err != nil {
+	if err := checkPartner(ctx, sb.admin, end.delivered); err != nil {
 		return res, err
 	}
 	res.ceiling, err = e.rawCeiling(ctx, sb, res)
 	return res, err
 }
 
-// runPipeline starts the simulator and waits until the pipeline is done:
-// the simulator has published everything, the consumer has committed every
-// event, every derived play that is to be posted has a final answer, and
-// the ledger holds as many delivery rows as the reporter recorded answers
-// (retries included, should there be any). It returns the (exited)
-// simulator.
-func (e *env) runPipeline(ctx context.Context, roles map[string]*role, p partner, res *result) (*child, error) {
+// runPipeline starts the simulator with n events of seed and waits until
+// the pipeline is done with them: the simulator has published everything,
+// the consumer has committed every event, every derived play that is to be
+// posted has a final answer, and the ledger holds as many delivery rows as
+// the reporter recorded answers (retries included, should there be any).
+// base is the roles' state before (their counters are cumulative: a
+// warm-up round came first); res gets this round's figures. It returns the
+// (exited) simulator and the roles' state at the end.
+func (e *env) runPipeline(ctx context.Context, roles map[string]*role, p partner, res *result, n int, seed int64, base state) (*child, state, error) {
 	o := e.o
 	t0 := time.Now()
 	sim, err := e.start("simulate", append(append([]string{"simulate"}, e.kafkaArgs()...),
-		"--api-url", p.url, "--events", strconv.Itoa(o.events), "--rate", "0",
-		"--seed", strconv.FormatInt(o.seed, 10), "--bad-share", strconv.FormatFloat(o.badShare, 'f', -1, 64))...)
+		"--api-url", p.url, "--events", strconv.Itoa(n), "--rate", "0",
+		"--seed", strconv.FormatInt(seed, 10), "--bad-share", strconv.FormatFloat(o.badShare, 'f', -1, 64))...)
 	if err != nil {
-		return nil, err
+		return nil, base, err
 	}
 	deadline := t0.Add(o.timeout)
+	want := base.events + int64(n)
 	var last string
 	for {
 		if err := ctx.Err(); err != nil {
-			return nil, err
+			return nil, base, err
 		}
 		for name, r := range roles {
 			if !r.c.running() {
-				return nil, fmt.Errorf("%s exited during the run (%v); log %s:\n%s", name, r.c.err, r.c.log, r.c.tail(20))
+				return nil, base, fmt.Errorf("%s exited during the run (%v); log %s:\n%s", name, r.c.err, r.c.log, r.c.tail(20))
 			}
 		}
 		if !sim.running() && sim.err != nil {
-			return nil, fmt.Errorf("simulate failed (%v); log %s:\n%s", sim.err, sim.log, sim.tail(20))
+			return nil, base, fmt.Errorf("simulate failed (%v); log %s:\n%s", sim.err, sim.log, sim.tail(20))
 		}
 		st, err := progress(roles["consume"].admin, roles["report"].admin, roles["sink"].admin)
 		if err == nil {
 			last = st.String()
 			toPost := st.plays - st.below
-			if !sim.running() && st.events >= int64(o.events) && st.final >= toPost && st.ledger >= max(toPost, st.answers) && toPost > 0 {
+			res.marks.note(time.Since(t0), !sim.running(), st.events >= want, st.events >= want && st.final >= toPost)
+			if !sim.running() && st.events >= want && st.final >= toPost && st.ledger >= max(toPost, st.answers) && toPost > base.plays-base.below {
 				res.elapsed = time.Since(t0)
-				res.events, res.plays, res.posted = st.events, st.plays, st.delivered
-				return sim, nil
+				res.events, res.plays, res.posted = st.events-base.events, st.plays-base.plays, st.delivered-base.delivered
+				return sim, st, nil
 			}
 		}
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("the pipeline did not finish within -timeout %s (last: %s; scrape error: %v)", o.timeout, last, err)
+			return nil, base, fmt.Errorf("the pipeline did not finish within -timeout %s (last: %s; scrape error: %v)", o.timeout, last, err)
 		}
 		time.Sleep(25 * time.Millisecond)
 	}

@@ -209,3 +209,48 @@ func TestMachineShare(t *testing.T) {
 		t.Errorf("/proc/stat sample %+v", s)
 	}
 }
+
+// TestWireParse: the roles' Kafka traffic is read per API from their
+// Prometheus exposition, other metrics ignored, and a phase is the
+// difference of two scrapes.
+func TestWireParse(t *testing.T) {
+	const before = `# HELP playpipe_kafka_requests_total x
+playpipe_kafka_requests_total{api="Produce",otel_scope_name="k"} 10
+playpipe_kafka_requests_total{api="Fetch",otel_scope_name="k"} 3
+playpipe_kafka_request_seconds_total{api="Produce",otel_scope_name="k"} 0.05
+playpipe_kafka_produced_records_total{otel_scope_name="k"} 100
+playpipe_kafka_faults_total{kind="fetch_error"} 7
+`
+	const after = `playpipe_kafka_requests_total{api="Produce",otel_scope_name="k"} 30
+playpipe_kafka_requests_total{api="Fetch",otel_scope_name="k"} 4
+playpipe_kafka_requests_total{api="EndTxn",otel_scope_name="k"} 2
+playpipe_kafka_request_seconds_total{api="Produce",otel_scope_name="k"} 0.25
+playpipe_kafka_produced_records_total{otel_scope_name="k"} 300
+playpipe_kafka_produced_batches_total{otel_scope_name="k"} 40
+playpipe_kafka_fetched_records_total{otel_scope_name="k"} 500
+`
+	var w0, w1 wire
+	w0.reqs, w0.secs = map[string]float64{}, map[string]float64{}
+	w1.reqs, w1.secs = map[string]float64{}, map[string]float64{}
+	if err := w0.parse(strings.NewReader(before)); err != nil {
+		t.Fatal(err)
+	}
+	if err := w1.parse(strings.NewReader(after)); err != nil {
+		t.Fatal(err)
+	}
+	d := w1.minus(w0)
+	if d.reqs["Produce"] != 20 || d.reqs["Fetch"] != 1 || d.reqs["EndTxn"] != 2 || len(d.reqs) != 3 {
+		t.Errorf("requests %v", d.reqs)
+	}
+	if s := d.secs["Produce"]; s < 0.199 || s > 0.201 {
+		t.Errorf("produce seconds %v, want 0.2", s)
+	}
+	if d.prodRecords != 200 || d.prodBatches != 40 || d.fetchRecords != 500 {
+		t.Errorf("records %+v", d)
+	}
+	var out strings.Builder
+	printWire(&out, []roleWire{{"report", d}}, 100)
+	if !strings.Contains(out.String(), "| report | 2.0000 ") || !strings.Contains(out.String(), "EndTxn 2 (0.00 ms)") {
+		t.Errorf("table:\n%s", out.String())
+	}
+}

@@ -79,6 +79,7 @@ type options struct {
 	mode        string // "e2e" (the whole pipeline) or "report" (reporter vs plain client)
 	bin         string
 	events      int
+	warmup      int // events of an unmeasured first round
 	concurrency int
 	partitions  int
 	kafka       string // kafkaKfake or kafkaApache
@@ -113,6 +114,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.profile, "profile", "", "-mode report: write a 3 s CPU profile of the first reporter round to this file, and its allocation profile to <file>.allocs (the reporter runs with --pprof); -mode latency: a 3 s CPU profile of each run at a third of its reports to <file>.<latency>")
 	fs.StringVar(&o.bin, "bin", "bin/playpipe", "the playpipe binary to run (make build makes it)")
 	fs.IntVar(&o.events, "events", 40000, "player events to publish (about 4.4 plays each with the sandbox's default catalog; 40000 take ~30 s on a 2-core machine)")
+	fs.IntVar(&o.warmup, "warmup", -1, "events of an unmeasured first round through the same pipeline (another seed): the broker's JVM compiles its hot code, caches fill (default: a quarter of -events; 0: none)")
 	fs.IntVar(&o.concurrency, "concurrency", reporter.DefaultConcurrency, "reports in flight: the reporter's --concurrency and the plain client's goroutines (default: playpipe report's own)")
 	fs.IntVar(&o.partitions, "partitions", 6, "partitions of every topic")
 	fs.StringVar(&o.kafka, "kafka", kafkaKfake, "the broker: kfake (the embedded fake, in this process) or apache (one Apache Kafka node, KRaft, from the jars `make kafka` resolved; PLAYPIPE_KAFKA_VERSION picks the release): its JVM's CPU and peak RSS are the broker's")
@@ -146,6 +148,8 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		return bad("rounds", o.rounds, "1–100")
 	case o.events < 1:
 		return bad("events", o.events, "1 or more")
+	case o.warmup < -1:
+		return bad("warmup", o.warmup, "0 or more")
 	case o.concurrency < 1 || o.concurrency > 1024:
 		return bad("concurrency", o.concurrency, "1–1024")
 	case o.kafka != kafkaKfake && o.kafka != kafkaApache:
@@ -169,6 +173,9 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		if o.poisonShare < 0 || o.poisonShare > 0.5 {
 			return bad("poison-share", o.poisonShare, "a share of 0–0.5")
 		}
+	}
+	if o.warmup < 0 {
+		o.warmup = o.events / 4
 	}
 	bin, err := filepath.Abs(o.bin)
 	if err != nil {
