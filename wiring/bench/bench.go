@@ -33,6 +33,8 @@ type measured struct {
 	name string
 	cpu  time.Duration // user+system over the phase
 	rss  int64         // peak resident set (VmHWM), bytes
+	// broker: this row is the broker's (kfake's: the bench process).
+	broker bool
 }
 
 // result is what one run measured.
@@ -45,6 +47,10 @@ type result struct {
 	wire                  []roleWire // each role's Kafka traffic over the pipeline phase
 	marks                 marks      // when each stage was done
 	warmup                *result    // the warm-up round (-warmup), unmeasured but for its rate
+	kafka                 string     // the broker: kafkaKfake or kafkaApache
+	partitions            int
+	brokerPID             int
+	floor                 floorResult // Kafka's own tools after the run (Apache Kafka)
 	// The broker's CPU per thread group before and after the pipeline
 	// phase (Apache Kafka only: kfake's is the bench process's).
 	brokerThreads0, brokerThreads1 map[string]time.Duration
@@ -296,11 +302,12 @@ func trackProcs(roles map[string]*role, p partner, ch *chlocal.Server, brokerNam
 
 // runBench is the end-to-end mode: the whole pipeline, then the ceiling.
 func runBench(ctx context.Context, o options, log *slog.Logger) (res result, err error) {
-	res.started = time.Now()
+	res.started, res.kafka, res.partitions = time.Now(), o.kafka, o.partitions
 	e, err := newEnv(o, log)
 	if err != nil {
 		return res, err
 	}
+	res.brokerPID = e.brokerPID
 	defer func() { e.close(err != nil) }()
 	ch, err := e.startClickHouse(ctx)
 	if err != nil {
@@ -363,6 +370,10 @@ func runBench(ctx context.Context, o options, log *slog.Logger) (res result, err
 		return res, err
 	}
 	res.ceiling, err = e.rawCeiling(ctx, sb, res)
+	if err != nil || o.kafka != kafkaApache || o.floorRecords == 0 {
+		return res, err
+	}
+	res.floor, err = e.runFloor(ctx)
 	return res, err
 }
 
@@ -428,7 +439,7 @@ func (r *result) collect(track []*tracked, sim *child) error {
 		if err != nil {
 			return fmt.Errorf("%s: %w", t.name, err)
 		}
-		r.procs = append(r.procs, measured{name: t.name, cpu: cpu - t.cpu0, rss: rss})
+		r.procs = append(r.procs, measured{name: t.name, cpu: cpu - t.cpu0, rss: rss, broker: t.pid == r.brokerPID})
 	}
 	if u := sim.cmd.ProcessState; u != nil {
 		if ru, ok := u.SysUsage().(*syscall.Rusage); ok {

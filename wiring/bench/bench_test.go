@@ -254,3 +254,25 @@ playpipe_kafka_fetched_records_total{otel_scope_name="k"} 500
 		t.Errorf("table:\n%s", out.String())
 	}
 }
+
+// TestFloorToolOutputs: the rates are read from the summary lines of
+// Kafka's ProducerPerformance and ConsumerPerformance (4.1.0's output).
+func TestFloorToolOutputs(t *testing.T) {
+	prod := "50000 records sent, 10000.0 records/sec (2.86 MB/sec), 5.1 ms avg latency, 300.00 ms max latency.\n" +
+		"100000 records sent, 22670.6 records/sec (6.49 MB/sec), 716.44 ms avg latency, 1220.00 ms max latency, 764 ms 50th, 1151 ms 95th, 1209 ms 99th, 1217 ms 99.9th.\n"
+	line, rate, err := toolRate(prod, " records sent, ", " records/sec")
+	if err != nil || rate != 22670.6 || !strings.HasPrefix(line, "100000 records sent") {
+		t.Errorf("producer: %q %v %v", line, rate, err)
+	}
+	cons := "start.time, end.time, data.consumed.in.MB, MB.sec, data.consumed.in.nMsg, nMsg.sec, rebalance.time.ms, fetch.time.ms, fetch.MB.sec, fetch.nMsg.sec\n" +
+		"2026-11-28 15:37:56:926, 2026-11-28 15:38:01:887, 28.6102, 5.7670, 100000, 20157.2264, 3471, 1490, 19.2015, 67114.0940\n"
+	if _, rate, err := consumerRate(cons); err != nil || rate != 67114.094 {
+		t.Errorf("consumer: %v %v", rate, err)
+	}
+	if _, _, err := consumerRate("Exception in thread main\n"); err == nil {
+		t.Error("no CSV: no error")
+	}
+	if !isJIT("C CompilerThre") || isJIT("data-plane-kafk") {
+		t.Error("isJIT")
+	}
+}

@@ -76,10 +76,15 @@ var errUsage = errors.New("usage")
 
 // options are the benchmark's flags.
 type options struct {
-	mode        string // "e2e" (the whole pipeline) or "report" (reporter vs plain client)
-	bin         string
-	events      int
-	warmup      int // events of an unmeasured first round
+	mode   string // "e2e" (the whole pipeline) or "report" (reporter vs plain client)
+	bin    string
+	events int
+	warmup int // events of an unmeasured first round
+	// floorRecords: records of Kafka's own perf tools after an e2e run on
+	// Apache Kafka (0: none).
+	floorRecords int
+	// roundsSet: -rounds was given (-kafka both: pairs of runs).
+	roundsSet   bool
 	concurrency int
 	partitions  int
 	kafka       string // kafkaKfake or kafkaApache
@@ -115,9 +120,10 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.bin, "bin", "bin/playpipe", "the playpipe binary to run (make build makes it)")
 	fs.IntVar(&o.events, "events", 40000, "player events to publish (about 4.4 plays each with the sandbox's default catalog; 40000 take ~30 s on a 2-core machine)")
 	fs.IntVar(&o.warmup, "warmup", -1, "events of an unmeasured first round through the same pipeline (another seed): the broker's JVM compiles its hot code, caches fill (default: a quarter of -events; 0: none)")
+	fs.IntVar(&o.floorRecords, "floor-records", 300000, "e2e on Apache Kafka: records (300 bytes) that Kafka's own ProducerPerformance writes and ConsumerPerformance reads on the same node after the run, for the floor of the broker's CPU per play (0: no floor)")
 	fs.IntVar(&o.concurrency, "concurrency", reporter.DefaultConcurrency, "reports in flight: the reporter's --concurrency and the plain client's goroutines (default: playpipe report's own)")
 	fs.IntVar(&o.partitions, "partitions", 6, "partitions of every topic")
-	fs.StringVar(&o.kafka, "kafka", kafkaKfake, "the broker: kfake (the embedded fake, in this process) or apache (one Apache Kafka node, KRaft, from the jars `make kafka` resolved; PLAYPIPE_KAFKA_VERSION picks the release): its JVM's CPU and peak RSS are the broker's")
+	fs.StringVar(&o.kafka, "kafka", kafkaKfake, "the broker: kfake (the embedded fake, in this process) or apache (one Apache Kafka node, KRaft, from the jars `make kafka` resolved; PLAYPIPE_KAFKA_VERSION picks the release): its JVM's CPU and peak RSS are the broker's; -mode e2e also takes both: kfake then apache, -rounds pairs (default 1), and a comparison")
 	fs.Int64Var(&o.seed, "seed", 1, "simulator seed (the same seed sends the same events)")
 	fs.Float64Var(&o.badShare, "bad-share", 0.05, "share of bad events the simulator sends (0–1)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the run folder (process logs) instead of removing it")
@@ -152,8 +158,10 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		return bad("warmup", o.warmup, "0 or more")
 	case o.concurrency < 1 || o.concurrency > 1024:
 		return bad("concurrency", o.concurrency, "1–1024")
-	case o.kafka != kafkaKfake && o.kafka != kafkaApache:
-		return bad("kafka", o.kafka, kafkaKfake+" or "+kafkaApache)
+	case o.kafka != kafkaKfake && o.kafka != kafkaApache && (o.kafka != kafkaBoth || o.mode != "e2e"):
+		return bad("kafka", o.kafka, kafkaKfake+" or "+kafkaApache+" (-mode e2e: or "+kafkaBoth+")")
+	case o.floorRecords < 0:
+		return bad("floor-records", o.floorRecords, "0 or more")
 	case o.partitions < 1 || o.partitions > 1000:
 		return bad("partitions", o.partitions, "1–1000")
 	case o.badShare < 0 || o.badShare > 1:
@@ -174,6 +182,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 			return bad("poison-share", o.poisonShare, "a share of 0–0.5")
 		}
 	}
+	fs.Visit(func(f *flag.Flag) { o.roundsSet = o.roundsSet || f.Name == "rounds" })
 	if o.warmup < 0 {
 		o.warmup = o.events / 4
 	}
@@ -211,6 +220,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		rr.print(stdout, o)
 		return nil
 	}
+	if o.kafka == kafkaBoth {
+		return runBoth(ctx, o, log, stdout)
+	}
 	res, err := runBench(ctx, o, log)
 	if err != nil {
 		return err
@@ -223,11 +235,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 const (
 	kafkaKfake  = "kfake"
 	kafkaApache = "apache"
+	kafkaBoth   = "both" // -mode e2e: kfake, then apache, compared
 )
 
 // brokerDesc names the run's broker for the tables' headings.
 func brokerDesc(o options) string {
-	if o.kafka != kafkaApache {
+	if o.kafka == kafkaKfake {
 		return "broker: kfake (embedded fake, in the bench process)"
 	}
 	v := os.Getenv("PLAYPIPE_KAFKA_VERSION")

@@ -46,6 +46,7 @@ func (r result) print(w io.Writer, o options) {
 	fmt.Fprintf(w, "| plain client CPU µs per post (sandbox µs per post) | %.1f (%.1f) |\n", us(c.clientCPU)/float64(c.posts), us(c.sandboxCPU)/float64(c.posts))
 	printWire(w, r.wire, plays)
 	printThreads(w, "broker", r.brokerThreads0, r.brokerThreads1, plays)
+	printFloor(w, r)
 }
 
 func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
