@@ -46,11 +46,13 @@ type result struct {
 	started               time.Time
 	wire                  []roleWire // each role's Kafka traffic over the pipeline phase
 	marks                 marks      // when each stage was done
+	gauges                gauges     // the reporter's gauges while it had a backlog
 	warmup                *result    // the warm-up round (-warmup), unmeasured but for its rate
 	kafka                 string     // the broker: kafkaKfake or kafkaApache
 	partitions            int
 	brokerPID             int
 	floor                 floorResult // Kafka's own tools after the run (Apache Kafka)
+	brokerIdle            float64     // the broker's CPU share of one core with the pipeline idle (-idle)
 	// The broker's CPU per thread group before and after the pipeline
 	// phase (Apache Kafka only: kfake's is the bench process's).
 	brokerThreads0, brokerThreads1 map[string]time.Duration
@@ -336,6 +338,21 @@ func runBench(ctx context.Context, o options, log *slog.Logger) (res result, err
 		res.warmup = &warm
 		log.Info("warm-up finished", "plays", warm.plays, "elapsed", warm.elapsed.Round(time.Millisecond))
 	}
+	if o.idle > 0 {
+		// The broker's CPU with the roles up and nothing to do: what it
+		// spends per second whatever the traffic (fetches long-polling,
+		// heartbeats, probes, its own housekeeping).
+		c0, err := cpuTime(e.brokerPID)
+		if err != nil {
+			return res, err
+		}
+		time.Sleep(o.idle)
+		c1, err := cpuTime(e.brokerPID)
+		if err != nil {
+			return res, err
+		}
+		res.brokerIdle = float64(c1-c0) / float64(o.idle)
+	}
 	track, err := trackProcs(roles, sb, ch, e.brokerName, e.brokerPID)
 	if err != nil {
 		return res, err
@@ -414,6 +431,9 @@ func (e *env) runPipeline(ctx context.Context, roles map[string]*role, p partner
 			last = st.String()
 			toPost := st.plays - st.below
 			res.marks.note(time.Since(t0), !sim.running(), st.events >= want, st.events >= want && st.final >= toPost)
+			if st.events >= want && st.final < toPost {
+				res.gauges.add(st) // the reporter's backlog phase
+			}
 			if !sim.running() && st.events >= want && st.final >= toPost && st.ledger >= max(toPost, st.answers) && toPost > base.plays-base.below {
 				res.elapsed = time.Since(t0)
 				res.events, res.plays, res.posted = st.events-base.events, st.plays-base.plays, st.delivered-base.delivered
@@ -467,6 +487,9 @@ func (e *env) rawCeiling(ctx context.Context, p partner, res result) (ceilingRes
 type state struct {
 	events, plays, below, delivered, final, ledger int64
 	answers                                        int64 // every answer the reporter recorded, retries included
+	// The reporter's gauges: posts on the wire, posts at stake (on the
+	// wire or answers not acknowledged by Kafka), the in-flight limit.
+	inflight, atStake, limit float64
 }
 
 func (s state) String() string {
@@ -486,6 +509,9 @@ func progress(consume, report, sink string) (state, error) {
 		"playpipe_deliveries_total|delivered": {`outcome="delivered"`},
 		"playpipe_deliveries_total|rejected":  {`outcome="rejected"`},
 		"playpipe_deliveries_total|all":       nil,
+		"playpipe_reporter_posts_in_flight":   nil,
+		"playpipe_reporter_at_stake":          nil,
+		"playpipe_reporter_concurrency_limit": nil,
 	})
 	if err != nil {
 		return s, fmt.Errorf("report: %w", err)
@@ -498,6 +524,7 @@ func progress(consume, report, sink string) (state, error) {
 	s.delivered = int64(r["playpipe_deliveries_total|delivered"])
 	s.final = s.delivered + int64(r["playpipe_deliveries_total|rejected"])
 	s.answers = int64(r["playpipe_deliveries_total|all"])
+	s.inflight, s.atStake, s.limit = r["playpipe_reporter_posts_in_flight"], r["playpipe_reporter_at_stake"], r["playpipe_reporter_concurrency_limit"]
 	s.ledger = int64(k["playpipe_sink_rows_total"])
 	if s.events == 0 && s.plays == 0 && s.final == 0 {
 		return s, errors.New("no progress yet")

@@ -80,6 +80,9 @@ type options struct {
 	bin    string
 	events int
 	warmup int // events of an unmeasured first round
+	// idle: how long the broker's CPU is measured with the pipeline idle,
+	// before the measured round.
+	idle time.Duration
 	// floorRecords: records of Kafka's own perf tools after an e2e run on
 	// Apache Kafka (0: none).
 	floorRecords int
@@ -119,7 +122,8 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.profile, "profile", "", "-mode report: write a 3 s CPU profile of the first reporter round to this file, and its allocation profile to <file>.allocs (the reporter runs with --pprof); -mode latency: a 3 s CPU profile of each run at a third of its reports to <file>.<latency>")
 	fs.StringVar(&o.bin, "bin", "bin/playpipe", "the playpipe binary to run (make build makes it)")
 	fs.IntVar(&o.events, "events", 40000, "player events to publish (about 4.4 plays each with the sandbox's default catalog; 40000 take ~30 s on a 2-core machine)")
-	fs.IntVar(&o.warmup, "warmup", -1, "events of an unmeasured first round through the same pipeline (another seed): the broker's JVM compiles its hot code, caches fill (default: a quarter of -events; 0: none)")
+	fs.IntVar(&o.warmup, "warmup", -1, "events of an unmeasured first round through the same pipeline (another seed): the broker's JVM compiles its hot code (a fresh node spends half its CPU in its JIT compiler for tens of seconds), caches fill (default: twice -events; 0: none)")
+	fs.DurationVar(&o.idle, "idle", 3*time.Second, "-mode e2e: measure the broker's CPU this long with every role up and nothing published, before the measured round (0: not)")
 	fs.IntVar(&o.floorRecords, "floor-records", 300000, "e2e on Apache Kafka: records (300 bytes) that Kafka's own ProducerPerformance writes and ConsumerPerformance reads on the same node after the run, for the floor of the broker's CPU per play (0: no floor)")
 	fs.IntVar(&o.concurrency, "concurrency", reporter.DefaultConcurrency, "reports in flight: the reporter's --concurrency and the plain client's goroutines (default: playpipe report's own)")
 	fs.IntVar(&o.partitions, "partitions", 6, "partitions of every topic")
@@ -160,6 +164,8 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		return bad("concurrency", o.concurrency, "1–1024")
 	case o.kafka != kafkaKfake && o.kafka != kafkaApache && (o.kafka != kafkaBoth || o.mode != "e2e"):
 		return bad("kafka", o.kafka, kafkaKfake+" or "+kafkaApache+" (-mode e2e: or "+kafkaBoth+")")
+	case o.idle < 0:
+		return bad("idle", o.idle, "0 or more")
 	case o.floorRecords < 0:
 		return bad("floor-records", o.floorRecords, "0 or more")
 	case o.partitions < 1 || o.partitions > 1000:
@@ -184,7 +190,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	}
 	fs.Visit(func(f *flag.Flag) { o.roundsSet = o.roundsSet || f.Name == "rounds" })
 	if o.warmup < 0 {
-		o.warmup = o.events / 4
+		o.warmup = 2 * o.events
 	}
 	bin, err := filepath.Abs(o.bin)
 	if err != nil {

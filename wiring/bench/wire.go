@@ -266,3 +266,28 @@ func (m marks) String() string {
 	r := func(d time.Duration) string { return d.Round(10 * time.Millisecond).String() }
 	return fmt.Sprintf("published %s, enriched %s, answered %s", r(m.published), r(m.enriched), r(m.answered))
 }
+
+// gauges sums the reporter's gauges over the scrapes of its backlog phase
+// (every event enriched, plays not all answered): which of its caps held
+// it — the in-flight limit, or the cap of 2 × the limit on posts at stake
+// (answers waiting for Kafka's acknowledgement count), or neither (the
+// leases ahead ran dry).
+type gauges struct {
+	n                        int
+	inflight, atStake, limit float64
+}
+
+func (g *gauges) add(s state) {
+	g.n++
+	g.inflight += s.inflight
+	g.atStake += s.atStake
+	g.limit += s.limit
+}
+
+func (g gauges) String() string {
+	if g.n == 0 {
+		return "–"
+	}
+	n := float64(g.n)
+	return fmt.Sprintf("posts on the wire %.1f, at stake %.1f (cap %.0f), limit %.1f (%d scrapes)", g.inflight/n, g.atStake/n, 2*g.limit/n, g.limit/n, g.n)
+}
