@@ -53,6 +53,9 @@ type result struct {
 	brokerPID             int
 	floor                 floorResult // Kafka's own tools after the run (Apache Kafka)
 	brokerIdle            float64     // the broker's CPU share of one core with the pipeline idle (-idle)
+	idleWire              []roleWire  // the roles' requests meanwhile
+	// The broker's CPU per thread group before and after -idle.
+	idleThreads0, idleThreads1 map[string]time.Duration
 	// The broker's CPU per thread group before and after the pipeline
 	// phase (Apache Kafka only: kfake's is the bench process's).
 	brokerThreads0, brokerThreads1 map[string]time.Duration
@@ -346,12 +349,29 @@ func runBench(ctx context.Context, o options, log *slog.Logger) (res result, err
 		if err != nil {
 			return res, err
 		}
+		w0, err := scrapeRolesWire(roles)
+		if err != nil {
+			return res, err
+		}
+		if o.kafka == kafkaApache {
+			res.idleThreads0, _ = threadCPU(e.brokerPID)
+		}
 		time.Sleep(o.idle)
+		if o.kafka == kafkaApache {
+			res.idleThreads1, _ = threadCPU(e.brokerPID)
+		}
 		c1, err := cpuTime(e.brokerPID)
 		if err != nil {
 			return res, err
 		}
+		w1, err := scrapeRolesWire(roles)
+		if err != nil {
+			return res, err
+		}
 		res.brokerIdle = float64(c1-c0) / float64(o.idle)
+		for i := range w1 {
+			res.idleWire = append(res.idleWire, roleWire{w1[i].role, w1[i].w.minus(w0[i].w)})
+		}
 	}
 	track, err := trackProcs(roles, sb, ch, e.brokerName, e.brokerPID)
 	if err != nil {

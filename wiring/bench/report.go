@@ -49,7 +49,9 @@ func (r result) print(w io.Writer, o options) {
 	fmt.Fprintf(w, "| pipeline / ceiling | %.1f %% |\n", 100*rate/c.rate())
 	fmt.Fprintf(w, "| plain client CPU µs per post (sandbox µs per post) | %.1f (%.1f) |\n", us(c.clientCPU)/float64(c.posts), us(c.sandboxCPU)/float64(c.posts))
 	printWire(w, r.wire, plays)
-	printThreads(w, "broker", r.brokerThreads0, r.brokerThreads1, plays)
+	printThreads(w, "broker", "µs per play", r.brokerThreads0, r.brokerThreads1, plays)
+	printIdle(w, r.idleWire, o.idle.Seconds())
+	printThreads(w, "broker idle", "% of one core", r.idleThreads0, r.idleThreads1, 1e4*o.idle.Seconds())
 	printFloor(w, r)
 }
 

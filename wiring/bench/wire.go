@@ -210,9 +210,10 @@ func threadCPU(pid int) (map[string]time.Duration, error) {
 	return out, nil
 }
 
-// printThreads writes the broker's CPU per play by thread group over the
-// pipeline phase, the largest first (the groups under 2 % together).
-func printThreads(w io.Writer, name string, before, after map[string]time.Duration, plays float64) {
+// printThreads writes the broker's CPU by thread group between two
+// readings, in µs divided by div (unit says what that gives), the largest
+// first (the groups under 2 % together).
+func printThreads(w io.Writer, name, unit string, before, after map[string]time.Duration, div float64) {
 	if len(after) == 0 {
 		return
 	}
@@ -237,12 +238,12 @@ func printThreads(w io.Writer, name string, before, after map[string]time.Durati
 			rest += x.cpu
 			continue
 		}
-		parts = append(parts, fmt.Sprintf("%s %.1f", x.name, us(x.cpu)/plays))
+		parts = append(parts, fmt.Sprintf("%s %.1f", x.name, us(x.cpu)/div))
 	}
 	if rest > 0 {
-		parts = append(parts, fmt.Sprintf("other %.1f", us(rest)/plays))
+		parts = append(parts, fmt.Sprintf("other %.1f", us(rest)/div))
 	}
-	fmt.Fprintf(w, "- %s CPU µs per play by thread (threads that ended during the run are missing): %s\n", name, strings.Join(parts, ", "))
+	fmt.Fprintf(w, "- %s CPU %s by thread (threads that ended meanwhile are missing): %s\n", name, unit, strings.Join(parts, ", "))
 }
 
 // marks are the times since the first event at which each stage of the
@@ -290,4 +291,28 @@ func (g gauges) String() string {
 	}
 	n := float64(g.n)
 	return fmt.Sprintf("posts on the wire %.1f, at stake %.1f (cap %.0f), limit %.1f (%d scrapes)", g.inflight/n, g.atStake/n, 2*g.limit/n, g.limit/n, g.n)
+}
+
+// printIdle writes the roles' Kafka requests per second while the pipeline
+// was idle: the broker's work whatever the traffic.
+func printIdle(w io.Writer, rw []roleWire, secs float64) {
+	if len(rw) == 0 || secs <= 0 {
+		return
+	}
+	var parts []string
+	for _, r := range rw {
+		var names []string
+		for k, v := range r.w.reqs {
+			if v > 0 {
+				names = append(names, k)
+			}
+		}
+		sort.Strings(names)
+		var reqs []string
+		for _, k := range names {
+			reqs = append(reqs, fmt.Sprintf("%s %.1f", k, r.w.reqs[k]/secs))
+		}
+		parts = append(parts, r.role+": "+strings.Join(reqs, ", "))
+	}
+	fmt.Fprintf(w, "- requests per second with the pipeline idle: %s\n", strings.Join(parts, "; "))
 }
