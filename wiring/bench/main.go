@@ -22,6 +22,18 @@
 // pipeline/ceiling is the share of the partner path's capacity the whole
 // pipeline reaches.
 //
+// Each run first pushes -warmup events (twice -events by default, another
+// seed) through the same roles, unmeasured: a fresh Apache Kafka JVM spends
+// about half its CPU compiling for tens of seconds. It then prints each
+// role's Kafka traffic per play (records written and read, produce and fetch
+// requests, transaction ends, commits, the mean wait of an acknowledgement:
+// the roles' playpipe_kafka_* metrics, franz-go hooks), the broker's CPU by
+// thread and with the pipeline idle, when each stage was done, and the
+// reporter's gauges over its backlog. -kafka both (`make bench-e2e`) runs
+// kfake, then Apache Kafka and Kafka's own ProducerPerformance and
+// ConsumerPerformance on its node (floor.go): the broker's CPU per play
+// against the floor those tools measure, side by side (both.go).
+//
 // It is a program under internal/ rather than a `playpipe bench`
 // subcommand: it is a development tool that needs a source tree (it runs the
 // binary `make build` made, and embeds the test broker), and it must not
@@ -33,7 +45,8 @@
 // -latencies (and, with -error-rates, answers that share of the posts 500)
 // and the reporter runs with its default flags: see runLatencyBench.
 //
-//	make bench-e2e                              # defaults: 40000 events, 48 in flight (playpipe report's default)
+//	make bench-e2e                              # -kafka both; defaults: 40000 events, 48 in flight (playpipe report's default)
+//	go run ./wiring/bench -events 20000 -kafka both -rounds 2
 //	go run ./wiring/bench -bin bin/playpipe -events 80000 -keep
 //	make bench-report                           # -mode report -reports 100000 -rounds 3
 //	make bench-report-latency                   # -mode latency: 0, 5, 50, 150 ms partner, reporter with default flags
