@@ -342,35 +342,8 @@ func runBench(ctx context.Context, o options, log *slog.Logger) (res result, err
 		log.Info("warm-up finished", "plays", warm.plays, "elapsed", warm.elapsed.Round(time.Millisecond))
 	}
 	if o.idle > 0 {
-		// The broker's CPU with the roles up and nothing to do: what it
-		// spends per second whatever the traffic (fetches long-polling,
-		// heartbeats, probes, its own housekeeping).
-		c0, err := cpuTime(e.brokerPID)
-		if err != nil {
+		if err := e.measureIdle(roles, &res); err != nil {
 			return res, err
-		}
-		w0, err := scrapeRolesWire(roles)
-		if err != nil {
-			return res, err
-		}
-		if o.kafka == kafkaApache {
-			res.idleThreads0, _ = threadCPU(e.brokerPID)
-		}
-		time.Sleep(o.idle)
-		if o.kafka == kafkaApache {
-			res.idleThreads1, _ = threadCPU(e.brokerPID)
-		}
-		c1, err := cpuTime(e.brokerPID)
-		if err != nil {
-			return res, err
-		}
-		w1, err := scrapeRolesWire(roles)
-		if err != nil {
-			return res, err
-		}
-		res.brokerIdle = float64(c1-c0) / float64(o.idle)
-		for i := range w1 {
-			res.idleWire = append(res.idleWire, roleWire{w1[i].role, w1[i].w.minus(w0[i].w)})
 		}
 	}
 	track, err := trackProcs(roles, sb, ch, e.brokerName, e.brokerPID)
@@ -412,6 +385,41 @@ func runBench(ctx context.Context, o options, log *slog.Logger) (res result, err
 	}
 	res.floor, err = e.runFloor(ctx)
 	return res, err
+}
+
+// measureIdle measures the broker's CPU (and, on Apache Kafka, per thread
+// group) and the roles' Kafka requests for -idle with every role up and
+// nothing published: what the broker spends per second whatever the
+// traffic (fetches long-polling, heartbeats, probes, its own housekeeping).
+func (e *env) measureIdle(roles map[string]*role, res *result) error {
+	c0, err := cpuTime(e.brokerPID)
+	if err != nil {
+		return err
+	}
+	w0, err := scrapeRolesWire(roles)
+	if err != nil {
+		return err
+	}
+	if e.o.kafka == kafkaApache {
+		res.idleThreads0, _ = threadCPU(e.brokerPID)
+	}
+	time.Sleep(e.o.idle)
+	if e.o.kafka == kafkaApache {
+		res.idleThreads1, _ = threadCPU(e.brokerPID)
+	}
+	c1, err := cpuTime(e.brokerPID)
+	if err != nil {
+		return err
+	}
+	w1, err := scrapeRolesWire(roles)
+	if err != nil {
+		return err
+	}
+	res.brokerIdle = float64(c1-c0) / float64(e.o.idle)
+	for i := range w1 {
+		res.idleWire = append(res.idleWire, roleWire{w1[i].role, w1[i].w.minus(w0[i].w)})
+	}
+	return nil
 }
 
 // runPipeline starts the simulator with n events of seed and waits until
