@@ -215,7 +215,7 @@ func (c Config) ClientOpts() ([]kgo.Opt, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kafka: %w", err)
 	}
-	return append(opts, c.Wire.hookOpts()...), nil
+	return append(opts, c.Wire.Hooks()...), nil
 }
 
 // SASL returns c's authentication settings.

@@ -148,9 +148,10 @@ func NewWire(mp metric.MeterProvider) (w *Wire, unregister func(), err error) {
 	return w, func() { _ = reg.Unregister() }, nil
 }
 
-// hookOpts returns the option that adds w's hooks to a client (none for a
-// nil Wire).
-func (w *Wire) hookOpts() []kgo.Opt {
+// Hooks returns the option that adds w's hooks to a client (none for a nil
+// Wire): ClientOpts adds it; a client built on other settings (the ingest
+// gateway's publisher) adds it itself.
+func (w *Wire) Hooks() []kgo.Opt {
 	if w == nil {
 		return nil
 	}
