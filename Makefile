@@ -112,9 +112,11 @@ bench:
 ## Every bench mode takes -kafka apache: one Apache Kafka node (KRaft, a JVM from
 ## `make kafka`'s jars) instead of the embedded kfake, its CPU and peak RSS the
 ## broker's: BENCH_E2E_FLAGS="-kafka apache", BENCH_REPORT_FLAGS="-kafka apache".
+## Default: -kafka both (kfake, then Apache Kafka and Kafka's own
+## ProducerPerformance and ConsumerPerformance on its node: the floor).
 BENCH_E2E_FLAGS ?=
-bench-e2e: clickhouse build
-	$(GO) run ./wiring/bench -bin $(BIN) $(BENCH_E2E_FLAGS)
+bench-e2e: clickhouse build kafka
+	$(GO) run ./wiring/bench -bin $(BIN) -kafka both $(BENCH_E2E_FLAGS)
 
 ## bench-report: the reporter alone as a process (`playpipe report`, consuming,
 ## posting, producing Delivery records, committing) against a plain net/http
@@ -203,9 +205,12 @@ deadcode:
 ## with Maven from deploy/kafka/pom.xml into .playpipe/kafka/<version>/libs;
 ## Java 17 and Maven from the distribution when missing. The tests start KRaft
 ## nodes from them (internal/kafkanode). KAFKA_VERSION=3.9.2 selects the last
-## 3.x release (docs/kafka.md, "Apache Kafka in the tests").
+## 3.x release (docs/kafka.md, "Apache Kafka in the tests"). Kafka's own
+## performance tools (kafka-tools, for bench-e2e's floor) go beside them into
+## .playpipe/kafka/<version>/tools, from deploy/kafka/tools-pom.xml.
 KAFKA_VERSION ?= 4.1.0
 KAFKA_LIBS    := .playpipe/kafka/$(KAFKA_VERSION)/libs
+KAFKA_TOOLS   := .playpipe/kafka/$(KAFKA_VERSION)/tools
 kafka:
 	@if [ -f $(KAFKA_LIBS)/kafka_2.13-$(KAFKA_VERSION).jar ]; then :; else \
 	  if ! command -v mvn >/dev/null 2>&1 || ! command -v java >/dev/null 2>&1; then \
@@ -216,6 +221,12 @@ kafka:
 	  mvn -q -B -f deploy/kafka/pom.xml -Dkafka.version=$(KAFKA_VERSION) $(if $(filter 3.%,$(KAFKA_VERSION)),-Dkafka3) \
 	    dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(abspath $(KAFKA_LIBS)).tmp && \
 	  mv $(KAFKA_LIBS).tmp $(KAFKA_LIBS) && echo "Apache Kafka $(KAFKA_VERSION): $$(ls $(KAFKA_LIBS) | wc -l) jars in $(KAFKA_LIBS)"; \
+	fi
+	@if [ -f $(KAFKA_TOOLS)/kafka-tools-$(KAFKA_VERSION).jar ]; then :; else \
+	  rm -rf $(KAFKA_TOOLS).tmp; \
+	  mvn -q -B -f deploy/kafka/tools-pom.xml -Dkafka.version=$(KAFKA_VERSION) \
+	    dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(abspath $(KAFKA_TOOLS)).tmp && \
+	  mv $(KAFKA_TOOLS).tmp $(KAFKA_TOOLS) && echo "Apache Kafka $(KAFKA_VERSION) tools: $$(ls $(KAFKA_TOOLS) | wc -l) jars in $(KAFKA_TOOLS)"; \
 	fi
 
 ## clickhouse: the tests and the demo start a local clickhouse-server; install it from the distribution when missing.

@@ -336,6 +336,7 @@ func TestTopicRecreated(t *testing.T) {
 	}
 	r := startBrokerRigOnApache(t)
 	first := r.deliverFirst(t, "before the deletion")
+	r.checkTraffic(t)
 	logFrom := r.logSizes()
 	sup := superviseRoles(r)
 	cl, err := kgo.NewClient(kgo.SeedBrokers(r.broker))
@@ -386,6 +387,34 @@ func TestTopicRecreated(t *testing.T) {
 		}
 	}
 	r.checkGenerations(t, uint64(len(first)+len(acked)), "after the re-creation")
+}
+
+// checkTraffic: every role counts its Kafka traffic on its /metrics
+// (kafkax.Wire): after the first plays were delivered, the roles that
+// write (ingest, consume, report) show produce requests and records
+// written, those that read (consume, report, sink) fetch requests and
+// records read.
+func (r *brokerRig) checkTraffic(t *testing.T) {
+	t.Helper()
+	for name, ro := range r.roles {
+		get := func(metric string, labels ...string) float64 {
+			v, err := testenv.ScrapeSum(ro.admin, metric, labels...)
+			if err != nil {
+				t.Errorf("%s: %s: %v", name, metric, err)
+			}
+			return v
+		}
+		if name != "sink" {
+			if n, recs := get("playpipe_kafka_requests_total", `api="Produce"`), get("playpipe_kafka_produced_records_total"); n < 1 || recs < 1 {
+				t.Errorf("%s: %v produce requests, %v records written, want some", name, n, recs)
+			}
+		}
+		if name != "ingest" {
+			if n, recs := get("playpipe_kafka_requests_total", `api="Fetch"`), get("playpipe_kafka_fetched_records_total"); n < 1 || recs < 1 {
+				t.Errorf("%s: %v fetch requests, %v records read, want some", name, n, recs)
+			}
+		}
+	}
 }
 
 // postUntilAccepted posts n batches of 10 events as fleet-a, one a second,

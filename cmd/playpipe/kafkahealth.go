@@ -25,7 +25,8 @@ var exitProcess = os.Exit
 // startKafkaHealth starts the background probe of kcfg's brokers
 // (kafkax.Health: /readyz answers from it, never waiting on the broker) and
 // returns kcfg with its FaultLog set, so that the role's poll loops say
-// their fetch errors at most once a minute. When the broker comes back
+// their fetch errors at most once a minute, and its Wire, so that the
+// role's Kafka requests are counted (playpipe_kafka_requests_total, …). When the broker comes back
 // different, the process exits at once with exitBrokerChanged — without a
 // graceful shutdown, which could commit offsets of the old topic onto the
 // new one: the exit is a crash as far as Kafka is concerned, and every role
@@ -50,6 +51,6 @@ func startKafkaHealth(ctx context.Context, kcfg kafkax.Config, mp metric.MeterPr
 		case <-hctx.Done():
 		}
 	}()
-	kcfg.Faults = h.Faults()
+	kcfg.Faults, kcfg.Wire = h.Faults(), h.Wire()
 	return h, kcfg, func() { cancel(); <-done }, nil
 }

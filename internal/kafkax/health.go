@@ -59,6 +59,8 @@ type Health struct {
 	topics   []string
 	upGauge  metric.Int64ObservableGauge
 	unreg    metric.Registration
+	wire     *Wire
+	unwire   func()
 	changed  chan struct{}
 	stopOnce sync.Once
 	// metadata sends one probe (a seam for tests; kmsg over cl).
@@ -119,6 +121,10 @@ func NewHealth(cfg Config, o HealthOptions) (*Health, error) {
 	}
 	h.faults = NewFaultLog(FaultLogOptions{Every: o.LogEvery, Now: o.Now, MeterProvider: o.MeterProvider})
 	h.faults.onFetch = h.fetchFault
+	h.wire, h.unwire, err = NewWire(o.MeterProvider)
+	if err != nil {
+		o.Logger.Warn("kafka: request metrics not registered", "err", err)
+	}
 	mp := o.MeterProvider
 	if mp == nil {
 		mp = noop.NewMeterProvider()
@@ -141,6 +147,10 @@ func NewHealth(cfg Config, o HealthOptions) (*Health, error) {
 // Faults is the FaultLog of the role: its poll loops report fetch errors
 // through it (Config.Faults), rate-limited, and Health learns from them.
 func (h *Health) Faults() *FaultLog { return h.faults }
+
+// Wire counts the role's Kafka requests, batches and records
+// (Config.Wire): the probe's own metadata requests are not among them.
+func (h *Health) Wire() *Wire { return h.wire }
 
 // Changed is closed once the broker came back different (see Health).
 func (h *Health) Changed() <-chan struct{} { return h.changed }
@@ -177,6 +187,7 @@ func (h *Health) Run(ctx context.Context) {
 		if h.unreg != nil {
 			_ = h.unreg.Unregister()
 		}
+		h.unwire()
 	}()
 	t := time.NewTicker(h.o.Interval)
 	defer t.Stop()

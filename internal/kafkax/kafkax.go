@@ -114,6 +114,10 @@ type Config struct {
 	// commands set it to Health.Faults(). Nil: a process-wide FaultLog,
 	// rate-limited alike but unmeasured.
 	Faults *FaultLog
+	// Wire counts the requests, batches and records of every client
+	// ClientOpts makes (franz-go hooks); the commands set it to
+	// Health.Wire(). Nil: not counted.
+	Wire *Wire
 }
 
 // DefaultSessionTimeout is the group session timeout of every role: a killed
@@ -211,7 +215,7 @@ func (c Config) ClientOpts() ([]kgo.Opt, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kafka: %w", err)
 	}
-	return opts, nil
+	return append(opts, c.Wire.Hooks()...), nil
 }
 
 // SASL returns c's authentication settings.

@@ -25,11 +25,16 @@ import (
 
 const topicPrefix = "plays"
 
+// warmupSeed is added to -seed for the warm-up round: other event ids.
+const warmupSeed = 1 << 20
+
 // measured is one process's figures over the pipeline phase.
 type measured struct {
 	name string
 	cpu  time.Duration // user+system over the phase
 	rss  int64         // peak resident set (VmHWM), bytes
+	// broker: this row is the broker's (kfake's: the bench process).
+	broker bool
 }
 
 // result is what one run measured.
@@ -39,6 +44,21 @@ type result struct {
 	procs                 []measured    // the pipeline phase
 	ceiling               ceilingResult
 	started               time.Time
+	wire                  []roleWire // each role's Kafka traffic over the pipeline phase
+	marks                 marks      // when each stage was done
+	gauges                gauges     // the reporter's gauges while it had a backlog
+	warmup                *result    // the warm-up round (-warmup), unmeasured but for its rate
+	kafka                 string     // the broker: kafkaKfake or kafkaApache
+	partitions            int
+	brokerPID             int
+	floor                 floorResult // Kafka's own tools after the run (Apache Kafka)
+	brokerIdle            float64     // the broker's CPU share of one core with the pipeline idle (-idle)
+	idleWire              []roleWire  // the roles' requests meanwhile
+	// The broker's CPU per thread group before and after -idle.
+	idleThreads0, idleThreads1 map[string]time.Duration
+	// The broker's CPU per thread group before and after the pipeline
+	// phase (Apache Kafka only: kfake's is the bench process's).
+	brokerThreads0, brokerThreads1 map[string]time.Duration
 }
 
 // freeAddr returns a loopback address that was free a moment ago.
@@ -287,11 +307,12 @@ func trackProcs(roles map[string]*role, p partner, ch *chlocal.Server, brokerNam
 
 // runBench is the end-to-end mode: the whole pipeline, then the ceiling.
 func runBench(ctx context.Context, o options, log *slog.Logger) (res result, err error) {
-	res.started = time.Now()
+	res.started, res.kafka, res.partitions = time.Now(), o.kafka, o.partitions
 	e, err := newEnv(o, log)
 	if err != nil {
 		return res, err
 	}
+	res.brokerPID = e.brokerPID
 	defer func() { e.close(err != nil) }()
 	ch, err := e.startClickHouse(ctx)
 	if err != nil {
@@ -307,67 +328,148 @@ func runBench(ctx context.Context, o options, log *slog.Logger) (res result, err
 		return res, err
 	}
 	log.Info("sandbox, sink, consume and report ready", "events", o.events, "concurrency", o.concurrency)
+	var base state
+	if o.warmup > 0 {
+		// The same pipeline first takes -warmup events of another seed
+		// (other event ids), unmeasured: the broker's JVM compiles its hot
+		// code (half its CPU in the first seconds of a fresh node), the
+		// roles' mix caches fill, the groups settle.
+		var warm result
+		if _, base, err = e.runPipeline(ctx, roles, sb, &warm, o.warmup, o.seed+warmupSeed, state{}); err != nil {
+			return res, fmt.Errorf("warm-up: %w", err)
+		}
+		res.warmup = &warm
+		log.Info("warm-up finished", "plays", warm.plays, "elapsed", warm.elapsed.Round(time.Millisecond))
+	}
+	if o.idle > 0 {
+		if err := e.measureIdle(roles, &res); err != nil {
+			return res, err
+		}
+	}
 	track, err := trackProcs(roles, sb, ch, e.brokerName, e.brokerPID)
 	if err != nil {
 		return res, err
 	}
-	sim, err := e.runPipeline(ctx, roles, sb, &res)
+	wire0, err := scrapeRolesWire(roles)
+	if err != nil {
+		return res, err
+	}
+	if o.kafka == kafkaApache {
+		res.brokerThreads0, _ = threadCPU(e.brokerPID)
+	}
+	sim, end, err := e.runPipeline(ctx, roles, sb, &res, o.events, o.seed, base)
 	if err != nil {
 		return res, err
 	}
 	if err := res.collect(track, sim); err != nil {
 		return res, err
 	}
+	wire1, err := scrapeRolesWire(roles)
+	if err != nil {
+		return res, err
+	}
+	if o.kafka == kafkaApache {
+		res.brokerThreads1, _ = threadCPU(e.brokerPID)
+	}
+	for i := range wire1 {
+		res.wire = append(res.wire, roleWire{wire1[i].role, wire1[i].w.minus(wire0[i].w)})
+	}
 	log.Info("pipeline finished", "plays", res.plays, "delivered", res.posted, "elapsed", res.elapsed.Round(time.Millisecond))
 	// Nothing lost, nothing doubled: the partner's own count.
-	if err := checkPartner(ctx, sb.admin, res.posted); err != nil {
+	if err := checkPartner(ctx, sb.admin, end.delivered); err != nil {
 		return res, err
 	}
 	res.ceiling, err = e.rawCeiling(ctx, sb, res)
+	if err != nil || o.kafka != kafkaApache || o.floorRecords == 0 {
+		return res, err
+	}
+	res.floor, err = e.runFloor(ctx)
 	return res, err
 }
 
-// runPipeline starts the simulator and waits until the pipeline is done:
-// the simulator has published everything, the consumer has committed every
-// event, every derived play that is to be posted has a final answer, and
-// the ledger holds as many delivery rows as the reporter recorded answers
-// (retries included, should there be any). It returns the (exited)
-// simulator.
-func (e *env) runPipeline(ctx context.Context, roles map[string]*role, p partner, res *result) (*child, error) {
+// measureIdle measures the broker's CPU (and, on Apache Kafka, per thread
+// group) and the roles' Kafka requests for -idle with every role up and
+// nothing published: what the broker spends per second whatever the
+// traffic (fetches long-polling, heartbeats, probes, its own housekeeping).
+func (e *env) measureIdle(roles map[string]*role, res *result) error {
+	c0, err := cpuTime(e.brokerPID)
+	if err != nil {
+		return err
+	}
+	w0, err := scrapeRolesWire(roles)
+	if err != nil {
+		return err
+	}
+	if e.o.kafka == kafkaApache {
+		res.idleThreads0, _ = threadCPU(e.brokerPID)
+	}
+	time.Sleep(e.o.idle)
+	if e.o.kafka == kafkaApache {
+		res.idleThreads1, _ = threadCPU(e.brokerPID)
+	}
+	c1, err := cpuTime(e.brokerPID)
+	if err != nil {
+		return err
+	}
+	w1, err := scrapeRolesWire(roles)
+	if err != nil {
+		return err
+	}
+	res.brokerIdle = float64(c1-c0) / float64(e.o.idle)
+	for i := range w1 {
+		res.idleWire = append(res.idleWire, roleWire{w1[i].role, w1[i].w.minus(w0[i].w)})
+	}
+	return nil
+}
+
+// runPipeline starts the simulator with n events of seed and waits until
+// the pipeline is done with them: the simulator has published everything,
+// the consumer has committed every event, every derived play that is to be
+// posted has a final answer, and the ledger holds as many delivery rows as
+// the reporter recorded answers (retries included, should there be any).
+// base is the roles' state before (their counters are cumulative: a
+// warm-up round came first); res gets this round's figures. It returns the
+// (exited) simulator and the roles' state at the end.
+func (e *env) runPipeline(ctx context.Context, roles map[string]*role, p partner, res *result, n int, seed int64, base state) (*child, state, error) {
 	o := e.o
 	t0 := time.Now()
 	sim, err := e.start("simulate", append(append([]string{"simulate"}, e.kafkaArgs()...),
-		"--api-url", p.url, "--events", strconv.Itoa(o.events), "--rate", "0",
-		"--seed", strconv.FormatInt(o.seed, 10), "--bad-share", strconv.FormatFloat(o.badShare, 'f', -1, 64))...)
+		"--api-url", p.url, "--events", strconv.Itoa(n), "--rate", "0",
+		"--seed", strconv.FormatInt(seed, 10), "--bad-share", strconv.FormatFloat(o.badShare, 'f', -1, 64))...)
 	if err != nil {
-		return nil, err
+		return nil, base, err
 	}
 	deadline := t0.Add(o.timeout)
+	want := base.events + int64(n)
 	var last string
 	for {
 		if err := ctx.Err(); err != nil {
-			return nil, err
+			return nil, base, err
 		}
 		for name, r := range roles {
 			if !r.c.running() {
-				return nil, fmt.Errorf("%s exited during the run (%v); log %s:\n%s", name, r.c.err, r.c.log, r.c.tail(20))
+				return nil, base, fmt.Errorf("%s exited during the run (%v); log %s:\n%s", name, r.c.err, r.c.log, r.c.tail(20))
 			}
 		}
 		if !sim.running() && sim.err != nil {
-			return nil, fmt.Errorf("simulate failed (%v); log %s:\n%s", sim.err, sim.log, sim.tail(20))
+			return nil, base, fmt.Errorf("simulate failed (%v); log %s:\n%s", sim.err, sim.log, sim.tail(20))
 		}
 		st, err := progress(roles["consume"].admin, roles["report"].admin, roles["sink"].admin)
 		if err == nil {
 			last = st.String()
 			toPost := st.plays - st.below
-			if !sim.running() && st.events >= int64(o.events) && st.final >= toPost && st.ledger >= max(toPost, st.answers) && toPost > 0 {
+			res.marks.note(time.Since(t0), !sim.running(), st.events >= want, st.events >= want && st.final >= toPost)
+			if st.events >= want && st.final < toPost {
+				res.gauges.add(st) // the reporter's backlog phase
+			}
+			if !sim.running() && st.events >= want && st.final >= toPost && st.ledger >= max(toPost, st.answers) && toPost > base.plays-base.below {
 				res.elapsed = time.Since(t0)
-				res.events, res.plays, res.posted = st.events, st.plays, st.delivered
-				return sim, nil
+				res.events, res.plays, res.posted = st.events-base.events, st.plays-base.plays, st.delivered-base.delivered
+				return sim, st, nil
 			}
 		}
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("the pipeline did not finish within -timeout %s (last: %s; scrape error: %v)", o.timeout, last, err)
+			return nil, base, fmt.Errorf("the pipeline did not finish within -timeout %s (last: %s; scrape error: %v)", o.timeout, last, err)
 		}
 		time.Sleep(25 * time.Millisecond)
 	}
@@ -385,7 +487,7 @@ func (r *result) collect(track []*tracked, sim *child) error {
 		if err != nil {
 			return fmt.Errorf("%s: %w", t.name, err)
 		}
-		r.procs = append(r.procs, measured{name: t.name, cpu: cpu - t.cpu0, rss: rss})
+		r.procs = append(r.procs, measured{name: t.name, cpu: cpu - t.cpu0, rss: rss, broker: t.pid == r.brokerPID})
 	}
 	if u := sim.cmd.ProcessState; u != nil {
 		if ru, ok := u.SysUsage().(*syscall.Rusage); ok {
@@ -413,6 +515,9 @@ func (e *env) rawCeiling(ctx context.Context, p partner, res result) (ceilingRes
 type state struct {
 	events, plays, below, delivered, final, ledger int64
 	answers                                        int64 // every answer the reporter recorded, retries included
+	// The reporter's gauges: posts on the wire, posts at stake (on the
+	// wire or answers not acknowledged by Kafka), the in-flight limit.
+	inflight, atStake, limit float64
 }
 
 func (s state) String() string {
@@ -432,6 +537,9 @@ func progress(consume, report, sink string) (state, error) {
 		"playpipe_deliveries_total|delivered": {`outcome="delivered"`},
 		"playpipe_deliveries_total|rejected":  {`outcome="rejected"`},
 		"playpipe_deliveries_total|all":       nil,
+		"playpipe_reporter_posts_in_flight":   nil,
+		"playpipe_reporter_at_stake":          nil,
+		"playpipe_reporter_concurrency_limit": nil,
 	})
 	if err != nil {
 		return s, fmt.Errorf("report: %w", err)
@@ -444,6 +552,7 @@ func progress(consume, report, sink string) (state, error) {
 	s.delivered = int64(r["playpipe_deliveries_total|delivered"])
 	s.final = s.delivered + int64(r["playpipe_deliveries_total|rejected"])
 	s.answers = int64(r["playpipe_deliveries_total|all"])
+	s.inflight, s.atStake, s.limit = r["playpipe_reporter_posts_in_flight"], r["playpipe_reporter_at_stake"], r["playpipe_reporter_concurrency_limit"]
 	s.ledger = int64(k["playpipe_sink_rows_total"])
 	if s.events == 0 && s.plays == 0 && s.final == 0 {
 		return s, errors.New("no progress yet")

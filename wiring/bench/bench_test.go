@@ -209,3 +209,70 @@ func TestMachineShare(t *testing.T) {
 		t.Errorf("/proc/stat sample %+v", s)
 	}
 }
+
+// TestWireParse: the roles' Kafka traffic is read per API from their
+// Prometheus exposition, other metrics ignored, and a phase is the
+// difference of two scrapes.
+func TestWireParse(t *testing.T) {
+	const before = `# HELP playpipe_kafka_requests_total x
+playpipe_kafka_requests_total{api="Produce",otel_scope_name="k"} 10
+playpipe_kafka_requests_total{api="Fetch",otel_scope_name="k"} 3
+playpipe_kafka_request_seconds_total{api="Produce",otel_scope_name="k"} 0.05
+playpipe_kafka_produced_records_total{otel_scope_name="k"} 100
+playpipe_kafka_faults_total{kind="fetch_error"} 7
+`
+	const after = `playpipe_kafka_requests_total{api="Produce",otel_scope_name="k"} 30
+playpipe_kafka_requests_total{api="Fetch",otel_scope_name="k"} 4
+playpipe_kafka_requests_total{api="EndTxn",otel_scope_name="k"} 2
+playpipe_kafka_request_seconds_total{api="Produce",otel_scope_name="k"} 0.25
+playpipe_kafka_produced_records_total{otel_scope_name="k"} 300
+playpipe_kafka_produced_batches_total{otel_scope_name="k"} 40
+playpipe_kafka_fetched_records_total{otel_scope_name="k"} 500
+`
+	var w0, w1 wire
+	w0.reqs, w0.secs = map[string]float64{}, map[string]float64{}
+	w1.reqs, w1.secs = map[string]float64{}, map[string]float64{}
+	if err := w0.parse(strings.NewReader(before)); err != nil {
+		t.Fatal(err)
+	}
+	if err := w1.parse(strings.NewReader(after)); err != nil {
+		t.Fatal(err)
+	}
+	d := w1.minus(w0)
+	if d.reqs["Produce"] != 20 || d.reqs["Fetch"] != 1 || d.reqs["EndTxn"] != 2 || len(d.reqs) != 3 {
+		t.Errorf("requests %v", d.reqs)
+	}
+	if s := d.secs["Produce"]; s < 0.199 || s > 0.201 {
+		t.Errorf("produce seconds %v, want 0.2", s)
+	}
+	if d.prodRecords != 200 || d.prodBatches != 40 || d.fetchRecords != 500 {
+		t.Errorf("records %+v", d)
+	}
+	var out strings.Builder
+	printWire(&out, []roleWire{{"report", d}}, 100)
+	if !strings.Contains(out.String(), "| report | 2.0000 ") || !strings.Contains(out.String(), "EndTxn 2 (0.00 ms)") {
+		t.Errorf("table:\n%s", out.String())
+	}
+}
+
+// TestFloorToolOutputs: the rates are read from the summary lines of
+// Kafka's ProducerPerformance and ConsumerPerformance (4.1.0's output).
+func TestFloorToolOutputs(t *testing.T) {
+	prod := "50000 records sent, 10000.0 records/sec (2.86 MB/sec), 5.1 ms avg latency, 300.00 ms max latency.\n" +
+		"100000 records sent, 22670.6 records/sec (6.49 MB/sec), 716.44 ms avg latency, 1220.00 ms max latency, 764 ms 50th, 1151 ms 95th, 1209 ms 99th, 1217 ms 99.9th.\n"
+	line, rate, err := toolRate(prod, " records sent, ", " records/sec")
+	if err != nil || rate != 22670.6 || !strings.HasPrefix(line, "100000 records sent") {
+		t.Errorf("producer: %q %v %v", line, rate, err)
+	}
+	cons := "start.time, end.time, data.consumed.in.MB, MB.sec, data.consumed.in.nMsg, nMsg.sec, rebalance.time.ms, fetch.time.ms, fetch.MB.sec, fetch.nMsg.sec\n" +
+		"2026-11-28 15:37:56:926, 2026-11-28 15:38:01:887, 28.6102, 5.7670, 100000, 20157.2264, 3471, 1490, 19.2015, 67114.0940\n"
+	if _, rate, err := consumerRate(cons); err != nil || rate != 67114.094 {
+		t.Errorf("consumer: %v %v", rate, err)
+	}
+	if _, _, err := consumerRate("Exception in thread main\n"); err == nil {
+		t.Error("no CSV: no error")
+	}
+	if !isJIT("C CompilerThre") || isJIT("data-plane-kafk") {
+		t.Error("isJIT")
+	}
+}

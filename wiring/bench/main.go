@@ -22,6 +22,18 @@
 // pipeline/ceiling is the share of the partner path's capacity the whole
 // pipeline reaches.
 //
+// Each run first pushes -warmup events (twice -events by default, another
+// seed) through the same roles, unmeasured: a fresh Apache Kafka JVM spends
+// about half its CPU compiling for tens of seconds. It then prints each
+// role's Kafka traffic per play (records written and read, produce and fetch
+// requests, transaction ends, commits, the mean wait of an acknowledgement:
+// the roles' playpipe_kafka_* metrics, franz-go hooks), the broker's CPU by
+// thread and with the pipeline idle, when each stage was done, and the
+// reporter's gauges over its backlog. -kafka both (`make bench-e2e`) runs
+// kfake, then Apache Kafka and Kafka's own ProducerPerformance and
+// ConsumerPerformance on its node (floor.go): the broker's CPU per play
+// against the floor those tools measure, side by side (both.go).
+//
 // It is a program under internal/ rather than a `playpipe bench`
 // subcommand: it is a development tool that needs a source tree (it runs the
 // binary `make build` made, and embeds the test broker), and it must not
@@ -33,7 +45,8 @@
 // -latencies (and, with -error-rates, answers that share of the posts 500)
 // and the reporter runs with its default flags: see runLatencyBench.
 //
-//	make bench-e2e                              # defaults: 40000 events, 48 in flight (playpipe report's default)
+//	make bench-e2e                              # -kafka both; defaults: 40000 events, 48 in flight (playpipe report's default)
+//	go run ./wiring/bench -events 20000 -kafka both -rounds 2
 //	go run ./wiring/bench -bin bin/playpipe -events 80000 -keep
 //	make bench-report                           # -mode report -reports 100000 -rounds 3
 //	make bench-report-latency                   # -mode latency: 0, 5, 50, 150 ms partner, reporter with default flags
@@ -76,9 +89,18 @@ var errUsage = errors.New("usage")
 
 // options are the benchmark's flags.
 type options struct {
-	mode        string // "e2e" (the whole pipeline) or "report" (reporter vs plain client)
-	bin         string
-	events      int
+	mode   string // "e2e" (the whole pipeline) or "report" (reporter vs plain client)
+	bin    string
+	events int
+	warmup int // events of an unmeasured first round
+	// idle: how long the broker's CPU is measured with the pipeline idle,
+	// before the measured round.
+	idle time.Duration
+	// floorRecords: records of Kafka's own perf tools after an e2e run on
+	// Apache Kafka (0: none).
+	floorRecords int
+	// roundsSet: -rounds was given (-kafka both: pairs of runs).
+	roundsSet   bool
 	concurrency int
 	partitions  int
 	kafka       string // kafkaKfake or kafkaApache
@@ -113,9 +135,12 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.profile, "profile", "", "-mode report: write a 3 s CPU profile of the first reporter round to this file, and its allocation profile to <file>.allocs (the reporter runs with --pprof); -mode latency: a 3 s CPU profile of each run at a third of its reports to <file>.<latency>")
 	fs.StringVar(&o.bin, "bin", "bin/playpipe", "the playpipe binary to run (make build makes it)")
 	fs.IntVar(&o.events, "events", 40000, "player events to publish (about 4.4 plays each with the sandbox's default catalog; 40000 take ~30 s on a 2-core machine)")
+	fs.IntVar(&o.warmup, "warmup", -1, "events of an unmeasured first round through the same pipeline (another seed): the broker's JVM compiles its hot code (a fresh node spends half its CPU in its JIT compiler for tens of seconds), caches fill (default: twice -events; 0: none)")
+	fs.DurationVar(&o.idle, "idle", 3*time.Second, "-mode e2e: measure the broker's CPU this long with every role up and nothing published, before the measured round (0: not)")
+	fs.IntVar(&o.floorRecords, "floor-records", 300000, "e2e on Apache Kafka: records (300 bytes) that Kafka's own ProducerPerformance writes and ConsumerPerformance reads on the same node after the run, for the floor of the broker's CPU per play (0: no floor)")
 	fs.IntVar(&o.concurrency, "concurrency", reporter.DefaultConcurrency, "reports in flight: the reporter's --concurrency and the plain client's goroutines (default: playpipe report's own)")
 	fs.IntVar(&o.partitions, "partitions", 6, "partitions of every topic")
-	fs.StringVar(&o.kafka, "kafka", kafkaKfake, "the broker: kfake (the embedded fake, in this process) or apache (one Apache Kafka node, KRaft, from the jars `make kafka` resolved; PLAYPIPE_KAFKA_VERSION picks the release): its JVM's CPU and peak RSS are the broker's")
+	fs.StringVar(&o.kafka, "kafka", kafkaKfake, "the broker: kfake (the embedded fake, in this process) or apache (one Apache Kafka node, KRaft, from the jars `make kafka` resolved; PLAYPIPE_KAFKA_VERSION picks the release): its JVM's CPU and peak RSS are the broker's; -mode e2e also takes both: kfake then apache, -rounds pairs (default 1), and a comparison")
 	fs.Int64Var(&o.seed, "seed", 1, "simulator seed (the same seed sends the same events)")
 	fs.Float64Var(&o.badShare, "bad-share", 0.05, "share of bad events the simulator sends (0–1)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the run folder (process logs) instead of removing it")
@@ -146,10 +171,16 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		return bad("rounds", o.rounds, "1–100")
 	case o.events < 1:
 		return bad("events", o.events, "1 or more")
+	case o.warmup < -1:
+		return bad("warmup", o.warmup, "0 or more")
 	case o.concurrency < 1 || o.concurrency > 1024:
 		return bad("concurrency", o.concurrency, "1–1024")
-	case o.kafka != kafkaKfake && o.kafka != kafkaApache:
-		return bad("kafka", o.kafka, kafkaKfake+" or "+kafkaApache)
+	case o.kafka != kafkaKfake && o.kafka != kafkaApache && (o.kafka != kafkaBoth || o.mode != "e2e"):
+		return bad("kafka", o.kafka, kafkaKfake+" or "+kafkaApache+" (-mode e2e: or "+kafkaBoth+")")
+	case o.idle < 0:
+		return bad("idle", o.idle, "0 or more")
+	case o.floorRecords < 0:
+		return bad("floor-records", o.floorRecords, "0 or more")
 	case o.partitions < 1 || o.partitions > 1000:
 		return bad("partitions", o.partitions, "1–1000")
 	case o.badShare < 0 || o.badShare > 1:
@@ -169,6 +200,10 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		if o.poisonShare < 0 || o.poisonShare > 0.5 {
 			return bad("poison-share", o.poisonShare, "a share of 0–0.5")
 		}
+	}
+	fs.Visit(func(f *flag.Flag) { o.roundsSet = o.roundsSet || f.Name == "rounds" })
+	if o.warmup < 0 {
+		o.warmup = 2 * o.events
 	}
 	bin, err := filepath.Abs(o.bin)
 	if err != nil {
@@ -204,6 +239,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		rr.print(stdout, o)
 		return nil
 	}
+	if o.kafka == kafkaBoth {
+		return runBoth(ctx, o, log, stdout)
+	}
 	res, err := runBench(ctx, o, log)
 	if err != nil {
 		return err
@@ -216,11 +254,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 const (
 	kafkaKfake  = "kfake"
 	kafkaApache = "apache"
+	kafkaBoth   = "both" // -mode e2e: kfake, then apache, compared
 )
 
 // brokerDesc names the run's broker for the tables' headings.
 func brokerDesc(o options) string {
-	if o.kafka != kafkaApache {
+	if o.kafka == kafkaKfake {
 		return "broker: kfake (embedded fake, in the bench process)"
 	}
 	v := os.Getenv("PLAYPIPE_KAFKA_VERSION")

@@ -24,7 +24,12 @@ const clkTck = 100
 // cpuTime is the user+system CPU time the process has used so far, from
 // fields 14 and 15 of /proc/<pid>/stat.
 func cpuTime(pid int) (time.Duration, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	return statCPU(fmt.Sprintf("/proc/%d/stat", pid))
+}
+
+// statCPU is utime+stime of a /proc stat file (a process's or a thread's).
+func statCPU(path string) (time.Duration, error) {
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return 0, err
 	}
@@ -32,17 +37,17 @@ func cpuTime(pid int) (time.Duration, error) {
 	// count fields after its closing parenthesis.
 	i := strings.LastIndexByte(string(b), ')')
 	if i < 0 {
-		return 0, fmt.Errorf("/proc/%d/stat: no command name", pid)
+		return 0, fmt.Errorf("%s: no command name", path)
 	}
 	f := strings.Fields(string(b[i+1:]))
 	// f[0] is field 3 (state): utime is field 14, stime field 15.
 	if len(f) < 13 {
-		return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f)+2)
+		return 0, fmt.Errorf("%s: %d fields", path, len(f)+2)
 	}
 	ut, err1 := strconv.ParseInt(f[11], 10, 64)
 	st, err2 := strconv.ParseInt(f[12], 10, 64)
 	if err := errors.Join(err1, err2); err != nil {
-		return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+		return 0, fmt.Errorf("%s: %w", path, err)
 	}
 	return time.Duration(ut+st) * time.Second / clkTck, nil
 }

@@ -38,8 +38,21 @@ func (r result) print(w io.Writer, o options) {
 	fmt.Fprintf(w, "\n| measure | figure |\n|---|---:|\n")
 	fmt.Fprintf(w, "| pipeline: plays/s end to end (first event published → last delivery in the ledger) | %.0f plays/s (%d in %s) |\n", rate, r.posted, r.elapsed.Round(time.Millisecond))
 	fmt.Fprintf(w, "| raw HTTP ceiling: plain net/http client, same bodies, same sandbox, %d in flight | %.0f posts/s (%d in %s) |\n", o.concurrency, c.rate(), c.posts, c.elapsed.Round(time.Millisecond))
+	if wu := r.warmup; wu != nil && wu.elapsed > 0 {
+		fmt.Fprintf(w, "| warm-up round before, not measured otherwise (-warmup) | %.0f plays/s (%d in %s) |\n", float64(wu.posted)/wu.elapsed.Seconds(), wu.posted, wu.elapsed.Round(time.Millisecond))
+	}
+	if r.brokerIdle > 0 {
+		fmt.Fprintf(w, "| the broker idle (every role up, nothing published; -idle): CPU, %% of one core; the same over this run, µs per play | %.1f %%; %.1f µs |\n", 100*r.brokerIdle, r.brokerIdle*float64(r.elapsed.Microseconds())/plays)
+	}
+	fmt.Fprintf(w, "| stages done, since the first event (the ledger at the end) | %s |\n", r.marks)
+	fmt.Fprintf(w, "| the reporter's gauges, mean over its backlog (every event enriched) | %s |\n", r.gauges)
 	fmt.Fprintf(w, "| pipeline / ceiling | %.1f %% |\n", 100*rate/c.rate())
 	fmt.Fprintf(w, "| plain client CPU µs per post (sandbox µs per post) | %.1f (%.1f) |\n", us(c.clientCPU)/float64(c.posts), us(c.sandboxCPU)/float64(c.posts))
+	printWire(w, r.wire, plays)
+	printThreads(w, "broker", "µs per play", r.brokerThreads0, r.brokerThreads1, plays)
+	printIdle(w, r.idleWire, o.idle.Seconds())
+	printThreads(w, "broker idle", "% of one core", r.idleThreads0, r.idleThreads1, 1e4*o.idle.Seconds())
+	printFloor(w, r)
 }
 
 func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }

@@ -91,7 +91,8 @@ func shared(l *slog.Logger, m metric.MeterProvider, t trace.TracerProvider, tel 
 // Publisher's configuration (the ingest gateway's and the demo's); the
 // caller sets the rest. The fleet library (producer) and the roles' Kafka
 // settings (kafkax) share only internal/kafkaconn, so this conversion lives
-// here, above both.
+// here, above both. The publisher's requests are counted in k.Wire (the
+// role's Kafka traffic metrics) when it is set.
 func Publisher(k kafkax.Config) producer.Config {
-	return producer.Config{Brokers: k.Brokers, SASL: k.SASL(), TLS: k.TLSSettings(), TopicPrefix: k.TopicPrefix}
+	return producer.Config{Brokers: k.Brokers, SASL: k.SASL(), TLS: k.TLSSettings(), TopicPrefix: k.TopicPrefix, ClientOpts: k.Wire.Hooks()}
 }
