@@ -26,6 +26,9 @@ type event struct {
 	first      time.Time
 	accepted   bool     // acknowledged by Kafka (directly or through the gateway)
 	refused    []string // the gateway's reasons, when it refused the event
+	// refusedIn202 says the refusal came in a 202: the gateway answers 202
+	// only once the rejection record is on Kafka.
+	refusedIn202 bool
 }
 
 // fleet publishes the simulator's events at a steady rate, every other one
@@ -155,6 +158,7 @@ func (f *fleet) post(batch []*event) {
 			if len(e.refused) == 0 {
 				e.refused = []string{"refused"}
 			}
+			e.refusedIn202 = status == http.StatusAccepted
 		default:
 			f.retry = append(f.retry, e)
 		}

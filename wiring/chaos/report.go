@@ -59,13 +59,13 @@ func printReport(w io.Writer, d reportData) {
 	if len(d.o.exclude) > 0 {
 		fmt.Fprintf(w, "excluded kinds: %v\n", d.o.exclude)
 	}
-	fmt.Fprintf(w, "fleet: %d events (%d valid accepted, %d bad on Kafka, %d refused by the gateway); %d gateway posts, %d not 202\n",
-		d.events, d.x.valid, d.x.bad, d.x.refused, d.posts, d.non202)
+	fmt.Fprintf(w, "fleet: %d events (%d valid accepted, %d bad on Kafka, %d refused by the gateway, %d of them in a 202); %d gateway posts, %d not 202\n",
+		d.events, d.x.valid, d.x.bad, d.x.refused, d.x.refused202, d.posts, d.non202)
 	v := d.v
 	fmt.Fprintf(w, "plays: %d expected; %d at the partner, %d parked (audit), %d rejected by the API (audit), %d MISSING; partner duplicates %d (audit possible extra copies %d); %d unexpected\n",
 		v.Expected, v.AtPartner, v.Parked, v.RejectedByAPI, len(v.Missing), v.Duplicates, v.Audit.PossibleExtraCopies, v.Unexpected)
-	fmt.Fprintf(w, "audit: delivered %d, pending %d (parked %d), rejected events %d (bad on Kafka %d), delivered twice %d; drain %s\n",
-		v.Audit.Delivered, v.Audit.Pending, v.Audit.Parked, v.AuditRejected, d.x.bad, v.Audit.DeliveredTwice, d.drain.Round(time.Second))
+	fmt.Fprintf(w, "audit: delivered %d, pending %d (parked %d), rejected events %d (refused at the gateway %d), delivered twice %d; drain %s\n",
+		v.Audit.Delivered, v.Audit.Pending, v.Audit.Parked, v.AuditRejected, v.Audit.EventsAtGateway, v.Audit.DeliveredTwice, d.drain.Round(time.Second))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "role\trestarts\texits not by a fault\tpeak RSS MiB\tlongest stall (partner reachable)\t")
 	for _, r := range d.roles {

@@ -29,7 +29,9 @@ type expectation struct {
 	valid   int                  // valid events accepted
 	bad     int                  // bad events on Kafka (to be rejected by consume)
 	refused int                  // events the gateway refused (bad ones)
-	lost    []string             // valid events never accepted by Kafka or the gateway
+	// refused202 of them in a 202 answer (their rejection record on Kafka)
+	refused202 int
+	lost       []string // valid events never accepted by Kafka or the gateway
 }
 
 func expectOf(cat *sandbox.Catalog, events []event) (expectation, error) {
@@ -39,6 +41,9 @@ func expectOf(cat *sandbox.Catalog, events []event) (expectation, error) {
 		switch {
 		case e.refused != nil:
 			x.refused++
+			if e.refusedIn202 {
+				x.refused202++
+			}
 		case !e.accepted:
 			x.lost = append(x.lost, e.key)
 		case e.kind != "valid":
@@ -141,6 +146,7 @@ type Verdict struct {
 	Expected, AtPartner, Duplicates, Unexpected int
 	Parked, RejectedByAPI                       int // missing plays the audit lists as parked / rejected
 	Missing                                     []expect.Play
+	Dups, Strays                                []expect.Play // extra copies of expected plays; plays no event yields
 	Bad, Refused, AuditRejected                 int
 	Audit                                       analytics.Audit
 	Violations                                  []string
@@ -161,8 +167,10 @@ func judge(x expectation, led sandbox.LedgerSnapshot, a auditor) (Verdict, error
 	for _, p := range extra {
 		if x.want[p] > 0 {
 			v.Duplicates++
+			v.Dups = append(v.Dups, p)
 		} else {
 			v.Unexpected++
+			v.Strays = append(v.Strays, p)
 		}
 	}
 	v.AtPartner = v.Expected - len(missing)
@@ -206,8 +214,9 @@ func judge(x expectation, led sandbox.LedgerSnapshot, a auditor) (Verdict, error
 		v.Violations = append(v.Violations, fmt.Sprintf("the partner holds %d duplicate plays, more than the audit's %d possible extra copies (by cause %v)",
 			v.Duplicates, rep.PossibleExtraCopies, rep.DoubtfulPostsByCause))
 	}
-	if v.AuditRejected < x.bad+x.refused {
-		v.Violations = append(v.Violations, fmt.Sprintf("%d bad events reached Kafka and %d were refused by the gateway, the audit counts %d rejected", x.bad, x.refused, v.AuditRejected))
+	if v.AuditRejected < x.bad+x.refused202 {
+		v.Violations = append(v.Violations, fmt.Sprintf("%d bad events reached Kafka and %d were refused by the gateway in a 202, the audit counts %d rejected",
+			x.bad, x.refused202, v.AuditRejected))
 	}
 	if len(x.lost) > 0 {
 		v.Violations = append(v.Violations, fmt.Sprintf("%d events never accepted by the gateway or Kafka after the drain (e.g. %s)", len(x.lost), x.lost[0]))
@@ -215,17 +224,30 @@ func judge(x expectation, led sandbox.LedgerSnapshot, a auditor) (Verdict, error
 	return v, nil
 }
 
-// explain names up to n missing plays with the faults active from 30 s
-// before their event was first published to 2 min after.
+// explain names up to n plays of each kind of violation (missing; more
+// duplicates than the audit allows; unexpected) with the faults active
+// from 30 s before their event was first published to 2 min after.
 func explain(w io.Writer, v Verdict, x expectation, tl *Timeline, n int) {
-	for i, p := range v.Missing {
+	explainPlays(w, "missing", v.Missing, x, tl, n)
+	if uint64(v.Duplicates) > v.Audit.PossibleExtraCopies {
+		explainPlays(w, "duplicate", v.Dups, x, tl, n)
+	}
+	explainPlays(w, "unexpected", v.Strays, x, tl, n)
+}
+
+func explainPlays(w io.Writer, what string, plays []expect.Play, x expectation, tl *Timeline, n int) {
+	for i, p := range plays {
 		if i == n {
-			fmt.Fprintf(w, "  … and %d more missing plays\n", len(v.Missing)-n)
+			fmt.Fprintf(w, "  … and %d more %s plays\n", len(plays)-n, what)
 			break
 		}
-		ev := x.eventOf[p]
+		ev, ok := x.eventOf[p]
+		if !ok {
+			fmt.Fprintf(w, "  %s: track %d played_at %d user %s device %s (no accepted event yields it)\n", what, p.TrackID, p.PlayedAt, p.UserID, p.Device)
+			continue
+		}
 		at := x.first[ev]
-		fmt.Fprintf(w, "  missing: event %s track %d played_at %d user %s (first published %s)\n", ev, p.TrackID, p.PlayedAt, p.UserID, at.Format("15:04:05.000"))
+		fmt.Fprintf(w, "  %s: event %s track %d played_at %d user %s (first published %s)\n", what, ev, p.TrackID, p.PlayedAt, p.UserID, at.Format("15:04:05.000"))
 		var names []string
 		for _, r := range tl.Around(at.Add(-30*time.Second), at.Add(2*time.Minute)) {
 			names = append(names, fmt.Sprintf("#%d %s %s %s–%s", r.ID, r.Kind, r.Target, r.Start.Format("15:04:05"), r.End.Format("15:04:05")))
