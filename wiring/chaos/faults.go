@@ -124,13 +124,13 @@ func (nm *nemesis) start(ctx context.Context, f *Fault) (end func() string, note
 	case KindHang:
 		tr := nm.track(f)
 		f.Target = fmt.Sprintf("track %d", tr)
-		// HOOK(hang): the sandbox's "hang on a track" fault. Until the
-		// sandbox has it, the PATCH below is refused (an unknown field)
-		// and the timeline says "not applied". The body names the track
-		// and how long each of its reports is held: past apiTimeout.
-		body := fmt.Sprintf(`{"report":{"hang_track_ids":[%d],"hang_for":"%s"}}`, tr, 3*apiTimeout)
+		// HOOK(hang): the sandbox's hold fault (the reports of track_ids
+		// held "hold" before their answer). A sandbox without it refuses
+		// the unknown field and the timeline says "not applied". Each
+		// report is held three times the reporters' --api-timeout.
+		body := fmt.Sprintf(`{"report":{"track_ids":[%d],"track_status":500,"hold":"%s"}}`, tr, 3*apiTimeout)
 		return func() string {
-			return nm.admin(http.MethodPatch, "/admin/faults", `{"report":{"hang_track_ids":null,"hang_for":null}}`)
+			return nm.admin(http.MethodPatch, "/admin/faults", `{"report":{"track_ids":null,"track_status":null,"hold":null}}`)
 		}, "", nm.adminErr(http.MethodPatch, "/admin/faults", body)
 	case KindLatency:
 		return func() string { return nm.admin(http.MethodPatch, "/admin/faults", `{"report":{"latency":null}}`) },

@@ -183,7 +183,7 @@ func (r *Rig) startRoles() {
 	for i := range 3 {
 		r.super.Add(role(fmt.Sprintf("report-%d", i), "playpipe_deliveries_total", append(append([]string{"report"}, kafkaArgs...),
 			"--api-url", api, "--instance-id", fmt.Sprintf("chaos-report-%d", i), "--api-timeout", apiTimeout.String(),
-			"--backoff-max", "2s", "--park-after", "60s", "--park-after-attempts", "12")...), i < 2)
+			"--backoff-max", "2s", "--park-after", "30s", "--park-after-attempts", "12")...), i < 2)
 	}
 	r.super.others["sandbox"] = func() int { return r.sbProc.Process.Pid }
 	r.super.others["clickhouse"] = r.ch.PID

@@ -141,7 +141,11 @@ func Plan(seed int64, total, meanGap time.Duration, enabled []Kind) []Fault {
 			if (k == KindKill9 || k == KindTerm) && f.Target == "report-1" && busy["scale"] > f.At {
 				continue
 			}
-			busy[group] = f.At + max(f.For, 10*time.Second)
+			hold := max(f.For, 10*time.Second)
+			if group == "kafka" {
+				hold += 30 * time.Second // a killed node's restart and catch-up
+			}
+			busy[group] = f.At + hold
 			out = append(out, f)
 			break
 		}
