@@ -157,6 +157,7 @@ func run(ctx context.Context, o options, plan []Fault, total time.Duration) (int
 	defer tl.Close()
 	tl.Phase("schedule", fmt.Sprintf("seed %d, %d faults over %s, setup took %s", o.seed, len(plan), total, t0.Sub(began).Round(time.Second)))
 	r.super.SetReachable(func(t time.Time) bool { return !tl.PartnerFaultAt(t) })
+	r.super.SetOnExit(tl.Exit)
 	nm := &nemesis{r: r, tl: tl, tracks: trackIDs(r.cat), down: map[int]bool{}}
 	log.Info("chaos: schedule begins", "faults", len(plan))
 	nm.run(ctx, t0, plan)

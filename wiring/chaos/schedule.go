@@ -199,7 +199,7 @@ type Record struct {
 
 // line is one line of the timeline file.
 type line struct {
-	Event string  `json:"event"` // start, end, or a phase: setup, schedule, lifted, drained
+	Event string  `json:"event"` // start, end, exit (a role's, restarted), or a phase: schedule, lifted, fleet-halted, drained
 	Time  string  `json:"time"`
 	T     float64 `json:"t"` // seconds since the schedule began
 	Kind  Kind    `json:"kind,omitempty"`
@@ -230,6 +230,13 @@ func (tl *Timeline) Phase(name, note string) {
 	tl.mu.Lock()
 	defer tl.mu.Unlock()
 	tl.write(line{Event: name, Note: note}, time.Now())
+}
+
+// Exit records that a role's instance exited (the supervisor restarts it).
+func (tl *Timeline) Exit(name, how string) {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	tl.write(line{Event: "exit", Tgt: name, Note: how}, time.Now())
 }
 
 // Started records that f began, with its resolved target and a note.

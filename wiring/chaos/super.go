@@ -49,7 +49,8 @@ type Super struct {
 	bin, logDir string
 	env         []string
 	log         *slog.Logger
-	reachable   func(time.Time) bool // the partner is reachable at t
+	reachable   func(time.Time) bool   // the partner is reachable at t
+	onExit      func(name, how string) // told of each exit it restarts after
 
 	mu    sync.Mutex
 	roles []*Role
@@ -197,6 +198,9 @@ func (s *Super) restartDead() {
 		if r.downAt.IsZero() {
 			r.downAt = now
 			r.Exits = append(r.Exits, exitString(r.exitErr)+" at "+now.Format("15:04:05"))
+			if s.onExit != nil {
+				s.onExit(r.Name, exitString(r.exitErr))
+			}
 			continue
 		}
 		if now.Sub(r.downAt) >= time.Second {
@@ -267,6 +271,14 @@ func (s *Super) sample() {
 		s.otherRSS[name] = max(s.otherRSS[name], rss)
 		s.mu.Unlock()
 	}
+}
+
+// SetOnExit sets the function told of each exit of a role that should
+// run (the supervisor restarts it a second later).
+func (s *Super) SetOnExit(fn func(name, how string)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.onExit = fn
 }
 
 // SetReachable says when the partner is reachable (progress is due);
