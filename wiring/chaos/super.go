@@ -119,18 +119,6 @@ func running(r *Role) bool {
 	}
 }
 
-// Role returns the role named name.
-func (s *Super) Role(name string) *Role {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, r := range s.roles {
-		if r.Name == name {
-			return r
-		}
-	}
-	return nil
-}
-
 // Signal sends sig to the running instance of name; it says the PID.
 func (s *Super) Signal(name string, sig syscall.Signal) (int, error) {
 	s.mu.Lock()
