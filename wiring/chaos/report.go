@@ -71,7 +71,7 @@ func printReport(w io.Writer, d reportData) {
 	for _, r := range d.roles {
 		own := 0
 		for _, e := range r.Exits {
-			if !strings.HasPrefix(e, "killed by") && !strings.HasPrefix(e, "exit 0") {
+			if !strings.HasPrefix(e, "signal ") && !strings.HasPrefix(e, "exit 0") {
 				own++
 			}
 		}

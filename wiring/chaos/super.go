@@ -205,7 +205,7 @@ func exitString(err error) string {
 		return "exit 0"
 	case errors.As(err, &ee):
 		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			return "killed by " + ws.Signal().String()
+			return "signal " + ws.Signal().String()
 		}
 		return fmt.Sprintf("exit %d", ee.ExitCode())
 	default:
