@@ -163,24 +163,33 @@ func (rn *run) park(j *job, rec *kgo.Record) {
 	asParked(rec)
 	rn.publishing.Add(1)
 	rn.produce(rn.parkRecord(j.id, j.rec.Partition, e), func(_ *kgo.Record, err error) {
-		defer rn.publishing.Done()
 		if err != nil {
+			defer rn.publishing.Done()
 			rn.recorded()
 			if !errors.Is(err, kgo.ErrClientClosed) {
 				rn.stop(fmt.Errorf("reporter: park report %s: %w", j.id, err), false)
 			}
 			return
 		}
-		rn.produce(rec, func(r *kgo.Record, err error) {
-			rn.recorded()
-			if err != nil {
-				if !errors.Is(err, kgo.ErrClientClosed) {
-					rn.stop(fmt.Errorf("reporter: publish the parked record of report %s: %w", j.id, err), false)
+		// Never a produce from inside a produce callback: franz-go frees a
+		// record's room in its buffer only after its callback returns, so
+		// with the buffer full (kgo.MaxBufferedRecords) the produce would
+		// wait for itself (TestParkWithFullProduceBuffer). The parked record
+		// goes from a goroutine of its own, counted in publishing (finish
+		// waits for it).
+		go func() {
+			defer rn.publishing.Done()
+			rn.produce(rec, func(r *kgo.Record, err error) {
+				rn.recorded()
+				if err != nil {
+					if !errors.Is(err, kgo.ErrClientClosed) {
+						rn.stop(fmt.Errorf("reporter: publish the parked record of report %s: %w", j.id, err), false)
+					}
+					return
 				}
-				return
-			}
-			rn.parked(j, r, e)
-		})
+				rn.parked(j, r, e)
+			})
+		}()
 	})
 }
 

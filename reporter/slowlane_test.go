@@ -1,0 +1,176 @@
+package reporter
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/playpipe/playpipe/partnerapi"
+	"github.com/playpipe/playpipe/schemas"
+)
+
+// hangPartner is a badPartner whose failing reports, once hang is set,
+// are held for hang and then answered by no answer at all: the partner
+// client's own timeout (context.DeadlineExceeded), the way a post that
+// outlasts --api-timeout ends.
+type hangPartner struct {
+	*badPartner
+	hang      atomic.Int64 // time.Duration; 0: the badPartner's answers
+	hangPosts atomic.Int64 // posts held to their end
+}
+
+func (h *hangPartner) ReportPlayJSON(ctx context.Context, body []byte) (partnerapi.ReportResult, error) {
+	d := time.Duration(h.hang.Load())
+	if d > 0 && h.failing.Load() {
+		var r struct {
+			UserID string `json:"userid"`
+		}
+		_ = json.Unmarshal(body, &r)
+		h.mu.Lock()
+		bad := h.ids[r.UserID]
+		h.mu.Unlock()
+		if bad {
+			t := time.NewTimer(d) // the partner's hang: real time
+			defer t.Stop()
+			select {
+			case <-ctx.Done():
+				return partnerapi.ReportResult{}, ctx.Err()
+			case <-t.C:
+			}
+			h.hangPosts.Add(1)
+			return partnerapi.ReportResult{}, fmt.Errorf("post report: %w", context.DeadlineExceeded)
+		}
+	}
+	return h.badPartner.ReportPlayJSON(ctx, body)
+}
+
+// TestSlowRetryOutlastingShutdownTimeout: a parked report's slow retry
+// whose post takes longer than --shutdown-timeout (a partner holding it
+// until the client's --api-timeout). The slow retry is a failed attempt
+// like any other: its answer recorded as parked (reason timeout, in
+// doubt), the entry due again later; the reporter never stops, and once
+// the partner answers again every parked report is delivered, every other
+// report once. Before the slow retry's deadline covered its post and its
+// records, the answer's Delivery record was published with an expired
+// context and the reporter stopped ("publish delivery record of a parked
+// report: context deadline exceeded").
+func TestSlowRetryOutlastingShutdownTimeout(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end to end")
+	}
+	e := newE2E(t, 2)
+	e.group = "reporter-slow-hang"
+	e.publish("good", 100, 0, 0)
+	bad := e.publishTrack("hang", 4, 777)
+	e.publish("good-after", 100, 0, 0)
+	partner := &hangPartner{badPartner: e.newBadPartner(bad)}
+
+	cfg := e.config()
+	cfg.ParkAfterAttempts, cfg.ParkAfter = 3, 100*time.Millisecond
+	cfg.ParkRetries = []time.Duration{300 * time.Millisecond}
+	cfg.ShutdownTimeout = time.Second
+	stop, ended := e.startRun(cfg, partner)
+	for i := 0; len(e.parkedRecords()) < len(bad); i++ {
+		if i == 600 {
+			t.Fatalf("%d of %d reports parked after 60 s", len(e.parkedRecords()), len(bad))
+		}
+		e.publish(fmt.Sprintf("good-more-%d", i), 5, 0, 0)
+		time.Sleep(100 * time.Millisecond) // a steady trickle of other reports
+	}
+	// The parked reports' slow retries now hang twice the shutdown timeout.
+	partner.hang.Store(int64(2 * time.Second))
+	timeouts := func() int {
+		n := 0
+		for _, d := range e.deliveries() {
+			if bad[d.ReportID] && d.Outcome == schemas.OutcomeParked && d.Reason == ReasonTimeout {
+				n++
+			}
+		}
+		return n
+	}
+	deadline := time.Now().Add(45 * time.Second)
+	for timeouts() < 2*len(bad) {
+		select {
+		case <-ended:
+			t.Fatalf("the reporter stopped during hanging slow retries: %v", stop())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d slow retries that timed out on record after 45 s (partner held %d), want %d", timeouts(), partner.hangPosts.Load(), 2*len(bad))
+		}
+		time.Sleep(100 * time.Millisecond) // polls the deliveries topic
+	}
+	for _, d := range e.deliveries() {
+		if bad[d.ReportID] && d.Reason == ReasonTimeout && (!d.InDoubt || d.DoubtCause != schemas.DoubtTimeout) {
+			t.Errorf("slow retry that timed out: %+v, want in doubt with cause timeout", d)
+		}
+	}
+	// Lifted: every parked report delivered; none lost, none twice (the
+	// stand-in never delivered a post it held).
+	partner.hang.Store(0)
+	partner.failing.Store(false)
+	e.mu.Lock()
+	for id := range bad {
+		e.delivered[id] = true
+	}
+	e.mu.Unlock()
+	e.waitLedger(60 * time.Second)
+	if err := stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	e.checkExactlyOnce(false)
+}
+
+// TestParkWithFullProduceBuffer: parking chains two records (the entry,
+// then the parked Delivery record once the entry is acknowledged). franz-go
+// runs a produce callback before it frees the record's room in its buffer,
+// so a produce from inside one waits forever for room once the buffer is
+// full (kgo.MaxBufferedRecords; 1 here, the burst of records at a park in
+// production). The report must be parked and the reporter must stop.
+func TestParkWithFullProduceBuffer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end to end")
+	}
+	e := newE2E(t, 1)
+	e.group = "reporter-park-full-buffer"
+	e.kgoOpts = []kgo.Opt{kgo.MaxBufferedRecords(1)}
+	e.publish("good", 20, 0, 0)
+	bad := e.publishTrack("bad", 2, 666)
+	partner := e.newBadPartner(bad)
+	cfg := e.config()
+	cfg.ParkAfterAttempts, cfg.ParkAfter = 3, 50*time.Millisecond
+	cfg.ParkRetries = []time.Duration{time.Hour}
+	r, err := New(cfg, partner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.kgoOpts = append(append([]kgo.Opt(nil), testGroupOpts...), e.kgoOpts...)
+	ctx, cancel := context.WithCancel(context.Background())
+	ended := make(chan error, 1)
+	go func() { ended <- r.Run(ctx) }()
+	defer func() {
+		cancel()
+		select {
+		case err := <-ended:
+			if err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Errorf("the reporter did not stop within 30 s (a produce callback blocked on the full buffer)")
+		}
+	}()
+	deadline := time.Now().Add(40 * time.Second)
+	for i := 0; len(e.parkedRecords()) < len(bad); i++ {
+		if time.Now().After(deadline) {
+			t.Errorf("%d of %d reports parked after 40 s", len(e.parkedRecords()), len(bad))
+			return
+		}
+		e.publish(fmt.Sprintf("good-more-%d", i), 2, 0, 0)
+		time.Sleep(100 * time.Millisecond) // a trickle of other reports: the budget moves while they are answered
+	}
+}
