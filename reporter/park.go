@@ -9,6 +9,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/playpipe/playpipe/internal/kafkax"
 	"github.com/playpipe/playpipe/schemas"
 )
 
@@ -121,9 +122,10 @@ func trackOf(body []byte) int64 {
 	return r.TrackID
 }
 
-// parkedPart is the partition of <prefix>.parked that holds the parked
-// reports of reports partition p.
-func (rn *run) parkedPart(p int32) int32 { return p % rn.parkedParts }
+// parkedPart is the partition of <prefix>.parked where a report of reports
+// partition p is parked (kafkax.ParkedPartition: the rule redrive shares).
+// Its later states go to the partition its entry is in (parkedItem.pp).
+func (rn *run) parkedPart(p int32) int32 { return kafkax.ParkedPartition(p, rn.parkedParts) }
 
 // parkEntry is the parked state of j after its last answer, due after the
 // first delay of the slow schedule.
@@ -145,9 +147,10 @@ func (rn *run) parkEntry(j *job) *schemas.Parked {
 	}
 }
 
-// parkRecord is the <prefix>.parked record of e (a tombstone for a nil e).
-func (rn *run) parkRecord(id string, srcPart int32, e *schemas.Parked) *kgo.Record {
-	r := &kgo.Record{Topic: rn.topics.Parked, Partition: rn.parkedPart(srcPart), Key: []byte(id)}
+// parkRecord is the record of e in partition pp of <prefix>.parked (a
+// tombstone for a nil e).
+func (rn *run) parkRecord(pp int32, id string, e *schemas.Parked) *kgo.Record {
+	r := &kgo.Record{Topic: rn.topics.Parked, Partition: pp, Key: []byte(id)}
 	if e != nil {
 		r.Value, _ = json.Marshal(e) // plain fields: cannot fail
 	}
@@ -162,7 +165,7 @@ func (rn *run) park(j *job, rec *kgo.Record) {
 	e := rn.parkEntry(j)
 	asParked(rec)
 	rn.publishing.Add(1)
-	rn.produce(rn.parkRecord(j.id, j.rec.Partition, e), func(_ *kgo.Record, err error) {
+	rn.produce(rn.parkRecord(rn.parkedPart(j.rec.Partition), j.id, e), func(_ *kgo.Record, err error) {
 		if err != nil {
 			defer rn.publishing.Done()
 			rn.recorded()
@@ -254,7 +257,7 @@ func (rn *run) parked(j *job, r *kgo.Record, e *schemas.Parked) {
 				rq = rn.finalWithoutPost(f, rq)
 			}
 		}
-		rn.slow.add(ps, e)
+		rn.slow.addItem(&parkedItem{ps: ps, e: e, pp: rn.parkedPart(j.rec.Partition)})
 	}
 	rn.requeue(rq)
 	if rn.revoking.Load() > 0 {
