@@ -35,13 +35,17 @@ import (
 // in the log tail, and the entry valid.
 //
 // The slow lane (slowLane) retries the parked reports of the partitions
-// this run owns, one at a time, on the schedule Config.ParkRetries: before
-// a post it writes the entry with Posting set (acknowledged), then posts,
-// publishes the answer's Delivery record, and then writes the entry's next
-// state, or a tombstone when the answer is final. A reader that finds
-// Posting set (the writer died mid-retry) posts again labelled in doubt, so
-// a parked report is delivered at most once more than its posts in doubt,
-// and every possible double is labelled.
+// this run owns on the schedule Config.ParkRetries, up to slowConcurrency
+// at once (slowretry.go): before a post it writes the entry with Posting
+// set (acknowledged), then posts, publishes the answer's Delivery record,
+// and then writes the entry's next state, or a tombstone when the answer
+// is final. A reader that finds Posting set (the writer died mid-retry)
+// posts again labelled in doubt, so a parked report is delivered at most
+// once more than its posts in doubt, and every possible double is
+// labelled. The lane is a parked report's one poster: an operator's
+// `redrive --parked` asks it (redrive.go), and a revocation waits for the
+// partition's slow retries, so no write of parked state lands after the
+// next owner's.
 
 // budgetSpent counts a transient failure of j against its retry budget and
 // reports whether the budget is spent (mu held; it takes j.ps.mu). A
