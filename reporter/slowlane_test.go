@@ -282,3 +282,44 @@ func TestRedriveRequestServedByOwner(t *testing.T) {
 		t.Error("no post of the parked reports while the fault was on")
 	}
 }
+
+// TestRevocationWaitsForSlowRetry: the writes of a partition's parked
+// state are fenced by its ownership. A revocation cancels the partition's
+// slow posts, no slow retry of it starts after, and it completes only once
+// the slow retry under way has ended — past its deadline too — so no write
+// of the old owner lands after the next owner's.
+func TestRevocationWaitsForSlowRetry(t *testing.T) {
+	rn, ps := bareRun(t, 1, 0)
+	rn.log = testLogger(t)
+	ctx, ok := rn.slowStart(ps)
+	if !ok {
+		t.Fatal("a slow retry of an owned partition did not start")
+	}
+	req := revokeReq{parts: map[string][]int32{"p.reports": {0}}, reply: make(chan []commitEntry, 1)}
+	rn.startRevocation(req)
+	if ctx.Err() == nil {
+		t.Error("the revocation did not cancel the partition's slow posts")
+	}
+	if _, ok := rn.slowStart(ps); ok {
+		t.Error("a slow retry started on a revoking partition")
+	}
+	rn.checkRevocations(rn.cfg.Now().Add(10 * rn.cfg.ShutdownTimeout)) // past the deadline
+	select {
+	case <-req.reply:
+		t.Fatal("the revocation completed while a slow retry of the partition was under way")
+	default:
+	}
+	if rn.part(ps.key) != ps {
+		t.Fatal("the partition was dropped while a slow retry of it was under way")
+	}
+	rn.slowEnd(ps)
+	rn.checkRevocations(rn.cfg.Now())
+	select {
+	case <-req.reply:
+	default:
+		t.Fatal("the revocation did not complete once the slow retry ended")
+	}
+	if rn.part(ps.key) != nil {
+		t.Error("the partition is still this run's after its revocation")
+	}
+}
