@@ -49,9 +49,10 @@ func TestRedriveOnePoster(t *testing.T) {
 	chArgs := []string{"--clickhouse-addr", ch.Addr, "--clickhouse-db", ch.Database, "--clickhouse-user", ch.User}
 	sink := &role{name: "sink", args: append(append([]string{"sink"}, kafkaArgs...), append(chArgs, "--batch-rows", "500", "--linger", "100ms")...), admin: testenv.FreeAddr(t)}
 	consume := &role{name: "consume", args: append(append([]string{"consume"}, kafkaArgs...), "--api-url", sb.URL), admin: testenv.FreeAddr(t)}
-	// A small budget, and slow retries due every 3 s: they race the redrives.
+	// A small budget, and slow retries due every 10 s (each report's on a
+	// clock of its own): some come due while the redrives run.
 	report := &role{name: "report", args: append(append([]string{"report"}, kafkaArgs...), "--api-url", sb.URL,
-		"--park-after-attempts", "3", "--park-after", "2s", "--park-retries", "3s", "--backoff-max", "300ms"), admin: testenv.FreeAddr(t)}
+		"--park-after-attempts", "3", "--park-after", "2s", "--park-retries", "10s", "--backoff-max", "300ms"), admin: testenv.FreeAddr(t)}
 	roles := []*role{sink, consume, report}
 	for _, r := range roles {
 		r.p = ps.Start(r.name, append([]string{r.args[0], "--admin-addr", r.admin}, r.args[1:]...)...)
@@ -118,20 +119,30 @@ func TestRedriveOnePoster(t *testing.T) {
 	})
 	t.Logf("%s track %d: %d plays parked (of %d of the track)", since(testStart), bad, rep.Parked, perTrack[bad])
 
-	// The fault lifted: the slow lane's retries come due every 3 s while
-	// one redrive is killed (-9) just after it starts, a second is stopped
-	// with SIGTERM, and the second is run again with its id.
+	// The fault lifted: the slow lane's retries come due while one redrive
+	// is killed (-9) as soon as its requests are written, a second is
+	// stopped with SIGTERM the same way, and the second is run again with
+	// its id.
 	sb.SetFaults(sandbox.Faults{Report: sandbox.GroupFaults{Latency: 2 * time.Millisecond}})
 	redrive := func(name, id string) *testenv.Proc {
 		return ps.Start(name, append(append(append([]string{"redrive"}, kafkaArgs...), chArgs...), "--api-url", sb.URL, "--parked",
 			"--track", strconv.FormatInt(bad, 10), "--replay-id", id, "--reason", "partner fixed the track", "--owner-wait", "60s")...)
 	}
+	written := func(p *testenv.Proc) {
+		t.Helper()
+		for by := time.Now().Add(time.Minute); len(testenv.GrepLog(p.Log, "redrive requests written")) == 0; time.Sleep(20 * time.Millisecond) {
+			if !p.Running() || time.Now().After(by) {
+				out, _ := os.ReadFile(p.Log)
+				t.Fatalf("%s wrote no requests (running %v):\n%s", p.Name, p.Running(), out)
+			}
+		}
+	}
 	killed := redrive("redrive-kill", "rd-kill")
-	time.Sleep(700 * time.Millisecond)
+	written(killed)
 	killed.Signal(t, syscall.SIGKILL)
 	killed.Wait(t, 10*time.Second)
 	termed := redrive("redrive-term", "rd-term")
-	time.Sleep(1500 * time.Millisecond)
+	written(termed)
 	termed.Signal(t, syscall.SIGTERM)
 	tcode := termed.Wait(t, 30*time.Second)
 	rerun := redrive("redrive-rerun", "rd-term")
@@ -166,5 +177,15 @@ func TestRedriveOnePoster(t *testing.T) {
 	}
 	if uint64(dups) > rep.PossibleExtraCopies {
 		t.Errorf("%d extra copies at the partner, beyond the audit's bound of %d", dups, rep.PossibleExtraCopies)
+	}
+	var redriven uint64
+	for _, r := range rep.Replays {
+		redriven += r.Delivered
+		if r.DeliveredTwice > 0 {
+			t.Errorf("redrive %s delivered %d plays more than once", r.ID, r.DeliveredTwice)
+		}
+	}
+	if redriven == 0 {
+		t.Error("no play delivered by the interrupted redrives' requests (the slow lane served none of them)")
 	}
 }

@@ -113,17 +113,6 @@ func (s *slowLane) take(now time.Time) (*parkedItem, time.Time) {
 	return heap.Pop(&s.due).(*parkedItem), time.Time{}
 }
 
-// peek reports whether a parked report is due at now.
-func (s *slowLane) peek(now time.Time) (bool, time.Time) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.due) == 0 {
-		return false, time.Time{}
-	}
-	at := time.UnixMilli(s.due[0].e.Due)
-	return !at.After(now), at
-}
-
 // done forgets it (delivered, rejected, its partition gone).
 func (s *slowLane) done(it *parkedItem) {
 	s.mu.Lock()
