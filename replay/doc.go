@@ -14,11 +14,20 @@
 // The audit lists such deliveries per replay and never counts them as a
 // report delivered more than once.
 //
+// `playpipe redrive --parked` posts nothing itself: a parked report has one
+// poster, the slow lane of the reporter that owns its partition. The run
+// writes a schemas.RedriveRequest per report to <prefix>.parked and waits
+// (Config.OwnerWait) for the owner to post it — the Delivery record
+// carrying the run's replay id and reason — and remove the request
+// (parked.go). An interrupted run's requests are still served, once.
+//
 // Idempotent re-runs: the run records its start time in the offset-commit
 // metadata of its own consumer group (playpipe-replay.<replay id>); a re-run
 // of the same id reads <prefix>.deliveries from that time and skips every
 // report that id already got a final answer for (delivered or rejected),
 // besides those the ledger already shows. A report is done only when its
 // Delivery record is acknowledged by Kafka; a crash between a post and that
-// acknowledgement re-posts the report on the re-run, labelled in_doubt.
+// acknowledgement re-posts the report on the re-run, labelled in_doubt; a
+// run that was interrupted (every post it made on record) records that it
+// stopped, and the re-run labels nothing.
 package replay

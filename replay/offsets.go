@@ -16,51 +16,72 @@ import (
 )
 
 // metaPrefix starts the offset-commit metadata of a run's group:
-// "pp-replay1:<start ms>:<running|done>".
+// "pp-replay1:<start ms>:<state>[:crash]". The state is running (a run is
+// posting, or was killed while it was), stopped (a run ended early, every
+// post it made on record) or done; ":crash" marks an id one run of which
+// ended while running: a post of it may be at the partner without a
+// record.
 const metaPrefix = "pp-replay1:"
 
-// runStart returns the start time a previous run of this id recorded.
-func runStart(ctx context.Context, adm *kadm.Client, group, topic string) (int64, bool, error) {
+// Run states in the metadata.
+const (
+	stateRunning = "running"
+	stateStopped = "stopped"
+	stateDone    = "done"
+)
+
+// prior is what the earlier runs of an id recorded.
+type prior struct {
+	startMS int64
+	found   bool
+	// crashed: an earlier run ended while posting (killed, or Kafka failed
+	// it): a report it may have posted has no record.
+	crashed bool
+}
+
+// runStart returns what the earlier runs of this id recorded.
+func runStart(ctx context.Context, adm *kadm.Client, group, topic string) (prior, error) {
+	var pr prior
 	resp, err := adm.FetchOffsets(ctx, group)
 	if errors.Is(err, kerr.GroupIDNotFound) {
-		return 0, false, nil // a first run
+		return pr, nil // a first run
 	}
 	if err != nil {
-		return 0, false, fmt.Errorf("replay: read the progress of %s: %w", group, err)
+		return pr, fmt.Errorf("replay: read the progress of %s: %w", group, err)
 	}
-	var start int64
-	found := false
 	resp.Each(func(o kadm.OffsetResponse) {
 		if o.Err != nil || o.Topic != topic || !strings.HasPrefix(o.Metadata, metaPrefix) {
 			return
 		}
-		f := strings.SplitN(strings.TrimPrefix(o.Metadata, metaPrefix), ":", 2)
+		f := strings.Split(strings.TrimPrefix(o.Metadata, metaPrefix), ":")
 		v, err := strconv.ParseInt(f[0], 10, 64)
 		if err != nil {
 			return
 		}
-		if !found || v < start {
-			start, found = v, true
+		if !pr.found || v < pr.startMS {
+			pr.startMS, pr.found = v, true
 		}
+		// An older version wrote running/done only: running is a crash.
+		pr.crashed = pr.crashed || len(f) < 2 || f[1] == stateRunning || (len(f) > 2 && f[2] == "crash")
 	})
-	return start, found, nil
+	return pr, nil
 }
 
 // commitRanges records the run in its own group: each partition's range
-// start (end when done), with the run's start time in the metadata.
-func commitRanges(ctx context.Context, adm *kadm.Client, group, topic string, ranges map[int32][2]int64, startMS int64, done bool) error {
-	state := "running"
-	if done {
-		state = "done"
+// start (end when done), with the run's start time, its state and whether
+// an earlier run of the id crashed in the metadata.
+func commitRanges(ctx context.Context, adm *kadm.Client, group, topic string, ranges map[int32][2]int64, startMS int64, state string, crashed bool) error {
+	meta := metaPrefix + strconv.FormatInt(startMS, 10) + ":" + state
+	if crashed {
+		meta += ":crash"
 	}
 	var os kadm.Offsets
 	for p, rg := range ranges {
 		at := rg[0]
-		if done {
+		if state == stateDone {
 			at = rg[1]
 		}
-		os.Add(kadm.Offset{Topic: topic, Partition: p, At: at, LeaderEpoch: -1,
-			Metadata: metaPrefix + strconv.FormatInt(startMS, 10) + ":" + state})
+		os.Add(kadm.Offset{Topic: topic, Partition: p, At: at, LeaderEpoch: -1, Metadata: meta})
 	}
 	resp, err := adm.CommitOffsets(ctx, group, os)
 	if err == nil {
@@ -128,6 +149,18 @@ func readRanges(ctx context.Context, w waits, opts []kgo.Opt, topic string, rang
 // alreadyDone returns the report ids replayID already got a final answer
 // for, read from the deliveries log since the run's start.
 func alreadyDone(ctx context.Context, w waits, opts []kgo.Opt, adm *kadm.Client, topic, replayID string, startMS int64) (map[string]bool, error) {
+	done := map[string]bool{}
+	err := readRun(ctx, w, opts, adm, topic, replayID, startMS, func(d *schemas.Delivery) {
+		if d.Outcome == schemas.OutcomeDelivered || d.Outcome == schemas.OutcomeRejected {
+			done[d.ReportID] = true
+		}
+	})
+	return done, err
+}
+
+// readRun calls fn for each Delivery record of replayID in the deliveries
+// log (topic) since startMS, in log order per partition.
+func readRun(ctx context.Context, w waits, opts []kgo.Opt, adm *kadm.Client, topic, replayID string, startMS int64, fn func(*schemas.Delivery)) error {
 	var from, ends kadm.ListedOffsets
 	err := w.do(ctx, "listing the offsets of "+topic, func(ctx context.Context) (err error) {
 		from, err = adm.ListOffsetsAfterMilli(ctx, startMS, topic)
@@ -147,7 +180,7 @@ func alreadyDone(ctx context.Context, w waits, opts []kgo.Opt, adm *kadm.Client,
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	ranges := map[int32][2]int64{}
 	from.Each(func(o kadm.ListedOffset) {
@@ -155,19 +188,14 @@ func alreadyDone(ctx context.Context, w waits, opts []kgo.Opt, adm *kadm.Client,
 			ranges[o.Partition] = [2]int64{o.Offset, e.Offset}
 		}
 	})
-	done := map[string]bool{}
-	err = readRanges(ctx, w, opts, topic, ranges, func(r *kgo.Record) error {
+	return readRanges(ctx, w, opts, topic, ranges, func(r *kgo.Record) error {
 		if kafkax.HasHeader(r, schemas.HeaderLease) {
 			return nil
 		}
 		var d schemas.Delivery
-		if schemas.DecodeDelivery(r.Value, &d) != nil || d.ReplayID != replayID {
-			return nil
-		}
-		if d.Outcome == schemas.OutcomeDelivered || d.Outcome == schemas.OutcomeRejected {
-			done[d.ReportID] = true
+		if schemas.DecodeDelivery(r.Value, &d) == nil && d.ReplayID == replayID {
+			fn(&d)
 		}
 		return nil
 	})
-	return done, err
 }

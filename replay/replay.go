@@ -122,6 +122,10 @@ type Config struct {
 	Samples int
 	// LiveBypassDelivered as the reporter's flag (default true at the command).
 	LiveBypassDelivered bool
+	// OwnerWait (redrive --parked) bounds the wait for the reporter that
+	// owns each parked report to serve the run's request (default
+	// DefaultOwnerWait); requests not served by then stay queued.
+	OwnerWait time.Duration
 	// KafkaTimeout bounds every wait on Kafka (default
 	// DefaultKafkaTimeout): an admin request, a Delivery record's
 	// acknowledgement, a read that gets nothing while the broker does not
@@ -172,6 +176,9 @@ func (c *Config) check() error {
 	if c.Concurrency == 0 {
 		c.Concurrency = 8
 	}
+	if c.OwnerWait <= 0 {
+		c.OwnerWait = DefaultOwnerWait
+	}
 	if c.MaxAttempts <= 0 {
 		c.MaxAttempts = 8
 	}
@@ -201,15 +208,24 @@ type Result struct {
 	Selected    int `json:"selected"`
 	AlreadyDone int `json:"already_done"`
 	// Missing: selected reports whose record was not found in <prefix>.reports
-	// (retention); nothing is sent for them.
+	// (retention) by a run that read its whole range; nothing is sent for
+	// them.
 	Missing   int `json:"missing"`
 	Posts     int `json:"posts"`
 	Delivered int `json:"delivered"`
 	Rejected  int `json:"rejected"`
-	// Unfinished: reports without a final answer after MaxAttempts.
-	Unfinished int      `json:"unfinished"`
-	Samples    []string `json:"sample_report_ids,omitempty"`
-	DryRun     bool     `json:"dry_run,omitempty"`
+	// Unfinished: reports without a final answer after MaxAttempts (redrive
+	// --parked: posted by their owner without a final answer, still
+	// parked).
+	Unfinished int `json:"unfinished"`
+	// Untried: selected reports the run stopped before (interrupted); a
+	// re-run of the id sends them.
+	Untried int `json:"untried"`
+	// Queued (redrive --parked): requests their owner had not answered when
+	// the run stopped waiting; each is still served once.
+	Queued  int      `json:"queued"`
+	Samples []string `json:"sample_report_ids,omitempty"`
+	DryRun  bool     `json:"dry_run,omitempty"`
 }
 
 // item is one selected report and where its record is.
@@ -266,17 +282,16 @@ func run(ctx context.Context, cfg *Config, api *partnerapi.Client, sel Selection
 	w := waits{timeout: cfg.KafkaTimeout, brokers: cfg.Kafka.Brokers}
 
 	// A re-run: what this id already sent, from the deliveries log.
-	var startMS int64
-	var found bool
+	var pr prior
 	err = w.do(ctx, "reading the progress of group "+group, func(ctx context.Context) (err error) {
-		startMS, found, err = runStart(ctx, adm, group, topics.Reports)
+		pr, err = runStart(ctx, adm, group, topics.Reports)
 		return err
 	})
 	if err != nil {
 		return res, err
 	}
-	if found {
-		if items, err = skipDone(ctx, w, opts, adm, topics.Deliveries, cfg.ReplayID, startMS, items, &res); err != nil {
+	if pr.found {
+		if items, err = skipDone(ctx, w, opts, adm, topics.Deliveries, cfg.ReplayID, pr.startMS, items, &res); err != nil {
 			return res, err
 		}
 	}
@@ -290,21 +305,21 @@ func run(ctx context.Context, cfg *Config, api *partnerapi.Client, sel Selection
 		log.Info("nothing to send", "selected", res.Selected, "already_done", res.AlreadyDone)
 		return res, nil
 	}
-	r := &runner{cfg: *cfg, w: w, api: api, log: log, topic: topics.Deliveries, cl: cl, kind: sel.Kind, parked: sel.Parked,
+	if sel.Parked {
+		// Asked of the reports' owner, never posted here (parked.go).
+		return res, redriveParked(ctx, cfg, w, opts, adm, items, &res)
+	}
+	r := &runner{cfg: *cfg, w: w, api: api, log: log, topic: topics.Deliveries, cl: cl, kind: sel.Kind,
 		// A report re-posted after a crash of a previous run of this id (it
 		// selected the report, but no final answer is on record) may have
-		// reached the partner: label it in doubt.
-		inDoubt: found}
+		// reached the partner: label it in doubt. After runs that all
+		// stopped gracefully every post is on record (a post cancelled in
+		// flight has a record with its cause): nothing to label.
+		inDoubt: pr.crashed}
 	if cfg.Rate > 0 {
 		r.lim = rate.NewLimiter(rate.Limit(cfg.Rate), max(1, int(cfg.Rate/10)))
 	}
-	err = r.send(ctx, opts, adm, group, topics.Reports, items, startMS, found, &res)
-	if sel.Parked {
-		// The live reporter stops retrying what this run made final.
-		if uerr := unpark(ctx, w, opts, adm, topics.Parked, r.finals()); uerr != nil {
-			err = errors.Join(err, uerr)
-		}
-	}
+	err = r.send(ctx, opts, adm, group, topics.Reports, items, pr, &res)
 	return res, err
 }
 

@@ -32,10 +32,6 @@ type runner struct {
 	kind    string
 	lim     *rate.Limiter
 	inDoubt bool
-	// parked (redrive --parked): final reports are collected for unpark.
-	parked bool
-	parkMu sync.Mutex
-	final  []item
 
 	posts, delivered, rejected, unfinished, found atomic.Int64
 }
@@ -46,10 +42,12 @@ type job struct {
 }
 
 // send records the run in its group (the offset ranges of the selected
-// records of the reports topic, and startMS, or now on a first run), posts
-// the reports, and records the end of the run if every report got a final
-// answer.
-func (r *runner) send(ctx context.Context, opts []kgo.Opt, adm *kadm.Client, group, reports string, items []item, startMS int64, resumed bool, res *Result) error {
+// records of the reports topic, and the first run's start time, or now on
+// a first run), posts the reports, and records how the run ended: done if
+// every report got a final answer, stopped if it was interrupted with
+// every post on record; a run that failed otherwise stays running, which
+// the next run of the id reads as a crash.
+func (r *runner) send(ctx context.Context, opts []kgo.Opt, adm *kadm.Client, group, reports string, items []item, pr prior, res *Result) error {
 	var ranges map[int32][2]int64
 	err := r.w.do(ctx, "listing the offsets of "+reports, func(ctx context.Context) (err error) {
 		ranges, err = offsetRanges(ctx, adm, reports, items)
@@ -58,23 +56,31 @@ func (r *runner) send(ctx context.Context, opts []kgo.Opt, adm *kadm.Client, gro
 	if err != nil {
 		return err
 	}
-	if !resumed {
+	startMS := pr.startMS
+	if !pr.found {
 		startMS = time.Now().UnixMilli()
 	}
 	err = r.w.do(ctx, "recording the run in group "+group, func(ctx context.Context) error {
-		return commitRanges(ctx, adm, group, reports, ranges, startMS, false)
+		return commitRanges(ctx, adm, group, reports, ranges, startMS, stateRunning, pr.crashed)
 	})
 	if err != nil {
 		return err
 	}
-	r.log.Info("replay started", "reason", r.cfg.Reason, "reports", len(items), "resumed", resumed)
+	r.log.Info("replay started", "reason", r.cfg.Reason, "reports", len(items), "resumed", pr.found)
 	err = r.run(ctx, opts, reports, ranges, items, res)
-	if err == nil {
-		cerr := r.w.do(ctx, "recording the end of the run in group "+group, func(ctx context.Context) error {
-			return commitRanges(ctx, adm, group, reports, ranges, startMS, true)
+	state := ""
+	switch {
+	case err == nil:
+		state = stateDone
+	case errors.Is(err, context.Canceled):
+		state = stateStopped // interrupted: every post it made has a record
+	}
+	if state != "" {
+		cerr := r.w.do(context.WithoutCancel(ctx), "recording the end of the run in group "+group, func(ctx context.Context) error {
+			return commitRanges(ctx, adm, group, reports, ranges, startMS, state, pr.crashed)
 		})
 		if cerr != nil {
-			r.log.Warn("recording the end of the replay", "err", cerr)
+			r.log.Warn("recording the end of the replay", "state", state, "err", cerr)
 		}
 	}
 	return err
@@ -121,8 +127,13 @@ func (r *runner) run(ctx context.Context, opts []kgo.Opt, reports string, ranges
 	wg.Wait()
 	stopProgress()
 	r.progress(len(items))
+	interrupted := readErr != nil || ctx.Err() != nil
 	for _, m := range want {
-		res.Missing += len(m)
+		if interrupted {
+			res.Untried += len(m) // never read: a re-run of the id sends them
+		} else {
+			res.Missing += len(m)
+		}
 	}
 	res.Posts, res.Delivered, res.Rejected, res.Unfinished = int(r.posts.Load()), int(r.delivered.Load()), int(r.rejected.Load()), int(r.unfinished.Load())
 	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {
@@ -269,11 +280,9 @@ func (r *runner) deliver(ctx, pubCtx context.Context, j job) error {
 		switch dec.Action {
 		case reporter.ActDelivered:
 			r.delivered.Add(1)
-			r.settled(j.it)
 			return nil
 		case reporter.ActRejected:
 			r.rejected.Add(1)
-			r.settled(j.it)
 			r.log.Warn("report rejected", "report_id", d.ReportID, "message", d.Message)
 			return nil
 		case reporter.ActStop:

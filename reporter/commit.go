@@ -98,10 +98,10 @@ func (rn *run) progressOf(ps *partState) (commitEntry, bool) {
 		base, epoch = ps.start, -1
 	}
 	p := progress{Base: base, LogPartition: ps.logPart, LogOffset: ps.logEnd}
-	if ps.slowHold > 0 {
+	if h := ps.slow.held(); h > 0 {
 		// A slow retry's answer is on its way (slowlane.go): the next owner
 		// must read it, so the log position stays before it.
-		p.LogOffset = min(p.LogOffset, ps.slowHold)
+		p.LogOffset = min(p.LogOffset, h)
 	}
 	p.Done = ps.wm.appendDone(nil)
 	for j := range ps.unsure {

@@ -248,7 +248,11 @@ func (rn *run) post(j *job) *kgo.Record {
 // the record's remote span, started for nothing: the trace context still
 // reaches the partner API's request, without two contexts made per post.
 func (rn *run) startSpans(j *job) (ctx context.Context, proc, span trace.Span) {
-	ctx = telemetry.Extract(rn.postCtx, j.rec)
+	base := rn.postCtx
+	if j.ctx != nil {
+		base = j.ctx
+	}
+	ctx = telemetry.Extract(base, j.rec)
 	if !rn.met.tracing {
 		span = trace.SpanFromContext(ctx)
 		return ctx, span, span
@@ -282,6 +286,9 @@ func (rn *run) deliveryRecord(ctx context.Context, j *job) *kgo.Record {
 	doubt := Doubt{InDoubt: inDoubt, Carried: j.carried}
 	del := NewDelivery(&Attempt{ReportID: j.id, EventID: j.evID, N: j.attempt, Decision: d, Latency: j.latency,
 		TraceID: j.traceID, Partner: rn.cfg.PartnerURL, Replay: j.replay, At: rn.cfg.Now()}, &doubt)
+	if q := j.redrive; q != nil {
+		del.ReplayID, del.ReplayReason = q.ReplayID, q.Reason // an operator's redrive, posted by the slow lane
+	}
 	j.carried = doubt.Carried
 	// One allocation for the record, its header, and the key, the source
 	// header and the value (the hot path's allocations); a longer value

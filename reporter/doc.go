@@ -32,7 +32,11 @@
 //     answered) is parked: its state is written to <prefix>.parked, a parked
 //     Delivery record settles its offset (the commit point moves on), and a
 //     slow lane retries it on ParkRetries until it is final (park.go,
-//     slowlane.go). An outage of the whole partner parks nothing.
+//     slowlane.go, slowretry.go). An outage of the whole partner parks
+//     nothing. The slow lane is a parked report's one poster: `redrive
+//     --parked` asks it (redrive.go), and a revocation waits for its slow
+//     retries; nothing a slow retry meets stops the run but a refused
+//     credential.
 //   - Memory is bounded whatever the backlog: at most about MaxPending
 //     records per partition are held between its commit point and its newest
 //     fetched record (fetching pauses for that partition alone), fetches are
@@ -50,16 +54,18 @@
 // backoff.go (the retry delay), dedupe.go (the recent report ids),
 // watermark.go (a partition's safe commit offset), commit.go and
 // progress.go (commits and their metadata), recover.go (assignment),
-// revoke.go (rebalances), park.go and slowlane.go (parking and slow
-// retries), standby.go (standby episodes), throttle.go (the retry budget),
-// limit.go (the adaptive in-flight limit), lifecycle.go (coordinator,
-// shutdown), metrics.go (instruments and gauges), clock.go (the injected
-// clock).
+// revoke.go (rebalances), park.go, slowlane.go, slowretry.go,
+// parkedtopic.go and redrive.go (parking, slow retries, the parked topic,
+// operators' redrive requests), standby.go (standby episodes),
+// throttle.go (the retry budget), limit.go (the adaptive in-flight limit),
+// lifecycle.go (coordinator, shutdown), metrics.go (instruments and
+// gauges), clock.go (the injected clock).
 //
 // # State and locks
 //
 // A Run's goroutines: the poller (intake), the leaser, MaxConcurrency
-// workers, the coordinator (timers, commits, revocations, shutdown), a
+// workers, the slow lane and its slow retries (slowConcurrency at most),
+// the coordinator (timers, commits, revocations, shutdown), a
 // periodic commit's goroutine, a standby episode's prober, and the Kafka
 // client's produce and group callbacks.
 //

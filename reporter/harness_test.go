@@ -32,6 +32,8 @@ type e2e struct {
 	delivered map[string]bool // report ids expected in the sandbox ledger, exactly once
 	rejected  map[string]bool // report ids expected to be answered 400
 	skipped   map[string]bool // below-minimum plays: never posted
+	// kgoOpts are added to the reporter's Kafka client options.
+	kgoOpts []kgo.Opt
 }
 
 func newE2E(t testing.TB, partitions int, opts ...func(*sandbox.Config)) *e2e {
@@ -173,7 +175,7 @@ func (e *e2e) startRun(cfg Config, api API) (stop func() error, ended <-chan str
 	if err != nil {
 		e.t.Fatalf("New: %v", err)
 	}
-	r.kgoOpts = testGroupOpts
+	r.kgoOpts = append(append([]kgo.Opt(nil), testGroupOpts...), e.kgoOpts...)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	var runErr error

@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/playpipe/playpipe/internal/kafkax"
 	"github.com/playpipe/playpipe/schemas"
 )
 
@@ -25,11 +26,25 @@ type fetched struct {
 // describeTopics learns the reports topic's id (for offset commits) and the
 // deliveries topic's partitions and their end offsets (where the records of
 // this run will start).
+//
+// <prefix>.parked is the reporter's own: created (compacted) when missing,
+// and checked: a topic that is not compacted stops the start with an error
+// wrapping ErrInvalidConfig (kafkax.EnsureParked).
 func (rn *run) describeTopics(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	var err error
 	for attempt := 0; ; attempt++ {
+		if _, err = kafkax.EnsureParked(ctx, rn.adm, rn.cfg.Kafka); errors.Is(err, kafkax.ErrParkedNotCompacted) {
+			return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			time.Sleep(200 * time.Millisecond) // the broker not ready yet
+			continue
+		}
 		var tds kadm.TopicDetails
 		tds, err = rn.adm.ListTopics(ctx, rn.topics.Reports, rn.topics.Deliveries, rn.topics.Parked)
 		if err == nil {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/playpipe/playpipe/internal/kafkax"
 	"github.com/playpipe/playpipe/schemas"
 )
 
@@ -34,13 +35,17 @@ import (
 // in the log tail, and the entry valid.
 //
 // The slow lane (slowLane) retries the parked reports of the partitions
-// this run owns, one at a time, on the schedule Config.ParkRetries: before
-// a post it writes the entry with Posting set (acknowledged), then posts,
-// publishes the answer's Delivery record, and then writes the entry's next
-// state, or a tombstone when the answer is final. A reader that finds
-// Posting set (the writer died mid-retry) posts again labelled in doubt, so
-// a parked report is delivered at most once more than its posts in doubt,
-// and every possible double is labelled.
+// this run owns on the schedule Config.ParkRetries, up to slowConcurrency
+// at once (slowretry.go): before a post it writes the entry with Posting
+// set (acknowledged), then posts, publishes the answer's Delivery record,
+// and then writes the entry's next state, or a tombstone when the answer
+// is final. A reader that finds Posting set (the writer died mid-retry)
+// posts again labelled in doubt, so a parked report is delivered at most
+// once more than its posts in doubt, and every possible double is
+// labelled. The lane is a parked report's one poster: an operator's
+// `redrive --parked` asks it (redrive.go), and a revocation waits for the
+// partition's slow retries, so no write of parked state lands after the
+// next owner's.
 
 // budgetSpent counts a transient failure of j against its retry budget and
 // reports whether the budget is spent (mu held; it takes j.ps.mu). A
@@ -121,9 +126,10 @@ func trackOf(body []byte) int64 {
 	return r.TrackID
 }
 
-// parkedPart is the partition of <prefix>.parked that holds the parked
-// reports of reports partition p.
-func (rn *run) parkedPart(p int32) int32 { return p % rn.parkedParts }
+// parkedPart is the partition of <prefix>.parked where a report of reports
+// partition p is parked (kafkax.ParkedPartition: the rule redrive shares).
+// Its later states go to the partition its entry is in (parkedItem.pp).
+func (rn *run) parkedPart(p int32) int32 { return kafkax.ParkedPartition(p, rn.parkedParts) }
 
 // parkEntry is the parked state of j after its last answer, due after the
 // first delay of the slow schedule.
@@ -145,9 +151,10 @@ func (rn *run) parkEntry(j *job) *schemas.Parked {
 	}
 }
 
-// parkRecord is the <prefix>.parked record of e (a tombstone for a nil e).
-func (rn *run) parkRecord(id string, srcPart int32, e *schemas.Parked) *kgo.Record {
-	r := &kgo.Record{Topic: rn.topics.Parked, Partition: rn.parkedPart(srcPart), Key: []byte(id)}
+// parkRecord is the record of e in partition pp of <prefix>.parked (a
+// tombstone for a nil e).
+func (rn *run) parkRecord(pp int32, id string, e *schemas.Parked) *kgo.Record {
+	r := &kgo.Record{Topic: rn.topics.Parked, Partition: pp, Key: []byte(id)}
 	if e != nil {
 		r.Value, _ = json.Marshal(e) // plain fields: cannot fail
 	}
@@ -162,25 +169,34 @@ func (rn *run) park(j *job, rec *kgo.Record) {
 	e := rn.parkEntry(j)
 	asParked(rec)
 	rn.publishing.Add(1)
-	rn.produce(rn.parkRecord(j.id, j.rec.Partition, e), func(_ *kgo.Record, err error) {
-		defer rn.publishing.Done()
+	rn.produce(rn.parkRecord(rn.parkedPart(j.rec.Partition), j.id, e), func(_ *kgo.Record, err error) {
 		if err != nil {
+			defer rn.publishing.Done()
 			rn.recorded()
 			if !errors.Is(err, kgo.ErrClientClosed) {
 				rn.stop(fmt.Errorf("reporter: park report %s: %w", j.id, err), false)
 			}
 			return
 		}
-		rn.produce(rec, func(r *kgo.Record, err error) {
-			rn.recorded()
-			if err != nil {
-				if !errors.Is(err, kgo.ErrClientClosed) {
-					rn.stop(fmt.Errorf("reporter: publish the parked record of report %s: %w", j.id, err), false)
+		// Never a produce from inside a produce callback: franz-go frees a
+		// record's room in its buffer only after its callback returns, so
+		// with the buffer full (kgo.MaxBufferedRecords) the produce would
+		// wait for itself (TestParkWithFullProduceBuffer). The parked record
+		// goes from a goroutine of its own, counted in publishing (finish
+		// waits for it).
+		go func() {
+			defer rn.publishing.Done()
+			rn.produce(rec, func(r *kgo.Record, err error) {
+				rn.recorded()
+				if err != nil {
+					if !errors.Is(err, kgo.ErrClientClosed) {
+						rn.stop(fmt.Errorf("reporter: publish the parked record of report %s: %w", j.id, err), false)
+					}
+					return
 				}
-				return
-			}
-			rn.parked(j, r, e)
-		})
+				rn.parked(j, r, e)
+			})
+		}()
 	})
 }
 
@@ -245,7 +261,7 @@ func (rn *run) parked(j *job, r *kgo.Record, e *schemas.Parked) {
 				rq = rn.finalWithoutPost(f, rq)
 			}
 		}
-		rn.slow.add(ps, e)
+		rn.slow.addItem(&parkedItem{ps: ps, e: e, pp: rn.parkedPart(j.rec.Partition)})
 	}
 	rn.requeue(rq)
 	if rn.revoking.Load() > 0 {

@@ -195,6 +195,7 @@ func (rn *run) recoverFirst(ctx context.Context, first map[int32]int64) error {
 			it.ps = ps
 			rn.slow.addItem(it)
 		}
+		rn.requested(rn.slow.pendingOf(p)) // read by catchUp before the partition was this run's
 	}
 	// Commit the recovered progress before anything of these partitions is
 	// leased: from now on the log position of every later marker and answer

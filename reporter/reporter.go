@@ -16,6 +16,7 @@ import (
 	"github.com/playpipe/playpipe/internal/backoff"
 	"github.com/playpipe/playpipe/internal/kafkax"
 	"github.com/playpipe/playpipe/partnerapi"
+	"github.com/playpipe/playpipe/schemas"
 )
 
 // API is what the reporter needs of the partner API client
@@ -99,6 +100,12 @@ type job struct {
 	// answer being recorded (crash, abandoned post, no answer). Every later
 	// Delivery record of the report says so.
 	inDoubt bool
+	// ctx, when set, is the context of its posts instead of the run's (a
+	// slow retry's: cancelled when its partition is revoked).
+	ctx context.Context
+	// redrive is the operator's request a slow retry serves (its Delivery
+	// record carries the redrive's id and reason).
+	redrive *schemas.RedriveRequest
 	// carried is the doubt cause of an earlier attempt that left no
 	// Delivery record (schemas.DoubtCancelled, DoubtCrash): the next record
 	// of the report carries it, so the audit counts that attempt's copy.
@@ -183,11 +190,8 @@ type partState struct {
 	// paused: fetching of this partition is paused, its pending records at
 	// MaxPending (intake.go).
 	paused bool
-	// slowHold, when > 0, caps the log position of progress snapshots while
-	// a slow retry of a parked report records its answer and the entry's
-	// next state (slowlane.go): a crash in between leaves the answer in the
-	// tail the next owner reads.
-	slowHold int64
+	// slow is the partition's slow retries under way (slowlane.go).
+	slow slowPart
 }
 
 // run is the state of one Run. Its state is split by concern, each with

@@ -110,6 +110,7 @@ func (rn *run) startRevocation(req revokeReq) {
 			if st := rn.part(tpKey{topic, p}); st != nil {
 				st.mu.Lock()
 				st.revoking.Store(true)
+				st.stopSlow() // its slow retries end: they are waited for below
 				st.mu.Unlock()
 				rv.parts = append(rv.parts, st)
 			}
@@ -121,19 +122,25 @@ func (rn *run) startRevocation(req revokeReq) {
 }
 
 // checkRevocations completes the revocations whose posts are all back (or
-// whose deadline passed: those posts stay in doubt in the progress): it
+// whose deadline passed: those posts stay in doubt in the progress) and
+// whose slow retries have all ended (always waited for: slowRetry): it
 // replies with the progress to commit and drops the partitions' state (the
 // coordinator's; no lock held). No post of a revoking partition starts,
 // so once its posts are back nothing but late acknowledgements changes it.
 func (rn *run) checkRevocations(now time.Time) {
 	rn.revocations = slices.DeleteFunc(rn.revocations, func(rv *revocation) bool {
-		busy := false
+		busy, slow := false, false
 		for _, ps := range rv.parts {
 			ps.mu.Lock()
 			busy = busy || ps.inflight > 0
+			slow = slow || ps.slow.busy > 0
 			ps.mu.Unlock()
 		}
-		if busy && now.Before(rv.deadline) {
+		// A slow retry is waited for whatever the deadline: its post is
+		// cancelled (startRevocation), and a write of the parked state after
+		// the revocation could land after the next owner's (a delivered
+		// report's entry brought back).
+		if slow || (busy && now.Before(rv.deadline)) {
 			return false
 		}
 		rn.mu.Lock()

@@ -3,9 +3,7 @@ package reporter
 import (
 	"container/heap"
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"sync"
 	"time"
 
@@ -15,8 +13,9 @@ import (
 )
 
 // slowLane holds the parked reports of the partitions this run owns and
-// retries them, one at a time, when they are due (park.go). Its own lock
-// (a leaf): the coordinator and the workers never wait on a slow retry.
+// retries them when they are due, up to slowConcurrency at once (park.go).
+// Its own lock (a leaf): the coordinator and the workers never wait on a
+// slow retry.
 type slowLane struct {
 	mu    sync.Mutex
 	due   parkedHeap
@@ -27,16 +26,25 @@ type slowLane struct {
 	// it up to; caughtUp when it last read others' records (catchUp).
 	readTo   map[int32]int64
 	caughtUp time.Time
+	// pending are redrive requests for partitions this run did not own when
+	// it read them (redrive.go), by report id.
+	pending map[string]foundRequest
 }
 
 // parkedItem is one parked report in the slow lane.
 type parkedItem struct {
 	ps *partState
 	e  *schemas.Parked
+	pp int32 // the partition of <prefix>.parked its entry is in
 	// carried is a doubt cause to put on the next Delivery record (a
-	// previous owner stopped mid-retry: schemas.DoubtCrash).
+	// previous owner stopped mid-retry: schemas.DoubtCrash; an answer whose
+	// record Kafka failed: schemas.DoubtUnrecorded).
 	carried string
-	i       int // heap index
+	i       int // heap index; -1 while a slow retry holds it
+	// redrive is an operator's request to post it now (redrive.go), read
+	// from partition rpp of <prefix>.parked; under slowLane.mu.
+	redrive *schemas.RedriveRequest
+	rpp     int32
 }
 
 type parkedHeap []*parkedItem
@@ -58,10 +66,8 @@ func newSlowLane() *slowLane {
 	return &slowLane{byID: map[string]*parkedItem{}, wake: make(chan struct{}, 1)}
 }
 
-// add holds e, a parked report of partition ps, for its slow retries (a
-// later entry of the same report replaces the earlier one).
-func (s *slowLane) add(ps *partState, e *schemas.Parked) { s.addItem(&parkedItem{ps: ps, e: e}) }
-
+// addItem holds it for its slow retries (a later entry of the same report
+// replaces the earlier one).
 func (s *slowLane) addItem(it *parkedItem) {
 	s.mu.Lock()
 	if old := s.byID[it.e.ReportID]; old != nil && old.i >= 0 {
@@ -107,17 +113,6 @@ func (s *slowLane) take(now time.Time) (*parkedItem, time.Time) {
 	return heap.Pop(&s.due).(*parkedItem), time.Time{}
 }
 
-// peek reports whether a parked report is due at now.
-func (s *slowLane) peek(now time.Time) (bool, time.Time) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.due) == 0 {
-		return false, time.Time{}
-	}
-	at := time.UnixMilli(s.due[0].e.Due)
-	return !at.After(now), at
-}
-
 // done forgets it (delivered, rejected, its partition gone).
 func (s *slowLane) done(it *parkedItem) {
 	s.mu.Lock()
@@ -135,26 +130,42 @@ func (s *slowLane) stats() int64 {
 	return s.count
 }
 
-// slowRetries runs the slow lane until the run ends (a goroutine of serve).
+// slowConcurrency bounds the slow retries under way at once: each holds a
+// post and waits for up to three records of its own, so one at a time
+// drained about 15–50 parked reports a second.
+const slowConcurrency = 32
+
+// slowRetries runs the slow lane until the run ends (a goroutine of
+// serve): it hands each parked report due to a slow retry of its own, at
+// most slowConcurrency at once, and returns once they all ended.
 func (rn *run) slowRetries() {
 	clk := rn.cfg.Clock
 	timer := clk.NewTimer(time.Hour)
 	defer timer.Stop()
+	var retries sync.WaitGroup
+	defer retries.Wait()
+	slots := make(chan struct{}, slowConcurrency)
 	for {
 		if rn.stopping.Load() {
 			return
 		}
-		if it, _ := rn.slow.peek(rn.cfg.Now()); it {
-			rn.catchUp(rn.postCtx) // an operator's redrive may have settled some
-		}
+		rn.catchUp(rn.postCtx) // operators' redrive requests (at most every catchUpInterval)
 		it, next := rn.slow.take(rn.cfg.Now())
 		if it != nil {
-			rn.slowRetry(it)
+			select {
+			case slots <- struct{}{}:
+			case <-rn.coordDone:
+				return
+			}
+			retries.Go(func() {
+				defer func() { <-slots }()
+				rn.slowRetry(it)
+			})
 			continue
 		}
-		wait := time.Hour
+		wait := catchUpInterval
 		if !next.IsZero() {
-			wait = max(next.Sub(rn.cfg.Now()), time.Millisecond)
+			wait = min(wait, max(next.Sub(rn.cfg.Now()), time.Millisecond))
 		}
 		timer.Reset(wait)
 		select {
@@ -172,128 +183,126 @@ func (rn *run) owned(ps *partState) bool {
 	return rn.part(ps.key) == ps && !ps.revoking.Load() && !ps.dropped.Load()
 }
 
-// slowRetry posts one parked report once (the slow lane's; no lock held).
-func (rn *run) slowRetry(it *parkedItem) {
-	e := it.e
-	if !rn.owned(it.ps) {
-		rn.slow.done(it)
-		return
-	}
-	later := func(d time.Duration) {
-		e.Due = rn.cfg.Now().Add(d).UnixMilli()
-		rn.slow.addItem(it)
-	}
-	rn.mu.Lock()
-	standby := rn.standby != nil
-	rn.mu.Unlock()
-	if standby {
-		later(rn.cfg.ProbeInterval * 4) // the dispatch is held: so is the lane
-		return
-	}
-	ctx, cancel := context.WithTimeout(rn.postCtx, rn.cfg.ShutdownTimeout)
-	defer cancel()
-	// 1. The entry says a post is about to start: a reader that finds it so
-	// (this process died mid-retry) posts again labelled in doubt.
-	e.Posting = true
-	if err := rn.cl.ProduceSync(ctx, rn.parkRecord(e.ReportID, e.Source.Partition, e)).FirstErr(); err != nil {
-		e.Posting = false
-		rn.log.Warn("slow retry of a parked report postponed: its entry could not be written", "report_id", e.ReportID, "err", err)
-		later(time.Minute)
-		return
-	}
-	// From here to the entry's next state, the next owner must read this
-	// retry's answer: progress snapshots keep the log position before it.
-	hold(it.ps, true)
-	defer hold(it.ps, false)
-	// 2. One post, classified like any other.
-	j := &job{ps: it.ps, rec: &kgo.Record{Topic: e.Source.Topic, Partition: e.Source.Partition, Offset: e.Source.Offset},
-		id: e.ReportID, evID: e.EventID, body: e.Report, attempt: e.Attempts, inDoubt: e.InDoubt, carried: it.carried}
-	var rec *kgo.Record
-	for range 2 { // a 401 renews the session: once more at once
-		rec = rn.post(j)
-		if j.dec.Action != ActRetry || !j.dec.Renew || rec == nil {
-			break
-		}
-		rn.slowPublish(ctx, it.ps, rec)
-		j.carried = ""
-	}
-	it.carried = ""
-	if j.dec.Doubt != "" {
-		j.inDoubt = true
-	}
-	d := j.dec
-	e.Attempts, e.InDoubt = j.attempt, j.inDoubt
-	switch {
-	case d.Action == ActAbandon || rec == nil:
-		// Shutdown: the entry keeps Posting (the post may have left), and the
-		// next owner posts again labelled in doubt.
-		rn.slow.done(it)
-		return
-	case d.Action == ActStop:
-		rn.slow.done(it)
-		rn.stop(rn.configError(j, d), true)
-		return
-	case d.Action.Final():
-		// 3. The answer on record, then the entry gone.
-		if err := rn.slowPublish(ctx, it.ps, rec); err != nil {
-			rn.slow.done(it)
-			return
-		}
-		if err := rn.cl.ProduceSync(ctx, rn.parkRecord(e.ReportID, e.Source.Partition, nil)).FirstErr(); err != nil {
-			rn.log.Warn("parked report final, its entry not removed: its next owner posts it again, labelled in doubt", "report_id", e.ReportID, "err", err)
-		}
-		rn.slow.done(it)
-		rn.met.unparked(context.Background(), d.Outcome)
-		rn.log.Info("parked report final", "report_id", e.ReportID, "outcome", d.Outcome, "attempts", j.attempt, "in_doubt", j.inDoubt)
-		rn.idMu.Lock()
-		rn.recent.add(e.ReportID)
-		rn.idMu.Unlock()
-		return
-	}
-	// Not final (a transient failure, or standby): the answer on record as
-	// parked, then the entry's next state, due on the slow schedule.
-	if d.Action == ActRetry {
-		asParked(rec)
-		e.Stage++
-	}
-	e.Status, e.Reason, e.Message = d.Status, d.Reason, d.Message
-	if e.Message == "" && d.Err != nil {
-		e.Message = d.Err.Error()
-	}
-	if err := rn.slowPublish(ctx, it.ps, rec); err != nil {
-		rn.slow.done(it)
-		return
-	}
-	e.Posting = false
-	e.Due = rn.cfg.Now().Add(rn.cfg.ParkRetries[min(e.Stage, len(rn.cfg.ParkRetries)-1)]).UnixMilli()
-	if err := rn.cl.ProduceSync(ctx, rn.parkRecord(e.ReportID, e.Source.Partition, e)).FirstErr(); err != nil {
-		rn.log.Warn("parked report's next state not written: its next owner posts it again, labelled in doubt", "report_id", e.ReportID, "err", err)
-		e.InDoubt = true
-	}
-	rn.slow.addItem(it)
+// slowPart is a partition's slow retries under way (partState.slow, under
+// its mu).
+type slowPart struct {
+	// busy counts the slow retries of the partition under way: its
+	// revocation waits for them (checkRevocations), so that no write of
+	// its parked state by this run lands after its next owner's.
+	busy int
+	// ctx is their posts' context, cancelled when the partition is revoked
+	// (the post abandoned; its entry still says posting, and the next owner
+	// posts again labelled in doubt).
+	ctx    context.Context
+	cancel context.CancelFunc
+	// holds are the log positions held by slow retries recording their
+	// answers (hold), with their counts: progress snapshots keep their log
+	// position at the least of them.
+	holds map[int64]int
 }
 
-// hold sets or clears ps's slowHold at its log position now.
-func hold(ps *partState, on bool) {
-	ps.mu.Lock()
-	if on {
-		ps.slowHold = max(ps.logEnd, 1)
-	} else {
-		ps.slowHold = 0
-		ps.dirty = true
+// held is the log position progress snapshots must not pass (0: none;
+// ps.mu held).
+func (sp *slowPart) held() int64 {
+	var least int64
+	for pos := range sp.holds {
+		if least == 0 || pos < least {
+			least = pos
+		}
 	}
+	return least
+}
+
+// slowStart counts a slow retry of ps, unless ps is on its way out, and
+// returns its posts' context.
+func (rn *run) slowStart(ps *partState) (context.Context, bool) {
+	if rn.part(ps.key) != ps {
+		return nil, false
+	}
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if ps.revoking.Load() || ps.dropped.Load() {
+		return nil, false
+	}
+	if ps.slow.ctx == nil {
+		ps.slow.ctx, ps.slow.cancel = context.WithCancel(rn.postCtx)
+	}
+	ps.slow.busy++
+	return ps.slow.ctx, true
+}
+
+// slowEnd ends a slow retry of ps counted by slowStart; the coordinator
+// looks again at a revocation waiting for it.
+func (rn *run) slowEnd(ps *partState) {
+	ps.mu.Lock()
+	ps.slow.busy--
+	revoking := ps.revoking.Load()
+	ps.mu.Unlock()
+	if revoking {
+		rn.poke()
+	}
+}
+
+// stopSlow cancels the slow posts of ps (its revocation; ps.mu held).
+func (ps *partState) stopSlow() {
+	if ps.slow.cancel != nil {
+		ps.slow.cancel()
+	}
+}
+
+// hold keeps ps's progress snapshots at their log position now until
+// unhold: a slow retry's answer is on its way.
+func hold(ps *partState) int64 {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	pos := max(ps.logEnd, 1)
+	if ps.slow.holds == nil {
+		ps.slow.holds = map[int64]int{}
+	}
+	ps.slow.holds[pos]++
+	return pos
+}
+
+func unhold(ps *partState, pos int64) {
+	ps.mu.Lock()
+	if ps.slow.holds[pos]--; ps.slow.holds[pos] <= 0 {
+		delete(ps.slow.holds, pos)
+	}
+	ps.dirty = true
 	ps.mu.Unlock()
 }
 
+// errRunEnded ends a slow retry's wait for its record when the run ends
+// first (the record may still land: a reader of the entry labels the
+// report in doubt).
+var errRunEnded = errors.New("reporter: the run ended before the record was acknowledged")
+
+// slowProduce hands rec to Kafka and waits for its acknowledgement, or for
+// the end of the run. The record has no context of its own (produce): a
+// slow retry that stops waiting never fails it, nor the records of other
+// reports buffered with it (franz-go fails a batch whose first record's
+// context is done). A post that outlasts the caller's patience is bounded
+// by the partner client's timeout instead.
+func (rn *run) slowProduce(rec *kgo.Record) (*kgo.Record, error) {
+	type result struct {
+		r   *kgo.Record
+		err error
+	}
+	done := make(chan result, 1)
+	rn.produce(rec, func(r *kgo.Record, err error) { done <- result{r, err} })
+	select {
+	case res := <-done:
+		return res.r, res.err
+	case <-rn.coordDone:
+		return nil, errRunEnded
+	}
+}
+
 // slowPublish publishes the Delivery record of a slow retry and waits for
-// it; an error stops the run (the answer is not on record).
-func (rn *run) slowPublish(ctx context.Context, ps *partState, rec *kgo.Record) error {
-	res := rn.cl.ProduceSync(ctx, rec)
-	r, err := res.First()
+// it; the log position moves with it.
+func (rn *run) slowPublish(ps *partState, rec *kgo.Record) error {
+	r, err := rn.slowProduce(rec)
 	if err != nil {
-		if !errors.Is(err, kgo.ErrClientClosed) && !errors.Is(err, context.Canceled) {
-			rn.stop(fmt.Errorf("reporter: publish delivery record of a parked report: %w", err), false)
-		}
 		return err
 	}
 	ps.mu.Lock()
@@ -302,203 +311,27 @@ func (rn *run) slowPublish(ctx context.Context, ps *partState, rec *kgo.Record) 
 	return nil
 }
 
-// recoverParked reads the parked reports of the partitions first seen by
-// this run from <prefix>.parked (recoverNew, before anything of them is
-// leased) and returns them by reports partition. An entry whose offset the
-// recovered progress does not settle (below the commit point or final) is
-// an orphan — its writer died before the parked Delivery record — and is
-// removed: the report is posted from <prefix>.reports again.
-func (rn *run) recoverParked(ctx context.Context, parts []int32, got *recovered) (map[int32][]*parkedItem, error) {
-	want := map[int32]bool{}
-	from := map[int32]int64{}
-	for _, p := range parts {
-		want[p] = true
-		from[rn.parkedPart(p)] = 0
-	}
-	latest := map[string]*schemas.Parked{}
-	ends, err := rn.readParked(ctx, from, func(r *kgo.Record) {
-		if len(r.Value) == 0 {
-			delete(latest, string(r.Key))
-			return
-		}
-		var e schemas.Parked
-		if err := json.Unmarshal(r.Value, &e); err != nil || e.ReportID == "" {
-			rn.log.Warn("unreadable parked entry", "partition", r.Partition, "offset", r.Offset, "err", err)
-			return
-		}
-		if want[e.Source.Partition] {
-			latest[e.ReportID] = &e
-		}
-	})
-	if err != nil {
-		return nil, err
-	}
-	rn.slow.readFrom(ends)
-	final := make(map[string]bool, len(got.answeredIDs))
-	for _, id := range got.answeredIDs {
-		final[id] = true
-	}
-	out := map[int32][]*parkedItem{}
-	for id, e := range latest {
-		p, o := e.Source.Partition, e.Source.Offset
-		if final[id] {
-			// Its final answer is on record (a slow retry's, its owner gone
-			// before the tombstone): never posted again.
-			if err := rn.cl.ProduceSync(ctx, rn.parkRecord(id, p, nil)).FirstErr(); err != nil {
-				return nil, fmt.Errorf("remove the parked entry of final report %s: %w", id, err)
-			}
-			continue
-		}
-		base, committed := got.base[p]
-		if !(committed && o < base) && got.state[p][o] != recFinal {
-			rn.log.Warn("parked entry without its parked record (its writer stopped in between): removed; the report is posted from its topic again",
-				"report_id", id, "partition", p, "offset", o)
-			if err := rn.cl.ProduceSync(ctx, rn.parkRecord(id, p, nil)).FirstErr(); err != nil {
-				return nil, fmt.Errorf("remove orphan parked entry %s: %w", id, err)
-			}
-			continue
-		}
-		it := &parkedItem{e: e}
-		if e.Posting {
-			// Its last owner stopped mid-retry: the post may have reached the
-			// partner unrecorded.
-			e.InDoubt, it.carried = true, schemas.DoubtCrash
-		}
-		out[p] = append(out[p], it)
-	}
-	return out, nil
+// slowDelay is the delay of the slow schedule before the retry after stage.
+func (rn *run) slowDelay(stage int) time.Duration {
+	return rn.cfg.ParkRetries[min(max(stage, 0), len(rn.cfg.ParkRetries)-1)]
 }
 
-// readParked reads the partitions of <prefix>.parked in from, each from its
-// offset to its end now, and returns those ends.
-func (rn *run) readParked(ctx context.Context, from map[int32]int64, fn func(*kgo.Record)) (map[int32]int64, error) {
-	lo, err := rn.adm.ListEndOffsets(ctx, rn.topics.Parked)
-	if err == nil {
-		err = lo.Error()
+// slowAgain puts it back in the lane, due after d (at once when asked, and
+// an operator's redrive request waits on it), unless its partition is on
+// its way out (the next owner reads the entry).
+func (rn *run) slowAgain(it *parkedItem, d time.Duration, asked bool) {
+	if !rn.owned(it.ps) {
+		rn.slow.done(it)
+		return
 	}
-	if err != nil {
-		return nil, fmt.Errorf("end offsets of %s: %w", rn.topics.Parked, err)
+	if asked && rn.slow.requestedNow(it) {
+		d = 0
 	}
-	ends := map[int32]int64{}
-	start := map[int32]kgo.Offset{}
-	left := map[int32]int64{}
-	for pp, o := range from {
-		e, ok := lo.Lookup(rn.topics.Parked, pp)
-		if !ok {
-			return nil, fmt.Errorf("no end offset for %s partition %d", rn.topics.Parked, pp)
-		}
-		ends[pp] = e.Offset
-		if o < e.Offset {
-			start[pp] = kgo.NewOffset().At(o)
-			left[pp] = e.Offset
-		}
-	}
-	if len(start) == 0 {
-		return ends, nil
-	}
-	base, err := rn.cfg.Kafka.ClientOpts()
-	if err != nil {
-		return nil, err
-	}
-	cl, err := kgo.NewClient(append(base,
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{rn.topics.Parked: start}),
-		kgo.FetchMaxWait(200*time.Millisecond),
-	)...)
-	if err != nil {
-		return nil, fmt.Errorf("parked reader: %w", err)
-	}
-	defer cl.Close()
-	next := map[int32]int64{}
-	last := time.Now()
-	for len(left) > 0 {
-		fs := cl.PollFetches(ctx)
-		if err := ctx.Err(); err != nil {
-			return nil, fmt.Errorf("reading %s: %w", rn.topics.Parked, err)
-		}
-		for _, fe := range fs.Errors() {
-			return nil, fmt.Errorf("reading %s partition %d: %w", fe.Topic, fe.Partition, fe.Err)
-		}
-		moved := false
-		fs.EachRecord(func(r *kgo.Record) {
-			if r.Offset >= left[r.Partition] {
-				return
-			}
-			moved = true
-			next[r.Partition] = r.Offset + 1
-			fn(r)
-		})
-		for pp, o := range left {
-			if next[pp] >= o {
-				delete(left, pp)
-			}
-		}
-		if moved {
-			last = time.Now()
-		} else if time.Since(last) > 2*time.Second {
-			break // compacted away or aborted: nothing more to read
-		}
-	}
-	return ends, nil
+	it.e.Due = rn.cfg.Now().Add(d).UnixMilli()
+	rn.slow.addItem(it)
 }
 
-// readFrom notes where the lane has read <prefix>.parked up to.
-func (s *slowLane) readFrom(ends map[int32]int64) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.readTo == nil {
-		s.readTo = map[int32]int64{}
-	}
-	for pp, o := range ends {
-		s.readTo[pp] = max(s.readTo[pp], o)
-	}
-}
-
-// catchUpInterval is how often at most the slow lane reads what others
-// wrote to <prefix>.parked (redrive --parked's tombstones) before retrying.
-const catchUpInterval = 5 * time.Second
-
-// catchUp reads what was written to the parked partitions this lane holds
-// reports of since it last read them, and forgets the reports an operator's
-// redrive made final (their tombstones). Its own records read back change
-// nothing: the lane is their only writer and holds their newest state.
-func (rn *run) catchUp(ctx context.Context) {
-	s := rn.slow
-	s.mu.Lock()
-	if time.Since(s.caughtUp) < catchUpInterval {
-		s.mu.Unlock()
-		return
-	}
-	from := map[int32]int64{}
-	for _, it := range s.byID {
-		pp := rn.parkedPart(it.e.Source.Partition)
-		from[pp] = s.readTo[pp]
-	}
-	s.mu.Unlock()
-	if len(from) == 0 {
-		return
-	}
-	var gone []string
-	ends, err := rn.readParked(ctx, from, func(r *kgo.Record) {
-		if len(r.Value) == 0 {
-			gone = append(gone, string(r.Key))
-		}
-	})
-	if err != nil {
-		rn.log.Warn("reading the parked topic before slow retries failed (retried in a while)", "err", err)
-		return
-	}
-	s.mu.Lock()
-	s.caughtUp = time.Now()
-	for _, id := range gone {
-		if it := s.byID[id]; it != nil {
-			if it.i >= 0 {
-				heap.Remove(&s.due, it.i)
-			}
-			delete(s.byID, id)
-			rn.log.Info("parked report made final by an operator's redrive: no more slow retries", "report_id", id)
-		}
-	}
-	s.count = int64(len(s.byID))
-	s.mu.Unlock()
-	rn.slow.readFrom(ends)
+// ended reports whether err means the run (or its client) ended.
+func ended(err error) bool {
+	return errors.Is(err, errRunEnded) || errors.Is(err, kgo.ErrClientClosed)
 }

@@ -38,3 +38,28 @@ type Parked struct {
 	// ParkedAt is when the report was first parked (epoch ms).
 	ParkedAt int64 `json:"parked_at"`
 }
+
+// RedriveKeyPrefix starts the key of a redrive request in
+// <prefix>.parked: "redrive:<report id>" (the report's own entry is keyed
+// by its bare id, so a request never replaces the entry).
+const RedriveKeyPrefix = "redrive:"
+
+// RedriveRequest asks the owner of a parked report — the reporter that owns
+// its partition of <prefix>.reports — to post it now, for an operator's
+// `playpipe redrive --parked` (topic <prefix>.parked, key
+// RedriveKeyPrefix + report id, in the partition kafkax.ParkedPartition
+// gives for Partition). The owner's slow lane is the report's one poster:
+// it posts the report at once, its Delivery record carrying ReplayID and
+// Reason, and then removes the request (a tombstone of its key) — also
+// when the report is no longer parked (final already): nothing is posted
+// then. A request outlives the redrive that wrote it: an interrupted
+// redrive's requests are still served once.
+type RedriveRequest struct {
+	V        int    `json:"v"`
+	ReportID string `json:"report_id"`
+	// Partition is the report's partition in <prefix>.reports.
+	Partition int32  `json:"partition"`
+	ReplayID  string `json:"replay_id"`
+	Reason    string `json:"replay_reason"`
+	At        int64  `json:"at"` // epoch ms of the request
+}

@@ -245,4 +245,8 @@ const (
 	// posted it without recording the answer (it crashed or lost the
 	// partition mid-post); carried by the first post after recovery.
 	DoubtCrash = "crash"
+	// DoubtUnrecorded: an answer came back but Kafka failed its Delivery
+	// record (a parked report's slow retry): the partner may hold the
+	// report; carried by the report's next post.
+	DoubtUnrecorded = "unrecorded"
 )

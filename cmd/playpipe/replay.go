@@ -54,8 +54,9 @@ Example:
 const redriveSynopsis = `Re-sends reports the partner API rejected (400) and nobody delivered since, after a fix
 (ours or the partner's): selected by --message (repeatable), --report-id (repeatable or comma
 separated), --track, or every rejection in [--from, --to) (the time of the rejection). With
---parked it re-sends at once the reports the live reporter parked (their transient failures
-outlasted its retry budget) and removes those made final from its slow retries. Same recording
+--parked it asks the live reporter to re-send at once the reports it parked (their transient
+failures outlasted its retry budget): the reporter owning each report posts it, one poster per
+report, and the run waits up to --owner-wait for the outcomes. Same recording
 as playpipe replay: its own replay id and --reason on every answer, listed by the audit as a
 replay, never counted as a duplicate. Full guide: docs/replay.md.
 
@@ -134,7 +135,8 @@ func (f *replayFlags) register(fs *flag.FlagSet) {
 		fs.StringVar(&f.from, "from", "", "only rejections at or after this time")
 		fs.StringVar(&f.to, "to", "", "only rejections before this time")
 		fs.Var(listFlag{&f.sel.Messages}, "message", "only rejections with this API message (repeatable)")
-		fs.BoolVar(&f.sel.Parked, "parked", false, "re-send the reports the live reporter parked (no final answer since) instead of rejected ones; --from/--to then bound when they were parked, and the reporter stops retrying those made final")
+		fs.BoolVar(&f.sel.Parked, "parked", false, "re-send the reports the live reporter parked (no final answer since) instead of rejected ones, through the reporter that owns each; --from/--to then bound when they were parked")
+		fs.DurationVar(&f.rcfg.OwnerWait, "owner-wait", replay.DefaultOwnerWait, "with --parked: longest the run waits for the reporter to serve its requests (those not served stay queued and are served once)")
 		fs.Var(int64List{&f.sel.Tracks}, "track", "only plays of these track ids (repeatable or comma separated)")
 	}
 	fs.Var(listFlag{&f.sel.ReportIDs}, "report-id", "only these report ids (repeatable or comma separated)")
@@ -273,8 +275,8 @@ func printReplayResult(w io.Writer, kind string, r replay.Result, asJSON bool) {
 		}
 		return
 	}
-	fmt.Fprintf(w, "%s %s: %d selected, %d already done, %d posts, %d delivered, %d rejected, %d unfinished, %d missing\n",
-		kind, r.ReplayID, r.Selected, r.AlreadyDone, r.Posts, r.Delivered, r.Rejected, r.Unfinished, r.Missing)
+	fmt.Fprintf(w, "%s %s: %d selected, %d already done, %d posts, %d delivered, %d rejected, %d unfinished, %d missing, %d untried, %d queued\n",
+		kind, r.ReplayID, r.Selected, r.AlreadyDone, r.Posts, r.Delivered, r.Rejected, r.Unfinished, r.Missing, r.Untried, r.Queued)
 }
 
 var _ flag.Value = listFlag{}

@@ -35,14 +35,23 @@ func StartEmbeddedOn(prefix string, partitions, port int) (*Embedded, error) {
 	c, err := kfake.NewCluster(
 		kfake.NumBrokers(1),
 		kfake.Ports(port),
-		kfake.SeedTopics(int32(partitions), TopicsFor(prefix).All()...),
+		kfake.SeedTopics(int32(partitions), TopicsFor(prefix).Ledger()...),
 		kfake.AllowAutoTopicCreation(),
 		kfake.DefaultNumPartitions(partitions),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("kafka: start embedded broker: %w", err)
 	}
-	return &Embedded{cluster: c, addrs: c.ListenAddrs()}, nil
+	e := &Embedded{cluster: c, addrs: c.ListenAddrs()}
+	// The parked topic is compacted (EnsureParked refuses it otherwise):
+	// created with its configuration, which seeding cannot give.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := EnsureTopics(ctx, Config{Brokers: e.addrs, TopicPrefix: prefix, Partitions: partitions, ReplicationFactor: -1}); err != nil {
+		e.Close()
+		return nil, fmt.Errorf("kafka: start embedded broker: %w", err)
+	}
+	return e, nil
 }
 
 // Addrs returns the broker addresses, host:port on loopback.

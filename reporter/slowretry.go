@@ -1,0 +1,162 @@
+package reporter
+
+import (
+	"context"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/playpipe/playpipe/schemas"
+)
+
+// slowRetry posts one parked report once (a goroutine of the slow lane; no
+// lock held). Nothing it meets stops the run but the partner refusing the
+// reporter's credentials: a post that times out is a failed attempt like
+// any other (recorded as parked, due again later), and a record Kafka
+// fails leaves the report parked, its next post labelled in doubt.
+//
+// Its writes of the partition's parked state are fenced by ownership: it
+// starts only while the partition is this run's and not revoking, and the
+// partition's revocation cancels its post and waits for it to end
+// (slowStart, checkRevocations), so the next owner's writes come after
+// its last one.
+func (rn *run) slowRetry(it *parkedItem) {
+	e := it.e
+	ctx, ok := rn.slowStart(it.ps)
+	if !ok {
+		rn.slow.done(it)
+		return
+	}
+	defer rn.slowEnd(it.ps)
+	rn.mu.Lock()
+	standby := rn.standby != nil
+	rn.mu.Unlock()
+	if standby {
+		rn.slowAgain(it, rn.cfg.ProbeInterval*4, false) // the dispatch is held: so is the lane
+		return
+	}
+	// 1. The entry says a post is about to start: a reader that finds it so
+	// (this process died mid-retry) posts again labelled in doubt.
+	e.Posting = true
+	if _, err := rn.slowProduce(rn.parkRecord(it.pp, e.ReportID, e)); err != nil {
+		e.Posting = false
+		if ended(err) {
+			rn.slow.done(it)
+			return
+		}
+		rn.log.Warn("slow retry of a parked report postponed: its entry could not be written", "report_id", e.ReportID, "err", err)
+		rn.slowAgain(it, rn.slowDelay(e.Stage), false)
+		return
+	}
+	// From here to the entry's next state, the next owner must read this
+	// retry's answer: progress snapshots keep the log position before it.
+	pos := hold(it.ps)
+	defer unhold(it.ps, pos)
+	// 2. One post, classified like any other (an operator's redrive
+	// request it serves names the redrive in the record).
+	req, asked := rn.slow.serving(it)
+	j := &job{redrive: req.q, ps: it.ps, rec: &kgo.Record{Topic: e.Source.Topic, Partition: e.Source.Partition, Offset: e.Source.Offset},
+		id: e.ReportID, evID: e.EventID, body: e.Report, attempt: e.Attempts, inDoubt: e.InDoubt, carried: it.carried, ctx: ctx}
+	var rec *kgo.Record
+	for range 2 { // a 401 renews the session: once more at once
+		rec = rn.post(j)
+		if j.dec.Action != ActRetry || !j.dec.Renew || rec == nil {
+			break
+		}
+		if err := rn.slowPublish(it.ps, rec); err != nil {
+			rn.slowUnrecorded(it, j, err)
+			return
+		}
+		j.carried = ""
+	}
+	it.carried = ""
+	if j.dec.Doubt != "" {
+		j.inDoubt = true
+	}
+	d := j.dec
+	e.Attempts, e.InDoubt = j.attempt, j.inDoubt
+	switch {
+	case d.Action == ActAbandon || rec == nil:
+		// Shutdown or revocation: the entry keeps Posting (the post may have
+		// left), and the next owner posts again labelled in doubt.
+		rn.slow.done(it)
+		return
+	case d.Action == ActStop:
+		rn.slow.done(it)
+		rn.stop(rn.configError(j, d), true)
+		return
+	case d.Action.Final():
+		// 3. The answer on record, then the entry gone.
+		if err := rn.slowPublish(it.ps, rec); err != nil {
+			rn.slowUnrecorded(it, j, err)
+			return
+		}
+		if _, err := rn.slowProduce(rn.parkRecord(it.pp, e.ReportID, nil)); err != nil && !ended(err) {
+			rn.log.Warn("parked report final, its entry not removed: its next owner finds the final answer in the deliveries log", "report_id", e.ReportID, "err", err)
+		}
+		rn.slow.done(it)
+		rn.slowAnswered(it, req, asked)
+		if newer, ok := rn.slow.served(it, req); ok {
+			rn.unrequest(newer, "the report is final")
+		}
+		rn.met.unparked(context.Background(), d.Outcome)
+		rn.log.Info("parked report final", "report_id", e.ReportID, "outcome", d.Outcome, "attempts", j.attempt, "in_doubt", j.inDoubt)
+		rn.idMu.Lock()
+		rn.recent.add(e.ReportID)
+		rn.idMu.Unlock()
+		return
+	}
+	// Not final (a transient failure, a timeout included, or standby): the
+	// answer on record as parked, then the entry's next state, due on the
+	// slow schedule.
+	if d.Action == ActRetry {
+		asParked(rec)
+		e.Stage++
+	}
+	e.Status, e.Reason, e.Message = d.Status, d.Reason, d.Message
+	if e.Message == "" && d.Err != nil {
+		e.Message = d.Err.Error()
+	}
+	if err := rn.slowPublish(it.ps, rec); err != nil {
+		rn.slowUnrecorded(it, j, err)
+		return
+	}
+	e.Posting = false
+	if _, err := rn.slowProduce(rn.parkRecord(it.pp, e.ReportID, e)); err != nil {
+		if ended(err) {
+			rn.slow.done(it)
+			return
+		}
+		rn.log.Warn("parked report's next state not written: its next owner posts it again, labelled in doubt", "report_id", e.ReportID, "err", err)
+		e.InDoubt = true
+	}
+	rn.slowAnswered(it, req, asked)
+	rn.slowAgain(it, rn.slowDelay(e.Stage), true)
+}
+
+// slowAnswered removes the redrive request the slow retry of it served
+// (its answer is on record), if any.
+func (rn *run) slowAnswered(it *parkedItem, req foundRequest, asked bool) {
+	if asked {
+		rn.unrequest(req, "posted: the answer is on record")
+		rn.slow.served(it, req)
+	}
+}
+
+// slowUnrecorded handles a slow retry whose answer's Delivery record Kafka
+// failed (err): the answer is not on record, and the entry still says
+// posting. The report stays parked, due again on the slow schedule; its
+// next record counts the post whose answer was lost
+// (schemas.DoubtUnrecorded). Never a reason to stop the run.
+func (rn *run) slowUnrecorded(it *parkedItem, j *job, err error) {
+	if ended(err) {
+		rn.slow.done(it)
+		return
+	}
+	e := it.e
+	rn.log.Warn("the answer of a parked report's slow retry could not be recorded: the report stays parked, its next post labelled in doubt",
+		"report_id", e.ReportID, "partner", rn.cfg.PartnerURL, "outcome", j.dec.Outcome, "status", j.dec.Status, "err", err)
+	e.Attempts, e.InDoubt = j.attempt, true
+	it.carried = schemas.DoubtUnrecorded
+	e.Stage++
+	rn.slowAgain(it, rn.slowDelay(e.Stage), false)
+}
