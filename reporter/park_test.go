@@ -337,9 +337,27 @@ func TestParkBudget(t *testing.T) {
 			t.Errorf("pressure, %s: spent at failure %d (pressured %v), want %d", c.name, got, j.pressured, c.want)
 		}
 	}
+	// The pressure rule counts no failure of a whole-partner outage: three
+	// failures in an outage, then one other report answered, then the
+	// outage again — not parked (it was, at the fourth failure, when every
+	// failure after the first success counted).
+	j := &job{id: "r", rec: &kgo.Record{}, ps: full}
+	for i, others := range []uint64{0, 0, 0, 1, 0, 0, 0, 0} {
+		if fail(j, others, 10*time.Second) {
+			t.Fatalf("pressure: parked at failure %d of an outage with one answer in between", i+1)
+		}
+	}
+	// Nor a report behind another pending one: it does not hold the
+	// partition's commit point (seq 0 does), parking it frees nothing.
+	j = &job{id: "r", rec: &kgo.Record{}, ps: full, seq: 2}
+	for i := range 10 {
+		if fail(j, 10, 10*time.Second) {
+			t.Fatalf("pressure: parked a report behind the commit point at failure %d", i+1)
+		}
+	}
 	// Parking off.
 	rn.cfg.ParkAfterAttempts = -1
-	j := &job{id: "r", rec: &kgo.Record{}, ps: full}
+	j = &job{id: "r", rec: &kgo.Record{}, ps: full}
 	for range 100 {
 		if fail(j, 10, time.Minute) {
 			t.Fatal("parked with --park-after-attempts -1")
