@@ -23,21 +23,24 @@ func TestLimiterJudge(t *testing.T) {
 		retry    bool
 		answered uint64 // the latest post answered normally
 		recent   time.Duration
+		rtt      time.Duration // the failed post's
 		want     Signal
 	}{
-		{"timeout, nothing later answered", SignalTimeout, first, true, 0, 50 * time.Millisecond, SignalTimeout},
-		{"timeout of a retry, a later post answered", SignalTimeout, first, true, later, 50 * time.Millisecond, signalIsolated},
-		{"timeout of a first post, a later post answered", SignalTimeout, first, false, later, 50 * time.Millisecond, SignalPayload},
-		{"500 of a retry, a later post answered", SignalPayload, first, true, later, 50 * time.Millisecond, signalIsolated},
-		{"reset of a retry, a later post answered", SignalConnection, first, true, later, 50 * time.Millisecond, signalIsolated},
-		{"timeout of a retry, latency risen", SignalTimeout, first, true, later, 200 * time.Millisecond, SignalTimeout},
-		{"timeout of the latest post answered's own", SignalTimeout, later, true, later, 50 * time.Millisecond, SignalTimeout},
-		{"503 of a retry, a later post answered", SignalBackPressure, first, true, later, 50 * time.Millisecond, SignalBackPressure},
+		{"timeout, nothing later answered", SignalTimeout, first, true, 0, 50 * time.Millisecond, 2 * time.Second, SignalTimeout},
+		{"timeout of a retry, a later post answered", SignalTimeout, first, true, later, 50 * time.Millisecond, 2 * time.Second, signalIsolated},
+		{"timeout of a first post, a later post answered", SignalTimeout, first, false, later, 50 * time.Millisecond, 2 * time.Second, SignalPayload},
+		{"500 of a retry, a later post answered", SignalPayload, first, true, later, 50 * time.Millisecond, 50 * time.Millisecond, signalIsolated},
+		{"reset of a retry, a later post answered", SignalConnection, first, true, later, 50 * time.Millisecond, 10 * time.Millisecond, signalIsolated},
+		{"500 of a retry, latency risen", SignalPayload, first, true, later, 200 * time.Millisecond, 200 * time.Millisecond, SignalPayload},
+		{"timeout of a retry, latency risen near the timeout", SignalTimeout, first, true, later, time.Second, 2 * time.Second, SignalTimeout},
+		{"timeout of a retry, latency risen, still a fraction of the timeout", SignalTimeout, first, true, later, 200 * time.Millisecond, 2 * time.Second, signalIsolated},
+		{"timeout of the latest post answered's own", SignalTimeout, later, true, later, 50 * time.Millisecond, 2 * time.Second, SignalTimeout},
+		{"503 of a retry, a later post answered", SignalBackPressure, first, true, later, 50 * time.Millisecond, 50 * time.Millisecond, SignalBackPressure},
 	} {
 		l.answeredUpTo = 0
 		l.answered(c.answered)
 		l.recent = c.recent
-		if got := l.judge(c.sig, c.n, c.retry); got != c.want {
+		if got := l.judge(c.sig, c.n, c.retry, c.rtt); got != c.want {
 			t.Errorf("%s: judged %v, want %v", c.name, got, c.want)
 		}
 	}
@@ -92,7 +95,7 @@ func (s *hangSim) run(d time.Duration) {
 			if p.bad {
 				sig := SignalTimeout
 				if !s.raw {
-					sig = s.l.judge(sig, p.n, p.retry)
+					sig = s.l.judge(sig, p.n, p.retry, s.timeout)
 				}
 				s.l.observe(s.now, sig, s.timeout, n)
 				s.retries = append(s.retries, s.now.Add(s.retryGap))

@@ -107,7 +107,7 @@ func (s Signal) String() string {
 // Before any of these, a failed post is judged (judge): a timeout or an
 // error is the partner's — load or outage — only when no post started after
 // it was answered normally, or the answered posts' latency is over the
-// threshold. Otherwise the partner answers the others at their usual
+// threshold and not a fraction of the failed post's own. Otherwise the partner answers the others at their usual
 // latency while this post failed: its payload's problem. Such a failure of
 // a report that already failed moves nothing (signalIsolated); a first
 // failure counts toward the error rate (a timeout as an error, not
@@ -193,6 +193,7 @@ const (
 	cutInterval    = 100 * time.Millisecond
 	stallMin       = 250 * time.Millisecond // the least time out of a stalled post …
 	stallRTTs      = 8                      // … and in baseline round trips
+	isolatedRatio  = 4                      // answers this many times faster than a failed post: it failed alone
 	backoffRatio   = 0.5                    // back-pressure's cut
 
 	errMinAnswers = 500              // answers at lower loads to judge the rate by
@@ -234,8 +235,9 @@ func (l *limiter) room(inflight int) int { return max(0, int(l.limit)-inflight+l
 // takes at once, and it is taking the others. At most MaxConcurrency such
 // posts are left out (the reporter runs that many more workers), so a
 // partner that hangs on a share of the posts gets at most twice the limit;
-// one that slows down (latency over the threshold) or stops answering
-// posts started later has none left out.
+// one that slows down (answers over the latency threshold and over a
+// quarter of stallAfter) or stops answering posts started later has none
+// left out.
 
 // stallAfter is how long a post must be out, at least, to be stalled:
 // stallRTTs baseline round trips, at least stallMin.
@@ -243,7 +245,7 @@ func (l *limiter) stallAfter() time.Duration { return max(stallMin, stallRTTs*l.
 
 // stalledOut is how many posts in flight are left out of the limit.
 func (l *limiter) stalledOut() int {
-	if l.stalled == 0 || (l.baseline > 0 && l.recent > l.threshold()) {
+	if l.stalled == 0 || !l.answersFast(l.stallAfter()) {
 		return 0
 	}
 	return min(l.stalled, int(l.max))
@@ -331,20 +333,21 @@ func (l *limiter) started(now time.Time) uint64 {
 // (SignalAnswer).
 func (l *limiter) answered(n uint64) { l.answeredUpTo = max(l.answeredUpTo, n) }
 
-// judge is what a failed post (numbered n; retry: its report failed before)
-// tells the limit: sig itself when the failure may be the partner's — no
-// post started after it was answered normally, or the answered posts'
-// latency is over the threshold — and otherwise a payload's failure:
-// signalIsolated for a retry, an error of the rate rule for a first
-// failure. Back-pressure (429, 503, Retry-After) is the partner asking for
-// less, whoever asked: always sig.
-func (l *limiter) judge(sig Signal, n uint64, retry bool) Signal {
+// judge is what a failed post (numbered n, out for rtt; retry: its report
+// failed before) tells the limit: sig itself when the failure may be the
+// partner's — no post started after it was answered normally, or the
+// answered posts are slow: over the latency threshold, and not a small
+// share (isolatedRatio) of this post's time — and otherwise a payload's
+// failure: signalIsolated for a retry, an error of the rate rule for a
+// first failure. Back-pressure (429, 503, Retry-After) is the partner
+// asking for less, whoever asked: always sig.
+func (l *limiter) judge(sig Signal, n uint64, retry bool, rtt time.Duration) Signal {
 	switch sig {
 	case SignalTimeout, SignalPayload, SignalEdge, SignalConnection:
 	default:
 		return sig
 	}
-	if l.answeredUpTo <= n || (l.baseline > 0 && l.recent > l.threshold()) {
+	if l.answeredUpTo <= n || !l.answersFast(rtt) {
 		return sig
 	}
 	if retry {
@@ -354,6 +357,13 @@ func (l *limiter) judge(sig Signal, n uint64, retry bool) Signal {
 		return SignalPayload
 	}
 	return sig
+}
+
+// answersFast reports whether the partner answers at its usual latency
+// next to a post out for d: within the latency threshold, or in a small
+// share (1/isolatedRatio) of d.
+func (l *limiter) answersFast(d time.Duration) bool {
+	return l.baseline == 0 || l.recent <= l.threshold() || time.Duration(isolatedRatio)*l.recent <= d
 }
 
 // threshold is the latency over which the partner is taken as slowing

@@ -142,6 +142,18 @@ func lastAnswer(f *failing) string {
 	return cmp.Or(f.reason, "no answer")
 }
 
+// failingNow is how many reports failed at least twice and are still
+// failing (mu held).
+func (rn *run) failingNow() int {
+	n := 0
+	for _, f := range rn.stall.failing {
+		if f.fails >= 2 {
+			n++
+		}
+	}
+	return n
+}
+
 // errDegraded is wrapped by Ready's error.
 var errDegraded = errors.New("reporter degraded")
 
@@ -156,12 +168,7 @@ func (rn *run) readiness(now time.Time) error {
 	if now.Sub(since) <= stallReady {
 		return nil
 	}
-	n := 0
-	for _, f := range st.failing {
-		if f.fails >= 2 {
-			n++
-		}
-	}
+	n := rn.failingNow()
 	return fmt.Errorf("%w: nothing delivered for %v while the partner answers (%d reports failing repeatedly, in-flight limit %d)",
 		errDegraded, now.Sub(since).Round(time.Second), n, int(rn.thr.lim.limit))
 }

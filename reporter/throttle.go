@@ -113,7 +113,7 @@ func (t *throttle) success(now time.Time, sig Signal, n uint64, rtt time.Duratio
 func (t *throttle) failure(now time.Time, sig Signal, n uint64, retry bool, rtt time.Duration, inflight int) {
 	t.refill(now)
 	t.tokens = math.Max(t.tokens-1, -t.max) // a burst in flight may overdraw a little
-	t.lim.observe(now, t.lim.judge(sig, n, retry), rtt, inflight)
+	t.lim.observe(now, t.lim.judge(sig, n, retry, rtt), rtt, inflight)
 }
 
 // readyAt is when the next token will be there (zero when one is).
