@@ -33,6 +33,13 @@
 //     Delivery record settles its offset (the commit point moves on), and a
 //     slow lane retries it on ParkRetries until it is final (park.go,
 //     slowlane.go). An outage of the whole partner parks nothing.
+//   - A payload the partner fails or hangs on (until the API timeout) while
+//     it answers the others is told from an overloaded partner: its
+//     failures never collapse the in-flight limit, its retries hold at most
+//     a quarter of it, and its hanging posts leave the limit's count once
+//     stalled (limit.go); a set of reports failing repeatedly is warned of
+//     within seconds, and Ready says degraded while nothing is delivered
+//     (stall.go).
 //   - Memory is bounded whatever the backlog: at most about MaxPending
 //     records per partition are held between its commit point and its newest
 //     fetched record (fetching pauses for that partition alone), fetches are
@@ -47,12 +54,12 @@
 // recover.go (assignment), revoke.go (rebalances), park.go and slowlane.go
 // (parking and slow retries), standby.go (standby
 // episodes), throttle.go (the retry budget), limit.go (the adaptive
-// in-flight limit), lifecycle.go (coordinator, shutdown), clock.go (the
-// injected clock).
+// in-flight limit), stall.go (the stall warning and readiness),
+// lifecycle.go (coordinator, shutdown), clock.go (the injected clock).
 //
 // # State and locks
 //
-// A Run's goroutines: the poller (intake), the leaser, MaxConcurrency
+// A Run's goroutines: the poller (intake), the leaser, 2 × MaxConcurrency
 // workers, the coordinator (timers, commits, revocations, shutdown), a
 // periodic commit's goroutine, a standby episode's prober, and the Kafka
 // client's produce and group callbacks.

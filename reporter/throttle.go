@@ -37,7 +37,9 @@ func (rn *run) waitRate() (time.Duration, error) {
 //     capped by a limit between 1 and MaxConcurrency that grows while the
 //     partner's latency stays flat, shrinks when it rises or when the
 //     error rate rises with the load, and halves on back-pressure
-//     (429, 503, timeouts: AIMD's decrease).
+//     (429, 503, timeouts: AIMD's decrease) — a timeout or error only when
+//     it is the partner's, not one payload's while the others are answered
+//     (limiter.judge).
 //   - A retry budget (a token bucket of failures): each failed post takes a
 //     token; tokens come back at BudgetFloor per second plus BudgetRatio per
 //     successful post, up to a burst of Concurrency. With no token left,
