@@ -173,7 +173,7 @@ func TestHangingTrackParked(t *testing.T) {
 
 	// A third fleet keeps the partner answering while the budgets run (a
 	// report's budget moves only while other reports are answered).
-	scArgs := simArgs{events: 600, rate: 30, devices: 10, seed: 43, startMS: simulator.DefaultStart(time.Now())}
+	scArgs := simArgs{events: 1200, rate: 25, devices: 10, seed: 43, startMS: simulator.DefaultStart(time.Now())}
 	recC := filepath.Join(dir, "c.jsonl")
 	simC := ps.Start("simulate-c", append(append(append([]string{"simulate"}, kafkaArgs...), scArgs.flags()...), "--api-url", sb.URL, "--record", recC)...)
 

@@ -53,7 +53,7 @@ func (rn *run) next() *job {
 		ps.dirty = true
 		ps.mu.Unlock()
 		j.gen = rn.gen
-		j.postNo = rn.thr.lim.started(rn.cfg.Now())
+		j.postNo = rn.thr.lim.started(rn.cfg.Now(), j.retrySlot)
 		rn.inflight++
 		return j
 	}

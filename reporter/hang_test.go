@@ -14,8 +14,8 @@ func TestLimiterJudge(t *testing.T) {
 	now := time.Unix(1000, 0)
 	l := newLimiter(48, 1024, now)
 	feed(l, &now, 50*time.Millisecond, true) // baseline and recent 50 ms
-	first := l.started(now)
-	later := l.started(now)
+	first := l.started(now, true)
+	later := l.started(now, false)
 	for _, c := range []struct {
 		name     string
 		sig      Signal
@@ -110,11 +110,11 @@ func (s *hangSim) run(d time.Duration) {
 		// retry cap, else a fresh report.
 		s.queued += s.arrive * step.Seconds()
 		for s.l.allows(len(s.inflight)) {
-			retry := len(s.retries) > 0 && !s.retries[0].After(s.now) && (s.raw || s.slots < max(1, int(s.l.limit*retryShare)))
+			retry := len(s.retries) > 0 && !s.retries[0].After(s.now) && (s.raw || s.slots-s.l.stalledRetriesOut() < max(1, int(s.l.limit*retryShare)))
 			if !retry && s.arrive > 0 && s.queued < 1 {
 				break
 			}
-			p := simPost{n: s.l.started(s.now)}
+			p := simPost{n: s.l.started(s.now, retry)}
 			if retry {
 				s.retries = s.retries[1:]
 				p.bad, p.retry = true, true
@@ -156,7 +156,7 @@ func TestLimiterHoldsThroughHangingPayloads(t *testing.T) {
 		{2 * time.Second, 0, 70},
 		{30 * time.Second, 0, 0}, // bounded by MaxConcurrency stalled posts: logged
 		{2 * time.Second, 2000, 95},
-		{30 * time.Second, 2000, 95},
+		{30 * time.Second, 2000, 90},
 	} {
 		mk := func(share float64, raw bool) *hangSim {
 			s := newHangSim(share, c.timeout, raw)

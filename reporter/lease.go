@@ -200,7 +200,7 @@ func (rn *run) take() *job {
 		// every slot.
 		var j *job
 		capped := false
-		if h := rn.ready.peek(); h != nil && h.failures > 0 && rn.retrySlots >= rn.retryCap() {
+		if h := rn.ready.peek(); h != nil && h.failures > 0 && rn.retriesHeld() >= rn.retryCap() {
 			capped = true
 		}
 		if (rn.tookRetry || capped || rn.thr.tokens < rn.thr.max/2) && rn.fresh.len() > 0 {
@@ -268,6 +268,12 @@ const retryShare = 0.25
 // flight at once (mu held): retryShare of the in-flight limit, at least 1.
 func (rn *run) retryCap() int { return max(1, int(rn.thr.lim.limit*retryShare)) }
 
+// retriesHeld is how many of the retries' slots are held (mu held): the
+// retries leased or in flight, but those stalled (limiter.stalledOut: a
+// retry hanging on its payload holds no slot of the limit, so none of the
+// retries' either — it only cost its few round trips).
+func (rn *run) retriesHeld() int { return rn.retrySlots - rn.thr.lim.stalledRetriesOut() }
+
 // freeRetrySlot gives back j's retry slot, if it holds one, once its post
 // is back or its lease given up (mu held); a retry waiting for one may be
 // leased.
@@ -277,7 +283,7 @@ func (rn *run) freeRetrySlot(j *job) {
 	}
 	j.retrySlot = false
 	rn.retrySlots--
-	if h := rn.ready.peek(); h != nil && h.failures > 0 && rn.retrySlots < rn.retryCap() {
+	if h := rn.ready.peek(); h != nil && h.failures > 0 && rn.retriesHeld() < rn.retryCap() {
 		rn.jobsReady()
 	}
 }

@@ -153,6 +153,8 @@ type limiter struct {
 	outBase  uint64
 	stallIdx int
 	stalled  int
+	// stalledRetries are the stalled posts of reports that failed before.
+	stalledRetries int
 
 	// The error rate by load (errBucket): errors and answers at each, both
 	// decayed by e^(-t/errWindow) when the load comes back to it.
@@ -167,8 +169,9 @@ type limiter struct {
 // outPost is one post started: when (Unix nanoseconds), and whether it is
 // back.
 type outPost struct {
-	at   int64
-	done bool
+	at    int64
+	done  bool
+	retry bool // its report failed before
 }
 
 // rttMean is one interval's mean RTT and when the interval closed.
@@ -251,6 +254,18 @@ func (l *limiter) stalledOut() int {
 	return min(l.stalled, int(l.max))
 }
 
+// stalledRetriesOut is how many of the stalled posts left out are retries
+// that no longer hold one of the retries' slots either (retryCap): at most
+// retryShare of the MaxConcurrency stalled posts, so that hanging retries
+// spend their budget at more than retryCap per timeout while the fresh
+// reports keep most of the stalled room.
+func (l *limiter) stalledRetriesOut() int {
+	if l.stalledOut() == 0 {
+		return 0
+	}
+	return min(l.stalledRetries, l.stalledOut(), int(l.max*retryShare))
+}
+
 // advance passes the posts that stalled by now: out longer than
 // stallAfter, and started before the last post answered normally.
 func (l *limiter) advance(now time.Time) {
@@ -262,6 +277,9 @@ func (l *limiter) advance(now time.Time) {
 		}
 		if !p.done {
 			l.stalled++
+			if p.retry {
+				l.stalledRetries++
+			}
 		}
 		l.stallIdx++
 	}
@@ -280,6 +298,9 @@ func (l *limiter) finished(n uint64) {
 	l.out[i].done = true
 	if i < l.stallIdx {
 		l.stalled--
+		if l.out[i].retry {
+			l.stalledRetries--
+		}
 	}
 	k := 0
 	for k < len(l.out) && l.out[k].done {
@@ -318,14 +339,14 @@ func (l *limiter) observe(now time.Time, sig Signal, rtt time.Duration, inflight
 	l.close(now)
 }
 
-// started numbers a post that starts now: the number judge, answered and
-// finished take.
-func (l *limiter) started(now time.Time) uint64 {
+// started numbers a post that starts now (retry: of a report that failed
+// before): the number judge, answered and finished take.
+func (l *limiter) started(now time.Time, retry bool) uint64 {
 	l.posts++
 	if len(l.out) == 0 {
 		l.outBase = l.posts
 	}
-	l.out = append(l.out, outPost{at: now.UnixNano()})
+	l.out = append(l.out, outPost{at: now.UnixNano(), retry: retry})
 	return l.posts
 }
 

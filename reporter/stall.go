@@ -109,7 +109,7 @@ func (rn *run) checkStall(now time.Time) {
 		return
 	}
 	rn.stall.warnedAt = now
-	slices.SortFunc(set, func(a, b *failing) int { return a.firstFail.Compare(b.firstFail) })
+	slices.SortFunc(set, func(a, b *failing) int { return cmp.Or(a.firstFail.Compare(b.firstFail), cmp.Compare(a.id, b.id)) })
 	oldest, last := set[0], set[0]
 	byTrack := map[int64]int{}
 	for _, f := range set {

@@ -39,6 +39,7 @@ func TestStallWarning(t *testing.T) {
 		rn.noteAnswer(timeout, clk.Now())
 		rn.noteFailure(j, timeout, clk.Now())
 		rn.noteAnswer(delivered, clk.Now())
+		clk.Advance(time.Second)
 	}
 	rn.checkStall(clk.Now())
 	rn.mu.Unlock()
@@ -60,14 +61,14 @@ func TestStallWarning(t *testing.T) {
 	if warnings() != 1 {
 		t.Fatalf("%d stall warnings, want 1:\n%s", warnings(), out)
 	}
-	for _, want := range []string{"reports=5", "tracks=\"[400001 400002]\"", "last_status=timeout", "oldest_report_id=r0", "oldest_failing_for=40s", "oldest_failures=2"} {
+	for _, want := range []string{"reports=5", "tracks=\"[400001 400002]\"", "last_status=timeout", "oldest_report_id=r0", "oldest_failing_for=45s", "oldest_failures=2"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the stall warning lacks %s:\n%s", want, out)
 		}
 	}
 	// Degraded: the partner answered (timeouts) within the minute, nothing
 	// final for more than one.
-	clk.Advance(15 * time.Second)
+	clk.Advance(10 * time.Second)
 	rn.mu.Lock()
 	rn.noteAnswer(timeout, clk.Now())
 	rn.mu.Unlock()
