@@ -148,14 +148,13 @@ func parseExposition(b []byte) (types map[string]string, labels map[string][]str
 		if line == "" || line[0] == '#' {
 			continue
 		}
-		name, rest, _ := strings.Cut(line, " ")
+		name := line
 		var lbl []string
-		if n, l, ok := strings.Cut(name, "{"); ok {
-			name = n
-			rest = l
-			l, _, _ = strings.Cut(rest, "}")
-			if l != "" {
-				lbl = splitLabels(l)
+		if i := strings.IndexAny(line, "{ "); i >= 0 {
+			name = line[:i]
+			// A label value may hold spaces: the labels end at the last '}'.
+			if j := strings.LastIndexByte(line, '}'); line[i] == '{' && j > i+1 {
+				lbl = splitLabels(line[i+1 : j])
 			}
 		}
 		if _, ok := labels[name]; !ok {

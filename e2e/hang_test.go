@@ -283,9 +283,13 @@ func auditList(t *testing.T, bin string, chArgs []string, name string) []analyti
 	if code != 0 && code != 3 {
 		t.Fatalf("playpipe audit --list %s exited %d:\n%s", name, code, out)
 	}
-	// The JSON array is the output's last line (logs go before it).
+	// The JSON array starts a line of its own (logs go before it).
+	js := out
+	if i := strings.LastIndex(out, "\n["); i >= 0 {
+		js = out[i+1:]
+	}
 	var rows []analytics.ListRow
-	if err := json.Unmarshal([]byte(lastLine(out)), &rows); err != nil {
+	if err := json.Unmarshal([]byte(js), &rows); err != nil {
 		t.Fatalf("playpipe audit --list %s --format json: %v\n%s", name, err, out)
 	}
 	return rows
