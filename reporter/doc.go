@@ -59,7 +59,7 @@
 //
 // # State and locks
 //
-// A Run's goroutines: the poller (intake), the leaser, 2 × MaxConcurrency
+// A Run's goroutines: the poller (intake), the leaser, MaxConcurrency
 // workers, the coordinator (timers, commits, revocations, shutdown), a
 // periodic commit's goroutine, a standby episode's prober, and the Kafka
 // client's produce and group callbacks.

@@ -154,10 +154,11 @@ func TestLimiterHoldsThroughHangingPayloads(t *testing.T) {
 		arrive  float64
 		want    float64 // answered, against the partner without the hang (%)
 	}{
-		{2 * time.Second, 0, 70},
-		{30 * time.Second, 0, 0}, // bounded by MaxConcurrency stalled posts: logged
+		{2 * time.Second, 0, 25}, // a backlog: hanging posts fill MaxConcurrency
+		{30 * time.Second, 0, 0}, // the same: logged
 		{2 * time.Second, 2000, 95},
-		{30 * time.Second, 2000, 90},
+		{30 * time.Second, 1000, 90}, // 750 hanging posts within MaxConcurrency
+		{30 * time.Second, 2000, 0},  // 1 500 would be needed: logged
 	} {
 		mk := func(share float64, timeout time.Duration, raw bool) *hangSim {
 			s := newHangSim(share, timeout, raw)

@@ -222,22 +222,26 @@ func newLimiter(start, maxLimit int, now time.Time) *limiter {
 }
 
 // allows reports whether one more post may start with inflight posts out,
-// the stalled ones not counted (stalledOut).
+// the stalled ones not counted (stalledOut), and never more than
+// MaxConcurrency in all (the workers, and the client's connections).
 func (l *limiter) allows(inflight int) bool {
-	return float64(inflight-l.stalledOut()) < math.Floor(l.limit)
+	return inflight < int(l.max) && float64(inflight-l.stalledOut()) < math.Floor(l.limit)
 }
 
 // room is how many more posts may start with inflight posts out, the
-// stalled ones not counted.
-func (l *limiter) room(inflight int) int { return max(0, int(l.limit)-inflight+l.stalledOut()) }
+// stalled ones not counted, within MaxConcurrency in all.
+func (l *limiter) room(inflight int) int {
+	return max(0, min(int(l.max)-inflight, int(l.limit)-inflight+l.stalledOut()))
+}
 
 // Stalled posts. A post out longer than stallAfter while the partner
 // answered posts started after it, at their usual latency, is hanging on
 // its payload (a partner's gateway holding one track until our timeout):
 // it no longer counts against the limit — the limit is what the partner
-// takes at once, and it is taking the others. At most MaxConcurrency such
-// posts are left out (the reporter runs that many more workers), so a
-// partner that hangs on a share of the posts gets at most twice the limit;
+// takes at once, and it is taking the others. The posts in flight stay
+// within MaxConcurrency in all (the workers, and the client's connections:
+// a post waiting for a connection would look stalled), so stalled posts use
+// the room between the limit and MaxConcurrency;
 // one that slows down (answers over the latency threshold and over a
 // quarter of stallAfter) or stops answering posts started later has none
 // left out.

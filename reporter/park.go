@@ -56,8 +56,9 @@ import (
 // failures counts.
 //
 // The pressure rule spends it early: a report that holds its partition's
-// commit point, and failed pressureParkFails times counted as above (while
-// other reports got final answers: not failures of a whole-partner outage),
+// commit point, and failed pressureParkFails times not in a whole-partner
+// outage (each failure after another report got a final answer, or with no
+// other post failing since its previous one: it fails alone),
 // is parked as soon as its partition holds MaxPending records — fetching of
 // the partition has stopped behind it, and waiting out ParkAfter would
 // stall the partition for minutes at any real rate (16 384 records at 1 000
@@ -65,14 +66,20 @@ import (
 // what holds the partition: parking it would free nothing.
 func (rn *run) budgetSpent(j *job) bool {
 	now := rn.cfg.Now()
+	rn.failed++
 	switch {
 	case j.lastFailAt.IsZero():
-		j.healthyFails = 1
+		j.healthyFails, j.pressureFails = 1, 1
 	case rn.successes > j.succAt:
 		j.healthyFails++
+		j.pressureFails++
 		j.budgetUsed += now.Sub(j.lastFailAt)
+	case rn.failed == j.failedAt+1:
+		// Nothing else was answered or failed since: it fails alone (its
+		// full partition waits behind it), not in an outage.
+		j.pressureFails++
 	}
-	j.lastFailAt, j.succAt = now, rn.successes
+	j.lastFailAt, j.succAt, j.failedAt = now, rn.successes, rn.failed
 	if j.attempt >= rn.cfg.WarnAfterAttempts && !j.warned {
 		j.warned = true
 		rn.warnStuck(j)
@@ -83,7 +90,7 @@ func (rn *run) budgetSpent(j *job) bool {
 	if j.healthyFails >= rn.cfg.ParkAfterAttempts && j.budgetUsed >= rn.cfg.ParkAfter {
 		return true
 	}
-	if j.healthyFails < pressureParkFails {
+	if j.pressureFails < pressureParkFails {
 		return false
 	}
 	j.ps.mu.Lock()

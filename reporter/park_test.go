@@ -317,18 +317,21 @@ func TestParkBudget(t *testing.T) {
 		full.wm.add(int64(i), 0, 0)
 	}
 	for _, c := range []struct {
-		name   string
-		others uint64
-		ps     *partState
-		want   int
+		name    string
+		others  uint64 // other reports answered between two failures
+		failing uint64 // other reports failing between two failures
+		ps      *partState
+		want    int
 	}{
-		{"full partition, the others taken", 10, full, 3},
-		{"full partition, outage of the whole partner", 0, full, 0},
-		{"room in the partition", 10, &partState{}, 61},
+		{"full partition, the others taken", 10, 0, full, 3},
+		{"full partition, outage of the whole partner", 0, 10, full, 0},
+		{"full partition, nothing else posted (it fails alone)", 0, 0, full, 3},
+		{"room in the partition", 10, 0, &partState{}, 61},
 	} {
 		j := &job{id: "r", rec: &kgo.Record{}, ps: c.ps}
 		got := 0
 		for i := 1; i <= 100 && got == 0; i++ {
+			rn.failed += c.failing
 			if fail(j, c.others, 10*time.Second) {
 				got = i
 			}
@@ -343,6 +346,7 @@ func TestParkBudget(t *testing.T) {
 	// failure after the first success counted).
 	j := &job{id: "r", rec: &kgo.Record{}, ps: full}
 	for i, others := range []uint64{0, 0, 0, 1, 0, 0, 0, 0} {
+		rn.failed += 10 // the other reports fail too
 		if fail(j, others, 10*time.Second) {
 			t.Fatalf("pressure: parked at failure %d of an outage with one answer in between", i+1)
 		}

@@ -134,12 +134,16 @@ type job struct {
 	// success count then. pressured: parked early, its partition full
 	// behind it. parking: the budget is spent, the worker parks it.
 	healthyFails int
-	budgetUsed   time.Duration
-	lastFailAt   time.Time
-	succAt       uint64
-	warned       bool
-	pressured    bool
-	parking      bool
+	// pressureFails: failures not in an outage (the pressure rule);
+	// failedAt: the run's failed posts after its last failure.
+	pressureFails int
+	failedAt      uint64
+	budgetUsed    time.Duration
+	lastFailAt    time.Time
+	succAt        uint64
+	warned        bool
+	pressured     bool
+	parking       bool
 }
 
 type tpKey struct {
@@ -281,6 +285,7 @@ type workerState struct {
 	// successes counts final answers (park.go: a report's budget moves only
 	// while others succeed); warnLimit bounds the stuck-report warnings.
 	successes      uint64
+	failed         uint64 // transient failures counted by the retry budget (park.go)
 	warnLimit      *rate.Limiter
 	warnSuppressed int
 	// stall is the reports failing repeatedly and the stall warning's state
@@ -506,10 +511,10 @@ func (rn *run) connect(ctx context.Context) error {
 // until it returns, then stops them in order and closes the client.
 func (rn *run) serve(ctx context.Context) error {
 	var workers sync.WaitGroup
-	// One worker per post the limit may ever allow, and as many for the
-	// stalled posts it may leave out (limit.go); those above the limit wait
-	// on cond (a few KiB of stack each) until it grows.
-	for range 2 * rn.cfg.MaxConcurrency {
+	// One worker per post the limit may ever allow (stalled ones included:
+	// limit.go); those above the limit wait on cond (a few KiB of stack
+	// each) until it grows.
+	for range rn.cfg.MaxConcurrency {
 		workers.Go(rn.worker)
 	}
 	var leaser sync.WaitGroup
