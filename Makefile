@@ -177,11 +177,13 @@ bench-report-latency: build
 ## while the reporter's limit collapses under errors: 20 000 reports at 50 ms,
 ## 0 and 1 % took 2.5 min; a few minutes once it holds its in flight).
 ## Each latency also runs a poison-track round (-poison-share 0.03: 3 % of the
-## reports are of one track answered 500 every time): the other reports' rate
-## against the round with no fault, in a table of its own.
+## reports are of one track answered 500 every time) and a hang round
+## (-hang-share 0.025: 2.5 % of one track held 35 s, past the default 30 s
+## --api-timeout, then answered 500): the other reports' rate against the
+## round with no fault, in a table of its own.
 BENCH_ERRORS_FLAGS ?= -reports 30000 -timeout 10m
 bench-report-errors: build
-	$(GO) run ./wiring/bench -bin $(BIN) -mode latency -latencies 50ms,150ms -plain-inflight 512,1024 -error-rates 0,0.001,0.01,0.02 -poison-share 0.03 $(BENCH_ERRORS_FLAGS)
+	$(GO) run ./wiring/bench -bin $(BIN) -mode latency -latencies 50ms,150ms -plain-inflight 512,1024 -error-rates 0,0.001,0.01,0.02 -poison-share 0.03 -hang-share 0.025 $(BENCH_ERRORS_FLAGS)
 
 ## fuzz: each fuzz target for FUZZTIME (untrusted input: events, API answers, report bodies, records).
 ## fuzz-short: the same targets for 30 000 inputs each, run by `make test`. A count,

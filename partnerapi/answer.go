@@ -93,13 +93,14 @@ func (c *Client) foreignAnswer(op call, status int, h http.Header, body []byte, 
 		return
 	}
 	c.foreignN.Add(-n)
-	first := body[:min(len(body), 120)]
+	// Scrubbed whole, then cut: a secret the cut would split is found whole.
+	first := bound(c.scrub(printable(string(body[:min(len(body), scrubSpan)])), auth), 120)
 	var ct string
 	if h != nil {
 		ct = h.Get("Content-Type")
 	}
 	c.log.Warn("partner API: an answer that is not the API's own (an edge's or proxy's page?): retried, never taken as a rejection",
-		"op", op.name, "status", status, "content_type", bound(printable(ct), 100), "first_bytes", c.scrub(printable(string(first)), auth),
+		"op", op.name, "status", status, "content_type", bound(printable(ct), 100), "first_bytes", first,
 		"answers_since_last_log", n)
 }
 

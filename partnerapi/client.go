@@ -380,7 +380,7 @@ func (c *Client) statusError(op call, meta Meta, h http.Header, body []byte, aut
 		// an intermediary may be misbehaving, so retrying is reasonable.
 		e.Kind = KindTransient
 	}
-	e.Reason = c.scrub(errorReason(s, body), auth)
+	e.Reason = errorReason(s, body, func(r string) string { return c.scrub(r, auth) })
 	if e.Kind == KindRejected {
 		e.Fields = parseFields(e.Reason)
 	}

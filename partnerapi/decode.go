@@ -210,8 +210,10 @@ func (d *DJ) UnmarshalJSON(data []byte) error {
 
 // errorReason extracts the reason of an error answer: the envelope's reason
 // or message (JSON), else the text body (e.g. the plain-text "Unauthorized"
-// or an edge page), bounded and reduced to printable characters.
-func errorReason(status int, body []byte) string {
+// or an edge page), reduced to printable characters, scrubbed of secrets by
+// scrub, then bounded: scrubbed before it is cut, so that a secret the cut
+// would split is still found whole.
+func errorReason(status int, body []byte, scrub func(string) string) string {
 	body = bytes.TrimSpace(body)
 	if len(body) > 0 && body[0] == '{' {
 		var env struct {
@@ -221,20 +223,22 @@ func errorReason(status int, body []byte) string {
 		if json.Unmarshal(body, &env) == nil {
 			switch {
 			case env.Reason != nil && *env.Reason != "":
-				return bound(printable(*env.Reason), maxReasonLen)
+				return bound(scrub(printable(*env.Reason)), maxReasonLen)
 			case env.Message != nil:
-				return bound(printable(*env.Message), maxReasonLen)
+				return bound(scrub(printable(*env.Message)), maxReasonLen)
 			}
 		}
 	}
 	if status == http.StatusForbidden && bytes.Contains(body, []byte("1010")) {
 		return "edge error 1010: User-Agent blocked"
 	}
-	if len(body) > 200 {
-		body = body[:200]
-	}
-	return bound(printable(string(body)), maxReasonLen)
+	return bound(scrub(printable(string(body[:min(len(body), scrubSpan)]))), 200)
 }
+
+// scrubSpan is how much of a text answer is scrubbed before it is cut to a
+// few hundred bytes: enough for any secret straddling the cut (a token is
+// about 1 KiB), without scanning a whole page.
+const scrubSpan = 8 << 10
 
 // printable drops control characters and invalid UTF-8 from text that came
 // from the server.

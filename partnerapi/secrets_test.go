@@ -231,7 +231,7 @@ func FuzzDecoders(f *testing.F) {
 		_, _ = decodeGenreRow(data)
 		_, _ = decodeMix(data)
 		_, _ = jwtExpiry(string(data))
-		r := errorReason(403, data)
+		r := errorReason(403, data, func(s string) string { return s })
 		_ = parseFields(r)
 		_ = parseFields(string(data))
 		_ = parseRetryAfter(string(data), timeZero)
@@ -277,5 +277,40 @@ func TestReport401EchoScrubbed(t *testing.T) {
 	}
 	if strings.Contains(logs.String(), "tok1") || strings.Contains(logs.String(), "tok2") {
 		t.Errorf("token in the logs:\n%s", logs.String())
+	}
+}
+
+// TestSecretStraddlingTheCutScrubbed: an edge page echoing the signature
+// where the error's reason (200 bytes) and the log's first bytes (120) are
+// cut: no prefix of it reaches either — the text is scrubbed before it is
+// cut, so a secret cut in two is still found whole.
+func TestSecretStraddlingTheCutScrubbed(t *testing.T) {
+	var sig string
+	f := newFake(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		w.WriteHeader(http.StatusBadGateway)
+		fmt.Fprint(w, strings.Repeat("x", 115)+sig+strings.Repeat("y", 40)+sig+" end")
+	})
+	var logs bytes.Buffer
+	c := f.client(t, func(c *Config) {
+		c.Logger = slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	})
+	sig = c.cfg.Credentials.ClientSignature
+	if len(sig) < 20 {
+		t.Fatalf("signature %q too short for the test", sig)
+	}
+	_, err := c.ReportPlay(context.Background(), schemas.PlayReport{TrackID: 1})
+	if err == nil {
+		t.Fatal("a 502 page answered without an error")
+	}
+	prefix := sig[:5] // what lies before each cut
+	if out := printAll(err); strings.Contains(out, prefix) {
+		t.Errorf("a prefix of the signature in the error:\n%s", out)
+	}
+	if strings.Contains(logs.String(), prefix) {
+		t.Errorf("a prefix of the signature in the logs:\n%s", logs.String())
+	}
+	if !strings.Contains(logs.String(), "first_bytes") {
+		t.Fatalf("no foreign-answer warning logged:\n%s", logs.String())
 	}
 }

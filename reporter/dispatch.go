@@ -38,6 +38,7 @@ func (rn *run) next() *job {
 		if ps.revoking.Load() || ps.dropped.Load() {
 			rn.unlease(j)
 			ps.mu.Unlock()
+			rn.freeRetrySlot(j)
 			rn.idMu.Lock()
 			if rn.active[j.id] == j {
 				rn.release(j)
@@ -52,6 +53,7 @@ func (rn *run) next() *job {
 		ps.dirty = true
 		ps.mu.Unlock()
 		j.gen = rn.gen
+		j.postNo = rn.thr.lim.started(rn.cfg.Now(), j.retrySlot)
 		rn.inflight++
 		return j
 	}
@@ -70,6 +72,8 @@ func (rn *run) worker() {
 		rn.mu.Lock()
 		if last != nil {
 			rn.inflight--
+			rn.thr.lim.finished(last.postNo)
+			rn.freeRetrySlot(last)
 			rn.posted(last)
 			parking = last.parking // set by posted: its budget is spent (park.go)
 			if rec != nil {
@@ -146,9 +150,10 @@ func (rn *run) atStake() int { return rn.inflight + rn.unrecorded }
 // least twice Concurrency (mu held).
 func (rn *run) stakeCap() int { return 2 * max(int(rn.thr.lim.limit), rn.cfg.Concurrency) }
 
-// roomAtStake reports whether one more post stays within stakeCap (mu
-// held).
-func (rn *run) roomAtStake() bool { return rn.atStake() < rn.stakeCap() }
+// roomAtStake reports whether one more post stays within stakeCap, the
+// stalled posts not counted (limiter.stalledOut: they hang on their
+// payload, a crash re-posts them on top) (mu held).
+func (rn *run) roomAtStake() bool { return rn.atStake()-rn.thr.lim.stalledOut() < rn.stakeCap() }
 
 // wakeWorkers wakes as many idle workers as there are leased reports they
 // may post now (mu held). Each woken worker is counted out of idle here, so
@@ -157,7 +162,7 @@ func (rn *run) wakeWorkers() {
 	if rn.idle == 0 || rn.leased.len() == 0 || rn.stopping.Load() || rn.standby != nil {
 		return
 	}
-	n := min(rn.idle, rn.leased.len(), rn.thr.lim.room(rn.inflight), rn.stakeCap()-rn.atStake())
+	n := min(rn.idle, rn.leased.len(), rn.thr.lim.room(rn.inflight), rn.stakeCap()-rn.atStake()+rn.thr.lim.stalledOut())
 	for range n {
 		rn.idle--
 		rn.cond.Signal()

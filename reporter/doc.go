@@ -37,6 +37,13 @@
 //     --parked` asks it (redrive.go), and a revocation waits for its slow
 //     retries; nothing a slow retry meets stops the run but a refused
 //     credential.
+//   - A payload the partner fails or hangs on (until the API timeout) while
+//     it answers the others is told from an overloaded partner: its
+//     failures never collapse the in-flight limit, its retries hold at most
+//     a quarter of it, and its hanging posts leave the limit's count once
+//     stalled (limit.go); a set of reports failing repeatedly is warned of
+//     within seconds, and Ready says degraded while nothing is delivered
+//     (stall.go).
 //   - Memory is bounded whatever the backlog: at most about MaxPending
 //     records per partition are held between its commit point and its newest
 //     fetched record (fetching pauses for that partition alone), fetches are
@@ -58,8 +65,9 @@
 // parkedtopic.go and redrive.go (parking, slow retries, the parked topic,
 // operators' redrive requests), standby.go (standby episodes),
 // throttle.go (the retry budget), limit.go (the adaptive in-flight limit),
-// lifecycle.go (coordinator, shutdown), metrics.go (instruments and
-// gauges), clock.go (the injected clock).
+// stall.go (the stall warning and readiness), lifecycle.go (coordinator,
+// shutdown), metrics.go (instruments and gauges), clock.go (the injected
+// clock).
 //
 // # State and locks
 //

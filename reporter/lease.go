@@ -193,10 +193,21 @@ func (rn *run) take() *job {
 		// failing (one bad payload, a stuck partition) never take every post
 		// the budget allows, so the reports that would succeed — and refill
 		// the budget — keep going.
+		//
+		// Reports that failed before hold at most retryCap slots (leased or
+		// in flight): a retry over it waits at the head of ready, and fresh
+		// reports go on. Posts that hang until --api-timeout never hold
+		// every slot.
 		var j *job
-		if (rn.tookRetry || rn.thr.tokens < rn.thr.max/2) && rn.fresh.len() > 0 {
+		capped := false
+		if h := rn.ready.peek(); h != nil && h.failures > 0 && rn.retriesHeld() >= rn.retryCap() {
+			capped = true
+		}
+		if (rn.tookRetry || capped || rn.thr.tokens < rn.thr.max/2) && rn.fresh.len() > 0 {
 			j = rn.fresh.pop()
 			rn.tookRetry = false
+		} else if capped {
+			return nil // a retry slot frees when a retry's post is back (freeRetrySlot)
 		} else if j = rn.ready.pop(); j != nil {
 			rn.tookRetry = true
 		} else if j = rn.fresh.pop(); j == nil {
@@ -240,7 +251,40 @@ func (rn *run) take() *job {
 		}
 		rn.active[j.id] = j
 		rn.idMu.Unlock()
+		if j.failures > 0 {
+			j.retrySlot = true
+			rn.retrySlots++
+		}
 		return j
+	}
+}
+
+// retryShare is the share of the in-flight limit that reports which failed
+// before may hold (take): a partner hanging on some payloads until the
+// timeout holds at most that share of the posts with their retries.
+const retryShare = 0.25
+
+// retryCap is how many reports that failed before may be leased or in
+// flight at once (mu held): retryShare of the in-flight limit, at least 1.
+func (rn *run) retryCap() int { return max(1, int(rn.thr.lim.limit*retryShare)) }
+
+// retriesHeld is how many of the retries' slots are held (mu held): the
+// retries leased or in flight, but those stalled (limiter.stalledOut: a
+// retry hanging on its payload holds no slot of the limit, so none of the
+// retries' either — it only cost its few round trips).
+func (rn *run) retriesHeld() int { return rn.retrySlots - rn.thr.lim.stalledRetriesOut() }
+
+// freeRetrySlot gives back j's retry slot, if it holds one, once its post
+// is back or its lease given up (mu held); a retry waiting for one may be
+// leased.
+func (rn *run) freeRetrySlot(j *job) {
+	if !j.retrySlot {
+		return
+	}
+	j.retrySlot = false
+	rn.retrySlots--
+	if h := rn.ready.peek(); h != nil && h.failures > 0 && rn.retriesHeld() < rn.retryCap() {
+		rn.jobsReady()
 	}
 }
 

@@ -16,6 +16,8 @@ func (rn *run) coordinate(ctx context.Context) error {
 	clk := rn.cfg.Clock
 	commitTick := clk.NewTimer(rn.cfg.CommitInterval)
 	defer commitTick.Stop()
+	stallTick := clk.NewTimer(stallCheck)
+	defer stallTick.Stop()
 	retryTimer := clk.NewTimer(time.Hour)
 	retryTimer.Stop()
 	var deadline <-chan time.Time
@@ -69,6 +71,11 @@ func (rn *run) coordinate(ctx context.Context) error {
 			rn.markDirty(failed)
 		case <-commitTick.C():
 			commitTick.Reset(rn.cfg.CommitInterval)
+		case <-stallTick.C():
+			stallTick.Reset(stallCheck)
+			rn.mu.Lock()
+			rn.checkStall(rn.cfg.Now())
+			rn.mu.Unlock()
 		case <-done:
 			done = nil
 			shutdownTimer = clk.NewTimer(rn.cfg.ShutdownTimeout)

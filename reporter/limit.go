@@ -28,6 +28,12 @@ const (
 	// SignalConnection: the connection was refused, reset or lost, or the
 	// answer came back cut. Counts toward the error rate only.
 	SignalConnection
+
+	// signalIsolated is never the classifier's: the limiter's judgement
+	// (limiter.judge) of a failure of a report that already failed, while
+	// the partner answers the others at their usual latency — a payload's
+	// problem, not load. It moves nothing.
+	signalIsolated
 )
 
 func (s Signal) String() string {
@@ -44,6 +50,8 @@ func (s Signal) String() string {
 		return "edge"
 	case SignalConnection:
 		return "connection"
+	case signalIsolated:
+		return "isolated"
 	}
 	return "signal(" + strconv.Itoa(int(s)) + ")"
 }
@@ -96,6 +104,18 @@ func (s Signal) String() string {
 //     waits for room: an idle reporter learns nothing of the partner): the
 //     limit grows by √limit, from 48 to 1 024 in about 50 intervals.
 //
+// Before any of these, a failed post is judged (judge): a timeout or an
+// error is the partner's — load or outage — only when no post started after
+// it was answered normally, or the answered posts' latency is over the
+// threshold and not a fraction of the failed post's own. Otherwise the partner answers the others at their usual
+// latency while this post failed: its payload's problem. Such a failure of
+// a report that already failed moves nothing (signalIsolated); a first
+// failure counts toward the error rate (a timeout as an error, not
+// back-pressure), so that many payloads failing at once still cut by the
+// rate rule. A partner that hangs on one track therefore never collapses
+// the limit, while one that stops answering (no post started later is
+// answered) or slows down (latency) still cuts it.
+//
 // The RTT baseline forgets after baselineWindow: a partner whose latency
 // moved for good (a new route) becomes the new normal within a minute, at
 // the cost of a slow sawtooth against a partner whose latency rises with
@@ -120,6 +140,22 @@ type limiter struct {
 	recent   time.Duration // the last interval's mean
 	lastCut  time.Time     // last back-pressure cut
 
+	// posts numbers the posts started (started); answeredUpTo is the
+	// largest number of a post answered normally (answered): a failed post
+	// with a smaller number than it saw a later post answered (judge).
+	posts        uint64
+	answeredUpTo uint64
+	// out are the posts in flight by number (out[0] is post outBase), in
+	// start order, done ones kept until those before them are done too;
+	// the first stallIdx of them were passed by advance, stalled of those
+	// are still out: stalled posts (see stalledOut).
+	out      []outPost
+	outBase  uint64
+	stallIdx int
+	stalled  int
+	// stalledRetries are the stalled posts of reports that failed before.
+	stalledRetries int
+
 	// The error rate by load (errBucket): errors and answers at each, both
 	// decayed by e^(-t/errWindow) when the load comes back to it.
 	errRates [errBuckets]errRate
@@ -128,6 +164,14 @@ type limiter struct {
 	// (metrics).
 	reason string
 	moves  map[string]int64
+}
+
+// outPost is one post started: when (Unix nanoseconds), and whether it is
+// back.
+type outPost struct {
+	at    int64
+	done  bool
+	retry bool // its report failed before
 }
 
 // rttMean is one interval's mean RTT and when the interval closed.
@@ -150,7 +194,10 @@ const (
 	tolerance      = 1.5
 	rttSlack       = time.Millisecond // scheduling noise on loopback
 	cutInterval    = 100 * time.Millisecond
-	backoffRatio   = 0.5 // back-pressure's cut
+	stallMin       = 250 * time.Millisecond // the least time out of a stalled post …
+	stallRTTs      = 8                      // … and in baseline round trips
+	isolatedRatio  = 4                      // answers this many times faster than a failed post: it failed alone
+	backoffRatio   = 0.5                    // back-pressure's cut
 
 	errMinAnswers = 500              // answers at lower loads to judge the rate by
 	errWindow     = 30 * time.Second // a rate's decay when its load comes back
@@ -171,21 +218,116 @@ const (
 )
 
 func newLimiter(start, maxLimit int, now time.Time) *limiter {
-	return &limiter{limit: float64(start), start: float64(start), max: float64(maxLimit), from: now, moves: map[string]int64{}}
+	return &limiter{limit: float64(start), start: float64(start), max: float64(maxLimit), from: now, moves: map[string]int64{}, outBase: 1}
 }
 
-// allows reports whether one more post may start with inflight posts out.
-func (l *limiter) allows(inflight int) bool { return float64(inflight) < math.Floor(l.limit) }
+// allows reports whether one more post may start with inflight posts out,
+// the stalled ones not counted (stalledOut), and never more than
+// MaxConcurrency in all (the workers, and the client's connections).
+func (l *limiter) allows(inflight int) bool {
+	return inflight < int(l.max) && float64(inflight-l.stalledOut()) < math.Floor(l.limit)
+}
 
-// room is how many more posts may start with inflight posts out.
-func (l *limiter) room(inflight int) int { return max(0, int(l.limit)-inflight) }
+// room is how many more posts may start with inflight posts out, the
+// stalled ones not counted, within MaxConcurrency in all.
+func (l *limiter) room(inflight int) int {
+	return max(0, min(int(l.max)-inflight, int(l.limit)-inflight+l.stalledOut()))
+}
+
+// Stalled posts. A post out longer than stallAfter while the partner
+// answered posts started after it, at their usual latency, is hanging on
+// its payload (a partner's gateway holding one track until our timeout):
+// it no longer counts against the limit — the limit is what the partner
+// takes at once, and it is taking the others. The posts in flight stay
+// within MaxConcurrency in all (the workers, and the client's connections:
+// a post waiting for a connection would look stalled), so stalled posts use
+// the room between the limit and MaxConcurrency;
+// one that slows down (answers over the latency threshold and over a
+// quarter of stallAfter) or stops answering posts started later has none
+// left out.
+
+// stallAfter is how long a post must be out, at least, to be stalled:
+// stallRTTs baseline round trips, at least stallMin.
+func (l *limiter) stallAfter() time.Duration { return max(stallMin, stallRTTs*l.baseline) }
+
+// stalledOut is how many posts in flight are left out of the limit.
+func (l *limiter) stalledOut() int {
+	if l.stalled == 0 || !l.answersFast(l.stallAfter()) {
+		return 0
+	}
+	return min(l.stalled, int(l.max))
+}
+
+// stalledRetriesOut is how many of the stalled posts left out are retries
+// that no longer hold one of the retries' slots either (retryCap): at most
+// retryShare of the MaxConcurrency stalled posts, so that hanging retries
+// spend their budget at more than retryCap per timeout while the fresh
+// reports keep most of the stalled room.
+func (l *limiter) stalledRetriesOut() int {
+	if l.stalledOut() == 0 {
+		return 0
+	}
+	return min(l.stalledRetries, l.stalledOut(), int(l.max*retryShare))
+}
+
+// advance passes the posts that stalled by now: out longer than
+// stallAfter, and started before the last post answered normally.
+func (l *limiter) advance(now time.Time) {
+	cut := now.Add(-l.stallAfter()).UnixNano()
+	for l.stallIdx < len(l.out) {
+		p := l.out[l.stallIdx]
+		if l.outBase+uint64(l.stallIdx) >= l.answeredUpTo || p.at > cut {
+			return
+		}
+		if !p.done {
+			l.stalled++
+			if p.retry {
+				l.stalledRetries++
+			}
+		}
+		l.stallIdx++
+	}
+}
+
+// finished records that the post numbered n is back (answered, failed or
+// abandoned).
+func (l *limiter) finished(n uint64) {
+	if n < l.outBase || n >= l.outBase+uint64(len(l.out)) {
+		return
+	}
+	i := int(n - l.outBase)
+	if l.out[i].done {
+		return
+	}
+	l.out[i].done = true
+	if i < l.stallIdx {
+		l.stalled--
+		if l.out[i].retry {
+			l.stalledRetries--
+		}
+	}
+	k := 0
+	for k < len(l.out) && l.out[k].done {
+		k++
+	}
+	if k > 0 {
+		l.out = l.out[k:]
+		l.outBase += uint64(k)
+		l.stallIdx = max(0, l.stallIdx-k)
+	}
+}
 
 // observe records one answer (or its absence: a timeout, a lost
 // connection) that took rtt, with inflight posts out when it came back.
 func (l *limiter) observe(now time.Time, sig Signal, rtt time.Duration, inflight int) {
+	l.advance(now)
+	inflight -= l.stalledOut() // the load the limit holds
+
 	switch sig {
 	case SignalBackPressure, SignalTimeout:
 		l.backPressure(now, sig)
+		return
+	case signalIsolated:
 		return
 	case SignalPayload, SignalEdge, SignalConnection:
 		l.errs++
@@ -199,6 +341,60 @@ func (l *limiter) observe(now time.Time, sig Signal, rtt time.Duration, inflight
 		return
 	}
 	l.close(now)
+}
+
+// started numbers a post that starts now (retry: of a report that failed
+// before): the number judge, answered and finished take.
+func (l *limiter) started(now time.Time, retry bool) uint64 {
+	l.posts++
+	if len(l.out) == 0 {
+		l.outBase = l.posts
+	}
+	l.out = append(l.out, outPost{at: now.UnixNano(), retry: retry})
+	return l.posts
+}
+
+// answered records that the post numbered n was answered normally
+// (SignalAnswer).
+func (l *limiter) answered(n uint64) { l.answeredUpTo = max(l.answeredUpTo, n) }
+
+// judge is what a failed post (numbered n, out for rtt; retry: its report
+// failed before) tells the limit: sig itself when the failure may be the
+// partner's — no post started after it was answered normally, or the
+// answered posts are slow: over the latency threshold, and not a small
+// share (isolatedRatio) of this post's time — and otherwise a payload's
+// failure: signalIsolated for a retry, an error of the rate rule for a
+// first failure. Back-pressure (429, 503, Retry-After) is the partner
+// asking for less, whoever asked: always sig.
+func (l *limiter) judge(sig Signal, n uint64, retry bool, rtt time.Duration) Signal {
+	switch sig {
+	case SignalTimeout, SignalPayload, SignalEdge, SignalConnection:
+	default:
+		return sig
+	}
+	if l.answeredUpTo <= n || !l.answersFast(rtt) {
+		return sig
+	}
+	if retry {
+		return signalIsolated
+	}
+	if sig == SignalTimeout {
+		return SignalPayload
+	}
+	return sig
+}
+
+// answersFast reports whether the partner answers at its usual latency
+// next to a post out for d: within the latency threshold, or in a small
+// share (1/isolatedRatio) of d.
+func (l *limiter) answersFast(d time.Duration) bool {
+	return l.baseline == 0 || l.recent <= l.threshold() || time.Duration(isolatedRatio)*l.recent <= d
+}
+
+// threshold is the latency over which the partner is taken as slowing
+// down: tolerance × baseline + slack.
+func (l *limiter) threshold() time.Duration {
+	return time.Duration(float64(l.baseline)*tolerance) + rttSlack
 }
 
 // backPressure halves the limit once per max(cutInterval, recent RTT),
@@ -287,7 +483,7 @@ func (l *limiter) rules(now time.Time, ok int, sum time.Duration, saturated, ros
 	for _, m := range l.means {
 		l.baseline = min(l.baseline, m.mean)
 	}
-	threshold := time.Duration(float64(l.baseline)*tolerance) + rttSlack
+	threshold := l.threshold()
 	switch {
 	case rose:
 	case mean > threshold:

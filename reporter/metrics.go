@@ -130,13 +130,15 @@ type gauges struct {
 	rttMin, rttRecent time.Duration
 	oldestPending     time.Duration // age of the oldest report without a final outcome; 0 when none
 	parked            int64         // parked reports held by this instance's slow lane
+	failing           int           // reports that failed at least twice (stall.go)
+	stalled           int           // posts out of the limit's count: hanging on their payload (limit.go)
 }
 
 // observeState registers the gauges of the throttle (throttle.go), the
 // in-flight limit (limit.go) and what a crash would put at stake, read
 // through state on each collection: playpipe.reporter.concurrency_limit,
 // retry_budget, shed, posts_in_flight, at_stake, rtt_min, rtt_recent and
-// oldest_pending_age.
+// oldest_pending_age, failing, stalled_posts.
 func (m *metrics) observeState(state func() gauges) (func(), error) {
 	mt := m.meter
 	var errs []error
@@ -158,6 +160,8 @@ func (m *metrics) observeState(state func() gauges) (func(), error) {
 	rttRecent := f64("playpipe.reporter.rtt_recent", "s", "the mean round trip of the last measuring interval")
 	oldest := f64("playpipe.reporter.oldest_pending_age", "s", "age of the oldest fetched report without a final outcome (0: none)")
 	parked := i64("playpipe.reporter.parked", "parked reports of this instance's partitions waiting for a slow retry")
+	failing := i64("playpipe.reporter.failing", "reports that failed at least twice and have no final outcome yet: each holds its partition's commit point until delivered or parked")
+	stalled := i64("playpipe.reporter.stalled_posts", "posts out longer than a few round trips while the partner answers the others: hanging on their payload, not counted against the in-flight limit")
 	shed, err := mt.Int64ObservableCounter("playpipe.reporter.shed", metric.WithDescription("times posting was held because the retry budget was spent"))
 	errs = append(errs, err)
 	if err := errors.Join(errs...); err != nil {
@@ -174,8 +178,10 @@ func (m *metrics) observeState(state func() gauges) (func(), error) {
 		o.ObserveFloat64(rttRecent, g.rttRecent.Seconds())
 		o.ObserveFloat64(oldest, g.oldestPending.Seconds())
 		o.ObserveInt64(parked, g.parked)
+		o.ObserveInt64(failing, int64(g.failing))
+		o.ObserveInt64(stalled, int64(g.stalled))
 		return nil
-	}, lim, bud, shed, inFlight, atStake, rttMin, rttRecent, oldest, parked)
+	}, lim, bud, shed, inFlight, atStake, rttMin, rttRecent, oldest, parked, failing, stalled)
 	if err != nil {
 		return nil, err
 	}

@@ -35,7 +35,10 @@ func (rn *run) answerAcked(j *job) {
 // idMu and the partition's lock in turn).
 func (rn *run) posted(j *job) {
 	ps, d := j.ps, j.dec
+	now := rn.cfg.Now()
+	rn.noteAnswer(d, now)
 	if d.Action.Final() {
+		rn.notFailing(j)
 		rn.successes++
 		rn.healthy(j)
 		rn.idMu.Lock()
@@ -52,7 +55,7 @@ func (rn *run) posted(j *job) {
 	switch {
 	case d.Action == ActRetry && d.Reason != ReasonUnauthorized:
 		before := math.Floor(rn.thr.lim.limit)
-		rn.thr.failure(rn.cfg.Now(), d.Signal, j.held, rn.inflight+1)
+		rn.thr.failure(rn.cfg.Now(), d.Signal, j.postNo, j.failures > 0, j.held, rn.inflight+1)
 		if rn.limitMoved(before) {
 			rn.wakeWorkers()
 		}
@@ -87,7 +90,11 @@ func (rn *run) posted(j *job) {
 	case ActStandby:
 		rn.standbyAnswer(j)
 	case ActRetry:
+		if !d.Renew {
+			rn.noteFailure(j, d, now)
+		}
 		if !d.Renew && rn.budgetSpent(j) {
+			rn.notFailing(j)
 			// Its budget is spent: the worker parks it (park.go). Its
 			// partition counts it in flight until the park is on record.
 			j.parking = true
@@ -175,7 +182,7 @@ func (rn *run) healthy(j *job) {
 		return
 	}
 	before := math.Floor(rn.thr.lim.limit)
-	rn.thr.success(rn.cfg.Now(), j.dec.Signal, j.held, rn.inflight+1)
+	rn.thr.success(rn.cfg.Now(), j.dec.Signal, j.postNo, j.held, rn.inflight+1)
 	if rn.limitMoved(before) {
 		rn.wakeWorkers()
 	}
@@ -201,6 +208,7 @@ func (rn *run) release(j *job) {
 	if rn.active[j.id] == j {
 		delete(rn.active, j.id)
 	}
+	rn.notFailing(j)
 	for _, f := range j.followers {
 		if !f.ps.dropped.Load() && !f.ps.revoking.Load() && f.ps != j.ps {
 			rn.ready.push(f)

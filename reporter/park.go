@@ -54,26 +54,37 @@ import (
 // partner fails, no report's budget moves (the reporter backs off as a
 // whole instead).
 //
-// The pressure rule spends it early: a report that failed
-// pressureParkFails times, after whose first failure another report got a
-// final answer, is parked as soon as its partition holds MaxPending
-// records — fetching of the partition has stopped behind it, and waiting
-// out ParkAfter would stall the partition for minutes at any real rate
-// (16 384 records at 1 000 a second fill it in 16 s). A whole-partner
-// outage parks nothing by it either: no final answer comes after the first
-// failure.
+// A hanging report (each post running into the API timeout) spends its
+// budget like any other: the in-flight limit does not collapse on its
+// timeouts (limiter.judge) and its retries hold at most retryCap slots, so
+// the other reports keep getting answers while it hangs, and each of its
+// failures counts.
+//
+// The pressure rule spends it early: a report that holds its partition's
+// commit point, and failed pressureParkFails times not in a whole-partner
+// outage (each failure after another report got a final answer, or with no
+// other post failing since its previous one: it fails alone),
+// is parked as soon as its partition holds MaxPending records — fetching of
+// the partition has stopped behind it, and waiting out ParkAfter would
+// stall the partition for minutes at any real rate (16 384 records at 1 000
+// a second fill it in 16 s). A report behind another pending one is not
+// what holds the partition: parking it would free nothing.
 func (rn *run) budgetSpent(j *job) bool {
 	now := rn.cfg.Now()
+	rn.failed++
 	switch {
 	case j.lastFailAt.IsZero():
-		j.healthyFails = 1
-		j.succAtFirst = rn.successes
+		j.healthyFails, j.pressureFails = 1, 1
 	case rn.successes > j.succAt:
 		j.healthyFails++
+		j.pressureFails++
 		j.budgetUsed += now.Sub(j.lastFailAt)
+	case rn.failed == j.failedAt+1:
+		// Nothing else was answered or failed since: it fails alone (its
+		// full partition waits behind it), not in an outage.
+		j.pressureFails++
 	}
-	j.fails++
-	j.lastFailAt, j.succAt = now, rn.successes
+	j.lastFailAt, j.succAt, j.failedAt = now, rn.successes, rn.failed
 	if j.attempt >= rn.cfg.WarnAfterAttempts && !j.warned {
 		j.warned = true
 		rn.warnStuck(j)
@@ -84,11 +95,11 @@ func (rn *run) budgetSpent(j *job) bool {
 	if j.healthyFails >= rn.cfg.ParkAfterAttempts && j.budgetUsed >= rn.cfg.ParkAfter {
 		return true
 	}
-	if j.fails < pressureParkFails || rn.successes == j.succAtFirst {
+	if j.pressureFails < pressureParkFails {
 		return false
 	}
 	j.ps.mu.Lock()
-	full := j.ps.wm.pending() >= rn.cfg.MaxPending
+	full := j.ps.wm.pending() >= rn.cfg.MaxPending && j.ps.wm.holds(j.seq)
 	j.ps.mu.Unlock()
 	j.pressured = full
 	return full

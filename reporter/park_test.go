@@ -317,18 +317,21 @@ func TestParkBudget(t *testing.T) {
 		full.wm.add(int64(i), 0, 0)
 	}
 	for _, c := range []struct {
-		name   string
-		others uint64
-		ps     *partState
-		want   int
+		name    string
+		others  uint64 // other reports answered between two failures
+		failing uint64 // other reports failing between two failures
+		ps      *partState
+		want    int
 	}{
-		{"full partition, the others taken", 10, full, 3},
-		{"full partition, outage of the whole partner", 0, full, 0},
-		{"room in the partition", 10, &partState{}, 61},
+		{"full partition, the others taken", 10, 0, full, 3},
+		{"full partition, outage of the whole partner", 0, 10, full, 0},
+		{"full partition, nothing else posted (it fails alone)", 0, 0, full, 3},
+		{"room in the partition", 10, 0, &partState{}, 61},
 	} {
 		j := &job{id: "r", rec: &kgo.Record{}, ps: c.ps}
 		got := 0
 		for i := 1; i <= 100 && got == 0; i++ {
+			rn.failed += c.failing
 			if fail(j, c.others, 10*time.Second) {
 				got = i
 			}
@@ -337,9 +340,28 @@ func TestParkBudget(t *testing.T) {
 			t.Errorf("pressure, %s: spent at failure %d (pressured %v), want %d", c.name, got, j.pressured, c.want)
 		}
 	}
+	// The pressure rule counts no failure of a whole-partner outage: three
+	// failures in an outage, then one other report answered, then the
+	// outage again — not parked (it was, at the fourth failure, when every
+	// failure after the first success counted).
+	j := &job{id: "r", rec: &kgo.Record{}, ps: full}
+	for i, others := range []uint64{0, 0, 0, 1, 0, 0, 0, 0} {
+		rn.failed += 10 // the other reports fail too
+		if fail(j, others, 10*time.Second) {
+			t.Fatalf("pressure: parked at failure %d of an outage with one answer in between", i+1)
+		}
+	}
+	// Nor a report behind another pending one: it does not hold the
+	// partition's commit point (seq 0 does), parking it frees nothing.
+	j = &job{id: "r", rec: &kgo.Record{}, ps: full, seq: 2}
+	for i := range 10 {
+		if fail(j, 10, 10*time.Second) {
+			t.Fatalf("pressure: parked a report behind the commit point at failure %d", i+1)
+		}
+	}
 	// Parking off.
 	rn.cfg.ParkAfterAttempts = -1
-	j := &job{id: "r", rec: &kgo.Record{}, ps: full}
+	j = &job{id: "r", rec: &kgo.Record{}, ps: full}
 	for range 100 {
 		if fail(j, 10, time.Minute) {
 			t.Fatal("parked with --park-after-attempts -1")

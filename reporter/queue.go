@@ -26,6 +26,14 @@ func (q *fifo) len() int { return len(q.items) - q.head }
 // all returns the queued jobs, oldest first (valid until the next push or pop).
 func (q *fifo) all() []*job { return q.items[q.head:] }
 
+// peek is the oldest queued job (nil when empty).
+func (q *fifo) peek() *job {
+	if q.head == len(q.items) {
+		return nil
+	}
+	return q.items[q.head]
+}
+
 func (q *fifo) pop() *job {
 	if q.head == len(q.items) {
 		return nil

@@ -44,6 +44,8 @@ type Reporter struct {
 	// kgoOpts are appended to the Kafka client options (tests tune group
 	// timeouts with them).
 	kgoOpts []kgo.Opt
+	// cur is the run under way (Ready), nil before and after.
+	cur atomic.Pointer[run]
 }
 
 // New validates cfg and returns a Reporter posting through api.
@@ -88,9 +90,15 @@ type job struct {
 	replay   bool
 	// skip: final without a post (below the minimum play length), held at
 	// intake because it lay past its partition's progress window.
-	skip    bool
-	gen     uint64 // standby generation when last sent
-	readyAt time.Time
+	skip bool
+	gen  uint64 // standby generation when last sent
+	// postNo numbers its last post among the run's (limiter.started): the
+	// limit judges a failure by the posts started after it (limiter.judge).
+	postNo uint64
+	// retrySlot: it failed before and holds one of the slots retries may
+	// take (run.retrySlots), from its lease until its post is back.
+	retrySlot bool
+	readyAt   time.Time
 
 	// leasedOnly: its lease marker is written, its post not started. The
 	// job is unsure (a crash right after a post could start) until the
@@ -130,18 +138,19 @@ type job struct {
 
 	// The retry budget (park.go), under run.mu: failures and time counted
 	// while other reports got answers, the last failure, and the run's
-	// success count then and at the first failure (succAtFirst: the
-	// pressure rule). pressured: parked early, its partition full behind
-	// it. parking: the budget is spent, the worker parks it.
+	// success count then. pressured: parked early, its partition full
+	// behind it. parking: the budget is spent, the worker parks it.
 	healthyFails int
-	fails        int
-	budgetUsed   time.Duration
-	lastFailAt   time.Time
-	succAt       uint64
-	succAtFirst  uint64
-	warned       bool
-	pressured    bool
-	parking      bool
+	// pressureFails: failures not in an outage (the pressure rule);
+	// failedAt: the run's failed posts after its last failure.
+	pressureFails int
+	failedAt      uint64
+	budgetUsed    time.Duration
+	lastFailAt    time.Time
+	succAt        uint64
+	warned        bool
+	pressured     bool
+	parking       bool
 }
 
 type tpKey struct {
@@ -280,8 +289,12 @@ type workerState struct {
 	// successes counts final answers (park.go: a report's budget moves only
 	// while others succeed); warnLimit bounds the stuck-report warnings.
 	successes      uint64
+	failed         uint64 // transient failures counted by the retry budget (park.go)
 	warnLimit      *rate.Limiter
 	warnSuppressed int
+	// stall is the reports failing repeatedly and the stall warning's state
+	// (stall.go).
+	stall stallState
 }
 
 // queueState is the queues and the leases on their way (intake.go,
@@ -297,6 +310,9 @@ type queueState struct {
 	leased fifo
 	// leasing counts reports in leases whose marker is not acknowledged.
 	leasing int
+	// retrySlots counts the reports that failed before, leased or in
+	// flight: at most retryCap (lease.go).
+	retrySlots int
 }
 
 // standbyState is the standby episode under way (standby.go): it holds the
@@ -343,6 +359,8 @@ func (r *Reporter) Run(ctx context.Context) error {
 	postCtx, cancelPosts := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelPosts()
 	rn := r.newRun(postCtx, cancelPosts)
+	r.cur.Store(rn)
+	defer r.cur.Store(nil)
 	unreg, err := r.met.observeState(rn.gauges)
 	if err != nil {
 		r.log.Warn("reporter throttle metrics not registered", "err", err)
@@ -369,7 +387,7 @@ func (rn *run) gauges() gauges {
 	now := rn.cfg.Now()
 	rn.thr.refill(now) // allows refills only when short: the gauge shows what the floor earned since
 	g := gauges{limit: rn.thr.lim.limit, tokens: rn.thr.tokens, shed: rn.thr.shed, inFlight: rn.inflight, atStake: rn.atStake(),
-		rttMin: rn.thr.lim.baseline, rttRecent: rn.thr.lim.recent}
+		rttMin: rn.thr.lim.baseline, rttRecent: rn.thr.lim.recent, failing: rn.failingNow(), stalled: rn.thr.lim.stalledOut()}
 	rn.mu.Unlock()
 	oldest := int64(math.MaxInt64)
 	for _, ps := range rn.partList() {
@@ -497,8 +515,9 @@ func (rn *run) connect(ctx context.Context) error {
 // until it returns, then stops them in order and closes the client.
 func (rn *run) serve(ctx context.Context) error {
 	var workers sync.WaitGroup
-	// One worker per post the limit may ever allow; those above the limit
-	// wait on cond (a few KiB of stack each) until it grows.
+	// One worker per post the limit may ever allow (stalled ones included:
+	// limit.go); those above the limit wait on cond (a few KiB of stack
+	// each) until it grows.
 	for range rn.cfg.MaxConcurrency {
 		workers.Go(rn.worker)
 	}

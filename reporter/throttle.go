@@ -37,7 +37,9 @@ func (rn *run) waitRate() (time.Duration, error) {
 //     capped by a limit between 1 and MaxConcurrency that grows while the
 //     partner's latency stays flat, shrinks when it rises or when the
 //     error rate rises with the load, and halves on back-pressure
-//     (429, 503, timeouts: AIMD's decrease).
+//     (429, 503, timeouts: AIMD's decrease) — a timeout or error only when
+//     it is the partner's, not one payload's while the others are answered
+//     (limiter.judge).
 //   - A retry budget (a token bucket of failures): each failed post takes a
 //     token; tokens come back at BudgetFloor per second plus BudgetRatio per
 //     successful post, up to a burst of Concurrency. With no token left,
@@ -96,19 +98,24 @@ func (t *throttle) allows(inflight int) bool {
 }
 
 // success records an answer from a healthy partner (sig: what it tells
-// the in-flight limit) that took rtt, with inflight posts out when it came
-// back.
-func (t *throttle) success(now time.Time, sig Signal, rtt time.Duration, inflight int) {
+// the in-flight limit) to the post numbered n (limiter.started) that took
+// rtt, with inflight posts out when it came back.
+func (t *throttle) success(now time.Time, sig Signal, n uint64, rtt time.Duration, inflight int) {
 	t.tokens = math.Min(t.max, t.tokens+t.ratio)
+	if sig == SignalAnswer {
+		t.lim.answered(n)
+	}
 	t.lim.observe(now, sig, rtt, inflight)
 }
 
-// failure records a failed post: an answer (or its absence) to be
-// retried. It takes a token; sig says whether it moves the limit.
-func (t *throttle) failure(now time.Time, sig Signal, rtt time.Duration, inflight int) {
+// failure records a failed post numbered n (retry: its report failed
+// before): an answer (or its absence) to be retried. It takes a token; sig,
+// as the limiter judges it (limiter.judge), says whether it moves the
+// limit.
+func (t *throttle) failure(now time.Time, sig Signal, n uint64, retry bool, rtt time.Duration, inflight int) {
 	t.refill(now)
 	t.tokens = math.Max(t.tokens-1, -t.max) // a burst in flight may overdraw a little
-	t.lim.observe(now, sig, rtt, inflight)
+	t.lim.observe(now, t.lim.judge(sig, n, retry, rtt), rtt, inflight)
 }
 
 // readyAt is when the next token will be there (zero when one is).

@@ -80,6 +80,10 @@ func (w *watermark) oldest() (at int64, ok bool) {
 	return 0, false
 }
 
+// holds reports whether seq is the first pending record: the one the
+// commit point waits for.
+func (w *watermark) holds(seq uint64) bool { return seq == w.base && w.head < len(w.entries) }
+
 // pending is the number of records not yet passed by the commit point
 // (not final, or final behind a record that is not).
 func (w *watermark) pending() int { return len(w.entries) - w.head }

@@ -184,15 +184,16 @@ func (r *roleFlags) start(ctx context.Context, log *slog.Logger, checks func(*te
 
 // startWithAPI starts a role that reads Kafka and talks to the partner API
 // (consume, report): it checks that Kafka is configured and that api
-// answers its flags, then starts the role as start does with no own checks.
-func (r *roleFlags) startWithAPI(ctx context.Context, log *slog.Logger, api *apiTarget) (*roleRun, error) {
+// answers its flags, then starts the role as start does, with the role's
+// own readiness checks from checks (nil: none).
+func (r *roleFlags) startWithAPI(ctx context.Context, log *slog.Logger, api *apiTarget, checks func(*telemetry.Role)) (*roleRun, error) {
 	if err := requireKafka(r.kafka); err != nil {
 		return nil, err
 	}
 	if err := api.check(); err != nil {
 		return nil, err
 	}
-	return r.start(ctx, log, nil)
+	return r.start(ctx, log, checks)
 }
 
 // onClose adds stop to what close runs (first added, last run).

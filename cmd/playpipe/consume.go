@@ -180,7 +180,7 @@ func runConsume(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		fmt.Fprintln(stderr, err)
 		return errUsage
 	}
-	run, err := rf.startWithAPI(ctx, log, &api)
+	run, err := rf.startWithAPI(ctx, log, &api, nil)
 	if err != nil {
 		return err
 	}

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync/atomic"
 
+	"github.com/playpipe/playpipe/internal/telemetry"
 	"github.com/playpipe/playpipe/reporter"
 	"github.com/playpipe/playpipe/wiring/roles"
 )
@@ -55,7 +57,17 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	run, err := rf.startWithAPI(ctx, log, &api)
+	// /readyz says degraded while the reporter posts, the partner answers
+	// and nothing is delivered (reporter.Reporter.Ready).
+	var running atomic.Pointer[reporter.Reporter]
+	run, err := rf.startWithAPI(ctx, log, &api, func(tel *telemetry.Role) {
+		tel.AddReadyCheck("delivery", func(context.Context) error {
+			if rep := running.Load(); rep != nil {
+				return rep.Ready()
+			}
+			return nil
+		})
+	})
 	if err != nil {
 		return err
 	}
@@ -77,6 +89,7 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := run.exportLagOf(rcfg.Group, run.kafka.Topics().Reports); err != nil {
 		return err
 	}
+	running.Store(rep)
 	if err := rep.Run(ctx); err != nil {
 		if errors.Is(err, reporter.ErrInvalidConfig) {
 			return configExit{err}

@@ -241,9 +241,12 @@ func ensureMeterProvider(ctx context.Context, res *resource.Resource, otlp bool)
 		return nil, nil, fmt.Errorf("telemetry: prometheus exporter: %w", err)
 	}
 	mopts := []sdkmetric.Option{sdkmetric.WithResource(res), sdkmetric.WithReader(prom),
-		// Seconds histograms get second-scale buckets (the SDK default is for ms).
+		// Seconds histograms get second-scale buckets (the SDK default is for
+		// ms). Histograms only: a view without a kind would make every
+		// instrument in seconds one, gauges included (an age, a round trip),
+		// and no alert on a gauge's value would match a series.
 		sdkmetric.WithView(sdkmetric.NewView(
-			sdkmetric.Instrument{Name: "playpipe.*", Unit: "s"},
+			sdkmetric.Instrument{Name: "playpipe.*", Unit: "s", Kind: sdkmetric.InstrumentKindHistogram},
 			sdkmetric.Stream{Aggregation: sdkmetric.AggregationExplicitBucketHistogram{Boundaries: LatencyBuckets}},
 		))}
 	var otlpReader sdkmetric.Reader

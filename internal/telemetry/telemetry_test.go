@@ -616,6 +616,16 @@ func TestPrometheusNames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A gauge in seconds stays a gauge (the view of histograms in seconds
+	// must not make it one): the stuck-report alert reads it.
+	var age atomic.Int64
+	if _, err := m.Float64ObservableGauge("playpipe.test.oldest_age", metric.WithUnit("s"),
+		metric.WithFloat64Callback(func(_ context.Context, o metric.Float64Observer) error {
+			o.Observe(float64(age.Load()))
+			return nil
+		})); err != nil {
+		t.Fatal(err)
+	}
 	srv := httptest.NewServer(MetricsHandler())
 	defer srv.Close()
 	ctx := context.Background()
@@ -636,6 +646,7 @@ func TestPrometheusNames(t *testing.T) {
 		{"playpipe_standby_active", "", func() { active.Add(ctx, -1) }, -1},
 		{"playpipe_sink_insert_duration_seconds_bucket", `le="0.05"`, func() { insert.Record(ctx, 0.04) }, 1},
 		{"playpipe_sink_insert_duration_seconds_bucket", `le="0.25"`, func() { insert.Record(ctx, 0.2) }, 1},
+		{"playpipe_test_oldest_age_seconds", "", func() { age.Store(1800) }, 1800},
 	}
 	read := func(series, filter string) float64 {
 		resp, err := http.Get(srv.URL)
@@ -652,6 +663,26 @@ func TestPrometheusNames(t *testing.T) {
 			t.Errorf("%s{%s} moved by %v, want %v", s.series, s.filter, got, s.want)
 		}
 	}
+	resp, err := http.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if !strings.Contains(string(body), "# TYPE playpipe_test_oldest_age_seconds gauge") {
+		t.Errorf("a gauge in seconds is not exported as a gauge:\n%s", grepLines(string(body), "oldest_age"))
+	}
+}
+
+// grepLines is the lines of s that contain sub.
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }
 
 // tracingOn reports whether p's tracer provider records spans.

@@ -16,7 +16,9 @@
 //     arrival time, quality flags, duplicate marks), the standby-answered
 //     reports kept apart, and counters per endpoint and status.
 //   - Injectable faults per endpoint group (500/503 rates, latency, "fail the
-//     next N"), switchable at run time from Go or from the admin API.
+//     next N"; for play reports a poison track, oversized bodies, and reports
+//     held before their answer or a reset: one track, or a share at random),
+//     switchable at run time from Go or from the admin API.
 //
 // Its wire types are its own: it never imports the client's Go types, so a
 // mistake in one side's types cannot hide the same mistake in the other.

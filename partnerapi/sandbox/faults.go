@@ -97,7 +97,8 @@ type GroupFaults struct {
 	IDs []int64 `json:"ids,omitempty"`
 
 	// TrackIDs (report group only): every play report whose trackid is one
-	// of these is answered TrackStatus, until the faults are changed.
+	// of these is answered TrackStatus (after Hold, when set; or its
+	// connection reset, with HoldReset), until the faults are changed.
 	TrackIDs []int64 `json:"track_ids,omitempty"`
 	// TrackStatus is the status of TrackIDs: 400, 401, 413, 429, 500 (the
 	// default when 0), 502, 503 or 504.
@@ -109,12 +110,32 @@ type GroupFaults struct {
 	// BodyOverStatus is the status of BodyOver; accepted as TrackStatus,
 	// 413 (the default when 0).
 	BodyOverStatus int `json:"body_over_status,omitempty"`
+
+	// Hold (report group only), when positive, is how long a held play
+	// report waits before its answer: the reports of TrackIDs (a partner
+	// that hangs on one payload, the way an upstream timeout behind its
+	// gateway looks) and the HoldRate share of the others. The wait ends
+	// early if the client goes away. In JSON: a Go duration string ("45s")
+	// or nanoseconds.
+	Hold time.Duration `json:"hold,omitempty"`
+	// HoldRate (report group only) is the probability (0–1) that a play
+	// report not of TrackIDs is held Hold, then answered HoldStatus: a
+	// partner that hangs on a share of all posts at random. Its own seeded
+	// draw, independent of the rates'.
+	HoldRate float64 `json:"hold_rate,omitempty"`
+	// HoldStatus is the answer after the hold of a HoldRate report:
+	// accepted as TrackStatus, 500 (the default when 0).
+	HoldStatus int `json:"hold_status,omitempty"`
+	// HoldReset resets the connection (HTTP/2: the stream) of a held
+	// report, and of a report of TrackIDs, instead of answering: no status
+	// at all (after Hold, when set).
+	HoldReset bool `json:"hold_reset,omitempty"`
 }
 
 // isZero reports whether g injects nothing.
 func (g *GroupFaults) isZero() bool {
 	return g.Rate500 == 0 && g.Rate503 == 0 && g.Rate429 == 0 && g.Latency == 0 && g.FailNext == 0 &&
-		g.FailNextStatus == 0 && len(g.IDs) == 0 && len(g.TrackIDs) == 0 && g.BodyOver == 0
+		g.FailNextStatus == 0 && len(g.IDs) == 0 && len(g.TrackIDs) == 0 && g.BodyOver == 0 && g.HoldRate == 0
 }
 
 // applies reports whether the faults of g apply to a request for path id.
@@ -126,21 +147,25 @@ func (g *GroupFaults) applies(id string) bool {
 	return err == nil && slices.Contains(g.IDs, n)
 }
 
-// MarshalJSON writes Latency and RetryAfter as Go duration strings.
+// MarshalJSON writes Latency, RetryAfter and Hold as Go duration strings.
 func (g GroupFaults) MarshalJSON() ([]byte, error) {
 	type plain GroupFaults
-	var ra string
+	var ra, hold string
 	if g.RetryAfter != 0 {
 		ra = g.RetryAfter.String()
+	}
+	if g.Hold != 0 {
+		hold = g.Hold.String()
 	}
 	return json.Marshal(struct {
 		plain
 		Latency    string `json:"latency"`
 		RetryAfter string `json:"retry_after,omitempty"`
-	}{plain(g), g.Latency.String(), ra})
+		Hold       string `json:"hold,omitempty"`
+	}{plain(g), g.Latency.String(), ra, hold})
 }
 
-// UnmarshalJSON reads Latency and RetryAfter as Go duration strings or
+// UnmarshalJSON reads Latency, RetryAfter and Hold as Go duration strings or
 // nanoseconds, and refuses unknown fields.
 func (g *GroupFaults) UnmarshalJSON(b []byte) error {
 	type plain GroupFaults
@@ -148,6 +173,7 @@ func (g *GroupFaults) UnmarshalJSON(b []byte) error {
 		plain
 		Latency    json.RawMessage `json:"latency"`
 		RetryAfter json.RawMessage `json:"retry_after"`
+		Hold       json.RawMessage `json:"hold"`
 	}
 	// Strict: a misspelt fault ("rate500") must not be dropped silently.
 	dec := json.NewDecoder(bytes.NewReader(b))
@@ -162,6 +188,9 @@ func (g *GroupFaults) UnmarshalJSON(b []byte) error {
 	}
 	if g.RetryAfter, err = jsonDuration(aux.RetryAfter); err != nil {
 		return fmt.Errorf("retry_after: %w", err)
+	}
+	if g.Hold, err = jsonDuration(aux.Hold); err != nil {
+		return fmt.Errorf("hold: %w", err)
 	}
 	return nil
 }
@@ -217,8 +246,15 @@ func (f Faults) Validate() error {
 			return fmt.Errorf("%s.fail_next: must not be negative, got %d", name, gf.FailNext)
 		case !failStatus(gf.FailNextStatus):
 			return fmt.Errorf("%s.fail_next_status: accepted 401, 429, 500, 502, 503, 504, got %d", name, gf.FailNextStatus)
-		case Group(g) != GroupReport && (len(gf.TrackIDs) > 0 || gf.TrackStatus != 0 || gf.BodyOver != 0 || gf.BodyOverStatus != 0):
-			return fmt.Errorf("%s: track_ids, track_status, body_over and body_over_status apply to the report group only", name)
+		case Group(g) != GroupReport && (len(gf.TrackIDs) > 0 || gf.TrackStatus != 0 || gf.BodyOver != 0 || gf.BodyOverStatus != 0 ||
+			gf.Hold != 0 || gf.HoldRate != 0 || gf.HoldStatus != 0 || gf.HoldReset):
+			return fmt.Errorf("%s: track_ids, track_status, body_over, body_over_status and the hold faults apply to the report group only", name)
+		case gf.Hold < 0 || gf.Hold > maxHold:
+			return fmt.Errorf("%s.hold: accepted 0–%v, got %v", name, maxHold, gf.Hold)
+		case gf.HoldRate < 0 || gf.HoldRate > 1:
+			return fmt.Errorf("%s.hold_rate: accepted 0–1, got %v", name, gf.HoldRate)
+		case !payloadStatus(gf.HoldStatus):
+			return fmt.Errorf("%s.hold_status: accepted 400, 401, 413, 429, 500, 502, 503, 504, got %d", name, gf.HoldStatus)
 		case !payloadStatus(gf.TrackStatus):
 			return fmt.Errorf("%s.track_status: accepted 400, 401, 413, 429, 500, 502, 503, 504, got %d", name, gf.TrackStatus)
 		case !payloadStatus(gf.BodyOverStatus):
@@ -240,7 +276,11 @@ const (
 	FaultBodyOver = "body_over" // GroupFaults.BodyOver
 	FaultFailNext = "fail_next" // GroupFaults.FailNext
 	FaultRate     = "rate"      // GroupFaults.Rate500, Rate503, Rate429
+	FaultHold     = "hold"      // GroupFaults.HoldRate
 )
+
+// maxHold bounds GroupFaults.Hold.
+const maxHold = 10 * time.Minute
 
 // faultState is the live fault configuration; FailNext counts down
 // atomically and drawn numbers the rate draws of each group.
@@ -249,6 +289,7 @@ type faultState struct {
 	groups   [numGroups]GroupFaults
 	failNext [numGroups]atomic.Int64
 	drawn    [numGroups]atomic.Uint64
+	held     atomic.Uint64      // the HoldRate draws
 	tracks   map[int64]struct{} // the report group's TrackIDs
 	any      bool
 }
@@ -304,22 +345,43 @@ func (st *faultState) draw(g Group, id string) (int, string) {
 	return 0, ""
 }
 
-// drawReport decides the fault status of one play report with this body:
-// the payload faults (body size, then track id), then fail_next and the
-// rates.
-func (st *faultState) drawReport(body []byte) (int, string) {
+// verdict is the fault decided for one play report: its status (0: none),
+// the kind of fault, how long it is held first, and whether the connection
+// is reset instead of answered.
+type verdict struct {
+	status int
+	kind   string
+	hold   time.Duration
+	reset  bool
+}
+
+// drawReport decides the fault of one play report with this body: the
+// payload faults (body size, then track id, held Hold first when set), then
+// the held share, then fail_next and the rates.
+func (st *faultState) drawReport(body []byte) verdict {
 	gf := &st.groups[GroupReport]
 	if gf.BodyOver > 0 && int64(len(body)) > gf.BodyOver {
-		return cmp.Or(gf.BodyOverStatus, 413), FaultBodyOver
+		return verdict{status: cmp.Or(gf.BodyOverStatus, 413), kind: FaultBodyOver}
 	}
 	if st.tracks != nil {
 		if id, ok := reportTrackID(body); ok {
 			if _, hit := st.tracks[id]; hit {
-				return cmp.Or(gf.TrackStatus, 500), FaultTrack
+				return verdict{status: cmp.Or(gf.TrackStatus, 500), kind: FaultTrack, hold: gf.Hold, reset: gf.HoldReset}
 			}
 		}
 	}
-	return st.draw(GroupReport, "")
+	if gf.HoldRate > 0 && gf.Hold > 0 && st.uniformHold() < gf.HoldRate {
+		return verdict{status: cmp.Or(gf.HoldStatus, 500), kind: FaultHold, hold: gf.Hold, reset: gf.HoldReset}
+	}
+	s, kind := st.draw(GroupReport, "")
+	return verdict{status: s, kind: kind}
+}
+
+// uniformHold is the next number in [0, 1) of the HoldRate draws: a
+// sequence of its own (seeded like uniform's), so that a held share leaves
+// the rates' verdicts as they were.
+func (st *faultState) uniformHold() float64 {
+	return splitMix(st.cfg.Seed + 0x632BE59BD9B4E019 + st.held.Add(1)*0x9E3779B97F4A7C15)
 }
 
 // reportTrackID is the trackid of a play report body (the last one when
@@ -346,7 +408,11 @@ func reportTrackID(body []byte) (int64, bool) {
 // concurrent draws need no lock and the k-th draw is always the same.
 func (st *faultState) uniform(g Group) float64 {
 	n := st.drawn[g].Add(1)
-	z := st.cfg.Seed + uint64(g+1)*0xD1B54A32D192ED03 + n*0x9E3779B97F4A7C15
+	return splitMix(st.cfg.Seed + uint64(g+1)*0xD1B54A32D192ED03 + n*0x9E3779B97F4A7C15)
+}
+
+// splitMix is SplitMix64's finaliser of z as a number in [0, 1).
+func splitMix(z uint64) float64 {
 	z = (z ^ z>>30) * 0xBF58476D1CE4E5B9
 	z = (z ^ z>>27) * 0x94D049BB133111EB
 	z ^= z >> 31
@@ -363,6 +429,11 @@ func (f Faults) clamp() Faults {
 		g.RetryAfter = min(max(g.RetryAfter, 0), time.Hour)
 		g.FailNext = max(g.FailNext, 0)
 		g.BodyOver = max(g.BodyOver, 0)
+		g.Hold = min(max(g.Hold, 0), maxHold)
+		g.HoldRate = min(max(g.HoldRate, 0), 1)
+		if !payloadStatus(g.HoldStatus) {
+			g.HoldStatus = 500
+		}
 		if !failStatus(g.FailNextStatus) {
 			g.FailNextStatus = 500
 		}
@@ -374,6 +445,7 @@ func (f Faults) clamp() Faults {
 		}
 		if !report {
 			g.TrackIDs, g.TrackStatus, g.BodyOver, g.BodyOverStatus = nil, 0, 0, 0
+			g.Hold, g.HoldRate, g.HoldStatus, g.HoldReset = 0, 0, 0, false
 		}
 		return g
 	}

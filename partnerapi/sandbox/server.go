@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -245,6 +246,19 @@ func (s *Server) serveRestricted(w http.ResponseWriter, r *http.Request, cl clai
 	s.writeJSON(w, epRestricted, http.StatusOK, b.([]byte))
 }
 
+// holdReport waits d, or until ctx (the request's) ends: it reports whether
+// the hold ran its course.
+func holdReport(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
 func (s *Server) serveReport(w http.ResponseWriter, r *http.Request, mode Mode, fs *faultState) {
 	body, err := s.readBody(r)
 	if err != nil {
@@ -253,10 +267,16 @@ func (s *Server) serveReport(w http.ResponseWriter, r *http.Request, mode Mode, 
 	}
 	now := s.opts.Now()
 	if fs.any {
-		if st, kind := fs.drawReport(body); st != 0 {
+		if v := fs.drawReport(body); v.status != 0 {
 			// Refused by an injected fault: kept apart, never accepted.
-			s.ledger.addInjected(InjectedEntry{Arrival: now, Raw: string(body), Status: st, Fault: kind})
-			s.writeFault(w, epReport, st, mode, fs.groups[GroupReport].RetryAfter)
+			s.ledger.addInjected(InjectedEntry{Arrival: now, Raw: string(body), Status: v.status, Fault: v.kind})
+			if v.hold > 0 && !holdReport(r.Context(), v.hold) {
+				return // the client went away: nobody reads an answer
+			}
+			if v.reset {
+				panic(http.ErrAbortHandler) // HTTP/1: the connection closes; HTTP/2: the stream is reset
+			}
+			s.writeFault(w, epReport, v.status, mode, fs.groups[GroupReport].RetryAfter)
 			return
 		}
 	}

@@ -17,12 +17,14 @@ import (
 // sandboxFaults are the faults a round sets in the sandbox: every report
 // answered after latency, the share rate500 of them answered 500 (a seeded
 // draw, so the plain client and the reporter meet the same sequence of
-// answers), and with poison every report of poisonTrack answered 500.
+// answers), and with poison every report of poisonTrack answered 500 —
+// after hold, when set (a partner hanging on that track).
 type sandboxFaults struct {
 	latency time.Duration
 	rate500 float64
 	seed    uint64
 	poison  bool
+	hold    time.Duration
 }
 
 // setFaults replaces the sandbox's faults with sf (PUT /admin/faults); the
@@ -33,10 +35,14 @@ func setFaults(ctx context.Context, admin string, sf sandboxFaults) error {
 		Rate500     float64 `json:"rate_500"`
 		TrackIDs    []int64 `json:"track_ids,omitempty"`
 		TrackStatus int     `json:"track_status,omitempty"`
+		Hold        string  `json:"hold,omitempty"`
 	}
 	r := report{Latency: sf.latency.String(), Rate500: sf.rate500}
 	if sf.poison {
 		r.TrackIDs, r.TrackStatus = []int64{poisonTrack}, http.StatusInternalServerError
+		if sf.hold > 0 {
+			r.Hold = sf.hold.String()
+		}
 	}
 	body, err := json.Marshal(struct {
 		Seed   uint64 `json:"seed"`

@@ -22,6 +22,7 @@ type latencyRun struct {
 	latency   time.Duration
 	errRate   float64       // share of posts the sandbox answers 500
 	poisoned  int64         // reports of the poison track (answered 500 every time), not counted in reports
+	hang      bool          // the poison track is held past the reporter's timeout first
 	injected  int64         // 500s the sandbox injected into the reporter's posts
 	inflight  int           // the plain client's in flight
 	plain     ceilingResult // the plain client before the reporter
@@ -119,11 +120,13 @@ func runLatencyBench(ctx context.Context, o options, log *slog.Logger) (runs []l
 	}
 	keys, values, bodies := benchPlays(o.reports)
 	pkeys, pvalues, _, pothers := poisonPlays(o.reports, o.poisonShare)
+	hkeys, hvalues, _, hothers := poisonPlays(o.reports, o.hangShare)
 	k := 0
 	for i, lat := range lats {
 		type round struct {
 			rate   float64
 			poison bool
+			hang   bool
 		}
 		var rounds []round
 		for _, rate := range rates {
@@ -132,13 +135,24 @@ func runLatencyBench(ctx context.Context, o options, log *slog.Logger) (runs []l
 		if o.poisonShare > 0 {
 			rounds = append(rounds, round{poison: true})
 		}
+		if o.hangShare > 0 {
+			rounds = append(rounds, round{poison: true, hang: true})
+		}
 		for _, rd := range rounds {
 			k++
-			lr := latencyRun{latency: lat, errRate: rd.rate, inflight: ins[i]}
+			lr := latencyRun{latency: lat, errRate: rd.rate, inflight: ins[i], hang: rd.hang}
 			sf := sandboxFaults{latency: lat, rate500: rd.rate, seed: uint64(o.seed), poison: rd.poison}
 			what := fmt.Sprintf("latency %v, error rate %v", lat, rd.rate)
 			rk, rv, rb := keys, values, bodies
-			if rd.poison {
+			switch {
+			case rd.hang:
+				// The same for a track the sandbox holds past the reporter's
+				// timeout.
+				rk, rv, rb = hkeys, hvalues, hothers
+				lr.poisoned = int64(len(hkeys) - len(hothers))
+				sf.hold = o.hangHold
+				what = fmt.Sprintf("latency %v, hanging track (%d reports held %v)", lat, lr.poisoned, o.hangHold)
+			case rd.poison:
 				// The plain client drops the poisoned reports at once: it posts
 				// the others only, the rate a reporter that parks could reach.
 				rk, rv, rb = pkeys, pvalues, pothers
@@ -334,6 +348,9 @@ func printLatency(w io.Writer, o options, runs []latencyRun, started time.Time) 
 // faultDesc is a run's fault, for the table: the share of posts answered
 // 500, or the poison track's reports.
 func faultDesc(r latencyRun) string {
+	if r.hang {
+		return fmt.Sprintf("every post of track %d held past the timeout (%d reports, not counted)", poisonTrack, r.poisoned)
+	}
 	if r.poisoned > 0 {
 		return fmt.Sprintf("every post of track %d (%d reports, not counted)", poisonTrack, r.poisoned)
 	}
@@ -356,12 +373,16 @@ func printPoison(w io.Writer, runs []latencyRun) {
 			continue
 		}
 		if !header {
-			fmt.Fprint(w, "\nA poison track: the other reports' steady rate with every post of one track answered 500, against the round with no fault at the same latency\n\n")
-			fmt.Fprintln(w, "| partner latency | poison reports | other reports | reporter steady reports/s: no fault / poison | poison / no fault | plain client (drops the poison) reports/s | reporter / plain | poison posts answered 500 |")
-			fmt.Fprintln(w, "|---:|---:|---:|---:|---:|---:|---:|---:|")
+			fmt.Fprint(w, "\nA poison track: the other reports' steady rate with every post of one track answered 500 (or held past the reporter's timeout first: hang), against the round with no fault at the same latency\n\n")
+			fmt.Fprintln(w, "| partner latency | fault | poison reports | other reports | reporter steady reports/s: no fault / poison | poison / no fault | plain client (drops the poison) reports/s | reporter / plain | poison posts answered 500 |")
+			fmt.Fprintln(w, "|---:|---|---:|---:|---:|---:|---:|---:|---:|")
 			header = true
 		}
-		fmt.Fprintf(w, "| %v | %d | %d | %.0f / %.0f | %.1f %% | %.0f | %.1f %% | %d |\n",
-			r.latency, r.poisoned, r.reports, c.steady, r.steady, 100*r.steady/c.steady, r.plainRate(), 100*r.steady/r.plainRate(), r.injected)
+		kind := "500"
+		if r.hang {
+			kind = "hang"
+		}
+		fmt.Fprintf(w, "| %v | %s | %d | %d | %.0f / %.0f | %.1f %% | %.0f | %.1f %% | %d |\n",
+			r.latency, kind, r.poisoned, r.reports, c.steady, r.steady, 100*r.steady/c.steady, r.plainRate(), 100*r.steady/r.plainRate(), r.injected)
 	}
 }

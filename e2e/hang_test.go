@@ -1,0 +1,298 @@
+//go:build linux
+
+package e2e
+
+import (
+	"encoding/json"
+	"io"
+	"math"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/playpipe/playpipe/analytics"
+	"github.com/playpipe/playpipe/partnerapi"
+	"github.com/playpipe/playpipe/partnerapi/sandbox"
+	"github.com/playpipe/playpipe/producer/simulator"
+	"github.com/playpipe/playpipe/wiring/expect"
+	"github.com/playpipe/playpipe/wiring/testenv"
+)
+
+// TestHangingTrackParked: a partner that hangs on one track — the sandbox
+// holds every report of it past the reporter's --api-timeout, the way an
+// upstream timeout behind a partner's gateway looks — stops nothing. Every
+// role a process of the built binary on Apache Kafka (one node), the
+// reporter's flags the defaults but a shorter --api-timeout and budget, so
+// the test takes minutes:
+//
+//  1. A first fleet without the fault: its rate is the baseline.
+//  2. A second fleet with every report of one track (about 2.5 % of its
+//     plays) held 3 s, past the 2 s timeout: every other report delivered
+//     (the rate logged against the baseline), the reporter warns of the
+//     stall within a minute, and, while a third fleet keeps the partner
+//     answering, the hanging reports are parked with reason timeout and
+//     listed by the audit. The reporter never exits. The alert rules are
+//     evaluated on its real /metrics.
+//  3. The fault lifted, the slow lane delivers them: every play exactly
+//     once at the partner (the held posts were never accepted), nothing
+//     parked or pending in the audit.
+func TestHangingTrackParked(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end: builds the binary, Apache Kafka, ClickHouse and 4 processes")
+	}
+	const partitions = 6
+	testStart := time.Now()
+	dir := t.TempDir()
+	bin := testenv.BuildPlaypipe(t, dir)
+	k := testenv.StartApacheKafka(t, testenv.ApacheKafka{Partitions: partitions})
+	sb := testenv.StartSandbox(t, func(o *sandbox.Config) { o.Seed, o.Pages, o.ListsPerPage, o.MixesPerList = 33, 2, 2, 5 })
+	plain := sandbox.Faults{Report: sandbox.GroupFaults{Latency: 2 * time.Millisecond}}
+	sb.SetFaults(plain)
+	ch := testenv.StartClickHouse(t)
+	t.Logf("setup: binary, Apache Kafka %v, sandbox, ClickHouse in %s", k.Addrs(), since(testStart))
+
+	ps := testenv.NewProcs(t, bin, dir, testenv.ChildEnv(
+		"PLAYPIPE_API_CLIENT_ID="+sb.ClientID,
+		"PLAYPIPE_API_CLIENT_SIGNATURE="+sb.ClientSignature,
+		"PLAYPIPE_LOG_LEVEL=info",
+	))
+	kafkaArgs := []string{"--brokers", strings.Join(k.Addrs(), ","), "--partitions", strconv.Itoa(partitions)}
+	chArgs := []string{"--clickhouse-addr", ch.Addr, "--clickhouse-db", ch.Database, "--clickhouse-user", ch.User}
+	sink := &role{name: "sink", args: append(append([]string{"sink"}, kafkaArgs...), append(chArgs, "--batch-rows", "500", "--linger", "100ms")...), admin: testenv.FreeAddr(t)}
+	consume := &role{name: "consume", args: append(append([]string{"consume"}, kafkaArgs...), "--api-url", sb.URL), admin: testenv.FreeAddr(t)}
+	// The defaults but the timeout (2 s: the hold is 3 s) and the budget
+	// (3 failures over 10 s, where the defaults ask 20 over 10 minutes), and
+	// a slow lane retrying every 5 s, so that the parked reports are
+	// delivered soon after the fault is lifted.
+	const apiTimeout, hold = 2 * time.Second, 3 * time.Second
+	report := &role{name: "report", args: append(append([]string{"report"}, kafkaArgs...), "--api-url", sb.URL, "--api-timeout", apiTimeout.String(),
+		"--park-after-attempts", "3", "--park-after", "10s", "--park-retries", "5s"), admin: testenv.FreeAddr(t)}
+	roles := []*role{sink, consume, report}
+	for _, r := range roles {
+		r.p = ps.Start(r.name, append([]string{r.args[0], "--admin-addr", r.admin}, r.args[1:]...)...)
+		testenv.WaitReady(t, r.p, r.admin, 90*time.Second)
+	}
+	waitFor := func(what string, d time.Duration, cond func() bool) {
+		t.Helper()
+		for by := time.Now().Add(d); !cond(); time.Sleep(50 * time.Millisecond) {
+			for _, r := range roles {
+				if !r.p.Running() {
+					t.Fatalf("%s exited on its own: %v (log %s)", r.name, r.p.Err, r.p.Log)
+				}
+			}
+			if time.Now().After(by) {
+				ps.DumpLogs(30)
+				t.Fatalf("waiting for %s: not within %s (sandbox %+v)", what, d, sb.Counts())
+			}
+		}
+	}
+	creds := partnerapi.Credentials{ClientID: sb.ClientID, ClientSignature: sb.ClientSignature}
+	distinct := func() int64 { c := sb.Counts(); return c.Accepted - c.Duplicates }
+	fleet := func(name string, sa simArgs) map[play]int {
+		rec := filepath.Join(dir, name+".jsonl")
+		sim := ps.Start("simulate-"+name, append(append(append([]string{"simulate"}, kafkaArgs...), sa.flags()...), "--api-url", sb.URL, "--record", rec)...)
+		if code := sim.Wait(t, 2*time.Minute); code != 0 {
+			t.Fatalf("simulate %s exited %d (log %s)", name, code, sim.Log)
+		}
+		want, _, _, _ := expectedPlays(t, sb.Catalog(), readRecord(t, rec))
+		return want
+	}
+	total := func(m map[play]int) (n int) {
+		for _, c := range m {
+			n += c
+		}
+		return n
+	}
+	atPartner := func() map[play]int {
+		got := map[play]int{}
+		for _, e := range sb.Ledger().Accepted {
+			got[expect.Of(e.Report)]++
+		}
+		return got
+	}
+
+	// 1. The baseline.
+	t0 := time.Now()
+	wantA := fleet("a", simArgs{events: 1500, rate: 1000, devices: 30, seed: 41, startMS: simulator.DefaultStart(time.Now())})
+	nA := total(wantA)
+	waitFor("the first fleet's plays at the partner", 3*time.Minute, func() bool { return distinct() >= int64(len(wantA)) })
+	rateA := float64(nA) / time.Since(t0).Seconds()
+	t.Logf("%s fleet a: %d reports delivered at %.0f reports/s (publish to last delivery)", since(testStart), nA, rateA)
+
+	// 2. The hanging track: the one nearest 2.5 % of the second fleet's
+	// plays (generated in-process first: the same messages).
+	sbArgs := simArgs{events: 1500, rate: 1000, devices: 30, seed: 42, startMS: simulator.DefaultStart(time.Now())}
+	genB, _, _, _ := expectedPlays(t, sb.Catalog(), sbArgs.generated(t, sb.URL, creds))
+	perTrack := map[int64]int{}
+	for p, n := range genB {
+		perTrack[p.TrackID] += n
+	}
+	var bad int64
+	best := math.Inf(1)
+	for tr, n := range perTrack {
+		if d := math.Abs(float64(n)/float64(total(genB)) - 0.025); d < best {
+			bad, best = tr, d
+		}
+	}
+	hang := plain
+	hang.Report.TrackIDs, hang.Report.Hold = []int64{bad}, hold
+	sb.SetFaults(hang)
+	faultAt := time.Now()
+	t1 := time.Now()
+	wantB := fleet("b", sbArgs)
+	nB, nBad := total(wantB), 0
+	goodB := 0
+	for p, n := range wantB {
+		if p.TrackID == bad {
+			nBad += n
+		} else {
+			goodB++
+		}
+	}
+	if nBad == 0 || nBad == nB {
+		t.Fatalf("track %d has %d of the second fleet's %d reports: the fault must hit some and spare others", bad, nBad, nB)
+	}
+	goodDelivered := func() int {
+		got, n := atPartner(), 0
+		for p := range wantB {
+			if p.TrackID != bad && got[p] > 0 {
+				n++
+			}
+		}
+		return n
+	}
+	waitFor("every other report of the second fleet at the partner", 3*time.Minute, func() bool { return goodDelivered() >= goodB })
+	rateB := float64(nB-nBad) / time.Since(t1).Seconds()
+	t.Logf("%s fleet b: %d reports, %d of track %d held %v each time (past --api-timeout %v); the other %d delivered at %.0f reports/s (%.0f %% of fleet a's rate)",
+		since(testStart), nB, nBad, bad, hold, apiTimeout, nB-nBad, rateB, 100*rateB/rateA)
+
+	// A third fleet keeps the partner answering while the budgets run (a
+	// report's budget moves only while other reports are answered).
+	scArgs := simArgs{events: 1200, rate: 25, devices: 10, seed: 43, startMS: simulator.DefaultStart(time.Now())}
+	recC := filepath.Join(dir, "c.jsonl")
+	simC := ps.Start("simulate-c", append(append(append([]string{"simulate"}, kafkaArgs...), scArgs.flags()...), "--api-url", sb.URL, "--record", recC)...)
+
+	// Loud: a stall warning within a minute of the fault (the time its
+	// line carries).
+	var stallLine string
+	waitFor("the reporter's stall warning", time.Minute, func() bool {
+		b, _ := os.ReadFile(report.p.Log)
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.Contains(line, "delivery stalled") {
+				stallLine = line
+				return true
+			}
+		}
+		return false
+	})
+	ts, _, _ := strings.Cut(strings.TrimPrefix(stallLine, "time="), " ")
+	warnedAt, err := time.Parse(time.RFC3339Nano, ts)
+	if err != nil {
+		t.Fatalf("the stall warning's time: %v: %s", err, stallLine)
+	}
+	t.Logf("%s the reporter warned %v after the fault: %s", since(testStart), warnedAt.Sub(faultAt).Round(time.Second), stallLine)
+	if warnedAt.Sub(faultAt) > time.Minute {
+		t.Errorf("the stall warning came %v after the fault, want within a minute", warnedAt.Sub(faultAt))
+	}
+	if !strings.Contains(stallLine, strconv.FormatInt(bad, 10)) || !strings.Contains(stallLine, "last_status=timeout") {
+		t.Errorf("the stall warning does not name track %d and the timeout: %s", bad, stallLine)
+	}
+
+	auditArgs := append(append([]string{"audit"}, chArgs...), "--from", "-2h", "--to", "+1h", "--format", "json")
+	var rep analytics.Audit
+	waitFor("the audit to count the second fleet's parked plays", 3*time.Minute, func() bool {
+		rep = runAudit(t, bin, auditArgs)
+		return rep.Parked >= uint64(nBad)
+	})
+	parkedAfter := time.Since(faultAt)
+	if code := simC.Wait(t, 2*time.Minute); code != 0 {
+		t.Fatalf("simulate c exited %d (log %s)", code, simC.Log)
+	}
+	wantC, _, _, _ := expectedPlays(t, sb.Catalog(), readRecord(t, recC))
+	rows := auditList(t, bin, chArgs, "parked")
+	timeouts := 0
+	for _, r := range rows {
+		if strings.Contains(r.Detail, "timeout") {
+			timeouts++
+		}
+	}
+	if timeouts < nBad {
+		t.Errorf("audit --list parked: %d of %d rows with the last answer a timeout, want ≥ %d (first %+v)", timeouts, len(rows), nBad, firstRows(rows, 2))
+	}
+	for p := range wantB {
+		if p.TrackID == bad && atPartner()[p] > 0 {
+			t.Fatalf("a report of track %d is at the partner while every post of it was held past the timeout", bad)
+		}
+	}
+	t.Logf("%s %d plays parked (reason timeout) %v after the fault and listed by the audit; delivered %d, pending %d",
+		since(testStart), rep.Parked, parkedAfter.Round(time.Second), rep.Delivered, rep.Pending)
+
+	// The reporter's real /metrics: the stuck and parked alerts read series
+	// it exports, as it exports them.
+	resp, err := http.Get("http://" + report.admin + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	exposition, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	checkAlertRules(t, exposition, reportAlerts)
+
+	// 3. The fault lifted: the slow lane delivers the parked reports.
+	sb.SetFaults(plain)
+	want := map[play]int{}
+	for _, m := range []map[play]int{wantA, wantB, wantC} {
+		for p, n := range m {
+			want[p] += n
+		}
+	}
+	waitFor("every play at the partner", 3*time.Minute, func() bool { return distinct() >= int64(len(want)) })
+	waitFor("the audit to see the parked plays delivered", 2*time.Minute, func() bool {
+		rep = runAudit(t, bin, auditArgs)
+		return rep.Parked == 0 && rep.Delivered >= uint64(total(want))
+	})
+	for _, r := range roles {
+		r.p.Signal(t, syscall.SIGTERM)
+	}
+	for _, r := range roles {
+		if code := r.p.Wait(t, 30*time.Second); code != 0 {
+			t.Errorf("%s exited %d after SIGTERM (log %s)", r.name, code, r.p.Log)
+		}
+	}
+	led := sb.Ledger()
+	missing, dups, unexpected := compare(want, atPartner())
+	if len(missing) > 0 || len(unexpected) > 0 || dups > 0 {
+		t.Errorf("the partner's ledger differs: %d missing (first %v), %d duplicates, %d unexpected (first %v)", len(missing), firstPlays(missing, 3), dups, len(unexpected), firstPlays(unexpected, 3))
+	}
+	t.Logf("partner: %d accepted, %d duplicates, %d held posts injected; audit: delivered %d, parked %d, pending %d",
+		led.AcceptedCount, dups, led.InjectedCount, rep.Delivered, rep.Parked, rep.Pending)
+	if rep.Pending != 0 || rep.Parked != 0 {
+		t.Errorf("audit after the fault was lifted: %d pending, %d parked, want none", rep.Pending, rep.Parked)
+	}
+}
+
+// auditList runs `playpipe audit --list name --format json` and returns
+// its rows.
+func auditList(t *testing.T, bin string, chArgs []string, name string) []analytics.ListRow {
+	t.Helper()
+	out, code := runBinary(t, bin, append(append([]string{"audit"}, chArgs...), "--from", "-2h", "--to", "+1h", "--list", name, "--format", "json")...)
+	if code != 0 && code != 3 {
+		t.Fatalf("playpipe audit --list %s exited %d:\n%s", name, code, out)
+	}
+	// The JSON array starts a line of its own (logs go before it).
+	js := out
+	if i := strings.LastIndex(out, "\n["); i >= 0 {
+		js = out[i+1:]
+	}
+	var rows []analytics.ListRow
+	if err := json.Unmarshal([]byte(js), &rows); err != nil {
+		t.Fatalf("playpipe audit --list %s --format json: %v\n%s", name, err, out)
+	}
+	return rows
+}
+
+func firstRows(rows []analytics.ListRow, n int) []analytics.ListRow { return rows[:min(n, len(rows))] }

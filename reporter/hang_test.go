@@ -1,0 +1,209 @@
+package reporter
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+// TestLimiterJudge: a failed post is the partner's (its own signal) unless
+// a post started after it was answered normally at the usual latency; then
+// it is a payload's: nothing for a retry, an error of the rate rule for a
+// first failure. Back-pressure is always the partner's.
+func TestLimiterJudge(t *testing.T) {
+	now := time.Unix(1000, 0)
+	l := newLimiter(48, 1024, now)
+	feed(l, &now, 50*time.Millisecond, true) // baseline and recent 50 ms
+	first := l.started(now, true)
+	later := l.started(now, false)
+	for _, c := range []struct {
+		name     string
+		sig      Signal
+		n        uint64
+		retry    bool
+		answered uint64 // the latest post answered normally
+		recent   time.Duration
+		rtt      time.Duration // the failed post's
+		want     Signal
+	}{
+		{"timeout, nothing later answered", SignalTimeout, first, true, 0, 50 * time.Millisecond, 2 * time.Second, SignalTimeout},
+		{"timeout of a retry, a later post answered", SignalTimeout, first, true, later, 50 * time.Millisecond, 2 * time.Second, signalIsolated},
+		{"timeout of a first post, a later post answered", SignalTimeout, first, false, later, 50 * time.Millisecond, 2 * time.Second, SignalPayload},
+		{"500 of a retry, a later post answered", SignalPayload, first, true, later, 50 * time.Millisecond, 50 * time.Millisecond, signalIsolated},
+		{"reset of a retry, a later post answered", SignalConnection, first, true, later, 50 * time.Millisecond, 10 * time.Millisecond, signalIsolated},
+		{"500 of a retry, latency risen", SignalPayload, first, true, later, 200 * time.Millisecond, 200 * time.Millisecond, SignalPayload},
+		{"timeout of a retry, latency risen near the timeout", SignalTimeout, first, true, later, time.Second, 2 * time.Second, SignalTimeout},
+		{"timeout of a retry, latency risen, still a fraction of the timeout", SignalTimeout, first, true, later, 200 * time.Millisecond, 2 * time.Second, signalIsolated},
+		{"timeout of the latest post answered's own", SignalTimeout, later, true, later, 50 * time.Millisecond, 2 * time.Second, SignalTimeout},
+		{"503 of a retry, a later post answered", SignalBackPressure, first, true, later, 50 * time.Millisecond, 50 * time.Millisecond, SignalBackPressure},
+	} {
+		l.answeredUpTo = 0
+		l.answered(c.answered)
+		l.recent = c.recent
+		if got := l.judge(c.sig, c.n, c.retry, c.rtt); got != c.want {
+			t.Errorf("%s: judged %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+// hangSim is a partner with a backlog, 50 ms away, that holds every post of
+// some payloads (share of the fresh reports, and every retry of them) until
+// the API timeout, and the reporter's dispatch in small: the limiter fed
+// through judge, retries after a slow backoff within retryCap. Posts hold
+// their slot until answered or timed out. Seeded: the same every run.
+type hangSim struct {
+	l        *limiter
+	now      time.Time
+	r        *rand.Rand
+	share    float64       // fresh reports that hang
+	down     bool          // every post hangs: the partner is down
+	timeout  time.Duration // --api-timeout
+	retryGap time.Duration // a hanging report's backoff
+	raw      bool          // feed the signals unjudged (the limiter before judge)
+	arrive   float64       // fresh reports a second (0: a backlog)
+	queued   float64       // fresh reports waiting
+
+	inflight []simPost
+	retries  []time.Time // when each waiting retry is due
+	slots    int         // retries in flight
+	good     int         // answered posts
+	low      float64
+}
+
+type simPost struct {
+	n     uint64
+	done  time.Time
+	bad   bool
+	retry bool
+}
+
+func (s *hangSim) run(d time.Duration) {
+	const step = time.Millisecond
+	for end := s.now.Add(d); s.now.Before(end); s.now = s.now.Add(step) {
+		// Answers and timeouts due.
+		keep := s.inflight[:0]
+		for _, p := range s.inflight {
+			if p.done.After(s.now) {
+				keep = append(keep, p)
+				continue
+			}
+			n := len(s.inflight)
+			s.l.finished(p.n)
+			if p.retry {
+				s.slots--
+			}
+			if p.bad {
+				sig := SignalTimeout
+				if !s.raw {
+					sig = s.l.judge(sig, p.n, p.retry, s.timeout)
+				}
+				s.l.observe(s.now, sig, s.timeout, n)
+				s.retries = append(s.retries, s.now.Add(s.retryGap))
+				continue
+			}
+			s.good++
+			s.l.answered(p.n)
+			s.l.observe(s.now, SignalAnswer, 50*time.Millisecond, n)
+		}
+		s.inflight = keep
+		// Posts start while the limit allows: a due retry within the
+		// retry cap, else a fresh report.
+		s.queued += s.arrive * step.Seconds()
+		for s.l.allows(len(s.inflight)) {
+			retry := len(s.retries) > 0 && !s.retries[0].After(s.now) && (s.raw || s.slots-s.l.stalledRetriesOut() < max(1, int(s.l.limit*retryShare)))
+			if !retry && s.arrive > 0 && s.queued < 1 {
+				break
+			}
+			p := simPost{n: s.l.started(s.now, retry)}
+			if retry {
+				s.retries = s.retries[1:]
+				p.bad, p.retry = true, true
+				s.slots++
+			} else {
+				s.queued--
+				p.bad = s.down || s.r.Float64() < s.share
+			}
+			p.done = s.now.Add(50 * time.Millisecond)
+			if p.bad {
+				p.done = s.now.Add(s.timeout)
+			}
+			s.inflight = append(s.inflight, p)
+		}
+		s.low = min(s.low, s.l.limit)
+	}
+}
+
+func newHangSim(share float64, timeout time.Duration, raw bool) *hangSim {
+	now := time.Unix(1000, 0)
+	return &hangSim{l: newLimiter(48, 1024, now), now: now, r: rand.New(rand.NewPCG(33, 1)), share: share,
+		timeout: timeout, retryGap: 10 * time.Second, raw: raw, low: 48}
+}
+
+// TestLimiterHoldsThroughHangingPayloads: 2.5 % of the reports hang until
+// the timeout (one track), every retry of them too, while the partner
+// answers the rest in 50 ms: the limit never goes below --concurrency and
+// climbs to the cap, and the posts hanging past a few round trips leave
+// room for the others (stalled, limit.go). With a backlog the answered
+// posts keep most of their pace; with reports arriving at 2 000 a second
+// every one of the others is answered as it comes. Unjudged (the limiter
+// before judge: each timeout halves), the same partner takes it to 1.
+func TestLimiterHoldsThroughHangingPayloads(t *testing.T) {
+	clean := map[float64]*hangSim{}
+	for _, c := range []struct {
+		timeout time.Duration
+		arrive  float64
+		want    float64 // answered, against the partner without the hang (%)
+	}{
+		{2 * time.Second, 0, 25}, // a backlog: hanging posts fill MaxConcurrency
+		{30 * time.Second, 0, 0}, // the same: logged
+		{2 * time.Second, 2000, 95},
+		{30 * time.Second, 1000, 90}, // 750 hanging posts within MaxConcurrency
+		{30 * time.Second, 2000, 0},  // 1 500 would be needed: logged
+	} {
+		mk := func(share float64, timeout time.Duration, raw bool) *hangSim {
+			s := newHangSim(share, timeout, raw)
+			s.arrive = c.arrive
+			s.run(2 * time.Minute)
+			return s
+		}
+		if clean[c.arrive] == nil { // without a hang the timeout does not matter
+			clean[c.arrive] = mk(0, time.Second, false)
+		}
+		s := mk(0.025, c.timeout, false)
+		ratio := 100 * float64(s.good) / float64(clean[c.arrive].good)
+		t.Logf("timeout %v, arrivals %v/s: limit %.0f (lowest %.0f), %d answered (%.1f %% of no hang: %d), moves %v",
+			c.timeout, c.arrive, s.l.limit, s.low, s.good, ratio, clean[c.arrive].good, s.l.moves)
+		if s.low < 48 {
+			t.Errorf("timeout %v: limit went down to %.0f, below --concurrency 48", c.timeout, s.low)
+		}
+		if s.l.moves[moveTimeout] > 0 {
+			t.Errorf("timeout %v: %d timeout cuts for one hanging payload", c.timeout, s.l.moves[moveTimeout])
+		}
+		if ratio < c.want {
+			t.Errorf("timeout %v, arrivals %v/s: %.1f %% of the answers without the hang, want ≥ %.0f %%", c.timeout, c.arrive, ratio, c.want)
+		}
+	}
+	raw := newHangSim(0.025, 2*time.Second, true)
+	raw.run(time.Minute)
+	t.Logf("unjudged, timeout 2 s: limit %.0f (lowest %.0f), %d answered, moves %v", raw.l.limit, raw.low, raw.good, raw.l.moves)
+	if raw.low > 2 {
+		t.Errorf("the unjudged limiter stayed at ≥ %.0f: the simulation does not show the collapse", raw.low)
+	}
+}
+
+// TestLimiterShrinksWhenThePartnerHangs: every post hangs (a partner down
+// behind its gateway): no post started after a timeout is answered, so the
+// timeouts are the partner's and halve the limit down to 1.
+func TestLimiterShrinksWhenThePartnerHangs(t *testing.T) {
+	s := newHangSim(0, 2*time.Second, false)
+	s.run(30 * time.Second)
+	if s.l.limit < 1024 {
+		t.Fatalf("limit %.0f before the outage, want 1024", s.l.limit)
+	}
+	s.down = true
+	s.run(30 * time.Second)
+	t.Logf("after 30 s of every post hanging: limit %.0f, moves %v", s.l.limit, s.l.moves)
+	if s.l.limit >= 2 {
+		t.Fatalf("limit %.0f after 30 s of a partner that answers nothing, want 1", s.l.limit)
+	}
+}
