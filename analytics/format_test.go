@@ -21,9 +21,9 @@ func TestWriteAuditReplayRows(t *testing.T) {
 	}
 	want := map[string]string{
 		"rp-7 (partner lost a day): plays re-sent": "41",
-		"delivered":                                "37",
-		"rejected by the API":                      "3",
-		"delivered more than once by this replay":  "2",
+		"delivered":           "37",
+		"rejected by the API": "3",
+		"delivered more than once by this replay": "2",
 	}
 	section, seen := "", 0
 	for _, ln := range strings.Split(tbl.String(), "\n") {
