@@ -114,7 +114,9 @@ func ledgerSuite(t *testing.T, l *testenv.Ledger, seed uint64) {
 		for _, o := range []AuditOptions{opts, recent} {
 			name := fmt.Sprintf("%s ledger, window from %s", sc, o.From.Sub(now).Round(time.Minute))
 			checkAudit(t, ctx, a, o, s.expect(o), name)
+			checkPaths(t, ctx, l.Conn, dbs[sc], o, s.expect(o), name)
 		}
+		checkBackfill(t, ctx, l.Conn, dbs[sc], opts, s.expect(opts))
 		checkRows(t, l, dbs[sc], s) // the audit waited for the sinks
 	}
 }
@@ -297,7 +299,7 @@ func checkAudit(t *testing.T, ctx context.Context, a *Auditor, o AuditOptions, x
 // as nil.
 func auditNumbers(r *Audit) Audit {
 	c := *r
-	c.From, c.To, c.GeneratedAt, c.PendingThreshold, c.LedgerAsOf = time.Time{}, time.Time{}, time.Time{}, "", time.Time{}
+	c.From, c.To, c.GeneratedAt, c.PendingThreshold, c.LedgerAsOf, c.Path = time.Time{}, time.Time{}, time.Time{}, "", time.Time{}, ""
 	if len(c.RejectedByReason) == 0 {
 		c.RejectedByReason = nil
 	}
