@@ -119,10 +119,10 @@ USING event_id`
 // sliceTotals are the figures of one slice that add up.
 type sliceTotals struct {
 	derived, below, reportable, delivered, rejected, standby, standbyDel uint64
-	pending, overdue, twice, belowDel, doubt, parked                    uint64
-	extraCopies, copyPlays, records, replayed, doubtful                 uint64
-	delayKeys                                                           []int64
-	delayCounts                                                         []uint64
+	pending, overdue, twice, belowDel, doubt, parked                     uint64
+	extraCopies, copyPlays, records, replayed, doubtful                  uint64
+	delayKeys                                                            []int64
+	delayCounts                                                          []uint64
 }
 
 // auditSliced fills the figures of the window's plays slice by slice:
