@@ -26,14 +26,32 @@ import (
 type slice struct {
 	lo, hi int
 	state  bool // outcomes from report_state
+	// wide: the window holds most of the ledger's plays, so the outcomes
+	// joined to its plays are read without the filter on the window's
+	// report ids (the join drops the others; an IN set of most report ids
+	// costs more than it saves).
+	wide bool
+}
+
+// joinFilter restricts the outcomes joined to slice s's plays to the
+// window's report ids (a leading AND), unless the slice is wide.
+func (a *Auditor) joinFilter(o AuditOptions, s slice) string {
+	if s.wide {
+		return ""
+	}
+	return " AND report_id IN (" + a.sliceReportIDs(o, s) + ")"
 }
 
 // planSlices splits the window's plays into ranges of about
 // Limits.SliceReports plays, each wholly backfilled or not.
 func (a *Auditor) planSlices(ctx context.Context, o AuditOptions, done [stateSlices]bool) ([]slice, error) {
-	var n uint64
-	if err := a.row(withCheck(ctx, o, "plays in the window"), `SELECT count() FROM `+a.db+`.plays WHERE `+window(o), &n); err != nil {
+	var n, total uint64
+	if err := a.row(withCheck(ctx, o, "plays in the window"), `SELECT countIf(`+window(o)+`), count() FROM `+a.db+`.plays`, &n, &total); err != nil {
 		return nil, err
+	}
+	wide := 2*n >= total
+	if wide {
+		n = total // the joined outcomes are the slice's whole ledger
 	}
 	k := 1
 	for k < stateSlices && n/uint64(k) > a.limits.SliceReports {
@@ -45,7 +63,7 @@ func (a *Auditor) planSlices(ctx context.Context, o AuditOptions, done [stateSli
 		s := lo
 		for i := lo + 1; i <= lo+step; i++ {
 			if i == lo+step || done[i] != done[s] {
-				out = append(out, slice{lo: s, hi: i, state: done[s]})
+				out = append(out, slice{lo: s, hi: i, state: done[s], wide: wide})
 				s = i
 			}
 		}
@@ -75,31 +93,43 @@ func (a *Auditor) sliceReportIDs(o AuditOptions, s slice) string {
 
 // sliceOutcomes is one row per play of the window in slice s with the
 // outcome columns the audit's figures read: from report_state's merged
-// states, or from the raw deliveries with perReport's expressions.
+// states, or from the raw deliveries with perReport's expressions (counts
+// only compared with 0 as flags). report_state has no snapshot: a report
+// with a Delivery record inserted after the audit's snapshot (o.asOf) is
+// read from the raw deliveries up to the snapshot instead, so that every
+// figure is of the one ledger state (TestAuditIsOneSnapshot).
 func (a *Auditor) sliceOutcomes(o AuditOptions, s slice) string {
 	rng := sliceRange(s.lo, s.hi)
-	if s.state {
-		var cols []string
-		for _, c := range reportStateColumns {
-			cols = append(cols, c.merge+"("+c.name+stateSuffix+") AS "+c.name)
-		}
-		return `SELECT report_id, ` + strings.Join(cols, ", ") + ` FROM ` + a.db + `.` + TableReportState + `
-     WHERE ` + rng + ` AND report_id IN (` + a.sliceReportIDs(o, s) + `) GROUP BY report_id`
+	if !s.state {
+		return a.rawOutcomes(o, s, "")
 	}
+	late := `SELECT report_id FROM ` + a.db + `.deliveries WHERE ` + rng + ` AND NOT (1 = 1` + asOf(o) + `)`
+	var cols []string
+	for _, c := range reportStateColumns {
+		cols = append(cols, c.merge+"("+c.name+stateSuffix+") AS "+c.name)
+	}
+	return `SELECT report_id, ` + strings.Join(cols, ", ") + ` FROM ` + a.db + `.` + TableReportState + `
+     WHERE ` + rng + a.joinFilter(o, s) + ` AND report_id NOT IN (` + late + `) GROUP BY report_id
+    UNION ALL ` + a.rawOutcomes(o, s, " AND report_id IN ("+late+")")
+}
+
+// rawOutcomes is sliceOutcomes from the raw deliveries, with an extra
+// condition (a leading AND).
+func (a *Auditor) rawOutcomes(o AuditOptions, s slice, and string) string {
 	return `SELECT report_id,
-        uniqExactIf(kafka_topic_id, kafka_topic, kafka_partition, kafka_offset, outcome = 'delivered' AND replay_id = '') AS delivered_n,
-        uniqExactIf(kafka_topic_id, kafka_topic, kafka_partition, kafka_offset, outcome = 'delivered' AND replay_id != '') AS replay_delivered_n,
-        countIf(outcome = 'rejected') AS rejected_n,
-        countIf(outcome = 'standby') AS standby_n,
-        countIf(outcome = 'parked') AS parked_n,
+        uniqExactIf(` + reportLoc + `, outcome = 'delivered' AND replay_id = '') AS delivered_n,
+        uniqExactIf(` + reportLoc + `, outcome = 'delivered' AND replay_id != '') AS replay_delivered_n,
+        max(toUInt8(outcome = 'rejected')) AS rejected_n,
+        max(toUInt8(outcome = 'standby')) AS standby_n,
+        max(toUInt8(outcome = 'parked')) AS parked_n,
         maxIf(in_doubt, outcome = 'delivered' AND replay_id = '') AS doubt_delivered,
-        uniqExactIf(kafka_topic_id, kafka_topic, kafka_partition, kafka_offset, doubt_cause != '' AND replay_id = '') AS doubt_n,
-        uniqExactIf(kafka_topic_id, kafka_topic, kafka_partition, kafka_offset, doubt_cause != '' AND replay_id != '') AS replay_doubt_n,
+        uniqExactIf(` + reportLoc + `, doubt_cause != '' AND replay_id = '') AS doubt_n,
+        uniqExactIf(` + reportLoc + `, doubt_cause != '' AND replay_id != '') AS replay_doubt_n,
         minIf(at_ms, outcome = 'delivered') AS delivered_ms,
         max(toUInt8(replay_id != '')) AS replayed,
         anyIf(message, outcome = 'rejected') AS reject_message
      FROM ` + a.db + `.deliveries
-     WHERE ` + rng + ` AND report_id IN (` + a.sliceReportIDs(o, s) + `)` + asOf(o) + `
+     WHERE ` + sliceRange(s.lo, s.hi) + a.joinFilter(o, s) + and + asOf(o) + `
      GROUP BY report_id`
 }
 
@@ -123,6 +153,11 @@ type sliceTotals struct {
 	extraCopies, copyPlays, records, replayed, doubtful                  uint64
 	delayKeys                                                            []int64
 	delayCounts                                                          []uint64
+	// The messages of the plays rejected by the API, their hashes, and the
+	// plays per hash (18.16's sumMap takes numeric keys only).
+	messages                   []string
+	messageHashes              []uint64
+	messageKeys, messageCounts []uint64
 }
 
 // auditSliced fills the figures of the window's plays slice by slice:
@@ -151,11 +186,16 @@ func (a *Auditor) auditSliced(ctx context.Context, o AuditOptions, r *Audit, pla
     countIf(`+condParked+`), toUInt64(sumIf(`+playCopies+` - 1, `+condCopies+`)), countIf(`+condCopies+`), toUInt64(sum(records)),
     countIf(replayed > 0), toUInt64(sum(doubt_n + replay_doubt_n)),
     tupleElement(sumMapIf([toInt64(delivered_ms) - toInt64(event_ms)], [toUInt64(1)], `+delayCond+`), 1),
-    tupleElement(sumMapIf([toInt64(delivered_ms) - toInt64(event_ms)], [toUInt64(1)], `+delayCond+`), 2)
+    tupleElement(sumMapIf([toInt64(delivered_ms) - toInt64(event_ms)], [toUInt64(1)], `+delayCond+`), 2),
+    groupUniqArrayIf(reject_message, `+condRejected+`),
+    arrayMap(m -> cityHash64(m), groupUniqArrayIf(reject_message, `+condRejected+`)),
+    tupleElement(sumMapIf([cityHash64(reject_message)], [toUInt64(1)], `+condRejected+`), 1),
+    tupleElement(sumMapIf([cityHash64(reject_message)], [toUInt64(1)], `+condRejected+`), 2)
 FROM `+a.sliceReport(o, s),
 			&t.derived, &t.below, &t.reportable, &t.delivered, &t.rejected, &t.standby, &t.standbyDel,
 			&t.pending, &t.overdue, &t.twice, &t.belowDel, &t.doubt, &t.parked, &t.extraCopies, &t.copyPlays, &t.records,
-			&t.replayed, &t.doubtful, &t.delayKeys, &t.delayCounts); err != nil {
+			&t.replayed, &t.doubtful, &t.delayKeys, &t.delayCounts,
+			&t.messages, &t.messageHashes, &t.messageKeys, &t.messageCounts); err != nil {
 			return err
 		}
 		r.PlaysDerived += t.derived
@@ -179,15 +219,15 @@ FROM `+a.sliceReport(o, s),
 				delays[k] += t.delayCounts[j]
 			}
 		}
-		if t.rejected > 0 {
-			cs, err := a.counts(sctx, `SELECT reject_message, count() FROM (SELECT * FROM (`+a.slicePlays(o, s)+`) AS per_play
-    ALL LEFT JOIN (`+a.sliceOutcomes(o, s)+`) AS per_play_outcomes USING report_id) AS per_report
-WHERE `+condRejected+` GROUP BY reject_message`)
-			if err != nil {
-				return err
+		byHash := map[uint64]uint64{}
+		for j, h := range t.messageKeys {
+			if j < len(t.messageCounts) {
+				byHash[h] = t.messageCounts[j]
 			}
-			for _, c := range cs {
-				messages[c.Key] += c.N
+		}
+		for j, m := range t.messages {
+			if j < len(t.messageHashes) {
+				messages[m] += byHash[t.messageHashes[j]]
 			}
 		}
 		if t.doubtful > 0 {
@@ -341,7 +381,7 @@ ALL INNER JOIN
         countIf(outcome = 'delivered' AND partner IN `+sandboxes+`) AS sandbox_n,
         countIf(outcome = 'delivered' AND partner NOT IN `+sandboxes+`) AS real_n
      FROM `+a.db+`.deliveries
-     WHERE `+rng+` AND report_id IN (`+a.sliceReportIDs(o, s)+`)`+asOf(o)+`
+     WHERE `+rng+a.joinFilter(o, s)+asOf(o)+`
      GROUP BY report_id) AS per_play_targets
 USING report_id
 WHERE below = 0 AND sandbox_n > 0 AND real_n = 0`, &n); err != nil {

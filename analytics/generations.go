@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 )
 
 // A record's identity in the ledger is (kafka_topic_id, kafka_topic,
@@ -72,49 +74,40 @@ func (a *Auditor) generations(ctx context.Context, o AuditOptions, r *Audit) err
 		}
 		return tg
 	}
-	rows, err := a.conn.Query(ctx, `SELECT CAST(kafka_topic AS String) AS topic, kafka_topic_id, min(kafka_time_ms) AS first, uniqExact(kafka_partition, kafka_offset)
+	err := a.query(ctx, `SELECT CAST(kafka_topic AS String) AS topic, kafka_topic_id, min(kafka_time_ms) AS first, uniqExact(kafka_partition, kafka_offset)
 FROM (`+strings.Join(gens, "\n    UNION ALL ")+`) AS records
-GROUP BY topic, kafka_topic_id ORDER BY topic, first, kafka_topic_id`)
-	if err != nil {
-		return fmt.Errorf("analytics: audit generations: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
+GROUP BY topic, kafka_topic_id ORDER BY topic, first, kafka_topic_id`, func(rows driver.Rows) error {
 		var topic string
 		var g TopicGeneration
 		var first uint64
 		if err := rows.Scan(&topic, &g.ID, &first, &g.Records); err != nil {
-			return fmt.Errorf("analytics: audit generations: %w", err)
+			return err
 		}
 		g.First = time.UnixMilli(int64(first)).UTC()
 		tg := get(topic)
 		tg.Generations = append(tg.Generations, g)
-	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("analytics: audit generations: %w", err)
-	}
-	rows.Close()
-	rows, err = a.conn.Query(ctx, `SELECT CAST(kafka_topic AS String) AS topic,
-    countIf(length(loc_ids) = 1 AND contents > 1),
-    countIf(has(loc_ids, '') AND length(loc_ids) > 1 AND contents < length(loc_ids))
-FROM (`+strings.Join(locs, "\n    UNION ALL ")+`) AS locations
-GROUP BY topic ORDER BY topic`)
+		return nil
+	})
 	if err != nil {
 		return fmt.Errorf("analytics: audit generations: %w", err)
 	}
-	defer rows.Close()
-	for rows.Next() {
+	err = a.query(ctx, `SELECT CAST(kafka_topic AS String) AS topic,
+    countIf(length(loc_ids) = 1 AND contents > 1),
+    countIf(has(loc_ids, '') AND length(loc_ids) > 1 AND contents < length(loc_ids))
+FROM (`+strings.Join(locs, "\n    UNION ALL ")+`) AS locations
+GROUP BY topic ORDER BY topic`, func(rows driver.Rows) error {
 		var topic string
 		var clashes, unknown uint64
 		if err := rows.Scan(&topic, &clashes, &unknown); err != nil {
-			return fmt.Errorf("analytics: audit generations: %w", err)
+			return err
 		}
 		if clashes > 0 || unknown > 0 {
 			tg := get(topic)
 			tg.Clashes, tg.UnknownOverlaps = clashes, unknown
 		}
-	}
-	if err := rows.Err(); err != nil {
+		return nil
+	})
+	if err != nil {
 		return fmt.Errorf("analytics: audit generations: %w", err)
 	}
 	r.Generations = []TopicGenerations{}
