@@ -321,7 +321,8 @@ func (a *Auditor) sliceCauses(ctx context.Context, o AuditOptions, s slice, caus
 	cs, err := a.counts(ctx, `SELECT doubt_cause, uniqExact(kafka_topic_id, kafka_topic, kafka_partition, kafka_offset) AS n
 FROM `+a.db+`.deliveries
 WHERE doubt_cause != '' AND `+rng+` AND report_id IN (`+a.sliceReportIDs(o, s)+`)`+asOf(o)+`
-  AND (replay_id = '' OR report_id NOT IN (SELECT report_id FROM `+a.db+`.deliveries WHERE `+rng+` AND outcome = 'delivered' AND replay_id = ''`+asOf(o)+`))
+  AND (replay_id = '' OR report_id NOT IN (SELECT report_id FROM `+a.db+`.deliveries WHERE `+rng+` AND outcome = 'delivered' AND replay_id = ''`+asOf(o)+`
+      AND report_id IN (SELECT report_id FROM `+a.db+`.deliveries WHERE `+rng+` AND doubt_cause != '' AND replay_id != ''`+asOf(o)+`)))
 GROUP BY doubt_cause`)
 	for _, c := range cs {
 		causes[c.Key] += c.N

@@ -53,6 +53,10 @@ var generationSources = []struct{ table, content string }{
 	{TableMalformed, "cityHash64(raw, kafka_key, error)"},
 }
 
+// maxGenerations bounds the generations (and contents) of one location
+// the audit tells apart: a location of more is counted as of this many.
+const maxGenerations = "8"
+
 // generations finds the topics of the window with more than one
 // generation, or with locations that hold records it cannot tell apart.
 func (a *Auditor) generations(ctx context.Context, o AuditOptions, r *Audit) error {
@@ -60,7 +64,12 @@ func (a *Auditor) generations(ctx context.Context, o AuditOptions, r *Audit) err
 	var gens, locs []string
 	for _, s := range generationSources {
 		gens = append(gens, `SELECT kafka_topic, kafka_topic_id, kafka_partition, kafka_offset, kafka_time_ms FROM `+a.db+`.`+s.table+` WHERE `+w)
-		locs = append(locs, `SELECT kafka_topic, kafka_partition, kafka_offset, groupUniqArray(kafka_topic_id) AS loc_ids, uniqExact(`+s.content+`) AS contents
+		// Per location: its distinct generations and contents, exact up to
+		// maxGenerations each (uniqUpTo's small fixed state, not a hash set
+		// per location: this groups every record of the window), and
+		// whether the unknown generation ('', the least string) is one.
+		locs = append(locs, `SELECT kafka_topic, kafka_partition, kafka_offset, min(kafka_topic_id) = '' AS unknown,
+        uniqUpTo(`+maxGenerations+`)(kafka_topic_id) AS ids, uniqUpTo(`+maxGenerations+`)(`+s.content+`) AS contents
     FROM `+a.db+`.`+s.table+` WHERE `+w+` GROUP BY kafka_topic, kafka_partition, kafka_offset`)
 	}
 	byTopic := map[string]*TopicGenerations{}
@@ -92,8 +101,8 @@ GROUP BY topic, kafka_topic_id ORDER BY topic, first, kafka_topic_id`, func(rows
 		return fmt.Errorf("analytics: audit generations: %w", err)
 	}
 	err = a.query(ctx, `SELECT CAST(kafka_topic AS String) AS topic,
-    countIf(length(loc_ids) = 1 AND contents > 1),
-    countIf(has(loc_ids, '') AND length(loc_ids) > 1 AND contents < length(loc_ids))
+    countIf(ids = 1 AND contents > 1),
+    countIf(unknown AND ids > 1 AND contents < ids)
 FROM (`+strings.Join(locs, "\n    UNION ALL ")+`) AS locations
 GROUP BY topic ORDER BY topic`, func(rows driver.Rows) error {
 		var topic string
