@@ -259,7 +259,7 @@ func (a *Auditor) snapshot(ctx context.Context, o AuditOptions) (AuditOptions, e
     UNION ALL SELECT max(inserted_at) AS m FROM ` + a.db + `.deliveries
     UNION ALL SELECT max(inserted_at) AS m FROM ` + a.db + `.rejections
     UNION ALL SELECT max(inserted_at) AS m FROM ` + a.db + `.malformed)`
-	if err := a.row(ctx, q, &newest, &now); err != nil {
+	if err := a.row(withCheck(ctx, o, "snapshot"), q, &newest, &now); err != nil {
 		return o, fmt.Errorf("analytics: audit snapshot: %w", err)
 	}
 	for newest >= now {
@@ -270,7 +270,7 @@ func (a *Auditor) snapshot(ctx context.Context, o AuditOptions) (AuditOptions, e
 			return o, ctx.Err()
 		case <-t.C:
 		}
-		if err := a.row(ctx, `SELECT toUInt32(now())`, &now); err != nil {
+		if err := a.row(withCheck(ctx, o, "snapshot"), `SELECT toUInt32(now())`, &now); err != nil {
 			return o, fmt.Errorf("analytics: audit snapshot: %w", err)
 		}
 	}
@@ -370,14 +370,14 @@ func (a *Auditor) Audit(ctx context.Context, o AuditOptions) (*Audit, error) {
 		LedgerAsOf: time.Unix(o.asOf, 0).UTC()}
 	w := window(o)
 
-	if err := a.row(ctx, `SELECT uniqExact(kafka_topic_id, kafka_topic, kafka_partition, kafka_offset), uniqExactIf(kafka_topic_id, kafka_topic, kafka_partition, kafka_offset, parsed = 0)
+	if err := a.row(withCheck(ctx, o, "events received"), `SELECT uniqExact(kafka_topic_id, kafka_topic, kafka_partition, kafka_offset), uniqExactIf(kafka_topic_id, kafka_topic, kafka_partition, kafka_offset, parsed = 0)
 FROM `+a.db+`.events WHERE `+w, &r.EventsReceived, &r.EventsNotJSON); err != nil {
 		return nil, fmt.Errorf("analytics: audit events: %w", err)
 	}
 	// "Received" and "rejected" count the same population: an event the
 	// ingest gateway refused never reached the events topic, so it is added
 	// to the received (as refused at the gateway) as well as rejected.
-	if err := a.row(ctx, `SELECT uniqExact(kafka_topic_id, kafka_topic, kafka_partition, kafka_offset) FROM `+a.db+`.rejections WHERE `+w+` AND src_partition < 0`,
+	if err := a.row(withCheck(ctx, o, "refused at the gateway"), `SELECT uniqExact(kafka_topic_id, kafka_topic, kafka_partition, kafka_offset) FROM `+a.db+`.rejections WHERE `+w+` AND src_partition < 0`,
 		&r.EventsAtGateway); err != nil {
 		return nil, fmt.Errorf("analytics: audit rejections: %w", err)
 	}
@@ -385,17 +385,17 @@ FROM `+a.db+`.events WHERE `+w, &r.EventsReceived, &r.EventsNotJSON); err != nil
 	// A rejection is counted once per rejected event (rejectionKey), however
 	// many times it was published. Legacy offset_beyond_mix rejections are
 	// valid events (EventsWithoutPlays).
-	if r.RejectedByReason, err = a.counts(ctx, `SELECT reason, uniqExact(`+rejectionKey+`) AS n
+	if r.RejectedByReason, err = a.counts(withCheck(ctx, o, "rejected by reason"), `SELECT reason, uniqExact(`+rejectionKey+`) AS n
 FROM `+a.db+`.rejections WHERE `+w+` AND `+condRealReject+` GROUP BY reason ORDER BY n DESC, reason`); err != nil {
 		return nil, fmt.Errorf("analytics: audit rejections: %w", err)
 	}
-	if err := a.row(ctx, `SELECT uniqExact(`+rejectionKey+`) FROM `+a.db+`.rejections WHERE `+w+` AND `+condRealReject, &r.EventsRejected); err != nil {
+	if err := a.row(withCheck(ctx, o, "events rejected"), `SELECT uniqExact(`+rejectionKey+`) FROM `+a.db+`.rejections WHERE `+w+` AND `+condRealReject, &r.EventsRejected); err != nil {
 		return nil, fmt.Errorf("analytics: audit rejections: %w", err)
 	}
 	// Valid events of the window without a play, as of the snapshot (the
 	// rejections and plays they are matched against are bounded by it too,
 	// or a play inserted after it would make the counts disagree).
-	if err := a.row(ctx, `SELECT uniqExact(kafka_topic_id, kafka_topic, kafka_partition, kafka_offset) FROM `+a.db+`.events
+	if err := a.row(withCheck(ctx, o, "events without plays"), `SELECT uniqExact(kafka_topic_id, kafka_topic, kafka_partition, kafka_offset) FROM `+a.db+`.events
 WHERE `+w+` AND parsed = 1
   AND (kafka_topic_id, kafka_topic, kafka_partition, kafka_offset) NOT IN (SELECT src_topic_id, src_topic, src_partition, src_offset FROM `+a.db+`.rejections WHERE `+condRealReject+asOf(o)+`)
   AND event_id NOT IN (SELECT event_id FROM `+a.db+`.plays WHERE 1 = 1`+asOf(o)+`)`, &r.EventsWithoutPlays); err != nil {
