@@ -131,6 +131,13 @@ func checkUpgrade(t *testing.T, l *testenv.Ledger) {
 	if _, err := migrate(ctx, l.Conn, db, Migrations[:1]); err != nil {
 		t.Fatalf("migrate to version %d: %v", Migrations[0].Version, err)
 	}
+	// An audit meeting the ledger before its migration says so in words.
+	if a, err := NewAuditor(l.Conn, db); err != nil {
+		t.Fatal(err)
+	} else if _, err := a.Audit(ctx, AuditOptions{From: time.Now().Add(-time.Hour)}); err == nil ||
+		!strings.Contains(err.Error(), "schema version 1") || !strings.Contains(err.Error(), "playpipe migrate") {
+		t.Errorf("audit of a ledger at version 1: %v; want the version and playpipe migrate named", err)
+	}
 	applied, err := Migrate(ctx, l.Conn, db)
 	if err != nil || len(applied) != len(Migrations)-1 || applied[0] != Migrations[1].Version {
 		t.Fatalf("upgrade from version %d: applied %v, %v", Migrations[0].Version, applied, err)
