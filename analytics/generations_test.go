@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -93,6 +94,14 @@ func twoTopicGenerations(t *testing.T, l *testenv.Ledger) {
 	got, err := a.Audit(ctx, o)
 	if err != nil {
 		t.Fatal(err)
+	}
+	exact, err := NewAuditor(l.Conn, l.Database)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exact.SetLimits(Limits{Exact: true})
+	if x, err := exact.Audit(ctx, o); err != nil || !reflect.DeepEqual(auditNumbers(x), auditNumbers(got)) {
+		t.Errorf("the exact path on the re-created topics' ledger: %v\n got %+v\nwant %+v", err, auditNumbers(x), auditNumbers(got))
 	}
 	if got.EventsWithoutPlays != 71 {
 		t.Errorf("valid events without plays: %d, want 71 (each rejection matched with its own generation's event)", got.EventsWithoutPlays)
