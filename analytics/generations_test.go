@@ -100,8 +100,10 @@ func twoTopicGenerations(t *testing.T, l *testenv.Ledger) {
 		t.Fatal(err)
 	}
 	exact.SetLimits(Limits{Exact: true})
-	if x, err := exact.Audit(ctx, o); err != nil || !reflect.DeepEqual(auditNumbers(x), auditNumbers(got)) {
-		t.Errorf("the exact path on the re-created topics' ledger: %v\n got %+v\nwant %+v", err, auditNumbers(x), auditNumbers(got))
+	if x, err := exact.Audit(ctx, o); err != nil {
+		t.Errorf("the exact path on the re-created topics' ledger: %v", err)
+	} else if !reflect.DeepEqual(auditNumbers(x), auditNumbers(got)) {
+		t.Errorf("the exact path on the re-created topics' ledger:\n got %+v\nwant %+v", auditNumbers(x), auditNumbers(got))
 	}
 	if got.EventsWithoutPlays != 71 {
 		t.Errorf("valid events without plays: %d, want 71 (each rejection matched with its own generation's event)", got.EventsWithoutPlays)
