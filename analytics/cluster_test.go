@@ -188,7 +188,11 @@ func TestClusterLedger(t *testing.T) {
 			if err := conn.QueryRow(ctx, q, tbl).Scan(&dist); err != nil {
 				t.Fatalf("r%d %s: %v", i+1, tbl, err)
 			}
-			if local != "ReplicatedReplacingMergeTree" || dist != "Distributed" {
+			want := "ReplicatedReplacingMergeTree"
+			if tbl == TableReportState {
+				want = "ReplicatedAggregatingMergeTree"
+			}
+			if local != want || dist != "Distributed" {
 				t.Errorf("r%d: %s%s is %s, %s is %s", i+1, tbl, LocalSuffix, local, tbl, dist)
 			}
 		}

@@ -33,6 +33,10 @@ type Limits struct {
 	// Exact reads the raw ledger only (the audit before report_state): the
 	// path every figure of the per-report state is checked against.
 	Exact bool
+	// MigrationWait is how long an audit that meets a ledger below the
+	// schema version it reads waits for the migration under way (default
+	// 30 s; < 0: not at all) before it says so.
+	MigrationWait time.Duration
 	// Progress, when set, gets a line per query: the check, its window,
 	// the time it took and the rows it read.
 	Progress io.Writer
@@ -44,6 +48,9 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.QueryTimeout <= 0 {
 		l.QueryTimeout = 5 * time.Minute
+	}
+	if l.MigrationWait == 0 {
+		l.MigrationWait = 30 * time.Second
 	}
 	if l.SliceReports == 0 {
 		l.SliceReports = 4_000_000

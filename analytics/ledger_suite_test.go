@@ -132,9 +132,13 @@ func checkUpgrade(t *testing.T, l *testenv.Ledger) {
 		t.Fatalf("migrate to version %d: %v", Migrations[0].Version, err)
 	}
 	// An audit meeting the ledger before its migration says so in words.
-	if a, err := NewAuditor(l.Conn, db); err != nil {
+	// (It waits for a migration under way first: here for 300 ms.)
+	old, err := NewAuditor(l.Conn, db)
+	if err != nil {
 		t.Fatal(err)
-	} else if _, err := a.Audit(ctx, AuditOptions{From: time.Now().Add(-time.Hour)}); err == nil ||
+	}
+	old.SetLimits(Limits{MigrationWait: 300 * time.Millisecond})
+	if _, err := old.Audit(ctx, AuditOptions{From: time.Now().Add(-time.Hour)}); err == nil ||
 		!strings.Contains(err.Error(), "schema version 1") || !strings.Contains(err.Error(), "playpipe migrate") {
 		t.Errorf("audit of a ledger at version 1: %v; want the version and playpipe migrate named", err)
 	}

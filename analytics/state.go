@@ -267,25 +267,44 @@ func backfilled(ctx context.Context, conn driver.Conn, db string) ([stateSlices]
 // record identity of version 6).
 const readsSince = 6
 
-// schemaVersion is the ledger's schema version, or an error that says in
-// words why the audit cannot read it: no ledger in the database, or one
-// whose migration has not reached the columns the audit reads.
+// schemaVersion is the ledger's schema version. Below readsSince (a
+// migration under way: a sink starting on an old ledger) it waits up to
+// Limits.MigrationWait for it, saying so on the progress writer, then
+// returns an error that says in words why the audit cannot read the
+// ledger; also when there is no ledger in the database.
 func (a *Auditor) schemaVersion(ctx context.Context) (uint32, error) {
-	vs, err := AppliedVersions(ctx, a.conn, a.db)
-	if errSchemaMissing(err) {
-		return 0, fmt.Errorf("analytics: audit: no ledger in database %s (no %s table): is --clickhouse-database right, and has a sink or playpipe migrate run?", a.db, MigrationsTable)
+	deadline := time.Now().Add(a.limits.MigrationWait)
+	said := false
+	for {
+		vs, err := AppliedVersions(ctx, a.conn, a.db)
+		if err != nil && !errSchemaMissing(err) {
+			return 0, fmt.Errorf("analytics: audit: %w", err)
+		}
+		var v uint32
+		for _, x := range vs {
+			v = max(v, x)
+		}
+		if v >= readsSince {
+			return v, nil
+		}
+		if time.Now().After(deadline) {
+			if err != nil {
+				return 0, fmt.Errorf("analytics: audit: no ledger in database %s (no %s table): is --clickhouse-db right, and has a sink or playpipe migrate run?", a.db, MigrationsTable)
+			}
+			return v, fmt.Errorf("analytics: audit: the ledger in %s is at schema version %d; the audit reads version %d or later (a migration under way, or a ledger never migrated): wait for it, or run playpipe migrate", a.db, v, readsSince)
+		}
+		if !said && a.limits.Progress != nil {
+			fmt.Fprintf(a.limits.Progress, "playpipe audit: the ledger in %s is at schema version %d, below %d: waiting up to %s for its migration\n", a.db, v, readsSince, a.limits.MigrationWait)
+			said = true
+		}
+		t := time.NewTimer(200 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return v, ctx.Err()
+		case <-t.C:
+		}
 	}
-	if err != nil {
-		return 0, fmt.Errorf("analytics: audit: %w", err)
-	}
-	var v uint32
-	for _, x := range vs {
-		v = max(v, x)
-	}
-	if v < readsSince {
-		return v, fmt.Errorf("analytics: audit: the ledger in %s is at schema version %d; the audit reads version %d or later (a migration under way, or a ledger never migrated): wait for it, or run playpipe migrate", a.db, v, readsSince)
-	}
-	return v, nil
 }
 
 // plan chooses how the audit reads the window's plays: nil for the exact
