@@ -99,7 +99,7 @@ func twoTopicGenerations(t *testing.T, l *testenv.Ledger) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	exact.SetLimits(Limits{Exact: true})
+	exact.SetLimits(Limits{Exact: true, SliceReports: 5}) // and the generations in 8 parts
 	if x, err := exact.Audit(ctx, o); err != nil {
 		t.Errorf("the exact path on the re-created topics' ledger: %v", err)
 	} else if !reflect.DeepEqual(auditNumbers(x), auditNumbers(got)) {
