@@ -16,7 +16,7 @@ export PATH := $(PATH):$(shell $(GO) env GOPATH)/bin:/usr/sbin
 SUBMODULES := deploy deploy/healthcheck
 in-submodules = set -e; for m in $(if $(filter ./...,$(PKGS)),$(SUBMODULES)); do echo "== module $$m"; (cd $$m && $(1)); done
 
-.PHONY: chaos chaos-short kafka all build demo test test-race test-chdb test-short unit lint fmt-check vet staticcheck deadcode bench bench-e2e bench-report bench-report-bound bench-report-latency bench-report-errors fuzz fuzz-short tools clickhouse zookeeper chromium chdb nginx nft clean e2e-docker
+.PHONY: chaos chaos-short kafka all build demo test test-race test-chdb test-short unit lint fmt-check vet staticcheck deadcode bench bench-e2e bench-report bench-report-bound bench-report-latency bench-report-errors bench-audit fuzz fuzz-short tools clickhouse zookeeper chromium chdb nginx nft clean e2e-docker
 
 all: build
 
@@ -136,6 +136,18 @@ bench:
 BENCH_E2E_FLAGS ?=
 bench-e2e: clickhouse build kafka
 	$(GO) run ./wiring/bench -bin $(BIN) -kafka both $(BENCH_E2E_FLAGS)
+
+## bench-audit: `playpipe audit` on synthetic ledgers generated on a local
+## clickhouse-server (INSERT … SELECT from numbers(): doubles, doubts, replays,
+## rejections, parked and pending plays in known numbers): the audit and
+## --list delivered-twice of the whole window and of its last day, seconds per
+## million plays, the server's peak resident memory, and every figure checked
+## against the seeded truth; the exact path (--exact) too up to -exact-up-to.
+## BENCH_AUDIT_SIZES="5000000,20000000,50000000" BENCH_AUDIT_FLAGS="-days 30 -v".
+BENCH_AUDIT_SIZES ?= 5000000,20000000
+BENCH_AUDIT_FLAGS ?=
+bench-audit: clickhouse
+	$(GO) run ./wiring/benchaudit -sizes $(BENCH_AUDIT_SIZES) $(BENCH_AUDIT_FLAGS)
 
 ## bench-report: the reporter alone as a process (`playpipe report`, consuming,
 ## posting, producing Delivery records, committing) against a plain net/http

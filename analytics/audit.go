@@ -25,6 +25,9 @@ type AuditOptions struct {
 	// loopback ones (IsSandboxTarget): their answers are not real deliveries.
 	SandboxTargets []string
 
+	// schema is the ledger's schema version (set by prepare).
+	schema uint32
+
 	// asOf is the ledger snapshot (unix seconds of inserted_at) every query
 	// of one Audit or List is bounded by; 0: none (set by snapshot).
 	asOf int64
@@ -144,6 +147,12 @@ type Audit struct {
 	// in DeliveredTwice (nor PossiblyTwice): they were meant to be sent again.
 	Replays []ReplayCount `json:"replays"`
 
+	// Path says how the figures of the plays were read: from the
+	// per-report state (report_state), in part from the raw ledger while
+	// its backfill runs, or from the raw ledger alone (--exact, or a
+	// ledger without report_state). The figures are the same either way.
+	Path string `json:"path"`
+
 	// Generations are the topics of which the window holds records of more
 	// than one generation (a topic created again: its offsets restarted),
 	// or records the audit cannot tell apart (generations.go).
@@ -200,8 +209,9 @@ func (r Audit) Problems() []string {
 
 // Auditor runs the audit queries on a ledger database.
 type Auditor struct {
-	conn driver.Conn
-	db   string
+	conn   driver.Conn
+	db     string
+	limits Limits
 }
 
 // NewAuditor returns an auditor of the ledger in database db.
@@ -209,7 +219,7 @@ func NewAuditor(conn driver.Conn, db string) (*Auditor, error) {
 	if !identRE.MatchString(db) {
 		return nil, fmt.Errorf("analytics: audit: database %q is not an identifier", db)
 	}
-	return &Auditor{conn: conn, db: db}, nil
+	return &Auditor{conn: conn, db: db, limits: Limits{}.withDefaults()}, nil
 }
 
 // window is the SQL condition of [From, To) on kafka_time_ms. Only integers
@@ -249,7 +259,7 @@ func (a *Auditor) snapshot(ctx context.Context, o AuditOptions) (AuditOptions, e
     UNION ALL SELECT max(inserted_at) AS m FROM ` + a.db + `.deliveries
     UNION ALL SELECT max(inserted_at) AS m FROM ` + a.db + `.rejections
     UNION ALL SELECT max(inserted_at) AS m FROM ` + a.db + `.malformed)`
-	if err := a.row(ctx, q, &newest, &now); err != nil {
+	if err := a.row(withCheck(ctx, o, "snapshot"), q, &newest, &now); err != nil {
 		return o, fmt.Errorf("analytics: audit snapshot: %w", err)
 	}
 	for newest >= now {
@@ -260,7 +270,7 @@ func (a *Auditor) snapshot(ctx context.Context, o AuditOptions) (AuditOptions, e
 			return o, ctx.Err()
 		case <-t.C:
 		}
-		if err := a.row(ctx, `SELECT toUInt32(now())`, &now); err != nil {
+		if err := a.row(withCheck(ctx, o, "snapshot"), `SELECT toUInt32(now())`, &now); err != nil {
 			return o, fmt.Errorf("analytics: audit snapshot: %w", err)
 		}
 	}
@@ -342,6 +352,11 @@ func (a *Auditor) prepare(ctx context.Context, o AuditOptions) (AuditOptions, er
 	if err := o.Validate(); err != nil {
 		return o, err
 	}
+	v, err := a.schemaVersion(ctx)
+	if err != nil {
+		return o, err
+	}
+	o.schema = v
 	return a.snapshot(ctx, o.withDefaults())
 }
 
@@ -355,14 +370,14 @@ func (a *Auditor) Audit(ctx context.Context, o AuditOptions) (*Audit, error) {
 		LedgerAsOf: time.Unix(o.asOf, 0).UTC()}
 	w := window(o)
 
-	if err := a.row(ctx, `SELECT uniqExact(kafka_topic_id, kafka_topic, kafka_partition, kafka_offset), uniqExactIf(kafka_topic_id, kafka_topic, kafka_partition, kafka_offset, parsed = 0)
+	if err := a.row(withCheck(ctx, o, "events received"), `SELECT uniqExact(kafka_topic_id, kafka_topic, kafka_partition, kafka_offset), uniqExactIf(kafka_topic_id, kafka_topic, kafka_partition, kafka_offset, parsed = 0)
 FROM `+a.db+`.events WHERE `+w, &r.EventsReceived, &r.EventsNotJSON); err != nil {
 		return nil, fmt.Errorf("analytics: audit events: %w", err)
 	}
 	// "Received" and "rejected" count the same population: an event the
 	// ingest gateway refused never reached the events topic, so it is added
 	// to the received (as refused at the gateway) as well as rejected.
-	if err := a.row(ctx, `SELECT uniqExact(kafka_topic_id, kafka_topic, kafka_partition, kafka_offset) FROM `+a.db+`.rejections WHERE `+w+` AND src_partition < 0`,
+	if err := a.row(withCheck(ctx, o, "refused at the gateway"), `SELECT uniqExact(kafka_topic_id, kafka_topic, kafka_partition, kafka_offset) FROM `+a.db+`.rejections WHERE `+w+` AND src_partition < 0`,
 		&r.EventsAtGateway); err != nil {
 		return nil, fmt.Errorf("analytics: audit rejections: %w", err)
 	}
@@ -370,24 +385,53 @@ FROM `+a.db+`.events WHERE `+w, &r.EventsReceived, &r.EventsNotJSON); err != nil
 	// A rejection is counted once per rejected event (rejectionKey), however
 	// many times it was published. Legacy offset_beyond_mix rejections are
 	// valid events (EventsWithoutPlays).
-	if r.RejectedByReason, err = a.counts(ctx, `SELECT reason, uniqExact(`+rejectionKey+`) AS n
+	if r.RejectedByReason, err = a.counts(withCheck(ctx, o, "rejected by reason"), `SELECT reason, uniqExact(`+rejectionKey+`) AS n
 FROM `+a.db+`.rejections WHERE `+w+` AND `+condRealReject+` GROUP BY reason ORDER BY n DESC, reason`); err != nil {
 		return nil, fmt.Errorf("analytics: audit rejections: %w", err)
 	}
-	if err := a.row(ctx, `SELECT uniqExact(`+rejectionKey+`) FROM `+a.db+`.rejections WHERE `+w+` AND `+condRealReject, &r.EventsRejected); err != nil {
+	if err := a.row(withCheck(ctx, o, "events rejected"), `SELECT uniqExact(`+rejectionKey+`) FROM `+a.db+`.rejections WHERE `+w+` AND `+condRealReject, &r.EventsRejected); err != nil {
 		return nil, fmt.Errorf("analytics: audit rejections: %w", err)
 	}
 	// Valid events of the window without a play, as of the snapshot (the
 	// rejections and plays they are matched against are bounded by it too,
 	// or a play inserted after it would make the counts disagree).
-	if err := a.row(ctx, `SELECT uniqExact(kafka_topic_id, kafka_topic, kafka_partition, kafka_offset) FROM `+a.db+`.events
+	if err := a.row(withCheck(ctx, o, "events without plays"), `SELECT uniqExact(kafka_topic_id, kafka_topic, kafka_partition, kafka_offset) FROM `+a.db+`.events
 WHERE `+w+` AND parsed = 1
   AND (kafka_topic_id, kafka_topic, kafka_partition, kafka_offset) NOT IN (SELECT src_topic_id, src_topic, src_partition, src_offset FROM `+a.db+`.rejections WHERE `+condRealReject+asOf(o)+`)
   AND event_id NOT IN (SELECT event_id FROM `+a.db+`.plays WHERE 1 = 1`+asOf(o)+`)`, &r.EventsWithoutPlays); err != nil {
 		return nil, fmt.Errorf("analytics: audit events without plays: %w", err)
 	}
+	if r.Malformed, err = a.counts(withCheck(ctx, o, "malformed"), `SELECT kafka_topic, uniqExact(kafka_topic_id, kafka_topic, kafka_partition, kafka_offset) AS n
+FROM `+a.db+`.malformed WHERE `+w+` GROUP BY kafka_topic ORDER BY kafka_topic`); err != nil {
+		return nil, fmt.Errorf("analytics: audit malformed: %w", err)
+	}
+	plan, path, err := a.plan(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	r.Path = path
+	if plan != nil {
+		err = a.auditSliced(ctx, o, r, plan)
+	} else {
+		err = a.exactPlays(withCheck(ctx, o, "plays (exact path)"), o, r)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := a.generations(withCheck(ctx, o, "topic generations"), o, r); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// exactPlays fills the figures of the window's plays from the raw ledger
+// in one pass (Limits.Exact; a ledger without report_state): the queries
+// every figure of auditSliced is checked against.
+func (a *Auditor) exactPlays(ctx context.Context, o AuditOptions, r *Audit) error {
+	w := window(o)
+	var err error
 	if err := a.row(ctx, `SELECT uniqExact(kafka_topic_id, kafka_topic, kafka_partition, kafka_offset) FROM `+a.db+`.plays WHERE `+w, &r.PlayRecords); err != nil {
-		return nil, fmt.Errorf("analytics: audit plays: %w", err)
+		return fmt.Errorf("analytics: audit plays: %w", err)
 	}
 	cutoff := o.overdueCutoff()
 	if err := a.row(ctx, `SELECT count(), countIf(below = 1), countIf(`+condReportable+`),
@@ -398,32 +442,25 @@ FROM `+a.perReport(o),
 		&r.PlaysDerived, &r.PlaysBelowMinimum, &r.PlaysReportable, &r.Delivered, &r.RejectedByAPI, &r.StandbyAnswered,
 		&r.StandbyThenDelivered, &r.Pending, &r.PendingOverdue, &r.DeliveredTwice, &r.BelowMinimumDelivered, &r.PossiblyTwice,
 		&r.Parked); err != nil {
-		return nil, fmt.Errorf("analytics: audit plays: %w", err)
+		return fmt.Errorf("analytics: audit plays: %w", err)
 	}
 	if r.RejectedByAPIByMessage, err = a.counts(ctx, `SELECT reject_message, count() AS n FROM `+a.perReport(o)+`
 WHERE `+condRejected+` GROUP BY reject_message ORDER BY n DESC, reject_message`); err != nil {
-		return nil, fmt.Errorf("analytics: audit rejected by API: %w", err)
-	}
-	if r.Malformed, err = a.counts(ctx, `SELECT kafka_topic, uniqExact(kafka_topic_id, kafka_topic, kafka_partition, kafka_offset) AS n
-FROM `+a.db+`.malformed WHERE `+w+` GROUP BY kafka_topic ORDER BY kafka_topic`); err != nil {
-		return nil, fmt.Errorf("analytics: audit malformed: %w", err)
+		return fmt.Errorf("analytics: audit rejected by API: %w", err)
 	}
 	if err := a.copies(ctx, o, r); err != nil {
-		return nil, err
+		return err
 	}
 	if err := a.partners(ctx, o, r); err != nil {
-		return nil, err
+		return err
 	}
 	if r.Delay, err = a.delay(ctx, o); err != nil {
-		return nil, err
+		return err
 	}
 	if r.Replays, err = a.replays(ctx, o); err != nil {
-		return nil, err
+		return err
 	}
-	if err := a.generations(ctx, o, r); err != nil {
-		return nil, err
-	}
-	return r, nil
+	return nil
 }
 
 // delay is one delay per delivered play: several plays of an event share
@@ -455,47 +492,25 @@ func (a *Auditor) delay(ctx context.Context, o AuditOptions) (Delay, error) {
 
 // replays sums up the replays that answered plays of the window.
 func (a *Auditor) replays(ctx context.Context, o AuditOptions) ([]ReplayCount, error) {
-	rows, err := a.conn.Query(ctx, `SELECT replay_id, any(replay_reason), uniqExact(report_id),
+	out := []ReplayCount{}
+	err := a.query(ctx, `SELECT replay_id, any(replay_reason), uniqExact(report_id),
     uniqExactIf(report_id, outcome = 'delivered'), uniqExactIf(report_id, outcome = 'rejected'),
     toUInt64(uniqExactIf(kafka_topic_id, kafka_topic, kafka_partition, kafka_offset, outcome = 'delivered') - uniqExactIf(report_id, outcome = 'delivered')),
     min(at_ms), max(at_ms)
 FROM `+a.db+`.deliveries
 WHERE replay_id != '' AND report_id IN (SELECT report_id FROM `+a.db+`.plays WHERE `+window(o)+`)`+asOf(o)+`
-GROUP BY replay_id ORDER BY min(at_ms), replay_id`)
-	if err != nil {
-		return nil, fmt.Errorf("analytics: audit replays: %w", err)
-	}
-	defer rows.Close()
-	out := []ReplayCount{}
-	for rows.Next() {
+GROUP BY replay_id ORDER BY min(at_ms), replay_id`, func(rows driver.Rows) error {
 		var rc ReplayCount
 		var first, last int64
 		if err := rows.Scan(&rc.ID, &rc.Reason, &rc.Plays, &rc.Delivered, &rc.Rejected, &rc.DeliveredTwice, &first, &last); err != nil {
-			return nil, fmt.Errorf("analytics: audit replays: %w", err)
+			return err
 		}
 		rc.First, rc.Last = time.UnixMilli(first).UTC(), time.UnixMilli(last).UTC()
 		out = append(out, rc)
-	}
-	return out, rows.Err()
-}
-
-func (a *Auditor) row(ctx context.Context, q string, dest ...any) error {
-	return a.conn.QueryRow(ctx, q).Scan(dest...)
-}
-
-func (a *Auditor) counts(ctx context.Context, q string) ([]Count, error) {
-	rows, err := a.conn.Query(ctx, q)
+		return nil
+	})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("analytics: audit replays: %w", err)
 	}
-	defer rows.Close()
-	out := []Count{}
-	for rows.Next() {
-		var c Count
-		if err := rows.Scan(&c.Key, &c.N); err != nil {
-			return nil, err
-		}
-		out = append(out, c)
-	}
-	return out, rows.Err()
+	return out, nil
 }

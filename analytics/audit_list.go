@@ -87,20 +87,19 @@ func (a *Auditor) list(ctx context.Context, o AuditOptions, metric string, limit
 	if _, ok := strings.CutPrefix(metric, ReplayListPrefix); ok {
 		metric = "replay"
 	}
-	rows, err := a.conn.Query(ctx, q)
+	out := []ListRow{}
+	err = a.query(withCheck(ctx, o, "list "+metric), q, func(rows driver.Rows) error {
+		r, err := scanListRow(rows, play)
+		if err != nil {
+			return err
+		}
+		out = append(out, r)
+		return nil
+	})
 	if err != nil {
 		return nil, fmt.Errorf("analytics: audit list %s: %w", metric, err)
 	}
-	defer rows.Close()
-	out := []ListRow{}
-	for rows.Next() {
-		r, err := scanListRow(rows, play)
-		if err != nil {
-			return nil, fmt.Errorf("analytics: audit list %s: %w", metric, err)
-		}
-		out = append(out, r)
-	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // listQuery returns the query of a List metric (lim: its LIMIT clause) and

@@ -130,6 +130,9 @@ func clusterStatements(st, db, cluster string) ([]string, error) {
 		prefix := "ALTER TABLE {db}." + m[1]
 		return []string{prefix + LocalSuffix + strings.TrimPrefix(st, prefix)}, nil
 	}
+	if v, ok := viewClusterStatement(st, cluster); ok {
+		return []string{v}, nil
+	}
 	return nil, fmt.Errorf("analytics: migrate --clickhouse-cluster: no cluster form for the statement %.60q…", st)
 }
 

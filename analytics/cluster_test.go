@@ -37,7 +37,7 @@ func TestClusterStatements(t *testing.T) {
 				case createTableRE.MatchString(st):
 					cm := createTableRE.FindStringSubmatch(st)
 					name := cm[1]
-					wantEngine := "ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/led/" + name + "', '{replica}')"
+					wantEngine := "ENGINE = Replicated" + cm[3] + "('/clickhouse/tables/{shard}/led/" + name + "', '{replica}')"
 					if !strings.HasPrefix(local, "CREATE TABLE IF NOT EXISTS {db}."+name+"_local ON CLUSTER c1 ") ||
 						!strings.Contains(local, wantEngine) || !strings.HasSuffix(local, cm[5]) || !strings.Contains(local, cm[2]) {
 						t.Errorf("local table of %s:\n%s", name, local)
@@ -46,6 +46,12 @@ func TestClusterStatements(t *testing.T) {
 					name := addColumnRE.FindStringSubmatch(st)[1]
 					if want := strings.Replace(st, name+" ADD", name+"_local ADD", 1); local != want {
 						t.Errorf("migration %d: %q, want %q", m.Version, local, want)
+					}
+				case strings.HasPrefix(st, "CREATE MATERIALIZED VIEW"):
+					// The view on every replica, from its deliveries_local
+					// into its report_state_local.
+					if !strings.Contains(local, " ON CLUSTER c1 TO {db}."+TableReportState+"_local AS ") || !strings.Contains(local, " FROM {db}.deliveries_local GROUP BY ") {
+						t.Errorf("migration %d: view %s", m.Version, local)
 					}
 				default:
 					t.Fatalf("migration %d: a statement of no known form: %s", m.Version, st)
@@ -182,7 +188,11 @@ func TestClusterLedger(t *testing.T) {
 			if err := conn.QueryRow(ctx, q, tbl).Scan(&dist); err != nil {
 				t.Fatalf("r%d %s: %v", i+1, tbl, err)
 			}
-			if local != "ReplicatedReplacingMergeTree" || dist != "Distributed" {
+			want := "ReplicatedReplacingMergeTree"
+			if tbl == TableReportState {
+				want = "ReplicatedAggregatingMergeTree"
+			}
+			if local != want || dist != "Distributed" {
 				t.Errorf("r%d: %s%s is %s, %s is %s", i+1, tbl, LocalSuffix, local, tbl, dist)
 			}
 		}

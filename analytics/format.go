@@ -33,6 +33,21 @@ type line struct {
 	n                    uint64
 	list                 string
 	indent               int
+	// label, when set, is the table's text for the line instead of the key
+	// (or the metric): a replay's rows say which figure they hold.
+	label string
+}
+
+// tableLabel is the line's text in the table format: its label, else its
+// key, else its metric.
+func (l line) tableLabel() string {
+	switch {
+	case l.label != "":
+		return l.label
+	case l.key != "":
+		return l.key
+	}
+	return l.metric
 }
 
 func (r *Audit) lines() []line {
@@ -79,12 +94,14 @@ func (r *Audit) lines() []line {
 		ls = append(ls, line{section: "partner targets", metric: "plays delivered by partner target", key: partnerLabel(p), n: p.Delivered})
 	}
 	for _, rp := range r.Replays {
+		// The key (CSV) names the replay on every row; the table names it
+		// once, on the plays row, and each indented row by its figure.
 		key := rp.ID + " (" + rp.Reason + ")"
 		ls = append(ls,
-			line{section: "replays", metric: "plays re-sent by replay", key: key, n: rp.Plays, list: ReplayListPrefix + rp.ID},
-			line{section: "replays", metric: "delivered by replay", key: key, n: rp.Delivered, list: ReplayListPrefix + rp.ID, indent: 1},
-			line{section: "replays", metric: "rejected by the API during replay", key: key, n: rp.Rejected, indent: 1},
-			line{section: "replays", metric: "delivered more than once by the same replay", key: key, n: rp.DeliveredTwice, indent: 1})
+			line{section: "replays", metric: "plays re-sent by replay", key: key, n: rp.Plays, list: ReplayListPrefix + rp.ID, label: key + ": plays re-sent"},
+			line{section: "replays", metric: "delivered by replay", key: key, n: rp.Delivered, list: ReplayListPrefix + rp.ID, indent: 1, label: "delivered"},
+			line{section: "replays", metric: "rejected by the API during replay", key: key, n: rp.Rejected, indent: 1, label: "rejected by the API"},
+			line{section: "replays", metric: "delivered more than once by the same replay", key: key, n: rp.DeliveredTwice, indent: 1, label: "delivered more than once by this replay"})
 	}
 	for _, c := range r.Malformed {
 		ls = append(ls, line{section: "malformed", metric: "records not decodable", key: c.Key, n: c.N, list: "malformed"})
@@ -134,10 +151,7 @@ func WriteAudit(w io.Writer, r *Audit, format string) error {
 				section = l.section
 				fmt.Fprintf(tw, "%s\t\t\n", strings.ToUpper(section))
 			}
-			label := l.metric
-			if l.key != "" {
-				label = l.key
-			}
+			label := l.tableLabel()
 			list := ""
 			if l.list != "" {
 				list = "--list " + l.list

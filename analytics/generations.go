@@ -3,9 +3,12 @@ package analytics
 import (
 	"context"
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 )
 
 // A record's identity in the ledger is (kafka_topic_id, kafka_topic,
@@ -51,17 +54,19 @@ var generationSources = []struct{ table, content string }{
 	{TableMalformed, "cityHash64(raw, kafka_key, error)"},
 }
 
+// maxGenerations bounds the generations (and contents) of one location
+// the audit tells apart: a location of more is counted as of this many.
+const maxGenerations = "8"
+
 // generations finds the topics of the window with more than one
 // generation, or with locations that hold records it cannot tell apart.
 func (a *Auditor) generations(ctx context.Context, o AuditOptions, r *Audit) error {
-	w := window(o)
-	var gens, locs []string
-	for _, s := range generationSources {
-		gens = append(gens, `SELECT kafka_topic, kafka_topic_id, kafka_partition, kafka_offset, kafka_time_ms FROM `+a.db+`.`+s.table+` WHERE `+w)
-		locs = append(locs, `SELECT kafka_topic, kafka_partition, kafka_offset, groupUniqArray(kafka_topic_id) AS loc_ids, uniqExact(`+s.content+`) AS contents
-    FROM `+a.db+`.`+s.table+` WHERE `+w+` GROUP BY kafka_topic, kafka_partition, kafka_offset`)
-	}
+	// The window's records are grouped by location in parts (offset
+	// modulo parts): a location lies in one part, so the counts add up,
+	// and no query groups more than about 2·SliceReports records.
+	parts := 1 + (2*r.PlayRecords+r.EventsReceived)/(2*a.limits.withDefaults().SliceReports)
 	byTopic := map[string]*TopicGenerations{}
+	byGen := map[string]*TopicGeneration{}
 	var order []string
 	get := func(topic string) *TopicGenerations {
 		tg := byTopic[topic]
@@ -72,51 +77,88 @@ func (a *Auditor) generations(ctx context.Context, o AuditOptions, r *Audit) err
 		}
 		return tg
 	}
-	rows, err := a.conn.Query(ctx, `SELECT CAST(kafka_topic AS String) AS topic, kafka_topic_id, min(kafka_time_ms) AS first, uniqExact(kafka_partition, kafka_offset)
+	var gensOrder []string
+	for part := uint64(0); part < parts; part++ {
+		w := window(o)
+		if parts > 1 {
+			w += fmt.Sprintf(" AND kafka_offset %% %d = %d", parts, part)
+		}
+		var gens, locs []string
+		for _, s := range generationSources {
+			gens = append(gens, `SELECT kafka_topic, kafka_topic_id, kafka_partition, kafka_offset, kafka_time_ms FROM `+a.db+`.`+s.table+` WHERE `+w)
+			// Per location: its distinct generations and contents, exact up
+			// to maxGenerations each (uniqUpTo's small fixed state, not a
+			// hash set per location: this groups every record of the
+			// window), and whether the unknown generation ('', the least
+			// string) is one.
+			locs = append(locs, `SELECT kafka_topic, kafka_partition, kafka_offset, min(kafka_topic_id) = '' AS unknown,
+        uniqUpTo(`+maxGenerations+`)(kafka_topic_id) AS ids, uniqUpTo(`+maxGenerations+`)(`+s.content+`) AS contents
+    FROM `+a.db+`.`+s.table+` WHERE `+w+` GROUP BY kafka_topic, kafka_partition, kafka_offset`)
+		}
+		err := a.query(ctx, `SELECT CAST(kafka_topic AS String) AS topic, kafka_topic_id, min(kafka_time_ms) AS first, uniqExact(kafka_partition, kafka_offset)
 FROM (`+strings.Join(gens, "\n    UNION ALL ")+`) AS records
-GROUP BY topic, kafka_topic_id ORDER BY topic, first, kafka_topic_id`)
-	if err != nil {
-		return fmt.Errorf("analytics: audit generations: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var topic string
-		var g TopicGeneration
-		var first uint64
-		if err := rows.Scan(&topic, &g.ID, &first, &g.Records); err != nil {
+GROUP BY topic, kafka_topic_id ORDER BY topic, first, kafka_topic_id`, func(rows driver.Rows) error {
+			var topic string
+			var g TopicGeneration
+			var first uint64
+			if err := rows.Scan(&topic, &g.ID, &first, &g.Records); err != nil {
+				return err
+			}
+			g.First = time.UnixMilli(int64(first)).UTC()
+			get(topic)
+			key := topic + "\x00" + g.ID
+			if p := byGen[key]; p != nil {
+				p.Records += g.Records
+				if g.First.Before(p.First) {
+					p.First = g.First
+				}
+				return nil
+			}
+			byGen[key] = &g
+			gensOrder = append(gensOrder, key)
+			return nil
+		})
+		if err != nil {
 			return fmt.Errorf("analytics: audit generations: %w", err)
 		}
-		g.First = time.UnixMilli(int64(first)).UTC()
-		tg := get(topic)
-		tg.Generations = append(tg.Generations, g)
-	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("analytics: audit generations: %w", err)
-	}
-	rows.Close()
-	rows, err = a.conn.Query(ctx, `SELECT CAST(kafka_topic AS String) AS topic,
-    countIf(length(loc_ids) = 1 AND contents > 1),
-    countIf(has(loc_ids, '') AND length(loc_ids) > 1 AND contents < length(loc_ids))
+		err = a.query(ctx, `SELECT CAST(kafka_topic AS String) AS topic,
+    countIf(ids = 1 AND contents > 1),
+    countIf(unknown AND ids > 1 AND contents < ids)
 FROM (`+strings.Join(locs, "\n    UNION ALL ")+`) AS locations
-GROUP BY topic ORDER BY topic`)
-	if err != nil {
-		return fmt.Errorf("analytics: audit generations: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var topic string
-		var clashes, unknown uint64
-		if err := rows.Scan(&topic, &clashes, &unknown); err != nil {
+GROUP BY topic ORDER BY topic`, func(rows driver.Rows) error {
+			var topic string
+			var clashes, unknown uint64
+			if err := rows.Scan(&topic, &clashes, &unknown); err != nil {
+				return err
+			}
+			if clashes > 0 || unknown > 0 {
+				tg := get(topic)
+				tg.Clashes += clashes
+				tg.UnknownOverlaps += unknown
+			}
+			return nil
+		})
+		if err != nil {
 			return fmt.Errorf("analytics: audit generations: %w", err)
 		}
-		if clashes > 0 || unknown > 0 {
-			tg := get(topic)
-			tg.Clashes, tg.UnknownOverlaps = clashes, unknown
-		}
 	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("analytics: audit generations: %w", err)
+	// Each topic's generations by first record, then id (as one query
+	// over the whole window orders them).
+	for _, key := range gensOrder {
+		topic, _, _ := strings.Cut(key, "\x00")
+		tg := byTopic[topic]
+		tg.Generations = append(tg.Generations, *byGen[key])
 	}
+	for _, tg := range byTopic {
+		sort.Slice(tg.Generations, func(i, j int) bool {
+			gi, gj := tg.Generations[i], tg.Generations[j]
+			if !gi.First.Equal(gj.First) {
+				return gi.First.Before(gj.First)
+			}
+			return gi.ID < gj.ID
+		})
+	}
+	sort.Strings(order)
 	r.Generations = []TopicGenerations{}
 	for _, t := range order {
 		if tg := byTopic[t]; len(tg.Generations) > 1 || tg.Clashes > 0 || tg.UnknownOverlaps > 0 {

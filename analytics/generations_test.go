@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -93,6 +94,16 @@ func twoTopicGenerations(t *testing.T, l *testenv.Ledger) {
 	got, err := a.Audit(ctx, o)
 	if err != nil {
 		t.Fatal(err)
+	}
+	exact, err := NewAuditor(l.Conn, l.Database)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exact.SetLimits(Limits{Exact: true, SliceReports: 5}) // and the generations in 8 parts
+	if x, err := exact.Audit(ctx, o); err != nil {
+		t.Errorf("the exact path on the re-created topics' ledger: %v", err)
+	} else if !reflect.DeepEqual(auditNumbers(x), auditNumbers(got)) {
+		t.Errorf("the exact path on the re-created topics' ledger:\n got %+v\nwant %+v", auditNumbers(x), auditNumbers(got))
 	}
 	if got.EventsWithoutPlays != 71 {
 		t.Errorf("valid events without plays: %d, want 71 (each rejection matched with its own generation's event)", got.EventsWithoutPlays)

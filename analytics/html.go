@@ -212,11 +212,7 @@ func WriteHTML(w io.Writer, h *HTMLAudit) error {
 	}
 	var rows []row
 	for _, l := range r.lines() {
-		label := l.metric
-		if l.key != "" {
-			label = l.key
-		}
-		rows = append(rows, row{Section: l.section, Label: label, List: l.list, N: l.n, Indent: l.indent, Linked: hasList(h.Lists, l.list)})
+		rows = append(rows, row{Section: l.section, Label: l.tableLabel(), List: l.list, N: l.n, Indent: l.indent, Linked: hasList(h.Lists, l.list)})
 	}
 	var rejects []Count
 	rejects = append(rejects, r.RejectedByReason...)

@@ -114,7 +114,9 @@ func ledgerSuite(t *testing.T, l *testenv.Ledger, seed uint64) {
 		for _, o := range []AuditOptions{opts, recent} {
 			name := fmt.Sprintf("%s ledger, window from %s", sc, o.From.Sub(now).Round(time.Minute))
 			checkAudit(t, ctx, a, o, s.expect(o), name)
+			checkPaths(t, ctx, l.Conn, dbs[sc], o, s.expect(o), name)
 		}
+		checkBackfill(t, ctx, l.Conn, dbs[sc], opts, s.expect(opts))
 		checkRows(t, l, dbs[sc], s) // the audit waited for the sinks
 	}
 }
@@ -128,6 +130,17 @@ func checkUpgrade(t *testing.T, l *testenv.Ledger) {
 	t.Cleanup(func() { _ = l.Conn.Exec(context.Background(), "DROP DATABASE IF EXISTS "+db) })
 	if _, err := migrate(ctx, l.Conn, db, Migrations[:1]); err != nil {
 		t.Fatalf("migrate to version %d: %v", Migrations[0].Version, err)
+	}
+	// An audit meeting the ledger before its migration says so in words.
+	// (It waits for a migration under way first: here for 300 ms.)
+	old, err := NewAuditor(l.Conn, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old.SetLimits(Limits{MigrationWait: 300 * time.Millisecond})
+	if _, err := old.Audit(ctx, AuditOptions{From: time.Now().Add(-time.Hour)}); err == nil ||
+		!strings.Contains(err.Error(), "schema version 1") || !strings.Contains(err.Error(), "playpipe migrate") {
+		t.Errorf("audit of a ledger at version 1: %v; want the version and playpipe migrate named", err)
 	}
 	applied, err := Migrate(ctx, l.Conn, db)
 	if err != nil || len(applied) != len(Migrations)-1 || applied[0] != Migrations[1].Version {
@@ -297,7 +310,7 @@ func checkAudit(t *testing.T, ctx context.Context, a *Auditor, o AuditOptions, x
 // as nil.
 func auditNumbers(r *Audit) Audit {
 	c := *r
-	c.From, c.To, c.GeneratedAt, c.PendingThreshold, c.LedgerAsOf = time.Time{}, time.Time{}, time.Time{}, "", time.Time{}
+	c.From, c.To, c.GeneratedAt, c.PendingThreshold, c.LedgerAsOf, c.Path = time.Time{}, time.Time{}, time.Time{}, "", time.Time{}, ""
 	if len(c.RejectedByReason) == 0 {
 		c.RejectedByReason = nil
 	}

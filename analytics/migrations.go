@@ -161,6 +161,10 @@ var Migrations = []Migration{
 		// rejection): with src_topic, src_partition and src_offset, the
 		// rejected event's identity (docs/audit.md, "A record's identity").
 		`ALTER TABLE {db}.rejections ADD COLUMN src_topic_id String DEFAULT '' AFTER src_offset`)},
+	// Per-report state of the Delivery records, fed by a materialized view
+	// as the sink inserts and backfilled from the ledger by the migration
+	// run (state.go): the audit reads one narrow row per play.
+	{Version: 7, Name: "report_state", Statements: reportStateStatements()},
 }
 
 // topicIDStatements add kafka_topic_id, the topic's id as the broker
@@ -430,7 +434,22 @@ func migrateLayout(ctx context.Context, conn driver.Conn, db, cluster string, li
 			return out, err
 		}
 	}
+	if hasVersion(list, 7) {
+		if err := backfill(ctx, conn, db, cluster); err != nil {
+			return out, err
+		}
+	}
 	return out, nil
+}
+
+// hasVersion reports whether list holds migration v.
+func hasVersion(list []Migration, v uint32) bool {
+	for _, m := range list {
+		if m.Version == v {
+			return true
+		}
+	}
+	return false
 }
 
 // migrationsTable creates the database and {db}.schema_migrations when

@@ -6,6 +6,8 @@ import (
 	"net"
 	"net/url"
 	"strings"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 )
 
 // PartnerCount is what one partner target answered for the plays of an
@@ -58,28 +60,24 @@ func IsSandboxTarget(partner string, extra []string) bool {
 // number of an audit, it reads the audit's snapshot (o.asOf).
 func (a *Auditor) partners(ctx context.Context, o AuditOptions, r *Audit) error {
 	w := window(o)
-	rows, err := a.conn.Query(ctx, `SELECT partner, uniqExactIf(report_id, outcome = 'delivered'), uniqExact(kafka_topic_id, kafka_topic, kafka_partition, kafka_offset)
-FROM `+a.db+`.deliveries
-WHERE report_id IN (SELECT report_id FROM `+a.db+`.plays WHERE `+w+`)`+asOf(o)+`
-GROUP BY partner ORDER BY partner`)
-	if err != nil {
-		return fmt.Errorf("analytics: audit partners: %w", err)
-	}
-	defer rows.Close()
 	r.ByPartner = []PartnerCount{}
 	var sandboxes []string
-	for rows.Next() {
+	err := a.query(ctx, `SELECT partner, uniqExactIf(report_id, outcome = 'delivered'), uniqExact(kafka_topic_id, kafka_topic, kafka_partition, kafka_offset)
+FROM `+a.db+`.deliveries
+WHERE report_id IN (SELECT report_id FROM `+a.db+`.plays WHERE `+w+`)`+asOf(o)+`
+GROUP BY partner ORDER BY partner`, func(rows driver.Rows) error {
 		var pc PartnerCount
 		if err := rows.Scan(&pc.Partner, &pc.Delivered, &pc.Answers); err != nil {
-			return fmt.Errorf("analytics: audit partners: %w", err)
+			return err
 		}
 		pc.Sandbox = IsSandboxTarget(pc.Partner, o.SandboxTargets)
 		if pc.Sandbox {
 			sandboxes = append(sandboxes, quoteSQL(pc.Partner))
 		}
 		r.ByPartner = append(r.ByPartner, pc)
-	}
-	if err := rows.Err(); err != nil {
+		return nil
+	})
+	if err != nil {
 		return fmt.Errorf("analytics: audit partners: %w", err)
 	}
 	r.DeliveredToSandbox = 0

@@ -150,7 +150,7 @@ func fixture(t *testing.T, e *env, now time.Time) Audit {
 // numbers strips the window fields for comparison.
 func numbers(r *Audit) Audit {
 	c := *r
-	c.From, c.To, c.GeneratedAt, c.PendingThreshold, c.LedgerAsOf = time.Time{}, time.Time{}, time.Time{}, "", time.Time{}
+	c.From, c.To, c.GeneratedAt, c.PendingThreshold, c.LedgerAsOf, c.Path = time.Time{}, time.Time{}, time.Time{}, "", time.Time{}, ""
 	// The per-partner numbers are TestAuditPerPartnerTarget's (partners_test.go).
 	c.ByPartner, c.DeliveredToSandbox, c.DeliveredReal = nil, 0, 0
 	// The replays are TestAuditReplays' (replay_test.go).

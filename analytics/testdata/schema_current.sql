@@ -149,3 +149,31 @@ ALTER TABLE {db}.malformed ADD COLUMN kafka_topic_id String AFTER kafka_offset, 
 -- migration 6 (kafka_topic_id), statement 6
 ALTER TABLE {db}.rejections ADD COLUMN src_topic_id String DEFAULT '' AFTER src_offset;
 
+-- migration 7 (report_state), statement 1
+CREATE TABLE IF NOT EXISTS {db}.report_state (
+    report_id String,
+    delivered_n_s AggregateFunction(uniqExactIf, UInt64, UInt8),
+    replay_delivered_n_s AggregateFunction(uniqExactIf, UInt64, UInt8),
+    rejected_n_s AggregateFunction(max, UInt8),
+    standby_n_s AggregateFunction(max, UInt8),
+    parked_n_s AggregateFunction(max, UInt8),
+    doubt_delivered_s AggregateFunction(maxIf, UInt8, UInt8),
+    doubt_n_s AggregateFunction(uniqExactIf, UInt64, UInt8),
+    replay_doubt_n_s AggregateFunction(uniqExactIf, UInt64, UInt8),
+    delivered_ms_s AggregateFunction(minIf, Int64, UInt8),
+    replayed_s AggregateFunction(max, UInt8),
+    reject_message_s AggregateFunction(anyIf, String, UInt8)
+) ENGINE = AggregatingMergeTree
+ORDER BY report_id;
+
+-- migration 7 (report_state), statement 2
+CREATE TABLE IF NOT EXISTS {db}.backfills (
+    name String,
+    slice String,
+    done_at DateTime
+) ENGINE = ReplacingMergeTree
+ORDER BY (name, slice);
+
+-- migration 7 (report_state), statement 3
+CREATE MATERIALIZED VIEW IF NOT EXISTS {db}.report_state_mv TO {db}.report_state AS SELECT report_id, uniqExactIfState(cityHash64(kafka_topic_id, toString(kafka_topic), kafka_partition, kafka_offset), outcome = 'delivered' AND replay_id = '') AS delivered_n_s, uniqExactIfState(cityHash64(kafka_topic_id, toString(kafka_topic), kafka_partition, kafka_offset), outcome = 'delivered' AND replay_id != '') AS replay_delivered_n_s, maxState(toUInt8(outcome = 'rejected')) AS rejected_n_s, maxState(toUInt8(outcome = 'standby')) AS standby_n_s, maxState(toUInt8(outcome = 'parked')) AS parked_n_s, maxIfState(in_doubt, outcome = 'delivered' AND replay_id = '') AS doubt_delivered_s, uniqExactIfState(cityHash64(kafka_topic_id, toString(kafka_topic), kafka_partition, kafka_offset), doubt_cause != '' AND replay_id = '') AS doubt_n_s, uniqExactIfState(cityHash64(kafka_topic_id, toString(kafka_topic), kafka_partition, kafka_offset), doubt_cause != '' AND replay_id != '') AS replay_doubt_n_s, minIfState(at_ms, outcome = 'delivered') AS delivered_ms_s, maxState(toUInt8(replay_id != '')) AS replayed_s, anyIfState(message, outcome = 'rejected') AS reject_message_s FROM {db}.deliveries GROUP BY report_id;
+

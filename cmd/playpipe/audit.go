@@ -63,6 +63,19 @@ type auditFlags struct {
 	limit            int
 	threshold        time.Duration
 	sandboxes        []string
+	exact, quiet     bool
+	maxMemoryMiB     uint64
+	queryTimeout     time.Duration
+}
+
+// limits are the bounds of the audit's queries from the flags; its
+// progress lines go to stderr unless --quiet.
+func (f *auditFlags) limits(stderr io.Writer) analytics.Limits {
+	l := analytics.Limits{Exact: f.exact, MaxMemory: f.maxMemoryMiB << 20, QueryTimeout: f.queryTimeout}
+	if !f.quiet {
+		l.Progress = stderr
+	}
+	return l
 }
 
 func (f *auditFlags) register(fs *flag.FlagSet) {
@@ -78,6 +91,10 @@ func (f *auditFlags) register(fs *flag.FlagSet) {
 		f.sandboxes = append(f.sandboxes, s)
 		return nil
 	})
+	fs.BoolVar(&f.exact, "exact", false, "read the raw ledger in one pass instead of the per-report state (report_state): the same figures, for a check or a ledger being migrated; needs memory that grows with the window")
+	fs.Uint64Var(&f.maxMemoryMiB, "max-memory", 3072, "memory limit of each audit query on the server, MiB (max_memory_usage; GROUP BY and sort spill to disk past half of it)")
+	fs.DurationVar(&f.queryTimeout, "query-timeout", 5*time.Minute, "deadline of each audit query")
+	fs.BoolVar(&f.quiet, "quiet", false, "no progress line per query on stderr")
 	fs.DurationVar(&f.threshold, "pending-threshold", 10*time.Minute, "a play pending longer than this (since its record time) fails the audit")
 }
 
@@ -141,6 +158,7 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return usage(err)
 	}
+	a.SetLimits(f.limits(stderr))
 	if f.list != "" {
 		rows, err := a.List(ctx, opts, f.list, f.limit)
 		if err != nil {

@@ -1,0 +1,87 @@
+package analytics
+
+import (
+	"context"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+)
+
+// checkPaths: the same ledger audited by the exact path (the raw ledger in
+// one pass) and by report_state in one slice and in several gives the same
+// figures, equal to the scenario's.
+func checkPaths(t *testing.T, ctx context.Context, conn driver.Conn, db string, o AuditOptions, x expectation, name string) {
+	t.Helper()
+	want := auditNumbers(&x.audit)
+	for _, l := range []Limits{{Exact: true}, {}, {SliceReports: 1 + want.PlaysDerived/8}} {
+		a, err := NewAuditor(conn, db)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var progress strings.Builder
+		l.Progress = &progress
+		a.SetLimits(l)
+		got, err := a.Audit(ctx, o)
+		if err != nil {
+			t.Fatalf("%s: audit with %+v: %v", name, l, err)
+		}
+		if g := auditNumbers(got); !reflect.DeepEqual(g, want) {
+			t.Errorf("%s: audit (path %s)\n got %+v\nwant %+v", name, got.Path, g, want)
+		}
+		if l.Exact != strings.HasPrefix(got.Path, "exact") || !strings.Contains(progress.String(), "playpipe audit: ") {
+			t.Errorf("%s: limits %+v: path %q, progress %q", name, l, got.Path, progress.String())
+		}
+	}
+}
+
+// checkBackfill: a ledger whose report_state is rebuilt from scratch (as
+// when migration 7 meets an existing ledger) is audited while its
+// backfill is under way — part of the slices from report_state, the rest
+// from the raw ledger — and after, with the same figures; a batch run
+// again changes nothing.
+func checkBackfill(t *testing.T, ctx context.Context, conn driver.Conn, db string, o AuditOptions, x expectation) {
+	t.Helper()
+	for _, q := range []string{"DROP TABLE " + db + "." + reportStateView, "DROP TABLE " + db + "." + TableReportState, "DROP TABLE " + db + "." + TableBackfills} {
+		if err := conn.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	for _, st := range reportStateStatements() {
+		if err := conn.Exec(ctx, strings.ReplaceAll(st, "{db}", db)); err != nil {
+			t.Fatalf("re-create report_state: %v", err)
+		}
+	}
+	want := auditNumbers(&x.audit)
+	a, err := NewAuditor(conn, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.SetLimits(Limits{SliceReports: 1 + want.PlaysDerived/4})
+	for i, batches := range []int{0, 3, 40, -1, -1} {
+		if i == 4 { // a batch run again: drop its record, backfill again
+			if err := conn.Exec(ctx, "DROP TABLE "+db+"."+TableBackfills); err != nil {
+				t.Fatal(err)
+			}
+			if err := conn.Exec(ctx, strings.ReplaceAll(reportStateStatements()[1], "{db}", db)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := backfillBatches(ctx, conn, db, "", 1, batches); err != nil {
+			t.Fatalf("backfill %d batches: %v", batches, err)
+		}
+		got, err := a.Audit(ctx, o)
+		if err != nil {
+			t.Fatalf("audit after backfill of %d batches: %v", batches, err)
+		}
+		if g := auditNumbers(got); !reflect.DeepEqual(g, want) {
+			t.Errorf("audit after backfill of %d batches (path %s)\n got %+v\nwant %+v", batches, got.Path, g, want)
+		}
+		under := strings.Contains(got.Path, "backfill is under way")
+		if under != (batches >= 0) {
+			t.Errorf("after backfill of %d batches: path %q", batches, got.Path)
+		}
+		t.Logf("after backfill of %d batches: %s", batches, got.Path)
+	}
+}
