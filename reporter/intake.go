@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/playpipe/playpipe/internal/kafkax"
+	"github.com/playpipe/playpipe/reporter/delivery"
 	"github.com/playpipe/playpipe/schemas"
 )
 
@@ -251,7 +252,7 @@ func (rn *run) intake(batch []fetched) (invalid []*job) {
 				rn.log.Error("invalid record on the reports topic", "topic", rec.Topic, "partition", rec.Partition, "offset", rec.Offset, "err", msg)
 				rn.met.skip(context.Background(), "invalid")
 				j := newJob(ps, seq, rec, tp.ReportID, tp.EventID)
-				j.dec = Decision{Action: ActRejected, Outcome: schemas.OutcomeRejected, Message: msg}
+				j.dec = delivery.Decision{Action: delivery.ActRejected, Outcome: schemas.OutcomeRejected, Message: msg}
 				ps.inflight++
 				invalid = append(invalid, j)
 			default:

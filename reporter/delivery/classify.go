@@ -1,4 +1,4 @@
-package reporter
+package delivery
 
 import (
 	"context"
@@ -90,7 +90,7 @@ type Decision struct {
 	Doubt string
 	// Err is the error of the answer, if any (never holds a secret).
 	Err error
-	// Signal is what the answer tells the in-flight limit (limit.go):
+	// Signal is what the answer tells the in-flight limit (reporter/limit.go):
 	// back-pressure, or an error about this post or path, or (zero) a
 	// normal answer.
 	Signal Signal

@@ -1,4 +1,4 @@
-package reporter
+package delivery
 
 import (
 	"time"
@@ -53,14 +53,14 @@ func (s *Doubt) Posted(d Decision, recorded bool) {
 	}
 }
 
-// NewDelivery builds the Delivery record of attempt a: the one builder of
+// New builds the Delivery record of attempt a: the one builder of
 // the reporter and of replay/redrive, so that both label doubt alike. s is
 // the report's doubt after s.Posted(a.Decision, true): the record says
 // InDoubt when s does, and its DoubtCause is the attempt's own cause or,
 // without one, s.Carried, which it then clears. An abandoned post given a
 // record of its own (a replay run that stops: no later post of the run
 // will carry its cause) is not final: OutcomeRetry.
-func NewDelivery(a *Attempt, s *Doubt) schemas.Delivery {
+func New(a *Attempt, s *Doubt) schemas.Delivery {
 	d := &a.Decision
 	del := schemas.Delivery{
 		V: schemas.DeliveryVersion, ReportID: a.ReportID, EventID: a.EventID, Outcome: d.Outcome, Attempt: a.N,
