@@ -15,7 +15,7 @@ import (
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
 	"github.com/playpipe/playpipe/reporter/delivery"
 	"github.com/playpipe/playpipe/schemas"
-	"github.com/playpipe/playpipe/wiring/testenv"
+	"github.com/playpipe/playpipe/testkit/testenv"
 )
 
 // badPartner is the partner stand-in of the parking tests: it answers every report
