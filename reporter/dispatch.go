@@ -198,6 +198,8 @@ func (rn *run) post(j *job) *kgo.Record {
 	// the delivery span and the partner API's HTTP span are inside it.
 	ctx, proc, span := rn.startSpans(j)
 	defer proc.End()
+	// A post's latency is a real-time measurement on purpose (the partner
+	// client's own, or this fallback), not the injected clock (clock.go).
 	start := time.Now()
 	res, err := rn.api.ReportPlayJSON(ctx, j.body)
 	lat := res.Latency

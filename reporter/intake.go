@@ -43,7 +43,7 @@ func (rn *run) describeTopics(ctx context.Context) error {
 			if ctx.Err() != nil {
 				break
 			}
-			time.Sleep(200 * time.Millisecond) // the broker not ready yet
+			time.Sleep(200 * time.Millisecond) // the broker not ready yet: waits on the broker, the real clock on purpose (clock.go)
 			continue
 		}
 		var tds kadm.TopicDetails
@@ -70,7 +70,7 @@ func (rn *run) describeTopics(ctx context.Context) error {
 		if ctx.Err() != nil {
 			break
 		}
-		time.Sleep(200 * time.Millisecond) // topics still being created
+		time.Sleep(200 * time.Millisecond) // topics still being created: the real clock on purpose (clock.go)
 	}
 	return fmt.Errorf("reporter: describe topics %s, %s and %s: %w", rn.topics.Reports, rn.topics.Deliveries, rn.topics.Parked, err)
 }
