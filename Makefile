@@ -48,7 +48,7 @@ test-race:
 ## subtests run (the deploy module's dashboard panels too). With the race detector:
 ## chdbconn calls the library through purego, whose calls the detector does not
 ## instrument, as it does not cgo's.
-CHDB_PKGS  := ./analytics ./internal/chdbconn ./replay
+CHDB_PKGS  := ./analytics ./testkit/chdbconn ./replay
 CHDB_TESTS := TestLedgerSuite|TestTwoTopicGenerations|TestDashboardQueries|TestSelectReportsOnEveryLedger|TestDriverBehavesAlike
 test-chdb: chdb
 	@rc=0; CHDB_LIB_PATH=$(abspath $(CHDB_LIB)) PLAYPIPE_REQUIRE_CLICKHOUSE=$${PLAYPIPE_REQUIRE_CLICKHOUSE:-1} \
@@ -113,13 +113,13 @@ CHAOS_SEED    ?= 1
 CHAOS_EXCLUDE ?=
 CHAOS_FLAGS   ?=
 chaos: clickhouse nginx nft kafka build
-	CHAOS_MINUTES=$(CHAOS_MINUTES) CHAOS_SEED=$(CHAOS_SEED) CHAOS_EXCLUDE=$(CHAOS_EXCLUDE) $(GO) run ./wiring/chaos -bin $(BIN) $(CHAOS_FLAGS)
+	CHAOS_MINUTES=$(CHAOS_MINUTES) CHAOS_SEED=$(CHAOS_SEED) CHAOS_EXCLUDE=$(CHAOS_EXCLUDE) $(GO) run ./tools/chaos -bin $(BIN) $(CHAOS_FLAGS)
 
 ## chaos-short: a fixed-seed chaos run of 3 minutes of faults (hang excluded
 ## until the reporter survives it), for CI.
 CHAOS_SHORT_EXCLUDE ?=
 chaos-short: clickhouse nginx nft kafka build
-	CHAOS_MINUTES=3 CHAOS_SEED=7 CHAOS_EXCLUDE=$(CHAOS_SHORT_EXCLUDE) $(GO) run ./wiring/chaos -bin $(BIN) -mean-gap 6s $(CHAOS_FLAGS)
+	CHAOS_MINUTES=3 CHAOS_SEED=7 CHAOS_EXCLUDE=$(CHAOS_SHORT_EXCLUDE) $(GO) run ./tools/chaos -bin $(BIN) -mean-gap 6s $(CHAOS_FLAGS)
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -count 6 $(PKGS)
@@ -135,7 +135,7 @@ bench:
 ## ProducerPerformance and ConsumerPerformance on its node: the floor).
 BENCH_E2E_FLAGS ?=
 bench-e2e: clickhouse build kafka
-	$(GO) run ./wiring/bench -bin $(BIN) -kafka both $(BENCH_E2E_FLAGS)
+	$(GO) run ./tools/bench -bin $(BIN) -kafka both $(BENCH_E2E_FLAGS)
 
 ## bench-audit: `playpipe audit` on synthetic ledgers generated on a local
 ## clickhouse-server (INSERT … SELECT from numbers(): doubles, doubts, replays,
@@ -147,7 +147,7 @@ bench-e2e: clickhouse build kafka
 BENCH_AUDIT_SIZES ?= 5000000,20000000
 BENCH_AUDIT_FLAGS ?=
 bench-audit: clickhouse
-	$(GO) run ./wiring/benchaudit -sizes $(BENCH_AUDIT_SIZES) $(BENCH_AUDIT_FLAGS)
+	$(GO) run ./tools/benchaudit -sizes $(BENCH_AUDIT_SIZES) $(BENCH_AUDIT_FLAGS)
 
 ## bench-report: the reporter alone as a process (`playpipe report`, consuming,
 ## posting, producing Delivery records, committing) against a plain net/http
@@ -156,7 +156,7 @@ bench-audit: clickhouse
 ## CPU-per-report ratios. BENCH_REPORT_FLAGS="-reports 200000 -rounds 5 -profile report.pprof".
 BENCH_REPORT_FLAGS ?=
 bench-report: build
-	$(GO) run ./wiring/bench -bin $(BIN) -mode report $(BENCH_REPORT_FLAGS)
+	$(GO) run ./tools/bench -bin $(BIN) -mode report $(BENCH_REPORT_FLAGS)
 
 ## bench-report-bound: the same bench with a measurement build of the reporter
 ## that writes no Delivery record and no lease marker (`-tags benchstub`, each
@@ -164,7 +164,7 @@ bench-report: build
 ## could give at 0 ms. Never deploy that build. docs/reporter.md, "The 0 ms bound".
 bench-report-bound: build
 	$(GO) build -tags benchstub -o bin/playpipe-benchstub ./cmd/playpipe
-	$(GO) run ./wiring/bench -bin bin/playpipe-benchstub -mode report $(BENCH_REPORT_FLAGS)
+	$(GO) run ./tools/bench -bin bin/playpipe-benchstub -mode report $(BENCH_REPORT_FLAGS)
 
 ## bench-report-latency: the same reporter process with DEFAULT flags (the
 ## adaptive in-flight limit finds the partner) against the plain client, the
@@ -180,7 +180,7 @@ bench-report-bound: build
 ## round would take ~7 min each; bench-report-errors runs them on fewer reports.
 BENCH_LATENCY_FLAGS ?= -reports 150000
 bench-report-latency: build
-	$(GO) run ./wiring/bench -bin $(BIN) -mode latency $(BENCH_LATENCY_FLAGS)
+	$(GO) run ./tools/bench -bin $(BIN) -mode latency $(BENCH_LATENCY_FLAGS)
 
 ## bench-report-errors: bench-report-latency's error rounds: 50 and 150 ms
 ## partner latency with 0, 0.1, 1 and 2 % of posts answered 500, reporter
@@ -195,7 +195,7 @@ bench-report-latency: build
 ## round with no fault, in a table of its own.
 BENCH_ERRORS_FLAGS ?= -reports 30000 -timeout 10m
 bench-report-errors: build
-	$(GO) run ./wiring/bench -bin $(BIN) -mode latency -latencies 50ms,150ms -plain-inflight 512,1024 -error-rates 0,0.001,0.01,0.02 -poison-share 0.03 -hang-share 0.025 $(BENCH_ERRORS_FLAGS)
+	$(GO) run ./tools/bench -bin $(BIN) -mode latency -latencies 50ms,150ms -plain-inflight 512,1024 -error-rates 0,0.001,0.01,0.02 -poison-share 0.03 -hang-share 0.025 $(BENCH_ERRORS_FLAGS)
 
 ## fuzz: each fuzz target for FUZZTIME (untrusted input: events, API answers, report bodies, records).
 ## fuzz-short: the same targets for 30 000 inputs each, run by `make test`. A count,
@@ -237,7 +237,7 @@ deadcode:
 ## KAFKA_VERSION with its runtime dependencies and a log binding), resolved
 ## with Maven from deploy/kafka/pom.xml into .playpipe/kafka/<version>/libs;
 ## Java 17 and Maven from the distribution when missing. The tests start KRaft
-## nodes from them (internal/kafkanode). KAFKA_VERSION=3.9.2 selects the last
+## nodes from them (testkit/kafkanode). KAFKA_VERSION=3.9.2 selects the last
 ## 3.x release (docs/kafka.md, "Apache Kafka in the tests"). Kafka's own
 ## performance tools (kafka-tools, for bench-e2e's floor) go beside them into
 ## .playpipe/kafka/<version>/tools, from deploy/kafka/tools-pom.xml.
@@ -288,7 +288,7 @@ chdb:
 	  mkdir -p $(CHDB_DIR) && npm install --prefix $(CHDB_DIR) --no-save --no-audit --no-fund @chdb/lib-linux-x64-gnu@$(CHDB_VERSION) && test -f $(CHDB_LIB); \
 	fi
 
-## zookeeper: the replicated-ledger tests (internal/chcluster) run Debian's ZooKeeper
+## zookeeper: the replicated-ledger tests (testkit/chcluster) run Debian's ZooKeeper
 ## (its Java main, in a temporary folder; never the system service); install it when missing.
 zookeeper:
 	@if [ -f /usr/share/java/zookeeper.jar ] && command -v java >/dev/null 2>&1; then :; \

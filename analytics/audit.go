@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+
+	"github.com/playpipe/playpipe/schemas"
 )
 
 // AuditOptions select the window of an audit.
@@ -310,7 +312,7 @@ ALL LEFT JOIN
         minIf(at_ms, outcome = 'delivered') AS delivered_ms,
         argMax(outcome, at_ms) AS last_outcome,
         anyIf(message, outcome = 'rejected') AS reject_message,
-        countIf(outcome = 'parked') AS parked_n,
+        countIf(outcome = '` + schemas.OutcomeParked + `') AS parked_n,
         argMax(http_status, at_ms) AS last_status,
         argMax(retry_reason, at_ms) AS last_reason,
         argMax(message, at_ms) AS last_message,

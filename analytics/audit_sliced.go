@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+
+	"github.com/playpipe/playpipe/schemas"
 )
 
 // The audit at scale (docs/audit.md, "The audit at scale"): the figures of
@@ -121,7 +123,7 @@ func (a *Auditor) rawOutcomes(o AuditOptions, s slice, and string) string {
         uniqExactIf(` + reportLoc + `, outcome = 'delivered' AND replay_id != '') AS replay_delivered_n,
         max(toUInt8(outcome = 'rejected')) AS rejected_n,
         max(toUInt8(outcome = 'standby')) AS standby_n,
-        max(toUInt8(outcome = 'parked')) AS parked_n,
+        max(toUInt8(outcome = '` + schemas.OutcomeParked + `')) AS parked_n,
         maxIf(in_doubt, outcome = 'delivered' AND replay_id = '') AS doubt_delivered,
         uniqExactIf(` + reportLoc + `, doubt_cause != '' AND replay_id = '') AS doubt_n,
         uniqExactIf(` + reportLoc + `, doubt_cause != '' AND replay_id != '') AS replay_doubt_n,

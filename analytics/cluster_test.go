@@ -11,7 +11,7 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
-	"github.com/playpipe/playpipe/wiring/testenv"
+	"github.com/playpipe/playpipe/testkit/testenv"
 )
 
 // TestClusterStatements: every migration statement has a cluster form: a
@@ -78,7 +78,7 @@ func TestClusterStatements(t *testing.T) {
 }
 
 // TestClusterLedger runs the sink into a replicated ledger (ZooKeeper and
-// two clickhouse-server 18.16 replicas, internal/chcluster) beside a
+// two clickhouse-server 18.16 replicas, testkit/chcluster) beside a
 // single-server ledger fed from the same topics: the audit, read through
 // the Distributed tables of either replica, must equal the fixture's
 // expected numbers and the single-server audit, list by list. It then

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/playpipe/playpipe/internal/kafkax"
-	"github.com/playpipe/playpipe/wiring/testenv"
+	"github.com/playpipe/playpipe/testkit/testenv"
 )
 
 // TestInsertsNotInDoubt: of many small inserts in a row, each on a pooled

@@ -15,7 +15,7 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2"
 
-	"github.com/playpipe/playpipe/wiring/testenv"
+	"github.com/playpipe/playpipe/testkit/testenv"
 )
 
 var updateGolden = flag.Bool("update", false, "rewrite testdata/schema_current.sql from the migrations")

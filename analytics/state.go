@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+
+	"github.com/playpipe/playpipe/schemas"
 )
 
 // Per-report state (docs/audit.md, "The audit at scale").
@@ -50,7 +52,7 @@ var reportStateColumns = []struct{ name, typ, state, merge string }{
 	{"replay_delivered_n", "AggregateFunction(uniqExactIf, UInt64, UInt8)", "uniqExactIfState(" + reportLoc + ", outcome = 'delivered' AND replay_id != '')", "uniqExactIfMerge"},
 	{"rejected_n", "AggregateFunction(max, UInt8)", "maxState(toUInt8(outcome = 'rejected'))", "maxMerge"},
 	{"standby_n", "AggregateFunction(max, UInt8)", "maxState(toUInt8(outcome = 'standby'))", "maxMerge"},
-	{"parked_n", "AggregateFunction(max, UInt8)", "maxState(toUInt8(outcome = 'parked'))", "maxMerge"},
+	{"parked_n", "AggregateFunction(max, UInt8)", "maxState(toUInt8(outcome = '" + schemas.OutcomeParked + "'))", "maxMerge"},
 	{"doubt_delivered", "AggregateFunction(maxIf, UInt8, UInt8)", "maxIfState(in_doubt, outcome = 'delivered' AND replay_id = '')", "maxIfMerge"},
 	{"doubt_n", "AggregateFunction(uniqExactIf, UInt64, UInt8)", "uniqExactIfState(" + reportLoc + ", doubt_cause != '' AND replay_id = '')", "uniqExactIfMerge"},
 	{"replay_doubt_n", "AggregateFunction(uniqExactIf, UInt64, UInt8)", "uniqExactIfState(" + reportLoc + ", doubt_cause != '' AND replay_id != '')", "uniqExactIfMerge"},

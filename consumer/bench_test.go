@@ -16,7 +16,7 @@ import (
 	"github.com/playpipe/playpipe/internal/telemetry"
 	"github.com/playpipe/playpipe/partnerapi"
 	"github.com/playpipe/playpipe/schemas"
-	"github.com/playpipe/playpipe/wiring/testenv"
+	"github.com/playpipe/playpipe/testkit/testenv"
 )
 
 // benchRecords are valid events over the fake mixes, as fetched records.

@@ -14,7 +14,7 @@ import (
 
 	"github.com/playpipe/playpipe/partnerapi"
 	"github.com/playpipe/playpipe/schemas"
-	"github.com/playpipe/playpipe/wiring/testenv"
+	"github.com/playpipe/playpipe/testkit/testenv"
 )
 
 // refMix is the test's own view of a mix: what the reference computation

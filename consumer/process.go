@@ -385,7 +385,7 @@ func (p *processor) emitPlays(ectx context.Context, span trace.Span, it *item, t
 		pl := &p.plays[j]
 		r := p.newRecord(p.topics.Reports)
 		start := len(p.buf)
-		p.buf = appendReportID(p.buf, it.ev.EventID, pl.Position)
+		p.buf = schemas.AppendReportID(p.buf, it.ev.EventID, pl.Position)
 		mid := len(p.buf)
 		p.buf = schemas.AppendTrackPlayWithID(p.buf, pl, p.buf[start:mid])
 		r.Key = p.buf[start:mid:mid]

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/playpipe/playpipe/internal/kafkanode"
+	"github.com/playpipe/playpipe/testkit/kafkanode"
 )
 
 // TestKafkaVersionInStep: the Apache Kafka release the tests start

@@ -23,8 +23,8 @@ import (
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
 	"github.com/playpipe/playpipe/producer/simulator"
 	"github.com/playpipe/playpipe/schemas"
-	"github.com/playpipe/playpipe/wiring/expect"
-	"github.com/playpipe/playpipe/wiring/testenv"
+	"github.com/playpipe/playpipe/testkit/expect"
+	"github.com/playpipe/playpipe/testkit/testenv"
 )
 
 // The replicated-ledger run's shape.
@@ -36,7 +36,7 @@ const (
 
 // TestReplicatedLedgerWithKills is the replicated ledger's proof, on
 // the real parts: Debian's ZooKeeper and two clickhouse-server 18.16
-// replicas of a 1-shard cluster (internal/chcluster), the ledger created by
+// replicas of a 1-shard cluster (testkit/chcluster), the ledger created by
 // `playpipe migrate --cluster`, and the pipeline as separate processes of
 // the built binary (sink, consume, report, simulate). While deliveries
 // flow, replica r1 — the first address of the sink's --clickhouse-addr —

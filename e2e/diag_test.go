@@ -12,8 +12,8 @@ import (
 
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
 	"github.com/playpipe/playpipe/schemas"
-	"github.com/playpipe/playpipe/wiring/expect"
-	"github.com/playpipe/playpipe/wiring/testenv"
+	"github.com/playpipe/playpipe/testkit/expect"
+	"github.com/playpipe/playpipe/testkit/testenv"
 )
 
 // explainDuplicates logs, for every play the partner accepted more than

@@ -1,12 +1,12 @@
 // Package e2e holds playpipe's end-to-end tests: each builds the playpipe
 // binary and runs the roles as separate OS processes against real parts
-// started by wiring/testenv — Apache Kafka (KRaft nodes from `make kafka`'s
+// started by testkit/testenv — Apache Kafka (KRaft nodes from `make kafka`'s
 // jars, one node or a three-broker cluster), or the embedded Kafka-protocol
 // broker as a process of its own (`playpipe broker`, so that a test can
 // freeze or kill the broker alone), the partner API sandbox over HTTP, and a
 // local ClickHouse server (or a replicated pair with ZooKeeper). Every test
 // counts what the partner received, play by play, against the plays expected
-// from what the fleet published (wiring/expect), and holds the partner's
+// from what the fleet published (testkit/expect), and holds the partner's
 // duplicates to the posts labelled in doubt and the audit's bound.
 //
 // The tests, by file:

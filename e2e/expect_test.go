@@ -15,7 +15,7 @@ import (
 	"github.com/playpipe/playpipe/partnerapi"
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
 	"github.com/playpipe/playpipe/producer/simulator"
-	"github.com/playpipe/playpipe/wiring/expect"
+	"github.com/playpipe/playpipe/testkit/expect"
 )
 
 // play is the identity of one posted report, as the sandbox decoded it.
@@ -54,7 +54,7 @@ func readRecord(t *testing.T, path string) []simRecord {
 
 // expectedPlays computes, independently of the consumer, the reports the
 // valid simulated events must yield, from the sandbox's own catalog (the
-// split rule of docs/design.md, with wiring/expect like the harness tests, with a
+// split rule of docs/design.md, with testkit/expect like the harness tests, with a
 // minimum play length of 1 s).
 func expectedPlays(t *testing.T, cat *sandbox.Catalog, msgs []simRecord) (posted map[play]int, belowMin, validEvents, badEvents int) {
 	t.Helper()

@@ -19,8 +19,8 @@ import (
 	"github.com/playpipe/playpipe/partnerapi"
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
 	"github.com/playpipe/playpipe/producer/simulator"
-	"github.com/playpipe/playpipe/wiring/expect"
-	"github.com/playpipe/playpipe/wiring/testenv"
+	"github.com/playpipe/playpipe/testkit/expect"
+	"github.com/playpipe/playpipe/testkit/testenv"
 )
 
 // TestHangingTrackParked: a partner that hangs on one track — the sandbox

@@ -20,12 +20,12 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/playpipe/playpipe/analytics"
-	"github.com/playpipe/playpipe/internal/kafkanode"
 	"github.com/playpipe/playpipe/partnerapi"
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
 	"github.com/playpipe/playpipe/producer/gateway"
-	"github.com/playpipe/playpipe/wiring/expect"
-	"github.com/playpipe/playpipe/wiring/testenv"
+	"github.com/playpipe/playpipe/testkit/expect"
+	"github.com/playpipe/playpipe/testkit/kafkanode"
+	"github.com/playpipe/playpipe/testkit/testenv"
 )
 
 // The three-node run's shape.

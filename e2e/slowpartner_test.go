@@ -13,8 +13,8 @@ import (
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
 	"github.com/playpipe/playpipe/producer/simulator"
 	"github.com/playpipe/playpipe/schemas"
-	"github.com/playpipe/playpipe/wiring/expect"
-	"github.com/playpipe/playpipe/wiring/testenv"
+	"github.com/playpipe/playpipe/testkit/expect"
+	"github.com/playpipe/playpipe/testkit/testenv"
 )
 
 // TestSlowPartnerCopiesAsProcesses is TestSlowPartnerCopies (e2e/edge) with every role a

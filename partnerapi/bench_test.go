@@ -13,7 +13,7 @@ import (
 	"github.com/playpipe/playpipe/internal/version"
 	"github.com/playpipe/playpipe/partnerapi"
 	"github.com/playpipe/playpipe/schemas"
-	"github.com/playpipe/playpipe/wiring/testenv"
+	"github.com/playpipe/playpipe/testkit/testenv"
 )
 
 // The play-report path against the real sandbox on loopback, next to a plain

@@ -17,7 +17,7 @@ import (
 	"github.com/playpipe/playpipe/partnerapi"
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
 	"github.com/playpipe/playpipe/schemas"
-	"github.com/playpipe/playpipe/wiring/testenv"
+	"github.com/playpipe/playpipe/testkit/testenv"
 )
 
 // End-to-end tests: the client against the real sandbox over HTTP on loopback.

@@ -11,8 +11,8 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/playpipe/playpipe/producer"
-	"github.com/playpipe/playpipe/wiring/producertest"
-	"github.com/playpipe/playpipe/wiring/testenv"
+	"github.com/playpipe/playpipe/testkit/producertest"
+	"github.com/playpipe/playpipe/testkit/testenv"
 )
 
 // Benchmarks report events/s through the real parts (kfake on loopback, real

@@ -3,7 +3,7 @@ package producer_test
 import (
 	"testing"
 
-	"github.com/playpipe/playpipe/wiring/producertest"
+	"github.com/playpipe/playpipe/testkit/producertest"
 )
 
 func TestMain(m *testing.M) { producertest.RunWithTelemetry(m) }

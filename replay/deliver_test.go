@@ -14,7 +14,7 @@ import (
 
 	"github.com/playpipe/playpipe/partnerapi"
 	"github.com/playpipe/playpipe/schemas"
-	"github.com/playpipe/playpipe/wiring/testenv"
+	"github.com/playpipe/playpipe/testkit/testenv"
 )
 
 // deliverRig is a runner on an embedded broker posting to a partner whose

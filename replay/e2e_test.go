@@ -15,14 +15,14 @@ import (
 
 	"github.com/playpipe/playpipe/analytics"
 	"github.com/playpipe/playpipe/consumer"
+	"github.com/playpipe/playpipe/demo"
 	"github.com/playpipe/playpipe/partnerapi"
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
 	"github.com/playpipe/playpipe/producer/simulator"
 	"github.com/playpipe/playpipe/replay"
 	"github.com/playpipe/playpipe/reporter"
 	"github.com/playpipe/playpipe/schemas"
-	"github.com/playpipe/playpipe/wiring/harness"
-	"github.com/playpipe/playpipe/wiring/testenv"
+	"github.com/playpipe/playpipe/testkit/testenv"
 )
 
 const bugMessage = "isrc is invalid"
@@ -67,7 +67,7 @@ func TestReplayAfterPartnerDataLoss(t *testing.T) {
 	url := testenv.ServeHandler(t, proxy)
 
 	chCfg := analytics.Config{Addr: ch.Addr, Database: ch.Database, User: ch.User, Password: ch.Password}
-	p, err := harness.Start(ctx, harness.Config{
+	p, err := demo.Start(ctx, demo.Config{
 		Kafka: k.Config,
 		API: partnerapi.Config{BaseURL: url, Credentials: partnerapi.Credentials{ClientID: sandbox.DefaultClientID,
 			ClientSignature: sandbox.DefaultClientSignature, Email: sandbox.DefaultEmail}},

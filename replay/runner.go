@@ -17,7 +17,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/playpipe/playpipe/partnerapi"
-	"github.com/playpipe/playpipe/reporter"
+	"github.com/playpipe/playpipe/reporter/delivery"
 	"github.com/playpipe/playpipe/schemas"
 )
 
@@ -229,7 +229,7 @@ func (r *runner) progress(total int) {
 // every answer with pubCtx (see run). It returns an error only when the
 // whole run must stop.
 //
-// Doubt is labelled as the reporter labels it (reporter.Doubt, one
+// Doubt is labelled as the reporter labels it (delivery.Doubt, one
 // Delivery builder for both): a post in doubt (its request may have left,
 // no complete answer of the API came back) carries its cause, and every
 // later record of the report says in_doubt; on a resumed run every report
@@ -241,12 +241,12 @@ func (r *runner) progress(total int) {
 // recorded even when the run is stopping.
 func (r *runner) deliver(ctx, pubCtx context.Context, j job) error {
 	backoff := r.cfg.BackoffInitial
-	var doubt reporter.Doubt
+	var doubt delivery.Doubt
 	switch {
 	case r.inDoubt:
-		doubt = reporter.Doubt{InDoubt: true, Carried: schemas.DoubtCrash}
+		doubt = delivery.Doubt{InDoubt: true, Carried: schemas.DoubtCrash}
 	case j.it.inDoubt:
-		doubt = reporter.Doubt{InDoubt: true} // its cause is on the live reporter's record
+		doubt = delivery.Doubt{InDoubt: true} // its cause is on the live reporter's record
 	}
 	for attempt := 1; ; attempt++ {
 		if r.lim != nil {
@@ -261,14 +261,14 @@ func (r *runner) deliver(ctx, pubCtx context.Context, j job) error {
 		if lat <= 0 {
 			lat = time.Since(start) // a failed post: its own round trip, as the reporter records it
 		}
-		dec := reporter.Classify(res, err, r.cfg.LiveBypassDelivered)
-		if dec.Action == reporter.ActAbandon && dec.Doubt == "" {
+		dec := delivery.Classify(res, err, r.cfg.LiveBypassDelivered)
+		if dec.Action == delivery.ActAbandon && dec.Doubt == "" {
 			return nil // cancelled before its request left: nothing to record
 		}
 		doubt.Posted(dec, true)
-		d := reporter.NewDelivery(&reporter.Attempt{ReportID: j.it.reportID, EventID: j.it.eventID, N: attempt, Decision: dec,
+		d := delivery.New(&delivery.Attempt{ReportID: j.it.reportID, EventID: j.it.eventID, N: attempt, Decision: dec,
 			Latency: lat, Partner: r.cfg.Partner, ReplayID: r.cfg.ReplayID, ReplayReason: r.cfg.Reason, At: time.Now()}, &doubt)
-		if dec.Action != reporter.ActStop {
+		if dec.Action != delivery.ActStop {
 			val, merr := json.Marshal(d)
 			if merr != nil {
 				return fmt.Errorf("replay: encode delivery: %w", merr)
@@ -278,16 +278,16 @@ func (r *runner) deliver(ctx, pubCtx context.Context, j job) error {
 			}
 		}
 		switch dec.Action {
-		case reporter.ActDelivered:
+		case delivery.ActDelivered:
 			r.delivered.Add(1)
 			return nil
-		case reporter.ActRejected:
+		case delivery.ActRejected:
 			r.rejected.Add(1)
 			r.log.Warn("report rejected", "report_id", d.ReportID, "message", d.Message)
 			return nil
-		case reporter.ActStop:
+		case delivery.ActStop:
 			return fmt.Errorf("replay: the partner API refuses us (configuration): %w", dec.Err)
-		case reporter.ActAbandon:
+		case delivery.ActAbandon:
 			return nil // stopping; a re-run of the id posts it again
 		}
 		if ctx.Err() != nil {

@@ -13,7 +13,7 @@ import (
 	"github.com/playpipe/playpipe/analytics"
 	"github.com/playpipe/playpipe/internal/kafkax"
 	"github.com/playpipe/playpipe/schemas"
-	"github.com/playpipe/playpipe/wiring/testenv"
+	"github.com/playpipe/playpipe/testkit/testenv"
 )
 
 // selPlay is one play record of the selection test's ledger.

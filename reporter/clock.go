@@ -9,9 +9,12 @@ import "time"
 // commit, the shutdown timeout, the standby probe interval and the rate
 // limit's waits (--rate); the adaptive limit's intervals and the budget's
 // refill read Now. A post's latency is the partner client's measurement
-// (real time). Waits on the broker (topics being created, recovery
-// retries) stay on the real clock: they wait for another process, not for
-// a timer of the reporter.
+// (real time; dispatch.go measures it itself when the client did not).
+// Waits on the broker (topics being created in intake.go, recovery
+// retries in recover.go, the parked topic reader's idle limit in
+// parkedtopic.go) stay on the real clock: they wait for another process,
+// not for a timer of the reporter; so does the recovery's duration in its
+// log line. Each of these says so where it stands.
 type Clock interface {
 	Now() time.Time
 	// NewTimer returns a timer that fires once, d from Now.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/playpipe/playpipe/reporter/delivery"
 	"github.com/playpipe/playpipe/schemas"
 )
 
@@ -31,7 +32,7 @@ func TestDeliveryRecordRoom(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			j := &job{id: tc.id, evID: "ev-1", attempt: 2, ps: &partState{logPart: 4}, rec: &kgo.Record{Partition: 3, Offset: 42},
-				dec: Decision{Action: ActDelivered, Outcome: schemas.OutcomeDelivered, Status: 200, Message: tc.msg}}
+				dec: delivery.Decision{Action: delivery.ActDelivered, Outcome: schemas.OutcomeDelivered, Status: 200, Message: tc.msg}}
 			r := rn.deliveryRecord(context.Background(), j)
 			if string(r.Key) != tc.id {
 				t.Errorf("key %q, want %q", r.Key, tc.id)

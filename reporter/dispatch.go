@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/playpipe/playpipe/internal/telemetry"
+	"github.com/playpipe/playpipe/reporter/delivery"
 	"github.com/playpipe/playpipe/schemas"
 )
 
@@ -187,7 +188,7 @@ func (rn *run) post(j *job) *kgo.Record {
 	if rn.limiter != nil {
 		var err error
 		if waited, err = rn.waitRate(); err != nil {
-			j.dec = Decision{Action: ActAbandon, Err: err} // nothing sent: no doubt
+			j.dec = delivery.Decision{Action: delivery.ActAbandon, Err: err} // nothing sent: no doubt
 			return nil
 		}
 	}
@@ -197,13 +198,15 @@ func (rn *run) post(j *job) *kgo.Record {
 	// the delivery span and the partner API's HTTP span are inside it.
 	ctx, proc, span := rn.startSpans(j)
 	defer proc.End()
+	// A post's latency is a real-time measurement on purpose (the partner
+	// client's own, or this fallback), not the injected clock (clock.go).
 	start := time.Now()
 	res, err := rn.api.ReportPlayJSON(ctx, j.body)
 	lat := res.Latency
 	if lat <= 0 {
 		lat = time.Since(start)
 	}
-	d := Classify(res, err, !rn.cfg.LiveBypassNotDelivered)
+	d := delivery.Classify(res, err, !rn.cfg.LiveBypassNotDelivered)
 	if d.Doubt != "" {
 		// The request may have left and no complete answer of the API came
 		// back (Decision.Doubt): the partner may have recorded the report.
@@ -231,7 +234,7 @@ func (rn *run) post(j *job) *kgo.Record {
 		if d.Reason != "" {
 			span.SetAttributes(attribute.String("playpipe.delivery.retry_reason", d.Reason))
 		}
-		if d.Err != nil && d.Action != ActRejected {
+		if d.Err != nil && d.Action != delivery.ActRejected {
 			span.SetStatus(codes.Error, d.Action.String())
 			span.RecordError(d.Err)
 		}
@@ -241,7 +244,7 @@ func (rn *run) post(j *job) *kgo.Record {
 	if sc := span.SpanContext(); sc.HasTraceID() {
 		j.traceID = sc.TraceID().String()
 	}
-	if d.Action == ActAbandon {
+	if d.Action == delivery.ActAbandon {
 		return nil
 	}
 	rn.met.record(ctx, d, lat.Seconds())
@@ -288,8 +291,8 @@ func (rn *run) deliveryRecord(ctx context.Context, j *job) *kgo.Record {
 	j.ps.mu.Unlock()
 	// An earlier attempt that left no record of its own (abandoned in
 	// flight, or the previous owner's crash): this record counts it.
-	doubt := Doubt{InDoubt: inDoubt, Carried: j.carried}
-	del := NewDelivery(&Attempt{ReportID: j.id, EventID: j.evID, N: j.attempt, Decision: d, Latency: j.latency,
+	doubt := delivery.Doubt{InDoubt: inDoubt, Carried: j.carried}
+	del := delivery.New(&delivery.Attempt{ReportID: j.id, EventID: j.evID, N: j.attempt, Decision: d, Latency: j.latency,
 		TraceID: j.traceID, Partner: rn.cfg.PartnerURL, Replay: j.replay, At: rn.cfg.Now()}, &doubt)
 	if q := j.redrive; q != nil {
 		del.ReplayID, del.ReplayReason = q.ReplayID, q.Reason // an operator's redrive, posted by the slow lane

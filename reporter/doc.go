@@ -54,11 +54,9 @@
 // Files by concern: config.go (Config, its defaults and Validate),
 // reporter.go (types, Run), intake.go (polling, intake, topics), queue.go
 // (the dispatch queues), lease.go (lease markers), dispatch.go (workers,
-// posts), delivery.go (Attempt and Doubt: what a post's Delivery record
-// says), produce.go (the one way records leave the reporter;
+// posts), produce.go (the one way records leave the reporter;
 // produce_benchstub.go swaps it in the benchstub measurement build),
-// outcome.go (applying answers), classify.go (what an answer means),
-// backoff.go (the retry delay), dedupe.go (the recent report ids),
+// outcome.go (applying answers), backoff.go (the retry delay), dedupe.go (the recent report ids),
 // watermark.go (a partition's safe commit offset), commit.go and
 // progress.go (commits and their metadata), recover.go (assignment),
 // revoke.go (rebalances), park.go, slowlane.go, slowretry.go,
@@ -67,7 +65,9 @@
 // throttle.go (the retry budget), limit.go (the adaptive in-flight limit),
 // stall.go (the stall warning and readiness), lifecycle.go (coordinator,
 // shutdown), metrics.go (instruments and gauges), clock.go (the injected
-// clock).
+// clock). What an answer means (Classify) and what a post's Delivery
+// record says (Attempt, Doubt, New) live in the package reporter/delivery,
+// which playpipe replay and redrive use too.
 //
 // # State and locks
 //

@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/playpipe/playpipe/reporter/delivery"
 	"github.com/playpipe/playpipe/schemas"
 )
 
@@ -62,7 +63,7 @@ func TestSlowLaneDrainsParkedLot(t *testing.T) {
 		body, _ := json.Marshal(tps[i].Report)
 		v, _ := json.Marshal(schemas.Parked{V: schemas.ParkedVersion, ReportID: tps[i].ReportID, EventID: tps[i].EventID,
 			Source: schemas.Source{Topic: topics.Reports, Partition: 0, Offset: r.Offset}, Report: body, Attempts: 3,
-			Due: now.UnixMilli(), Status: 500, Reason: ReasonHTTP500, ParkedAt: now.UnixMilli()})
+			Due: now.UnixMilli(), Status: 500, Reason: delivery.ReasonHTTP500, ParkedAt: now.UnixMilli()})
 		entries[i] = &kgo.Record{Topic: topics.Parked, Partition: 0, Key: []byte(tps[i].ReportID), Value: v}
 	}
 	if err := cl.ProduceSync(ctx, entries...).FirstErr(); err != nil {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
+	"github.com/playpipe/playpipe/reporter/delivery"
 	"github.com/playpipe/playpipe/schemas"
 )
 
@@ -67,7 +68,7 @@ func TestStorm500And503(t *testing.T) {
 	for _, d := range by[schemas.OutcomeRetry] {
 		reasons[d.Reason]++
 	}
-	if reasons[ReasonHTTP500] == 0 || reasons[ReasonHTTP503] == 0 {
+	if reasons[delivery.ReasonHTTP500] == 0 || reasons[delivery.ReasonHTTP503] == 0 {
 		t.Errorf("retry reasons %v: want http_500 and http_503", reasons)
 	}
 	t.Logf("retries by reason: %v", reasons)
@@ -95,7 +96,7 @@ func TestTokenExpiresMidRun(t *testing.T) {
 	by := e.checkDeliveries(true)
 	n401 := 0
 	for _, d := range by[schemas.OutcomeRetry] {
-		if d.Reason == ReasonUnauthorized && d.HTTPStatus == 401 {
+		if d.Reason == delivery.ReasonUnauthorized && d.HTTPStatus == 401 {
 			n401++
 		}
 	}

@@ -4,6 +4,8 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
+
+	"github.com/playpipe/playpipe/reporter/delivery"
 )
 
 // TestLimiterJudge: a failed post is the partner's (its own signal) unless
@@ -18,24 +20,24 @@ func TestLimiterJudge(t *testing.T) {
 	later := l.started(now, false)
 	for _, c := range []struct {
 		name     string
-		sig      Signal
+		sig      delivery.Signal
 		n        uint64
 		retry    bool
 		answered uint64 // the latest post answered normally
 		recent   time.Duration
 		rtt      time.Duration // the failed post's
-		want     Signal
+		want     delivery.Signal
 	}{
-		{"timeout, nothing later answered", SignalTimeout, first, true, 0, 50 * time.Millisecond, 2 * time.Second, SignalTimeout},
-		{"timeout of a retry, a later post answered", SignalTimeout, first, true, later, 50 * time.Millisecond, 2 * time.Second, signalIsolated},
-		{"timeout of a first post, a later post answered", SignalTimeout, first, false, later, 50 * time.Millisecond, 2 * time.Second, SignalPayload},
-		{"500 of a retry, a later post answered", SignalPayload, first, true, later, 50 * time.Millisecond, 50 * time.Millisecond, signalIsolated},
-		{"reset of a retry, a later post answered", SignalConnection, first, true, later, 50 * time.Millisecond, 10 * time.Millisecond, signalIsolated},
-		{"500 of a retry, latency risen", SignalPayload, first, true, later, 200 * time.Millisecond, 200 * time.Millisecond, SignalPayload},
-		{"timeout of a retry, latency risen near the timeout", SignalTimeout, first, true, later, time.Second, 2 * time.Second, SignalTimeout},
-		{"timeout of a retry, latency risen, still a fraction of the timeout", SignalTimeout, first, true, later, 200 * time.Millisecond, 2 * time.Second, signalIsolated},
-		{"timeout of the latest post answered's own", SignalTimeout, later, true, later, 50 * time.Millisecond, 2 * time.Second, SignalTimeout},
-		{"503 of a retry, a later post answered", SignalBackPressure, first, true, later, 50 * time.Millisecond, 50 * time.Millisecond, SignalBackPressure},
+		{"timeout, nothing later answered", delivery.SignalTimeout, first, true, 0, 50 * time.Millisecond, 2 * time.Second, delivery.SignalTimeout},
+		{"timeout of a retry, a later post answered", delivery.SignalTimeout, first, true, later, 50 * time.Millisecond, 2 * time.Second, delivery.SignalIsolated},
+		{"timeout of a first post, a later post answered", delivery.SignalTimeout, first, false, later, 50 * time.Millisecond, 2 * time.Second, delivery.SignalPayload},
+		{"500 of a retry, a later post answered", delivery.SignalPayload, first, true, later, 50 * time.Millisecond, 50 * time.Millisecond, delivery.SignalIsolated},
+		{"reset of a retry, a later post answered", delivery.SignalConnection, first, true, later, 50 * time.Millisecond, 10 * time.Millisecond, delivery.SignalIsolated},
+		{"500 of a retry, latency risen", delivery.SignalPayload, first, true, later, 200 * time.Millisecond, 200 * time.Millisecond, delivery.SignalPayload},
+		{"timeout of a retry, latency risen near the timeout", delivery.SignalTimeout, first, true, later, time.Second, 2 * time.Second, delivery.SignalTimeout},
+		{"timeout of a retry, latency risen, still a fraction of the timeout", delivery.SignalTimeout, first, true, later, 200 * time.Millisecond, 2 * time.Second, delivery.SignalIsolated},
+		{"timeout of the latest post answered's own", delivery.SignalTimeout, later, true, later, 50 * time.Millisecond, 2 * time.Second, delivery.SignalTimeout},
+		{"503 of a retry, a later post answered", delivery.SignalBackPressure, first, true, later, 50 * time.Millisecond, 50 * time.Millisecond, delivery.SignalBackPressure},
 	} {
 		l.answeredUpTo = 0
 		l.answered(c.answered)
@@ -93,7 +95,7 @@ func (s *hangSim) run(d time.Duration) {
 				s.slots--
 			}
 			if p.bad {
-				sig := SignalTimeout
+				sig := delivery.SignalTimeout
 				if !s.raw {
 					sig = s.l.judge(sig, p.n, p.retry, s.timeout)
 				}
@@ -103,7 +105,7 @@ func (s *hangSim) run(d time.Duration) {
 			}
 			s.good++
 			s.l.answered(p.n)
-			s.l.observe(s.now, SignalAnswer, 50*time.Millisecond, n)
+			s.l.observe(s.now, delivery.SignalAnswer, 50*time.Millisecond, n)
 		}
 		s.inflight = keep
 		// Posts start while the limit allows: a due retry within the

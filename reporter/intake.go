@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/playpipe/playpipe/internal/kafkax"
+	"github.com/playpipe/playpipe/reporter/delivery"
 	"github.com/playpipe/playpipe/schemas"
 )
 
@@ -42,7 +43,7 @@ func (rn *run) describeTopics(ctx context.Context) error {
 			if ctx.Err() != nil {
 				break
 			}
-			time.Sleep(200 * time.Millisecond) // the broker not ready yet
+			time.Sleep(200 * time.Millisecond) // the broker not ready yet: waits on the broker, the real clock on purpose (clock.go)
 			continue
 		}
 		var tds kadm.TopicDetails
@@ -69,7 +70,7 @@ func (rn *run) describeTopics(ctx context.Context) error {
 		if ctx.Err() != nil {
 			break
 		}
-		time.Sleep(200 * time.Millisecond) // topics still being created
+		time.Sleep(200 * time.Millisecond) // topics still being created: the real clock on purpose (clock.go)
 	}
 	return fmt.Errorf("reporter: describe topics %s, %s and %s: %w", rn.topics.Reports, rn.topics.Deliveries, rn.topics.Parked, err)
 }
@@ -251,7 +252,7 @@ func (rn *run) intake(batch []fetched) (invalid []*job) {
 				rn.log.Error("invalid record on the reports topic", "topic", rec.Topic, "partition", rec.Partition, "offset", rec.Offset, "err", msg)
 				rn.met.skip(context.Background(), "invalid")
 				j := newJob(ps, seq, rec, tp.ReportID, tp.EventID)
-				j.dec = Decision{Action: ActRejected, Outcome: schemas.OutcomeRejected, Message: msg}
+				j.dec = delivery.Decision{Action: delivery.ActRejected, Outcome: schemas.OutcomeRejected, Message: msg}
 				ps.inflight++
 				invalid = append(invalid, j)
 			default:

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/playpipe/playpipe/partnerapi"
+	"github.com/playpipe/playpipe/reporter/delivery"
 )
 
 // coordinate does the housekeeping that no worker does: retry timers,
@@ -178,7 +179,7 @@ func (rn *run) finish() error {
 	return fatal
 }
 
-func (rn *run) configError(j *job, d Decision) error {
+func (rn *run) configError(j *job, d delivery.Decision) error {
 	var hint string
 	switch partnerapi.KindOf(d.Err) {
 	case partnerapi.KindEdgeBlocked:

@@ -2,59 +2,10 @@ package reporter
 
 import (
 	"math"
-	"strconv"
 	"time"
+
+	"github.com/playpipe/playpipe/reporter/delivery"
 )
-
-// Signal is what one answer of the partner tells the in-flight limit
-// (Decision.Signal, set by Classify): a normal answer, back-pressure, or an
-// error that is about this post or this path rather than about load.
-type Signal int
-
-const (
-	// SignalAnswer: the API answered (2xx, 401): its round trip counts.
-	SignalAnswer Signal = iota
-	// SignalBackPressure: 429, 503, 408 or any answer with Retry-After:
-	// the partner (or its edge) asks for less. Cuts the limit.
-	SignalBackPressure
-	// SignalTimeout: no answer within the timeout. Cuts the limit.
-	SignalTimeout
-	// SignalPayload: an error in the API's own envelope about this post
-	// (500 and other 5xx, 400). Counts toward the error rate only.
-	SignalPayload
-	// SignalEdge: a non-2xx that is not the API's own (an edge's page).
-	// Counts toward the error rate only.
-	SignalEdge
-	// SignalConnection: the connection was refused, reset or lost, or the
-	// answer came back cut. Counts toward the error rate only.
-	SignalConnection
-
-	// signalIsolated is never the classifier's: the limiter's judgement
-	// (limiter.judge) of a failure of a report that already failed, while
-	// the partner answers the others at their usual latency — a payload's
-	// problem, not load. It moves nothing.
-	signalIsolated
-)
-
-func (s Signal) String() string {
-	switch s {
-	case SignalAnswer:
-		return "answer"
-	case SignalBackPressure:
-		return "back_pressure"
-	case SignalTimeout:
-		return "timeout"
-	case SignalPayload:
-		return "payload"
-	case SignalEdge:
-		return "edge"
-	case SignalConnection:
-		return "connection"
-	case signalIsolated:
-		return "isolated"
-	}
-	return "signal(" + strconv.Itoa(int(s)) + ")"
-}
 
 // limiter is the adaptive in-flight limit: how many posts may be on the
 // wire at once. Its one input is observe: each answer's Signal, round trip
@@ -319,17 +270,17 @@ func (l *limiter) finished(n uint64) {
 
 // observe records one answer (or its absence: a timeout, a lost
 // connection) that took rtt, with inflight posts out when it came back.
-func (l *limiter) observe(now time.Time, sig Signal, rtt time.Duration, inflight int) {
+func (l *limiter) observe(now time.Time, sig delivery.Signal, rtt time.Duration, inflight int) {
 	l.advance(now)
 	inflight -= l.stalledOut() // the load the limit holds
 
 	switch sig {
-	case SignalBackPressure, SignalTimeout:
+	case delivery.SignalBackPressure, delivery.SignalTimeout:
 		l.backPressure(now, sig)
 		return
-	case signalIsolated:
+	case delivery.SignalIsolated:
 		return
-	case SignalPayload, SignalEdge, SignalConnection:
+	case delivery.SignalPayload, delivery.SignalEdge, delivery.SignalConnection:
 		l.errs++
 	default:
 		l.sum += rtt
@@ -366,9 +317,9 @@ func (l *limiter) answered(n uint64) { l.answeredUpTo = max(l.answeredUpTo, n) }
 // failure: signalIsolated for a retry, an error of the rate rule for a
 // first failure. Back-pressure (429, 503, Retry-After) is the partner
 // asking for less, whoever asked: always sig.
-func (l *limiter) judge(sig Signal, n uint64, retry bool, rtt time.Duration) Signal {
+func (l *limiter) judge(sig delivery.Signal, n uint64, retry bool, rtt time.Duration) delivery.Signal {
 	switch sig {
-	case SignalTimeout, SignalPayload, SignalEdge, SignalConnection:
+	case delivery.SignalTimeout, delivery.SignalPayload, delivery.SignalEdge, delivery.SignalConnection:
 	default:
 		return sig
 	}
@@ -376,10 +327,10 @@ func (l *limiter) judge(sig Signal, n uint64, retry bool, rtt time.Duration) Sig
 		return sig
 	}
 	if retry {
-		return signalIsolated
+		return delivery.SignalIsolated
 	}
-	if sig == SignalTimeout {
-		return SignalPayload
+	if sig == delivery.SignalTimeout {
+		return delivery.SignalPayload
 	}
 	return sig
 }
@@ -399,13 +350,13 @@ func (l *limiter) threshold() time.Duration {
 
 // backPressure halves the limit once per max(cutInterval, recent RTT),
 // down to 1.
-func (l *limiter) backPressure(now time.Time, sig Signal) {
+func (l *limiter) backPressure(now time.Time, sig delivery.Signal) {
 	if now.Sub(l.lastCut) < max(cutInterval, l.recent) {
 		return
 	}
 	l.lastCut = now
 	why := moveBackPressure
-	if sig == SignalTimeout {
+	if sig == delivery.SignalTimeout {
 		why = moveTimeout
 	}
 	l.move(math.Max(1, l.limit*backoffRatio), why)

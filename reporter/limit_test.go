@@ -18,6 +18,7 @@ import (
 
 	"github.com/playpipe/playpipe/partnerapi"
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
+	"github.com/playpipe/playpipe/reporter/delivery"
 )
 
 // feed gives l one interval of answers at rtt with the limit's posts in
@@ -28,10 +29,10 @@ func feed(l *limiter, now *time.Time, rtt time.Duration, saturated bool) {
 		if !saturated {
 			inflight /= 2
 		}
-		l.observe(*now, SignalAnswer, rtt, inflight)
+		l.observe(*now, delivery.SignalAnswer, rtt, inflight)
 		*now = now.Add(max(minInterval, rtt) / minSamples)
 	}
-	l.observe(*now, SignalAnswer, rtt, 0) // closes the interval
+	l.observe(*now, delivery.SignalAnswer, rtt, 0) // closes the interval
 }
 
 // TestLimiterGrowsWhileLatencyIsFlat: a partner 50 ms away whose latency
@@ -114,12 +115,12 @@ func TestLimiterShrinksWhenLatencyRises(t *testing.T) {
 // grow it back. A 500, an edge's page, a lost connection or a 400 alone
 // moves nothing.
 func TestLimiterHalvesOnBackPressure(t *testing.T) {
-	for _, sig := range []Signal{SignalBackPressure, SignalTimeout} {
+	for _, sig := range []delivery.Signal{delivery.SignalBackPressure, delivery.SignalTimeout} {
 		now := time.Unix(1000, 0)
 		l := newLimiter(64, 1024, now)
 		l.observe(now, sig, 0, 64)
 		l.observe(now.Add(cutInterval/2), sig, 0, 64) // the same burst
-		want := map[Signal]string{SignalBackPressure: moveBackPressure, SignalTimeout: moveTimeout}[sig]
+		want := map[delivery.Signal]string{delivery.SignalBackPressure: moveBackPressure, delivery.SignalTimeout: moveTimeout}[sig]
 		if l.limit != 32 || l.reason != want || l.moves[want] != 1 {
 			t.Fatalf("%v: limit %.1f reason %q moves %v, want 32 after one burst", sig, l.limit, l.reason, l.moves)
 		}
@@ -140,7 +141,7 @@ func TestLimiterHalvesOnBackPressure(t *testing.T) {
 			t.Fatalf("%v: limit %.1f after recovery, want back above 64", sig, l.limit)
 		}
 	}
-	for _, sig := range []Signal{SignalPayload, SignalEdge, SignalConnection} {
+	for _, sig := range []delivery.Signal{delivery.SignalPayload, delivery.SignalEdge, delivery.SignalConnection} {
 		now := time.Unix(1000, 0)
 		l := newLimiter(64, 1024, now)
 		for range 3 {
@@ -187,7 +188,7 @@ func (s *sim) reset() { s.low, s.high, s.sent, s.errs = s.l.limit, s.l.limit, 0,
 
 // run simulates d against a partner whose RTT at inflight posts is rtt and
 // whose answers are drawn by answer (p in [0, 1) uniform).
-func (s *sim) run(d time.Duration, rtt func(inflight float64) time.Duration, answer func(inflight, p float64) Signal) {
+func (s *sim) run(d time.Duration, rtt func(inflight float64) time.Duration, answer func(inflight, p float64) delivery.Signal) {
 	const step = time.Millisecond
 	for end := s.t + d; s.t < end; s.t += step {
 		s.now = s.now.Add(step)
@@ -197,7 +198,7 @@ func (s *sim) run(d time.Duration, rtt func(inflight float64) time.Duration, ans
 		for ; s.acc >= 1; s.acc-- {
 			sig := answer(inflight, s.r.Float64())
 			s.sent++
-			if sig != SignalAnswer {
+			if sig != delivery.SignalAnswer {
 				s.errs++
 			}
 			s.l.observe(s.now, sig, lat, int(inflight))
@@ -210,12 +211,12 @@ func (s *sim) run(d time.Duration, rtt func(inflight float64) time.Duration, ans
 func flat(float64) time.Duration { return 50 * time.Millisecond }
 
 // errorsAt answers sig to a share of the posts, the rest normally.
-func errorsAt(share float64, sig Signal) func(float64, float64) Signal {
-	return func(_, p float64) Signal {
+func errorsAt(share float64, sig delivery.Signal) func(float64, float64) delivery.Signal {
+	return func(_, p float64) delivery.Signal {
 		if p < share {
 			return sig
 		}
-		return SignalAnswer
+		return delivery.SignalAnswer
 	}
 }
 
@@ -230,17 +231,17 @@ func TestLimiterGrowsThroughSteadyErrors(t *testing.T) {
 	for _, c := range []struct {
 		name  string
 		share float64
-		sig   Signal
+		sig   delivery.Signal
 		draws uint64 // of the same partner
 	}{
-		{"no errors", 0, SignalAnswer, 1},
-		{"0.1% 500s", 0.001, SignalPayload, 2},
-		{"1% 500s", 0.01, SignalPayload, 2},
-		{"2% 500s", 0.02, SignalPayload, 2},
-		{"10% 500s", 0.10, SignalPayload, 2},
-		{"1% edge pages", 0.01, SignalEdge, 1},
-		{"1% resets", 0.01, SignalConnection, 1},
-		{"2% 400s", 0.02, SignalPayload, 1},
+		{"no errors", 0, delivery.SignalAnswer, 1},
+		{"0.1% 500s", 0.001, delivery.SignalPayload, 2},
+		{"1% 500s", 0.01, delivery.SignalPayload, 2},
+		{"2% 500s", 0.02, delivery.SignalPayload, 2},
+		{"10% 500s", 0.10, delivery.SignalPayload, 2},
+		{"1% edge pages", 0.01, delivery.SignalEdge, 1},
+		{"1% resets", 0.01, delivery.SignalConnection, 1},
+		{"2% 400s", 0.02, delivery.SignalPayload, 1},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			for seed := range c.draws {
@@ -283,19 +284,19 @@ func TestLimiterGrowsThroughSteadyErrors(t *testing.T) {
 func TestLimiterShrinksOnBackPressureStorms(t *testing.T) {
 	for _, c := range []struct {
 		name string
-		sig  Signal
+		sig  delivery.Signal
 	}{
-		{"503 storm", SignalBackPressure}, // 503 or 429, Retry-After or not: one Signal (TestClassifySignal)
-		{"timeouts", SignalTimeout},
+		{"503 storm", delivery.SignalBackPressure}, // 503 or 429, Retry-After or not: one Signal (TestClassifySignal)
+		{"timeouts", delivery.SignalTimeout},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			s := newSim(48, 1024, 29)
-			background := errorsAt(0.01, SignalPayload)
+			background := errorsAt(0.01, delivery.SignalPayload)
 			s.run(30*time.Second, flat, background)
 			if s.l.limit != 1024 {
 				t.Fatalf("limit %.0f before the storm at 1 %% 500s, want the cap 1024", s.l.limit)
 			}
-			storm := func(inflight, p float64) Signal {
+			storm := func(inflight, p float64) delivery.Signal {
 				if p < 0.10 {
 					return c.sig
 				}
@@ -346,9 +347,9 @@ func TestLimiterShrinksWhenLatencyRisesThroughErrors(t *testing.T) {
 	var clean *sim
 	for _, share := range []float64{0, 0.01} {
 		s := newSim(48, 1024, 29)
-		s.run(20*time.Second, partner, errorsAt(share, SignalPayload))
+		s.run(20*time.Second, partner, errorsAt(share, delivery.SignalPayload))
 		s.reset()
-		s.run(100*time.Second, partner, errorsAt(share, SignalPayload))
+		s.run(100*time.Second, partner, errorsAt(share, delivery.SignalPayload))
 		t.Logf("%.0f %% 500s: limit %.0f (%.0f–%.0f over the last 100 s), moves %v", 100*share, s.l.limit, s.low, s.high, s.l.moves)
 		if share == 0 {
 			clean = s
@@ -370,12 +371,12 @@ func TestLimiterShrinksWhenLatencyRisesThroughErrors(t *testing.T) {
 // the errors our own load makes — and above --concurrency.
 func TestLimiterShrinksWhenErrorRateRisesWithLoad(t *testing.T) {
 	s := newSim(48, 1024, 29)
-	overload := func(inflight, p float64) Signal {
+	overload := func(inflight, p float64) delivery.Signal {
 		share := 0.001 + max(0, inflight-300)/1000
 		if p < share {
-			return SignalPayload
+			return delivery.SignalPayload
 		}
-		return SignalAnswer
+		return delivery.SignalAnswer
 	}
 	s.run(20*time.Second, flat, overload)
 	s.reset()
@@ -400,11 +401,11 @@ func TestLimiterShrinksWhenErrorRateRisesWithLoad(t *testing.T) {
 // within about a minute, once the baseline has learned the new rate.
 func TestLimiterLearnsAnErrorRateNotTiedToLoad(t *testing.T) {
 	s := newSim(48, 1024, 29)
-	s.run(30*time.Second, flat, errorsAt(0.01, SignalPayload))
+	s.run(30*time.Second, flat, errorsAt(0.01, delivery.SignalPayload))
 	s.reset()
 	var back time.Duration
 	for start := s.t; s.t-start < 2*time.Minute && back == 0; {
-		s.run(100*time.Millisecond, flat, errorsAt(0.10, SignalPayload))
+		s.run(100*time.Millisecond, flat, errorsAt(0.10, delivery.SignalPayload))
 		if s.l.limit == 1024 && s.low < 1024 {
 			back = s.t - start
 		}
@@ -441,30 +442,30 @@ func TestClassifySignal(t *testing.T) {
 		name string
 		res  partnerapi.ReportResult
 		err  error
-		want Signal
+		want delivery.Signal
 	}{
-		{"200", partnerapi.ReportResult{Meta: partnerapi.Meta{Status: 200}}, nil, SignalAnswer},
-		{"401", partnerapi.ReportResult{}, api(partnerapi.KindUnauthorized, 401), SignalAnswer},
-		{"429", partnerapi.ReportResult{}, api(partnerapi.KindTransient, 429), SignalBackPressure},
-		{"503", partnerapi.ReportResult{}, api(partnerapi.KindTransient, 503), SignalBackPressure},
-		{"503 Retry-After", partnerapi.ReportResult{}, withRetryAfter, SignalBackPressure},
-		{"408", partnerapi.ReportResult{}, api(partnerapi.KindTransient, 408), SignalBackPressure},
-		{"edge 503 page", partnerapi.ReportResult{}, edge(503), SignalBackPressure},
-		{"edge 429 page", partnerapi.ReportResult{}, edge(429), SignalBackPressure},
-		{"edge page with Retry-After", partnerapi.ReportResult{}, edgeRetryAfter, SignalBackPressure},
-		{"timeout", partnerapi.ReportResult{}, timeout, SignalTimeout},
-		{"timeout outside the API", partnerapi.ReportResult{}, fmt.Errorf("x: %w", context.DeadlineExceeded), SignalTimeout},
-		{"500", partnerapi.ReportResult{}, api(partnerapi.KindTransient, 500), SignalPayload},
-		{"502 of the API", partnerapi.ReportResult{}, api(partnerapi.KindTransient, 502), SignalPayload},
-		{"400", partnerapi.ReportResult{}, api(partnerapi.KindRejected, 400), SignalPayload},
-		{"edge 502 page", partnerapi.ReportResult{}, edge(502), SignalEdge},
-		{"edge 400 page", partnerapi.ReportResult{}, edge(400), SignalEdge},
-		{"edge 413 page", partnerapi.ReportResult{}, edge(413), SignalEdge},
-		{"reset", partnerapi.ReportResult{}, reset, SignalConnection},
-		{"cut answer", partnerapi.ReportResult{}, cut, SignalConnection},
-		{"unknown error", partnerapi.ReportResult{}, errors.New("boom"), SignalConnection},
+		{"200", partnerapi.ReportResult{Meta: partnerapi.Meta{Status: 200}}, nil, delivery.SignalAnswer},
+		{"401", partnerapi.ReportResult{}, api(partnerapi.KindUnauthorized, 401), delivery.SignalAnswer},
+		{"429", partnerapi.ReportResult{}, api(partnerapi.KindTransient, 429), delivery.SignalBackPressure},
+		{"503", partnerapi.ReportResult{}, api(partnerapi.KindTransient, 503), delivery.SignalBackPressure},
+		{"503 Retry-After", partnerapi.ReportResult{}, withRetryAfter, delivery.SignalBackPressure},
+		{"408", partnerapi.ReportResult{}, api(partnerapi.KindTransient, 408), delivery.SignalBackPressure},
+		{"edge 503 page", partnerapi.ReportResult{}, edge(503), delivery.SignalBackPressure},
+		{"edge 429 page", partnerapi.ReportResult{}, edge(429), delivery.SignalBackPressure},
+		{"edge page with Retry-After", partnerapi.ReportResult{}, edgeRetryAfter, delivery.SignalBackPressure},
+		{"timeout", partnerapi.ReportResult{}, timeout, delivery.SignalTimeout},
+		{"timeout outside the API", partnerapi.ReportResult{}, fmt.Errorf("x: %w", context.DeadlineExceeded), delivery.SignalTimeout},
+		{"500", partnerapi.ReportResult{}, api(partnerapi.KindTransient, 500), delivery.SignalPayload},
+		{"502 of the API", partnerapi.ReportResult{}, api(partnerapi.KindTransient, 502), delivery.SignalPayload},
+		{"400", partnerapi.ReportResult{}, api(partnerapi.KindRejected, 400), delivery.SignalPayload},
+		{"edge 502 page", partnerapi.ReportResult{}, edge(502), delivery.SignalEdge},
+		{"edge 400 page", partnerapi.ReportResult{}, edge(400), delivery.SignalEdge},
+		{"edge 413 page", partnerapi.ReportResult{}, edge(413), delivery.SignalEdge},
+		{"reset", partnerapi.ReportResult{}, reset, delivery.SignalConnection},
+		{"cut answer", partnerapi.ReportResult{}, cut, delivery.SignalConnection},
+		{"unknown error", partnerapi.ReportResult{}, errors.New("boom"), delivery.SignalConnection},
 	} {
-		if got := Classify(c.res, c.err, true).Signal; got != c.want {
+		if got := delivery.Classify(c.res, c.err, true).Signal; got != c.want {
 			t.Errorf("%s: signal %v, want %v", c.name, got, c.want)
 		}
 	}

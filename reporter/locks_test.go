@@ -10,6 +10,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/playpipe/playpipe/reporter/delivery"
 	"github.com/playpipe/playpipe/schemas"
 )
 
@@ -129,7 +130,7 @@ func TestSnapshotsWhileAnswersLand(t *testing.T) {
 					continue
 				}
 				j.attempt++
-				j.dec = Decision{Action: ActDelivered, Outcome: schemas.OutcomeDelivered, Status: 200}
+				j.dec = delivery.Decision{Action: delivery.ActDelivered, Outcome: schemas.OutcomeDelivered, Status: 200}
 				j.latency, j.held = time.Millisecond, time.Millisecond
 			}
 		})

@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/playpipe/playpipe/internal/telemetry"
+	"github.com/playpipe/playpipe/reporter/delivery"
 	"github.com/playpipe/playpipe/schemas"
 )
 
@@ -88,19 +89,19 @@ func newMetrics(mp metric.MeterProvider, tp trace.TracerProvider) (*metrics, err
 	for _, o := range []string{schemas.OutcomeDelivered, schemas.OutcomeRejected, schemas.OutcomeStandby, schemas.OutcomeRetry, schemas.OutcomeBlocked} {
 		x.outcome[o] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(attribute.String("outcome", o)))}
 	}
-	for _, r := range []string{ReasonHTTP500, ReasonHTTP503, ReasonTimeout, ReasonConnection, ReasonUnauthorized} {
+	for _, r := range []string{delivery.ReasonHTTP500, delivery.ReasonHTTP503, delivery.ReasonTimeout, delivery.ReasonConnection, delivery.ReasonUnauthorized} {
 		x.reason[r] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", r)))}
 	}
 	return x, nil
 }
 
-func (m *metrics) record(ctx context.Context, d Decision, seconds float64) {
+func (m *metrics) record(ctx context.Context, d delivery.Decision, seconds float64) {
 	if o, ok := m.outcome[d.Outcome]; ok {
 		m.deliveries.Add(ctx, 1, o...)
 	} else if d.Outcome != "" {
 		m.deliveries.Add(ctx, 1, metric.WithAttributes(attribute.String("outcome", d.Outcome)))
 	}
-	if d.Action == ActRetry {
+	if d.Action == delivery.ActRetry {
 		if o, ok := m.reason[d.Reason]; ok {
 			m.retries.Add(ctx, 1, o...)
 		} else {

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/playpipe/playpipe/reporter/delivery"
 )
 
 // finalWithoutPost marks a job final that needs no post (no lock held but
@@ -44,7 +46,7 @@ func (rn *run) posted(j *job) {
 		rn.idMu.Lock()
 		rn.recent.add(j.id)
 		rn.idMu.Unlock()
-		if d.Action == ActRejected {
+		if d.Action == delivery.ActRejected {
 			rn.log.Warn("report rejected by the partner API", "report_id", j.id, "status", d.Status, "message", d.Message, "fields", d.Fields)
 		}
 		if rn.stopping.Load() {
@@ -53,7 +55,7 @@ func (rn *run) posted(j *job) {
 		return // ps.inflight drops when the Delivery record is persisted
 	}
 	switch {
-	case d.Action == ActRetry && d.Reason != ReasonUnauthorized:
+	case d.Action == delivery.ActRetry && d.Reason != delivery.ReasonUnauthorized:
 		before := math.Floor(rn.thr.lim.limit)
 		rn.thr.failure(rn.cfg.Now(), d.Signal, j.postNo, j.failures > 0, j.held, rn.inflight+1)
 		if rn.limitMoved(before) {
@@ -62,13 +64,13 @@ func (rn *run) posted(j *job) {
 		if rn.thr.tokens < 1 {
 			rn.poke() // the coordinator wakes the workers when a token is back
 		}
-	case d.Action == ActStandby:
+	case d.Action == delivery.ActStandby:
 	default:
 		rn.healthy(j)
 	}
 	ps.mu.Lock()
 	ps.inflight--
-	if d.Action == ActAbandon {
+	if d.Action == delivery.ActAbandon {
 		// Cancelled while in flight: it may have reached the partner, and
 		// no answer will be recorded.
 		if d.Doubt != "" {
@@ -87,9 +89,9 @@ func (rn *run) posted(j *job) {
 		return
 	}
 	switch d.Action {
-	case ActStandby:
+	case delivery.ActStandby:
 		rn.standbyAnswer(j)
-	case ActRetry:
+	case delivery.ActRetry:
 		if !d.Renew {
 			rn.noteFailure(j, d, now)
 		}
@@ -104,12 +106,12 @@ func (rn *run) posted(j *job) {
 			break
 		}
 		rn.retry(j)
-	case ActStop:
+	case delivery.ActStop:
 		rn.idMu.Lock()
 		rn.release(j)
 		rn.idMu.Unlock()
 		rn.stop(rn.configError(j, d), true)
-	case ActAbandon:
+	case delivery.ActAbandon:
 		rn.idMu.Lock()
 		rn.release(j)
 		// Cancelled without a shutdown (cannot happen today): post again,

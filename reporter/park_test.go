@@ -13,8 +13,9 @@ import (
 
 	"github.com/playpipe/playpipe/partnerapi"
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
+	"github.com/playpipe/playpipe/reporter/delivery"
 	"github.com/playpipe/playpipe/schemas"
-	"github.com/playpipe/playpipe/wiring/testenv"
+	"github.com/playpipe/playpipe/testkit/testenv"
 )
 
 // badPartner is the partner stand-in of the parking tests: it answers every report
@@ -141,7 +142,7 @@ func TestParkedTrackDoesNotHoldOthers(t *testing.T) {
 		switch {
 		case !ok:
 			t.Errorf("report %s not parked", id)
-		case d.HTTPStatus != 500 || d.Reason != ReasonHTTP500 || d.Attempt < 3 || d.InDoubt:
+		case d.HTTPStatus != 500 || d.Reason != delivery.ReasonHTTP500 || d.Attempt < 3 || d.InDoubt:
 			t.Errorf("parked record of %s: %+v, want status 500, reason http_500, ≥ 3 attempts, not in doubt", id, d)
 		}
 	}
@@ -477,7 +478,7 @@ func TestPayloadFailureBacksOffSlowly(t *testing.T) {
 		{"the others answered", 5, 1600 * time.Millisecond, 3200 * time.Millisecond},
 		{"outage of the whole partner", 0, 100 * time.Millisecond, 200 * time.Millisecond},
 	} {
-		j := &job{id: "r", rec: &kgo.Record{}, ps: &partState{}, dec: Decision{Action: ActRetry}}
+		j := &job{id: "r", rec: &kgo.Record{}, ps: &partState{}, dec: delivery.Decision{Action: delivery.ActRetry}}
 		for range 2 {
 			rn.successes += c.others
 			j.attempt++

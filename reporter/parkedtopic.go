@@ -147,6 +147,8 @@ func (rn *run) readParked(ctx context.Context, from map[int32]int64, fn func(*kg
 	}
 	defer cl.Close()
 	next := map[int32]int64{}
+	// How long the broker has given nothing: real time on purpose, it
+	// waits on the broker, not on a timer of the reporter (clock.go).
 	last := time.Now()
 	for len(left) > 0 {
 		fs := cl.PollFetches(ctx)

@@ -125,7 +125,7 @@ func (rn *run) recoverFirst(ctx context.Context, first map[int32]int64) error {
 	fresh := slices.Sorted(maps.Keys(first))
 	ctx, cancel := context.WithTimeout(ctx, recoverTimeout)
 	defer cancel()
-	start := time.Now()
+	start := time.Now() // the recovery's duration for the log: a real-time measurement on purpose
 	var (
 		got *recovered
 		err error

@@ -16,6 +16,7 @@ import (
 	"github.com/playpipe/playpipe/internal/backoff"
 	"github.com/playpipe/playpipe/internal/kafkax"
 	"github.com/playpipe/playpipe/partnerapi"
+	"github.com/playpipe/playpipe/reporter/delivery"
 	"github.com/playpipe/playpipe/schemas"
 )
 
@@ -124,7 +125,7 @@ type job struct {
 	unacked int
 
 	// Set by the worker for the coordinator.
-	dec     Decision
+	dec     delivery.Decision
 	latency time.Duration
 	// held is how long the post held its slot: latency plus the wait for
 	// the rate limit (--rate). It feeds the in-flight limit, so that a

@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/playpipe/playpipe/partnerapi"
+	"github.com/playpipe/playpipe/reporter/delivery"
 	"github.com/playpipe/playpipe/schemas"
 )
 
@@ -92,7 +93,7 @@ func TestSlowRetryOutlastingShutdownTimeout(t *testing.T) {
 	timeouts := func() int {
 		n := 0
 		for _, d := range e.deliveries() {
-			if bad[d.ReportID] && d.Outcome == schemas.OutcomeParked && d.Reason == ReasonTimeout {
+			if bad[d.ReportID] && d.Outcome == schemas.OutcomeParked && d.Reason == delivery.ReasonTimeout {
 				n++
 			}
 		}

@@ -5,6 +5,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/playpipe/playpipe/reporter/delivery"
 	"github.com/playpipe/playpipe/schemas"
 )
 
@@ -59,7 +60,7 @@ func (rn *run) slowRetry(it *parkedItem) {
 	var rec *kgo.Record
 	for range 2 { // a 401 renews the session: once more at once
 		rec = rn.post(j)
-		if j.dec.Action != ActRetry || !j.dec.Renew || rec == nil {
+		if j.dec.Action != delivery.ActRetry || !j.dec.Renew || rec == nil {
 			break
 		}
 		if err := rn.slowPublish(it.ps, rec); err != nil {
@@ -75,12 +76,12 @@ func (rn *run) slowRetry(it *parkedItem) {
 	d := j.dec
 	e.Attempts, e.InDoubt = j.attempt, j.inDoubt
 	switch {
-	case d.Action == ActAbandon || rec == nil:
+	case d.Action == delivery.ActAbandon || rec == nil:
 		// Shutdown or revocation: the entry keeps Posting (the post may have
 		// left), and the next owner posts again labelled in doubt.
 		rn.slow.done(it)
 		return
-	case d.Action == ActStop:
+	case d.Action == delivery.ActStop:
 		rn.slow.done(it)
 		rn.stop(rn.configError(j, d), true)
 		return
@@ -108,7 +109,7 @@ func (rn *run) slowRetry(it *parkedItem) {
 	// Not final (a transient failure, a timeout included, or standby): the
 	// answer on record as parked, then the entry's next state, due on the
 	// slow schedule.
-	if d.Action == ActRetry {
+	if d.Action == delivery.ActRetry {
 		asParked(rec)
 		e.Stage++
 	}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/playpipe/playpipe/reporter/delivery"
 )
 
 // A stall is loud: a report failing once is a blip, a set of reports
@@ -55,7 +57,7 @@ type stallState struct {
 
 // noteFailure records a transient failure of j, answered d at now (mu
 // held).
-func (rn *run) noteFailure(j *job, d Decision, now time.Time) {
+func (rn *run) noteFailure(j *job, d delivery.Decision, now time.Time) {
 	if rn.stall.failing == nil {
 		rn.stall.failing = map[*job]*failing{}
 	}
@@ -70,12 +72,12 @@ func (rn *run) noteFailure(j *job, d Decision, now time.Time) {
 
 // noteAnswer records the time of an answer of j's post for readiness (mu
 // held).
-func (rn *run) noteAnswer(d Decision, now time.Time) {
+func (rn *run) noteAnswer(d delivery.Decision, now time.Time) {
 	rn.stall.lastPost = now
 	if rn.stall.firstPost.IsZero() {
 		rn.stall.firstPost = now
 	}
-	if d.Status != 0 || d.Reason == ReasonTimeout {
+	if d.Status != 0 || d.Reason == delivery.ReasonTimeout {
 		rn.stall.lastReach = now
 	}
 	if d.Action.Final() {

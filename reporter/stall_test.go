@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/playpipe/playpipe/reporter/delivery"
 )
 
 // TestStallWarning: reports failing once say nothing; once a set of them
@@ -25,8 +27,8 @@ func TestStallWarning(t *testing.T) {
 	r := &Reporter{cfg: cfg, log: cfg.Logger}
 	rn := r.newRun(context.Background(), func() {})
 	r.cur.Store(rn)
-	timeout := Decision{Action: ActRetry, Reason: ReasonTimeout, Signal: SignalTimeout}
-	delivered := Decision{Action: ActDelivered, Outcome: "delivered", Status: 200}
+	timeout := delivery.Decision{Action: delivery.ActRetry, Reason: delivery.ReasonTimeout, Signal: delivery.SignalTimeout}
+	delivered := delivery.Decision{Action: delivery.ActDelivered, Outcome: "delivered", Status: 200}
 	jobs := make([]*job, 5)
 	for i := range jobs {
 		jobs[i] = &job{id: fmt.Sprintf("r%d", i), rec: &kgo.Record{}, ps: &partState{}, body: fmt.Appendf(nil, `{"trackid":%d}`, 400001+i%2)}

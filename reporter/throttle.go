@@ -3,6 +3,8 @@ package reporter
 import (
 	"math"
 	"time"
+
+	"github.com/playpipe/playpipe/reporter/delivery"
 )
 
 // waitRate waits, on the clock, for the rate limit's (--rate) next token
@@ -100,9 +102,9 @@ func (t *throttle) allows(inflight int) bool {
 // success records an answer from a healthy partner (sig: what it tells
 // the in-flight limit) to the post numbered n (limiter.started) that took
 // rtt, with inflight posts out when it came back.
-func (t *throttle) success(now time.Time, sig Signal, n uint64, rtt time.Duration, inflight int) {
+func (t *throttle) success(now time.Time, sig delivery.Signal, n uint64, rtt time.Duration, inflight int) {
 	t.tokens = math.Min(t.max, t.tokens+t.ratio)
-	if sig == SignalAnswer {
+	if sig == delivery.SignalAnswer {
 		t.lim.answered(n)
 	}
 	t.lim.observe(now, sig, rtt, inflight)
@@ -112,7 +114,7 @@ func (t *throttle) success(now time.Time, sig Signal, n uint64, rtt time.Duratio
 // before): an answer (or its absence) to be retried. It takes a token; sig,
 // as the limiter judges it (limiter.judge), says whether it moves the
 // limit.
-func (t *throttle) failure(now time.Time, sig Signal, n uint64, retry bool, rtt time.Duration, inflight int) {
+func (t *throttle) failure(now time.Time, sig delivery.Signal, n uint64, retry bool, rtt time.Duration, inflight int) {
 	t.refill(now)
 	t.tokens = math.Max(t.tokens-1, -t.max) // a burst in flight may overdraw a little
 	t.lim.observe(now, t.lim.judge(sig, n, retry, rtt), rtt, inflight)

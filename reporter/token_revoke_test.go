@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
+	"github.com/playpipe/playpipe/reporter/delivery"
 	"github.com/playpipe/playpipe/schemas"
 )
 
@@ -123,7 +124,7 @@ func TestTokensRevokedMidRun(t *testing.T) {
 	total401, sessions := l.Counters["report"][401], l.Counters["session"][200]
 	retried401 := 0
 	for _, d := range by[schemas.OutcomeRetry] {
-		if d.Reason == ReasonUnauthorized && d.HTTPStatus == 401 {
+		if d.Reason == delivery.ReasonUnauthorized && d.HTTPStatus == 401 {
 			retried401++
 		}
 	}

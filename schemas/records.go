@@ -43,14 +43,34 @@ type TrackPlay struct {
 // SHA-256(eventID, 0x00, position), in hex. The same event always yields the
 // same ids, so re-published events and replays are recognised.
 func ReportID(eventID string, position int) string {
-	h := sha256.New()
-	h.Write([]byte(eventID))
-	var buf [24]byte
-	b := append(buf[:0], 0)
-	b = strconv.AppendInt(b, int64(position), 10)
-	h.Write(b)
+	var buf [2 * reportIDBytes]byte
+	return string(AppendReportID(buf[:0], eventID, position))
+}
+
+// reportIDBytes is how many bytes of the SHA-256 sum a report id keeps.
+const reportIDBytes = 16
+
+// AppendReportID appends ReportID(eventID, position) to dst as hex: the one
+// rule, without allocating for an event id of at most MaxEventIDLen bytes
+// (the consumer's path, one call per play).
+func AppendReportID(dst []byte, eventID string, position int) []byte {
 	var sum [sha256.Size]byte
-	return hex.EncodeToString(h.Sum(sum[:0])[:16])
+	if len(eventID) <= MaxEventIDLen {
+		var buf [MaxEventIDLen + 24]byte
+		b := append(buf[:0], eventID...)
+		b = append(b, 0)
+		b = strconv.AppendInt(b, int64(position), 10)
+		sum = sha256.Sum256(b)
+	} else {
+		h := sha256.New()
+		h.Write([]byte(eventID))
+		var buf [24]byte
+		b := append(buf[:0], 0)
+		b = strconv.AppendInt(b, int64(position), 10)
+		h.Write(b)
+		h.Sum(sum[:0])
+	}
+	return hex.AppendEncode(dst, sum[:reportIDBytes])
 }
 
 // Source locates a record in Kafka.

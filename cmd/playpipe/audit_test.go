@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/playpipe/playpipe/analytics"
-	"github.com/playpipe/playpipe/wiring/testenv"
+	"github.com/playpipe/playpipe/testkit/testenv"
 )
 
 // TestAuditExitCodes drives `playpipe audit` against a real ledger written

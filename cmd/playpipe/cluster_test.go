@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/playpipe/playpipe/analytics"
-	"github.com/playpipe/playpipe/wiring/testenv"
+	"github.com/playpipe/playpipe/testkit/testenv"
 )
 
 // TestClusterFlag: --clickhouse-cluster defaults to its environment

@@ -20,12 +20,12 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
 	"github.com/playpipe/playpipe/analytics"
+	"github.com/playpipe/playpipe/demo"
 	"github.com/playpipe/playpipe/internal/kafkax"
 	"github.com/playpipe/playpipe/internal/version"
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
 	"github.com/playpipe/playpipe/producer/simulator"
 	"github.com/playpipe/playpipe/reporter"
-	"github.com/playpipe/playpipe/wiring/harness"
 )
 
 func init() {
@@ -119,7 +119,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		c.clickhouse.Database = "demo_" + time.Now().UTC().Format("20060102_150405")
 		c.dropOld = c.clickhouse.Addr == "" // only in the demo's own local server
 	}
-	return demo(ctx, c, stdout)
+	return demoMain(ctx, c, stdout)
 }
 
 func (c *demoConfig) validate() error {
@@ -170,14 +170,14 @@ type demoRun struct {
 	out     io.Writer
 	log     *slog.Logger
 	start   time.Time
-	p       *harness.Pipeline
+	p       *demo.Pipeline
 	conn    driver.Conn
 	gw      *demoGateway
 	onTopic atomic.Int64 // events on the events topic (Kafka-acknowledged), as they are
 	closers []func()
 }
 
-func demo(ctx context.Context, c demoConfig, out io.Writer) error {
+func demoMain(ctx context.Context, c demoConfig, out io.Writer) error {
 	d := &demoRun{c: c, out: out}
 	defer d.close()
 	if err := d.setUp(ctx); err != nil {
@@ -248,7 +248,7 @@ func (d *demoRun) setUp(ctx context.Context) error {
 
 	fmt.Fprintf(d.out, "playpipe %s demo — logs in %s\n", version.Version, c.logFile)
 	d.start = time.Now()
-	d.p, err = harness.Start(ctx, harness.Config{
+	d.p, err = demo.Start(ctx, demo.Config{
 		Kafka:      c.kafka,
 		Sandbox:    sandbox.Config{Seed: c.seed, Pages: c.pages, ListsPerPage: c.lists, MixesPerList: c.mixes, Logger: d.log},
 		ClickHouse: c.clickhouse,
@@ -409,7 +409,7 @@ func (demoInterrupted) ExitCode() int   { return 130 }
 
 // interruptedSummary prints what an interrupted run did, from one last audit
 // (on a context of its own: the run's is cancelled).
-func interruptedSummary(out io.Writer, a *analytics.Auditor, window analytics.AuditOptions, p *harness.Pipeline, start time.Time, published int64, s *demoSchedule) error {
+func interruptedSummary(out io.Writer, a *analytics.Auditor, window analytics.AuditOptions, p *demo.Pipeline, start time.Time, published int64, s *demoSchedule) error {
 	actx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	window.To = time.Now().Add(time.Minute)
@@ -442,7 +442,7 @@ func (l lineCounter) Write(p []byte) (int, error) {
 
 // drained reports whether every event on the topic went through the consumer
 // and every reportable play reached a final outcome, as the ledger shows.
-func drained(r *analytics.Audit, onTopic int64, p *harness.Pipeline) bool {
+func drained(r *analytics.Audit, onTopic int64, p *demo.Pipeline) bool {
 	e := p.Enricher()
 	if e == nil || r.EventsReceived < uint64(onTopic) {
 		return false
@@ -452,7 +452,7 @@ func drained(r *analytics.Audit, onTopic int64, p *harness.Pipeline) bool {
 		r.Delivered+r.RejectedByAPI == r.PlaysReportable
 }
 
-func finishDemo(ctx context.Context, out io.Writer, a *analytics.Auditor, window analytics.AuditOptions, p *harness.Pipeline, start time.Time) error {
+func finishDemo(ctx context.Context, out io.Writer, a *analytics.Auditor, window analytics.AuditOptions, p *demo.Pipeline, start time.Time) error {
 	window.To = time.Now().Add(time.Minute)
 	r, err := a.Audit(ctx, window)
 	if err != nil {

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/playpipe/playpipe/wiring/testenv"
+	"github.com/playpipe/playpipe/testkit/testenv"
 )
 
 // TestDemo runs `playpipe demo` as a newcomer would (scaled down): embedded

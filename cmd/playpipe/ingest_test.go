@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/playpipe/playpipe/producer/gateway"
-	"github.com/playpipe/playpipe/wiring/testenv"
+	"github.com/playpipe/playpipe/testkit/testenv"
 )
 
 func TestIngestHashKeyAndNewKey(t *testing.T) {

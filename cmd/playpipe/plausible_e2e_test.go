@@ -17,7 +17,7 @@ import (
 
 	"github.com/playpipe/playpipe/producer/gateway"
 	"github.com/playpipe/playpipe/schemas"
-	"github.com/playpipe/playpipe/wiring/testenv"
+	"github.com/playpipe/playpipe/testkit/testenv"
 )
 
 // TestImplausibleTimeProcesses runs the four implausible time cases end to end,

@@ -13,7 +13,7 @@ import (
 	"testing"
 
 	"github.com/playpipe/playpipe/producer/simulator"
-	"github.com/playpipe/playpipe/wiring/testenv"
+	"github.com/playpipe/playpipe/testkit/testenv"
 )
 
 func TestParseMixes(t *testing.T) {

@@ -20,7 +20,7 @@ import (
 
 	"github.com/playpipe/playpipe/analytics"
 	"github.com/playpipe/playpipe/internal/chlocal"
-	"github.com/playpipe/playpipe/wiring/testenv"
+	"github.com/playpipe/playpipe/testkit/testenv"
 )
 
 func freeAddr(t *testing.T) string {

@@ -7,7 +7,7 @@
 // partner.
 //
 // TestPipelineOnContainers (pipeline_test.go) makes the assertions of
-// wiring/harness/harness_test.go (a 500 storm, a standby window, a sink
+// demo/harness_test.go (a 500 storm, a standby window, a sink
 // restart, a ClickHouse restart) plus a broker restart;
 // TestMigrationsOnCurrentClickHouse (schema_test.go) checks, on
 // docker-compose.yml's ClickHouse, that Migrate picks the current-server

@@ -16,13 +16,13 @@ import (
 
 	"github.com/playpipe/playpipe/analytics"
 	"github.com/playpipe/playpipe/consumer"
+	"github.com/playpipe/playpipe/demo"
 	"github.com/playpipe/playpipe/partnerapi"
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
 	"github.com/playpipe/playpipe/producer/simulator"
 	"github.com/playpipe/playpipe/reporter"
-	"github.com/playpipe/playpipe/wiring/expect"
-	"github.com/playpipe/playpipe/wiring/harness"
-	"github.com/playpipe/playpipe/wiring/testenv"
+	"github.com/playpipe/playpipe/testkit/expect"
+	"github.com/playpipe/playpipe/testkit/testenv"
 )
 
 // variant is one run of the pipeline behind the edge: its nginx
@@ -47,7 +47,7 @@ type variant struct {
 }
 
 // TestEdge runs the whole pipeline (the embedded broker, the consumer, the
-// reporter, the sink and a real ClickHouse, wired by wiring/harness)
+// reporter, the sink and a real ClickHouse, wired by demo)
 // against the sandbox behind Debian's nginx as the partner's edge: TLS with
 // the test's own CA, one run per variant. Each run checks, play by play,
 // that every expected play reached the partner, that the partner's
@@ -193,7 +193,7 @@ func runPipeline(t *testing.T, pr pipelineRun) runResult {
 	api := partnerapi.Config{BaseURL: pr.apiURL, RequestTimeout: pr.requestTimeout,
 		Credentials: partnerapi.Credentials{ClientID: pr.sb.ClientID, ClientSignature: pr.sb.ClientSignature, Email: pr.sb.Email},
 		BaseBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond, MaxAttempts: 8, RootCAs: pr.rootCAs}
-	p, err := harness.Start(ctx, harness.Config{
+	p, err := demo.Start(ctx, demo.Config{
 		Kafka:      k.Config,
 		API:        api,
 		ClickHouse: analytics.Config{Addr: ch.Addr, Database: ch.Database, User: ch.User, Password: ch.Password},

@@ -24,7 +24,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/playpipe/playpipe/wiring/testenv"
+	"github.com/playpipe/playpipe/testkit/testenv"
 )
 
 // certs is a CA of the test's own and a server certificate for 127.0.0.1

@@ -58,7 +58,7 @@ type Config struct {
 	Logger *slog.Logger
 	// TCPPort and HTTPPort, when both set, are the ports of a first start
 	// (instead of free ones picked at start), for servers whose ports other
-	// servers' configurations name before they start (internal/chcluster's
+	// servers' configurations name before they start (testkit/chcluster's
 	// replicas). A port taken by then fails the start.
 	TCPPort, HTTPPort int
 }
@@ -368,7 +368,7 @@ func (s *Server) Stop(ctx context.Context) error {
 
 // Kill stops the server at once with SIGKILL (a crash): for throwaway folders
 // and fault tests. The data written so far survives. Used by
-// wiring/testenv (tests) and wiring/bench, not by the playpipe binary.
+// testkit/testenv (tests) and tools/bench, not by the playpipe binary.
 func (s *Server) Kill() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -388,7 +388,7 @@ func (s *Server) Kill() {
 
 // PID returns the process id of the server this Server started (0 when it
 // never started one, or attached to another process's). Used by
-// wiring/bench and the tests, not by the playpipe binary.
+// tools/bench and the tests, not by the playpipe binary.
 func (s *Server) PID() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()

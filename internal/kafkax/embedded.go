@@ -21,7 +21,7 @@ type Embedded struct {
 // StartEmbedded starts an embedded broker on a free loopback port with the
 // four topics of prefix created with the given number of partitions. Close
 // stops it. The binary's --embedded-kafka goes through Ready instead
-// (deadcode lists StartEmbedded): wiring/testenv and wiring/bench use it.
+// (deadcode lists StartEmbedded): testkit/testenv and tools/bench use it.
 func StartEmbedded(prefix string, partitions int) (*Embedded, error) {
 	return StartEmbeddedOn(prefix, partitions, 0)
 }

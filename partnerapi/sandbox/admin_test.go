@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
-	"github.com/playpipe/playpipe/wiring/testenv"
+	"github.com/playpipe/playpipe/testkit/testenv"
 )
 
 func TestAdminAPI(t *testing.T) {

@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
-	"github.com/playpipe/playpipe/wiring/testenv"
+	"github.com/playpipe/playpipe/testkit/testenv"
 )
 
 // adminReq sends one raw admin request: body as is, hdr as name/value pairs

@@ -14,7 +14,7 @@ import (
 
 	"github.com/playpipe/playpipe/internal/telemetry"
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
-	"github.com/playpipe/playpipe/wiring/testenv"
+	"github.com/playpipe/playpipe/testkit/testenv"
 )
 
 // BenchmarkLeanVsDefault compares the sandbox as `playpipe sandbox` serves it

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
-	"github.com/playpipe/playpipe/wiring/testenv"
+	"github.com/playpipe/playpipe/testkit/testenv"
 )
 
 // BenchmarkReportThroughput posts play reports over loopback with keep-alive

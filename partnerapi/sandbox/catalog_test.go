@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
-	"github.com/playpipe/playpipe/wiring/testenv"
+	"github.com/playpipe/playpipe/testkit/testenv"
 )
 
 func hmsSec(t testing.TB, s string) int {

@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
-	"github.com/playpipe/playpipe/wiring/testenv"
+	"github.com/playpipe/playpipe/testkit/testenv"
 )
 
 func TestEdgeBlocksScriptUserAgents(t *testing.T) {

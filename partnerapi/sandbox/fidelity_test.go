@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
-	"github.com/playpipe/playpipe/wiring/testenv"
+	"github.com/playpipe/playpipe/testkit/testenv"
 )
 
 // catalogTypes returns the page types of a catalog answer.

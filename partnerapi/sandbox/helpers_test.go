@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/playpipe/playpipe/wiring/testenv"
+	"github.com/playpipe/playpipe/testkit/testenv"
 )
 
 const testUA = "playpipe-sandbox-test/1.0 (partner integration)"

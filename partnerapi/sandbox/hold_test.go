@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
-	"github.com/playpipe/playpipe/wiring/testenv"
+	"github.com/playpipe/playpipe/testkit/testenv"
 )
 
 // TestHoldFault: a report of a held track waits the hold, then gets the

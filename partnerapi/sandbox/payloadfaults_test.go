@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
-	"github.com/playpipe/playpipe/wiring/testenv"
+	"github.com/playpipe/playpipe/testkit/testenv"
 )
 
 // TestTrackFault: every report of the faulted track is answered the fault's

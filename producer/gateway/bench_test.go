@@ -13,8 +13,8 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/playpipe/playpipe/producer"
-	"github.com/playpipe/playpipe/wiring/producertest"
-	"github.com/playpipe/playpipe/wiring/testenv"
+	"github.com/playpipe/playpipe/testkit/producertest"
+	"github.com/playpipe/playpipe/testkit/testenv"
 )
 
 // BenchmarkGateway posts NDJSON batches of 1000 events (5% invalid, so the

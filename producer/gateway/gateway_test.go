@@ -18,8 +18,8 @@ import (
 
 	"github.com/playpipe/playpipe/producer"
 	"github.com/playpipe/playpipe/schemas"
-	"github.com/playpipe/playpipe/wiring/producertest"
-	"github.com/playpipe/playpipe/wiring/testenv"
+	"github.com/playpipe/playpipe/testkit/producertest"
+	"github.com/playpipe/playpipe/testkit/testenv"
 )
 
 const (

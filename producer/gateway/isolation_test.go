@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/playpipe/playpipe/producer"
-	"github.com/playpipe/playpipe/wiring/producertest"
+	"github.com/playpipe/playpipe/testkit/producertest"
 )
 
 // slowRequest is a POST /v1/events written by hand on a raw connection: it

@@ -14,7 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/playpipe/playpipe/producer"
-	"github.com/playpipe/playpipe/wiring/producertest"
+	"github.com/playpipe/playpipe/testkit/producertest"
 )
 
 // TestGatewayMetricLabelsBounded guards against unbounded /metrics growth: 5000

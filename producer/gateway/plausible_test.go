@@ -12,7 +12,7 @@ import (
 
 	"github.com/playpipe/playpipe/producer"
 	"github.com/playpipe/playpipe/schemas"
-	"github.com/playpipe/playpipe/wiring/producertest"
+	"github.com/playpipe/playpipe/testkit/producertest"
 )
 
 // TestGatewayImplausibleTime posts the four implausible time cases (seconds,

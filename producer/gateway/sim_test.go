@@ -10,7 +10,7 @@ import (
 	"github.com/playpipe/playpipe/producer"
 	"github.com/playpipe/playpipe/producer/simulator"
 	"github.com/playpipe/playpipe/schemas"
-	"github.com/playpipe/playpipe/wiring/producertest"
+	"github.com/playpipe/playpipe/testkit/producertest"
 )
 
 // simMixes is the simulated fleet's catalog: two mixes of 40 and 50 minutes.

@@ -13,7 +13,7 @@ import (
 
 	"github.com/playpipe/playpipe/producer"
 	"github.com/playpipe/playpipe/schemas"
-	"github.com/playpipe/playpipe/wiring/producertest"
+	"github.com/playpipe/playpipe/testkit/producertest"
 )
 
 // poisonEvent is valid JSON with an unknown mix and a pad field of n '<'

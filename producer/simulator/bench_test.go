@@ -8,7 +8,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace/noop"
 
-	"github.com/playpipe/playpipe/wiring/testenv"
+	"github.com/playpipe/playpipe/testkit/testenv"
 )
 
 // BenchmarkSimulate measures the kafka-go simulator (synchronous writes)

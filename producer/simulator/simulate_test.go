@@ -19,8 +19,8 @@ import (
 	"github.com/playpipe/playpipe/internal/telemetry"
 	"github.com/playpipe/playpipe/partnerapi"
 	"github.com/playpipe/playpipe/schemas"
-	"github.com/playpipe/playpipe/wiring/producertest"
-	"github.com/playpipe/playpipe/wiring/testenv"
+	"github.com/playpipe/playpipe/testkit/producertest"
+	"github.com/playpipe/playpipe/testkit/testenv"
 )
 
 // testMixes is a small catalog: three mixes of 30–60 minutes.

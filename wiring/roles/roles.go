@@ -6,7 +6,7 @@
 //
 // It is the one place roles are put together: cmd/playpipe fills the
 // structs from flags and environment variables (nothing here reads either)
-// and wiring/harness from struct literals, for the demo and the
+// and demo from struct literals, for the demo and the
 // end-to-end tests. Telemetry is handed in too (telemetry.Providers, from
 // telemetry.StartRole or Setup) and goes into each role's Config: no role
 // reads an otel global.
