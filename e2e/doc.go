@@ -33,6 +33,19 @@
 //     answers 500 to every report of one track; the others are delivered,
 //     the track's reports parked and listed by `playpipe audit --list
 //     parked`, then delivered once by `playpipe redrive --parked`.
+//   - hang_test.go, TestHangingTrackParked: on Apache Kafka, a partner
+//     that holds every report of one track past the reporter's
+//     --api-timeout; the other reports flow at the baseline's rate, the
+//     reporter warns of the stall, parks the held reports with reason
+//     timeout (listed by the audit) and never exits; after the fault is
+//     lifted each is at the partner exactly once. alerts_test.go evaluates
+//     the shipped alert rules (deploy/prometheus/alerts.yaml) with
+//     `promtool test rules` on that reporter's real /metrics.
+//   - redrive_test.go, TestRedriveOnePoster: on Apache Kafka, `playpipe
+//     redrive --parked` racing the reporter's due slow retries, killed with
+//     SIGKILL and with SIGTERM, then re-run: the partition's owner is the
+//     one poster, so the partner holds every play and no more copies than
+//     the audit's bound.
 //   - kafkacluster_test.go, TestKafkaClusterFaults: the pipeline as
 //     processes (ingest, consume, report ×2, sink) under a fleet's steady
 //     posts on three Apache Kafka brokers plus two controller-only nodes
