@@ -67,7 +67,7 @@ unit:
 ## other slow tests skip (testing.Short guards); no race detector, no fuzzing, no lint.
 ## Tests that need a local part still start it where it is installed (clickhouse-server,
 ## one Apache Kafka node per test binary, Chromium) and skip where it is not.
-## On the shared 2-core machine with a warm build cache: 3 min at load average 21,
+## On the 2-core machine with a warm build cache: 2 min 41 s idle, 3 min at load average 21,
 ## 7 min at 32–40 (reporter 113 s, analytics 88 s, cmd/playpipe 63 s, consumer 62 s).
 test-short:
 	$(GO) test -short -count=1 -timeout 10m $(PKGS)
