@@ -16,8 +16,8 @@ func TestLimiterJudge(t *testing.T) {
 	now := time.Unix(1000, 0)
 	l := newLimiter(48, 1024, now)
 	feed(l, &now, 50*time.Millisecond, true) // baseline and recent 50 ms
-	first := l.started(now, true)
-	later := l.started(now, false)
+	first := l.started(now, true, 0)
+	later := l.started(now, false, 0)
 	for _, c := range []struct {
 		name     string
 		sig      delivery.Signal
@@ -65,19 +65,28 @@ type hangSim struct {
 	arrive   float64       // fresh reports a second (0: a backlog)
 	queued   float64       // fresh reports waiting
 
-	inflight []simPost
-	retries  []time.Time // when each waiting retry is due
-	slots    int         // retries in flight
-	good     int         // answered posts
-	low      float64
+	inflight  []simPost
+	retries   []time.Time // when each waiting retry is due
+	slots     int         // retries in flight
+	suspects  bool        // the suspect-track rule (suspect.go) applies
+	anyTrack  bool        // the hanging posts are of any track, at random (retries too)
+	aside     int         // fresh reports of the suspect track waiting aside
+	suspectIn int         // suspect posts in flight
+	good      int         // answered posts
+	low       float64
 }
 
 type simPost struct {
-	n     uint64
-	done  time.Time
-	bad   bool
-	retry bool
+	n       uint64
+	done    time.Time
+	bad     bool
+	retry   bool
+	suspect bool  // a fresh report of a suspect track, in the suspect cap
+	track   int64 // hangTrack for the hanging ones
 }
+
+// hangTrack is the track whose every post hangs.
+const hangTrack = 666
 
 func (s *hangSim) run(d time.Duration) {
 	const step = time.Millisecond
@@ -94,37 +103,67 @@ func (s *hangSim) run(d time.Duration) {
 			if p.retry {
 				s.slots--
 			}
+			if p.suspect {
+				s.suspectIn--
+			}
 			if p.bad {
 				sig := delivery.SignalTimeout
 				if !s.raw {
-					sig = s.l.judge(sig, p.n, p.retry, s.timeout)
+					sig = s.l.judge(sig, p.n, p.retry || p.suspect, s.timeout)
 				}
 				s.l.observe(s.now, sig, s.timeout, n)
 				s.retries = append(s.retries, s.now.Add(s.retryGap))
 				continue
 			}
 			s.good++
+			s.l.sus.answered(p.track)
 			s.l.answered(p.n)
 			s.l.observe(s.now, delivery.SignalAnswer, 50*time.Millisecond, n)
 		}
 		s.inflight = keep
 		// Posts start while the limit allows: a due retry within the
-		// retry cap, else a fresh report.
+		// retry cap, else a report aside (of a suspect track) within the
+		// suspect cap, else a fresh report — set aside instead when its
+		// track is suspect and the suspect cap is full (suspect.go).
 		s.queued += s.arrive * step.Seconds()
+		suspectCap := max(1, int(s.l.limit*suspectShare))
 		for s.l.allows(len(s.inflight)) {
 			retry := len(s.retries) > 0 && !s.retries[0].After(s.now) && (s.raw || s.slots-s.l.stalledRetriesOut() < max(1, int(s.l.limit*retryShare)))
-			if !retry && s.arrive > 0 && s.queued < 1 {
+			aside := !retry && s.aside > 0 && s.suspectIn < suspectCap
+			if !retry && !aside && s.arrive > 0 && s.queued < 1 {
 				break
 			}
-			p := simPost{n: s.l.started(s.now, retry)}
-			if retry {
+			p := simPost{}
+			switch {
+			case retry:
 				s.retries = s.retries[1:]
-				p.bad, p.retry = true, true
+				p.bad, p.retry, p.track = true, true, hangTrack
+				if s.anyTrack { // held at random again, or answered
+					p.bad, p.track = s.r.Float64() < s.share, 1+s.r.Int64N(5000)
+				}
 				s.slots++
-			} else {
+			case aside:
+				s.aside--
+				p.bad, p.suspect, p.track = true, true, hangTrack
+			default:
 				s.queued--
 				p.bad = s.down || s.r.Float64() < s.share
+				p.track = 1 + s.r.Int64N(5000)
+				if p.bad && !s.down && !s.anyTrack {
+					p.track = hangTrack
+				}
+				if s.suspects && s.l.sus.is(p.track) {
+					if s.suspectIn >= suspectCap {
+						s.aside++
+						continue
+					}
+					p.suspect = true
+				}
 			}
+			if p.suspect {
+				s.suspectIn++
+			}
+			p.n = s.l.started(s.now, p.retry, p.track)
 			p.done = s.now.Add(50 * time.Millisecond)
 			if p.bad {
 				p.done = s.now.Add(s.timeout)
@@ -207,5 +246,54 @@ func TestLimiterShrinksWhenThePartnerHangs(t *testing.T) {
 	t.Logf("after 30 s of every post hanging: limit %.0f, moves %v", s.l.limit, s.l.moves)
 	if s.l.limit >= 2 {
 		t.Fatalf("limit %.0f after 30 s of a partner that answers nothing, want 1", s.l.limit)
+	}
+}
+
+// TestSuspectTrackKeepsTheOthersFlowing: the steady state of a partner
+// hanging on one track until a 30 s timeout, 2.5 % of 7 000 reports a
+// second: every fresh report of that track holding a slot for the timeout
+// would need ~5 000 posts at once, over MaxConcurrency, and the others
+// starve. With the suspect-track rule (suspect.go) the track's fresh
+// reports hold at most suspectCap slots and wait aside, and the others are
+// answered as they come (≥ 90 % of the partner without the hang). Posts
+// held at random instead (1 %, any track, retries answered or held again
+// at random) make few tracks suspect and cost the others nothing the rule
+// would not; a partner down makes none suspect.
+func TestSuspectTrackKeepsTheOthersFlowing(t *testing.T) {
+	const arrive = 7000
+	mk := func(share float64, rule, anyTrack bool) *hangSim {
+		s := newHangSim(share, 30*time.Second, false)
+		s.arrive, s.suspects, s.anyTrack = arrive, rule, anyTrack
+		s.run(2 * time.Minute)
+		return s
+	}
+	clean := mk(0, true, false)
+	without := mk(0.025, false, false)
+	with := mk(0.025, true, false)
+	for _, c := range []struct {
+		name string
+		s    *hangSim
+	}{{"without the rule", without}, {"with the rule", with}} {
+		t.Logf("%s: %d answered (%.1f %% of no hang: %d), limit %.0f (lowest %.0f), aside %d, suspect tracks %d, moves %v",
+			c.name, c.s.good, 100*float64(c.s.good)/float64(clean.good), clean.good, c.s.l.limit, c.s.low, c.s.aside, c.s.l.sus.count(), c.s.l.moves)
+	}
+	if r := float64(without.good) / float64(clean.good); r >= 0.9 {
+		t.Errorf("without the rule the others kept %.1f %%: the simulation does not show the starvation", 100*r)
+	}
+	if r := float64(with.good) / float64(clean.good); r < 0.9 {
+		t.Errorf("with the suspect-track rule the others kept %.1f %% of the answers without the hang, want ≥ 90 %%", 100*r)
+	}
+	if n := with.l.sus.count(); n != 1 {
+		t.Errorf("%d suspect tracks, want the one hanging", n)
+	}
+	if with.low < 48 || with.l.moves[moveTimeout] > 0 {
+		t.Errorf("the limit went down to %.0f (%d timeout cuts) for one hanging track", with.low, with.l.moves[moveTimeout])
+	}
+
+	// 1 % of all posts held at random: the rule changes next to nothing.
+	randOff, randOn := mk(0.01, false, true), mk(0.01, true, true)
+	t.Logf("1 %% held at random: %d answered with the rule, %d without; %d suspect tracks at the end", randOn.good, randOff.good, randOn.l.sus.count())
+	if float64(randOn.good) < 0.97*float64(randOff.good) {
+		t.Errorf("1 %% held at random: %d answered with the rule, %d without", randOn.good, randOff.good)
 	}
 }

@@ -258,6 +258,7 @@ func (rn *run) intake(batch []fetched) (invalid []*job) {
 			default:
 				j := newJob(ps, seq, rec, tp.ReportID, tp.EventID)
 				j.body = tp.Report
+				j.track = trackKey(j.body)
 				if known && st == recDoubt {
 					// The previous owner may have posted it without recording the
 					// answer: post it again, labelled, so the audit counts it.

@@ -198,20 +198,34 @@ func (rn *run) take() *job {
 		// in flight): a retry over it waits at the head of ready, and fresh
 		// reports go on. Posts that hang until --api-timeout never hold
 		// every slot.
+		//
+		// Fresh reports of a suspect track (suspect.go) hold at most
+		// suspectCap slots: over it, one waits aside, and the next fresh
+		// report is taken. The reports aside go first when a slot is free.
 		var j *job
 		capped := false
 		if h := rn.ready.peek(); h != nil && h.failures > 0 && rn.retriesHeld() >= rn.retryCap() {
 			capped = true
 		}
-		if (rn.tookRetry || capped || rn.thr.tokens < rn.thr.max/2) && rn.fresh.len() > 0 {
+		switch {
+		case rn.aside.len() > 0 && rn.suspectSlots < rn.suspectCap():
+			j = rn.aside.pop()
+		case (rn.tookRetry || capped || rn.thr.tokens < rn.thr.max/2) && rn.fresh.len() > 0:
 			j = rn.fresh.pop()
 			rn.tookRetry = false
-		} else if capped {
+		case capped:
 			return nil // a retry slot frees when a retry's post is back (freeRetrySlot)
-		} else if j = rn.ready.pop(); j != nil {
-			rn.tookRetry = true
-		} else if j = rn.fresh.pop(); j == nil {
-			return nil
+		default:
+			if j = rn.ready.pop(); j != nil {
+				rn.tookRetry = true
+			} else if j = rn.fresh.pop(); j == nil {
+				return nil
+			}
+		}
+		suspect := j.failures == 0 && rn.thr.lim.sus.is(j.track)
+		if suspect && rn.suspectSlots >= rn.suspectCap() {
+			rn.aside.push(j) // a suspect slot frees when one's post is back (freeRetrySlot)
+			continue
 		}
 		ps := j.ps
 		ps.mu.Lock()
@@ -255,6 +269,10 @@ func (rn *run) take() *job {
 			j.retrySlot = true
 			rn.retrySlots++
 		}
+		if j.suspect = suspect; suspect {
+			j.suspectSlot = true
+			rn.suspectSlots++
+		}
 		return j
 	}
 }
@@ -274,10 +292,17 @@ func (rn *run) retryCap() int { return max(1, int(rn.thr.lim.limit*retryShare)) 
 // retries' either — it only cost its few round trips).
 func (rn *run) retriesHeld() int { return rn.retrySlots - rn.thr.lim.stalledRetriesOut() }
 
-// freeRetrySlot gives back j's retry slot, if it holds one, once its post
-// is back or its lease given up (mu held); a retry waiting for one may be
-// leased.
+// freeRetrySlot gives back j's retry slot or suspect slot, if it holds
+// one, once its post is back or its lease given up (mu held); a retry (or
+// a report aside) waiting for one may be leased.
 func (rn *run) freeRetrySlot(j *job) {
+	if j.suspectSlot {
+		j.suspectSlot = false
+		rn.suspectSlots--
+		if rn.aside.len() > 0 {
+			rn.jobsReady()
+		}
+	}
 	if !j.retrySlot {
 		return
 	}

@@ -106,6 +106,8 @@ type limiter struct {
 	stalled  int
 	// stalledRetries are the stalled posts of reports that failed before.
 	stalledRetries int
+	// sus is the tracks whose posts stalled (suspect.go).
+	sus suspects
 
 	// The error rate by load (errBucket): errors and answers at each, both
 	// decayed by e^(-t/errWindow) when the load comes back to it.
@@ -121,6 +123,7 @@ type limiter struct {
 // back.
 type outPost struct {
 	at    int64
+	track int64 // its report's trackid (trackKey; 0: none)
 	done  bool
 	retry bool // its report failed before
 }
@@ -225,6 +228,7 @@ func (l *limiter) stalledRetriesOut() int {
 // stallAfter, and started before the last post answered normally.
 func (l *limiter) advance(now time.Time) {
 	cut := now.Add(-l.stallAfter()).UnixNano()
+	fast := -1 // answersFast(stallAfter), looked at once
 	for l.stallIdx < len(l.out) {
 		p := l.out[l.stallIdx]
 		if l.outBase+uint64(l.stallIdx) >= l.answeredUpTo || p.at > cut {
@@ -234,6 +238,15 @@ func (l *limiter) advance(now time.Time) {
 			l.stalled++
 			if p.retry {
 				l.stalledRetries++
+			}
+			if fast < 0 {
+				fast = 0
+				if l.answersFast(l.stallAfter()) {
+					fast = 1
+				}
+			}
+			if fast == 1 {
+				l.sus.stalled(p.track, now) // hanging on its payload: its track is suspect
 			}
 		}
 		l.stallIdx++
@@ -272,6 +285,7 @@ func (l *limiter) finished(n uint64) {
 // connection) that took rtt, with inflight posts out when it came back.
 func (l *limiter) observe(now time.Time, sig delivery.Signal, rtt time.Duration, inflight int) {
 	l.advance(now)
+	l.sus.at = now
 	inflight -= l.stalledOut() // the load the limit holds
 
 	switch sig {
@@ -295,13 +309,14 @@ func (l *limiter) observe(now time.Time, sig delivery.Signal, rtt time.Duration,
 }
 
 // started numbers a post that starts now (retry: of a report that failed
-// before): the number judge, answered and finished take.
-func (l *limiter) started(now time.Time, retry bool) uint64 {
+// before; track: its trackid, 0 for none): the number judge, answered and
+// finished take.
+func (l *limiter) started(now time.Time, retry bool, track int64) uint64 {
 	l.posts++
 	if len(l.out) == 0 {
 		l.outBase = l.posts
 	}
-	l.out = append(l.out, outPost{at: now.UnixNano(), retry: retry})
+	l.out = append(l.out, outPost{at: now.UnixNano(), track: track, retry: retry})
 	return l.posts
 }
 

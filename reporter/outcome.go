@@ -57,7 +57,10 @@ func (rn *run) posted(j *job) {
 	switch {
 	case d.Action == delivery.ActRetry && d.Reason != delivery.ReasonUnauthorized:
 		before := math.Floor(rn.thr.lim.limit)
-		rn.thr.failure(rn.cfg.Now(), d.Signal, j.postNo, j.failures > 0, j.held, rn.inflight+1)
+		// A fresh report of a suspect track failed like its track's
+		// others: judged as a retry (its payload's, while others are
+		// answered), never as the partner's overload.
+		rn.thr.failure(rn.cfg.Now(), d.Signal, j.postNo, j.failures > 0 || j.suspect, j.held, rn.inflight+1)
 		if rn.limitMoved(before) {
 			rn.wakeWorkers()
 		}
@@ -182,6 +185,9 @@ func (rn *run) healthy(j *job) {
 	if j.dec.Status == 0 {
 		rn.thr.tokens = math.Min(rn.thr.max, rn.thr.tokens+rn.thr.ratio)
 		return
+	}
+	if j.dec.Signal == delivery.SignalAnswer {
+		rn.thr.lim.sus.answered(j.track) // its track is answered: not hanging
 	}
 	before := math.Floor(rn.thr.lim.limit)
 	rn.thr.success(rn.cfg.Now(), j.dec.Signal, j.postNo, j.held, rn.inflight+1)

@@ -99,7 +99,15 @@ type job struct {
 	// retrySlot: it failed before and holds one of the slots retries may
 	// take (run.retrySlots), from its lease until its post is back.
 	retrySlot bool
-	readyAt   time.Time
+	// track is its body's trackid (trackKey; 0: none): the key of the
+	// suspect-track rule (suspect.go). suspect: it was leased while its
+	// track was suspect, holding one of the slots of suspect tracks' fresh
+	// reports (run.suspectSlots) until its post is back (suspectSlot);
+	// its failure is judged like a retry's (limiter.judge).
+	track       int64
+	suspect     bool
+	suspectSlot bool
+	readyAt     time.Time
 
 	// leasedOnly: its lease marker is written, its post not started. The
 	// job is unsure (a crash right after a post could start) until the
@@ -314,6 +322,11 @@ type queueState struct {
 	// retrySlots counts the reports that failed before, leased or in
 	// flight: at most retryCap (lease.go).
 	retrySlots int
+	// aside are fresh reports of suspect tracks waiting for one of their
+	// slots; suspectSlots counts those leased or in flight: at most
+	// suspectCap (suspect.go).
+	aside        fifo
+	suspectSlots int
 }
 
 // standbyState is the standby episode under way (standby.go): it holds the

@@ -1,0 +1,161 @@
+package reporter
+
+import (
+	"bytes"
+	"time"
+)
+
+// Suspect tracks. A partner that hangs on one payload (a gateway holding
+// every report of one track until our --api-timeout) costs each post of it
+// a worker, a connection and a slot of MaxConcurrency for the whole
+// timeout. Stalled posts leave the in-flight limit (limit.go), and reports
+// that failed before hold at most retryCap slots (lease.go), but a fresh
+// report of that track has not failed yet: without more, each one holds
+// its slot for the timeout before the retry share covers it. At 7 000
+// reports a second with 2.5 % of them of one hanging track, that is ~5 000
+// posts held at once, far over MaxConcurrency: the others would get none.
+//
+// So a track whose posts stall while the partner answers the others is
+// suspect: suspectStalls of its posts stalled (limiter.advance: out longer
+// than stallAfter while posts started after them were answered at the
+// usual latency), and none of its posts answered normally since. A fresh
+// report of a suspect track is posted only within its own share,
+// suspectCap (suspectShare of the limit, at least 1, every such post
+// counted, stalled or not); over it, the report waits aside (run.aside)
+// while the other fresh reports go on. Its first failure makes it a
+// retry like any other (the retries' share, its budget, parking). One
+// post of the track answered normally clears the track at once; a track
+// with no stall for suspectFor is forgotten.
+//
+// Suspicion changes only which slots a fresh report waits for: no budget,
+// no parking, no move of the limit follows from it. A real overload or
+// outage makes no track suspect: with no post started later answered, or
+// the answers slow (limiter.answersFast), no post counts as stalled, and
+// the limit shrinks as before. Posts held at random (1 % of all posts,
+// any track) rarely stall twice in a row on one track; a track made
+// suspect by chance is cleared by its next post answered.
+//
+// The key is the report's trackid (trackKey): the payload a royalty
+// partner keys its processing on. A report whose body has no integer
+// trackid is never suspect.
+
+const (
+	suspectStalls = 2               // stalled posts of a track, none answered since: suspect
+	suspectFor    = 2 * time.Minute // a track with no stall for this long is forgotten
+	suspectMax    = 4096            // tracks remembered at most (the rest are never suspect)
+	suspectShare  = 0.125           // the share of the limit fresh reports of suspect tracks may hold
+)
+
+// suspectTrack is what is known of one track whose posts stalled.
+type suspectTrack struct {
+	stalls int       // posts stalled since one of the track's was answered normally
+	last   time.Time // the last stall
+}
+
+// suspects is the tracks whose posts stalled (under run.mu, in the
+// limiter: it sees the stalls). It reads no clock: at is the time of the
+// limiter's last input.
+type suspects struct {
+	tracks map[int64]suspectTrack
+	at     time.Time
+	swept  time.Time
+}
+
+// stalled records that a post of track stalled at now.
+func (s *suspects) stalled(track int64, now time.Time) {
+	if track <= 0 {
+		return
+	}
+	s.at = now
+	if s.tracks == nil {
+		s.tracks = map[int64]suspectTrack{}
+	}
+	st, known := s.tracks[track]
+	if !known && (len(s.tracks) >= suspectMax || now.Sub(s.swept) >= suspectFor) {
+		s.sweep(now)
+		if len(s.tracks) >= suspectMax {
+			return
+		}
+	}
+	st.stalls++
+	st.last = now
+	s.tracks[track] = st
+}
+
+// answered records that a post of track was answered normally: the track
+// is not hanging (any more).
+func (s *suspects) answered(track int64) {
+	if len(s.tracks) > 0 {
+		delete(s.tracks, track)
+	}
+}
+
+// is reports whether track is suspect now.
+func (s *suspects) is(track int64) bool {
+	if len(s.tracks) == 0 || track <= 0 {
+		return false
+	}
+	st, ok := s.tracks[track]
+	return ok && st.stalls >= suspectStalls && s.at.Sub(st.last) < suspectFor
+}
+
+// count is how many tracks are suspect now (metrics).
+func (s *suspects) count() int {
+	n := 0
+	for t := range s.tracks {
+		if s.is(t) {
+			n++
+		}
+	}
+	return n
+}
+
+// sweep forgets the tracks with no stall for suspectFor.
+func (s *suspects) sweep(now time.Time) {
+	s.swept = now
+	for t, st := range s.tracks {
+		if now.Sub(st.last) >= suspectFor {
+			delete(s.tracks, t)
+		}
+	}
+}
+
+// trackKey is the trackid of a report body: the integer after the first
+// "trackid" key, 0 when there is none (never suspect). A cheap scan, not a
+// parse (intake's hot path): a body it misreads only loses or shares the
+// slot rule of its track, never a report.
+func trackKey(body []byte) int64 {
+	for rest := body; ; {
+		i := bytes.Index(rest, []byte(`"trackid"`))
+		if i < 0 {
+			return 0
+		}
+		rest = rest[i+len(`"trackid"`):]
+		k := 0
+		for k < len(rest) && isJSONSpace(rest[k]) {
+			k++
+		}
+		if k == len(rest) || rest[k] != ':' {
+			continue // "trackid" as a value, not a key
+		}
+		for k++; k < len(rest) && isJSONSpace(rest[k]); k++ {
+		}
+		var v int64
+		digits := 0
+		for ; k < len(rest) && rest[k] >= '0' && rest[k] <= '9' && digits < 18; k++ {
+			v = v*10 + int64(rest[k]-'0')
+			digits++
+		}
+		if digits == 0 {
+			return 0
+		}
+		return v
+	}
+}
+
+func isJSONSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
+
+// suspectCap is how many fresh reports of suspect tracks may be leased or
+// in flight at once (mu held): suspectShare of the in-flight limit, at
+// least 1.
+func (rn *run) suspectCap() int { return max(1, int(rn.thr.lim.limit*suspectShare)) }
