@@ -192,10 +192,13 @@ bench-report-latency: build
 ## reports are of one track answered 500 every time) and a hang round
 ## (-hang-share 0.025: 2.5 % of one track held 35 s, past the default 30 s
 ## --api-timeout, then answered 500): the other reports' rate against the
-## round with no fault, in a table of its own.
+## round with no fault, in a table of its own; and a random-hold round
+## (-hold-rate 0.01: 1 % of all posts, any track, held 35 s): every report
+## delivered once, the reporter against the plain client with the reporter's
+## in-flight cap (1 024), --api-timeout and retries.
 BENCH_ERRORS_FLAGS ?= -reports 30000 -timeout 10m
 bench-report-errors: build
-	$(GO) run ./tools/bench -bin $(BIN) -mode latency -latencies 50ms,150ms -plain-inflight 512,1024 -error-rates 0,0.001,0.01,0.02 -poison-share 0.03 -hang-share 0.025 $(BENCH_ERRORS_FLAGS)
+	$(GO) run ./tools/bench -bin $(BIN) -mode latency -latencies 50ms,150ms -plain-inflight 512,1024 -error-rates 0,0.001,0.01,0.02 -poison-share 0.03 -hang-share 0.025 -hold-rate 0.01 $(BENCH_ERRORS_FLAGS)
 
 ## fuzz: each fuzz target for FUZZTIME (untrusted input: events, API answers, report bodies, records).
 ## fuzz-short: the same targets for 30 000 inputs each, run by `make test`. A count,

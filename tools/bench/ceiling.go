@@ -6,8 +6,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"sync"
@@ -19,6 +21,7 @@ import (
 	"github.com/playpipe/playpipe/internal/backoff"
 	"github.com/playpipe/playpipe/internal/kafkax"
 	"github.com/playpipe/playpipe/internal/version"
+	"github.com/playpipe/playpipe/partnerapi"
 	"github.com/playpipe/playpipe/reporter"
 	"github.com/playpipe/playpipe/schemas"
 )
@@ -71,8 +74,9 @@ func reportBodies(ctx context.Context, brokers []string, prefix string, want int
 // ceilingResult is the plain client's run.
 type ceilingResult struct {
 	posts      int // reports, each answered 200 once
-	retried    int // answers retried (500, 503, 429 …): posts beyond the reports
+	retried    int // answers retried (500, 503, 429 …, timeouts): posts beyond the reports
 	elapsed    time.Duration
+	half, most time.Duration // start → half, and nine tenths, of the reports final
 	clientCPU  time.Duration // this process during the run (the client; the broker is idle)
 	sandboxCPU time.Duration
 	busy       float64 // the machine's CPU busy share during the run
@@ -80,6 +84,13 @@ type ceilingResult struct {
 }
 
 func (c ceilingResult) rate() float64 { return float64(c.posts) / c.elapsed.Seconds() }
+
+// steadyRate is the rate between half and nine tenths of the reports
+// final: the reporter's steady window (latencyRun.steady), without the
+// tail of reports held until the timeout.
+func (c ceilingResult) steadyRate() float64 {
+	return 0.4 * float64(c.posts) / (c.most - c.half).Seconds()
+}
 
 // cpuPerPost is the client's CPU µs per report.
 func (c ceilingResult) cpuPerPost() float64 { return us(c.clientCPU) / float64(c.posts) }
@@ -89,11 +100,20 @@ func (c ceilingResult) cpuPerPost() float64 { return us(c.clientCPU) / float64(c
 // to 2 min), per report, without holding a slot while it waits.
 var plainRetry = backoff.Policy{Initial: reporter.DefaultBackoffInitial, Max: reporter.DefaultBackoffMax, Jitter: backoff.Equal, RetryAfterMax: reporter.DefaultRetryAfterMax}
 
+// plainTimeout is the plain client's timeout per post: the reporter's
+// default --api-timeout. A post that times out is retried like a 500. A
+// variable for the tests.
+var plainTimeout = partnerapi.DefaultRequestTimeout
+
 // retryable reports whether the plain client posts again after status:
 // the transient answers the reporter retries (partnerapi: 408, 429, 5xx).
 func retryable(status int) bool {
-	return status == http.StatusRequestTimeout || status == http.StatusTooManyRequests || status >= 500
+	return status == http.StatusRequestTimeout || status == http.StatusTooManyRequests || status >= 500 || status == statusTimeout
 }
+
+// statusTimeout is post's status for a post with no answer within
+// plainTimeout (the reporter retries a timeout too).
+const statusTimeout = -1
 
 // ceiling resets the sandbox's ledger (the bodies were accepted once
 // already: posted again they would be answered as duplicates), sets the
@@ -123,12 +143,13 @@ func ceiling(ctx context.Context, apiURL, sbAdmin string, sbPID int, bodies [][]
 
 	tr := &http.Transport{MaxIdleConns: conc, MaxIdleConnsPerHost: conc, MaxConnsPerHost: conc}
 	defer tr.CloseIdleConnections()
-	hc := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+	hc := &http.Client{Transport: tr, Timeout: plainTimeout}
 	ua := version.UserAgent()
 	url := apiURL + "/partners/royalty-tracking"
-	var next, failed, retried, final atomic.Int64
+	var next, failed, retried, final, half, most atomic.Int64
 	var firstErr atomic.Value
-	// post answers the status and Retry-After of one post (0: no answer).
+	// post answers the status and Retry-After of one post (0: no answer;
+	// statusTimeout: none within plainTimeout).
 	post := func(body []byte) (int, time.Duration) {
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 		if err != nil {
@@ -139,6 +160,9 @@ func ceiling(ctx context.Context, apiURL, sbAdmin string, sbPID int, bodies [][]
 		req.Header["Authorization"] = []string{tok.Token}
 		req.Header["Content-Type"] = []string{"application/json"}
 		resp, err := hc.Do(req)
+		if ne := net.Error(nil); errors.As(err, &ne) && ne.Timeout() && ctx.Err() == nil {
+			return statusTimeout, 0
+		}
 		if err != nil {
 			firstErr.CompareAndSwap(nil, err.Error())
 			return 0, 0
@@ -161,8 +185,14 @@ func ceiling(ctx context.Context, apiURL, sbAdmin string, sbPID int, bodies [][]
 	if n == 0 {
 		close(finished)
 	}
+	var start time.Time
 	done := func() {
-		if final.Add(1) == n {
+		switch k := final.Add(1); {
+		case k == n/2:
+			half.Store(int64(time.Since(start)))
+		case k == n*9/10:
+			most.Store(int64(time.Since(start)))
+		case k == n:
 			close(finished)
 		}
 	}
@@ -186,7 +216,7 @@ func ceiling(ctx context.Context, apiURL, sbAdmin string, sbPID int, bodies [][]
 		return item{}, false
 	}
 	self, sb0, m0 := cpuNow(), cpuOf(sbPID), sampleMachine()
-	start := time.Now()
+	start = time.Now()
 	var wg sync.WaitGroup
 	for range conc {
 		wg.Go(func() {
@@ -214,6 +244,7 @@ func ceiling(ctx context.Context, apiURL, sbAdmin string, sbPID int, bodies [][]
 	res.clientCPU, res.sandboxCPU = cpuNow()-self, cpuOf(sbPID)-sb0
 	res.busy, res.steal = machineShare(m0, sampleMachine())
 	res.posts, res.retried = len(bodies), int(retried.Load())
+	res.half, res.most = time.Duration(half.Load()), time.Duration(most.Load())
 	if err := ctx.Err(); err != nil {
 		return res, err
 	}

@@ -50,7 +50,7 @@
 //	go run ./tools/bench -bin bin/playpipe -events 80000 -keep
 //	make bench-report                           # -mode report -reports 100000 -rounds 3
 //	make bench-report-latency                   # -mode latency: 0, 5, 50, 150 ms partner, reporter with default flags
-//	make bench-report-errors                    # -mode latency at 50, 150 ms with 0, 0.1, 1, 2 % of posts answered 500, and a poison track
+//	make bench-report-errors                    # -mode latency at 50, 150 ms with 0, 0.1, 1, 2 % of posts answered 500, a poison track, a hanging track, 1 % of posts held at random
 //
 // Files: bench.go, both.go, ceiling.go, faults.go, floor.go, latencymode.go,
 // main.go, proc.go, report.go, reportmode.go, wire.go. Tests: bench_test.go,

@@ -18,13 +18,16 @@ import (
 // answered after latency, the share rate500 of them answered 500 (a seeded
 // draw, so the plain client and the reporter meet the same sequence of
 // answers), and with poison every report of poisonTrack answered 500 —
-// after hold, when set (a partner hanging on that track).
+// after hold, when set (a partner hanging on that track); with holdRate,
+// that share of all posts (any track, its own seeded draw) held hold, then
+// answered 500.
 type sandboxFaults struct {
-	latency time.Duration
-	rate500 float64
-	seed    uint64
-	poison  bool
-	hold    time.Duration
+	latency  time.Duration
+	rate500  float64
+	seed     uint64
+	poison   bool
+	hold     time.Duration
+	holdRate float64
 }
 
 // setFaults replaces the sandbox's faults with sf (PUT /admin/faults); the
@@ -36,8 +39,12 @@ func setFaults(ctx context.Context, admin string, sf sandboxFaults) error {
 		TrackIDs    []int64 `json:"track_ids,omitempty"`
 		TrackStatus int     `json:"track_status,omitempty"`
 		Hold        string  `json:"hold,omitempty"`
+		HoldRate    float64 `json:"hold_rate,omitempty"`
 	}
 	r := report{Latency: sf.latency.String(), Rate500: sf.rate500}
+	if sf.holdRate > 0 && sf.hold > 0 {
+		r.HoldRate, r.Hold = sf.holdRate, sf.hold.String()
+	}
 	if sf.poison {
 		r.TrackIDs, r.TrackStatus = []int64{poisonTrack}, http.StatusInternalServerError
 		if sf.hold > 0 {

@@ -43,6 +43,32 @@ func TestPlainClientRetries500s(t *testing.T) {
 	}
 }
 
+// TestPlainClientRetriesTimeouts: with a share of all posts held past the
+// client's timeout (the hold-rate round), the plain client retries each
+// timed-out post until it is accepted: every report accepted exactly once,
+// a retry for each post the sandbox held, the steady window measured.
+func TestPlainClientRetriesTimeouts(t *testing.T) {
+	sb := testenv.StartSandbox(t)
+	_, _, bodies := benchPlays(200)
+	admin := strings.TrimPrefix(sb.AdminURL, "http://")
+	defer func(d time.Duration) { plainTimeout = d }(plainTimeout)
+	plainTimeout = 300 * time.Millisecond
+	res, err := ceiling(context.Background(), sb.URL, admin, 0, bodies, 16, sandboxFaults{holdRate: 0.05, hold: 2 * time.Second, seed: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := sb.Counts()
+	if c.Accepted != 200 || c.Duplicates != 0 {
+		t.Fatalf("accepted %d (%d duplicates); want 200 reports accepted once", c.Accepted, c.Duplicates)
+	}
+	if int64(res.retried) != c.Injected || c.Injected == 0 {
+		t.Fatalf("the client retried %d posts, the sandbox held %d", res.retried, c.Injected)
+	}
+	if res.half <= 0 || res.most < res.half || res.steadyRate() <= 0 {
+		t.Fatalf("steady window %v → %v: no steady rate", res.half, res.most)
+	}
+}
+
 func TestParseErrorRates(t *testing.T) {
 	rs, err := parseErrorRates("0, 0.001,0.01,0.02")
 	if err != nil || len(rs) != 4 || rs[1] != 0.001 || rs[3] != 0.02 {

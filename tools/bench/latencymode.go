@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/playpipe/playpipe/internal/kafkax"
+	"github.com/playpipe/playpipe/reporter"
 )
 
 // latencyRun is one reporter run of -mode latency: a fresh `playpipe
@@ -23,6 +24,7 @@ type latencyRun struct {
 	errRate   float64       // share of posts the sandbox answers 500
 	poisoned  int64         // reports of the poison track (answered 500 every time), not counted in reports
 	hang      bool          // the poison track is held past the reporter's timeout first
+	holdRate  float64       // share of all posts held past the reporter's timeout at random
 	injected  int64         // 500s the sandbox injected into the reporter's posts
 	inflight  int           // the plain client's in flight
 	plain     ceilingResult // the plain client before the reporter
@@ -32,6 +34,7 @@ type latencyRun struct {
 	steady    float64       // reports/s between half and nine tenths of the reports
 	toSteady  time.Duration // process start → a 1 s rate ≥ 90 % of steady
 	toPlain   time.Duration // process start → a 1 s rate ≥ 90 % of the plain client's (-1: never)
+	allFinal  time.Duration // first answer → every report final
 	peakPosts float64       // most posts in flight seen (playpipe_reporter_posts_in_flight)
 	peakLimit float64       // highest in-flight limit seen
 	meanPosts float64       // mean posts in flight over the steady window
@@ -49,11 +52,18 @@ type latencySample struct {
 // ("512,512,512,1024"; one value applies to all).
 // plainRate is the plain client's rate: the mean of its runs before and
 // after the reporter (this machine's speed drifts within seconds).
+// With posts held at random, the rates between half and nine tenths of
+// the reports final, the reporter's steady window: every report's
+// delivery waits for the held ones' timeouts and retries.
 func (lr latencyRun) plainRate() float64 {
-	if lr.after.posts == 0 {
-		return lr.plain.rate()
+	rate := ceilingResult.rate
+	if lr.holdRate > 0 {
+		rate = ceilingResult.steadyRate
 	}
-	return (lr.plain.rate() + lr.after.rate()) / 2
+	if lr.after.posts == 0 {
+		return rate(lr.plain)
+	}
+	return (rate(lr.plain) + rate(lr.after)) / 2
 }
 
 // plainCPU is the plain client's CPU µs per post, likewise.
@@ -124,9 +134,10 @@ func runLatencyBench(ctx context.Context, o options, log *slog.Logger) (runs []l
 	k := 0
 	for i, lat := range lats {
 		type round struct {
-			rate   float64
-			poison bool
-			hang   bool
+			rate     float64
+			poison   bool
+			hang     bool
+			holdRate float64
 		}
 		var rounds []round
 		for _, rate := range rates {
@@ -138,9 +149,12 @@ func runLatencyBench(ctx context.Context, o options, log *slog.Logger) (runs []l
 		if o.hangShare > 0 {
 			rounds = append(rounds, round{poison: true, hang: true})
 		}
+		if o.holdRate > 0 {
+			rounds = append(rounds, round{holdRate: o.holdRate})
+		}
 		for _, rd := range rounds {
 			k++
-			lr := latencyRun{latency: lat, errRate: rd.rate, inflight: ins[i], hang: rd.hang}
+			lr := latencyRun{latency: lat, errRate: rd.rate, inflight: ins[i], hang: rd.hang, holdRate: rd.holdRate}
 			sf := sandboxFaults{latency: lat, rate500: rd.rate, seed: uint64(o.seed), poison: rd.poison}
 			what := fmt.Sprintf("latency %v, error rate %v", lat, rd.rate)
 			rk, rv, rb := keys, values, bodies
@@ -152,6 +166,14 @@ func runLatencyBench(ctx context.Context, o options, log *slog.Logger) (runs []l
 				lr.poisoned = int64(len(hkeys) - len(hothers))
 				sf.hold = o.hangHold
 				what = fmt.Sprintf("latency %v, hanging track (%d reports held %v)", lat, lr.poisoned, o.hangHold)
+			case rd.holdRate > 0:
+				// The share of all posts held past the timeout at random: the
+				// plain client with the reporter's in-flight cap, timeout and
+				// retries (plainTimeout, plainRetry), so that both wait out the
+				// same held posts.
+				sf.holdRate, sf.hold = rd.holdRate, o.hangHold
+				lr.inflight = reporter.DefaultMaxConcurrency
+				what = fmt.Sprintf("latency %v, %v of posts held %v at random", lat, rd.holdRate, o.hangHold)
 			case rd.poison:
 				// The plain client drops the poisoned reports at once: it posts
 				// the others only, the rate a reporter that parks could reach.
@@ -159,7 +181,7 @@ func runLatencyBench(ctx context.Context, o options, log *slog.Logger) (runs []l
 				lr.poisoned = int64(len(pkeys) - len(pothers))
 				what = fmt.Sprintf("latency %v, poison track (%d reports)", lat, lr.poisoned)
 			}
-			if lr.plain, err = ceiling(ctx, sb.url, sb.admin, sb.c.pid(), rb, ins[i], sf); err != nil {
+			if lr.plain, err = ceiling(ctx, sb.url, sb.admin, sb.c.pid(), rb, lr.inflight, sf); err != nil {
 				return runs, started, fmt.Errorf("%s, plain client: %w", what, err)
 			}
 			prefix := "bench-latency-" + strconv.Itoa(k)
@@ -169,7 +191,7 @@ func runLatencyBench(ctx context.Context, o options, log *slog.Logger) (runs []l
 			if err := e.latencyRound(ctx, sb, prefix, sf, &lr); err != nil {
 				return runs, started, fmt.Errorf("%s, reporter: %w", what, err)
 			}
-			if lr.after, err = ceiling(ctx, sb.url, sb.admin, sb.c.pid(), rb, ins[i], sf); err != nil {
+			if lr.after, err = ceiling(ctx, sb.url, sb.admin, sb.c.pid(), rb, lr.inflight, sf); err != nil {
 				return runs, started, fmt.Errorf("%s, plain client after the reporter: %w", what, err)
 			}
 			runs = append(runs, lr)
@@ -286,7 +308,8 @@ func (lr *latencyRun) summarize(t0 time.Time, s []latencySample, n float64) {
 		return s[len(s)-1].at
 	}
 	first := crossing(1)
-	lr.overall = n / s[len(s)-1].at.Sub(first).Seconds()
+	lr.allFinal = s[len(s)-1].at.Sub(first)
+	lr.overall = n / lr.allFinal.Seconds()
 	from, to := crossing(0.5*n), crossing(0.9*n)
 	lr.steady = 0.4 * n / to.Sub(from).Seconds()
 	var sum, k float64
@@ -348,6 +371,9 @@ func printLatency(w io.Writer, o options, runs []latencyRun, started time.Time) 
 // faultDesc is a run's fault, for the table: the share of posts answered
 // 500, or the poison track's reports.
 func faultDesc(r latencyRun) string {
+	if r.holdRate > 0 {
+		return strconv.FormatFloat(100*r.holdRate, 'g', -1, 64) + " % of all posts held past the timeout at random"
+	}
 	if r.hang {
 		return fmt.Sprintf("every post of track %d held past the timeout (%d reports, not counted)", poisonTrack, r.poisoned)
 	}
@@ -362,7 +388,7 @@ func faultDesc(r latencyRun) string {
 func printPoison(w io.Writer, runs []latencyRun) {
 	clean := map[time.Duration]latencyRun{}
 	for _, r := range runs {
-		if r.poisoned == 0 && r.errRate == 0 {
+		if r.poisoned == 0 && r.errRate == 0 && r.holdRate == 0 {
 			clean[r.latency] = r
 		}
 	}
@@ -384,5 +410,28 @@ func printPoison(w io.Writer, runs []latencyRun) {
 		}
 		fmt.Fprintf(w, "| %v | %s | %d | %d | %.0f / %.0f | %.1f %% | %.0f | %.1f %% | %d |\n",
 			r.latency, kind, r.poisoned, r.reports, c.steady, r.steady, 100*r.steady/c.steady, r.plainRate(), 100*r.steady/r.plainRate(), r.injected)
+	}
+}
+
+// printHold writes the rounds with posts held at random: the reporter's
+// steady rate against the plain client's with the same in-flight cap,
+// timeout and retries, and how long each took until every report was
+// delivered (Markdown).
+func printHold(w io.Writer, runs []latencyRun) {
+	header := false
+	for _, r := range runs {
+		if r.holdRate == 0 {
+			continue
+		}
+		if !header {
+			fmt.Fprint(w, "\nPosts held past the reporter's timeout at random (any track; a retry drawn again): every report delivered once by both; the plain client with the reporter's in-flight cap, --api-timeout and retries; rates between half and nine tenths of the reports final\n\n")
+			fmt.Fprintln(w, "| partner latency | posts held | plain in flight | plain reports/s before / after | reporter steady reports/s | reporter / plain | every report delivered: plain before / reporter / plain after | retried: plain before / reporter held / plain after |")
+			fmt.Fprintln(w, "|---:|---:|---:|---:|---:|---:|---:|---:|")
+			header = true
+		}
+		fmt.Fprintf(w, "| %v | %s %% | %d | %.0f / %.0f | %.0f | %.1f %% | %v / %v / %v | %d / %d / %d |\n",
+			r.latency, strconv.FormatFloat(100*r.holdRate, 'g', -1, 64), r.inflight, r.plain.steadyRate(), r.after.steadyRate(), r.steady, 100*r.steady/r.plainRate(),
+			r.plain.elapsed.Round(100*time.Millisecond), r.allFinal.Round(100*time.Millisecond), r.after.elapsed.Round(100*time.Millisecond),
+			r.plain.retried, r.injected, r.after.retried)
 	}
 }

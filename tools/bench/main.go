@@ -69,6 +69,7 @@ type options struct {
 	poisonShare   float64 // -mode latency: share of reports of a track the sandbox answers 500 every time (0: no such round)
 	hangShare     float64 // -mode latency: share of reports of a track the sandbox holds past the reporter's timeout (0: no such round)
 	hangHold      time.Duration
+	holdRate      float64 // -mode latency: share of all posts the sandbox holds past the reporter's timeout at random (0: no such round)
 }
 
 func parseOptions(args []string, stderr io.Writer) (options, error) {
@@ -80,6 +81,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.reportArgs, "report-args", "", "-mode latency: extra flags of `playpipe report`, space-separated (e.g. \"--concurrency 4096\"); default none: the reporter's defaults")
 	fs.StringVar(&o.errorRates, "error-rates", "0", "-mode latency: shares of posts the sandbox answers 500 (seeded with -seed), comma-separated; every latency runs once per rate, the plain client retrying a 500 with the reporter's default backoff (e.g. \"0,0.001,0.01,0.02\")")
 	fs.Float64Var(&o.hangShare, "hang-share", 0, "-mode latency: after the poison round, one round in which this share of the reports (0–0.5) are of one track whose every report the sandbox holds -hang-hold (past the reporter's --api-timeout) and then answers 500: a partner hanging on one payload; the reporter with its defaults, the plain client dropping those reports at once")
+	fs.Float64Var(&o.holdRate, "hold-rate", 0, "-mode latency: after the hang round, one round in which the sandbox holds this share of all posts (0–0.5, any track, retries drawn again; seeded) -hang-hold, past the reporter's --api-timeout, then answers 500; the plain client with the reporter's in-flight cap (--max-concurrency's default), --api-timeout and retries: every report delivered once by both, their rates between half and nine tenths of the reports compared")
 	fs.DurationVar(&o.hangHold, "hang-hold", 35*time.Second, "-mode latency: how long the sandbox holds each report of the hang round's track (the reporter's default --api-timeout is 30s)")
 	fs.Float64Var(&o.poisonShare, "poison-share", 0, "-mode latency: after each latency's error-rate rounds, one round in which this share of the reports (0–0.5) are of one track whose every report the sandbox answers 500 (a poison track): the reporter with its defaults, the plain client dropping those reports at once; the other reports' rate against the round with no fault (-error-rates must include 0)")
 	fs.StringVar(&o.plainInflight, "plain-inflight", "512,512,512,1024", "-mode latency: the plain client's in flight at each latency (one value: all)")
@@ -153,6 +155,9 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		if o.hangShare < 0 || o.hangShare > 0.5 {
 			return bad("hang-share", o.hangShare, "a share of 0–0.5")
 		}
+		if o.holdRate < 0 || o.holdRate > 0.5 {
+			return bad("hold-rate", o.holdRate, "a share of 0–0.5")
+		}
 		if o.poisonShare < 0 || o.poisonShare > 0.5 {
 			return bad("poison-share", o.poisonShare, "a share of 0–0.5")
 		}
@@ -184,6 +189,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if len(runs) > 0 {
 			printLatency(stdout, o, runs, started)
 			printPoison(stdout, runs)
+			printHold(stdout, runs)
 		}
 		return err
 	}
