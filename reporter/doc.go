@@ -41,7 +41,10 @@
 //     it answers the others is told from an overloaded partner: its
 //     failures never collapse the in-flight limit, its retries hold at most
 //     a quarter of it, and its hanging posts leave the limit's count once
-//     stalled (limit.go); a set of reports failing repeatedly is warned of
+//     stalled (limit.go); the fresh reports of a track whose posts stall
+//     hold at most an eighth of it and wait aside over it (suspect.go),
+//     so a hanging track never fills MaxConcurrency; a set of reports
+//     failing repeatedly is warned of
 //     within seconds, and Ready says degraded while nothing is delivered
 //     (stall.go).
 //   - Memory is bounded whatever the backlog: at most about MaxPending
@@ -63,6 +66,7 @@
 // parkedtopic.go and redrive.go (parking, slow retries, the parked topic,
 // operators' redrive requests), standby.go (standby episodes),
 // throttle.go (the retry budget), limit.go (the adaptive in-flight limit),
+// suspect.go (suspect tracks: the share of a hanging track's fresh reports),
 // stall.go (the stall warning and readiness), lifecycle.go (coordinator,
 // shutdown), metrics.go (instruments and gauges), clock.go (the injected
 // clock). What an answer means (Classify) and what a post's Delivery

@@ -133,13 +133,15 @@ type gauges struct {
 	parked            int64         // parked reports held by this instance's slow lane
 	failing           int           // reports that failed at least twice (stall.go)
 	stalled           int           // posts out of the limit's count: hanging on their payload (limit.go)
+	suspect, aside    int           // suspect tracks, and fresh reports of them waiting for a slot (suspect.go)
 }
 
 // observeState registers the gauges of the throttle (throttle.go), the
 // in-flight limit (limit.go) and what a crash would put at stake, read
 // through state on each collection: playpipe.reporter.concurrency_limit,
 // retry_budget, shed, posts_in_flight, at_stake, rtt_min, rtt_recent and
-// oldest_pending_age, failing, stalled_posts.
+// oldest_pending_age, failing, stalled_posts, suspect_tracks,
+// suspect_aside.
 func (m *metrics) observeState(state func() gauges) (func(), error) {
 	mt := m.meter
 	var errs []error
@@ -163,6 +165,8 @@ func (m *metrics) observeState(state func() gauges) (func(), error) {
 	parked := i64("playpipe.reporter.parked", "parked reports of this instance's partitions waiting for a slow retry")
 	failing := i64("playpipe.reporter.failing", "reports that failed at least twice and have no final outcome yet: each holds its partition's commit point until delivered or parked")
 	stalled := i64("playpipe.reporter.stalled_posts", "posts out longer than a few round trips while the partner answers the others: hanging on their payload, not counted against the in-flight limit")
+	suspect := i64("playpipe.reporter.suspect_tracks", "tracks whose posts stall while the partner answers the others: their fresh reports hold at most an eighth of the in-flight limit")
+	aside := i64("playpipe.reporter.suspect_aside", "fresh reports of suspect tracks waiting for one of their slots")
 	shed, err := mt.Int64ObservableCounter("playpipe.reporter.shed", metric.WithDescription("times posting was held because the retry budget was spent"))
 	errs = append(errs, err)
 	if err := errors.Join(errs...); err != nil {
@@ -181,8 +185,10 @@ func (m *metrics) observeState(state func() gauges) (func(), error) {
 		o.ObserveInt64(parked, g.parked)
 		o.ObserveInt64(failing, int64(g.failing))
 		o.ObserveInt64(stalled, int64(g.stalled))
+		o.ObserveInt64(suspect, int64(g.suspect))
+		o.ObserveInt64(aside, int64(g.aside))
 		return nil
-	}, lim, bud, shed, inFlight, atStake, rttMin, rttRecent, oldest, parked, failing, stalled)
+	}, lim, bud, shed, inFlight, atStake, rttMin, rttRecent, oldest, parked, failing, stalled, suspect, aside)
 	if err != nil {
 		return nil, err
 	}

@@ -401,7 +401,8 @@ func (rn *run) gauges() gauges {
 	now := rn.cfg.Now()
 	rn.thr.refill(now) // allows refills only when short: the gauge shows what the floor earned since
 	g := gauges{limit: rn.thr.lim.limit, tokens: rn.thr.tokens, shed: rn.thr.shed, inFlight: rn.inflight, atStake: rn.atStake(),
-		rttMin: rn.thr.lim.baseline, rttRecent: rn.thr.lim.recent, failing: rn.failingNow(), stalled: rn.thr.lim.stalledOut()}
+		rttMin: rn.thr.lim.baseline, rttRecent: rn.thr.lim.recent, failing: rn.failingNow(), stalled: rn.thr.lim.stalledOut(),
+		suspect: rn.thr.lim.sus.count(), aside: rn.aside.len()}
 	rn.mu.Unlock()
 	oldest := int64(math.MaxInt64)
 	for _, ps := range rn.partList() {
