@@ -208,7 +208,7 @@ func (rn *run) take() *job {
 			capped = true
 		}
 		switch {
-		case rn.aside.len() > 0 && rn.suspectSlots < rn.suspectCap():
+		case rn.aside.len() > 0 && (rn.suspectSlots < rn.suspectCap() || !rn.thr.lim.sus.is(rn.aside.peek().track)):
 			j = rn.aside.pop()
 		case (rn.tookRetry || capped || rn.thr.tokens < rn.thr.max/2) && rn.fresh.len() > 0:
 			j = rn.fresh.pop()

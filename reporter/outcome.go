@@ -186,8 +186,8 @@ func (rn *run) healthy(j *job) {
 		rn.thr.tokens = math.Min(rn.thr.max, rn.thr.tokens+rn.thr.ratio)
 		return
 	}
-	if j.dec.Signal == delivery.SignalAnswer {
-		rn.thr.lim.sus.answered(j.track) // its track is answered: not hanging
+	if j.dec.Signal == delivery.SignalAnswer && rn.thr.lim.sus.answered(j.track) {
+		rn.releaseAside() // its track is answered: not hanging
 	}
 	before := math.Floor(rn.thr.lim.limit)
 	rn.thr.success(rn.cfg.Now(), j.dec.Signal, j.postNo, j.held, rn.inflight+1)

@@ -18,14 +18,18 @@ import (
 // So a track whose posts stall while the partner answers the others is
 // suspect: suspectStalls of its posts stalled (limiter.advance: out longer
 // than stallAfter while posts started after them were answered at the
-// usual latency), and none of its posts answered normally since. A fresh
+// usual latency), none of its posts answered normally since, and the first
+// of those stalls at least suspectAfter ago — a busy healthy track whose
+// posts stall together in a scheduling hiccup is answered again within
+// milliseconds and never becomes suspect. A fresh
 // report of a suspect track is posted only within its own share,
 // suspectCap (suspectShare of the limit, at least 1, every such post
 // counted, stalled or not); over it, the report waits aside (run.aside)
 // while the other fresh reports go on. Its first failure makes it a
 // retry like any other (the retries' share, its budget, parking). One
-// post of the track answered normally clears the track at once; a track
-// with no stall for suspectFor is forgotten.
+// post of the track answered normally clears the track at once, and its
+// reports aside go back to the queue (releaseAside); a track with no
+// stall for suspectFor is forgotten.
 //
 // Suspicion changes only which slots a fresh report waits for: no budget,
 // no parking, no move of the limit follows from it. A real overload or
@@ -40,7 +44,8 @@ import (
 // trackid is never suspect.
 
 const (
-	suspectStalls = 2               // stalled posts of a track, none answered since: suspect
+	suspectStalls = 2               // stalled posts of a track, none answered since …
+	suspectAfter  = time.Second     // … the first this long ago: suspect
 	suspectFor    = 2 * time.Minute // a track with no stall for this long is forgotten
 	suspectMax    = 4096            // tracks remembered at most (the rest are never suspect)
 	suspectShare  = 0.125           // the share of the limit fresh reports of suspect tracks may hold
@@ -49,6 +54,7 @@ const (
 // suspectTrack is what is known of one track whose posts stalled.
 type suspectTrack struct {
 	stalls int       // posts stalled since one of the track's was answered normally
+	since  time.Time // the first of them
 	last   time.Time // the last stall
 }
 
@@ -77,17 +83,23 @@ func (s *suspects) stalled(track int64, now time.Time) {
 			return
 		}
 	}
+	if st.stalls == 0 {
+		st.since = now
+	}
 	st.stalls++
 	st.last = now
 	s.tracks[track] = st
 }
 
 // answered records that a post of track was answered normally: the track
-// is not hanging (any more).
-func (s *suspects) answered(track int64) {
-	if len(s.tracks) > 0 {
-		delete(s.tracks, track)
+// is not hanging (any more). It reports whether the track was suspect.
+func (s *suspects) answered(track int64) (was bool) {
+	if len(s.tracks) == 0 {
+		return false
 	}
+	was = s.is(track)
+	delete(s.tracks, track)
+	return was
 }
 
 // is reports whether track is suspect now.
@@ -96,7 +108,7 @@ func (s *suspects) is(track int64) bool {
 		return false
 	}
 	st, ok := s.tracks[track]
-	return ok && st.stalls >= suspectStalls && s.at.Sub(st.last) < suspectFor
+	return ok && st.stalls >= suspectStalls && s.at.Sub(st.since) >= suspectAfter && s.at.Sub(st.last) < suspectFor
 }
 
 // count is how many tracks are suspect now (metrics).
@@ -159,3 +171,27 @@ func isJSONSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c =
 // in flight at once (mu held): suspectShare of the in-flight limit, at
 // least 1.
 func (rn *run) suspectCap() int { return max(1, int(rn.thr.lim.limit*suspectShare)) }
+
+// releaseAside puts the reports aside whose track is no longer suspect
+// back in the queue (mu held): a track answered again, or forgotten.
+func (rn *run) releaseAside() {
+	n := rn.aside.len()
+	if n == 0 {
+		return
+	}
+	var keep fifo
+	released := false
+	for range n {
+		j := rn.aside.pop()
+		if rn.thr.lim.sus.is(j.track) {
+			keep.push(j)
+			continue
+		}
+		rn.ready.push(j)
+		released = true
+	}
+	rn.aside = keep
+	if released {
+		rn.jobsReady()
+	}
+}

@@ -5,23 +5,32 @@ import (
 	"time"
 )
 
-// TestSuspects: a track is suspect after suspectStalls stalls with none of
-// its posts answered in between, cleared by one answer, forgotten after
-// suspectFor without a stall; reports without a trackid never are.
+// TestSuspects: a track is suspect after suspectStalls stalls over at
+// least suspectAfter with none of its posts answered in between, cleared by
+// one answer, forgotten after suspectFor without a stall; posts stalling
+// together (a hiccup) make no track suspect; reports without a trackid
+// never are.
 func TestSuspects(t *testing.T) {
 	now := time.Unix(1000, 0)
 	var s suspects
+	s.stalled(9, now)
+	s.stalled(9, now.Add(time.Millisecond))
+	if s.is(9) {
+		t.Fatal("suspect after two stalls within a millisecond")
+	}
+	if s.answered(9) {
+		t.Fatal("answered says a track that was not suspect was")
+	}
 	s.stalled(7, now)
 	if s.is(7) {
 		t.Fatal("suspect after one stall")
 	}
-	s.stalled(7, now.Add(time.Second))
+	s.stalled(7, now.Add(suspectAfter))
 	if !s.is(7) || s.is(8) {
-		t.Fatalf("after two stalls: 7 suspect %v (want true), 8 suspect %v (want false)", s.is(7), s.is(8))
+		t.Fatalf("after two stalls %v apart: 7 suspect %v (want true), 8 suspect %v (want false)", suspectAfter, s.is(7), s.is(8))
 	}
-	s.answered(7)
-	if s.is(7) {
-		t.Fatal("still suspect after an answer of the track")
+	if !s.answered(7) || s.is(7) {
+		t.Fatal("an answer of the track: not reported as clearing a suspect, or still suspect")
 	}
 	s.stalled(7, now.Add(2*time.Second))
 	s.stalled(7, now.Add(3*time.Second))
@@ -45,7 +54,7 @@ func TestSuspects(t *testing.T) {
 		t.Fatalf("%d tracks remembered, at most %d", len(s.tracks), suspectMax)
 	}
 	s.stalled(1, at.Add(suspectFor))
-	s.stalled(1, at.Add(suspectFor))
+	s.stalled(1, at.Add(suspectFor+suspectAfter))
 	if !s.is(1) || len(s.tracks) != 1 {
 		t.Fatalf("after the stale ones were swept: track 1 suspect %v, %d tracks", s.is(1), len(s.tracks))
 	}
