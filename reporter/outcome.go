@@ -59,8 +59,14 @@ func (rn *run) posted(j *job) {
 		before := math.Floor(rn.thr.lim.limit)
 		// A fresh report of a suspect track failed like its track's
 		// others: judged as a retry (its payload's, while others are
-		// answered), never as the partner's overload.
-		rn.thr.failure(rn.cfg.Now(), d.Signal, j.postNo, j.failures > 0 || j.suspect, j.held, rn.inflight+1)
+		// answered). A failure of a report of a track suspect now is its
+		// payload's whatever else is out: at a small limit its post may be
+		// the only one (suspect.go).
+		sig := d.Signal
+		if rn.thr.lim.sus.is(j.track) {
+			sig = delivery.SignalIsolated
+		}
+		rn.thr.failure(rn.cfg.Now(), sig, j.postNo, j.failures > 0 || j.suspect, j.held, rn.inflight+1)
 		if rn.limitMoved(before) {
 			rn.wakeWorkers()
 		}

@@ -1,8 +1,12 @@
 package reporter
 
 import (
+	"fmt"
 	"testing"
 	"time"
+
+	"github.com/playpipe/playpipe/partnerapi"
+	"github.com/playpipe/playpipe/partnerapi/sandbox"
 )
 
 // TestSuspects: a track is suspect after suspectStalls stalls over at
@@ -74,5 +78,51 @@ func TestTrackKey(t *testing.T) {
 		if got := trackKey([]byte(body)); got != want {
 			t.Errorf("trackKey(%s) = %d, want %d", body, got, want)
 		}
+	}
+}
+
+// TestSuspectTrackWaitsAside: the partner holds every report of one track
+// past the client's timeout, a sixth of the reports, and the reporter has
+// 8 slots in all (--concurrency = --max-concurrency 8). Without the
+// suspect-track rule every fresh report of the track holds a slot for the
+// whole timeout: 100 of them take ≥ 12 s of the 8 slots, and the other
+// reports wait behind them. With it, once the track is suspect its fresh
+// reports wait aside within one slot (suspectCap), and the other 500 are
+// delivered within a few seconds, each once.
+func TestSuspectTrackWaitsAside(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end to end")
+	}
+	e := newE2E(t, 2)
+	e.group = "reporter-suspect"
+	e.sb.SetFaults(sandbox.Faults{Report: sandbox.GroupFaults{TrackIDs: []int64{666}, TrackStatus: 500, Hold: 3 * time.Second}})
+	for i := range 20 {
+		e.publish(fmt.Sprintf("sg-%d", i), 25, 0, 0)
+		e.publishTrack(fmt.Sprintf("sh-%d", i), 5, 666)
+	}
+	api, err := partnerapi.New(partnerapi.Config{
+		BaseURL:     e.sb.URL,
+		Credentials: partnerapi.Credentials{ClientID: e.sb.ClientID, ClientSignature: e.sb.ClientSignature},
+		UserAgent:   testUA, MaxConns: 64, RequestTimeout: time.Second,
+		Logger: testLogger(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(api.Close)
+	cfg := e.config()
+	cfg.Concurrency, cfg.MaxConcurrency = 8, 8
+	start := time.Now()
+	stop := e.start(cfg, api)
+	e.waitLedger(60 * time.Second)
+	took := time.Since(start)
+	held := e.sb.Counts().Injected
+	if err := stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	e.checkExactlyOnce(false)
+	t.Logf("the 500 other reports delivered in %v; %d posts of the hanging track held meanwhile", took.Round(10*time.Millisecond), held)
+	if took > 8*time.Second {
+		t.Errorf("the other reports took %v behind the hanging track's fresh reports, want < 8 s", took)
 	}
 }
