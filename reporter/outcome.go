@@ -61,10 +61,14 @@ func (rn *run) posted(j *job) {
 		// others: judged as a retry (its payload's, while others are
 		// answered). A failure of a report of a track suspect now is its
 		// payload's whatever else is out: at a small limit its post may be
-		// the only one (suspect.go).
+		// the only one (suspect.go). Back-pressure is the partner's, whoever
+		// asked.
 		sig := d.Signal
-		if rn.thr.lim.sus.is(j.track) {
-			sig = delivery.SignalIsolated
+		switch sig {
+		case delivery.SignalTimeout, delivery.SignalPayload, delivery.SignalEdge, delivery.SignalConnection:
+			if rn.thr.lim.sus.is(j.track) {
+				sig = delivery.SignalIsolated
+			}
 		}
 		rn.thr.failure(rn.cfg.Now(), sig, j.postNo, j.failures > 0 || j.suspect, j.held, rn.inflight+1)
 		if rn.limitMoved(before) {
