@@ -43,12 +43,14 @@ import (
 //     parked or pending in the audit.
 //
 // With PLAYPIPE_HANG_DEFAULTS=1 the reporter runs with its default flags
-// (--api-timeout 30s, the hold 35 s) and the first two fleets are the size
-// of 20 000 events each: steps 1 and 2 up to the stall warning, every other
-// report of the second fleet delivered exactly once and its rate logged
-// against the first's. Parking is not waited for (the default budget is 20
-// failures over 10 minutes of others' answers). About 4 minutes; not part
-// of make test.
+// (--api-timeout 30s, the hold 35 s) and the first two fleets are of 8 800
+// events each (~48 000 reports, ~8 000 a partition: within the progress
+// window that a hanging report at a partition's commit point leaves, see
+// docs/reporter.md, Known limits): steps 1 and 2 up to the stall warning,
+// every other report of the second fleet delivered exactly once and its
+// rate logged against the first's. Parking is not waited for (the default
+// budget is 20 failures over 10 minutes of others' answers). About 4
+// minutes; not part of make test.
 func TestHangingTrackParked(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end: builds the binary, Apache Kafka, ClickHouse and 4 processes")
@@ -83,7 +85,7 @@ func TestHangingTrackParked(t *testing.T) {
 	defaults := os.Getenv("PLAYPIPE_HANG_DEFAULTS") == "1"
 	fleetEvents := 1500
 	if defaults {
-		apiTimeout, hold, fleetEvents = partnerapi.DefaultRequestTimeout, partnerapi.DefaultRequestTimeout+5*time.Second, 20000
+		apiTimeout, hold, fleetEvents = partnerapi.DefaultRequestTimeout, partnerapi.DefaultRequestTimeout+5*time.Second, 8800
 		reportArgs = append(append([]string{"report"}, kafkaArgs...), "--api-url", sb.URL)
 	}
 	report := &role{name: "report", args: reportArgs, admin: testenv.FreeAddr(t)}

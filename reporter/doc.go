@@ -42,11 +42,10 @@
 //     failures never collapse the in-flight limit, its retries hold at most
 //     a quarter of it, and its hanging posts leave the limit's count once
 //     stalled (limit.go); the fresh reports of a track whose posts stall
-//     hold at most an eighth of it and wait aside over it (suspect.go),
-//     so a hanging track never fills MaxConcurrency; a set of reports
-//     failing repeatedly is warned of
-//     within seconds, and Ready says degraded while nothing is delivered
-//     (stall.go).
+//     hold at most a small share of the slots and wait aside over it
+//     (suspect.go), so a hanging track never fills MaxConcurrency; a set
+//     of reports failing repeatedly is warned of within seconds, and Ready
+//     says degraded while nothing is delivered (stall.go).
 //   - Memory is bounded whatever the backlog: at most about MaxPending
 //     records per partition are held between its commit point and its newest
 //     fetched record (fetching pauses for that partition alone), fetches are

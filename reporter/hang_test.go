@@ -126,7 +126,7 @@ func (s *hangSim) run(d time.Duration) {
 		// suspect cap, else a fresh report — set aside instead when its
 		// track is suspect and the suspect cap is full (suspect.go).
 		s.queued += s.arrive * step.Seconds()
-		suspectCap := max(1, int(s.l.limit*suspectShare))
+		suspectCap := max(1, int(s.l.limit*suspectShare), int((s.l.max-s.l.limit)*suspectRoomShare))
 		for s.l.allows(len(s.inflight)) {
 			retry := len(s.retries) > 0 && !s.retries[0].After(s.now) && (s.raw || s.slots-s.l.stalledRetriesOut() < max(1, int(s.l.limit*retryShare)))
 			aside := !retry && s.aside > 0 && s.suspectIn < suspectCap

@@ -165,7 +165,7 @@ func (m *metrics) observeState(state func() gauges) (func(), error) {
 	parked := i64("playpipe.reporter.parked", "parked reports of this instance's partitions waiting for a slow retry")
 	failing := i64("playpipe.reporter.failing", "reports that failed at least twice and have no final outcome yet: each holds its partition's commit point until delivered or parked")
 	stalled := i64("playpipe.reporter.stalled_posts", "posts out longer than a few round trips while the partner answers the others: hanging on their payload, not counted against the in-flight limit")
-	suspect := i64("playpipe.reporter.suspect_tracks", "tracks whose posts stall while the partner answers the others: their fresh reports hold at most an eighth of the in-flight limit")
+	suspect := i64("playpipe.reporter.suspect_tracks", "tracks whose posts stall while the partner answers the others: their fresh reports hold at most a small share of the posts in flight (suspectCap)")
 	aside := i64("playpipe.reporter.suspect_aside", "fresh reports of suspect tracks waiting for one of their slots")
 	shed, err := mt.Int64ObservableCounter("playpipe.reporter.shed", metric.WithDescription("times posting was held because the retry budget was spent"))
 	errs = append(errs, err)

@@ -23,7 +23,9 @@ import (
 // posts stall together in a scheduling hiccup is answered again within
 // milliseconds and never becomes suspect. A fresh
 // report of a suspect track is posted only within its own share,
-// suspectCap (suspectShare of the limit, at least 1, every such post
+// suspectCap (suspectShare of the limit, or suspectRoomShare of the room
+// between the limit and MaxConcurrency where that is more — their posts
+// stall, and stalled posts use that room — at least 1; every such post
 // counted, stalled or not); over it, the report waits aside (run.aside)
 // while the other fresh reports go on. Its first failure makes it a
 // retry like any other (the retries' share, its budget, parking). One
@@ -44,11 +46,12 @@ import (
 // trackid is never suspect.
 
 const (
-	suspectStalls = 2               // stalled posts of a track, none answered since …
-	suspectAfter  = time.Second     // … the first this long ago: suspect
-	suspectFor    = 2 * time.Minute // a track with no stall for this long is forgotten
-	suspectMax    = 4096            // tracks remembered at most (the rest are never suspect)
-	suspectShare  = 0.125           // the share of the limit fresh reports of suspect tracks may hold
+	suspectStalls    = 2               // stalled posts of a track, none answered since …
+	suspectAfter     = time.Second     // … the first this long ago: suspect
+	suspectFor       = 2 * time.Minute // a track with no stall for this long is forgotten
+	suspectMax       = 4096            // tracks remembered at most (the rest are never suspect)
+	suspectShare     = 0.125           // the share of the limit fresh reports of suspect tracks may hold …
+	suspectRoomShare = 0.25            // … or of the room between the limit and MaxConcurrency
 )
 
 // suspectTrack is what is known of one track whose posts stalled.
@@ -168,9 +171,15 @@ func trackKey(body []byte) int64 {
 func isJSONSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
 
 // suspectCap is how many fresh reports of suspect tracks may be leased or
-// in flight at once (mu held): suspectShare of the in-flight limit, at
-// least 1.
-func (rn *run) suspectCap() int { return max(1, int(rn.thr.lim.limit*suspectShare)) }
+// in flight at once (mu held): suspectShare of the in-flight limit, or
+// suspectRoomShare of the room between it and MaxConcurrency where that is
+// more, at least 1. The room term keeps a small limit (a partner close by)
+// from starving the track's first attempts, so its reports reach their
+// budgets and are parked about as soon as without the rule.
+func (rn *run) suspectCap() int {
+	l := rn.thr.lim
+	return max(1, int(l.limit*suspectShare), int((l.max-l.limit)*suspectRoomShare))
+}
 
 // releaseAside puts the reports aside whose track is no longer suspect
 // back in the queue (mu held): a track answered again, or forgotten.
