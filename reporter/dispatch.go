@@ -54,7 +54,7 @@ func (rn *run) next() *job {
 		ps.dirty = true
 		ps.mu.Unlock()
 		j.gen = rn.gen
-		j.postNo = rn.thr.lim.started(rn.cfg.Now(), j.retrySlot, j.track)
+		j.postNo = rn.thr.lim.started(rn.cfg.Now(), j.retrySlot, j.suspectSlot, j.track)
 		rn.inflight++
 		return j
 	}

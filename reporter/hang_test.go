@@ -16,8 +16,8 @@ func TestLimiterJudge(t *testing.T) {
 	now := time.Unix(1000, 0)
 	l := newLimiter(48, 1024, now)
 	feed(l, &now, 50*time.Millisecond, true) // baseline and recent 50 ms
-	first := l.started(now, true, 0)
-	later := l.started(now, false, 0)
+	first := l.started(now, true, false, 0)
+	later := l.started(now, false, false, 0)
 	for _, c := range []struct {
 		name     string
 		sig      delivery.Signal
@@ -126,10 +126,10 @@ func (s *hangSim) run(d time.Duration) {
 		// suspect cap, else a fresh report — set aside instead when its
 		// track is suspect and the suspect cap is full (suspect.go).
 		s.queued += s.arrive * step.Seconds()
-		suspectCap := max(1, int(s.l.limit*suspectShare), int((s.l.max-s.l.limit)*suspectRoomShare))
+		suspectCap := max(1, int(s.l.limit*suspectShare))
 		for s.l.allows(len(s.inflight)) {
 			retry := len(s.retries) > 0 && !s.retries[0].After(s.now) && (s.raw || s.slots-s.l.stalledRetriesOut() < max(1, int(s.l.limit*retryShare)))
-			aside := !retry && s.aside > 0 && s.suspectIn < suspectCap
+			aside := !retry && s.aside > 0 && s.suspectIn-s.l.stalledSuspectsOut() < suspectCap
 			if !retry && !aside && s.arrive > 0 && s.queued < 1 {
 				break
 			}
@@ -153,7 +153,7 @@ func (s *hangSim) run(d time.Duration) {
 					p.track = hangTrack
 				}
 				if s.suspects && s.l.sus.is(p.track) {
-					if s.suspectIn >= suspectCap {
+					if s.suspectIn-s.l.stalledSuspectsOut() >= suspectCap {
 						s.aside++
 						continue
 					}
@@ -163,7 +163,7 @@ func (s *hangSim) run(d time.Duration) {
 			if p.suspect {
 				s.suspectIn++
 			}
-			p.n = s.l.started(s.now, p.retry, p.track)
+			p.n = s.l.started(s.now, p.retry, p.suspect, p.track)
 			p.done = s.now.Add(50 * time.Millisecond)
 			if p.bad {
 				p.done = s.now.Add(s.timeout)

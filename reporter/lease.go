@@ -208,7 +208,7 @@ func (rn *run) take() *job {
 			capped = true
 		}
 		switch {
-		case rn.aside.len() > 0 && (rn.suspectSlots < rn.suspectCap() || !rn.thr.lim.sus.is(rn.aside.peek().track)):
+		case rn.aside.len() > 0 && (rn.suspectsHeld() < rn.suspectCap() || !rn.thr.lim.sus.is(rn.aside.peek().track)):
 			j = rn.aside.pop()
 		case (rn.tookRetry || capped || rn.thr.tokens < rn.thr.max/2) && rn.fresh.len() > 0:
 			j = rn.fresh.pop()
@@ -223,7 +223,7 @@ func (rn *run) take() *job {
 			}
 		}
 		suspect := j.failures == 0 && rn.thr.lim.sus.is(j.track)
-		if suspect && rn.suspectSlots >= rn.suspectCap() {
+		if suspect && rn.suspectsHeld() >= rn.suspectCap() {
 			rn.aside.push(j) // a suspect slot frees when one's post is back (freeRetrySlot)
 			continue
 		}
@@ -299,7 +299,7 @@ func (rn *run) freeRetrySlot(j *job) {
 	if j.suspectSlot {
 		j.suspectSlot = false
 		rn.suspectSlots--
-		if rn.aside.len() > 0 {
+		if rn.aside.len() > 0 && rn.suspectsHeld() < rn.suspectCap() {
 			rn.jobsReady()
 		}
 	}

@@ -104,8 +104,10 @@ type limiter struct {
 	outBase  uint64
 	stallIdx int
 	stalled  int
-	// stalledRetries are the stalled posts of reports that failed before.
-	stalledRetries int
+	// stalledRetries are the stalled posts of reports that failed before;
+	// stalledSuspects those of fresh reports of suspect tracks.
+	stalledRetries  int
+	stalledSuspects int
 	// sus is the tracks whose posts stalled (suspect.go).
 	sus suspects
 
@@ -122,10 +124,11 @@ type limiter struct {
 // outPost is one post started: when (Unix nanoseconds), and whether it is
 // back.
 type outPost struct {
-	at    int64
-	track int64 // its report's trackid (trackKey; 0: none)
-	done  bool
-	retry bool // its report failed before
+	at      int64
+	track   int64 // its report's trackid (trackKey; 0: none)
+	done    bool
+	retry   bool // its report failed before
+	suspect bool // a fresh report of a suspect track (suspect.go)
 }
 
 // rttMean is one interval's mean RTT and when the interval closed.
@@ -224,6 +227,17 @@ func (l *limiter) stalledRetriesOut() int {
 	return min(l.stalledRetries, l.stalledOut(), int(l.max*retryShare))
 }
 
+// stalledSuspectsOut is how many of the stalled posts left out are fresh
+// reports of suspect tracks that no longer hold one of their slots either
+// (suspectCap): at most suspectRoomShare of the room between the limit and
+// MaxConcurrency, where stalled posts are.
+func (l *limiter) stalledSuspectsOut() int {
+	if l.stalledOut() == 0 {
+		return 0
+	}
+	return min(l.stalledSuspects, l.stalledOut(), int((l.max-l.limit)*suspectRoomShare))
+}
+
 // advance passes the posts that stalled by now: out longer than
 // stallAfter, and started before the last post answered normally.
 func (l *limiter) advance(now time.Time) {
@@ -238,6 +252,9 @@ func (l *limiter) advance(now time.Time) {
 			l.stalled++
 			if p.retry {
 				l.stalledRetries++
+			}
+			if p.suspect {
+				l.stalledSuspects++
 			}
 			if fast < 0 {
 				fast = 0
@@ -268,6 +285,9 @@ func (l *limiter) finished(n uint64) {
 		l.stalled--
 		if l.out[i].retry {
 			l.stalledRetries--
+		}
+		if l.out[i].suspect {
+			l.stalledSuspects--
 		}
 	}
 	k := 0
@@ -309,14 +329,14 @@ func (l *limiter) observe(now time.Time, sig delivery.Signal, rtt time.Duration,
 }
 
 // started numbers a post that starts now (retry: of a report that failed
-// before; track: its trackid, 0 for none): the number judge, answered and
-// finished take.
-func (l *limiter) started(now time.Time, retry bool, track int64) uint64 {
+// before; suspect: a fresh report of a suspect track; track: its trackid,
+// 0 for none): the number judge, answered and finished take.
+func (l *limiter) started(now time.Time, retry, suspect bool, track int64) uint64 {
 	l.posts++
 	if len(l.out) == 0 {
 		l.outBase = l.posts
 	}
-	l.out = append(l.out, outPost{at: now.UnixNano(), track: track, retry: retry})
+	l.out = append(l.out, outPost{at: now.UnixNano(), track: track, retry: retry, suspect: suspect})
 	return l.posts
 }
 

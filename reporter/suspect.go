@@ -21,12 +21,11 @@ import (
 // usual latency), none of its posts answered normally since, and the first
 // of those stalls at least suspectAfter ago — a busy healthy track whose
 // posts stall together in a scheduling hiccup is answered again within
-// milliseconds and never becomes suspect. A fresh
-// report of a suspect track is posted only within its own share,
-// suspectCap (suspectShare of the limit, or suspectRoomShare of the room
-// between the limit and MaxConcurrency where that is more — their posts
-// stall, and stalled posts use that room — at least 1; every such post
-// counted, stalled or not); over it, the report waits aside (run.aside)
+// milliseconds and never becomes suspect. A fresh report of a suspect
+// track is posted only within its own share, suspectCap (suspectShare of
+// the limit, at least 1; its posts that stalled, up to suspectRoomShare of
+// the room between the limit and MaxConcurrency, not counted: stalled
+// posts use that room); over it, the report waits aside (run.aside)
 // while the other fresh reports go on. Its first failure makes it a
 // retry like any other (the retries' share, its budget, parking). One
 // post of the track answered normally clears the track at once, and its
@@ -51,7 +50,7 @@ const (
 	suspectFor       = 2 * time.Minute // a track with no stall for this long is forgotten
 	suspectMax       = 4096            // tracks remembered at most (the rest are never suspect)
 	suspectShare     = 0.125           // the share of the limit fresh reports of suspect tracks may hold …
-	suspectRoomShare = 0.25            // … or of the room between the limit and MaxConcurrency
+	suspectRoomShare = 0.25            // … and of the room between the limit and MaxConcurrency, stalled
 )
 
 // suspectTrack is what is known of one track whose posts stalled.
@@ -170,16 +169,19 @@ func trackKey(body []byte) int64 {
 
 func isJSONSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
 
-// suspectCap is how many fresh reports of suspect tracks may be leased or
-// in flight at once (mu held): suspectShare of the in-flight limit, or
-// suspectRoomShare of the room between it and MaxConcurrency where that is
-// more, at least 1. The room term keeps a small limit (a partner close by)
-// from starving the track's first attempts, so its reports reach their
-// budgets and are parked about as soon as without the rule.
-func (rn *run) suspectCap() int {
-	l := rn.thr.lim
-	return max(1, int(l.limit*suspectShare), int((l.max-l.limit)*suspectRoomShare))
-}
+// suspectCap is how many fresh reports of suspect tracks may hold a slot
+// at once, leased or in flight (mu held): suspectShare of the in-flight
+// limit, at least 1. Their posts that stalled hold none (suspectsHeld), up
+// to suspectRoomShare of the room between the limit and MaxConcurrency:
+// at a small limit the track's first attempts are not starved, so its
+// reports reach their budgets about as soon as without the rule, and never
+// more than the share of the limit is held by its posts not stalled.
+func (rn *run) suspectCap() int { return max(1, int(rn.thr.lim.limit*suspectShare)) }
+
+// suspectsHeld is how many of the suspect slots are held (mu held): the
+// suspect tracks' fresh reports leased or in flight, but those stalled
+// (limiter.stalledSuspectsOut).
+func (rn *run) suspectsHeld() int { return rn.suspectSlots - rn.thr.lim.stalledSuspectsOut() }
 
 // releaseAside puts the reports aside whose track is no longer suspect
 // back in the queue (mu held): a track answered again, or forgotten.
