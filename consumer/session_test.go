@@ -77,6 +77,94 @@ func TestEnricherNewSessionAfterCoordinatorFault(t *testing.T) {
 	checkOutput(t, k, evs)
 }
 
+// TestEnricherNewSessionRemovesOldMember: as above, a transaction's End
+// fails and the enricher makes a new Kafka session, but the old session's
+// own LeaveGroup never reaches the coordinator (dropped, as when the
+// coordinator is frozen or cut off while the old client leaves). The new
+// session removes the old member itself, so its join does not wait for the
+// old member's session timeout (30 s here): every event is committed well
+// within it. Before, the old member stayed until its session timeout and the
+// new session's rebalance waited for it.
+func TestEnricherNewSessionRemovesOldMember(t *testing.T) {
+	t.Parallel()
+	const sessionTimeout = 30 * time.Second
+	k := testenv.StartKafka(t, 3)
+	mixes := fakeMixes()
+	evs := genEvents(5, 3000, refMixes(mixes), 999_999)
+	publish(t, k, k.Config.Topics().Events, evs)
+
+	var refusing atomic.Bool
+	var oldMember atomic.Value // string: the group member of the session that fails
+	oldMember.Store("")
+	var dropped, removed atomic.Int64
+	kc := k.Cluster()
+	kc.ControlKey(int16(kmsg.EndTxn), func(kr kmsg.Request) (kmsg.Response, error, bool) {
+		kc.KeepControl()
+		if !refusing.Load() {
+			return nil, nil, false
+		}
+		resp := kr.(*kmsg.EndTxnRequest).ResponseKind().(*kmsg.EndTxnResponse)
+		resp.ErrorCode = kerr.CoordinatorNotAvailable.Code
+		return resp, nil, true
+	})
+	kc.ControlKey(int16(kmsg.LeaveGroup), func(kr kmsg.Request) (kmsg.Response, error, bool) {
+		kc.KeepControl()
+		req := kr.(*kmsg.LeaveGroupRequest)
+		old := oldMember.Load().(string)
+		for _, m := range req.Members {
+			if old == "" || m.MemberID != old {
+				continue
+			}
+			if m.Reason == nil || *m.Reason != leaveReason {
+				dropped.Add(1) // the old client's own leave: lost
+				return nil, errors.New("leave dropped by the test"), true
+			}
+			removed.Add(1)
+		}
+		return nil, nil, false
+	})
+	e := newTestEnricher(t, k, newFakeSource(mixes...), func(o *Config) {
+		o.Kafka.SessionTimeout = sessionTimeout
+		o.TxnRecords = 100
+		o.TransactionTimeout, o.MaxTxnWait = 10*time.Second, 5*time.Second
+		o.KafkaOpts = []kgo.Opt{kgo.RetryTimeoutFn(func(key int16) time.Duration {
+			if key == int16(kmsg.EndTxn) {
+				return time.Second
+			}
+			return 30 * time.Second
+		})}
+	})
+	var armed atomic.Bool
+	var armedAt atomic.Int64
+	e.testHookProduced = func(cl *kgo.Client) {
+		if e.Stats().Events >= 500 && armed.CompareAndSwap(false, true) {
+			member, _ := cl.GroupMetadata()
+			oldMember.Store(member)
+			armedAt.Store(time.Now().UnixNano())
+			refusing.Store(true)
+			time.AfterFunc(3*time.Second, func() { refusing.Store(false) })
+		}
+	}
+	stop := runEnricher(t, e)
+	waitFor(t, 90*time.Second, "all events committed", func() bool { return e.Stats().Events >= int64(len(evs)) })
+	took := time.Since(time.Unix(0, armedAt.Load()))
+	if err := stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if dropped.Load() == 0 {
+		t.Fatal("the old session's own leave was never dropped: the test proves nothing")
+	}
+	t.Logf("old member %s: %d of its own leaves dropped, removed by the new session %d times; all events committed %s after the fault began",
+		oldMember.Load(), dropped.Load(), removed.Load(), took.Round(time.Millisecond))
+	if took >= sessionTimeout/2 {
+		t.Errorf("all events committed %s after the fault began: the new session waited for the old member's session timeout (%s)", took.Round(time.Millisecond), sessionTimeout)
+	}
+	if removed.Load() == 0 {
+		t.Errorf("the new session did not remove the old session's member %s", oldMember.Load())
+	}
+	checkOutput(t, k, evs)
+}
+
 // TestRetrySession: only errors of the Kafka session are worth a new
 // session, and not fencing or a refusal for lack of rights.
 func TestRetrySession(t *testing.T) {
