@@ -28,42 +28,15 @@ func TestEnricherNewSessionAfterCoordinatorFault(t *testing.T) {
 	evs := genEvents(3, 3000, refMixes(mixes), 999_999)
 	publish(t, k, k.Config.Topics().Events, evs)
 
-	var refusing atomic.Bool
-	var refused atomic.Int64
-	kc := k.Cluster()
-	kc.ControlKey(int16(kmsg.EndTxn), func(kr kmsg.Request) (kmsg.Response, error, bool) {
-		kc.KeepControl()
-		if !refusing.Load() {
-			return nil, nil, false
-		}
-		resp := kr.(*kmsg.EndTxnRequest).ResponseKind().(*kmsg.EndTxnResponse)
-		resp.ErrorCode = kerr.CoordinatorNotAvailable.Code
-		refused.Add(1)
-		return resp, nil, true
-	})
-	e := newTestEnricher(t, k, newFakeSource(mixes...), func(o *Config) {
-		o.TxnRecords = 100
-		o.TransactionTimeout, o.MaxTxnWait = 10*time.Second, 5*time.Second
-		o.KafkaOpts = []kgo.Opt{kgo.RetryTimeoutFn(func(key int16) time.Duration {
-			if key == int16(kmsg.EndTxn) {
-				return time.Second
-			}
-			return 30 * time.Second
-		})}
-	})
-	var armed atomic.Bool
-	e.testHookProduced = func(*kgo.Client) {
-		if e.Stats().Events >= 500 && armed.CompareAndSwap(false, true) {
-			refusing.Store(true)
-			time.AfterFunc(3*time.Second, func() { refusing.Store(false) })
-		}
-	}
+	fault := refuseEndTxn(k)
+	e := newTestEnricher(t, k, newFakeSource(mixes...), sessionFaultConfig)
+	fault.armAfter500(e, nil)
 	stop := runEnricher(t, e)
 	waitFor(t, 60*time.Second, "all events committed", func() bool { return e.Stats().Events >= int64(len(evs)) })
 	if err := stop(); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	if refused.Load() == 0 {
+	if fault.refused.Load() == 0 {
 		t.Fatal("no EndTxn refused: the test proves nothing")
 	}
 	st := e.Stats()
@@ -73,7 +46,7 @@ func TestEnricherNewSessionAfterCoordinatorFault(t *testing.T) {
 	if st.Aborts == 0 {
 		t.Errorf("no transaction counted aborted: %+v", st)
 	}
-	t.Logf("EndTxn refused %d times; stats %+v", refused.Load(), st)
+	t.Logf("EndTxn refused %d times; stats %+v", fault.refused.Load(), st)
 	checkOutput(t, k, evs)
 }
 
@@ -93,20 +66,11 @@ func TestEnricherNewSessionRemovesOldMember(t *testing.T) {
 	evs := genEvents(5, 3000, refMixes(mixes), 999_999)
 	publish(t, k, k.Config.Topics().Events, evs)
 
-	var refusing atomic.Bool
+	fault := refuseEndTxn(k)
 	var oldMember atomic.Value // string: the group member of the session that fails
 	oldMember.Store("")
 	var dropped, removed atomic.Int64
 	kc := k.Cluster()
-	kc.ControlKey(int16(kmsg.EndTxn), func(kr kmsg.Request) (kmsg.Response, error, bool) {
-		kc.KeepControl()
-		if !refusing.Load() {
-			return nil, nil, false
-		}
-		resp := kr.(*kmsg.EndTxnRequest).ResponseKind().(*kmsg.EndTxnResponse)
-		resp.ErrorCode = kerr.CoordinatorNotAvailable.Code
-		return resp, nil, true
-	})
 	kc.ControlKey(int16(kmsg.LeaveGroup), func(kr kmsg.Request) (kmsg.Response, error, bool) {
 		kc.KeepControl()
 		req := kr.(*kmsg.LeaveGroupRequest)
@@ -124,27 +88,15 @@ func TestEnricherNewSessionRemovesOldMember(t *testing.T) {
 		return nil, nil, false
 	})
 	e := newTestEnricher(t, k, newFakeSource(mixes...), func(o *Config) {
+		sessionFaultConfig(o)
 		o.Kafka.SessionTimeout = sessionTimeout
-		o.TxnRecords = 100
-		o.TransactionTimeout, o.MaxTxnWait = 10*time.Second, 5*time.Second
-		o.KafkaOpts = []kgo.Opt{kgo.RetryTimeoutFn(func(key int16) time.Duration {
-			if key == int16(kmsg.EndTxn) {
-				return time.Second
-			}
-			return 30 * time.Second
-		})}
 	})
-	var armed atomic.Bool
 	var armedAt atomic.Int64
-	e.testHookProduced = func(cl *kgo.Client) {
-		if e.Stats().Events >= 500 && armed.CompareAndSwap(false, true) {
-			member, _ := cl.GroupMetadata()
-			oldMember.Store(member)
-			armedAt.Store(time.Now().UnixNano())
-			refusing.Store(true)
-			time.AfterFunc(3*time.Second, func() { refusing.Store(false) })
-		}
-	}
+	fault.armAfter500(e, func(cl *kgo.Client) {
+		member, _ := cl.GroupMetadata()
+		oldMember.Store(member)
+		armedAt.Store(time.Now().UnixNano())
+	})
 	stop := runEnricher(t, e)
 	waitFor(t, 90*time.Second, "all events committed", func() bool { return e.Stats().Events >= int64(len(evs)) })
 	took := time.Since(time.Unix(0, armedAt.Load()))
@@ -163,6 +115,57 @@ func TestEnricherNewSessionRemovesOldMember(t *testing.T) {
 		t.Errorf("the new session did not remove the old session's member %s", oldMember.Load())
 	}
 	checkOutput(t, k, evs)
+}
+
+// endTxnFault answers EndTxn with COORDINATOR_NOT_AVAILABLE while refusing.
+type endTxnFault struct {
+	refusing atomic.Bool
+	refused  atomic.Int64
+}
+
+func refuseEndTxn(k *testenv.Kafka) *endTxnFault {
+	f := &endTxnFault{}
+	kc := k.Cluster()
+	kc.ControlKey(int16(kmsg.EndTxn), func(kr kmsg.Request) (kmsg.Response, error, bool) {
+		kc.KeepControl()
+		if !f.refusing.Load() {
+			return nil, nil, false
+		}
+		resp := kr.(*kmsg.EndTxnRequest).ResponseKind().(*kmsg.EndTxnResponse)
+		resp.ErrorCode = kerr.CoordinatorNotAvailable.Code
+		f.refused.Add(1)
+		return resp, nil, true
+	})
+	return f
+}
+
+// armAfter500 makes f refuse for 3 s, once, from the first batch after e
+// committed 500 events; armed (when not nil) is called then with the
+// session's client.
+func (f *endTxnFault) armAfter500(e *Enricher, armed func(*kgo.Client)) {
+	var once atomic.Bool
+	e.testHookProduced = func(cl *kgo.Client) {
+		if e.Stats().Events >= 500 && once.CompareAndSwap(false, true) {
+			if armed != nil {
+				armed(cl)
+			}
+			f.refusing.Store(true)
+			time.AfterFunc(3*time.Second, func() { f.refusing.Store(false) })
+		}
+	}
+}
+
+// sessionFaultConfig: transactions of 100 records, and EndTxn retried for
+// 1 s only, so that a refusal of 3 s fails a transaction's End.
+func sessionFaultConfig(o *Config) {
+	o.TxnRecords = 100
+	o.TransactionTimeout, o.MaxTxnWait = 10*time.Second, 5*time.Second
+	o.KafkaOpts = []kgo.Opt{kgo.RetryTimeoutFn(func(key int16) time.Duration {
+		if key == int16(kmsg.EndTxn) {
+			return time.Second
+		}
+		return 30 * time.Second
+	})}
 }
 
 // TestRetrySession: only errors of the Kafka session are worth a new
