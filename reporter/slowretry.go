@@ -10,7 +10,7 @@ import (
 )
 
 // slowRetry posts one parked report once (a goroutine of the slow lane; no
-// lock held). Nothing it meets stops the run but the partner refusing the
+// lock held); e is its entry, read back from <prefix>.parked. Nothing it meets stops the run but the partner refusing the
 // reporter's credentials: a post that times out is a failed attempt like
 // any other (recorded as parked, due again later), and a record Kafka
 // fails leaves the report parked, its next post labelled in doubt.
@@ -20,8 +20,7 @@ import (
 // partition's revocation cancels its post and waits for it to end
 // (slowStart, checkRevocations), so the next owner's writes come after
 // its last one.
-func (rn *run) slowRetry(it *parkedItem) {
-	e := it.e
+func (rn *run) slowRetry(it *parkedItem, e *schemas.Parked) {
 	ctx, ok := rn.slowStart(it.ps)
 	if !ok {
 		rn.slow.done(it)
@@ -38,8 +37,8 @@ func (rn *run) slowRetry(it *parkedItem) {
 	// 1. The entry says a post is about to start: a reader that finds it so
 	// (this process died mid-retry) posts again labelled in doubt.
 	e.Posting = true
-	if _, err := rn.slowProduce(rn.parkRecord(it.pp, e.ReportID, e)); err != nil {
-		e.Posting = false
+	r, err := rn.slowProduce(rn.parkRecord(it.pp, e.ReportID, e))
+	if err != nil {
 		if ended(err) {
 			rn.slow.done(it)
 			return
@@ -48,6 +47,7 @@ func (rn *run) slowRetry(it *parkedItem) {
 		rn.slowAgain(it, rn.slowDelay(e.Stage), false)
 		return
 	}
+	it.off = r.Offset
 	// From here to the entry's next state, the next owner must read this
 	// retry's answer: progress snapshots keep the log position before it.
 	pos := hold(it.ps)
@@ -64,7 +64,7 @@ func (rn *run) slowRetry(it *parkedItem) {
 			break
 		}
 		if err := rn.slowPublish(it.ps, rec); err != nil {
-			rn.slowUnrecorded(it, j, err)
+			rn.slowUnrecorded(it, e, j, err)
 			return
 		}
 		j.carried = ""
@@ -88,7 +88,7 @@ func (rn *run) slowRetry(it *parkedItem) {
 	case d.Action.Final():
 		// 3. The answer on record, then the entry gone.
 		if err := rn.slowPublish(it.ps, rec); err != nil {
-			rn.slowUnrecorded(it, j, err)
+			rn.slowUnrecorded(it, e, j, err)
 			return
 		}
 		if _, err := rn.slowProduce(rn.parkRecord(it.pp, e.ReportID, nil)); err != nil && !ended(err) {
@@ -118,19 +118,22 @@ func (rn *run) slowRetry(it *parkedItem) {
 		e.Message = d.Err.Error()
 	}
 	if err := rn.slowPublish(it.ps, rec); err != nil {
-		rn.slowUnrecorded(it, j, err)
+		rn.slowUnrecorded(it, e, j, err)
 		return
 	}
 	e.Posting = false
-	if _, err := rn.slowProduce(rn.parkRecord(it.pp, e.ReportID, e)); err != nil {
+	if r, err := rn.slowProduce(rn.parkRecord(it.pp, e.ReportID, e)); err != nil {
 		if ended(err) {
 			rn.slow.done(it)
 			return
 		}
 		rn.log.Warn("parked report's next state not written: its next owner posts it again, labelled in doubt", "report_id", e.ReportID, "err", err)
 		e.InDoubt = true
+	} else {
+		it.off = r.Offset
 	}
 	rn.slowAnswered(it, req, asked)
+	it.keep(e)
 	rn.slowAgain(it, rn.slowDelay(e.Stage), true)
 }
 
@@ -148,16 +151,16 @@ func (rn *run) slowAnswered(it *parkedItem, req foundRequest, asked bool) {
 // posting. The report stays parked, due again on the slow schedule; its
 // next record counts the post whose answer was lost
 // (schemas.DoubtUnrecorded). Never a reason to stop the run.
-func (rn *run) slowUnrecorded(it *parkedItem, j *job, err error) {
+func (rn *run) slowUnrecorded(it *parkedItem, e *schemas.Parked, j *job, err error) {
 	if ended(err) {
 		rn.slow.done(it)
 		return
 	}
-	e := it.e
 	rn.log.Warn("the answer of a parked report's slow retry could not be recorded: the report stays parked, its next post labelled in doubt",
 		"report_id", e.ReportID, "partner", rn.cfg.PartnerURL, "outcome", j.dec.Outcome, "status", j.dec.Status, "err", err)
 	e.Attempts, e.InDoubt = j.attempt, true
 	it.carried = schemas.DoubtUnrecorded
 	e.Stage++
+	it.keep(e)
 	rn.slowAgain(it, rn.slowDelay(e.Stage), false)
 }
