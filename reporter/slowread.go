@@ -71,6 +71,13 @@ func (rn *run) readBack(ctx context.Context, items []*parkedItem) map[*parkedIte
 	out := make(map[*parkedItem]*schemas.Parked, len(items))
 	ctx, cancel := context.WithTimeout(ctx, readBackWait)
 	defer cancel()
+	go func() { // owned by readBack: ends with ctx (cancelled on return)
+		select {
+		case <-rn.coordDone: // the run ends: no read holds the lane's end up
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	err := rn.readRange(ctx, from, until, func(r *kgo.Record) {
 		it := at[r.Partition][r.Offset]
 		if it == nil || string(r.Key) != it.id || len(r.Value) == 0 {
@@ -85,7 +92,9 @@ func (rn *run) readBack(ctx context.Context, items []*parkedItem) map[*parkedIte
 		out[it] = &e
 	})
 	if err != nil {
-		if rn.postCtx.Err() == nil {
+		select {
+		case <-rn.coordDone: // the run ends: nothing to say
+		default:
 			rn.log.Warn("parked reports' entries could not be read back: due again in a while", "reports", len(items), "err", err)
 		}
 		for _, it := range items {
