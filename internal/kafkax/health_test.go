@@ -332,6 +332,17 @@ func TestHealthWritesBelowMinISR(t *testing.T) {
 		return h, isr
 	}
 	ctx := context.Background()
+	// The embedded broker as it answers (every replica in sync, its own
+	// min.insync.replicas): ready.
+	plain, err := NewHealth(Config{Brokers: e.Addrs(), Partitions: 1}, HealthOptions{Logger: slog.New(slog.DiscardHandler), Writes: topics.All()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(plain.cl.Close)
+	plain.probe(ctx)
+	if err := plain.Check(ctx); err != nil {
+		t.Errorf("the embedded broker, every topic written: %v, want ready", err)
+	}
 	report, isr := newHealth([]string{topics.Deliveries, topics.Parked})
 	sink, sinkISR := newHealth(nil)
 	for _, tc := range []struct {
