@@ -46,12 +46,15 @@
 //     SIGKILL and with SIGTERM, then re-run: the partition's owner is the
 //     one poster, so the partner holds every play and no more copies than
 //     the audit's bound.
-//   - parkowners_test.go, TestParkedRevocationMidSlowRetry and
-//     TestParkedOwnerKilledMidSlowRetry: on Apache Kafka, reporters joining
-//     and stopped with SIGTERM while the slow lane's posts are held by the
-//     partner and while they deliver; the owner killed with SIGKILL with
-//     its slow retries' posts held, restarted, then killed again as the
-//     partner accepts them and taken over by another instance. The partner
+//   - parkowners_test.go, TestParkedRevocationMidSlowRetry,
+//     TestParkedOwnerKilledMidSlowRetry and TestParkedOwnerPausedPastSession:
+//     on Apache Kafka, reporters joining and stopped with SIGTERM while
+//     the slow lane's posts are held by the partner and while they
+//     deliver; the owner killed with SIGKILL with its slow retries' posts
+//     held, restarted, then killed again as the partner accepts them and
+//     taken over by another instance; the owner paused (SIGSTOP) past its
+//     session with its posts held, its partitions delivered by another,
+//     then resumed. The partner
 //     holds every play, no more copies than the audit's bound, and no
 //     parked report's last state in <prefix>.parked is an entry.
 //     parkrig_test.go is the rig these and the park, hang and redrive

@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -198,4 +199,42 @@ func TestParkedOwnerKilledMidSlowRetry(t *testing.T) {
 	r.startRole(other)
 	testenv.WaitReady(t, other.p, other.admin, 90*time.Second)
 	r.finish(want)
+}
+
+// TestParkedOwnerPausedPastSession: a zombie owner. The owner is paused
+// (SIGSTOP) with its slow retries' posts held by the partner, past its
+// session timeout: another reporter takes its partitions and, the fault
+// lifted, delivers the parked reports. Resumed (SIGCONT), the old owner
+// reads the answers of its held posts (500); it must record none of them
+// (the pause fence): written after its successor's tombstones, their next
+// states brought 16 delivered reports back into the parked topic before.
+func TestParkedOwnerPausedPastSession(t *testing.T) {
+	r := startParkRig(t, 6, 29, parkedFlags("1s")...)
+	want, bad, _ := r.parkTrack()
+	r.sb.SetFaults(sandbox.Faults{Report: sandbox.GroupFaults{Latency: 2 * time.Millisecond, TrackIDs: []int64{bad}, TrackStatus: 500, Hold: 3 * time.Second}})
+	injected := r.sb.Counts().Injected
+	r.waitFor("the slow lane's posts held by the partner", time.Minute, func() bool { return r.sb.Counts().Injected-injected >= 32 })
+	old := r.report
+	old.p.Signal(t, syscall.SIGSTOP)
+	other := r.reporter("report-2", parkedFlags("1s")...)
+	r.startRole(other)
+	testenv.WaitReady(t, other.p, other.admin, 90*time.Second)
+	// Past the old owner's session timeout (6 s): its partitions are the
+	// other's, which recovers and delivers them once the fault is lifted.
+	time.Sleep(8 * time.Second)
+	r.sb.SetFaults(r.plain)
+	r.waitFor("the parked reports delivered by the new owner", 2*time.Minute, func() bool {
+		missing, _, _ := compare(want, r.atPartner())
+		return len(missing) == 0
+	})
+	time.Sleep(2 * time.Second)
+	old.p.Signal(t, syscall.SIGCONT)
+	t.Logf("%s old owner resumed", since(r.start))
+	time.Sleep(10 * time.Second)
+	r.finish(want)
+	paused, unrecorded := testenv.GrepLog(old.p.Log, "was paused: slow retries under way"), testenv.GrepLog(old.p.Log, "paused during the slow retry")
+	t.Logf("the old owner saw its pause %d times and left %d slow retries' answers unrecorded", len(paused), len(unrecorded))
+	if len(paused) == 0 {
+		t.Error("the old owner never saw its pause")
+	}
 }

@@ -60,7 +60,7 @@
 // outcome.go (applying answers), backoff.go (the retry delay), dedupe.go (the recent report ids),
 // watermark.go (a partition's safe commit offset), commit.go and
 // progress.go (commits and their metadata), recover.go (assignment),
-// revoke.go (rebalances), park.go, slowlane.go, slowretry.go, slowread.go,
+// revoke.go (rebalances), park.go, slowlane.go, slowretry.go, slowread.go, pausefence.go,
 // parkedtopic.go and redrive.go (parking, slow retries, the parked topic,
 // operators' redrive requests), standby.go (standby episodes),
 // throttle.go (the retry budget), limit.go (the adaptive in-flight limit),

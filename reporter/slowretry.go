@@ -2,6 +2,8 @@ package reporter
 
 import (
 	"context"
+	"errors"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -34,6 +36,11 @@ func (rn *run) slowRetry(it *parkedItem, e *schemas.Parked) {
 		rn.slowAgain(it, rn.cfg.ProbeInterval*4, false) // the dispatch is held: so is the lane
 		return
 	}
+	if d, held := rn.paused.holding(); held {
+		rn.slowAgain(it, d, false) // paused a moment ago: the group says first what is still ours
+		return
+	}
+	start := time.Now() // real time on purpose: the pause fence's (pausefence.go)
 	// 1. The entry says a post is about to start: a reader that finds it so
 	// (this process died mid-retry) posts again labelled in doubt.
 	e.Posting = true
@@ -60,6 +67,12 @@ func (rn *run) slowRetry(it *parkedItem, e *schemas.Parked) {
 	var rec *kgo.Record
 	for range 2 { // a 401 renews the session: once more at once
 		rec = rn.post(j)
+		if rec != nil && j.dec.Action != delivery.ActAbandon && j.dec.Action != delivery.ActStop && rn.paused.stalled(start) {
+			// Paused mid-retry, maybe past the session: the partition may be
+			// another's, who wrote its state since. Nothing recorded.
+			rn.slowUnrecorded(it, e, j, errStalled)
+			return
+		}
 		if j.dec.Action != delivery.ActRetry || !j.dec.Renew || rec == nil {
 			break
 		}
@@ -136,6 +149,10 @@ func (rn *run) slowRetry(it *parkedItem, e *schemas.Parked) {
 	it.keep(e)
 	rn.slowAgain(it, rn.slowDelay(e.Stage), true)
 }
+
+// errStalled is the cause of a slow retry's answer left unrecorded by the
+// pause fence (pausefence.go).
+var errStalled = errors.New("this process was paused during the slow retry: its answer is not recorded (the partition may be another's)")
 
 // slowAnswered removes the redrive request the slow retry of it served
 // (its answer is on record), if any.
