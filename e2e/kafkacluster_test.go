@@ -660,16 +660,22 @@ func TestKafkaClusterFaults(t *testing.T) {
 		t.Logf("%6s kill -9 nodes %d and %d: one broker left", since(testStart), down[0].ID, down[1].ID)
 		const hold = 20 * time.Second
 		time.Sleep(hold)
-		// What each role's /readyz says meanwhile (for the record: one
-		// broker still answers metadata requests).
+		// What each role's /readyz says meanwhile: one broker still answers
+		// metadata requests, but every role that writes (acks=all, two
+		// in-sync replicas asked) is not ready, naming the cause; the sink,
+		// which writes no topic, stays ready.
 		var ready []string
 		for _, name := range []string{"ingest", "consume", "report-0", "report-1", "sink"} {
 			st, body, _, err := readyz(c.roles[name].admin)
 			if err != nil {
 				ready = append(ready, fmt.Sprintf("%s: %v", name, err))
+				t.Errorf("%s /readyz with two brokers down: %v", name, err)
 				continue
 			}
 			ready = append(ready, fmt.Sprintf("%s: %d %s", name, st, strings.TrimSpace(body)))
+			if name != "sink" && (st != http.StatusServiceUnavailable || !strings.Contains(body, "NOT_ENOUGH_REPLICAS")) {
+				t.Errorf("%s /readyz with two brokers down: %d %s, want 503 naming NOT_ENOUGH_REPLICAS (its writes fail)", name, st, strings.TrimSpace(body))
+			}
 		}
 		t.Logf("/readyz with two brokers down: %s", strings.Join(ready, "; "))
 		// The gateway: 503 with each event's fate, within the delivery
