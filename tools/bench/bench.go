@@ -59,6 +59,11 @@ type result struct {
 	// The broker's CPU per thread group before and after the pipeline
 	// phase (Apache Kafka only: kfake's is the bench process's).
 	brokerThreads0, brokerThreads1 map[string]time.Duration
+	// -broker-profile: the request threads' samples by Kafka API over
+	// the measured round, and the recording's file.
+	brokerAPIs    []apiShare
+	brokerSamples int
+	brokerJFRFile string
 }
 
 // freeAddr returns a loopback address that was free a moment ago.
@@ -346,6 +351,13 @@ func runBench(ctx context.Context, o options, log *slog.Logger) (res result, err
 			return res, err
 		}
 	}
+	var jfr *brokerJFR
+	if o.kafka == kafkaApache && o.brokerProfile != "" {
+		// Before the CPU readings start: JFR.start costs the broker CPU.
+		if jfr, err = e.startJFR(ctx, profileFile(o.brokerProfile, res.started)); err != nil {
+			return res, err
+		}
+	}
 	track, err := trackProcs(roles, sb, ch, e.brokerName, e.brokerPID)
 	if err != nil {
 		return res, err
@@ -371,6 +383,12 @@ func runBench(ctx context.Context, o options, log *slog.Logger) (res result, err
 	if o.kafka == kafkaApache {
 		res.brokerThreads1, _ = threadCPU(e.brokerPID)
 	}
+	if jfr != nil { // after the CPU readings: the dump costs the broker CPU
+		if err := jfr.stop(ctx); err != nil {
+			return res, err
+		}
+		res.brokerJFRFile = jfr.file
+	}
 	for i := range wire1 {
 		res.wire = append(res.wire, roleWire{wire1[i].role, wire1[i].w.minus(wire0[i].w)})
 	}
@@ -378,6 +396,11 @@ func runBench(ctx context.Context, o options, log *slog.Logger) (res result, err
 	// Nothing lost, nothing doubled: the partner's own count.
 	if err := checkPartner(ctx, sb.admin, end.delivered); err != nil {
 		return res, err
+	}
+	if jfr != nil {
+		if res.brokerAPIs, res.brokerSamples, err = jfr.byAPI(ctx); err != nil {
+			return res, err
+		}
 	}
 	res.ceiling, err = e.rawCeiling(ctx, sb, res)
 	if err != nil || o.kafka != kafkaApache || o.floorRecords == 0 {
