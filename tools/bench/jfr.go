@@ -44,6 +44,10 @@ func (e *env) startJFR(ctx context.Context, file string) (*brokerJFR, error) {
 	}
 	dir := filepath.Dir(in.Java)
 	j := &brokerJFR{jcmd: filepath.Join(dir, "jcmd"), jfr: filepath.Join(dir, "jfr"), pid: e.brokerPID, file: file}
+	// Whole stacks (the default 64 frames cut off the KafkaApis frame of a
+	// deep one); refused once a recording ran in this JVM, whose depth
+	// then stays.
+	_ = j.cmd(ctx, "JFR.configure", "stackdepth=1024")
 	if err := j.cmd(ctx, "JFR.start", "name="+jfrName, "settings=profile"); err != nil {
 		return nil, fmt.Errorf("broker profile: %w", err)
 	}
@@ -147,7 +151,7 @@ func countByAPI(out []byte) ([]apiShare, int, error) {
 			leaf = shortType(f.Type.Name) + "." + f.Name
 			for i := len(st.Frames) - 1; i >= 0; i-- {
 				m := st.Frames[i].Method
-				if strings.HasSuffix(m.Type.Name, ".KafkaApis") && strings.HasPrefix(m.Name, "handle") && m.Name != "handle" {
+				if shortType(m.Type.Name) == "KafkaApis" && strings.HasPrefix(m.Name, "handle") && m.Name != "handle" {
 					api = m.Name
 					break
 				}
@@ -167,8 +171,9 @@ func countByAPI(out []byte) ([]apiShare, int, error) {
 	return shares, total, nil
 }
 
-// shortType is a class name without its package.
-func shortType(t string) string { return t[strings.LastIndexByte(t, '.')+1:] }
+// shortType is a class name without its package (`jfr print` separates
+// them with '/', as the JVM does).
+func shortType(t string) string { return t[strings.LastIndexAny(t, "./")+1:] }
 
 // topKeys are m's n most counted keys, most first.
 func topKeys(m map[string]int, n int) []string {
@@ -197,7 +202,7 @@ func printBrokerProfile(w io.Writer, r result, plays float64) {
 	fmt.Fprintf(w, "| work | share of samples | µs per play | most sampled methods |\n|---|---:|---:|---|\n")
 	for _, s := range r.brokerAPIs {
 		share := float64(s.samples) / float64(r.brokerSamples)
-		fmt.Fprintf(w, "| %s | %.1f %% | %.2f | %s |\n", s.name, 100*share, share*us(dataPlane)/plays, strings.Join(s.leaves, ", "))
+		fmt.Fprintf(w, "| %s | %.1f %% | %.1f | %s |\n", s.name, 100*share, share*us(dataPlane)/plays, strings.Join(s.leaves, ", "))
 	}
 }
 

@@ -21,8 +21,8 @@ func TestCountByAPI(t *testing.T) {
 			thread, strings.Join(frames, ","))
 	}
 	const h = "data-plane-kafka-request-handler-0"
-	produce := []string{frame("kafka.log.UnifiedLog", "append"), frame("kafka.server.KafkaApis", "handleProduceRequest"),
-		frame("kafka.server.KafkaApis", "handle"), frame("kafka.server.KafkaRequestHandler", "run")}
+	produce := []string{frame("org/apache/kafka/storage/internals/log/UnifiedLog", "append"), frame("kafka/server/KafkaApis", "handleProduceRequest"),
+		frame("kafka/server/KafkaApis", "handle"), frame("kafka/server/KafkaRequestHandler", "run")}
 	fetch := []string{frame("kafka.server.ReplicaManager", "readFromLog"), frame("kafka.server.KafkaApis", "handleFetchRequest"),
 		frame("kafka.server.KafkaApis", "handle")}
 	events := []string{
