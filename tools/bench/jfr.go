@@ -32,23 +32,24 @@ const jfrName = "playpipe-bench"
 type brokerJFR struct {
 	jcmd, jfr string // the JDK's tools, next to its java
 	pid       int
+	name      string // the recording's, in the JVM
 	file      string
 }
 
 // startJFR starts a recording of the broker JVM with the JDK's "profile"
 // settings (a Java stack sample every 10–20 ms per running thread).
-func (e *env) startJFR(ctx context.Context, file string) (*brokerJFR, error) {
+func (e *env) startJFR(ctx context.Context, name, file string) (*brokerJFR, error) {
 	in, err := kafkanode.FindInstall(os.Getenv("PLAYPIPE_KAFKA_VERSION"))
 	if err != nil {
 		return nil, err
 	}
 	dir := filepath.Dir(in.Java)
-	j := &brokerJFR{jcmd: filepath.Join(dir, "jcmd"), jfr: filepath.Join(dir, "jfr"), pid: e.brokerPID, file: file}
+	j := &brokerJFR{jcmd: filepath.Join(dir, "jcmd"), jfr: filepath.Join(dir, "jfr"), pid: e.brokerPID, name: name, file: file}
 	// Whole stacks (the default 64 frames cut off the KafkaApis frame of a
 	// deep one); refused once a recording ran in this JVM, whose depth
 	// then stays.
 	_ = j.cmd(ctx, "JFR.configure", "stackdepth=1024")
-	if err := j.cmd(ctx, "JFR.start", "name="+jfrName, "settings=profile"); err != nil {
+	if err := j.cmd(ctx, "JFR.start", "name="+name, "settings=profile"); err != nil {
 		return nil, fmt.Errorf("broker profile: %w", err)
 	}
 	return j, nil
@@ -56,10 +57,15 @@ func (e *env) startJFR(ctx context.Context, file string) (*brokerJFR, error) {
 
 // stop writes the recording to its file and ends it.
 func (j *brokerJFR) stop(ctx context.Context) error {
-	if err := j.cmd(ctx, "JFR.dump", "name="+jfrName, "filename="+j.file); err != nil {
+	if err := j.cmd(ctx, "JFR.dump", "name="+j.name, "filename="+j.file); err != nil {
 		return fmt.Errorf("broker profile: %w", err)
 	}
-	if err := j.cmd(ctx, "JFR.stop", "name="+jfrName); err != nil {
+	return j.discard(ctx)
+}
+
+// discard ends the recording without writing it.
+func (j *brokerJFR) discard(ctx context.Context) error {
+	if err := j.cmd(ctx, "JFR.stop", "name="+j.name); err != nil {
 		return fmt.Errorf("broker profile: %w", err)
 	}
 	return nil
