@@ -119,7 +119,7 @@ type jfrRecording struct {
 func (j *brokerJFR) byAPI(ctx context.Context) ([]apiShare, int, error) {
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	out, err := exec.CommandContext(cctx, j.jfr, "print", "--json", "--events", "jdk.ExecutionSample", j.file).Output()
+	out, err := exec.CommandContext(cctx, j.jfr, "print", "--json", "--stack-depth", "1024", "--events", "jdk.ExecutionSample", j.file).Output()
 	if err != nil {
 		return nil, 0, fmt.Errorf("broker profile: jfr print %s: %w", j.file, err)
 	}
