@@ -59,11 +59,7 @@ type result struct {
 	// The broker's CPU per thread group before and after the pipeline
 	// phase (Apache Kafka only: kfake's is the bench process's).
 	brokerThreads0, brokerThreads1 map[string]time.Duration
-	// -broker-profile: the request threads' samples by Kafka API over
-	// the measured round, and the recording's file.
-	brokerAPIs    []apiShare
-	brokerSamples int
-	brokerJFRFile string
+	prof profileResult // -broker-profile (jfr.go)
 }
 
 // freeAddr returns a loopback address that was free a moment ago.
@@ -334,16 +330,9 @@ func runBench(ctx context.Context, o options, log *slog.Logger) (res result, err
 	}
 	log.Info("sandbox, sink, consume and report ready", "events", o.events, "concurrency", o.concurrency)
 	var base state
-	var warmJFR *brokerJFR
-	if o.kafka == kafkaApache && o.brokerProfile != "" {
-		// A first recording over the warm-up: starting the recorder
-		// deoptimizes and recompiles the broker's hot code (its JIT
-		// compiler threads took 67 µs per play over a round recorded
-		// from a cold recorder); the measured round's own recording
-		// then starts on a settled JVM.
-		if warmJFR, err = e.startJFR(ctx, "warm-up", ""); err != nil {
-			return res, err
-		}
+	prof, err := e.startProfile(ctx) // -broker-profile (jfr.go), nil without
+	if err != nil {
+		return res, err
 	}
 	if o.warmup > 0 {
 		// The same pipeline first takes -warmup events of another seed
@@ -357,22 +346,13 @@ func runBench(ctx context.Context, o options, log *slog.Logger) (res result, err
 		res.warmup = &warm
 		log.Info("warm-up finished", "plays", warm.plays, "elapsed", warm.elapsed.Round(time.Millisecond))
 	}
-	if warmJFR != nil {
-		if err := warmJFR.discard(ctx); err != nil {
-			return res, err
-		}
-	}
 	if o.idle > 0 {
 		if err := e.measureIdle(roles, &res); err != nil {
 			return res, err
 		}
 	}
-	var jfr *brokerJFR
-	if o.kafka == kafkaApache && o.brokerProfile != "" {
-		// Before the CPU readings start: JFR.start costs the broker CPU.
-		if jfr, err = e.startJFR(ctx, jfrName, profileFile(o.brokerProfile, res.started)); err != nil {
-			return res, err
-		}
+	if err := prof.startRound(ctx, res.started); err != nil {
+		return res, err
 	}
 	track, err := trackProcs(roles, sb, ch, e.brokerName, e.brokerPID)
 	if err != nil {
@@ -399,11 +379,8 @@ func runBench(ctx context.Context, o options, log *slog.Logger) (res result, err
 	if o.kafka == kafkaApache {
 		res.brokerThreads1, _ = threadCPU(e.brokerPID)
 	}
-	if jfr != nil { // after the CPU readings: the dump costs the broker CPU
-		if err := jfr.stop(ctx); err != nil {
-			return res, err
-		}
-		res.brokerJFRFile = jfr.file
+	if res.prof, err = prof.finish(ctx); err != nil {
+		return res, err
 	}
 	for i := range wire1 {
 		res.wire = append(res.wire, roleWire{wire1[i].role, wire1[i].w.minus(wire0[i].w)})
@@ -412,11 +389,6 @@ func runBench(ctx context.Context, o options, log *slog.Logger) (res result, err
 	// Nothing lost, nothing doubled: the partner's own count.
 	if err := checkPartner(ctx, sb.admin, end.delivered); err != nil {
 		return res, err
-	}
-	if jfr != nil {
-		if res.brokerAPIs, res.brokerSamples, err = jfr.byAPI(ctx); err != nil {
-			return res, err
-		}
 	}
 	res.ceiling, err = e.rawCeiling(ctx, sb, res)
 	if err != nil || o.kafka != kafkaApache || o.floorRecords == 0 {

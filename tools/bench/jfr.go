@@ -26,8 +26,62 @@ import (
 // KafkaApis.handle… frame of each stack, so that the broker's CPU per play
 // reads per kind of request and so per role.
 
-// jfrName is the recording's name inside the broker JVM.
-const jfrName = "playpipe-bench"
+// roundProfile is -broker-profile's recordings in one run: one over the
+// warm-up, discarded (starting the recorder deoptimizes and recompiles the
+// broker's hot code: its JIT compiler threads took 67 µs per play over a
+// round recorded from a cold recorder), then one over the measured round,
+// on a settled JVM. A nil *roundProfile records nothing.
+type roundProfile struct {
+	e         *env
+	warm, jfr *brokerJFR
+}
+
+// profileResult is what a round's recording gave.
+type profileResult struct {
+	apis    []apiShare // the request threads' samples by Kafka API
+	samples int        // the request threads' samples
+	file    string
+}
+
+// startProfile starts the warm-up's recording (Apache Kafka with
+// -broker-profile; otherwise nil).
+func (e *env) startProfile(ctx context.Context) (*roundProfile, error) {
+	if e.o.kafka != kafkaApache || e.o.brokerProfile == "" {
+		return nil, nil
+	}
+	warm, err := e.startJFR(ctx, "playpipe-bench-warm-up", "")
+	if err != nil {
+		return nil, err
+	}
+	return &roundProfile{e: e, warm: warm}, nil
+}
+
+// startRound ends the warm-up's recording and starts the round's, before
+// the round's CPU readings (JFR.start costs the broker CPU).
+func (p *roundProfile) startRound(ctx context.Context, started time.Time) error {
+	if p == nil {
+		return nil
+	}
+	if err := p.warm.discard(ctx); err != nil {
+		return err
+	}
+	var err error
+	p.jfr, err = p.e.startJFR(ctx, "playpipe-bench", profileFile(p.e.o.brokerProfile, started))
+	return err
+}
+
+// finish writes the round's recording (after the round's CPU readings: the
+// dump costs the broker CPU) and counts its samples by Kafka API.
+func (p *roundProfile) finish(ctx context.Context) (profileResult, error) {
+	if p == nil {
+		return profileResult{}, nil
+	}
+	if err := p.jfr.stop(ctx); err != nil {
+		return profileResult{}, err
+	}
+	apis, n, err := p.jfr.byAPI(ctx)
+	return profileResult{apis: apis, samples: n, file: p.jfr.file}, err
+}
 
 // brokerJFR is one recording of the broker JVM pid, by the JDK's jcmd.
 type brokerJFR struct {
@@ -224,7 +278,7 @@ func topKeys(m map[string]int, n int) []string {
 // printBrokerProfile writes the request threads' CPU per play by Kafka API:
 // their samples' shares of the request threads' CPU over the round.
 func printBrokerProfile(w io.Writer, r result, plays float64) {
-	if len(r.brokerAPIs) == 0 || r.brokerSamples == 0 {
+	if len(r.prof.apis) == 0 || r.prof.samples == 0 {
 		return
 	}
 	var dataPlane time.Duration
@@ -234,10 +288,10 @@ func printBrokerProfile(w io.Writer, r result, plays float64) {
 		}
 	}
 	fmt.Fprintf(w, "\nThe broker's request threads (data-plane-kafka-…: %.1f µs per play) by Kafka API, %d stack samples (-broker-profile: JFR, %s):\n\n",
-		us(dataPlane)/plays, r.brokerSamples, r.brokerJFRFile)
+		us(dataPlane)/plays, r.prof.samples, r.prof.file)
 	fmt.Fprintf(w, "| work | share of samples | µs per play | most sampled methods |\n|---|---:|---:|---|\n")
-	for _, s := range r.brokerAPIs {
-		share := float64(s.samples) / float64(r.brokerSamples)
+	for _, s := range r.prof.apis {
+		share := float64(s.samples) / float64(r.prof.samples)
 		fmt.Fprintf(w, "| %s | %.1f %% | %.1f | %s |\n", s.name, 100*share, share*us(dataPlane)/plays, strings.Join(s.leaves, ", "))
 	}
 }
