@@ -59,7 +59,7 @@ type result struct {
 	// The broker's CPU per thread group before and after the pipeline
 	// phase (Apache Kafka only: kfake's is the bench process's).
 	brokerThreads0, brokerThreads1 map[string]time.Duration
-	prof profileResult // -broker-profile (jfr.go)
+	prof                           profileResult // -broker-profile (jfr.go)
 }
 
 // freeAddr returns a loopback address that was free a moment ago.
