@@ -17,7 +17,11 @@ import (
 // rejection right after reading its event, and a re-created events topic
 // re-creates nothing of the old one's rejections). When a poll holds
 // rejections and the events topic's id is not known yet (the sink's first
-// fetches), the broker's metadata is asked, at most once a second.
+// fetches), the broker's metadata is asked, at most once a second — unless
+// the broker's fetches carry no topic ids (Fetch below v13: Apache Kafka
+// before 3.1). Its events' rows then have no id, so their rejections must
+// have none either, although its metadata (v10 and later: 2.8 to 3.0) knows
+// the topic's id.
 type generations struct {
 	adm              *kadm.Client
 	events, rejected string
@@ -28,7 +32,7 @@ type generations struct {
 
 // see records the topic ids of a poll's fetches.
 func (g *generations) see(ctx context.Context, fs kgo.Fetches) {
-	rejections, recreated, events := false, false, false
+	rejections, recreated, events, withoutIDs := false, false, false, false
 	for _, f := range fs {
 		for _, ft := range f.Topics {
 			if id := topicIDString(ft.TopicID); id != "" {
@@ -42,6 +46,7 @@ func (g *generations) see(ctx context.Context, fs kgo.Fetches) {
 			}
 			if ft.Topic == g.rejected && len(ft.Partitions) > 0 {
 				rejections = true
+				withoutIDs = withoutIDs || ft.TopicID == [16]byte{}
 			}
 		}
 	}
@@ -51,7 +56,7 @@ func (g *generations) see(ctx context.Context, fs kgo.Fetches) {
 		delete(g.ids, g.events)
 		g.asked = time.Time{}
 	}
-	if !rejections || g.ids[g.events] != "" || time.Since(g.asked) < time.Second {
+	if !rejections || withoutIDs || g.ids[g.events] != "" || time.Since(g.asked) < time.Second {
 		return
 	}
 	g.asked = time.Now()

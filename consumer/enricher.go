@@ -218,6 +218,10 @@ type Enricher struct {
 	sess    *kgo.GroupTransactSession // while Run runs; crash() closes it
 	crashed atomic.Bool
 
+	// prevMember is the group member of the last Kafka session closed,
+	// removed by the next session (leavePrevious); Run's goroutine only.
+	prevMember string
+
 	lost              lostParts // partitions revoked or lost, until the loop forgets their held events
 	held, heldPeak    atomic.Int64
 	released, skipped atomic.Int64
@@ -300,7 +304,9 @@ func (e *Enricher) noteHeld(n int) {
 // restart of the process would: the new session's claim of the
 // transactional id fences the old one and aborts its open transaction, and
 // its events are read again from the committed offsets (nothing lost,
-// nothing doubled). franz-go says an error of GroupTransactSession.End is
+// nothing doubled), and it removes the old session's group member should
+// that one's bounded leave not have got through (leavePrevious), so that
+// its join does not wait for the member's session timeout. franz-go says an error of GroupTransactSession.End is
 // never retryable on the same client. Fencing and authorization errors are
 // returned: another instance holds the id, or the operator must act.
 func (e *Enricher) Run(ctx context.Context) error {
@@ -411,6 +417,7 @@ func (e *Enricher) session(ctx context.Context, kopts []kgo.Opt, n int) error {
 	e.sess = sess
 	e.mu.Unlock()
 	e.lost.takeAll() // a previous session's revocations: this one starts with none
+	e.leavePrevious(ctx, sess.Client())
 	// Claim the transactional id now (InitProducerId), as Java's
 	// initTransactions does: a predecessor killed mid-transaction is fenced
 	// and its open transaction aborted at once. franz-go would claim it only
@@ -421,7 +428,7 @@ func (e *Enricher) session(ctx context.Context, kopts []kgo.Opt, n int) error {
 	_, _, err = sess.Client().ProducerID(initCtx)
 	cancelInit()
 	if err != nil && ctx.Err() == nil {
-		kafkax.CloseClient(sess.Client(), 0) // bounded leave: never waits on a frozen broker
+		e.closeSession(sess)
 		return inSession(fmt.Errorf("consumer: claim transactional id %q: %w", o.TransactionalID, err))
 	}
 	if n == 1 {
@@ -444,6 +451,6 @@ func (e *Enricher) session(ctx context.Context, kopts []kgo.Opt, n int) error {
 		cancel()
 		e.proc.abandonTxn()
 	}
-	kafkax.CloseClient(sess.Client(), 0) // bounded leave: never waits on a frozen broker
+	e.closeSession(sess)
 	return err
 }

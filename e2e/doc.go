@@ -46,12 +46,26 @@
 //     SIGKILL and with SIGTERM, then re-run: the partition's owner is the
 //     one poster, so the partner holds every play and no more copies than
 //     the audit's bound.
+//   - parkowners_test.go, TestParkedRevocationMidSlowRetry,
+//     TestParkedOwnerKilledMidSlowRetry and TestParkedOwnerPausedPastSession:
+//     on Apache Kafka, reporters joining and stopped with SIGTERM while
+//     the slow lane's posts are held by the partner and while they
+//     deliver; the owner killed with SIGKILL with its slow retries' posts
+//     held, restarted, then killed again as the partner accepts them and
+//     taken over by another instance; the owner paused (SIGSTOP) past its
+//     session with its posts held, its partitions delivered by another,
+//     then resumed. The partner
+//     holds every play, no more copies than the audit's bound, and no
+//     parked report's last state in <prefix>.parked is an entry.
+//     parkrig_test.go is the rig these and the park, hang and redrive
+//     tests share (startParkRig).
 //   - kafkacluster_test.go, TestKafkaClusterFaults: the pipeline as
 //     processes (ingest, consume, report ×2, sink) under a fleet's steady
 //     posts on three Apache Kafka brokers plus two controller-only nodes
 //     (replication factor 3, min.insync.replicas 2), through kill -9 of the
 //     busiest leader and of the active controller, two brokers down (the
-//     enrich role's transaction coordinator among them), a rolling restart,
+//     enrich role's transaction coordinator among them: every writing
+//     role's /readyz 503, NOT_ENOUGH_REPLICAS), a rolling restart,
 //     one broker down (PLAYPIPE_E2E_NODE_DOWN, 30 s by default) and one
 //     broker cut off by a network partition (its own network namespace,
 //     nftables dropping its packets: needs root, nft and ip; skipped, saying

@@ -5,22 +5,16 @@ package e2e
 import (
 	"encoding/json"
 	"io"
-	"math"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/playpipe/playpipe/analytics"
 	"github.com/playpipe/playpipe/partnerapi"
-	"github.com/playpipe/playpipe/partnerapi/sandbox"
 	"github.com/playpipe/playpipe/producer/simulator"
-	"github.com/playpipe/playpipe/testkit/expect"
-	"github.com/playpipe/playpipe/testkit/testenv"
 )
 
 // TestHangingTrackParked: a partner that hangs on one track — the sandbox
@@ -52,110 +46,33 @@ import (
 // budget is 20 failures over 10 minutes of others' answers). About 4
 // minutes; not part of make test.
 func TestHangingTrackParked(t *testing.T) {
-	if testing.Short() {
-		t.Skip("end-to-end: builds the binary, Apache Kafka, ClickHouse and 4 processes")
-	}
-	const partitions = 6
-	testStart := time.Now()
-	dir := t.TempDir()
-	bin := testenv.BuildPlaypipe(t, dir)
-	k := testenv.StartApacheKafka(t, testenv.ApacheKafka{Partitions: partitions})
-	sb := testenv.StartSandbox(t, func(o *sandbox.Config) { o.Seed, o.Pages, o.ListsPerPage, o.MixesPerList = 33, 2, 2, 5 })
-	plain := sandbox.Faults{Report: sandbox.GroupFaults{Latency: 2 * time.Millisecond}}
-	sb.SetFaults(plain)
-	ch := testenv.StartClickHouse(t)
-	t.Logf("setup: binary, Apache Kafka %v, sandbox, ClickHouse in %s", k.Addrs(), since(testStart))
-
-	ps := testenv.NewProcs(t, bin, dir, testenv.ChildEnv(
-		"PLAYPIPE_API_CLIENT_ID="+sb.ClientID,
-		"PLAYPIPE_API_CLIENT_SIGNATURE="+sb.ClientSignature,
-		"PLAYPIPE_LOG_LEVEL=info",
-	))
-	kafkaArgs := []string{"--brokers", strings.Join(k.Addrs(), ","), "--partitions", strconv.Itoa(partitions)}
-	chArgs := []string{"--clickhouse-addr", ch.Addr, "--clickhouse-db", ch.Database, "--clickhouse-user", ch.User}
-	sink := &role{name: "sink", args: append(append([]string{"sink"}, kafkaArgs...), append(chArgs, "--batch-rows", "500", "--linger", "100ms")...), admin: testenv.FreeAddr(t)}
-	consume := &role{name: "consume", args: append(append([]string{"consume"}, kafkaArgs...), "--api-url", sb.URL), admin: testenv.FreeAddr(t)}
 	// The defaults but the timeout (2 s: the hold is 3 s) and the budget
 	// (3 failures over 10 s, where the defaults ask 20 over 10 minutes), and
 	// a slow lane retrying every 5 s, so that the parked reports are
 	// delivered soon after the fault is lifted.
-	apiTimeout, hold := 2*time.Second, 3*time.Second
-	reportArgs := append(append([]string{"report"}, kafkaArgs...), "--api-url", sb.URL, "--api-timeout", apiTimeout.String(),
-		"--park-after-attempts", "3", "--park-after", "10s", "--park-retries", "5s")
+	apiTimeout, hold, fleetEvents := 2*time.Second, 3*time.Second, 1500
+	reportFlags := []string{"--api-timeout", apiTimeout.String(), "--park-after-attempts", "3", "--park-after", "10s", "--park-retries", "5s"}
 	defaults := os.Getenv("PLAYPIPE_HANG_DEFAULTS") == "1"
-	fleetEvents := 1500
 	if defaults {
 		apiTimeout, hold, fleetEvents = partnerapi.DefaultRequestTimeout, partnerapi.DefaultRequestTimeout+5*time.Second, 8800
-		reportArgs = append(append([]string{"report"}, kafkaArgs...), "--api-url", sb.URL)
+		reportFlags = nil
 	}
-	report := &role{name: "report", args: reportArgs, admin: testenv.FreeAddr(t)}
-	roles := []*role{sink, consume, report}
-	for _, r := range roles {
-		r.p = ps.Start(r.name, append([]string{r.args[0], "--admin-addr", r.admin}, r.args[1:]...)...)
-		testenv.WaitReady(t, r.p, r.admin, 90*time.Second)
-	}
-	waitFor := func(what string, d time.Duration, cond func() bool) {
-		t.Helper()
-		for by := time.Now().Add(d); !cond(); time.Sleep(50 * time.Millisecond) {
-			for _, r := range roles {
-				if !r.p.Running() {
-					t.Fatalf("%s exited on its own: %v (log %s)", r.name, r.p.Err, r.p.Log)
-				}
-			}
-			if time.Now().After(by) {
-				ps.DumpLogs(30)
-				t.Fatalf("waiting for %s: not within %s (sandbox %+v)", what, d, sb.Counts())
-			}
-		}
-	}
-	creds := partnerapi.Credentials{ClientID: sb.ClientID, ClientSignature: sb.ClientSignature}
-	distinct := func() int64 { c := sb.Counts(); return c.Accepted - c.Duplicates }
-	fleet := func(name string, sa simArgs) map[play]int {
-		rec := filepath.Join(dir, name+".jsonl")
-		sim := ps.Start("simulate-"+name, append(append(append([]string{"simulate"}, kafkaArgs...), sa.flags()...), "--api-url", sb.URL, "--record", rec)...)
-		if code := sim.Wait(t, 2*time.Minute); code != 0 {
-			t.Fatalf("simulate %s exited %d (log %s)", name, code, sim.Log)
-		}
-		want, _, _, _ := expectedPlays(t, sb.Catalog(), readRecord(t, rec))
-		return want
-	}
-	total := func(m map[play]int) (n int) {
-		for _, c := range m {
-			n += c
-		}
-		return n
-	}
-	atPartner := func() map[play]int {
-		got := map[play]int{}
-		for _, e := range sb.Ledger().Accepted {
-			got[expect.Of(e.Report)]++
-		}
-		return got
-	}
+	r := startParkRig(t, 6, 33, reportFlags...)
+	sb, testStart, report, plain := r.sb, r.start, r.report, r.plain
+	fleet, atPartner, waitFor := r.fleet, r.atPartner, r.waitFor
 
 	// 1. The baseline.
 	t0 := time.Now()
 	wantA := fleet("a", simArgs{events: fleetEvents, rate: 1000, devices: 30, seed: 41, startMS: simulator.DefaultStart(time.Now())})
 	nA := total(wantA)
-	waitFor("the first fleet's plays at the partner", 3*time.Minute, func() bool { return distinct() >= int64(len(wantA)) })
+	waitFor("the first fleet's plays at the partner", 3*time.Minute, func() bool { return r.distinct() >= int64(len(wantA)) })
 	rateA := float64(nA) / time.Since(t0).Seconds()
 	t.Logf("%s fleet a: %d reports delivered at %.0f reports/s (publish to last delivery)", since(testStart), nA, rateA)
 
 	// 2. The hanging track: the one nearest 2.5 % of the second fleet's
 	// plays (generated in-process first: the same messages).
 	sbArgs := simArgs{events: fleetEvents, rate: 1000, devices: 30, seed: 42, startMS: simulator.DefaultStart(time.Now())}
-	genB, _, _, _ := expectedPlays(t, sb.Catalog(), sbArgs.generated(t, sb.URL, creds))
-	perTrack := map[int64]int{}
-	for p, n := range genB {
-		perTrack[p.TrackID] += n
-	}
-	var bad int64
-	best := math.Inf(1)
-	for tr, n := range perTrack {
-		if d := math.Abs(float64(n)/float64(total(genB)) - 0.025); d < best {
-			bad, best = tr, d
-		}
-	}
+	bad, _ := r.badTrack(sbArgs, 0.025)
 	hang := plain
 	hang.Report.TrackIDs, hang.Report.Hold = []int64{bad}, hold
 	sb.SetFaults(hang)
@@ -175,7 +92,7 @@ func TestHangingTrackParked(t *testing.T) {
 		t.Fatalf("track %d has %d of the second fleet's %d reports: the fault must hit some and spare others", bad, nBad, nB)
 	}
 	goodDelivered := func() int {
-		if distinct() < int64(len(wantA)+goodB) {
+		if r.distinct() < int64(len(wantA)+goodB) {
 			return 0 // not yet: the exact count below reads the whole ledger
 		}
 		got, n := atPartner(), 0
@@ -193,14 +110,11 @@ func TestHangingTrackParked(t *testing.T) {
 
 	// A third fleet keeps the partner answering while the budgets run (a
 	// report's budget moves only while other reports are answered).
-	scArgs := simArgs{events: 1200, rate: 25, devices: 10, seed: 43, startMS: simulator.DefaultStart(time.Now())}
-	recC := filepath.Join(dir, "c.jsonl")
-	simC := ps.Start("simulate-c", append(append(append([]string{"simulate"}, kafkaArgs...), scArgs.flags()...), "--api-url", sb.URL, "--record", recC)...)
+	simC := r.startFleet("c", simArgs{events: 1200, rate: 25, devices: 10, seed: 43, startMS: simulator.DefaultStart(time.Now())})
 
 	// Loud: a stall warning within a minute of the fault (the time its
-	// line carries).
-	// With the default 30 s timeout a report fails twice 60–70 s after the
-	// fault: the warning is due within a minute of that.
+	// line carries). With the default 30 s timeout a report fails twice
+	// 60–70 s after the fault: the warning is due within a minute of that.
 	stallDue := time.Minute
 	if defaults {
 		stallDue += 2*apiTimeout + 10*time.Second
@@ -228,6 +142,7 @@ func TestHangingTrackParked(t *testing.T) {
 	if !strings.Contains(stallLine, strconv.FormatInt(bad, 10)) || !strings.Contains(stallLine, "last_status=timeout") {
 		t.Errorf("the stall warning does not name track %d and the timeout: %s", bad, stallLine)
 	}
+
 	if defaults {
 		// Parking with the default budget takes 20 failures over 10
 		// minutes: not waited for. The reports of the other tracks are at
@@ -243,30 +158,24 @@ func TestHangingTrackParked(t *testing.T) {
 			t.Errorf("%d duplicate copies of the second fleet's other reports at the partner", dupsB)
 		}
 		t.Logf("%s default flags: parking not waited for; the reporter stops", since(testStart))
-		for _, r := range roles {
-			r.p.Signal(t, syscall.SIGTERM)
-		}
+		r.stopAll()
 		if code := simC.Wait(t, 2*time.Minute); code != 0 {
 			t.Fatalf("simulate c exited %d (log %s)", code, simC.Log)
 		}
 		return
 	}
 
-	auditArgs := append(append([]string{"audit"}, chArgs...), "--from", "-2h", "--to", "+1h", "--format", "json")
 	var rep analytics.Audit
 	waitFor("the audit to count the second fleet's parked plays", 3*time.Minute, func() bool {
-		rep = runAudit(t, bin, auditArgs)
+		rep = r.audit()
 		return rep.Parked >= uint64(nBad)
 	})
 	parkedAfter := time.Since(faultAt)
-	if code := simC.Wait(t, 2*time.Minute); code != 0 {
-		t.Fatalf("simulate c exited %d (log %s)", code, simC.Log)
-	}
-	wantC, _, _, _ := expectedPlays(t, sb.Catalog(), readRecord(t, recC))
-	rows := auditList(t, bin, chArgs, "parked")
+	wantC := r.fleetWant("c", simC)
+	rows := auditList(t, r.bin, r.chArgs, "parked")
 	timeouts := 0
-	for _, r := range rows {
-		if strings.Contains(r.Detail, "timeout") {
+	for _, row := range rows {
+		if strings.Contains(row.Detail, "timeout") {
 			timeouts++
 		}
 	}
@@ -293,25 +202,13 @@ func TestHangingTrackParked(t *testing.T) {
 
 	// 3. The fault lifted: the slow lane delivers the parked reports.
 	sb.SetFaults(plain)
-	want := map[play]int{}
-	for _, m := range []map[play]int{wantA, wantB, wantC} {
-		for p, n := range m {
-			want[p] += n
-		}
-	}
-	waitFor("every play at the partner", 3*time.Minute, func() bool { return distinct() >= int64(len(want)) })
+	want := merge(wantA, wantB, wantC)
+	waitFor("every play at the partner", 3*time.Minute, func() bool { return r.distinct() >= int64(len(want)) })
 	waitFor("the audit to see the parked plays delivered", 2*time.Minute, func() bool {
-		rep = runAudit(t, bin, auditArgs)
+		rep = r.audit()
 		return rep.Parked == 0 && rep.Delivered >= uint64(total(want))
 	})
-	for _, r := range roles {
-		r.p.Signal(t, syscall.SIGTERM)
-	}
-	for _, r := range roles {
-		if code := r.p.Wait(t, 30*time.Second); code != 0 {
-			t.Errorf("%s exited %d after SIGTERM (log %s)", r.name, code, r.p.Log)
-		}
-	}
+	r.stopAll()
 	led := sb.Ledger()
 	missing, dups, unexpected := compare(want, atPartner())
 	if len(missing) > 0 || len(unexpected) > 0 || dups > 0 {

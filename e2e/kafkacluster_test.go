@@ -5,10 +5,8 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"slices"
 	"sort"
 	"strings"
@@ -25,6 +23,7 @@ import (
 	"github.com/playpipe/playpipe/producer/gateway"
 	"github.com/playpipe/playpipe/testkit/expect"
 	"github.com/playpipe/playpipe/testkit/kafkanode"
+	"github.com/playpipe/playpipe/testkit/netns"
 	"github.com/playpipe/playpipe/testkit/testenv"
 )
 
@@ -471,9 +470,9 @@ func startClusterRig(t *testing.T) *clusterRig {
 	cn, noNet := setupClusterNet(t)
 	opts := testenv.ApacheKafka{Nodes: 3, Controllers: 2, Partitions: kcPartitions}
 	if cn != nil {
-		opts.NodeAddr = cn.addr
-		opts.Prefix = map[int][]string{cn.partitionNode: {"ip", "netns", "exec", cn.ns}}
-		t.Logf("network: node %d in namespace %s at %s, the others on %s (veth %s)", cn.partitionNode, cn.ns, cn.nsIP, cn.hostIP, cn.hostIf)
+		opts.NodeAddr = cn.Addr
+		opts.Prefix = map[int][]string{cn.Node: cn.Exec()}
+		t.Logf("network: node %d in namespace %s at %s, the others on %s (veth %s)", cn.Node, cn.Name, cn.NSIP, cn.HostIP, cn.HostIf)
 	} else {
 		t.Logf("network: no namespace (%s): every node on loopback, the network partition is skipped", noNet)
 	}
@@ -661,16 +660,22 @@ func TestKafkaClusterFaults(t *testing.T) {
 		t.Logf("%6s kill -9 nodes %d and %d: one broker left", since(testStart), down[0].ID, down[1].ID)
 		const hold = 20 * time.Second
 		time.Sleep(hold)
-		// What each role's /readyz says meanwhile (for the record: one
-		// broker still answers metadata requests).
+		// What each role's /readyz says meanwhile: one broker still answers
+		// metadata requests, but every role that writes (acks=all, two
+		// in-sync replicas asked) is not ready, naming the cause; the sink,
+		// which writes no topic, stays ready.
 		var ready []string
 		for _, name := range []string{"ingest", "consume", "report-0", "report-1", "sink"} {
 			st, body, _, err := readyz(c.roles[name].admin)
 			if err != nil {
 				ready = append(ready, fmt.Sprintf("%s: %v", name, err))
+				t.Errorf("%s /readyz with two brokers down: %v", name, err)
 				continue
 			}
 			ready = append(ready, fmt.Sprintf("%s: %d %s", name, st, strings.TrimSpace(body)))
+			if name != "sink" && (st != http.StatusServiceUnavailable || !strings.Contains(body, "NOT_ENOUGH_REPLICAS")) {
+				t.Errorf("%s /readyz with two brokers down: %d %s, want 503 naming NOT_ENOUGH_REPLICAS (its writes fail)", name, st, strings.TrimSpace(body))
+			}
 		}
 		t.Logf("/readyz with two brokers down: %s", strings.Join(ready, "; "))
 		// The gateway: 503 with each event's fate, within the delivery
@@ -812,7 +817,7 @@ func TestKafkaClusterFaults(t *testing.T) {
 			t.Skipf("no network namespace for a broker here (%s): the partition is not tested", c.noNet)
 		}
 		const cutFor = 30 * time.Second
-		n := c.node(t, c.net.partitionNode)
+		n := c.node(t, c.net.Node)
 		logFrom := c.logSizes()
 		acceptedBefore := c.sb.Counts().Accepted
 		t.Logf("before the cut: %s", c.view(c.k.Apache.Brokers()[0].Broker))
@@ -824,7 +829,7 @@ func TestKafkaClusterFaults(t *testing.T) {
 				c.net.heal(t)
 			}
 		}()
-		t.Logf("%6s node %d cut off: every packet of namespace %s dropped", since(testStart), n.ID, c.net.ns)
+		t.Logf("%6s node %d cut off: every packet of namespace %s dropped", since(testStart), n.ID, c.net.Name)
 		part := c.fl.firstEventAfter(at, cutFor)
 		pr := c.partnerResume(t, at, 90*time.Second) // while cut off: the pipeline must go on without node 3
 		time.Sleep(time.Until(at.Add(cutFor)))
@@ -946,97 +951,37 @@ func TestKafkaClusterFaults(t *testing.T) {
 		wantReports, dups, rep.PossibleExtraCopies, rep.DoubtfulPostsByCause, rep.DeliveredTwice, since(testStart))
 }
 
-// clusterNet is the cluster test's own network: a namespace holding node
-// 3, reached from the host through a veth pair; the other nodes listen on
-// the host end's address. Partitioning node 3 drops every packet in the
-// namespace (nftables, policy drop), silently: no RST, no ICMP.
-type clusterNet struct {
-	ns, hostIf     string
-	hostIP, nsIP   string
-	nextPort       int
-	partitionNode  int
-	partitionTable string
-}
+// clusterNet is the cluster test's own network (testkit/netns): a
+// namespace holding node 3, reached from the host through a veth pair; the
+// other nodes listen on the host end's address. Partitioning node 3 drops
+// every packet in the namespace (nftables, policy drop), silently: no RST,
+// no ICMP.
+type clusterNet struct{ *netns.Namespace }
 
-// setupClusterNet creates the namespace and the veth pair, or says why it
-// cannot (not root, no ip or nft, no namespaces here).
+// setupClusterNet creates the namespace and the veth pair, removed when the
+// test ends, or says why it cannot (not root, no ip or nft, no namespaces
+// here).
 func setupClusterNet(t *testing.T) (*clusterNet, string) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		return nil, "not root: no network namespace"
+	n, why := netns.Setup(netns.Spec{Prefix: "ppkc", Subnet: 231, Table: "ppkc_partition", Node: 3})
+	if n == nil {
+		return nil, why
 	}
-	for _, tool := range []string{"ip", "nft"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			return nil, tool + " not installed (apt-get install -y iproute2 nftables)"
-		}
-	}
-	pid := os.Getpid()
-	x := pid%250 + 1
-	n := &clusterNet{
-		ns:       fmt.Sprintf("ppkc-%d", pid),
-		hostIf:   fmt.Sprintf("ppkc%dh", pid%1000000),
-		hostIP:   fmt.Sprintf("10.231.%d.1", x),
-		nsIP:     fmt.Sprintf("10.231.%d.2", x),
-		nextPort: 20000 + pid%20000,
-		// the node put in the namespace and cut off
-		partitionNode:  3,
-		partitionTable: "ppkc_partition",
-	}
-	nsIf := fmt.Sprintf("ppkc%dn", pid%1000000)
-	steps := [][]string{
-		{"ip", "netns", "add", n.ns},
-		{"ip", "link", "add", n.hostIf, "type", "veth", "peer", "name", nsIf},
-		{"ip", "link", "set", nsIf, "netns", n.ns},
-		{"ip", "addr", "add", n.hostIP + "/30", "dev", n.hostIf},
-		{"ip", "link", "set", n.hostIf, "up"},
-		{"ip", "netns", "exec", n.ns, "ip", "addr", "add", n.nsIP + "/30", "dev", nsIf},
-		{"ip", "netns", "exec", n.ns, "ip", "link", "set", nsIf, "up"},
-		{"ip", "netns", "exec", n.ns, "ip", "link", "set", "lo", "up"},
-	}
-	cleanup := func() {
-		_ = exec.Command("ip", "link", "del", n.hostIf).Run()
-		_ = exec.Command("ip", "netns", "del", n.ns).Run()
-	}
-	for _, s := range steps {
-		if out, err := exec.Command(s[0], s[1:]...).CombinedOutput(); err != nil {
-			cleanup()
-			return nil, fmt.Sprintf("%s: %v: %s", strings.Join(s, " "), err, strings.TrimSpace(string(out)))
-		}
-	}
-	t.Cleanup(cleanup) // after the cluster's nodes are killed (cleanups run last-in first-out)
-	return n, ""
-}
-
-// addr returns a listener address for node id: in the namespace for the
-// partitioned node (a fresh namespace has every port free), else a free
-// port on the host end of the veth.
-func (n *clusterNet) addr(id int) (string, error) {
-	if id == n.partitionNode {
-		n.nextPort++
-		return fmt.Sprintf("%s:%d", n.nsIP, n.nextPort), nil
-	}
-	ln, err := net.Listen("tcp", n.hostIP+":0")
-	if err != nil {
-		return "", err
-	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
+	t.Cleanup(n.Close) // after the cluster's nodes are killed (cleanups run last-in first-out)
+	return &clusterNet{n}, ""
 }
 
 // cut drops every packet in and out of the namespace; heal lifts it.
 func (n *clusterNet) cut(t *testing.T) {
 	t.Helper()
-	rules := fmt.Sprintf("table inet %[1]s {\n chain in { type filter hook input priority 0; policy drop; }\n chain out { type filter hook output priority 0; policy drop; }\n}\n", n.partitionTable)
-	cmd := exec.Command("ip", "netns", "exec", n.ns, "nft", "-f", "-")
-	cmd.Stdin = strings.NewReader(rules)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("nft in %s: %v: %s", n.ns, err, out)
+	if err := n.Cut(); err != nil {
+		t.Fatal(err)
 	}
 }
 
 func (n *clusterNet) heal(t *testing.T) {
 	t.Helper()
-	if out, err := exec.Command("ip", "netns", "exec", n.ns, "nft", "delete", "table", "inet", n.partitionTable).CombinedOutput(); err != nil {
-		t.Errorf("nft delete in %s: %v: %s", n.ns, err, out)
+	if err := n.Heal(); err != nil {
+		t.Error(err)
 	}
 }

@@ -160,38 +160,64 @@ func (s *h2ResetServer) serve(c *tls.Conn) {
 // the peer resets (PROTOCOL_ERROR) after reading the whole report is not
 // posted again by the transport: the partner holds one copy, and the post
 // fails in doubt (the copy may have been taken), for the caller to retry
-// labelled. Before, net/http re-sent it through GetBody and the caller saw
-// only the second copy's 200: two copies, none in doubt.
+// labelled. Two transports:
+//   - the client's own (golang.org/x/net/http2): it re-sends through
+//     GetBody only on REFUSED_STREAM and beyond a GOAWAY, so here the
+//     refusal guards against a version that would re-send after a
+//     PROTOCOL_ERROR reset; the reset is counted unsafe (countH2Error);
+//   - the caller's (Config.HTTPClient), net/http's HTTP/2 as bundled: it
+//     does re-send after a PROTOCOL_ERROR reset from the peer
+//     (http2canRetryError, golang/go#47635), and the caller would see only
+//     the second copy's 200 — two copies, none in doubt — unless getBody
+//     refuses the rewind. This case fails with the refusal removed.
 func TestReportNotResentAfterH2StreamReset(t *testing.T) {
-	s := newH2ResetServer(t, firstProtocolError)
-	roots := s.srv.Client().Transport.(*http.Transport).TLSClientConfig.RootCAs
-	c := rawClient(t, s.srv.URL, func(cfg *Config) { cfg.RootCAs = roots; cfg.RequestTimeout = 5 * time.Second })
-	// A held token: the posts are the only requests.
-	far := time.Now().Add(time.Hour)
-	c.main.cur.Store(&token{hdr: []string{"tok1"}, renewAt: far, expires: far})
+	for _, own := range []bool{true, false} {
+		name := map[bool]string{true: "own transport", false: "caller's net/http transport"}[own]
+		t.Run(name, func(t *testing.T) {
+			s := newH2ResetServer(t, firstProtocolError)
+			roots := s.srv.Client().Transport.(*http.Transport).TLSClientConfig.RootCAs
+			c := rawClient(t, s.srv.URL, func(cfg *Config) {
+				cfg.RootCAs = roots
+				cfg.RequestTimeout = 5 * time.Second
+				if !own {
+					tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}, ForceAttemptHTTP2: true}
+					t.Cleanup(tr.CloseIdleConnections)
+					cfg.HTTPClient = &http.Client{Transport: tr, Timeout: 5 * time.Second}
+				}
+			})
+			// A held token: the posts are the only requests.
+			far := time.Now().Add(time.Hour)
+			c.main.cur.Store(&token{hdr: []string{"tok1"}, renewAt: far, expires: far})
 
-	res, err := c.ReportPlay(context.Background(), schemas.PlayReport{TrackID: 1})
-	if n := s.copies(); n != 1 {
-		t.Errorf("%d copies of the report reached the partner, want 1 (the transport re-sent it)", n)
-	}
-	if err == nil {
-		t.Fatalf("the post succeeded (%+v): the stream reset after the whole report was written must leave it in doubt", res)
-	}
-	var e *Error
-	if !errors.As(err, &e) || e.Kind != KindTransient || e.Doubt != schemas.DoubtConnectionLost {
-		t.Fatalf("err = %v (doubt %q), want a transient error in doubt (%s)", err, Doubt(err), schemas.DoubtConnectionLost)
-	}
-	// The transport reported the reset (countH2Error): getBody would refuse
-	// a re-send of any post in flight with it.
-	if n := c.h2Unsafe.Load(); n != 1 {
-		t.Errorf("unsafe HTTP/2 errors counted %d, want 1 (the transport's CountError is not wired)", n)
-	}
-	// The connection stays usable: the next post is answered.
-	if _, err := c.ReportPlay(context.Background(), schemas.PlayReport{TrackID: 2}); err != nil {
-		t.Fatalf("next post: %v", err)
-	}
-	if n := s.copies(); n != 2 {
-		t.Errorf("%d copies after the second post, want 2", n)
+			res, err := c.ReportPlay(context.Background(), schemas.PlayReport{TrackID: 1})
+			s.mu.Lock()
+			seen := s.seen
+			s.mu.Unlock()
+			if n := s.copies(); n != 1 || seen != 1 {
+				t.Errorf("the partner saw %d posts and took %d copies of the report, want 1 and 1 (the transport re-sent it)", seen, n)
+			}
+			if err == nil {
+				t.Fatalf("the post succeeded (%+v): the stream reset after the whole report was written must leave it in doubt", res)
+			}
+			var e *Error
+			if !errors.As(err, &e) || e.Kind != KindTransient || e.Doubt != schemas.DoubtConnectionLost {
+				t.Fatalf("err = %v (doubt %q), want a transient error in doubt (%s)", err, Doubt(err), schemas.DoubtConnectionLost)
+			}
+			if own {
+				// The transport reported the reset (countH2Error): getBody
+				// would refuse a re-send of any post in flight with it.
+				if n := c.h2Unsafe.Load(); n != 1 {
+					t.Errorf("unsafe HTTP/2 errors counted %d, want 1 (the transport's CountError is not wired)", n)
+				}
+			}
+			// The connection stays usable: the next post is answered.
+			if _, err := c.ReportPlay(context.Background(), schemas.PlayReport{TrackID: 2}); err != nil {
+				t.Fatalf("next post: %v", err)
+			}
+			if n := s.copies(); n != 2 {
+				t.Errorf("%d copies after the second post, want 2", n)
+			}
+		})
 	}
 }
 

@@ -32,8 +32,9 @@
 //     answered) is parked: its state is written to <prefix>.parked, a parked
 //     Delivery record settles its offset (the commit point moves on), and a
 //     slow lane retries it on ParkRetries until it is final (park.go,
-//     slowlane.go, slowretry.go). An outage of the whole partner parks
-//     nothing. The slow lane is a parked report's one poster: `redrive
+//     slowlane.go, slowretry.go), holding only its id, due time and entry
+//     offset: the body is read back from <prefix>.parked when it is due
+//     (slowread.go). An outage of the whole partner parks nothing. The slow lane is a parked report's one poster: `redrive
 //     --parked` asks it (redrive.go), and a revocation waits for its slow
 //     retries; nothing a slow retry meets stops the run but a refused
 //     credential.
@@ -61,7 +62,7 @@
 // outcome.go (applying answers), backoff.go (the retry delay), dedupe.go (the recent report ids),
 // watermark.go (a partition's safe commit offset), commit.go and
 // progress.go (commits and their metadata), recover.go (assignment),
-// revoke.go (rebalances), park.go, slowlane.go, slowretry.go,
+// revoke.go (rebalances), park.go, slowlane.go, slowretry.go, slowread.go, pausefence.go,
 // parkedtopic.go and redrive.go (parking, slow retries, the parked topic,
 // operators' redrive requests), standby.go (standby episodes),
 // throttle.go (the retry budget), limit.go (the adaptive in-flight limit),

@@ -180,7 +180,7 @@ func (rn *run) park(j *job, rec *kgo.Record) {
 	e := rn.parkEntry(j)
 	asParked(rec)
 	rn.publishing.Add(1)
-	rn.produce(rn.parkRecord(rn.parkedPart(j.rec.Partition), j.id, e), func(_ *kgo.Record, err error) {
+	rn.produce(rn.parkRecord(rn.parkedPart(j.rec.Partition), j.id, e), func(entry *kgo.Record, err error) {
 		if err != nil {
 			defer rn.publishing.Done()
 			rn.recorded()
@@ -205,7 +205,7 @@ func (rn *run) park(j *job, rec *kgo.Record) {
 					}
 					return
 				}
-				rn.parked(j, r, e)
+				rn.parked(j, r, e, entry.Offset)
 			})
 		}()
 	})
@@ -233,8 +233,8 @@ func asParked(rec *kgo.Record) {
 
 // parked applies the acknowledgement of j's parked record (a produce
 // callback; no lock held): the offset is settled, like a final one, and the
-// entry goes to the slow lane.
-func (rn *run) parked(j *job, r *kgo.Record, e *schemas.Parked) {
+// report goes to the slow lane (its entry e at offset off).
+func (rn *run) parked(j *job, r *kgo.Record, e *schemas.Parked, off int64) {
 	ps := j.ps
 	var rq []*job
 	ps.mu.Lock()
@@ -272,7 +272,7 @@ func (rn *run) parked(j *job, r *kgo.Record, e *schemas.Parked) {
 				rq = rn.finalWithoutPost(f, rq)
 			}
 		}
-		rn.slow.addItem(&parkedItem{ps: ps, e: e, pp: rn.parkedPart(j.rec.Partition)})
+		rn.slow.addItem(newParkedItem(ps, e, rn.parkedPart(j.rec.Partition), off))
 	}
 	rn.requeue(rq)
 	if rn.revoking.Load() > 0 {

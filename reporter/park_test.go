@@ -101,6 +101,28 @@ func (e *e2e) publishTrack(prefix string, n int, track int64) map[string]bool {
 	return ids
 }
 
+// waitParked publishes a steady trickle of other reports (per batch
+// reports named prefix-more-i every 100 ms: a report's budget moves only
+// while others are answered; in an outage of the whole partner nothing is
+// parked) until every report of bad has a parked record, for up to 60 s.
+// A run that ends meanwhile (ended, when not nil) fails the test with
+// stop's error.
+func (e *e2e) waitParked(bad map[string]bool, prefix string, per int, ended <-chan struct{}, stop func() error) {
+	e.t.Helper()
+	for i := 0; len(e.parkedRecords()) < len(bad); i++ {
+		if i == 600 {
+			e.t.Fatalf("%d of %d reports parked after 60 s", len(e.parkedRecords()), len(bad))
+		}
+		select {
+		case <-ended:
+			e.t.Fatalf("the reporter stopped: %v", stop())
+		default:
+		}
+		e.publish(fmt.Sprintf("%s-more-%d", prefix, i), per, 0, 0)
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 // TestParkedTrackDoesNotHoldOthers: the partner answers 500 to
 // every report of one track. Every other report is delivered; the bad ones
 // are parked (a parked Delivery record with the last answer and attempts),
@@ -123,15 +145,7 @@ func TestParkedTrackDoesNotHoldOthers(t *testing.T) {
 	cfg.WarnAfterAttempts = 2
 	cfg.ParkRetries = []time.Duration{time.Hour} // no slow retry in the first run
 	stop := e.start(cfg, partner)
-	// Other reports keep coming: a report's budget moves only while others
-	// are answered (in an outage of the whole partner nothing is parked).
-	for i := 0; len(e.parkedRecords()) < len(bad); i++ {
-		if i == 600 {
-			t.Fatalf("%d of %d reports parked after 60 s", len(e.parkedRecords()), len(bad))
-		}
-		e.publish(fmt.Sprintf("good-more-%d", i), 5, 0, 0)
-		time.Sleep(100 * time.Millisecond) // a steady trickle of other reports
-	}
+	e.waitParked(bad, "good", 5, nil, nil)
 	e.waitLedger(60 * time.Second)
 	e.waitAllCommitted(30 * time.Second) // past the parked reports
 	if err := stop(); err != nil {
@@ -388,13 +402,7 @@ func TestPoisonTrackSandboxFault(t *testing.T) {
 	cfg.ParkAfterAttempts, cfg.ParkAfter = 3, 100*time.Millisecond
 	cfg.ParkRetries = []time.Duration{500 * time.Millisecond}
 	stop := e.start(cfg, e.client(testUA))
-	for i := 0; len(e.parkedRecords()) < len(bad); i++ {
-		if i == 600 {
-			t.Fatalf("%d of %d reports parked after 60 s", len(e.parkedRecords()), len(bad))
-		}
-		e.publish(fmt.Sprintf("pt-more-%d", i), 5, 0, 0) // others answered: the budgets move
-		time.Sleep(100 * time.Millisecond)               // a steady trickle of other reports
-	}
+	e.waitParked(bad, "pt", 5, nil, nil)
 	e.waitLedger(60 * time.Second)
 	e.waitAllCommitted(30 * time.Second)
 	for id, d := range e.parkedRecords() {

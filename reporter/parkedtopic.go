@@ -21,7 +21,9 @@ import (
 // removes only the entry of its own partition. An entry whose offset the
 // recovered progress does not settle (below the commit point or final) is
 // an orphan — its writer died before the parked Delivery record — and is
-// removed: the report is posted from <prefix>.reports again.
+// removed: the report is posted from <prefix>.reports again. It keeps no
+// body: each entry is read without its report (entryMeta), and the lane
+// reads the body back when the report is due (readBack).
 func (rn *run) recoverParked(ctx context.Context, parts []int32, got *recovered) (map[int32][]*parkedItem, error) {
 	want := map[int32]bool{}
 	for _, p := range parts {
@@ -31,7 +33,12 @@ func (rn *run) recoverParked(ctx context.Context, parts []int32, got *recovered)
 	for pp := range rn.parkedParts {
 		from[pp] = 0
 	}
-	latest := map[string]*parkedItem{}
+	type found struct {
+		e   entryMeta
+		pp  int32
+		off int64
+	}
+	latest := map[string]*found{}
 	reqs := map[string]foundRequest{}
 	ends, err := rn.readParked(ctx, from, func(r *kgo.Record) {
 		if q, isReq := rn.parseRequest(r); isReq {
@@ -50,13 +57,13 @@ func (rn *run) recoverParked(ctx context.Context, parts []int32, got *recovered)
 			}
 			return
 		}
-		var e schemas.Parked
+		var e entryMeta
 		if err := json.Unmarshal(r.Value, &e); err != nil || e.ReportID == "" {
 			rn.log.Warn("unreadable parked entry", "partition", r.Partition, "offset", r.Offset, "err", err)
 			return
 		}
 		if want[e.Source.Partition] {
-			latest[e.ReportID] = &parkedItem{e: &e, pp: r.Partition}
+			latest[e.ReportID] = &found{e, r.Partition, r.Offset}
 		}
 	})
 	if err != nil {
@@ -68,9 +75,9 @@ func (rn *run) recoverParked(ctx context.Context, parts []int32, got *recovered)
 		final[id] = true
 	}
 	out := map[int32][]*parkedItem{}
-	for id, it := range latest {
-		e := it.e
-		p, o := e.Source.Partition, e.Source.Offset
+	for id, f := range latest {
+		it := &parkedItem{id: id, due: f.e.Due, pp: f.pp, off: f.off, attempts: f.e.Attempts, stage: f.e.Stage, inDoubt: f.e.InDoubt}
+		p, o := f.e.Source.Partition, f.e.Source.Offset
 		if final[id] {
 			// Its final answer is on record (a slow retry's, its owner gone
 			// before the tombstone): never posted again.
@@ -88,15 +95,15 @@ func (rn *run) recoverParked(ctx context.Context, parts []int32, got *recovered)
 			}
 			continue
 		}
-		if e.Posting {
+		if f.e.Posting {
 			// Its last owner stopped mid-retry: the post may have reached the
 			// partner unrecorded.
-			e.InDoubt, it.carried = true, schemas.DoubtCrash
+			it.inDoubt, it.carried = true, schemas.DoubtCrash
 		}
-		if f, ok := reqs[id]; ok {
+		if q, ok := reqs[id]; ok {
 			// An operator's redrive asks for it: due at once.
-			it.redrive, it.rpp = f.q, f.pp
-			e.Due = rn.cfg.Now().UnixMilli()
+			it.redrive, it.rpp = q.q, q.pp
+			it.due = rn.cfg.Now().UnixMilli()
 			delete(reqs, id)
 		}
 		out[p] = append(out[p], it)

@@ -95,7 +95,7 @@ func (s *slowLane) request(f foundRequest, now time.Time) bool {
 	}
 	it.redrive, it.rpp = f.q, f.pp
 	if it.i >= 0 {
-		it.e.Due = now.UnixMilli()
+		it.due = now.UnixMilli()
 		heap.Fix(&s.due, it.i)
 	}
 	s.mu.Unlock()

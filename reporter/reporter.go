@@ -1,6 +1,7 @@
 package reporter
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -243,6 +244,7 @@ type run struct {
 	processSpan string // "process <prefix>.reports"
 
 	postCtx     context.Context // cancelled to abandon posts in flight
+	paused      *pauseWatch     // this process's pauses (pausefence.go)
 	cancelPosts context.CancelFunc
 
 	revokeCh  chan revokeReq
@@ -448,6 +450,7 @@ func (r *Reporter) newRun(postCtx context.Context, cancelPosts context.CancelFun
 		leaseWake: make(chan struct{}, 1),
 		coordDone: make(chan struct{}),
 		described: make(chan struct{}),
+		paused:    newPauseWatch(cmp.Or(r.cfg.Kafka.SessionTimeout, kafkax.DefaultSessionTimeout)),
 		parts:     map[tpKey]*partState{},
 		logStart:  map[int32]int64{},
 		answerState: answerState{
@@ -539,6 +542,7 @@ func (rn *run) serve(ctx context.Context) error {
 	var leaser sync.WaitGroup
 	leaser.Go(rn.leaser)
 	leaser.Go(rn.slowRetries)
+	leaser.Go(rn.watchPauses)
 	pollCtx, stopPoll := context.WithCancel(ctx)
 	var poller sync.WaitGroup
 	poller.Go(func() { rn.poll(pollCtx) })

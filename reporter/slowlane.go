@@ -31,11 +31,21 @@ type slowLane struct {
 	pending map[string]foundRequest
 }
 
-// parkedItem is one parked report in the slow lane.
+// parkedItem is one parked report in the slow lane: its id, when it is
+// due, and where its newest entry is — never its body, read back from
+// <prefix>.parked when it is due (readBack), so the lane's memory does not
+// grow with the bodies of thousands of parked reports.
 type parkedItem struct {
-	ps *partState
-	e  *schemas.Parked
-	pp int32 // the partition of <prefix>.parked its entry is in
+	ps  *partState
+	id  string
+	due int64 // when its next slow retry is due (Unix ms)
+	pp  int32 // the partition of <prefix>.parked its entry is in
+	off int64 // the offset of its newest entry there
+	// attempts, stage and inDoubt are the entry's as this run knows them:
+	// they win over the entry read back (a write of its next state may have
+	// failed).
+	attempts, stage int
+	inDoubt         bool
 	// carried is a doubt cause to put on the next Delivery record (a
 	// previous owner stopped mid-retry: schemas.DoubtCrash; an answer whose
 	// record Kafka failed: schemas.DoubtUnrecorded).
@@ -50,7 +60,7 @@ type parkedItem struct {
 type parkedHeap []*parkedItem
 
 func (h parkedHeap) Len() int           { return len(h) }
-func (h parkedHeap) Less(i, j int) bool { return h[i].e.Due < h[j].e.Due }
+func (h parkedHeap) Less(i, j int) bool { return h[i].due < h[j].due }
 func (h parkedHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i]; h[i].i = i; h[j].i = j }
 func (h *parkedHeap) Push(x any)        { it := x.(*parkedItem); it.i = len(*h); *h = append(*h, it) }
 func (h *parkedHeap) Pop() any {
@@ -70,10 +80,10 @@ func newSlowLane() *slowLane {
 // replaces the earlier one).
 func (s *slowLane) addItem(it *parkedItem) {
 	s.mu.Lock()
-	if old := s.byID[it.e.ReportID]; old != nil && old.i >= 0 {
+	if old := s.byID[it.id]; old != nil && old.i >= 0 {
 		heap.Remove(&s.due, old.i)
 	}
-	s.byID[it.e.ReportID] = it
+	s.byID[it.id] = it
 	heap.Push(&s.due, it)
 	s.count = int64(len(s.byID))
 	s.mu.Unlock()
@@ -99,25 +109,29 @@ func (s *slowLane) forget(ps *partState) {
 	s.count = int64(len(s.byID))
 }
 
-// take pops the first parked report due at now, or returns when the next
-// one is due (zero: none held).
-func (s *slowLane) take(now time.Time) (*parkedItem, time.Time) {
+// take pops up to n parked reports due at now, first due first, or
+// returns when the next one is due (zero: none held).
+func (s *slowLane) take(now time.Time, n int) ([]*parkedItem, time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.due) == 0 {
-		return nil, time.Time{}
+	var out []*parkedItem
+	for len(s.due) > 0 && len(out) < n {
+		if at := time.UnixMilli(s.due[0].due); at.After(now) {
+			if len(out) == 0 {
+				return nil, at
+			}
+			break
+		}
+		out = append(out, heap.Pop(&s.due).(*parkedItem))
 	}
-	if at := time.UnixMilli(s.due[0].e.Due); at.After(now) {
-		return nil, at
-	}
-	return heap.Pop(&s.due).(*parkedItem), time.Time{}
+	return out, time.Time{}
 }
 
 // done forgets it (delivered, rejected, its partition gone).
 func (s *slowLane) done(it *parkedItem) {
 	s.mu.Lock()
-	if s.byID[it.e.ReportID] == it {
-		delete(s.byID, it.e.ReportID)
+	if s.byID[it.id] == it {
+		delete(s.byID, it.id)
 	}
 	s.count = int64(len(s.byID))
 	s.mu.Unlock()
@@ -135,9 +149,16 @@ func (s *slowLane) stats() int64 {
 // drained about 15–50 parked reports a second.
 const slowConcurrency = 32
 
+// readBackBatch is how many due parked reports the lane reads back at once
+// (one read of <prefix>.parked, a client of its own: ~10 ms): the bodies
+// held at a time are at most it and the slow retries under way (~1 MB).
+const readBackBatch = 1024
+
 // slowRetries runs the slow lane until the run ends (a goroutine of
-// serve): it hands each parked report due to a slow retry of its own, at
-// most slowConcurrency at once, and returns once they all ended.
+// serve): it takes the parked reports due, up to readBackBatch, reads
+// their entries back from <prefix>.parked, and hands each to a slow retry
+// of its own, at most slowConcurrency at once; it returns once they all
+// ended.
 func (rn *run) slowRetries() {
 	clk := rn.cfg.Clock
 	timer := clk.NewTimer(time.Hour)
@@ -150,17 +171,24 @@ func (rn *run) slowRetries() {
 			return
 		}
 		rn.catchUp(rn.postCtx) // operators' redrive requests (at most every catchUpInterval)
-		it, next := rn.slow.take(rn.cfg.Now())
-		if it != nil {
-			select {
-			case slots <- struct{}{}:
-			case <-rn.coordDone:
-				return
+		items, next := rn.slow.take(rn.cfg.Now(), readBackBatch)
+		if len(items) > 0 {
+			entries := rn.readBack(rn.postCtx, items)
+			for _, it := range items {
+				e := entries[it]
+				if e == nil {
+					continue // readBack put it back or let it go
+				}
+				select {
+				case slots <- struct{}{}:
+				case <-rn.coordDone:
+					return
+				}
+				retries.Go(func() {
+					defer func() { <-slots }()
+					rn.slowRetry(it, e)
+				})
 			}
-			retries.Go(func() {
-				defer func() { <-slots }()
-				rn.slowRetry(it)
-			})
 			continue
 		}
 		wait := catchUpInterval
@@ -327,7 +355,7 @@ func (rn *run) slowAgain(it *parkedItem, d time.Duration, asked bool) {
 	if asked && rn.slow.requestedNow(it) {
 		d = 0
 	}
-	it.e.Due = rn.cfg.Now().Add(d).UnixMilli()
+	it.due = rn.cfg.Now().Add(d).UnixMilli()
 	rn.slow.addItem(it)
 }
 

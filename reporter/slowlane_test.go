@@ -76,18 +76,7 @@ func TestSlowRetryOutlastingShutdownTimeout(t *testing.T) {
 	cfg.ParkRetries = []time.Duration{300 * time.Millisecond}
 	cfg.ShutdownTimeout = time.Second
 	stop, ended := e.startRun(cfg, partner)
-	for i := 0; len(e.parkedRecords()) < len(bad); i++ {
-		if i == 600 {
-			t.Fatalf("%d of %d reports parked after 60 s", len(e.parkedRecords()), len(bad))
-		}
-		select {
-		case <-ended:
-			t.Fatalf("the reporter stopped: %v", stop())
-		default:
-		}
-		e.publish(fmt.Sprintf("good-more-%d", i), 5, 0, 0)
-		time.Sleep(100 * time.Millisecond) // a steady trickle of other reports
-	}
+	e.waitParked(bad, "good", 5, ended, stop)
 	// The parked reports' slow retries now hang twice the shutdown timeout.
 	partner.hang.Store(int64(2 * time.Second))
 	timeouts := func() int {
@@ -146,33 +135,10 @@ func TestParkWithFullProduceBuffer(t *testing.T) {
 	cfg := e.config()
 	cfg.ParkAfterAttempts, cfg.ParkAfter = 3, 50*time.Millisecond
 	cfg.ParkRetries = []time.Duration{time.Hour}
-	r, err := New(cfg, partner)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.kgoOpts = append(append([]kgo.Opt(nil), testGroupOpts...), e.kgoOpts...)
-	ctx, cancel := context.WithCancel(context.Background())
-	ended := make(chan error, 1)
-	go func() { ended <- r.Run(ctx) }()
-	defer func() {
-		cancel()
-		select {
-		case err := <-ended:
-			if err != nil {
-				t.Errorf("Run: %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Errorf("the reporter did not stop within 30 s (a produce callback blocked on the full buffer)")
-		}
-	}()
-	deadline := time.Now().Add(40 * time.Second)
-	for i := 0; len(e.parkedRecords()) < len(bad); i++ {
-		if time.Now().After(deadline) {
-			t.Errorf("%d of %d reports parked after 40 s", len(e.parkedRecords()), len(bad))
-			return
-		}
-		e.publish(fmt.Sprintf("good-more-%d", i), 2, 0, 0)
-		time.Sleep(100 * time.Millisecond) // a trickle of other reports: the budget moves while they are answered
+	stop, ended := e.startRun(cfg, partner) // stop fails the test unless Run returns within 30 s
+	e.waitParked(bad, "good", 2, ended, stop)
+	if err := stop(); err != nil {
+		t.Errorf("Run: %v", err)
 	}
 }
 
@@ -197,18 +163,7 @@ func TestRedriveRequestServedByOwner(t *testing.T) {
 	cfg.ParkAfterAttempts, cfg.ParkAfter = 3, 50*time.Millisecond
 	cfg.ParkRetries = []time.Duration{time.Hour}
 	stop, ended := e.startRun(cfg, partner)
-	for i := 0; len(e.parkedRecords()) < len(bad); i++ {
-		if i == 600 {
-			t.Fatalf("%d of %d reports parked after 60 s", len(e.parkedRecords()), len(bad))
-		}
-		select {
-		case <-ended:
-			t.Fatalf("the reporter stopped: %v", stop())
-		default:
-		}
-		e.publish(fmt.Sprintf("good-more-%d", i), 5, 0, 0)
-		time.Sleep(100 * time.Millisecond) // a steady trickle of other reports
-	}
+	e.waitParked(bad, "good", 5, ended, stop)
 	e.waitLedger(60 * time.Second)
 	partner.failing.Store(false)
 

@@ -2,6 +2,8 @@ package reporter
 
 import (
 	"context"
+	"errors"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -10,7 +12,7 @@ import (
 )
 
 // slowRetry posts one parked report once (a goroutine of the slow lane; no
-// lock held). Nothing it meets stops the run but the partner refusing the
+// lock held); e is its entry, read back from <prefix>.parked. Nothing it meets stops the run but the partner refusing the
 // reporter's credentials: a post that times out is a failed attempt like
 // any other (recorded as parked, due again later), and a record Kafka
 // fails leaves the report parked, its next post labelled in doubt.
@@ -20,8 +22,7 @@ import (
 // partition's revocation cancels its post and waits for it to end
 // (slowStart, checkRevocations), so the next owner's writes come after
 // its last one.
-func (rn *run) slowRetry(it *parkedItem) {
-	e := it.e
+func (rn *run) slowRetry(it *parkedItem, e *schemas.Parked) {
 	ctx, ok := rn.slowStart(it.ps)
 	if !ok {
 		rn.slow.done(it)
@@ -35,11 +36,16 @@ func (rn *run) slowRetry(it *parkedItem) {
 		rn.slowAgain(it, rn.cfg.ProbeInterval*4, false) // the dispatch is held: so is the lane
 		return
 	}
+	if d, held := rn.paused.holding(); held {
+		rn.slowAgain(it, d, false) // paused a moment ago: the group says first what is still ours
+		return
+	}
+	start := time.Now() // real time on purpose: the pause fence's (pausefence.go)
 	// 1. The entry says a post is about to start: a reader that finds it so
 	// (this process died mid-retry) posts again labelled in doubt.
 	e.Posting = true
-	if _, err := rn.slowProduce(rn.parkRecord(it.pp, e.ReportID, e)); err != nil {
-		e.Posting = false
+	r, err := rn.slowProduce(rn.parkRecord(it.pp, e.ReportID, e))
+	if err != nil {
 		if ended(err) {
 			rn.slow.done(it)
 			return
@@ -48,6 +54,7 @@ func (rn *run) slowRetry(it *parkedItem) {
 		rn.slowAgain(it, rn.slowDelay(e.Stage), false)
 		return
 	}
+	it.off = r.Offset
 	// From here to the entry's next state, the next owner must read this
 	// retry's answer: progress snapshots keep the log position before it.
 	pos := hold(it.ps)
@@ -60,11 +67,17 @@ func (rn *run) slowRetry(it *parkedItem) {
 	var rec *kgo.Record
 	for range 2 { // a 401 renews the session: once more at once
 		rec = rn.post(j)
+		if rec != nil && j.dec.Action != delivery.ActAbandon && j.dec.Action != delivery.ActStop && rn.paused.stalled(start) {
+			// Paused mid-retry, maybe past the session: the partition may be
+			// another's, who wrote its state since. Nothing recorded.
+			rn.slowUnrecorded(it, e, j, errStalled)
+			return
+		}
 		if j.dec.Action != delivery.ActRetry || !j.dec.Renew || rec == nil {
 			break
 		}
 		if err := rn.slowPublish(it.ps, rec); err != nil {
-			rn.slowUnrecorded(it, j, err)
+			rn.slowUnrecorded(it, e, j, err)
 			return
 		}
 		j.carried = ""
@@ -88,7 +101,7 @@ func (rn *run) slowRetry(it *parkedItem) {
 	case d.Action.Final():
 		// 3. The answer on record, then the entry gone.
 		if err := rn.slowPublish(it.ps, rec); err != nil {
-			rn.slowUnrecorded(it, j, err)
+			rn.slowUnrecorded(it, e, j, err)
 			return
 		}
 		if _, err := rn.slowProduce(rn.parkRecord(it.pp, e.ReportID, nil)); err != nil && !ended(err) {
@@ -118,21 +131,28 @@ func (rn *run) slowRetry(it *parkedItem) {
 		e.Message = d.Err.Error()
 	}
 	if err := rn.slowPublish(it.ps, rec); err != nil {
-		rn.slowUnrecorded(it, j, err)
+		rn.slowUnrecorded(it, e, j, err)
 		return
 	}
 	e.Posting = false
-	if _, err := rn.slowProduce(rn.parkRecord(it.pp, e.ReportID, e)); err != nil {
+	if r, err := rn.slowProduce(rn.parkRecord(it.pp, e.ReportID, e)); err != nil {
 		if ended(err) {
 			rn.slow.done(it)
 			return
 		}
 		rn.log.Warn("parked report's next state not written: its next owner posts it again, labelled in doubt", "report_id", e.ReportID, "err", err)
 		e.InDoubt = true
+	} else {
+		it.off = r.Offset
 	}
 	rn.slowAnswered(it, req, asked)
+	it.keep(e)
 	rn.slowAgain(it, rn.slowDelay(e.Stage), true)
 }
+
+// errStalled is the cause of a slow retry's answer left unrecorded by the
+// pause fence (pausefence.go).
+var errStalled = errors.New("this process was paused during the slow retry: its answer is not recorded (the partition may be another's)")
 
 // slowAnswered removes the redrive request the slow retry of it served
 // (its answer is on record), if any.
@@ -148,16 +168,16 @@ func (rn *run) slowAnswered(it *parkedItem, req foundRequest, asked bool) {
 // posting. The report stays parked, due again on the slow schedule; its
 // next record counts the post whose answer was lost
 // (schemas.DoubtUnrecorded). Never a reason to stop the run.
-func (rn *run) slowUnrecorded(it *parkedItem, j *job, err error) {
+func (rn *run) slowUnrecorded(it *parkedItem, e *schemas.Parked, j *job, err error) {
 	if ended(err) {
 		rn.slow.done(it)
 		return
 	}
-	e := it.e
 	rn.log.Warn("the answer of a parked report's slow retry could not be recorded: the report stays parked, its next post labelled in doubt",
 		"report_id", e.ReportID, "partner", rn.cfg.PartnerURL, "outcome", j.dec.Outcome, "status", j.dec.Status, "err", err)
 	e.Attempts, e.InDoubt = j.attempt, true
 	it.carried = schemas.DoubtUnrecorded
 	e.Stage++
+	it.keep(e)
 	rn.slowAgain(it, rn.slowDelay(e.Stage), false)
 }

@@ -171,7 +171,7 @@ func (r *roleFlags) start(ctx context.Context, log *slog.Logger, checks func(*te
 		return nil, err
 	}
 	run.onClose(stopKafka)
-	h, kcfg, stopHealth, err := startKafkaHealth(ctx, kcfg, tel.Providers.Meter, log)
+	h, kcfg, stopHealth, err := startKafkaHealth(ctx, r.name, kcfg, tel.Providers.Meter, log)
 	if err != nil {
 		run.close()
 		return nil, err

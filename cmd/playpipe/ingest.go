@@ -218,7 +218,7 @@ func serveIngest(ctx context.Context, f *ingestFlags, st ingestSettings, log *sl
 		return err
 	}
 	defer stopKafka()
-	health, kcfg, stopHealth, err := startKafkaHealth(ctx, kcfg, tel.Providers.Meter, log)
+	health, kcfg, stopHealth, err := startKafkaHealth(ctx, "ingest", kcfg, tel.Providers.Meter, log)
 	if err != nil {
 		return err
 	}

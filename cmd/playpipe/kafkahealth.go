@@ -30,9 +30,10 @@ var exitProcess = os.Exit
 // different, the process exits at once with exitBrokerChanged — without a
 // graceful shutdown, which could commit offsets of the old topic onto the
 // new one: the exit is a crash as far as Kafka is concerned, and every role
-// is built to survive a crash without loss. stop ends the probe.
-func startKafkaHealth(ctx context.Context, kcfg kafkax.Config, mp metric.MeterProvider, log *slog.Logger) (*kafkax.Health, kafkax.Config, func(), error) {
-	h, err := kafkax.NewHealth(kcfg, kafkax.HealthOptions{Logger: log, MeterProvider: mp})
+// is built to survive a crash without loss. stop ends the probe. role
+// names the topics the probe checks are writable (roleWrites).
+func startKafkaHealth(ctx context.Context, role string, kcfg kafkax.Config, mp metric.MeterProvider, log *slog.Logger) (*kafkax.Health, kafkax.Config, func(), error) {
+	h, err := kafkax.NewHealth(kcfg, kafkax.HealthOptions{Logger: log, MeterProvider: mp, Writes: roleWrites(role, kcfg.Topics())})
 	if err != nil {
 		return nil, kcfg, nil, err
 	}
@@ -53,4 +54,20 @@ func startKafkaHealth(ctx context.Context, kcfg kafkax.Config, mp metric.MeterPr
 	}()
 	kcfg.Faults, kcfg.Wire = h.Faults(), h.Wire()
 	return h, kcfg, func() { cancel(); <-done }, nil
+}
+
+// roleWrites are the topics role writes with acks=all: while a partition of
+// one has no leader or fewer in-sync replicas than min.insync.replicas
+// (brokers down), the role's writes fail, and /readyz says not ready
+// (docs/operating.md). The sink writes no topic: it reads what is there.
+func roleWrites(role string, t kafkax.Topics) []string {
+	switch role {
+	case "ingest":
+		return []string{t.Events}
+	case "consume":
+		return []string{t.Reports, t.Rejected}
+	case "report":
+		return []string{t.Deliveries, t.Parked}
+	}
+	return nil
 }

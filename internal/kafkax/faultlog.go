@@ -24,6 +24,7 @@ const DefaultFaultLogEvery = time.Minute
 const (
 	FaultUnreachable    = "unreachable"      // the broker does not answer (down, frozen, cut off)
 	FaultTopicMissing   = "topic_missing"    // a topic of the pipeline does not exist
+	FaultUnderMinISR    = "under_min_isr"    // a topic the role writes has partitions without a leader or below min.insync.replicas
 	FaultTopicRecreated = "topic_recreated"  // a topic came back with a new id, or the cluster is another one
 	FaultUnknownTopicID = "unknown_topic_id" // a fetch named a topic id the broker no longer knows
 	FaultFetch          = "fetch_error"      // any other fetch error

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -37,6 +38,12 @@ type HealthOptions struct {
 	// MeterProvider makes playpipe.kafka.faults and playpipe.kafka.broker.up;
 	// nil: not measured.
 	MeterProvider metric.MeterProvider
+	// Writes are the topics the role writes with acks=all: a probe also
+	// finds each of their partitions with a leader and at least
+	// min.insync.replicas in-sync replicas (the topic's setting, read at
+	// most every minIsrEvery), else the role is not ready: its writes
+	// fail (NOT_ENOUGH_REPLICAS) until the brokers are back.
+	Writes []string
 }
 
 // Health probes a role's Kafka in the background — one metadata request
@@ -63,8 +70,10 @@ type Health struct {
 	unwire   func()
 	changed  chan struct{}
 	stopOnce sync.Once
-	// metadata sends one probe (a seam for tests; kmsg over cl).
+	// metadata sends one probe (a seam for tests; kmsg over cl); describe
+	// reads topic configs (min.insync.replicas of Writes).
 	metadata func(context.Context, *kmsg.MetadataRequest) (*kmsg.MetadataResponse, error)
+	describe func(context.Context, *kmsg.DescribeConfigsRequest) (*kmsg.DescribeConfigsResponse, error)
 
 	mu        sync.Mutex
 	probed    time.Time // when the last probe ended
@@ -77,7 +86,14 @@ type Health struct {
 	// unknownID is, per topic, the span of the fetch errors
 	// UNKNOWN_TOPIC_ID seen without a gap longer than UnknownTopicIDGrace.
 	unknownID map[string][2]time.Time
+	// minISR is min.insync.replicas of each topic of Writes, read at minISRAt.
+	minISR   map[string]int
+	minISRAt time.Time
 }
+
+// minIsrEvery is how often at most the probe reads the min.insync.replicas
+// of the topics a role writes.
+const minIsrEvery = time.Minute
 
 // UnknownTopicIDGrace is how long a role's fetches of a topic must keep
 // failing with UNKNOWN_TOPIC_ID before the Health takes it for a topic that
@@ -117,6 +133,9 @@ func NewHealth(cfg Config, o HealthOptions) (*Health, error) {
 	h := &Health{cfg: cfg, o: o, log: o.Logger, cl: cl, topics: cfg.Topics().All(),
 		ids: map[string][16]byte{}, unknownID: map[string][2]time.Time{}, changed: make(chan struct{}), err: errors.New("not probed yet")}
 	h.metadata = func(ctx context.Context, req *kmsg.MetadataRequest) (*kmsg.MetadataResponse, error) {
+		return req.RequestWith(ctx, cl)
+	}
+	h.describe = func(ctx context.Context, req *kmsg.DescribeConfigsRequest) (*kmsg.DescribeConfigsResponse, error) {
 		return req.RequestWith(ctx, cl)
 	}
 	h.faults = NewFaultLog(FaultLogOptions{Every: o.LogEvery, Now: o.Now, MeterProvider: o.MeterProvider})
@@ -237,7 +256,81 @@ func (h *Health) probe(ctx context.Context) {
 		h.faults.Say(h.log, slog.LevelWarn, FaultUnreachable, h.brokers(), "kafka: broker unreachable: "+why, "brokers", h.brokers(), "probe_took", now.Sub(start).Round(time.Millisecond))
 		return
 	}
+	h.readMinISR(pctx, now)
 	h.verdict(now, resp)
+}
+
+// readMinISR reads min.insync.replicas of the topics the role writes, at
+// most every minIsrEvery; a failed read keeps what it knew (1 when it
+// never read it: a partition without a leader is still told).
+func (h *Health) readMinISR(ctx context.Context, now time.Time) {
+	h.mu.Lock()
+	fresh := !h.minISRAt.IsZero() && now.Sub(h.minISRAt) < minIsrEvery
+	h.mu.Unlock()
+	if fresh || len(h.o.Writes) == 0 {
+		return
+	}
+	req := kmsg.NewPtrDescribeConfigsRequest()
+	for _, t := range h.o.Writes {
+		rr := kmsg.NewDescribeConfigsRequestResource()
+		rr.ResourceType, rr.ResourceName, rr.ConfigNames = kmsg.ConfigResourceTypeTopic, t, []string{"min.insync.replicas"}
+		req.Resources = append(req.Resources, rr)
+	}
+	resp, err := h.describe(ctx, req)
+	if err != nil {
+		return
+	}
+	got := map[string]int{}
+	for _, r := range resp.Resources {
+		for _, c := range r.Configs {
+			if c.Name == "min.insync.replicas" && c.Value != nil {
+				if n, err := strconv.Atoi(*c.Value); err == nil {
+					got[r.ResourceName] = n
+				}
+			}
+		}
+	}
+	h.mu.Lock()
+	h.minISR, h.minISRAt = got, now
+	h.mu.Unlock()
+}
+
+// unwritable says the partitions of the topics the role writes that take
+// no write with acks=all now (no leader, or fewer in-sync replicas than
+// min.insync.replicas); empty when all do.
+func (h *Health) unwritable(resp *kmsg.MetadataResponse) []string {
+	writes := map[string]bool{}
+	for _, t := range h.o.Writes {
+		writes[t] = true
+	}
+	h.mu.Lock()
+	minISR := h.minISR
+	h.mu.Unlock()
+	var out []string
+	for _, t := range resp.Topics {
+		if t.Topic == nil || !writes[*t.Topic] || t.ErrorCode != 0 {
+			continue
+		}
+		need := max(minISR[*t.Topic], 1)
+		var bad []string
+		for _, p := range t.Partitions {
+			switch {
+			case p.Leader < 0:
+				bad = append(bad, fmt.Sprintf("%d (no leader)", p.Partition))
+			case len(p.ISR) < need:
+				bad = append(bad, fmt.Sprintf("%d (%d in-sync of %d replicas)", p.Partition, len(p.ISR), len(p.Replicas)))
+			}
+		}
+		if len(bad) > 0 {
+			sort.Strings(bad)
+			if len(bad) > 3 {
+				bad = append(bad[:3], fmt.Sprintf("and %d more", len(bad)-3))
+			}
+			out = append(out, fmt.Sprintf("%s partitions %s, min.insync.replicas %d", *t.Topic, strings.Join(bad, ", "), need))
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 // verdict records an answered probe: missing topics, new ids, another cluster.
@@ -283,6 +376,12 @@ func (h *Health) verdict(now time.Time, resp *kmsg.MetadataResponse) {
 		why := fmt.Sprintf("broker %s answers but topic %s does not exist", h.brokers(), strings.Join(missing, ", "))
 		h.setErr(now, errors.New(why), true)
 		h.faults.Say(h.log, slog.LevelWarn, FaultTopicMissing, strings.Join(missing, ","), "kafka: "+why, "brokers", h.brokers())
+		return
+	}
+	if bad := h.unwritable(resp); len(bad) > 0 {
+		why := fmt.Sprintf("broker %s answers but writes with acks=all fail (NOT_ENOUGH_REPLICAS: brokers down): %s", h.brokers(), strings.Join(bad, "; "))
+		h.setErr(now, errors.New(why), true)
+		h.faults.Say(h.log, slog.LevelWarn, FaultUnderMinISR, strings.Join(h.o.Writes, ","), "kafka: "+why, "brokers", h.brokers())
 		return
 	}
 	h.setErr(now, nil, true)

@@ -278,3 +278,90 @@ func TestHealthOneSlowProbeIsNotAnOutage(t *testing.T) {
 		t.Fatalf("after the broker answered again: %v", err)
 	}
 }
+
+// TestHealthWritesBelowMinISR: a topic the role writes with a partition
+// below min.insync.replicas (two of three brokers down: its writes with
+// acks=all fail with NOT_ENOUGH_REPLICAS) or without a leader makes the
+// role not ready, naming the topic and the partition; a role that writes
+// no topic (the sink) stays ready; the brokers back, ready again.
+func TestHealthWritesBelowMinISR(t *testing.T) {
+	e, err := StartEmbedded("", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	topics := TopicsFor("")
+	newHealth := func(writes []string) (*Health, *int) {
+		h, err := NewHealth(Config{Brokers: e.Addrs(), Partitions: 1}, HealthOptions{Logger: slog.New(slog.DiscardHandler), Writes: writes})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(h.cl.Close)
+		real := h.metadata
+		isr := new(int) // in-sync replicas of every partition, of 3; -1: no leader
+		*isr = 3
+		h.metadata = func(ctx context.Context, req *kmsg.MetadataRequest) (*kmsg.MetadataResponse, error) {
+			resp, err := real(ctx, req)
+			if err != nil {
+				return nil, err
+			}
+			for i := range resp.Topics {
+				for j := range resp.Topics[i].Partitions {
+					p := &resp.Topics[i].Partitions[j]
+					p.Replicas = []int32{1, 2, 3}
+					p.ISR = p.Replicas[:max(*isr, 0)]
+					if *isr < 0 {
+						p.Leader = -1
+					}
+				}
+			}
+			return resp, nil
+		}
+		h.describe = func(_ context.Context, req *kmsg.DescribeConfigsRequest) (*kmsg.DescribeConfigsResponse, error) {
+			resp := kmsg.NewPtrDescribeConfigsResponse()
+			for _, r := range req.Resources {
+				rr := kmsg.NewDescribeConfigsResponseResource()
+				rr.ResourceType, rr.ResourceName = r.ResourceType, r.ResourceName
+				c := kmsg.NewDescribeConfigsResponseResourceConfig()
+				c.Name, c.Value = "min.insync.replicas", kmsg.StringPtr("2")
+				rr.Configs = append(rr.Configs, c)
+				resp.Resources = append(resp.Resources, rr)
+			}
+			return resp, nil
+		}
+		return h, isr
+	}
+	ctx := context.Background()
+	// The embedded broker as it answers (every replica in sync, its own
+	// min.insync.replicas): ready.
+	plain, err := NewHealth(Config{Brokers: e.Addrs(), Partitions: 1}, HealthOptions{Logger: slog.New(slog.DiscardHandler), Writes: topics.All()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(plain.cl.Close)
+	plain.probe(ctx)
+	if err := plain.Check(ctx); err != nil {
+		t.Errorf("the embedded broker, every topic written: %v, want ready", err)
+	}
+	report, isr := newHealth([]string{topics.Deliveries, topics.Parked})
+	sink, sinkISR := newHealth(nil)
+	for _, tc := range []struct {
+		isr   int
+		ready bool
+		says  string
+	}{{3, true, ""}, {2, true, ""}, {1, false, "1 in-sync of 3 replicas"}, {-1, false, "no leader"}, {3, true, ""}} {
+		*isr, *sinkISR = tc.isr, tc.isr
+		report.probe(ctx)
+		sink.probe(ctx)
+		err := report.Check(ctx)
+		switch {
+		case tc.ready && err != nil:
+			t.Errorf("%d in-sync replicas of 3, min 2: %v, want ready", tc.isr, err)
+		case !tc.ready && (err == nil || !strings.Contains(err.Error(), "NOT_ENOUGH_REPLICAS") || !strings.Contains(err.Error(), topics.Deliveries+" partitions 0 ("+tc.says)):
+			t.Errorf("in-sync replicas %d of 3, min 2: %v, want not ready naming %s partition 0 (%s)", tc.isr, err, topics.Deliveries, tc.says)
+		}
+		if err := sink.Check(ctx); err != nil {
+			t.Errorf("a role that writes no topic, in-sync replicas %d: %v, want ready", tc.isr, err)
+		}
+	}
+}

@@ -306,9 +306,11 @@ const DefaultLeaveTimeout = 5 * time.Second
 // request overhead (70 s by default: a role's exit took 70–90 s with the
 // broker stopped). So the leave gets d, and Close runs in a goroutine given
 // another d; past that CloseClient returns and leaves Close to finish in the
-// background — it is only called on the way out of a role, and the process
-// exit ends it. The broker drops a member that did not leave after its
-// session timeout, as for a killed instance.
+// background — it is called on the way out of a role, whose process exit
+// ends it, and by the enricher as one of its Kafka sessions ends (Close then
+// finishes in the background; the next session removes the old member
+// should its leave not have got through). The broker drops a member that
+// did not leave after its session timeout, as for a killed instance.
 func CloseClient(cl *kgo.Client, d time.Duration) {
 	if d <= 0 {
 		d = DefaultLeaveTimeout

@@ -59,6 +59,7 @@ type result struct {
 	// The broker's CPU per thread group before and after the pipeline
 	// phase (Apache Kafka only: kfake's is the bench process's).
 	brokerThreads0, brokerThreads1 map[string]time.Duration
+	prof                           profileResult // -broker-profile (jfr.go)
 }
 
 // freeAddr returns a loopback address that was free a moment ago.
@@ -329,6 +330,10 @@ func runBench(ctx context.Context, o options, log *slog.Logger) (res result, err
 	}
 	log.Info("sandbox, sink, consume and report ready", "events", o.events, "concurrency", o.concurrency)
 	var base state
+	prof, err := e.startProfile(ctx) // -broker-profile (jfr.go), nil without
+	if err != nil {
+		return res, err
+	}
 	if o.warmup > 0 {
 		// The same pipeline first takes -warmup events of another seed
 		// (other event ids), unmeasured: the broker's JVM compiles its hot
@@ -345,6 +350,9 @@ func runBench(ctx context.Context, o options, log *slog.Logger) (res result, err
 		if err := e.measureIdle(roles, &res); err != nil {
 			return res, err
 		}
+	}
+	if err := prof.startRound(ctx, res.started); err != nil {
+		return res, err
 	}
 	track, err := trackProcs(roles, sb, ch, e.brokerName, e.brokerPID)
 	if err != nil {
@@ -370,6 +378,9 @@ func runBench(ctx context.Context, o options, log *slog.Logger) (res result, err
 	}
 	if o.kafka == kafkaApache {
 		res.brokerThreads1, _ = threadCPU(e.brokerPID)
+	}
+	if res.prof, err = prof.finish(ctx); err != nil {
+		return res, err
 	}
 	for i := range wire1 {
 		res.wire = append(res.wire, roleWire{wire1[i].role, wire1[i].w.minus(wire0[i].w)})

@@ -32,7 +32,10 @@
 // reporter's gauges over its backlog. -kafka both (`make bench-e2e`) runs
 // kfake, then Apache Kafka and Kafka's own ProducerPerformance and
 // ConsumerPerformance on its node (floor.go): the broker's CPU per play
-// against the floor those tools measure, side by side (both.go).
+// against the floor those tools measure, side by side (both.go). On Apache
+// Kafka, -broker-profile records the broker JVM with Java Flight Recorder
+// over the measured round and prints its request threads' CPU per play by
+// Kafka API (jfr.go): which requests the broker's work per play goes to.
 //
 // It is a program under tools/ rather than a `playpipe bench`
 // subcommand: it is a development tool that needs a source tree (it runs the
@@ -48,11 +51,12 @@
 //	make bench-e2e                              # -kafka both; defaults: 40000 events, 48 in flight (playpipe report's default)
 //	go run ./tools/bench -events 20000 -kafka both -rounds 2
 //	go run ./tools/bench -bin bin/playpipe -events 80000 -keep
+//	go run ./tools/bench -events 20000 -kafka apache -broker-profile /tmp/broker   # + /tmp/broker.<hhmmss>.jfr
 //	make bench-report                           # -mode report -reports 100000 -rounds 3
 //	make bench-report-latency                   # -mode latency: 0, 5, 50, 150 ms partner, reporter with default flags
 //	make bench-report-errors                    # -mode latency at 50, 150 ms with 0, 0.1, 1, 2 % of posts answered 500, a poison track, a hanging track, 1 % of posts held at random
 //
-// Files: bench.go, both.go, ceiling.go, faults.go, floor.go, latencymode.go,
-// main.go, proc.go, report.go, reportmode.go, wire.go. Tests: bench_test.go,
-// faults_test.go.
+// Files: bench.go, both.go, ceiling.go, faults.go, floor.go, jfr.go,
+// latencymode.go, main.go, proc.go, report.go, reportmode.go, wire.go. Tests:
+// bench_test.go, faults_test.go, jfr_test.go.
 package main

@@ -48,6 +48,9 @@ type options struct {
 	// floorRecords: records of Kafka's own perf tools after an e2e run on
 	// Apache Kafka (0: none).
 	floorRecords int
+	// brokerProfile: the file name of a JFR recording of the Apache
+	// Kafka broker over each measured round ("": none).
+	brokerProfile string
 	// roundsSet: -rounds was given (-kafka both: pairs of runs).
 	roundsSet   bool
 	concurrency int
@@ -93,6 +96,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.warmup, "warmup", -1, "events of an unmeasured first round through the same pipeline (another seed): the broker's JVM compiles its hot code (a fresh node spends half its CPU in its JIT compiler for tens of seconds), caches fill (default: twice -events; 0: none)")
 	fs.DurationVar(&o.idle, "idle", 3*time.Second, "-mode e2e: measure the broker's CPU this long with every role up and nothing published, before the measured round (0: not)")
 	fs.IntVar(&o.floorRecords, "floor-records", 300000, "e2e on Apache Kafka: records (300 bytes) that Kafka's own ProducerPerformance writes and ConsumerPerformance reads on the same node after the run, for the floor of the broker's CPU per play (0: no floor)")
+	fs.StringVar(&o.brokerProfile, "broker-profile", "", "e2e on Apache Kafka: record the broker JVM with Java Flight Recorder (jcmd JFR.start, the JDK's profile settings with a Java stack sample every 1 ms) over each measured round into <file>.<hhmmss>.jfr and print its request threads' CPU per play by Kafka API (a recording over the warm-up first, discarded: starting the recorder recompiles the broker's hot code; the recorder's own work remains in the round's broker CPU, so take the broker's figures from rounds without it)")
 	fs.IntVar(&o.concurrency, "concurrency", reporter.DefaultConcurrency, "reports in flight: the reporter's --concurrency and the plain client's goroutines (default: playpipe report's own)")
 	fs.IntVar(&o.partitions, "partitions", 6, "partitions of every topic")
 	fs.StringVar(&o.kafka, "kafka", kafkaKfake, "the broker: kfake (the embedded fake, in this process) or apache (one Apache Kafka node, KRaft, from the jars `make kafka` resolved; PLAYPIPE_KAFKA_VERSION picks the release): its JVM's CPU and peak RSS are the broker's; -mode e2e also takes both: kfake then apache, -rounds pairs (default 1), and a comparison")

@@ -52,6 +52,7 @@ func (r result) print(w io.Writer, o options) {
 	printThreads(w, "broker", "µs per play", r.brokerThreads0, r.brokerThreads1, plays)
 	printIdle(w, r.idleWire, o.idle.Seconds())
 	printThreads(w, "broker idle", "% of one core", r.idleThreads0, r.idleThreads1, 1e4*o.idle.Seconds())
+	printBrokerProfile(w, r, plays)
 	printFloor(w, r)
 }
 

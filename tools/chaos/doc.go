@@ -9,6 +9,8 @@
 // by play against the partner's ledger and the audit. `make chaos`;
 // docs/chaos.md.
 //
-// Files: faults.go, fleet.go, main.go, netedge.go, report.go, rig.go,
-// schedule.go, super.go, verdict.go. Tests: schedule_test.go.
+// Files: faults.go, fleet.go, main.go, report.go, rig.go, schedule.go,
+// super.go, verdict.go. Tests: schedule_test.go. Node 3's namespace and the
+// partition come from testkit/netns, nginx and its certificates from
+// testkit/tlsedge, shared with the e2e suites.
 package main

@@ -97,11 +97,11 @@ func (nm *nemesis) start(ctx context.Context, f *Fault) (end func() string, note
 		if nm.isDown(3) {
 			return nil, "", fmt.Errorf("node 3 is down")
 		}
-		if err := r.net.cut(); err != nil {
+		if err := r.net.Cut(); err != nil {
 			return nil, "", err
 		}
 		return func() string {
-			if err := r.net.heal(); err != nil {
+			if err := r.net.Heal(); err != nil {
 				return err.Error()
 			}
 			return "healed"
@@ -265,7 +265,7 @@ func (nm *nemesis) liftAll() []string {
 	add(nm.admin(http.MethodDelete, "/admin/faults", ""))
 	add(nm.admin(http.MethodPut, "/admin/mode", `{"mode":"live"}`))
 	if r.net != nil {
-		_ = r.net.heal() // no table: nothing to heal
+		_ = r.net.Heal() // no table: nothing to heal
 	}
 	_ = syscall.Kill(r.ch.PID(), syscall.SIGCONT)
 	for _, n := range r.kafka.Nodes() {

@@ -24,6 +24,9 @@ import (
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
 	"github.com/playpipe/playpipe/producer/gateway"
 	"github.com/playpipe/playpipe/testkit/kafkanode"
+	"github.com/playpipe/playpipe/testkit/netns"
+	"github.com/playpipe/playpipe/testkit/testenv"
+	"github.com/playpipe/playpipe/testkit/tlsedge"
 )
 
 // The rig's fixed shape.
@@ -42,16 +45,17 @@ const (
 type Rig struct {
 	dir, bin string
 	log      *slog.Logger
-	net      *netns // nil: every node on loopback, no partition
+	net      *netns.Namespace // nil: every node on loopback, no partition
 
 	kafka   *kafkanode.Cluster
 	kcfg    kafkax.Config
 	ch      *chlocal.Server
 	chAddr  string
 	sbProc  *exec.Cmd
-	sbAPI   string // the sandbox's own API address (http)
-	sbAdmin string // its admin API (host:port)
-	edge    *nginx
+	sbAPI   string         // the sandbox's own API address (http)
+	sbAdmin string         // its admin API (host:port)
+	edge    *tlsedge.Nginx // the partner's edge in front of sbAPI
+	edgeCA  string         // its CA (SSL_CERT_FILE for the roles)
 	cat     *sandbox.Catalog
 	ingest  string // gateway address
 	super   *Super
@@ -71,10 +75,10 @@ func startRig(ctx context.Context, dir, bin string, heap string, log *slog.Logge
 		return r, err
 	}
 	cfg := kafkanode.Config{Dir: filepath.Join(dir, "kafka"), Nodes: 3, Install: in, Heap: heap, Addr: loopbackAddr}
-	if n, why := setupNetns(); n != nil {
+	if n, why := netns.Setup(netns.Spec{Prefix: "ppch", Subnet: 232, Table: "ppchaos_partition", Node: 3}); n != nil {
 		r.net = n
-		cfg.NodeAddr, cfg.Prefix = n.addr, map[int][]string{3: {"ip", "netns", "exec", n.ns}}
-		log.Info("chaos: node 3 in a network namespace", "ns", n.ns, "addr", n.nsIP)
+		cfg.NodeAddr, cfg.Prefix = n.Addr, map[int][]string{n.Node: n.Exec()}
+		log.Info("chaos: node 3 in a network namespace", "ns", n.Name, "addr", n.NSIP)
 	} else {
 		log.Warn("chaos: no network namespace: every node on loopback, no partition fault", "why", why)
 	}
@@ -110,7 +114,7 @@ func startRig(ctx context.Context, dir, bin string, heap string, log *slog.Logge
 		return r, fmt.Errorf("sandbox catalog: %w", err)
 	}
 	r.cat = srv.Catalog()
-	if r.edge, err = startNginx(filepath.Join(dir, "nginx"), r.sbAPI); err != nil {
+	if err := r.startEdge(filepath.Join(dir, "nginx")); err != nil {
 		return r, err
 	}
 	r.startRoles()
@@ -126,6 +130,21 @@ func chDir(dir string) string {
 		}
 	}
 	return filepath.Join(dir, "clickhouse")
+}
+
+// startEdge starts nginx with TLS on a loopback port in front of the
+// sandbox, with a CA of the run's own, as e2e/edge runs it.
+func (r *Rig) startEdge(dir string) error {
+	certs, err := tlsedge.WriteCerts(dir)
+	if err != nil {
+		return err
+	}
+	r.edgeCA = certs.CAFile
+	r.edge, err = tlsedge.Start(tlsedge.Config{
+		Dir: dir, Upstream: r.sbAPI, Certs: certs, Addr: loopbackAddr,
+		Location: "proxy_read_timeout 120s;",
+	})
+	return err
 }
 
 func (r *Rig) startSandbox(ctx context.Context) error {
@@ -163,12 +182,12 @@ func (r *Rig) startSandbox(ctx context.Context) error {
 // startRoles starts sink, ingest, consume ×2, report ×2 (report-2 is the
 // scale-out's, not started) under the supervisor.
 func (r *Rig) startRoles() {
-	env := childEnv("PLAYPIPE_API_CLIENT_ID="+sandbox.DefaultClientID, "PLAYPIPE_API_CLIENT_SIGNATURE="+sandbox.DefaultClientSignature,
-		"PLAYPIPE_LOG_LEVEL=info", "SSL_CERT_FILE="+r.edge.caFile)
+	env := testenv.ChildEnv("PLAYPIPE_API_CLIENT_ID="+sandbox.DefaultClientID, "PLAYPIPE_API_CLIENT_SIGNATURE="+sandbox.DefaultClientSignature,
+		"PLAYPIPE_LOG_LEVEL=info", "SSL_CERT_FILE="+r.edgeCA)
 	r.super = newSuper(r.bin, filepath.Join(r.dir, "logs"), env, r.log)
 	kafkaArgs := []string{"--brokers", strings.Join(r.kafka.Addrs(), ","), "--partitions", fmt.Sprint(partitions), "--replication-factor", "3"}
 	chArgs := []string{"--clickhouse-addr", r.chAddr, "--clickhouse-db", database}
-	api := "https://" + r.edge.addr
+	api := "https://" + r.edge.Addr()
 	r.ingest = mustAddr()
 	role := func(name, progress string, args ...string) *Role {
 		return &Role{Name: name, Args: args, Admin: mustAddr(), Progress: progress}
@@ -247,7 +266,7 @@ func (r *Rig) Close() {
 		r.super.Close()
 	}
 	if r.edge != nil {
-		r.edge.kill()
+		r.edge.Kill()
 	}
 	if r.sbProc != nil && r.sbProc.Process != nil {
 		_ = r.sbProc.Process.Kill()
@@ -263,7 +282,7 @@ func (r *Rig) Close() {
 		r.kafka.Close()
 	}
 	if r.net != nil {
-		r.net.close()
+		r.net.Close()
 	}
 }
 
@@ -283,17 +302,4 @@ func mustAddr() string {
 		panic(fmt.Sprintf("chaos: no free port: %v", err))
 	}
 	return a
-}
-
-// childEnv is this process's environment without PLAYPIPE_*, OTEL_* and
-// SSL_CERT_* settings, plus extra.
-func childEnv(extra ...string) []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if strings.HasPrefix(kv, "PLAYPIPE_") || strings.HasPrefix(kv, "OTEL_") || strings.HasPrefix(kv, "SSL_CERT_") {
-			continue
-		}
-		env = append(env, kv)
-	}
-	return append(env, extra...)
 }
