@@ -38,6 +38,10 @@ type Limits struct {
 	// schema version it reads waits for the migration under way (default
 	// 30 s; < 0: not at all) before it says so.
 	MigrationWait time.Duration
+	// upTo: the distinct records per play and kind the slice query counts
+	// with uniqUpTo before it reads a slice again with uniqExact (default
+	// countsUpTo; the tests lower it to take the second way).
+	upTo uint64
 	// Progress, when set, gets a line per query: the check, its window,
 	// the time it took and the rows it read.
 	Progress io.Writer
@@ -57,6 +61,13 @@ func (l Limits) withDefaults() Limits {
 		l.SliceReports = 1_000_000
 	}
 	return l
+}
+
+func (l Limits) countsUpTo() uint64 {
+	if l.upTo == 0 {
+		return countsUpTo
+	}
+	return l.upTo
 }
 
 // SetLimits sets the bounds of the auditor's queries; call it before the
