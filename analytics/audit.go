@@ -294,8 +294,12 @@ func (a *Auditor) snapshot(ctx context.Context, o AuditOptions) (AuditOptions, e
 // without), and each side is already one row per key, so the ALL join
 // means the same on every version (ANY INNER does not: since 20.x it also
 // keeps one left row per key).
-func (a *Auditor) perReport(o AuditOptions) string {
-	w := window(o)
+func (a *Auditor) perReport(o AuditOptions) string { return a.perReportIn(o, "1 = 1") }
+
+// perReportIn is perReport of the plays whose report id meets rng (a
+// slice's range: sliceRange).
+func (a *Auditor) perReportIn(o AuditOptions, rng string) string {
+	w := window(o) + " AND " + rng
 	return `(SELECT report_id, any(event_id) AS event_id, max(below_minimum) AS below, min(kafka_time_ms) AS derived_ms
      FROM ` + a.db + `.plays WHERE ` + w + ` GROUP BY report_id) AS per_play
 ALL LEFT JOIN
@@ -320,7 +324,7 @@ ALL LEFT JOIN
         groupUniqArrayIf(trace_id, trace_id != '') AS trace_ids,
         groupUniqArrayIf(trace_id, trace_id != '' AND outcome = 'delivered') AS delivered_trace_ids
      FROM ` + a.db + `.deliveries
-     WHERE report_id IN (SELECT report_id FROM ` + a.db + `.plays WHERE ` + w + `)` + asOf(o) + `
+     WHERE ` + rng + ` AND report_id IN (SELECT report_id FROM ` + a.db + `.plays WHERE ` + w + `)` + asOf(o) + `
      GROUP BY report_id) AS per_play_outcomes
 USING report_id`
 }

@@ -12,7 +12,8 @@ import (
 // checkPaths: the same ledger audited by the exact path (the raw ledger in
 // one pass) and by slices — one, several, and several with the distinct
 // records counted exactly after uniqUpTo (a bound of 1: every slice with a
-// double read again) — gives the same figures, equal to the scenario's.
+// double read again) — gives the same figures, equal to the scenario's;
+// and the play-level lists read in slices are the scenario's.
 func checkPaths(t *testing.T, ctx context.Context, conn driver.Conn, db string, o AuditOptions, x expectation, name string) {
 	t.Helper()
 	want := auditNumbers(&x.audit)
@@ -30,6 +31,17 @@ func checkPaths(t *testing.T, ctx context.Context, conn driver.Conn, db string, 
 		}
 		if g := auditNumbers(got); !reflect.DeepEqual(g, want) {
 			t.Errorf("%s: audit (path %s)\n got %+v\nwant %+v", name, got.Path, g, want)
+		}
+		if l.SliceReports > 0 && l.upTo == 0 { // the play-level lists, slice by slice
+			for metric := range listConds {
+				rows, err := a.List(ctx, o, metric, 0)
+				if err != nil || !listsEqual(rows, x.lists[metric], false) {
+					t.Errorf("%s: list %s in slices of %d plays: %v\n got %+v\nwant %+v", name, metric, l.SliceReports, err, rows, x.lists[metric])
+				}
+			}
+			if rows, err := a.List(ctx, o, "derived", 3); err != nil || !listsEqual(rows, x.lists["derived"][:min(3, len(x.lists["derived"]))], false) {
+				t.Errorf("%s: list derived limited to 3, in slices: %+v, %v", name, rows, err)
+			}
 		}
 		if l.upTo == 1 && want.DeliveredTwice > 0 && !strings.Contains(progress.String(), "exact counts") {
 			t.Errorf("%s: a double with uniqUpTo(1): no slice read again with exact counts:\n%s", name, progress.String())
