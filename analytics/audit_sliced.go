@@ -138,12 +138,15 @@ func (a *Auditor) sliceReport(o AuditOptions, s slice, uniq string) string {
         ` + has(kindReplayed) + ` AS replayed,
         maxIf(doubt, ` + bit(kindDelivered) + `) AS doubt_delivered,
         minIf(at, ` + bit(kindDelivered|kindReplayDelivered) + `) AS delivered_ms,
-        anyIf(msg, ` + bit(kindRejected) + `) AS reject_message
+        anyIf(msg, ` + bit(kindRejected) + `) AS reject_message,
+        ` + uniq + `(loc, p = 0) AS answers_n,
+        ` + uniq + `(cityHash64(pt), p = 0) AS partners_n,
+        anyIf(pt, p = 0) AS partner
      FROM (SELECT report_id, toUInt8(1) AS p, event_id AS ev, toUInt8(below_minimum) AS bm, toUInt64(kafka_time_ms) AS t, ` + reportLoc + ` AS loc,
-            toUInt8(0) AS k, toUInt8(0) AS doubt, toInt64(0) AS at, '' AS msg
+            toUInt8(0) AS k, toUInt8(0) AS doubt, toInt64(0) AS at, '' AS msg, '' AS pt
         FROM ` + a.db + `.plays WHERE ` + window(o) + ` AND ` + rng + `
         UNION ALL SELECT report_id, toUInt8(0), '', toUInt8(0), toUInt64(0), ` + reportLoc + `,
-            ` + deliveryKind + `, toUInt8(in_doubt), toInt64(at_ms), if(outcome = 'rejected', CAST(message AS String), '')
+            ` + deliveryKind + `, toUInt8(in_doubt), toInt64(at_ms), if(outcome = 'rejected', CAST(message AS String), ''), CAST(partner AS String)
         FROM ` + a.db + `.deliveries WHERE ` + rng + a.joinFilter(o, s) + asOf(o) + `) AS records
      GROUP BY report_id HAVING max(p) = 1) AS per_report
 ALL LEFT JOIN
@@ -166,6 +169,16 @@ type sliceTotals struct {
 	messageHashes              []uint64
 	messageKeys, messageCounts []uint64
 	overflow                   uint64
+	// The partners: plays with records from more than one partner target
+	// (their slice is counted by slicePartners), the partner of each other
+	// play with records, their hashes, per hash the distinct records and
+	// the delivered plays, and the plays delivered only to a sandbox.
+	multiPartner                   uint64
+	partners                       []string
+	partnerHashes                  []uint64
+	answerKeys, answerCounts       []uint64
+	deliveredKeys, deliveredCounts []uint64
+	sandbox                        uint64
 }
 
 // auditSliced fills the figures of the window's plays slice by slice:
@@ -180,12 +193,12 @@ func (a *Auditor) auditSliced(ctx context.Context, o AuditOptions, r *Audit, pla
 	sandboxes := a.sandboxList(ctx, o)
 	for i, s := range plan {
 		sctx := withCheck(ctx, o, fmt.Sprintf("plays, slice %d/%d (%s)", i+1, len(plan), s))
-		t, err := a.sliceCounts(sctx, o, s, fmt.Sprintf("uniqUpToIf(%d)", a.limits.countsUpTo()))
+		t, err := a.sliceCounts(sctx, o, s, fmt.Sprintf("uniqUpToIf(%d)", a.limits.countsUpTo()), sandboxes)
 		if err == nil && t.overflow > 0 {
 			// A play with more records of one kind than uniqUpTo counts:
 			// the slice again with exact counts.
 			sctx = withCheck(ctx, o, fmt.Sprintf("plays, slice %d/%d (%s), exact counts", i+1, len(plan), s))
-			t, err = a.sliceCounts(sctx, o, s, "uniqExactIf")
+			t, err = a.sliceCounts(sctx, o, s, "uniqExactIf", sandboxes)
 		}
 		if err != nil {
 			return err
@@ -227,10 +240,13 @@ func (a *Auditor) auditSliced(ctx context.Context, o AuditOptions, r *Audit, pla
 				return err
 			}
 		}
-		if t.derived > 0 {
+		if t.multiPartner > 0 {
 			if err := a.slicePartners(sctx, o, s, partners, sandboxes, r); err != nil {
 				return err
 			}
+		} else {
+			t.addPartners(partners, o.SandboxTargets)
+			r.DeliveredToSandbox += t.sandbox
 		}
 		if t.replayed > 0 {
 			if err := a.sliceReplays(sctx, o, s, replays); err != nil {
@@ -264,8 +280,12 @@ func (a *Auditor) auditSliced(ctx context.Context, o AuditOptions, r *Audit, pla
 // records counted by uniq (an -If aggregate of a location and a condition);
 // t.overflow says how many plays have more records of one kind than
 // uniqUpTo counted.
-func (a *Auditor) sliceCounts(ctx context.Context, o AuditOptions, s slice, uniq string) (sliceTotals, error) {
+func (a *Auditor) sliceCounts(ctx context.Context, o AuditOptions, s slice, uniq, sandboxes string) (sliceTotals, error) {
 	cutoff := o.overdueCutoff()
+	sandboxCond := "0"
+	if sandboxes != "" {
+		sandboxCond = condDelivered + " AND partner IN " + sandboxes
+	}
 	delayCond := condDelivered + " AND has_event = 1"
 	over := strconv.FormatUint(a.limits.countsUpTo(), 10)
 	var t sliceTotals
@@ -280,13 +300,49 @@ func (a *Auditor) sliceCounts(ctx context.Context, o AuditOptions, s slice, uniq
     arrayMap(m -> cityHash64(m), groupUniqArrayIf(reject_message, `+condRejected+`)),
     tupleElement(sumMapIf([cityHash64(reject_message)], [toUInt64(1)], `+condRejected+`), 1),
     tupleElement(sumMapIf([cityHash64(reject_message)], [toUInt64(1)], `+condRejected+`), 2),
-    countIf(records > `+over+` OR delivered_n > `+over+` OR replay_delivered_n > `+over+` OR doubt_n > `+over+` OR replay_doubt_n > `+over+`)
+    countIf(records > `+over+` OR delivered_n > `+over+` OR replay_delivered_n > `+over+` OR doubt_n > `+over+` OR replay_doubt_n > `+over+` OR answers_n > `+over+`),
+    countIf(partners_n > 1),
+    groupUniqArrayIf(partner, answers_n > 0),
+    arrayMap(m -> cityHash64(m), groupUniqArrayIf(partner, answers_n > 0)),
+    tupleElement(sumMapIf([cityHash64(partner)], [toUInt64(answers_n)], answers_n > 0), 1),
+    tupleElement(sumMapIf([cityHash64(partner)], [toUInt64(answers_n)], answers_n > 0), 2),
+    tupleElement(sumMapIf([cityHash64(partner)], [toUInt64(1)], delivered_n > 0 OR replay_delivered_n > 0), 1),
+    tupleElement(sumMapIf([cityHash64(partner)], [toUInt64(1)], delivered_n > 0 OR replay_delivered_n > 0), 2),
+    countIf(`+sandboxCond+`)
 FROM `+a.sliceReport(o, s, uniq),
 		&t.derived, &t.below, &t.reportable, &t.delivered, &t.rejected, &t.standby, &t.standbyDel,
 		&t.pending, &t.overdue, &t.twice, &t.belowDel, &t.doubt, &t.parked, &t.extraCopies, &t.copyPlays, &t.records,
 		&t.replayed, &t.doubtful, &t.delayKeys, &t.delayCounts,
-		&t.messages, &t.messageHashes, &t.messageKeys, &t.messageCounts, &t.overflow)
+		&t.messages, &t.messageHashes, &t.messageKeys, &t.messageCounts, &t.overflow,
+		&t.multiPartner, &t.partners, &t.partnerHashes, &t.answerKeys, &t.answerCounts, &t.deliveredKeys, &t.deliveredCounts, &t.sandbox)
 	return t, err
+}
+
+// addPartners adds the slice's plays of one partner target each (t.multiPartner = 0).
+func (t sliceTotals) addPartners(partners map[string]*PartnerCount, sandboxTargets []string) {
+	answers, delivered := map[uint64]uint64{}, map[uint64]uint64{}
+	for j, h := range t.answerKeys {
+		if j < len(t.answerCounts) {
+			answers[h] = t.answerCounts[j]
+		}
+	}
+	for j, h := range t.deliveredKeys {
+		if j < len(t.deliveredCounts) {
+			delivered[h] = t.deliveredCounts[j]
+		}
+	}
+	for j, name := range t.partners {
+		if j >= len(t.partnerHashes) {
+			break
+		}
+		p := partners[name]
+		if p == nil {
+			p = &PartnerCount{Partner: name, Sandbox: IsSandboxTarget(name, sandboxTargets)}
+			partners[name] = p
+		}
+		p.Answers += answers[t.partnerHashes[j]]
+		p.Delivered += delivered[t.partnerHashes[j]]
+	}
 }
 
 // sortCounts is m by count, descending, then key.
