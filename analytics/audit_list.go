@@ -135,12 +135,9 @@ WHERE ` + w + ` AND ` + condRealReject + ` ORDER BY kafka_time_ms, src_topic, sr
 		return `SELECT '', '', kafka_time_ms, error, kafka_topic, kafka_partition, kafka_offset FROM ` + a.db + `.malformed
 WHERE ` + w + ` ORDER BY kafka_time_ms, kafka_topic, kafka_partition, kafka_offset LIMIT 1 BY kafka_topic_id, kafka_topic, kafka_partition, kafka_offset` + lim, false, nil
 	}
-	cond, ok := listConds[metric]
+	cond, ok := listCond(o, metric)
 	if !ok {
 		return "", false, fmt.Errorf("analytics: --list %q: %w; accepted: %s, %s<replay id>", metric, ErrUnknownList, strings.Join(ListNames(), ", "), ReplayListPrefix)
-	}
-	if metric == "pending-overdue" {
-		cond += " AND derived_ms < " + o.overdueCutoff()
 	}
 	detail := "last_outcome"
 	traces := "trace_ids"
@@ -160,11 +157,24 @@ WHERE ` + w + ` ORDER BY kafka_time_ms, kafka_topic, kafka_partition, kafka_offs
 WHERE ` + cond + ` ORDER BY derived_ms, report_id` + lim, true, nil
 }
 
+// listCond is the condition of a play-level list over perReport's columns.
+func listCond(o AuditOptions, metric string) (string, bool) {
+	cond, ok := listConds[metric]
+	if ok && metric == "pending-overdue" {
+		cond += " AND derived_ms < " + o.overdueCutoff()
+	}
+	return cond, ok
+}
+
 // listPlays runs the play-level list query q ({range}: the report ids
 // read) per slice of the window's report ids (planSlices; one slice with
 // Limits.Exact), so that no query holds more than one slice's reports,
 // and merges the slices' rows in the list's order (record time, report
-// id), the first limit of them (limit ≤ 0: all).
+// id), the first limit of them (limit ≤ 0: all). The report ids of a
+// slice are first chosen by the slice's cheap per-report query
+// (slicePerReport: the list's condition compares counts with 0 or 1 only,
+// which uniqUpTo decides exactly), so that the wide per-report query with
+// trace ids and last answers reads only the plays listed.
 func (a *Auditor) listPlays(ctx context.Context, o AuditOptions, metric, q string, limit int) ([]ListRow, error) {
 	plan := []slice{{lo: 0, hi: stateSlices}}
 	if !a.limits.Exact {
@@ -179,7 +189,10 @@ func (a *Auditor) listPlays(ctx context.Context, o AuditOptions, metric, q strin
 		if len(plan) > 1 {
 			name += fmt.Sprintf(", slice %d/%d (%s)", i+1, len(plan), s)
 		}
-		err := a.query(withCheck(ctx, o, name), strings.ReplaceAll(q, "{range}", sliceRange(s.lo, s.hi)), func(rows driver.Rows) error {
+		cond, _ := listCond(o, metric)
+		rng := "(" + sliceRange(s.lo, s.hi) + " AND report_id IN (SELECT report_id FROM (" +
+			a.slicePerReport(o, s, fmt.Sprintf("uniqUpToIf(%d)", a.limits.countsUpTo())) + ") AS per_report WHERE " + cond + "))"
+		err := a.query(withCheck(ctx, o, name), strings.ReplaceAll(q, "{range}", rng), func(rows driver.Rows) error {
 			r, err := scanListRow(rows, true)
 			if err != nil {
 				return err

@@ -124,10 +124,21 @@ const countsUpTo = 8
 // uniqExact), min, max, any. A report without a play in the window is
 // dropped by the HAVING.
 func (a *Auditor) sliceReport(o AuditOptions, s slice, uniq string) string {
+	return `(` + a.slicePerReport(o, s, uniq) + `) AS per_report
+ALL LEFT JOIN
+    (SELECT event_id, min(kafka_time_ms) AS event_ms, toUInt8(1) AS has_event FROM ` + a.db + `.events
+     WHERE event_id != '' AND event_id IN (SELECT event_id FROM ` + a.db + `.plays WHERE ` + window(o) + ` AND ` + sliceRange(s.lo, s.hi) + `)` + asOf(o) + `
+     GROUP BY event_id) AS first_events
+USING event_id`
+}
+
+// slicePerReport is sliceReport without the events: one row per play of
+// the window in slice s.
+func (a *Auditor) slicePerReport(o AuditOptions, s slice, uniq string) string {
 	rng := sliceRange(s.lo, s.hi)
 	bit := func(b int) string { return fmt.Sprintf("bitAnd(k, %d) != 0", b) }
 	has := func(b int) string { return fmt.Sprintf("toUInt8(bitAnd(kinds, %d) != 0)", b) }
-	return `(SELECT report_id, anyIf(ev, p = 1) AS event_id, max(bm) AS below, minIf(t, p = 1) AS derived_ms,
+	return `SELECT report_id, anyIf(ev, p = 1) AS event_id, max(bm) AS below, minIf(t, p = 1) AS derived_ms,
         ` + uniq + `(loc, p = 1) AS records,
         ` + uniq + `(loc, ` + bit(kindDelivered) + `) AS delivered_n,
         ` + uniq + `(loc, ` + bit(kindReplayDelivered) + `) AS replay_delivered_n,
@@ -148,12 +159,7 @@ func (a *Auditor) sliceReport(o AuditOptions, s slice, uniq string) string {
         UNION ALL SELECT report_id, toUInt8(0), '', toUInt8(0), toUInt64(0), ` + reportLoc + `,
             ` + deliveryKind + `, toUInt8(in_doubt), toInt64(at_ms), if(outcome = 'rejected', CAST(message AS String), ''), CAST(partner AS String)
         FROM ` + a.db + `.deliveries WHERE ` + rng + a.joinFilter(o, s) + asOf(o) + `) AS records
-     GROUP BY report_id HAVING max(p) = 1) AS per_report
-ALL LEFT JOIN
-    (SELECT event_id, min(kafka_time_ms) AS event_ms, toUInt8(1) AS has_event FROM ` + a.db + `.events
-     WHERE event_id != '' AND event_id IN (SELECT event_id FROM ` + a.db + `.plays WHERE ` + window(o) + ` AND ` + rng + `)` + asOf(o) + `
-     GROUP BY event_id) AS first_events
-USING event_id`
+     GROUP BY report_id HAVING max(p) = 1`
 }
 
 // sliceTotals are the figures of one slice that add up.
