@@ -149,10 +149,9 @@ type Audit struct {
 	// in DeliveredTwice (nor PossiblyTwice): they were meant to be sent again.
 	Replays []ReplayCount `json:"replays"`
 
-	// Path says how the figures of the plays were read: from the
-	// per-report state (report_state), in part from the raw ledger while
-	// its backfill runs, or from the raw ledger alone (--exact, or a
-	// ledger without report_state). The figures are the same either way.
+	// Path says how the figures of the plays were read: in slices of
+	// report ids, or in one pass (--exact). The figures are the same
+	// either way.
 	Path string `json:"path"`
 
 	// Generations are the topics of which the window holds records of more
@@ -431,7 +430,7 @@ FROM `+a.db+`.malformed WHERE `+w+` GROUP BY kafka_topic ORDER BY kafka_topic`);
 }
 
 // exactPlays fills the figures of the window's plays from the raw ledger
-// in one pass (Limits.Exact; a ledger without report_state): the queries
+// in one pass (Limits.Exact): the queries
 // every figure of auditSliced is checked against.
 func (a *Auditor) exactPlays(ctx context.Context, o AuditOptions, r *Audit) error {
 	w := window(o)

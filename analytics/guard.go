@@ -29,10 +29,11 @@ type Limits struct {
 	// SliceReports: the audit splits the window's plays into ranges of
 	// report ids of about this many plays, one group of queries each, so
 	// that no query holds more than one range's reports. Default
-	// 1 000 000: at 2.5 M a slice, 18.16 took 6–10 times as long per play.
+	// 1 000 000 (with the join of the slices before: at 2.5 M a slice, 18.16
+	// took 6–10 times as long per play).
 	SliceReports uint64
-	// Exact reads the raw ledger only (the audit before report_state): the
-	// path every figure of the per-report state is checked against.
+	// Exact reads the raw ledger in one pass (the audit before slices): the
+	// path every figure of the slices is checked against.
 	Exact bool
 	// MigrationWait is how long an audit that meets a ledger below the
 	// schema version it reads waits for the migration under way (default

@@ -14,11 +14,13 @@ import (
 
 // Per-report state (docs/audit.md, "The audit at scale").
 //
-// report_state holds, per report id, what the audit needs of its Delivery
-// records, as aggregate states: kept up to date by the materialized view
-// report_state_mv as the sink inserts into deliveries, and built from an
-// existing ledger by the backfill (Backfill). The audit reads one narrow row
-// per play from it instead of grouping every Delivery record of the window.
+// report_state holds, per report id, the outcome states of its Delivery
+// records: kept up to date by the materialized view report_state_mv as the
+// sink inserts into deliveries, and built from an existing ledger by the
+// backfill. The audit no longer reads it (merging its uniqExact states cost
+// more than grouping the raw records with cheap states: audit_sliced.go);
+// migration 7 and the backfill keep it until a later migration drops or
+// reshapes it.
 //
 // Every state is idempotent: distinct record locations (uniqExact), min,
 // max, any. A row counted twice — a sink's batch inserted again after a
