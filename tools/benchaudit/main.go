@@ -21,11 +21,11 @@ import (
 )
 
 func main() {
-	sizes := flag.String("sizes", "5000000,20000000", "plays per ledger, comma separated")
+	sizes := flag.String("sizes", "5000000,20000000,50000000", "plays per ledger, comma separated")
 	days := flag.Int("days", 7, "days the plays are spread over (the day window is the last one)")
 	addr := flag.String("clickhouse-addr", "", "a running server (host:port, user default); empty: start one in -dir")
 	dir := flag.String("dir", "", "data folder of the started server (default: a temporary folder, removed at the end)")
-	exactUpTo := flag.Int("exact-up-to", 5_000_000, "also time the exact path (--exact) on ledgers up to this many plays")
+	exactUpTo := flag.Int("exact-up-to", 0, "also time the exact path (--exact) on ledgers up to this many plays (0: never; at 5 M plays it needs more than the 3 GiB query limit)")
 	maxMem := flag.Uint64("max-memory", 3<<30, "each audit query's max_memory_usage, bytes")
 	keep := flag.Bool("keep", false, "keep the ledger databases")
 	reuseDB := flag.Bool("reuse", false, "audit a ledger kept by an earlier run (-keep, same -days) instead of generating it again")
