@@ -30,6 +30,7 @@ func main() {
 	keep := flag.Bool("keep", false, "keep the ledger databases")
 	reuseDB := flag.Bool("reuse", false, "audit a ledger kept by an earlier run (-keep, same -days) instead of generating it again")
 	verbose := flag.Bool("v", false, "a progress line per query on stderr")
+	flag.IntVar(&serverPIDFlag, "server-pid", 0, "with -clickhouse-addr: the server's pid on this machine, to sample its resident memory (else its MemoryTracking metric)")
 	flag.Parse()
 	if *verbose {
 		progress = os.Stderr
@@ -43,6 +44,9 @@ func main() {
 // progress gets the audit's progress lines (-v).
 var progress io.Writer
 
+// serverPIDFlag is -server-pid.
+var serverPIDFlag int
+
 func run(sizeList string, days int, addr, dir string, exactUpTo int, maxMem uint64, keep, reuseDB bool, out io.Writer) error {
 	ctx := context.Background()
 	var sizes []int
@@ -53,7 +57,7 @@ func run(sizeList string, days int, addr, dir string, exactUpTo int, maxMem uint
 		}
 		sizes = append(sizes, n)
 	}
-	pid := 0
+	pid := serverPIDFlag
 	if addr == "" {
 		if dir == "" {
 			d, err := os.MkdirTemp(os.Getenv("PLAYPIPE_CLICKHOUSE_TMP"), "playpipe-bench-audit-")
