@@ -157,6 +157,37 @@ WHERE ` + w + ` ORDER BY kafka_time_ms, kafka_topic, kafka_partition, kafka_offs
 WHERE ` + cond + ` ORDER BY derived_ms, report_id` + lim, true, nil
 }
 
+// listPickMax bounds the report ids listPick names in the list query of a
+// slice; past it the query reads the whole slice.
+const listPickMax = 10_000
+
+// listPick is the condition on report ids of the list query of slice s:
+// the slice's report ids that the list shows, chosen by the slice's cheap
+// per-report query, as a literal set when they are at most listPickMax
+// (else the slice's range); "" when there are none.
+func (a *Auditor) listPick(ctx context.Context, o AuditOptions, s slice, metric string) (string, error) {
+	cond, _ := listCond(o, metric)
+	var ids []string
+	err := a.query(ctx, `SELECT report_id FROM (`+a.slicePerReport(o, s, fmt.Sprintf("uniqUpToIf(%d)", a.limits.countsUpTo()))+`) AS per_report
+WHERE `+cond+` LIMIT `+strconv.Itoa(listPickMax+1), func(rows driver.Rows) error {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return err
+		}
+		ids = append(ids, quoteSQL(id))
+		return nil
+	})
+	switch {
+	case err != nil:
+		return "", err
+	case len(ids) == 0:
+		return "", nil
+	case len(ids) > listPickMax:
+		return sliceRange(s.lo, s.hi), nil
+	}
+	return "(" + sliceRange(s.lo, s.hi) + " AND report_id IN (" + strings.Join(ids, ", ") + "))", nil
+}
+
 // listCond is the condition of a play-level list over perReport's columns.
 func listCond(o AuditOptions, metric string) (string, bool) {
 	cond, ok := listConds[metric]
@@ -171,10 +202,10 @@ func listCond(o AuditOptions, metric string) (string, bool) {
 // Limits.Exact), so that no query holds more than one slice's reports,
 // and merges the slices' rows in the list's order (record time, report
 // id), the first limit of them (limit ≤ 0: all). The report ids of a
-// slice are first chosen by the slice's cheap per-report query
-// (slicePerReport: the list's condition compares counts with 0 or 1 only,
-// which uniqUpTo decides exactly), so that the wide per-report query with
-// trace ids and last answers reads only the plays listed.
+// slice are first chosen by the slice's cheap per-report query (listPick;
+// the list's condition compares counts with 0 or 1 only, which uniqUpTo
+// decides exactly), so that the wide per-report query with trace ids and
+// last answers reads only the plays listed.
 func (a *Auditor) listPlays(ctx context.Context, o AuditOptions, metric, q string, limit int) ([]ListRow, error) {
 	plan := []slice{{lo: 0, hi: stateSlices}}
 	if !a.limits.Exact {
@@ -189,10 +220,14 @@ func (a *Auditor) listPlays(ctx context.Context, o AuditOptions, metric, q strin
 		if len(plan) > 1 {
 			name += fmt.Sprintf(", slice %d/%d (%s)", i+1, len(plan), s)
 		}
-		cond, _ := listCond(o, metric)
-		rng := "(" + sliceRange(s.lo, s.hi) + " AND report_id IN (SELECT report_id FROM (" +
-			a.slicePerReport(o, s, fmt.Sprintf("uniqUpToIf(%d)", a.limits.countsUpTo())) + ") AS per_report WHERE " + cond + "))"
-		err := a.query(withCheck(ctx, o, name), strings.ReplaceAll(q, "{range}", rng), func(rows driver.Rows) error {
+		rng, err := a.listPick(withCheck(ctx, o, name+", picking"), o, s, metric)
+		if err != nil {
+			return nil, fmt.Errorf("analytics: audit list %s: %w", metric, err)
+		}
+		if rng == "" {
+			continue // no play of the slice is listed
+		}
+		err = a.query(withCheck(ctx, o, name), strings.ReplaceAll(q, "{range}", rng), func(rows driver.Rows) error {
 			r, err := scanListRow(rows, true)
 			if err != nil {
 				return err
