@@ -149,10 +149,9 @@ type Audit struct {
 	// in DeliveredTwice (nor PossiblyTwice): they were meant to be sent again.
 	Replays []ReplayCount `json:"replays"`
 
-	// Path says how the figures of the plays were read: from the
-	// per-report state (report_state), in part from the raw ledger while
-	// its backfill runs, or from the raw ledger alone (--exact, or a
-	// ledger without report_state). The figures are the same either way.
+	// Path says how the figures of the plays were read: in slices of
+	// report ids, or in one pass (--exact). The figures are the same
+	// either way.
 	Path string `json:"path"`
 
 	// Generations are the topics of which the window holds records of more
@@ -294,8 +293,12 @@ func (a *Auditor) snapshot(ctx context.Context, o AuditOptions) (AuditOptions, e
 // without), and each side is already one row per key, so the ALL join
 // means the same on every version (ANY INNER does not: since 20.x it also
 // keeps one left row per key).
-func (a *Auditor) perReport(o AuditOptions) string {
-	w := window(o)
+func (a *Auditor) perReport(o AuditOptions) string { return a.perReportIn(o, "1 = 1") }
+
+// perReportIn is perReport of the plays whose report id meets rng (a
+// slice's range: sliceRange).
+func (a *Auditor) perReportIn(o AuditOptions, rng string) string {
+	w := window(o) + " AND " + rng
 	return `(SELECT report_id, any(event_id) AS event_id, max(below_minimum) AS below, min(kafka_time_ms) AS derived_ms
      FROM ` + a.db + `.plays WHERE ` + w + ` GROUP BY report_id) AS per_play
 ALL LEFT JOIN
@@ -320,7 +323,7 @@ ALL LEFT JOIN
         groupUniqArrayIf(trace_id, trace_id != '') AS trace_ids,
         groupUniqArrayIf(trace_id, trace_id != '' AND outcome = 'delivered') AS delivered_trace_ids
      FROM ` + a.db + `.deliveries
-     WHERE report_id IN (SELECT report_id FROM ` + a.db + `.plays WHERE ` + w + `)` + asOf(o) + `
+     WHERE ` + rng + ` AND report_id IN (SELECT report_id FROM ` + a.db + `.plays WHERE ` + w + `)` + asOf(o) + `
      GROUP BY report_id) AS per_play_outcomes
 USING report_id`
 }
@@ -427,7 +430,7 @@ FROM `+a.db+`.malformed WHERE `+w+` GROUP BY kafka_topic ORDER BY kafka_topic`);
 }
 
 // exactPlays fills the figures of the window's plays from the raw ledger
-// in one pass (Limits.Exact; a ledger without report_state): the queries
+// in one pass (Limits.Exact): the queries
 // every figure of auditSliced is checked against.
 func (a *Auditor) exactPlays(ctx context.Context, o AuditOptions, r *Audit) error {
 	w := window(o)

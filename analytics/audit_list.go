@@ -86,6 +86,8 @@ func (a *Auditor) list(ctx context.Context, o AuditOptions, metric string, limit
 	}
 	if _, ok := strings.CutPrefix(metric, ReplayListPrefix); ok {
 		metric = "replay"
+	} else if _, ok := listConds[metric]; ok {
+		return a.listPlays(ctx, o, metric, q, limit)
 	}
 	out := []ListRow{}
 	err = a.query(withCheck(ctx, o, "list "+metric), q, func(rows driver.Rows) error {
@@ -112,7 +114,8 @@ func (a *Auditor) listQuery(o AuditOptions, metric, lim string) (q string, play 
 		return `SELECT report_id, any(event_id), toUInt64(min(at_ms)), argMax(outcome, at_ms),
     toUInt64(uniqExactIf(kafka_topic_id, kafka_topic, kafka_partition, kafka_offset, outcome = 'delivered')), groupUniqArrayIf(trace_id, trace_id != '')
 FROM ` + a.db + `.deliveries
-WHERE replay_id = ` + quoteSQL(id) + ` AND report_id IN (SELECT report_id FROM ` + a.db + `.plays WHERE ` + w + `)` + asOf(o) + `
+WHERE replay_id = ` + quoteSQL(id) + ` AND report_id IN (SELECT report_id FROM ` + a.db + `.plays WHERE ` + w + `
+    AND report_id IN (SELECT report_id FROM ` + a.db + `.deliveries WHERE replay_id = ` + quoteSQL(id) + asOf(o) + `))` + asOf(o) + `
 GROUP BY report_id ORDER BY min(at_ms), report_id` + lim, true, nil
 	}
 	switch metric {
@@ -132,12 +135,9 @@ WHERE ` + w + ` AND ` + condRealReject + ` ORDER BY kafka_time_ms, src_topic, sr
 		return `SELECT '', '', kafka_time_ms, error, kafka_topic, kafka_partition, kafka_offset FROM ` + a.db + `.malformed
 WHERE ` + w + ` ORDER BY kafka_time_ms, kafka_topic, kafka_partition, kafka_offset LIMIT 1 BY kafka_topic_id, kafka_topic, kafka_partition, kafka_offset` + lim, false, nil
 	}
-	cond, ok := listConds[metric]
+	cond, ok := listCond(o, metric)
 	if !ok {
 		return "", false, fmt.Errorf("analytics: --list %q: %w; accepted: %s, %s<replay id>", metric, ErrUnknownList, strings.Join(ListNames(), ", "), ReplayListPrefix)
-	}
-	if metric == "pending-overdue" {
-		cond += " AND derived_ms < " + o.overdueCutoff()
 	}
 	detail := "last_outcome"
 	traces := "trace_ids"
@@ -153,8 +153,102 @@ WHERE ` + w + ` ORDER BY kafka_time_ms, kafka_topic, kafka_partition, kafka_offs
 		detail = "concat(toString(" + playCopies + " - 1), ': ', arrayStringConcat(arraySort(if(delivered_n = 0, arrayDistinct(arrayConcat(doubt_causes, replay_doubt_causes)), doubt_causes)), ', '))"
 		traces = "delivered_trace_ids"
 	}
-	return `SELECT report_id, event_id, derived_ms, ` + detail + `, delivered_n, ` + traces + ` FROM ` + a.perReport(o) + `
+	return `SELECT report_id, event_id, derived_ms, ` + detail + `, delivered_n, ` + traces + ` FROM ` + a.perReportIn(o, "{range}") + `
 WHERE ` + cond + ` ORDER BY derived_ms, report_id` + lim, true, nil
+}
+
+// listPickMax bounds the report ids listPick names in the list query of a
+// slice; past it the query reads the whole slice.
+const listPickMax = 10_000
+
+// listPick is the condition on report ids of the list query of slice s:
+// the slice's report ids that the list shows, chosen by the slice's cheap
+// per-report query, as a literal set when they are at most listPickMax
+// (else the slice's range); "" when there are none.
+func (a *Auditor) listPick(ctx context.Context, o AuditOptions, s slice, metric string) (string, error) {
+	cond, _ := listCond(o, metric)
+	var ids []string
+	err := a.query(ctx, `SELECT report_id FROM (`+a.slicePerReport(o, s, fmt.Sprintf("uniqUpToIf(%d)", a.limits.countsUpTo()))+`) AS per_report
+WHERE `+cond+` LIMIT `+strconv.Itoa(listPickMax+1), func(rows driver.Rows) error {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return err
+		}
+		ids = append(ids, quoteSQL(id))
+		return nil
+	})
+	switch {
+	case err != nil:
+		return "", err
+	case len(ids) == 0:
+		return "", nil
+	case len(ids) > listPickMax:
+		return sliceRange(s.lo, s.hi), nil
+	}
+	return "(" + sliceRange(s.lo, s.hi) + " AND report_id IN (" + strings.Join(ids, ", ") + "))", nil
+}
+
+// listCond is the condition of a play-level list over perReport's columns.
+func listCond(o AuditOptions, metric string) (string, bool) {
+	cond, ok := listConds[metric]
+	if ok && metric == "pending-overdue" {
+		cond += " AND derived_ms < " + o.overdueCutoff()
+	}
+	return cond, ok
+}
+
+// listPlays runs the play-level list query q ({range}: the report ids
+// read) per slice of the window's report ids (planSlices; one slice with
+// Limits.Exact), so that no query holds more than one slice's reports,
+// and merges the slices' rows in the list's order (record time, report
+// id), the first limit of them (limit ≤ 0: all). The report ids of a
+// slice are first chosen by the slice's cheap per-report query (listPick;
+// the list's condition compares counts with 0 or 1 only, which uniqUpTo
+// decides exactly), so that the wide per-report query with trace ids and
+// last answers reads only the plays listed.
+func (a *Auditor) listPlays(ctx context.Context, o AuditOptions, metric, q string, limit int) ([]ListRow, error) {
+	plan := []slice{{lo: 0, hi: stateSlices}}
+	if !a.limits.Exact {
+		var err error
+		if plan, err = a.planSlices(ctx, o); err != nil {
+			return nil, fmt.Errorf("analytics: audit list %s: %w", metric, err)
+		}
+	}
+	out := []ListRow{}
+	for i, s := range plan {
+		name := "list " + metric
+		if len(plan) > 1 {
+			name += fmt.Sprintf(", slice %d/%d (%s)", i+1, len(plan), s)
+		}
+		rng, err := a.listPick(withCheck(ctx, o, name+", picking"), o, s, metric)
+		if err != nil {
+			return nil, fmt.Errorf("analytics: audit list %s: %w", metric, err)
+		}
+		if rng == "" {
+			continue // no play of the slice is listed
+		}
+		err = a.query(withCheck(ctx, o, name), strings.ReplaceAll(q, "{range}", rng), func(rows driver.Rows) error {
+			r, err := scanListRow(rows, true)
+			if err != nil {
+				return err
+			}
+			out = append(out, r)
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("analytics: audit list %s: %w", metric, err)
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		if !out[i].At.Equal(out[j].At) {
+			return out[i].At.Before(out[j].At)
+		}
+		return out[i].ReportID < out[j].ReportID
+	})
+	if limit > 0 && len(out) > limit {
+		out = out[:limit]
+	}
+	return out, nil
 }
 
 // lastAnswer is the detail of the pending and parked lists: the play's last

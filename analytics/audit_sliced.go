@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -15,23 +16,21 @@ import (
 
 // The audit at scale (docs/audit.md, "The audit at scale"): the figures of
 // the window's plays are computed per range of report ids (a slice), each
-// range read through the primary index of plays, deliveries and
-// report_state (all sorted by report id), so that no query holds more than
-// one slice's reports in memory; the slices' figures add up in Go (every
-// count is over plays or records, and each play and each of its records
-// lies in one slice). The outcomes of a slice come from report_state when
-// its backfill is recorded, else from the raw deliveries (the exact path's
-// expressions, restricted to the slice): an audit during a backfill reads
-// what is built and computes the rest.
+// range read through the primary index of plays and deliveries (both
+// sorted by report id), so that no query holds more than one slice's
+// reports in memory; the slices' figures add up in Go (every count is over
+// plays or records, and each play and each of its records lies in one
+// slice). A slice is one GROUP BY report id over its plays and Delivery
+// records read as one stream (sliceReport): no join of plays with
+// outcomes, no per-report hash set.
 
-// slice is a range of fine slices [lo, hi) read one way.
+// slice is a range of fine slices [lo, hi).
 type slice struct {
 	lo, hi int
-	state  bool // outcomes from report_state
 	// wide: the window holds most of the ledger's plays, so the outcomes
-	// joined to its plays are read without the filter on the window's
-	// report ids (the join drops the others; an IN set of most report ids
-	// costs more than it saves).
+	// grouped with its plays are read without the filter on the window's
+	// report ids (the HAVING drops the others; an IN set of most report
+	// ids costs more than it saves).
 	wide bool
 }
 
@@ -45,15 +44,15 @@ func (a *Auditor) joinFilter(o AuditOptions, s slice) string {
 }
 
 // planSlices splits the window's plays into ranges of about
-// Limits.SliceReports plays, each wholly backfilled or not.
-func (a *Auditor) planSlices(ctx context.Context, o AuditOptions, done [stateSlices]bool) ([]slice, error) {
+// Limits.SliceReports plays.
+func (a *Auditor) planSlices(ctx context.Context, o AuditOptions) ([]slice, error) {
 	var n, total uint64
 	if err := a.row(withCheck(ctx, o, "plays in the window"), `SELECT countIf(`+window(o)+`), count() FROM `+a.db+`.plays`, &n, &total); err != nil {
 		return nil, err
 	}
 	wide := 2*n >= total
 	if wide {
-		n = total // the joined outcomes are the slice's whole ledger
+		n = total // the grouped outcomes are the slice's whole ledger
 	}
 	k := 1
 	for k < stateSlices && n/uint64(k) > a.limits.SliceReports {
@@ -62,13 +61,7 @@ func (a *Auditor) planSlices(ctx context.Context, o AuditOptions, done [stateSli
 	step := stateSlices / k
 	var out []slice
 	for lo := 0; lo < stateSlices; lo += step {
-		s := lo
-		for i := lo + 1; i <= lo+step; i++ {
-			if i == lo+step || done[i] != done[s] {
-				out = append(out, slice{lo: s, hi: i, state: done[s], wide: wide})
-				s = i
-			}
-		}
+		out = append(out, slice{lo: lo, hi: lo + step, wide: wide})
 	}
 	return out, nil
 }
@@ -80,72 +73,93 @@ func (s slice) String() string {
 	return fmt.Sprintf("report ids %02x–%02x", s.lo, s.hi-1)
 }
 
-// slicePlays is one row per play of the window in slice s (perReport's
-// per_play, with records: its distinct play records).
-func (a *Auditor) slicePlays(o AuditOptions, s slice) string {
-	return `SELECT report_id, any(event_id) AS event_id, max(below_minimum) AS below, min(kafka_time_ms) AS derived_ms,
-        uniqExact(kafka_topic_id, kafka_topic, kafka_partition, kafka_offset) AS records
-     FROM ` + a.db + `.plays WHERE ` + window(o) + ` AND ` + sliceRange(s.lo, s.hi) + ` GROUP BY report_id`
-}
-
 // sliceReportIDs are the report ids of the window's plays in slice s.
 func (a *Auditor) sliceReportIDs(o AuditOptions, s slice) string {
 	return `SELECT report_id FROM ` + a.db + `.plays WHERE ` + window(o) + ` AND ` + sliceRange(s.lo, s.hi)
 }
 
-// sliceOutcomes is one row per play of the window in slice s with the
-// outcome columns the audit's figures read: from report_state's merged
-// states, or from the raw deliveries with perReport's expressions (counts
-// only compared with 0 as flags). report_state has no snapshot: a report
-// with a Delivery record inserted after the audit's snapshot (o.asOf) is
-// read from the raw deliveries up to the snapshot instead, so that every
-// figure is of the one ledger state (TestAuditIsOneSnapshot).
-func (a *Auditor) sliceOutcomes(o AuditOptions, s slice) string {
+// sliceFewReportIDs are the report ids of the window's plays in slice s
+// that have a Delivery record matching cond (a rare kind: a doubt, a
+// replay): the set of the slice's few such reports is built first, and the
+// window's plays only looked up in it, instead of a set of every play of
+// the slice.
+func (a *Auditor) sliceFewReportIDs(o AuditOptions, s slice, cond string) string {
 	rng := sliceRange(s.lo, s.hi)
-	if !s.state {
-		return a.rawOutcomes(o, s, "")
-	}
-	late := `SELECT report_id FROM ` + a.db + `.deliveries WHERE ` + rng + ` AND NOT (1 = 1` + asOf(o) + `)`
-	var cols []string
-	for _, c := range reportStateColumns {
-		cols = append(cols, c.merge+"("+c.name+stateSuffix+") AS "+c.name)
-	}
-	return `SELECT report_id, ` + strings.Join(cols, ", ") + ` FROM ` + a.db + `.` + TableReportState + `
-     WHERE ` + rng + a.joinFilter(o, s) + ` AND report_id NOT IN (` + late + `) GROUP BY report_id
-    UNION ALL ` + a.rawOutcomes(o, s, " AND report_id IN ("+late+")")
+	return `SELECT report_id FROM ` + a.db + `.plays WHERE ` + window(o) + ` AND ` + rng + ` AND report_id IN (SELECT report_id FROM ` +
+		a.db + `.deliveries WHERE ` + cond + ` AND ` + rng + asOf(o) + `)`
 }
 
-// rawOutcomes is sliceOutcomes from the raw deliveries, with an extra
-// condition (a leading AND).
-func (a *Auditor) rawOutcomes(o AuditOptions, s slice, and string) string {
-	return `SELECT report_id,
-        uniqExactIf(` + reportLoc + `, outcome = 'delivered' AND replay_id = '') AS delivered_n,
-        uniqExactIf(` + reportLoc + `, outcome = 'delivered' AND replay_id != '') AS replay_delivered_n,
-        max(toUInt8(outcome = 'rejected')) AS rejected_n,
-        max(toUInt8(outcome = 'standby')) AS standby_n,
-        max(toUInt8(outcome = '` + schemas.OutcomeParked + `')) AS parked_n,
-        maxIf(in_doubt, outcome = 'delivered' AND replay_id = '') AS doubt_delivered,
-        uniqExactIf(` + reportLoc + `, doubt_cause != '' AND replay_id = '') AS doubt_n,
-        uniqExactIf(` + reportLoc + `, doubt_cause != '' AND replay_id != '') AS replay_doubt_n,
-        minIf(at_ms, outcome = 'delivered') AS delivered_ms,
-        max(toUInt8(replay_id != '')) AS replayed,
-        anyIf(message, outcome = 'rejected') AS reject_message
-     FROM ` + a.db + `.deliveries
-     WHERE ` + sliceRange(s.lo, s.hi) + a.joinFilter(o, s) + and + asOf(o) + `
-     GROUP BY report_id`
-}
+// Delivery record kinds, the bits of deliveryKind: a report's kinds are
+// the bitwise OR of its records' (groupBitOr).
+const (
+	kindDelivered       = 1   // outcome delivered, by the reporter
+	kindReplayDelivered = 2   // outcome delivered, by a replay
+	kindRejected        = 4   // outcome rejected (400)
+	kindStandby         = 8   // outcome standby
+	kindParked          = 16  // outcome parked
+	kindDoubt           = 32  // a post in doubt (doubt_cause), by the reporter
+	kindReplayDoubt     = 64  // a post in doubt, by a replay
+	kindReplayed        = 128 // a replay's record
+)
+
+// deliveryKind is a deliveries row's kind bits.
+var deliveryKind = fmt.Sprintf("toUInt8((outcome = 'delivered' AND replay_id = '') * %d + (outcome = 'delivered' AND replay_id != '') * %d"+
+	" + (outcome = 'rejected') * %d + (outcome = 'standby') * %d + (outcome = '%s') * %d"+
+	" + (doubt_cause != '' AND replay_id = '') * %d + (doubt_cause != '' AND replay_id != '') * %d + (replay_id != '') * %d)",
+	kindDelivered, kindReplayDelivered, kindRejected, kindStandby, schemas.OutcomeParked, kindParked, kindDoubt, kindReplayDoubt, kindReplayed)
+
+// countsUpTo is the number of distinct records per play and kind the
+// slice query counts exactly with uniqUpTo's small fixed state (a play
+// has one or two of each); a slice with a play of more is read again with
+// uniqExact (sliceCounts).
+const countsUpTo = 8
 
 // sliceReport is perReport for slice s (its audit columns), with the record
 // time of each play's first event (event_ms; has_event = 0 when the
-// event is not in the ledger).
-func (a *Auditor) sliceReport(o AuditOptions, s slice) string {
-	return `(SELECT * FROM (` + a.slicePlays(o, s) + `) AS per_play
-    ALL LEFT JOIN (` + a.sliceOutcomes(o, s) + `) AS per_play_outcomes USING report_id) AS per_report
+// event is not in the ledger). The window's plays of the slice and the
+// slice's Delivery records (up to the snapshot) are read as one stream
+// and grouped by report id once — no join of plays with outcomes — with
+// cheap idempotent states: the bitwise OR of the records' kinds, the
+// distinct record locations counted by uniq (uniqUpTo(countsUpTo), or
+// uniqExact), min, max, any. A report without a play in the window is
+// dropped by the HAVING.
+func (a *Auditor) sliceReport(o AuditOptions, s slice, uniq string) string {
+	return `(` + a.slicePerReport(o, s, uniq) + `) AS per_report
 ALL LEFT JOIN
     (SELECT event_id, min(kafka_time_ms) AS event_ms, toUInt8(1) AS has_event FROM ` + a.db + `.events
      WHERE event_id != '' AND event_id IN (SELECT event_id FROM ` + a.db + `.plays WHERE ` + window(o) + ` AND ` + sliceRange(s.lo, s.hi) + `)` + asOf(o) + `
      GROUP BY event_id) AS first_events
 USING event_id`
+}
+
+// slicePerReport is sliceReport without the events: one row per play of
+// the window in slice s.
+func (a *Auditor) slicePerReport(o AuditOptions, s slice, uniq string) string {
+	rng := sliceRange(s.lo, s.hi)
+	bit := func(b int) string { return fmt.Sprintf("bitAnd(k, %d) != 0", b) }
+	has := func(b int) string { return fmt.Sprintf("toUInt8(bitAnd(kinds, %d) != 0)", b) }
+	return `SELECT report_id, anyIf(ev, p = 1) AS event_id, max(bm) AS below, minIf(t, p = 1) AS derived_ms,
+        ` + uniq + `(loc, p = 1) AS records,
+        ` + uniq + `(loc, ` + bit(kindDelivered) + `) AS delivered_n,
+        ` + uniq + `(loc, ` + bit(kindReplayDelivered) + `) AS replay_delivered_n,
+        ` + uniq + `(loc, ` + bit(kindDoubt) + `) AS doubt_n,
+        ` + uniq + `(loc, ` + bit(kindReplayDoubt) + `) AS replay_doubt_n,
+        groupBitOr(k) AS kinds,
+        ` + has(kindRejected) + ` AS rejected_n, ` + has(kindStandby) + ` AS standby_n, ` + has(kindParked) + ` AS parked_n,
+        ` + has(kindReplayed) + ` AS replayed,
+        maxIf(doubt, ` + bit(kindDelivered) + `) AS doubt_delivered,
+        minIf(at, ` + bit(kindDelivered|kindReplayDelivered) + `) AS delivered_ms,
+        anyIf(msg, ` + bit(kindRejected) + `) AS reject_message,
+        ` + uniq + `(loc, p = 0) AS answers_n,
+        ` + uniq + `(cityHash64(pt), p = 0) AS partners_n,
+        anyIf(pt, p = 0) AS partner
+     FROM (SELECT report_id, toUInt8(1) AS p, event_id AS ev, toUInt8(below_minimum) AS bm, toUInt64(kafka_time_ms) AS t, ` + reportLoc + ` AS loc,
+            toUInt8(0) AS k, toUInt8(0) AS doubt, toInt64(0) AS at, '' AS msg, '' AS pt
+        FROM ` + a.db + `.plays WHERE ` + window(o) + ` AND ` + rng + `
+        UNION ALL SELECT report_id, toUInt8(0), '', toUInt8(0), toUInt64(0), ` + reportLoc + `,
+            ` + deliveryKind + `, toUInt8(in_doubt), toInt64(at_ms), if(outcome = 'rejected', CAST(message AS String), ''), CAST(partner AS String)
+        FROM ` + a.db + `.deliveries WHERE ` + rng + a.joinFilter(o, s) + asOf(o) + `) AS records
+     GROUP BY report_id HAVING max(p) = 1`
 }
 
 // sliceTotals are the figures of one slice that add up.
@@ -160,14 +174,23 @@ type sliceTotals struct {
 	messages                   []string
 	messageHashes              []uint64
 	messageKeys, messageCounts []uint64
+	overflow                   uint64
+	// The partners: plays with records from more than one partner target
+	// (their slice is counted by slicePartners), the partner of each other
+	// play with records, their hashes, per hash the distinct records and
+	// the delivered plays, and the plays delivered only to a sandbox.
+	multiPartner                   uint64
+	partners                       []string
+	partnerHashes                  []uint64
+	answerKeys, answerCounts       []uint64
+	deliveredKeys, deliveredCounts []uint64
+	sandbox                        uint64
 }
 
 // auditSliced fills the figures of the window's plays slice by slice:
 // PlayRecords, the plays' outcomes, RejectedByAPIByMessage, the copies,
 // the partners, the delay and the replays (the exact path: exactPlays).
 func (a *Auditor) auditSliced(ctx context.Context, o AuditOptions, r *Audit, plan []slice) error {
-	cutoff := o.overdueCutoff()
-	delayCond := condDelivered + " AND has_event = 1"
 	messages := map[string]uint64{}
 	causes := map[string]uint64{}
 	partners := map[string]*PartnerCount{}
@@ -175,29 +198,15 @@ func (a *Auditor) auditSliced(ctx context.Context, o AuditOptions, r *Audit, pla
 	delays := map[int64]uint64{}
 	sandboxes := a.sandboxList(ctx, o)
 	for i, s := range plan {
-		name := fmt.Sprintf("plays, slice %d/%d (%s", i+1, len(plan), s)
-		if !s.state {
-			name += ", from the raw ledger"
+		sctx := withCheck(ctx, o, fmt.Sprintf("plays, slice %d/%d (%s)", i+1, len(plan), s))
+		t, err := a.sliceCounts(sctx, o, s, fmt.Sprintf("uniqUpToIf(%d)", a.limits.countsUpTo()), sandboxes)
+		if err == nil && t.overflow > 0 {
+			// A play with more records of one kind than uniqUpTo counts:
+			// the slice again with exact counts.
+			sctx = withCheck(ctx, o, fmt.Sprintf("plays, slice %d/%d (%s), exact counts", i+1, len(plan), s))
+			t, err = a.sliceCounts(sctx, o, s, "uniqExactIf", sandboxes)
 		}
-		name += ")"
-		sctx := withCheck(ctx, o, name)
-		var t sliceTotals
-		if err := a.row(sctx, `SELECT count(), countIf(below = 1), countIf(`+condReportable+`),
-    countIf(`+condDelivered+`), countIf(`+condRejected+`), countIf(`+condStandby+`), countIf(`+condStandbyDel+`),
-    countIf(`+condPending+`), countIf(`+condPending+` AND derived_ms < `+cutoff+`), countIf(`+condTwice+`), countIf(`+condBelowDel+`), countIf(`+condDoubt+`),
-    countIf(`+condParked+`), toUInt64(sumIf(`+playCopies+` - 1, `+condCopies+`)), countIf(`+condCopies+`), toUInt64(sum(records)),
-    countIf(replayed > 0), toUInt64(sum(doubt_n + replay_doubt_n)),
-    tupleElement(sumMapIf([toInt64(delivered_ms) - toInt64(event_ms)], [toUInt64(1)], `+delayCond+`), 1),
-    tupleElement(sumMapIf([toInt64(delivered_ms) - toInt64(event_ms)], [toUInt64(1)], `+delayCond+`), 2),
-    groupUniqArrayIf(reject_message, `+condRejected+`),
-    arrayMap(m -> cityHash64(m), groupUniqArrayIf(reject_message, `+condRejected+`)),
-    tupleElement(sumMapIf([cityHash64(reject_message)], [toUInt64(1)], `+condRejected+`), 1),
-    tupleElement(sumMapIf([cityHash64(reject_message)], [toUInt64(1)], `+condRejected+`), 2)
-FROM `+a.sliceReport(o, s),
-			&t.derived, &t.below, &t.reportable, &t.delivered, &t.rejected, &t.standby, &t.standbyDel,
-			&t.pending, &t.overdue, &t.twice, &t.belowDel, &t.doubt, &t.parked, &t.extraCopies, &t.copyPlays, &t.records,
-			&t.replayed, &t.doubtful, &t.delayKeys, &t.delayCounts,
-			&t.messages, &t.messageHashes, &t.messageKeys, &t.messageCounts); err != nil {
+		if err != nil {
 			return err
 		}
 		r.PlaysDerived += t.derived
@@ -237,10 +246,13 @@ FROM `+a.sliceReport(o, s),
 				return err
 			}
 		}
-		if t.derived > 0 {
+		if t.multiPartner > 0 {
 			if err := a.slicePartners(sctx, o, s, partners, sandboxes, r); err != nil {
 				return err
 			}
+		} else {
+			t.addPartners(partners, o.SandboxTargets)
+			r.DeliveredToSandbox += t.sandbox
 		}
 		if t.replayed > 0 {
 			if err := a.sliceReplays(sctx, o, s, replays); err != nil {
@@ -268,6 +280,75 @@ FROM `+a.sliceReport(o, s),
 	})
 	r.Delay = delayOf(delays)
 	return nil
+}
+
+// sliceCounts reads the figures of slice s that add up, the distinct
+// records counted by uniq (an -If aggregate of a location and a condition);
+// t.overflow says how many plays have more records of one kind than
+// uniqUpTo counted.
+func (a *Auditor) sliceCounts(ctx context.Context, o AuditOptions, s slice, uniq, sandboxes string) (sliceTotals, error) {
+	cutoff := o.overdueCutoff()
+	sandboxCond := "0"
+	if sandboxes != "" {
+		sandboxCond = condDelivered + " AND partner IN " + sandboxes
+	}
+	delayCond := condDelivered + " AND has_event = 1"
+	over := strconv.FormatUint(a.limits.countsUpTo(), 10)
+	var t sliceTotals
+	err := a.row(ctx, `SELECT count(), countIf(below = 1), countIf(`+condReportable+`),
+    countIf(`+condDelivered+`), countIf(`+condRejected+`), countIf(`+condStandby+`), countIf(`+condStandbyDel+`),
+    countIf(`+condPending+`), countIf(`+condPending+` AND derived_ms < `+cutoff+`), countIf(`+condTwice+`), countIf(`+condBelowDel+`), countIf(`+condDoubt+`),
+    countIf(`+condParked+`), toUInt64(sumIf(`+playCopies+` - 1, `+condCopies+`)), countIf(`+condCopies+`), toUInt64(sum(records)),
+    countIf(replayed > 0), toUInt64(sum(doubt_n + replay_doubt_n)),
+    tupleElement(sumMapIf([toInt64(delivered_ms) - toInt64(event_ms)], [toUInt64(1)], `+delayCond+`), 1),
+    tupleElement(sumMapIf([toInt64(delivered_ms) - toInt64(event_ms)], [toUInt64(1)], `+delayCond+`), 2),
+    groupUniqArrayIf(reject_message, `+condRejected+`),
+    arrayMap(m -> cityHash64(m), groupUniqArrayIf(reject_message, `+condRejected+`)),
+    tupleElement(sumMapIf([cityHash64(reject_message)], [toUInt64(1)], `+condRejected+`), 1),
+    tupleElement(sumMapIf([cityHash64(reject_message)], [toUInt64(1)], `+condRejected+`), 2),
+    countIf(records > `+over+` OR delivered_n > `+over+` OR replay_delivered_n > `+over+` OR doubt_n > `+over+` OR replay_doubt_n > `+over+` OR answers_n > `+over+`),
+    countIf(partners_n > 1),
+    groupUniqArrayIf(partner, answers_n > 0),
+    arrayMap(m -> cityHash64(m), groupUniqArrayIf(partner, answers_n > 0)),
+    tupleElement(sumMapIf([cityHash64(partner)], [toUInt64(answers_n)], answers_n > 0), 1),
+    tupleElement(sumMapIf([cityHash64(partner)], [toUInt64(answers_n)], answers_n > 0), 2),
+    tupleElement(sumMapIf([cityHash64(partner)], [toUInt64(1)], delivered_n > 0 OR replay_delivered_n > 0), 1),
+    tupleElement(sumMapIf([cityHash64(partner)], [toUInt64(1)], delivered_n > 0 OR replay_delivered_n > 0), 2),
+    countIf(`+sandboxCond+`)
+FROM `+a.sliceReport(o, s, uniq),
+		&t.derived, &t.below, &t.reportable, &t.delivered, &t.rejected, &t.standby, &t.standbyDel,
+		&t.pending, &t.overdue, &t.twice, &t.belowDel, &t.doubt, &t.parked, &t.extraCopies, &t.copyPlays, &t.records,
+		&t.replayed, &t.doubtful, &t.delayKeys, &t.delayCounts,
+		&t.messages, &t.messageHashes, &t.messageKeys, &t.messageCounts, &t.overflow,
+		&t.multiPartner, &t.partners, &t.partnerHashes, &t.answerKeys, &t.answerCounts, &t.deliveredKeys, &t.deliveredCounts, &t.sandbox)
+	return t, err
+}
+
+// addPartners adds the slice's plays of one partner target each (t.multiPartner = 0).
+func (t sliceTotals) addPartners(partners map[string]*PartnerCount, sandboxTargets []string) {
+	answers, delivered := map[uint64]uint64{}, map[uint64]uint64{}
+	for j, h := range t.answerKeys {
+		if j < len(t.answerCounts) {
+			answers[h] = t.answerCounts[j]
+		}
+	}
+	for j, h := range t.deliveredKeys {
+		if j < len(t.deliveredCounts) {
+			delivered[h] = t.deliveredCounts[j]
+		}
+	}
+	for j, name := range t.partners {
+		if j >= len(t.partnerHashes) {
+			break
+		}
+		p := partners[name]
+		if p == nil {
+			p = &PartnerCount{Partner: name, Sandbox: IsSandboxTarget(name, sandboxTargets)}
+			partners[name] = p
+		}
+		p.Answers += answers[t.partnerHashes[j]]
+		p.Delivered += delivered[t.partnerHashes[j]]
+	}
 }
 
 // sortCounts is m by count, descending, then key.
@@ -322,7 +403,7 @@ func (a *Auditor) sliceCauses(ctx context.Context, o AuditOptions, s slice, caus
 	rng := sliceRange(s.lo, s.hi)
 	cs, err := a.counts(ctx, `SELECT doubt_cause, uniqExact(kafka_topic_id, kafka_topic, kafka_partition, kafka_offset) AS n
 FROM `+a.db+`.deliveries
-WHERE doubt_cause != '' AND `+rng+` AND report_id IN (`+a.sliceReportIDs(o, s)+`)`+asOf(o)+`
+WHERE doubt_cause != '' AND `+rng+` AND report_id IN (`+a.sliceFewReportIDs(o, s, "doubt_cause != ''")+`)`+asOf(o)+`
   AND (replay_id = '' OR report_id NOT IN (SELECT report_id FROM `+a.db+`.deliveries WHERE `+rng+` AND outcome = 'delivered' AND replay_id = ''`+asOf(o)+`
       AND report_id IN (SELECT report_id FROM `+a.db+`.deliveries WHERE `+rng+` AND doubt_cause != '' AND replay_id != ''`+asOf(o)+`)))
 GROUP BY doubt_cause`)
@@ -402,7 +483,7 @@ func (a *Auditor) sliceReplays(ctx context.Context, o AuditOptions, s slice, rep
     toUInt64(uniqExactIf(kafka_topic_id, kafka_topic, kafka_partition, kafka_offset, outcome = 'delivered') - uniqExactIf(report_id, outcome = 'delivered')),
     min(at_ms), max(at_ms)
 FROM `+a.db+`.deliveries
-WHERE replay_id != '' AND `+rng+` AND report_id IN (`+a.sliceReportIDs(o, s)+`)`+asOf(o)+`
+WHERE replay_id != '' AND `+rng+` AND report_id IN (`+a.sliceFewReportIDs(o, s, "replay_id != ''")+`)`+asOf(o)+`
 GROUP BY replay_id`, func(rows driver.Rows) error {
 		var rc ReplayCount
 		var first, last int64

@@ -23,12 +23,12 @@
 //
 // Audit (Auditor): counts for a window of record times, each backed by a
 // list of the report ids (or event records) behind it; see docs/audit.md.
-// The figures of the window's plays are read per range of report ids from
-// report_state (state.go: an AggregatingMergeTree of per-report outcome
-// states, fed by a materialized view on deliveries and backfilled by the
-// migration run), or from the raw ledger for a range not backfilled yet
-// (audit_sliced.go); Limits.Exact reads the raw ledger in one pass. Every
-// query runs with a memory limit, a deadline and a progress line (guard.go).
+// The figures of the window's plays are read per range of report ids, each
+// range one GROUP BY report id over its plays and Delivery records with
+// cheap idempotent states (audit_sliced.go); Limits.Exact reads the raw
+// ledger in one pass. report_state (state.go, migration 7) is kept by its
+// view and backfill but no longer read by the audit. Every query runs with
+// a memory limit, a deadline and a progress line (guard.go).
 //
 // A Sink runs one consumer-group member; run several processes to share the
 // partitions. Auditor and the functions of this package are safe for

@@ -61,10 +61,24 @@ const maxGenerations = "8"
 // generations finds the topics of the window with more than one
 // generation, or with locations that hold records it cannot tell apart.
 func (a *Auditor) generations(ctx context.Context, o AuditOptions, r *Audit) error {
-	// The window's records are grouped by location in parts (offset
-	// modulo parts): a location lies in one part, so the counts add up,
-	// and no query groups more than about 2·SliceReports records.
+	// First the generations of each topic of the window, one scan with a
+	// group per (topic, id). A topic of one known generation is counted
+	// unambiguously (its id and location name one record) and is not
+	// reported: only the topics with an unknown generation ('') or more
+	// than one are read further.
+	detail, err := a.generationTopics(ctx, o)
+	if err != nil || len(detail) == 0 {
+		return err
+	}
+	// Their records are grouped by location in parts (offset modulo
+	// parts): a location lies in one part, so the counts add up, and no
+	// query groups more than about 2·SliceReports records.
 	parts := 1 + (2*r.PlayRecords+r.EventsReceived)/(2*a.limits.withDefaults().SliceReports)
+	topics := make([]string, 0, len(detail))
+	for _, t := range detail {
+		topics = append(topics, quoteSQL(t))
+	}
+	inTopics := " AND kafka_topic IN (" + strings.Join(topics, ", ") + ")"
 	byTopic := map[string]*TopicGenerations{}
 	byGen := map[string]*TopicGeneration{}
 	var order []string
@@ -79,7 +93,7 @@ func (a *Auditor) generations(ctx context.Context, o AuditOptions, r *Audit) err
 	}
 	var gensOrder []string
 	for part := uint64(0); part < parts; part++ {
-		w := window(o)
+		w := window(o) + inTopics
 		if parts > 1 {
 			w += fmt.Sprintf(" AND kafka_offset %% %d = %d", parts, part)
 		}
@@ -95,7 +109,7 @@ func (a *Auditor) generations(ctx context.Context, o AuditOptions, r *Audit) err
         uniqUpTo(`+maxGenerations+`)(kafka_topic_id) AS ids, uniqUpTo(`+maxGenerations+`)(`+s.content+`) AS contents
     FROM `+a.db+`.`+s.table+` WHERE `+w+` GROUP BY kafka_topic, kafka_partition, kafka_offset`)
 		}
-		err := a.query(ctx, `SELECT CAST(kafka_topic AS String) AS topic, kafka_topic_id, min(kafka_time_ms) AS first, uniqExact(kafka_partition, kafka_offset)
+		err = a.query(ctx, `SELECT CAST(kafka_topic AS String) AS topic, kafka_topic_id, min(kafka_time_ms) AS first, uniqExact(kafka_partition, kafka_offset)
 FROM (`+strings.Join(gens, "\n    UNION ALL ")+`) AS records
 GROUP BY topic, kafka_topic_id ORDER BY topic, first, kafka_topic_id`, func(rows driver.Rows) error {
 			var topic string
@@ -166,6 +180,31 @@ GROUP BY topic ORDER BY topic`, func(rows driver.Rows) error {
 		}
 	}
 	return nil
+}
+
+// generationTopics are the topics of the window with the unknown
+// generation (the empty id) or more than one, in order.
+func (a *Auditor) generationTopics(ctx context.Context, o AuditOptions) ([]string, error) {
+	var gens []string
+	for _, s := range generationSources {
+		gens = append(gens, `SELECT kafka_topic, kafka_topic_id FROM `+a.db+`.`+s.table+` WHERE `+window(o))
+	}
+	var out []string
+	err := a.query(ctx, `SELECT topic FROM (
+    SELECT CAST(kafka_topic AS String) AS topic, groupUniqArray(kafka_topic_id) AS ids
+    FROM (`+strings.Join(gens, "\n    UNION ALL ")+`) AS records GROUP BY topic)
+WHERE length(ids) > 1 OR has(ids, '') ORDER BY topic`, func(rows driver.Rows) error {
+		var t string
+		if err := rows.Scan(&t); err != nil {
+			return err
+		}
+		out = append(out, t)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("analytics: audit generations: %w", err)
+	}
+	return out, nil
 }
 
 // generationNotes are the audit's lines about topics with more than one

@@ -14,11 +14,13 @@ import (
 
 // Per-report state (docs/audit.md, "The audit at scale").
 //
-// report_state holds, per report id, what the audit needs of its Delivery
-// records, as aggregate states: kept up to date by the materialized view
-// report_state_mv as the sink inserts into deliveries, and built from an
-// existing ledger by the backfill (Backfill). The audit reads one narrow row
-// per play from it instead of grouping every Delivery record of the window.
+// report_state holds, per report id, the outcome states of its Delivery
+// records: kept up to date by the materialized view report_state_mv as the
+// sink inserts into deliveries, and built from an existing ledger by the
+// backfill. The audit no longer reads it (merging its uniqExact states cost
+// more than grouping the raw records with cheap states: audit_sliced.go);
+// migration 7 and the backfill keep it until a later migration drops or
+// reshapes it.
 //
 // Every state is idempotent: distinct record locations (uniqExact), min,
 // max, any. A row counted twice — a sink's batch inserted again after a
@@ -310,32 +312,15 @@ func (a *Auditor) schemaVersion(ctx context.Context) (uint32, error) {
 }
 
 // plan chooses how the audit reads the window's plays: nil for the exact
-// path (Limits.Exact, or a ledger without report_state), else the slices
-// (auditSliced), and the words of Audit.Path.
+// path (Limits.Exact), else the slices (auditSliced), and the words of
+// Audit.Path.
 func (a *Auditor) plan(ctx context.Context, o AuditOptions) ([]slice, string, error) {
 	if a.limits.Exact {
 		return nil, "exact: the raw ledger in one pass (--exact)", nil
 	}
-	if o.schema < 7 {
-		return nil, fmt.Sprintf("exact: the raw ledger in one pass (schema version %d has no %s: playpipe migrate builds it)", o.schema, TableReportState), nil
-	}
-	done, err := backfilled(ctx, a.conn, a.db)
+	plan, err := a.planSlices(ctx, o)
 	if err != nil {
 		return nil, "", err
 	}
-	plan, err := a.planSlices(ctx, o, done)
-	if err != nil {
-		return nil, "", err
-	}
-	n := 0
-	for _, d := range done {
-		if d {
-			n++
-		}
-	}
-	path := fmt.Sprintf("%s, %d slices of report ids", TableReportState, len(plan))
-	if n < stateSlices {
-		path = fmt.Sprintf("%s built for %d of %d ranges of report ids (its backfill is under way): the rest read from the raw ledger; %d slices", TableReportState, n, stateSlices, len(plan))
-	}
-	return plan, path, nil
+	return plan, fmt.Sprintf("the raw ledger, %d slices of report ids, each grouped once", len(plan)), nil
 }

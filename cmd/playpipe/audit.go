@@ -91,7 +91,7 @@ func (f *auditFlags) register(fs *flag.FlagSet) {
 		f.sandboxes = append(f.sandboxes, s)
 		return nil
 	})
-	fs.BoolVar(&f.exact, "exact", false, "read the raw ledger in one pass instead of the per-report state (report_state): the same figures, for a check or a ledger being migrated; needs memory that grows with the window")
+	fs.BoolVar(&f.exact, "exact", false, "read the raw ledger in one pass instead of in slices of report ids: the same figures, for a check; needs memory that grows with the window")
 	fs.Uint64Var(&f.maxMemoryMiB, "max-memory", 3072, "memory limit of each audit query on the server, MiB (max_memory_usage; GROUP BY and sort spill to disk past half of it)")
 	fs.DurationVar(&f.queryTimeout, "query-timeout", 5*time.Minute, "deadline of each audit query")
 	fs.BoolVar(&f.quiet, "quiet", false, "no progress line per query on stderr")

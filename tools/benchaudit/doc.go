@@ -10,7 +10,11 @@
 // plays delivered more than once, and checks every seeded figure. It
 // prints the time per million plays at each size and the server's peak
 // resident memory during each audit (sampled from /proc when it started
-// the server itself, else the server's MemoryTracking metric).
+// the server itself, else the server's MemoryTracking metric). The server it
+// starts keeps its data in a folder under $PLAYPIPE_CLICKHOUSE_TMP, else the
+// system's temporary folder: on disk, not memory (50 M plays are about
+// 12 GB). -keep keeps the ledgers and -reuse audits a kept one again
+// without generating it (with -clickhouse-addr of a server left running).
 //
 // Files: ledger.go, main.go.
 package main

@@ -127,14 +127,33 @@ func (l ledgerTruth) check(r *analytics.Audit) string {
 	return fmt.Sprintf("ok (%d plays, %d delivered, %d twice, %d in doubt, %d pending, %d parked, %d replayed)", c.plays, c.delivered, c.twice, c.doubt, c.pending, c.parked, c.replayed)
 }
 
+// ledgerOf is the synthetic ledger of n plays over days whose first event
+// is recorded at baseMS.
+func ledgerOf(n, days int, baseMS int64) ledgerTruth {
+	spanMS := int64(days) * 24 * 3600 * 1000
+	l := ledgerTruth{n: n, stepMS: spanMS / int64(n), baseMS: baseMS}
+	l.to = time.UnixMilli(l.playMS(n-1) + 3600*1000).UTC()
+	l.from, l.now = time.UnixMilli(l.baseMS).UTC(), l.to
+	return l
+}
+
+// reuse is the ledger of n plays over days already in database db (made
+// by an earlier run with -keep), ok false when db holds no such ledger.
+func reuse(ctx context.Context, conn driver.Conn, db string, n, days int) (ledgerTruth, bool) {
+	var plays, events uint64
+	var baseMS uint64
+	if err := conn.QueryRow(ctx, "SELECT (SELECT count() FROM "+db+".plays), count(), min(kafka_time_ms) FROM "+db+".events").Scan(&plays, &events, &baseMS); err != nil ||
+		plays != uint64(n) || events != uint64((n+4)/5) {
+		return ledgerTruth{}, false
+	}
+	return ledgerOf(n, days, int64(baseMS)), true
+}
+
 // generate makes the ledger database db of n plays spread over days.
 func generate(ctx context.Context, conn driver.Conn, db string, n, days int) (ledgerTruth, error) {
 	now := time.Now().UTC().Truncate(time.Hour)
 	spanMS := int64(days) * 24 * 3600 * 1000
-	l := ledgerTruth{n: n, stepMS: spanMS / int64(n)}
-	l.baseMS = now.UnixMilli() - spanMS - 2*3600*1000
-	l.to = time.UnixMilli(l.playMS(n-1) + 3600*1000).UTC()
-	l.from, l.now = time.UnixMilli(l.baseMS).UTC(), l.to
+	l := ledgerOf(n, days, now.UnixMilli()-spanMS-2*3600*1000)
 	if _, err := analytics.Migrate(ctx, conn, db); err != nil {
 		return l, err
 	}

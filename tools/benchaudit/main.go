@@ -21,19 +21,21 @@ import (
 )
 
 func main() {
-	sizes := flag.String("sizes", "5000000,20000000", "plays per ledger, comma separated")
+	sizes := flag.String("sizes", "5000000,20000000,50000000", "plays per ledger, comma separated")
 	days := flag.Int("days", 7, "days the plays are spread over (the day window is the last one)")
 	addr := flag.String("clickhouse-addr", "", "a running server (host:port, user default); empty: start one in -dir")
 	dir := flag.String("dir", "", "data folder of the started server (default: a temporary folder, removed at the end)")
-	exactUpTo := flag.Int("exact-up-to", 5_000_000, "also time the exact path (--exact) on ledgers up to this many plays")
+	exactUpTo := flag.Int("exact-up-to", 0, "also time the exact path (--exact) on ledgers up to this many plays (0: never; at 5 M plays it needs more than the 3 GiB query limit)")
 	maxMem := flag.Uint64("max-memory", 3<<30, "each audit query's max_memory_usage, bytes")
 	keep := flag.Bool("keep", false, "keep the ledger databases")
+	reuseDB := flag.Bool("reuse", false, "audit a ledger kept by an earlier run (-keep, same -days) instead of generating it again")
 	verbose := flag.Bool("v", false, "a progress line per query on stderr")
+	flag.IntVar(&serverPIDFlag, "server-pid", 0, "with -clickhouse-addr: the server's pid on this machine, to sample its resident memory (else its MemoryTracking metric)")
 	flag.Parse()
 	if *verbose {
 		progress = os.Stderr
 	}
-	if err := run(*sizes, *days, *addr, *dir, *exactUpTo, *maxMem, *keep, os.Stdout); err != nil {
+	if err := run(*sizes, *days, *addr, *dir, *exactUpTo, *maxMem, *keep, *reuseDB, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "benchaudit:", err)
 		os.Exit(1)
 	}
@@ -42,7 +44,10 @@ func main() {
 // progress gets the audit's progress lines (-v).
 var progress io.Writer
 
-func run(sizeList string, days int, addr, dir string, exactUpTo int, maxMem uint64, keep bool, out io.Writer) error {
+// serverPIDFlag is -server-pid.
+var serverPIDFlag int
+
+func run(sizeList string, days int, addr, dir string, exactUpTo int, maxMem uint64, keep, reuseDB bool, out io.Writer) error {
 	ctx := context.Background()
 	var sizes []int
 	for _, s := range strings.Split(sizeList, ",") {
@@ -52,7 +57,7 @@ func run(sizeList string, days int, addr, dir string, exactUpTo int, maxMem uint
 		}
 		sizes = append(sizes, n)
 	}
-	pid := 0
+	pid := serverPIDFlag
 	if addr == "" {
 		if dir == "" {
 			d, err := os.MkdirTemp(os.Getenv("PLAYPIPE_CLICKHOUSE_TMP"), "playpipe-bench-audit-")
@@ -83,18 +88,26 @@ func run(sizeList string, days int, addr, dir string, exactUpTo int, maxMem uint
 	fmt.Fprintf(out, "%-11s %-9s %-22s %9s %10s %11s  %s\n", "plays", "generate", "audit", "seconds", "s/M plays", "peak MiB", "figures")
 	for _, n := range sizes {
 		db := fmt.Sprintf("bench_audit_%d", n)
-		if err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+db); err != nil {
-			return err
-		}
 		if !keep {
 			defer func() { _ = conn.Exec(context.Background(), "DROP DATABASE IF EXISTS "+db) }()
 		}
 		start := time.Now()
-		l, err := generate(ctx, conn, db, n, days)
-		if err != nil {
-			return fmt.Errorf("generate %d plays: %w", n, err)
+		genWords := ""
+		l, ok := ledgerTruth{}, false
+		if reuseDB {
+			l, ok = reuse(ctx, conn, db, n, days)
+			genWords = "reused"
 		}
-		gen := time.Since(start)
+		if !ok {
+			if err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+db); err != nil {
+				return err
+			}
+			var err error
+			if l, err = generate(ctx, conn, db, n, days); err != nil {
+				return fmt.Errorf("generate %d plays: %w", n, err)
+			}
+			genWords = time.Since(start).Round(time.Second).String()
+		}
 		day := l
 		day.from = l.to.Add(-24 * time.Hour)
 		cases := []struct {
@@ -146,7 +159,7 @@ func run(sizeList string, days int, addr, dir string, exactUpTo int, maxMem uint
 			p := peak()
 			g := ""
 			if i == 0 {
-				g = gen.Round(time.Second).String()
+				g = genWords
 			}
 			fmt.Fprintf(out, "%-11d %-9s %-22s %9.2f %10.2f %11d  %s\n", n, g, c.name, took.Seconds(), took.Seconds()/(float64(n)/1e6), p>>20, verdict)
 		}
