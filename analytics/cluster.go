@@ -94,11 +94,15 @@ func ZooKeeperPath(db, table string) string {
 // BY / ORDER BY).
 var createTableRE = regexp.MustCompile(`(?s)^CREATE TABLE IF NOT EXISTS \{db\}\.([A-Za-z_][A-Za-z0-9_]*) (\(.*\)) ENGINE = ([A-Za-z]*MergeTree)(?:\(([^)]*)\))?(.*)$`)
 
-// clusterStatements rewrites one migration statement (a CREATE TABLE or an
-// ALTER TABLE … ADD COLUMN of the ledger, {db} still unexpanded) for the
-// ledger of cluster on database db: a CREATE gives the replicated
-// <table>_local ON CLUSTER, an ADD COLUMN alters it (on one replica: the
-// ALTER of a replicated table is replicated). The Distributed tables over them
+// dropTableRE matches a migration's DROP of a table or view.
+var dropTableRE = regexp.MustCompile(`^DROP TABLE IF EXISTS \{db\}\.([A-Za-z_][A-Za-z0-9_]*)$`)
+
+// clusterStatements rewrites one migration statement (a CREATE TABLE, an
+// ALTER TABLE … ADD COLUMN or a DROP TABLE of the ledger, {db} still
+// unexpanded) for the ledger of cluster on database db: a CREATE gives the
+// replicated <table>_local ON CLUSTER, an ADD COLUMN alters it (on one
+// replica: the ALTER of a replicated table is replicated), a DROP drops the
+// Distributed <table> and <table>_local ON CLUSTER. The Distributed tables over them
 // are made by syncDistributed once the migrations are applied, not after
 // each statement: every ON CLUSTER statement waits on both replicas'
 // distributed DDL queues (about 110 ms idle on 18.16). A fresh ledger took
@@ -132,6 +136,17 @@ func clusterStatements(st, db, cluster string) ([]string, error) {
 	}
 	if v, ok := viewClusterStatement(st, cluster); ok {
 		return []string{v}, nil
+	}
+	if m := dropTableRE.FindStringSubmatch(st); m != nil {
+		// ON CLUSTER: every replica has its own view, Distributed table
+		// and replicated table (a replica's DROP of a replicated table
+		// leaves the others' copies). A view has no _local form; a ledger
+		// table's Distributed table goes first, then the replicated one.
+		drop := "DROP TABLE IF EXISTS {db}." + m[1]
+		if m[1] == reportStateView {
+			return []string{drop + on}, nil
+		}
+		return []string{drop + on, drop + LocalSuffix + on}, nil
 	}
 	return nil, fmt.Errorf("analytics: migrate --clickhouse-cluster: no cluster form for the statement %.60q…", st)
 }
@@ -227,13 +242,17 @@ func (m Migration) clusterStatementsFor(s Schema, db, cluster string) ([]string,
 	return out, nil
 }
 
-// ledgerTableNames are the tables the migrations create, in order.
+// ledgerTableNames are the tables the migrations create and no later one
+// drops, in order.
 func ledgerTableNames(list []Migration) []string {
 	var out []string
 	for _, m := range list {
 		for _, st := range m.Statements {
 			if cm := createTableRE.FindStringSubmatch(st); cm != nil {
 				out = append(out, cm[1])
+			}
+			if dm := dropTableRE.FindStringSubmatch(st); dm != nil {
+				out = slices.DeleteFunc(out, func(t string) bool { return t == dm[1] })
 			}
 		}
 	}

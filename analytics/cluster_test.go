@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -18,8 +19,10 @@ import (
 // CREATE becomes the replicated <table>_local (the same columns, sorting
 // key and partitioning, the engine's Replicated form under the {shard} and
 // {replica} macros), an ADD COLUMN alters it on one replica (replicated
-// from there; ON CLUSTER kills 18.16's DDL workers); the Distributed <table> over
-// it is syncDistributed's (TestClusterLedger).
+// from there; ON CLUSTER kills 18.16's DDL workers), a DROP drops the view,
+// or a table's Distributed and replicated forms, ON CLUSTER; the
+// Distributed <table> over a replicated one is syncDistributed's
+// (TestClusterLedger).
 func TestClusterStatements(t *testing.T) {
 	for _, s := range []Schema{SchemaPortable, SchemaCurrent} {
 		for _, m := range Migrations {
@@ -52,6 +55,22 @@ func TestClusterStatements(t *testing.T) {
 					// into its report_state_local.
 					if !strings.Contains(local, " ON CLUSTER c1 TO {db}."+TableReportState+"_local AS ") || !strings.Contains(local, " FROM {db}.deliveries_local GROUP BY ") {
 						t.Errorf("migration %d: view %s", m.Version, local)
+					}
+				case dropTableRE.MatchString(st):
+					// The view on every replica; a table's Distributed
+					// form, then its replicated one, on every replica.
+					name := dropTableRE.FindStringSubmatch(st)[1]
+					want := []string{st + " ON CLUSTER c1"}
+					if name != reportStateView {
+						want = append(want, strings.Replace(st, name, name+"_local", 1)+" ON CLUSTER c1")
+					}
+					if len(sts) < len(want)-1 {
+						t.Fatalf("migration %d: drop %s: %d statements, want %d", m.Version, name, len(sts)+1, len(want))
+					}
+					got := append([]string{local}, sts[:len(want)-1]...)
+					sts = sts[len(want)-1:]
+					if !reflect.DeepEqual(got, want) {
+						t.Errorf("migration %d: drop %s: %q, want %q", m.Version, name, got, want)
 					}
 				default:
 					t.Fatalf("migration %d: a statement of no known form: %s", m.Version, st)
@@ -97,6 +116,19 @@ func TestClusterLedger(t *testing.T) {
 	ccfg := e.cfg
 	ccfg.Group = "playpipe-sink-cluster"
 	ccfg.ClickHouse = Config{Addr: cl.Addr(), Database: cl.Database, Cluster: cl.Name()}
+	// A ledger at version 7 (report_state, its view and backfills, each
+	// replicated with its Distributed table): the sink's migration 8 drops
+	// them on both replicas.
+	upTo7 := slices.IndexFunc(Migrations, func(m Migration) bool { return m.Version == 7 }) + 1
+	if applied, err := migrateLayout(ctx, cl.Conn(t, 0), cl.Database, cl.Name(), Migrations[:upTo7], nil); err != nil || len(applied) != upTo7 {
+		t.Fatalf("the cluster ledger to version 7: applied %v, %v", applied, err)
+	}
+	stateTables := "SELECT name FROM system.tables WHERE database = '" + cl.Database + "' AND (name LIKE '%report_state%' OR name LIKE '" + TableBackfills + "%') ORDER BY name"
+	for i := range 2 {
+		if got := queryStrings(t, cl.Conn(t, i), stateTables); len(got) != 5 {
+			t.Fatalf("r%d at version 7: %v, want report_state, its view and backfills, local and Distributed", i+1, got)
+		}
+	}
 	began := time.Now()
 	cs := e.startSink(t, ccfg)
 	// No query before the sink's migrations are done: on 18.16 a query that
@@ -177,8 +209,11 @@ func TestClusterLedger(t *testing.T) {
 		}
 	}
 
-	// The layout, on both replicas.
+	// The layout, on both replicas: no report_state left.
 	for i, conn := range conns {
+		if got := queryStrings(t, conn, stateTables); len(got) != 0 {
+			t.Errorf("r%d after migration 8: %v left", i+1, got)
+		}
 		for _, tbl := range ledgerTableNames(Migrations) {
 			var local, dist string
 			q := "SELECT engine FROM system.tables WHERE database = '" + cl.Database + "' AND name = ?"
@@ -188,11 +223,7 @@ func TestClusterLedger(t *testing.T) {
 			if err := conn.QueryRow(ctx, q, tbl).Scan(&dist); err != nil {
 				t.Fatalf("r%d %s: %v", i+1, tbl, err)
 			}
-			want := "ReplicatedReplacingMergeTree"
-			if tbl == TableReportState {
-				want = "ReplicatedAggregatingMergeTree"
-			}
-			if local != want || dist != "Distributed" {
+			if local != "ReplicatedReplacingMergeTree" || dist != "Distributed" {
 				t.Errorf("r%d: %s%s is %s, %s is %s", i+1, tbl, LocalSuffix, local, tbl, dist)
 			}
 		}
@@ -300,4 +331,26 @@ func TestClusterLedger(t *testing.T) {
 		}
 		return counts[0] == 3 && counts[1] == 3, fmt.Sprint(counts)
 	})
+}
+
+// queryStrings is the one String column of every row of q.
+func queryStrings(t *testing.T, conn driver.Conn, q string) []string {
+	t.Helper()
+	rows, err := conn.Query(context.Background(), q)
+	if err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var v string
+		if err := rows.Scan(&v); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+		out = append(out, v)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+	return out
 }

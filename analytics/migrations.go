@@ -16,8 +16,8 @@ import (
 
 // Migration is one versioned schema change. Statements use {db} for the
 // database name. Every statement must be safe to run again (CREATE … IF NOT
-// EXISTS): a crash between a statement and the record of its version re-runs
-// the migration.
+// EXISTS, DROP TABLE IF EXISTS): a crash between a statement and the record
+// of its version re-runs the migration.
 //
 // Portability: Statements are the portable DDL (SchemaPortable), which runs
 // unchanged on ClickHouse 18.16 and on current releases, so: no DateTime64
@@ -162,9 +162,13 @@ var Migrations = []Migration{
 		// rejected event's identity (docs/audit.md, "A record's identity").
 		`ALTER TABLE {db}.rejections ADD COLUMN src_topic_id String DEFAULT '' AFTER src_offset`)},
 	// Per-report state of the Delivery records, fed by a materialized view
-	// as the sink inserts and backfilled from the ledger by the migration
-	// run (state.go): the audit reads one narrow row per play.
+	// as the sink inserted and backfilled from the ledger by the migration
+	// run (state.go). Kept as recorded: migration 8 drops it.
 	{Version: 7, Name: "report_state", Statements: reportStateStatements()},
+	// The audit reads the raw ledger (cheaper than merging report_state's
+	// states): the view, the state table and the backfill's progress go
+	// (state.go; docs/audit.md, "The audit at scale").
+	{Version: 8, Name: "drop report_state", Statements: dropReportStateStatements()},
 }
 
 // topicIDStatements add kafka_topic_id, the topic's id as the broker
@@ -434,22 +438,7 @@ func migrateLayout(ctx context.Context, conn driver.Conn, db, cluster string, li
 			return out, err
 		}
 	}
-	if hasVersion(list, 7) {
-		if err := backfill(ctx, conn, db, cluster); err != nil {
-			return out, err
-		}
-	}
 	return out, nil
-}
-
-// hasVersion reports whether list holds migration v.
-func hasVersion(list []Migration, v uint32) bool {
-	for _, m := range list {
-		if m.Version == v {
-			return true
-		}
-	}
-	return false
 }
 
 // migrationsTable creates the database and {db}.schema_migrations when

@@ -177,3 +177,12 @@ ORDER BY (name, slice);
 -- migration 7 (report_state), statement 3
 CREATE MATERIALIZED VIEW IF NOT EXISTS {db}.report_state_mv TO {db}.report_state AS SELECT report_id, uniqExactIfState(cityHash64(kafka_topic_id, toString(kafka_topic), kafka_partition, kafka_offset), outcome = 'delivered' AND replay_id = '') AS delivered_n_s, uniqExactIfState(cityHash64(kafka_topic_id, toString(kafka_topic), kafka_partition, kafka_offset), outcome = 'delivered' AND replay_id != '') AS replay_delivered_n_s, maxState(toUInt8(outcome = 'rejected')) AS rejected_n_s, maxState(toUInt8(outcome = 'standby')) AS standby_n_s, maxState(toUInt8(outcome = 'parked')) AS parked_n_s, maxIfState(in_doubt, outcome = 'delivered' AND replay_id = '') AS doubt_delivered_s, uniqExactIfState(cityHash64(kafka_topic_id, toString(kafka_topic), kafka_partition, kafka_offset), doubt_cause != '' AND replay_id = '') AS doubt_n_s, uniqExactIfState(cityHash64(kafka_topic_id, toString(kafka_topic), kafka_partition, kafka_offset), doubt_cause != '' AND replay_id != '') AS replay_doubt_n_s, minIfState(at_ms, outcome = 'delivered') AS delivered_ms_s, maxState(toUInt8(replay_id != '')) AS replayed_s, anyIfState(message, outcome = 'rejected') AS reject_message_s FROM {db}.deliveries GROUP BY report_id;
 
+-- migration 8 (drop report_state), statement 1
+DROP TABLE IF EXISTS {db}.report_state_mv;
+
+-- migration 8 (drop report_state), statement 2
+DROP TABLE IF EXISTS {db}.report_state;
+
+-- migration 8 (drop report_state), statement 3
+DROP TABLE IF EXISTS {db}.backfills;
+

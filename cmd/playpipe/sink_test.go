@@ -22,7 +22,7 @@ func TestMigrateAndSinkCommands(t *testing.T) {
 	ctx := context.Background()
 	chFlags := []string{"--clickhouse-addr", ch.Addr, "--clickhouse-db", ch.Database, "--log-level", "warn"}
 
-	for i, want := range []string{"applied [1 2 3 4 5 6 7]", "nothing to apply"} {
+	for i, want := range []string{"applied [1 2 3 4 5 6 7 8]", "nothing to apply"} {
 		var out, errb bytes.Buffer
 		if code := runMain(ctx, append([]string{"migrate"}, chFlags...), &out, &errb); code != 0 || !strings.Contains(out.String(), want) {
 			t.Fatalf("migrate #%d: exit %d, stdout %q, stderr %q; want %q", i+1, code, out.String(), errb.String(), want)
