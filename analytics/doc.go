@@ -26,9 +26,9 @@
 // The figures of the window's plays are read per range of report ids, each
 // range one GROUP BY report id over its plays and Delivery records with
 // cheap idempotent states (audit_sliced.go); Limits.Exact reads the raw
-// ledger in one pass. report_state (state.go, migration 7) is kept by its
-// view and backfill but no longer read by the audit. Every query runs with
-// a memory limit, a deadline and a progress line (guard.go).
+// ledger in one pass. A per-report state table (report_state, migration 7)
+// was tried and dropped (migration 8; state.go). Every query runs with a
+// memory limit, a deadline and a progress line (guard.go).
 //
 // A Sink runs one consumer-group member; run several processes to share the
 // partitions. Auditor and the functions of this package are safe for

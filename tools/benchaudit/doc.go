@@ -1,12 +1,11 @@
 // Command benchaudit times `playpipe audit` on synthetic ledgers of known
 // content (make bench-audit; docs/audit.md, "The audit at scale").
 //
-// For each size it makes a fresh ledger database (Migrate: the tables,
-// report_state and its view), generates the ledger on the server with
-// INSERT … SELECT from numbers() — events, plays with below-minimum ones,
-// deliveries with doubles, doubts, rejections, replays, parked and pending
-// plays in numbers fixed by the play's index (truth), spread over -days
-// days — then audits the whole window and its last day and lists the
+// For each size it makes a fresh ledger database (Migrate), generates the
+// ledger on the server with INSERT … SELECT from numbers() — events, plays
+// with below-minimum ones, deliveries with doubles, doubts, rejections,
+// replays, parked and pending plays in numbers fixed by the play's index
+// (truth), spread over -days days — then audits the whole window and its last day and lists the
 // plays delivered more than once, and checks every seeded figure. It
 // prints the time per million plays at each size and the server's peak
 // resident memory during each audit (sampled from /proc when it started
