@@ -199,6 +199,16 @@ func (e *e2e) startRun(cfg Config, api API) (stop func() error, ended <-chan str
 	return stop, done
 }
 
+// expectDelivered adds ids to the reports expected in the sandbox ledger
+// exactly once (parked reports, once their fault is lifted).
+func (e *e2e) expectDelivered(ids map[string]bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for id := range ids {
+		e.delivered[id] = true
+	}
+}
+
 // waitLedger waits until every expected report is in the sandbox ledger
 // (accepted) and every expected rejection was answered.
 func (e *e2e) waitLedger(timeout time.Duration) {

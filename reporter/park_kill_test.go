@@ -96,11 +96,7 @@ func TestKillWhileParking(t *testing.T) {
 	if err := os.Remove(flag); err != nil {
 		t.Fatal(err)
 	}
-	e.mu.Lock()
-	for id := range bad {
-		e.delivered[id] = true
-	}
-	e.mu.Unlock()
+	e.expectDelivered(bad)
 	waitFor(t, 60*time.Second, func() bool {
 		n := 0
 		for _, d := range e.deliveries() {

@@ -179,11 +179,7 @@ func TestParkedTrackDoesNotHoldOthers(t *testing.T) {
 	// The fault lifted, a run whose slow schedule is short delivers each
 	// parked report once.
 	partner.failing.Store(false)
-	e.mu.Lock()
-	for id := range bad {
-		e.delivered[id] = true
-	}
-	e.mu.Unlock()
+	e.expectDelivered(bad)
 	// The entries written in the first run are due an hour later: a run
 	// whose clock is two hours ahead finds them due.
 	cfg.Clock = offsetClock{systemClock{now: time.Now}, 2 * time.Hour}
@@ -411,11 +407,7 @@ func TestPoisonTrackSandboxFault(t *testing.T) {
 		}
 	}
 	e.sb.SetFaults(sandbox.Faults{})
-	e.mu.Lock()
-	for id := range bad {
-		e.delivered[id] = true
-	}
-	e.mu.Unlock()
+	e.expectDelivered(bad)
 	e.waitLedger(60 * time.Second)
 	if err := stop(); err != nil {
 		t.Fatalf("Run: %v", err)

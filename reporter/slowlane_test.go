@@ -104,11 +104,7 @@ func TestSlowRetryOutlastingShutdownTimeout(t *testing.T) {
 	// stand-in never delivered a post it held).
 	partner.hang.Store(0)
 	partner.failing.Store(false)
-	e.mu.Lock()
-	for id := range bad {
-		e.delivered[id] = true
-	}
-	e.mu.Unlock()
+	e.expectDelivered(bad)
 	e.waitLedger(60 * time.Second)
 	if err := stop(); err != nil {
 		t.Fatalf("Run: %v", err)
