@@ -121,20 +121,10 @@ func (rn *run) warnStuck(j *job) {
 	}
 	d := j.dec
 	rn.log.Warn("report keeps failing: it holds its partition's commit point until it is delivered or parked",
-		"report_id", j.id, "track_id", trackOf(j.body), "status", d.Status, "reason", d.Reason, "message", d.Message,
+		"report_id", j.id, "track_id", trackKey(j.body), "status", d.Status, "reason", d.Reason, "message", d.Message,
 		"attempts", j.attempt, "failing_for", j.budgetUsed.Round(time.Second), "partition", j.rec.Partition, "offset", j.rec.Offset,
 		"park_after_attempts", rn.cfg.ParkAfterAttempts, "park_after", rn.cfg.ParkAfter, "warnings_suppressed", rn.warnSuppressed)
 	rn.warnSuppressed = 0
-}
-
-// trackOf reads the track id of a report body (warnings only: not the hot
-// path).
-func trackOf(body []byte) int64 {
-	var r struct {
-		TrackID int64 `json:"trackid"`
-	}
-	_ = json.Unmarshal(body, &r)
-	return r.TrackID
 }
 
 // parkedPart is the partition of <prefix>.parked where a report of reports
@@ -252,7 +242,7 @@ func (rn *run) parked(j *job, r *kgo.Record, e *schemas.Parked, off int64) {
 		why = "its partition is full behind it (max pending)"
 	}
 	rn.log.Warn("report parked: set aside for slow retries, its partition goes on", "why", why,
-		"report_id", j.id, "track_id", trackOf(j.body), "status", e.Status, "reason", e.Reason, "message", e.Message,
+		"report_id", j.id, "track_id", trackKey(j.body), "status", e.Status, "reason", e.Reason, "message", e.Message,
 		"attempts", e.Attempts, "in_doubt", e.InDoubt, "partition", j.rec.Partition, "offset", j.rec.Offset,
 		"next_retry", time.UnixMilli(e.Due).UTC())
 	rn.idMu.Lock()

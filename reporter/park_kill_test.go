@@ -41,7 +41,7 @@ func childBadTrack(t *testing.T, log *slog.Logger, good *partnerapi.Client, badU
 }
 
 func (c *childTrack) ReportPlayJSON(ctx context.Context, body []byte) (partnerapi.ReportResult, error) {
-	if trackOf(body) == c.track {
+	if trackKey(body) == c.track {
 		if _, err := os.Stat(c.while); err == nil {
 			return c.bad.ReportPlayJSON(ctx, body)
 		}

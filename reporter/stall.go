@@ -63,7 +63,7 @@ func (rn *run) noteFailure(j *job, d delivery.Decision, now time.Time) {
 	}
 	f := rn.stall.failing[j]
 	if f == nil {
-		f = &failing{id: j.id, track: trackOf(j.body), firstFail: now}
+		f = &failing{id: j.id, track: trackKey(j.body), firstFail: now}
 		rn.stall.failing[j] = f
 	}
 	f.fails++

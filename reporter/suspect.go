@@ -137,7 +137,8 @@ func (s *suspects) sweep(now time.Time) {
 // trackKey is the trackid of a report body: the integer after the first
 // "trackid" key, 0 when there is none (never suspect). A cheap scan, not a
 // parse (intake's hot path): a body it misreads only loses or shares the
-// slot rule of its track, never a report.
+// slot rule of its track, never a report. The stall and park warnings name
+// tracks by it too, so a warning's tracks are the suspect rule's.
 func trackKey(body []byte) int64 {
 	for rest := body; ; {
 		i := bytes.Index(rest, []byte(`"trackid"`))
