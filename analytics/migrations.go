@@ -169,6 +169,14 @@ var Migrations = []Migration{
 	// states): the view, the state table and the backfill's progress go
 	// (state.go; docs/audit.md, "The audit at scale").
 	{Version: 8, Name: "drop report_state", Statements: dropReportStateStatements()},
+	{Version: 9, Name: "plays.event_at_ms", Statements: []string{
+		// The Kafka timestamp (epoch ms) of the event record the play was
+		// derived from (TrackPlay.EventAt): the audit's delay starts there
+		// without joining the events table. 0 for rows written before the
+		// column existed or by a consumer that did not carry it (the audit
+		// then looks the event up: docs/audit.md, "The delay").
+		`ALTER TABLE {db}.plays ADD COLUMN event_at_ms UInt64 DEFAULT 0`,
+	}},
 }
 
 // topicIDStatements add kafka_topic_id, the topic's id as the broker

@@ -155,8 +155,8 @@ func TestMigrationAddsPartnerToAnOldLedger(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, err := Migrate(ctx, conn, db)
-	if err != nil || !reflect.DeepEqual(got, []uint32{2, 3, 4, 5, 6, 7, 8}) {
-		t.Fatalf("Migrate on version 1: applied %v, err %v; want [2 3 4 5 6 7 8]", got, err)
+	if err != nil || !reflect.DeepEqual(got, []uint32{2, 3, 4, 5, 6, 7, 8, 9}) {
+		t.Fatalf("Migrate on version 1: applied %v, err %v; want [2 3 4 5 6 7 8 9]", got, err)
 	}
 	var topicID string
 	if err := conn.QueryRow(ctx, "SELECT kafka_topic_id FROM "+db+".deliveries WHERE report_id = 'old-row'").Scan(&topicID); err != nil || topicID != "" {

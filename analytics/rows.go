@@ -140,15 +140,16 @@ type playsRows struct {
 	belowMin, noUserID, standbyListing       []uint8
 	derivedAt, trackID, playedAt, playLength []int64
 	userID, country, isrc, record            []string
+	eventAt                                  []uint64
 }
 
 func (t *playsRows) name() string { return TablePlays }
 func (t *playsRows) columns() string {
-	return locCols + ", trace_id, v, report_id, event_id, mix_id, position, overlap_ms, below_minimum, no_user_id, standby_listing, derived_at_ms, track_id, played_at_ms, play_length, user_id, country, isrc, record"
+	return locCols + ", trace_id, v, report_id, event_id, mix_id, position, overlap_ms, below_minimum, no_user_id, standby_listing, derived_at_ms, track_id, played_at_ms, play_length, user_id, country, isrc, record, event_at_ms"
 }
 func (t *playsRows) values() []any {
 	return append(t.cols(), t.traceID, t.v, t.reportID, t.eventID, t.mixID, t.position, t.overlapMS, t.belowMin, t.noUserID, t.standbyListing,
-		t.derivedAt, t.trackID, t.playedAt, t.playLength, t.userID, t.country, t.isrc, t.record)
+		t.derivedAt, t.trackID, t.playedAt, t.playLength, t.userID, t.country, t.isrc, t.record, t.eventAt)
 }
 
 func (t *playsRows) add(r *kgo.Record, topicID string, p *schemas.TrackPlay, raw string) {
@@ -171,6 +172,7 @@ func (t *playsRows) add(r *kgo.Record, topicID string, p *schemas.TrackPlay, raw
 	t.country = append(t.country, p.Report.Country)
 	t.isrc = append(t.isrc, p.Report.ISRC)
 	t.record = append(t.record, raw)
+	t.eventAt = append(t.eventAt, uint64(max(0, p.EventAt)))
 }
 
 type deliveriesRows struct {
@@ -408,6 +410,7 @@ func (t *playsRows) reset(n int) {
 	trunc(n, &t.v, &t.position)
 	trunc(n, &t.mixID, &t.overlapMS, &t.derivedAt, &t.trackID, &t.playedAt, &t.playLength)
 	trunc(n, &t.belowMin, &t.noUserID, &t.standbyListing)
+	trunc(n, &t.eventAt)
 }
 
 func (t *deliveriesRows) strs() []*[]string {

@@ -325,6 +325,7 @@ func (p *processor) enrich(ctx context.Context, it *item, split SplitOptions, no
 	}
 	if it.vs == nil {
 		var v *schemas.Violation
+		split.EventAt = max(0, it.rec.Timestamp.UnixMilli())
 		p.plays, v = Split(p.plays[:0], &it.ev, it.listing, split)
 		if v != nil {
 			it.vs = []schemas.Violation{*v}

@@ -86,6 +86,9 @@ type SplitOptions struct {
 	MinPlayMS int64
 	// DerivedAt is stamped on every play (epoch ms).
 	DerivedAt int64
+	// EventAt is the Kafka timestamp (epoch ms) of the event record split,
+	// stamped on each of its plays (TrackPlay.EventAt); 0 leaves it out.
+	EventAt int64
 	// OmitReportID leaves TrackPlay.ReportID empty (the enricher computes
 	// the same id into its byte arena, saving two allocations per play).
 	OmitReportID bool
@@ -150,6 +153,7 @@ func Split(dst []schemas.TrackPlay, ev *schemas.PlayerEvent, l *Listing, opts Sp
 			NoUserID:       ev.UserID == "",
 			StandbyListing: l.Standby,
 			DerivedAt:      opts.DerivedAt,
+			EventAt:        opts.EventAt,
 			Report: schemas.PlayReport{
 				TrackID:      t.ID,
 				PlayedAt:     ev.StartedAt + max(0, t.StartMS-ev.OffsetMS),

@@ -34,7 +34,7 @@ import (
 
 var (
 	trackPlayKeys = []string{"v", "report_id", "event_id", "mix_id", "position", "overlap_ms", "below_minimum",
-		"no_user_id", "standby_listing", "derived_at", "report"}
+		"no_user_id", "standby_listing", "derived_at", "event_at", "report"}
 	reportKeys = []string{"trackid", "playedat", "playlength", "sourcestream", "sourcedetail", "os", "device",
 		"country", "vendor", "userid", "isrc", "endreason", "cachedplay", "jumpforward"}
 	deliveryKeys = []string{"v", "report_id", "event_id", "outcome", "attempt", "http_status", "served_by", "partner",
@@ -116,6 +116,10 @@ func trackPlayMember[S string | []byte](p *jsonScanner[S], k S, tp *TrackPlay, s
 	case "derived_at":
 		if p.Once(seen, 1<<9) {
 			p.Int64(&tp.DerivedAt)
+		}
+	case "event_at":
+		if p.Once(seen, 1<<11) {
+			p.Int64(&tp.EventAt)
 		}
 	case "report":
 		if p.Once(seen, 1<<10) && !p.Null() {

@@ -43,6 +43,10 @@ func AppendTrackPlayWithID[ID []byte | string](dst []byte, p *TrackPlay, reportI
 	}
 	dst = append(dst, `,"derived_at":`...)
 	dst = strconv.AppendInt(dst, p.DerivedAt, 10)
+	if p.EventAt != 0 {
+		dst = append(dst, `,"event_at":`...)
+		dst = strconv.AppendInt(dst, p.EventAt, 10)
+	}
 	dst = append(dst, `,"report":`...)
 	dst = AppendReportJSON(dst, &p.Report)
 	return append(dst, '}')

@@ -34,8 +34,13 @@ type TrackPlay struct {
 	// StandbyListing marks a play split with a track listing served by standby.
 	StandbyListing bool `json:"standby_listing,omitempty"`
 	// DerivedAt is when the consumer derived the play (epoch ms).
-	DerivedAt int64      `json:"derived_at"`
-	Report    PlayReport `json:"report"`
+	DerivedAt int64 `json:"derived_at"`
+	// EventAt is the Kafka timestamp (epoch ms) of the event record the
+	// play was derived from: the audit's delay starts there without
+	// looking the event up. 0 (absent) in records written before the
+	// field existed.
+	EventAt int64      `json:"event_at,omitempty"`
+	Report  PlayReport `json:"report"`
 }
 
 // ReportID is the deterministic id of the play of the track at position

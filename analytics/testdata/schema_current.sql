@@ -186,3 +186,6 @@ DROP TABLE IF EXISTS {db}.report_state;
 -- migration 8 (drop report_state), statement 3
 DROP TABLE IF EXISTS {db}.backfills;
 
+-- migration 9 (plays.event_at_ms), statement 1
+ALTER TABLE {db}.plays ADD COLUMN event_at_ms UInt64 DEFAULT 0;
+
