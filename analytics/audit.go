@@ -299,7 +299,8 @@ func (a *Auditor) perReport(o AuditOptions) string { return a.perReportIn(o, "1 
 // slice's range: sliceRange).
 func (a *Auditor) perReportIn(o AuditOptions, rng string) string {
 	w := window(o) + " AND " + rng
-	return `(SELECT report_id, any(event_id) AS event_id, max(below_minimum) AS below, min(kafka_time_ms) AS derived_ms
+	return `(SELECT report_id, any(event_id) AS event_id, max(below_minimum) AS below, min(kafka_time_ms) AS derived_ms,
+        minIf(event_at_ms, event_at_ms > 0) AS carried_ms
      FROM ` + a.db + `.plays WHERE ` + w + ` GROUP BY report_id) AS per_play
 ALL LEFT JOIN
     (SELECT report_id,
@@ -466,33 +467,6 @@ WHERE `+condRejected+` GROUP BY reject_message ORDER BY n DESC, reject_message`)
 		return err
 	}
 	return nil
-}
-
-// delay is one delay per delivered play: several plays of an event share
-// its one row of event_ms, so the join is ALL (ANY INNER would keep one play
-// per event on current releases, and every play on 18.16).
-func (a *Auditor) delay(ctx context.Context, o AuditOptions) (Delay, error) {
-	w := window(o)
-	q := `SELECT count(), quantilesExact(0.5, 0.9, 0.99)(delay), max(delay) FROM (
-    SELECT toFloat64(toInt64(delivered_ms) - toInt64(event_ms)) AS delay FROM (
-        SELECT event_id, delivered_ms FROM ` + a.perReport(o) + ` WHERE ` + condDelivered + `
-    ) AS delivered_plays ALL INNER JOIN (
-        SELECT event_id, min(kafka_time_ms) AS event_ms FROM ` + a.db + `.events
-        WHERE event_id != '' AND event_id IN (SELECT event_id FROM ` + a.db + `.plays WHERE ` + w + `)` + asOf(o) + `
-        GROUP BY event_id
-    ) AS first_events USING event_id
-)`
-	var d Delay
-	var qs []float64
-	if err := a.row(ctx, q, &d.Plays, &qs, &d.MaxMS); err != nil {
-		return d, fmt.Errorf("analytics: audit delay: %w", err)
-	}
-	if d.Plays > 0 && len(qs) == 3 {
-		d.P50MS, d.P90MS, d.P99MS = qs[0], qs[1], qs[2]
-	} else {
-		d.MaxMS = 0
-	}
-	return d, nil
 }
 
 // replays sums up the replays that answered plays of the window.

@@ -114,31 +114,28 @@ var deliveryKind = fmt.Sprintf("toUInt8((outcome = 'delivered' AND replay_id = '
 // uniqExact (sliceCounts).
 const countsUpTo = 8
 
-// sliceReport is perReport for slice s (its audit columns), with the record
-// time of each play's first event (event_ms; has_event = 0 when the
-// event is not in the ledger). The window's plays of the slice and the
-// slice's Delivery records (up to the snapshot) are read as one stream
-// and grouped by report id once — no join of plays with outcomes — with
-// cheap idempotent states: the bitwise OR of the records' kinds, the
-// distinct record locations counted by uniq (uniqUpTo(countsUpTo), or
-// uniqExact), min, max, any. A report without a play in the window is
-// dropped by the HAVING.
-func (a *Auditor) sliceReport(o AuditOptions, s slice, uniq string) string {
-	return `(` + a.slicePerReport(o, s, uniq) + `) AS per_report
-ALL LEFT JOIN
-    (SELECT event_id, min(kafka_time_ms) AS event_ms, toUInt8(1) AS has_event FROM ` + a.db + `.events
-     WHERE event_id != '' AND event_id IN (SELECT event_id FROM ` + a.db + `.plays WHERE ` + window(o) + ` AND ` + sliceRange(s.lo, s.hi) + `)` + asOf(o) + `
-     GROUP BY event_id) AS first_events
-USING event_id`
+// slicePerReport is one row per play of the window in slice s
+// (perReportRows): the window's plays of the slice and the slice's
+// Delivery records (up to the snapshot) read as one stream and grouped by
+// report id once — no join of plays with outcomes — with cheap idempotent
+// states: the bitwise OR of the records' kinds, the distinct record
+// locations counted by uniq (uniqUpTo(countsUpTo), or uniqExact), min,
+// max, any. A report without a play in the window is dropped by the
+// HAVING.
+func (a *Auditor) slicePerReport(o AuditOptions, s slice, uniq string) string {
+	return a.perReportRows(o, sliceRange(s.lo, s.hi), a.joinFilter(o, s), uniq)
 }
 
-// slicePerReport is sliceReport without the events: one row per play of
-// the window in slice s.
-func (a *Auditor) slicePerReport(o AuditOptions, s slice, uniq string) string {
-	rng := sliceRange(s.lo, s.hi)
+// perReportRows is one row per play of the window whose report id meets
+// rng, its Delivery records those meeting rng and filter (a leading AND).
+// carried_ms is the earliest event record time its window plays carry
+// (plays.event_at_ms; 0 when none carries one: rows written before the
+// column existed).
+func (a *Auditor) perReportRows(o AuditOptions, rng, filter, uniq string) string {
 	bit := func(b int) string { return fmt.Sprintf("bitAnd(k, %d) != 0", b) }
 	has := func(b int) string { return fmt.Sprintf("toUInt8(bitAnd(kinds, %d) != 0)", b) }
 	return `SELECT report_id, anyIf(ev, p = 1) AS event_id, max(bm) AS below, minIf(t, p = 1) AS derived_ms,
+        minIf(e, p = 1 AND e > 0) AS carried_ms,
         ` + uniq + `(loc, p = 1) AS records,
         ` + uniq + `(loc, ` + bit(kindDelivered) + `) AS delivered_n,
         ` + uniq + `(loc, ` + bit(kindReplayDelivered) + `) AS replay_delivered_n,
@@ -153,12 +150,12 @@ func (a *Auditor) slicePerReport(o AuditOptions, s slice, uniq string) string {
         ` + uniq + `(loc, p = 0) AS answers_n,
         ` + uniq + `(cityHash64(pt), p = 0) AS partners_n,
         anyIf(pt, p = 0) AS partner
-     FROM (SELECT report_id, toUInt8(1) AS p, event_id AS ev, toUInt8(below_minimum) AS bm, toUInt64(kafka_time_ms) AS t, ` + reportLoc + ` AS loc,
+     FROM (SELECT report_id, toUInt8(1) AS p, event_id AS ev, toUInt8(below_minimum) AS bm, toUInt64(kafka_time_ms) AS t, toUInt64(event_at_ms) AS e, ` + reportLoc + ` AS loc,
             toUInt8(0) AS k, toUInt8(0) AS doubt, toInt64(0) AS at, '' AS msg, '' AS pt
         FROM ` + a.db + `.plays WHERE ` + window(o) + ` AND ` + rng + `
-        UNION ALL SELECT report_id, toUInt8(0), '', toUInt8(0), toUInt64(0), ` + reportLoc + `,
+        UNION ALL SELECT report_id, toUInt8(0), '', toUInt8(0), toUInt64(0), toUInt64(0), ` + reportLoc + `,
             ` + deliveryKind + `, toUInt8(in_doubt), toInt64(at_ms), if(outcome = 'rejected', CAST(message AS String), ''), CAST(partner AS String)
-        FROM ` + a.db + `.deliveries WHERE ` + rng + a.joinFilter(o, s) + asOf(o) + `) AS records
+        FROM ` + a.db + `.deliveries WHERE ` + rng + filter + asOf(o) + `) AS records
      GROUP BY report_id HAVING max(p) = 1`
 }
 
@@ -167,8 +164,12 @@ type sliceTotals struct {
 	derived, below, reportable, delivered, rejected, standby, standbyDel uint64
 	pending, overdue, twice, belowDel, doubt, parked                     uint64
 	extraCopies, copyPlays, records, replayed, doubtful                  uint64
-	delayKeys                                                            []int64
-	delayCounts                                                          []uint64
+	// The delays of the delivered plays that carry their event record's
+	// time (ms → plays), and how many delivered plays carry none (their
+	// delays: sliceUncarriedDelays).
+	delayKeys   []int64
+	delayCounts []uint64
+	uncarried   uint64
 	// The messages of the plays rejected by the API, their hashes, and the
 	// plays per hash (18.16's sumMap takes numeric keys only).
 	messages                   []string
@@ -225,9 +226,10 @@ func (a *Auditor) auditSliced(ctx context.Context, o AuditOptions, r *Audit, pla
 		r.PossibleExtraCopies += t.extraCopies
 		r.PlaysWithExtraCopies += t.copyPlays
 		r.PlayRecords += t.records
-		for j, k := range t.delayKeys {
-			if j < len(t.delayCounts) {
-				delays[k] += t.delayCounts[j]
+		addDelays(delays, t.delayKeys, t.delayCounts)
+		if t.uncarried > 0 {
+			if err := a.sliceUncarriedDelays(ctx, o, s, delays); err != nil {
+				return err
 			}
 		}
 		byHash := map[uint64]uint64{}
@@ -278,6 +280,9 @@ func (a *Auditor) auditSliced(ctx context.Context, o AuditOptions, r *Audit, pla
 		}
 		return r.Replays[i].ID < r.Replays[j].ID
 	})
+	if err := a.earlierEventRecords(withCheck(ctx, o, "delay, events recorded more than once"), o, delays); err != nil {
+		return err
+	}
 	r.Delay = delayOf(delays)
 	return nil
 }
@@ -292,7 +297,7 @@ func (a *Auditor) sliceCounts(ctx context.Context, o AuditOptions, s slice, uniq
 	if sandboxes != "" {
 		sandboxCond = condDelivered + " AND partner IN " + sandboxes
 	}
-	delayCond := condDelivered + " AND has_event = 1"
+	delayCond := condDelivered + " AND carried_ms > 0"
 	over := strconv.FormatUint(a.limits.countsUpTo(), 10)
 	var t sliceTotals
 	err := a.row(ctx, `SELECT count(), countIf(below = 1), countIf(`+condReportable+`),
@@ -300,8 +305,9 @@ func (a *Auditor) sliceCounts(ctx context.Context, o AuditOptions, s slice, uniq
     countIf(`+condPending+`), countIf(`+condPending+` AND derived_ms < `+cutoff+`), countIf(`+condTwice+`), countIf(`+condBelowDel+`), countIf(`+condDoubt+`),
     countIf(`+condParked+`), toUInt64(sumIf(`+playCopies+` - 1, `+condCopies+`)), countIf(`+condCopies+`), toUInt64(sum(records)),
     countIf(replayed > 0), toUInt64(sum(doubt_n + replay_doubt_n)),
-    tupleElement(sumMapIf([toInt64(delivered_ms) - toInt64(event_ms)], [toUInt64(1)], `+delayCond+`), 1),
-    tupleElement(sumMapIf([toInt64(delivered_ms) - toInt64(event_ms)], [toUInt64(1)], `+delayCond+`), 2),
+    tupleElement(sumMapIf([toInt64(delivered_ms) - toInt64(carried_ms)], [toUInt64(1)], `+delayCond+`), 1),
+    tupleElement(sumMapIf([toInt64(delivered_ms) - toInt64(carried_ms)], [toUInt64(1)], `+delayCond+`), 2),
+    countIf(`+condDelivered+` AND carried_ms = 0),
     groupUniqArrayIf(reject_message, `+condRejected+`),
     arrayMap(m -> cityHash64(m), groupUniqArrayIf(reject_message, `+condRejected+`)),
     tupleElement(sumMapIf([cityHash64(reject_message)], [toUInt64(1)], `+condRejected+`), 1),
@@ -315,10 +321,10 @@ func (a *Auditor) sliceCounts(ctx context.Context, o AuditOptions, s slice, uniq
     tupleElement(sumMapIf([cityHash64(partner)], [toUInt64(1)], delivered_n > 0 OR replay_delivered_n > 0), 1),
     tupleElement(sumMapIf([cityHash64(partner)], [toUInt64(1)], delivered_n > 0 OR replay_delivered_n > 0), 2),
     countIf(`+sandboxCond+`)
-FROM `+a.sliceReport(o, s, uniq),
+FROM (`+a.slicePerReport(o, s, uniq)+`) AS per_report`,
 		&t.derived, &t.below, &t.reportable, &t.delivered, &t.rejected, &t.standby, &t.standbyDel,
 		&t.pending, &t.overdue, &t.twice, &t.belowDel, &t.doubt, &t.parked, &t.extraCopies, &t.copyPlays, &t.records,
-		&t.replayed, &t.doubtful, &t.delayKeys, &t.delayCounts,
+		&t.replayed, &t.doubtful, &t.delayKeys, &t.delayCounts, &t.uncarried,
 		&t.messages, &t.messageHashes, &t.messageKeys, &t.messageCounts, &t.overflow,
 		&t.multiPartner, &t.partners, &t.partnerHashes, &t.answerKeys, &t.answerCounts, &t.deliveredKeys, &t.deliveredCounts, &t.sandbox)
 	return t, err

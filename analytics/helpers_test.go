@@ -139,9 +139,15 @@ func eventJSON(t testing.TB, id string, userID string) []byte {
 }
 
 func playJSON(t testing.TB, eventID string, pos int, below bool) (string, []byte) {
+	return playJSONAt(t, eventID, pos, below, 0)
+}
+
+// playJSONAt is playJSON carrying eventAt, the event record's time
+// (TrackPlay.EventAt; 0 leaves it out).
+func playJSONAt(t testing.TB, eventID string, pos int, below bool, eventAt int64) (string, []byte) {
 	id := schemas.ReportID(eventID, pos)
 	return id, mustJSON(t, schemas.TrackPlay{V: schemas.TrackPlayVersion, ReportID: id, EventID: eventID, MixID: 42, Position: pos,
-		OverlapMS: 200_000, BelowMinimum: below, DerivedAt: 1_700_000_000_500,
+		OverlapMS: 200_000, BelowMinimum: below, DerivedAt: 1_700_000_000_500, EventAt: eventAt,
 		Report: schemas.PlayReport{TrackID: int64(1000 + pos), PlayedAt: 1_700_000_000_000, PlayLength: 200, SourceStream: "mix",
 			SourceDetail: "Mix 42", OS: "android", Device: "phone", Country: "DE", Vendor: 7, UserID: "u1", ISRC: "DEX123456789"}})
 }

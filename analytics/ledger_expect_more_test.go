@@ -60,8 +60,9 @@ func (s *scenario) expectPartners(x *expectation, o AuditOptions) {
 }
 
 // expectDelay: from the first record of a delivered play's event (any
-// time) to its first `delivered` answer; quantileExact takes the element at
-// ⌊level·n⌋ of the sorted delays.
+// time: the earliest of its records in the ledger and of the event record
+// times the play's window records carry) to its first `delivered` answer;
+// quantileExact takes the element at ⌊level·n⌋ of the sorted delays.
 func (s *scenario) expectDelay(x *expectation) {
 	eventMS := map[string]int64{}
 	for _, e := range s.events {
@@ -75,6 +76,9 @@ func (s *scenario) expectDelay(x *expectation) {
 	var delays []float64
 	for _, p := range x.plays {
 		ms, ok := eventMS[p.eventID]
+		if p.carriedMS > 0 && (!ok || p.carriedMS < ms) {
+			ms, ok = p.carriedMS, true
+		}
 		if !p.below && p.delivered() && ok {
 			delays = append(delays, float64(p.deliveredMS-ms))
 		}

@@ -21,6 +21,7 @@ type mPlayState struct {
 	reportID, eventID         string
 	below                     bool
 	derivedMS                 uint64
+	carriedMS                 int64 // earliest event record time its window records carry (0: none)
 	deliveredN, replayDelN    int // distinct `delivered` records, live / replays
 	rejected, standby, doubt  bool
 	parked                    bool   // answered parked at least once
@@ -175,6 +176,9 @@ func (s *scenario) expect(o AuditOptions) expectation {
 		}
 		st.below = st.below || p.below
 		st.derivedMS = min(st.derivedMS, p.ms())
+		if p.eventAt > 0 && (st.carriedMS == 0 || p.eventAt < st.carriedMS) {
+			st.carriedMS = p.eventAt
+		}
 	}
 	slices.SortFunc(x.plays, func(p, q *mPlayState) int {
 		return cmp.Or(cmp.Compare(p.derivedMS, q.derivedMS), cmp.Compare(p.reportID, q.reportID))

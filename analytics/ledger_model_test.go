@@ -69,6 +69,7 @@ type mPlay struct {
 	mRec
 	reportID, eventID string
 	below             bool
+	eventAt           int64 // the event record time it carries (TrackPlay.EventAt; 0: an old record without it)
 }
 
 type mDelivery struct {
@@ -151,20 +152,34 @@ func newScenario(t testing.TB, seed uint64, n int, now, from time.Time, topics k
 		}
 		// Valid with plays; some events published twice, some plays
 		// without their event in the ledger.
+		// The event's record times: the plays carry one of them (the
+		// record the consumer derived them from; an event published twice
+		// may yield its plays from the later record), or none (records
+		// written before TrackPlay.EventAt existed).
+		var evTimes []int64
 		switch k := rng.IntN(20); {
 		case k == 0: // the event never reached the ledger
+			evTimes = append(evTimes, ts.UnixMilli())
 		default:
 			for range 1 + b2int(k == 1) {
-				s.events = append(s.events, &mEvent{mRec: rec(topics.Events, id, eventJSON(t, id, user), ts.Add(time.Duration(rng.IntN(500))*time.Millisecond)), id: id, parsed: true})
+				ets := ts.Add(time.Duration(rng.IntN(500)) * time.Millisecond)
+				s.events = append(s.events, &mEvent{mRec: rec(topics.Events, id, eventJSON(t, id, user), ets), id: id, parsed: true})
+				evTimes = append(evTimes, ets.UnixMilli())
 			}
 		}
+		oldStyle := rng.IntN(4) == 0
 		for pos := range 1 + rng.IntN(3) {
 			below := rng.IntN(10) == 0
-			reportID, body := playJSON(t, id, pos, below)
 			pts := ts.Add(time.Second + time.Duration(rng.IntN(2000))*time.Millisecond)
 			for range 1 + b2int(rng.IntN(7) == 0) { // re-derived: a second record
-				s.plays = append(s.plays, &mPlay{mRec: rec(topics.Reports, reportID, body, pts), reportID: reportID, eventID: id, below: below})
+				eventAt := evTimes[rng.IntN(len(evTimes))]
+				if oldStyle && rng.IntN(3) != 0 {
+					eventAt = 0
+				}
+				reportID, body := playJSONAt(t, id, pos, below, eventAt)
+				s.plays = append(s.plays, &mPlay{mRec: rec(topics.Reports, reportID, body, pts), reportID: reportID, eventID: id, below: below, eventAt: eventAt})
 			}
+			reportID := schemas.ReportID(id, pos)
 			at := pts.UnixMilli() + 50 + int64(rng.IntN(5000))
 			partner := partnerReal
 			switch rng.IntN(10) {

@@ -179,9 +179,9 @@ func checkUpgrade(t *testing.T, l *testenv.Ledger) {
 	if err != nil || len(versions) != len(Migrations) || versions[len(versions)-1] != LatestVersion() {
 		t.Fatalf("versions after the upgrade: %v, %v", versions, err)
 	}
-	for _, col := range []string{"partner", "in_doubt"} {
-		if ok, err := hasColumn(ctx, l.Conn, db, TableDeliveries, col); err != nil || !ok {
-			t.Fatalf("deliveries.%s after the upgrade: %v, %v", col, ok, err)
+	for _, tc := range [][2]string{{TableDeliveries, "partner"}, {TableDeliveries, "in_doubt"}, {TablePlays, "event_at_ms"}} {
+		if ok, err := hasColumn(ctx, l.Conn, db, tc[0], tc[1]); err != nil || !ok {
+			t.Fatalf("%s.%s after the upgrade: %v, %v", tc[0], tc[1], ok, err)
 		}
 	}
 	// A crash after the drops, before the version was recorded: they run

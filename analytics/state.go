@@ -141,8 +141,8 @@ func sliceRange(lo, hi int) string {
 }
 
 // readsSince is the oldest schema version the audit's queries read (the
-// record identity of version 6).
-const readsSince = 6
+// record identity of version 6, the carried event record time of version 9).
+const readsSince = 9
 
 // schemaVersion is the ledger's schema version. Below readsSince (a
 // migration under way: a sink starting on an old ledger) it waits up to

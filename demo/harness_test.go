@@ -185,4 +185,30 @@ func TestPipelineEndToEnd(t *testing.T) {
 	}
 	t.Logf("audit: %d events, %d rejected, %d plays, %d delivered, %d standby-then-delivered; sandbox accepted %d, standby %d",
 		rep.EventsReceived, rep.EventsRejected, rep.PlaysDerived, rep.Delivered, rep.StandbyThenDelivered, led.AcceptedCount, led.StandbyCount)
+
+	// Every play carries the Kafka timestamp of the event record it was
+	// derived from (TrackPlay.EventAt, written by the sink to
+	// plays.event_at_ms): the delay read from it equals the one the
+	// exact path computes from the events table.
+	var plays, carried, matching uint64
+	if err := conn.QueryRow(ctx, `SELECT count(), countIf(event_at_ms > 0),
+    countIf((event_id, event_at_ms) IN (SELECT event_id, kafka_time_ms FROM `+ch.Database+`.events WHERE event_id != ''))
+FROM `+ch.Database+`.plays`).Scan(&plays, &carried, &matching); err != nil {
+		t.Fatal(err)
+	}
+	if plays == 0 || carried != plays || matching != plays {
+		t.Errorf("plays.event_at_ms: %d plays, %d carry an event record time, %d of them the time of a record of their event; want all", plays, carried, matching)
+	}
+	exact, err := analytics.NewAuditor(conn, ch.Database)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exact.SetLimits(analytics.Limits{Exact: true})
+	xrep, err := exact.Audit(ctx, window)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Delay != xrep.Delay || rep.Delay.Plays != rep.Delivered {
+		t.Errorf("delay from the carried times %+v, by the exact path %+v; want equal, over the %d delivered plays", rep.Delay, xrep.Delay, rep.Delivered)
+	}
 }

@@ -199,7 +199,7 @@ func variedPlays(n int) []TrackPlay {
 		tp := TrackPlay{
 			V: TrackPlayVersion, ReportID: id, EventID: event, MixID: r.Int64N(1 << 40), Position: i % 30,
 			OverlapMS: r.Int64N(600_000), BelowMinimum: i%4 == 1, NoUserID: i%6 == 2, StandbyListing: i%9 == 4,
-			DerivedAt: 1_700_000_000_000 + int64(i),
+			DerivedAt: 1_700_000_000_000 + int64(i), EventAt: int64(i%2) * (1_699_999_999_000 + int64(i)),
 			Report: PlayReport{
 				TrackID: r.Int64N(1 << 50), PlayedAt: 1_700_000_000_000 + int64(i), PlayLength: r.Int64N(900),
 				SourceStream: "mix", SourceDetail: pick(), OS: "android 14", Device: pick(), Country: "DE",

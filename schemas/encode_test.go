@@ -25,6 +25,9 @@ func TestAppendTrackPlayMatchesEncodingJSON(t *testing.T) {
 			},
 		}
 		if rng.IntN(2) == 0 {
+			p.EventAt = 1_700_000_000_000 + rng.Int64N(1e9)
+		}
+		if rng.IntN(2) == 0 {
 			p.Report.EndReason = ptrTo(rng.Int64N(3) - 1)
 		}
 		if rng.IntN(2) == 0 {
