@@ -22,7 +22,7 @@ type mPlayState struct {
 	below                     bool
 	derivedMS                 uint64
 	carriedMS                 int64 // earliest event record time its window records carry (0: none)
-	deliveredN, replayDelN    int // distinct `delivered` records, live / replays
+	deliveredN, replayDelN    int   // distinct `delivered` records, live / replays
 	rejected, standby, doubt  bool
 	parked                    bool   // answered parked at least once
 	lastAnswer                string // the pending and parked lists' detail
