@@ -166,7 +166,7 @@ type sliceTotals struct {
 	extraCopies, copyPlays, records, replayed, doubtful                  uint64
 	// The delays of the delivered plays that carry their event record's
 	// time (ms → plays), and how many delivered plays carry none (their
-	// delays: sliceUncarriedDelays).
+	// delays: uncarriedDelays).
 	delayKeys   []int64
 	delayCounts []uint64
 	uncarried   uint64
@@ -197,6 +197,7 @@ func (a *Auditor) auditSliced(ctx context.Context, o AuditOptions, r *Audit, pla
 	partners := map[string]*PartnerCount{}
 	replays := map[string]*ReplayCount{}
 	delays := map[int64]uint64{}
+	uncarried := make([]uint64, len(plan)) // per slice, its delivered plays that carry no event record time
 	sandboxes := a.sandboxList(ctx, o)
 	for i, s := range plan {
 		sctx := withCheck(ctx, o, fmt.Sprintf("plays, slice %d/%d (%s)", i+1, len(plan), s))
@@ -227,11 +228,7 @@ func (a *Auditor) auditSliced(ctx context.Context, o AuditOptions, r *Audit, pla
 		r.PlaysWithExtraCopies += t.copyPlays
 		r.PlayRecords += t.records
 		addDelays(delays, t.delayKeys, t.delayCounts)
-		if t.uncarried > 0 {
-			if err := a.sliceUncarriedDelays(ctx, o, s, delays); err != nil {
-				return err
-			}
-		}
+		uncarried[i] = t.uncarried
 		byHash := map[uint64]uint64{}
 		for j, h := range t.messageKeys {
 			if j < len(t.messageCounts) {
@@ -280,6 +277,9 @@ func (a *Auditor) auditSliced(ctx context.Context, o AuditOptions, r *Audit, pla
 		}
 		return r.Replays[i].ID < r.Replays[j].ID
 	})
+	if err := a.uncarriedDelays(ctx, o, plan, uncarried, delays); err != nil {
+		return err
+	}
 	if err := a.earlierEventRecords(withCheck(ctx, o, "delay, events recorded more than once"), o, delays); err != nil {
 		return err
 	}

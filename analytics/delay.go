@@ -21,7 +21,8 @@ import (
 // missing from the events table: below). Those events are found once per
 // audit (earlierEventRecords) and their plays' delays corrected; the plays
 // that carry no time at all (old rows) look their events up per slice, as
-// before (sliceUncarriedDelays), only in a slice that has such a play.
+// before (uncarriedDelays): in one query when they are few, else per slice
+// that has such a play.
 //
 // The one case the correction cannot see: a play that carries the time of
 // an event record missing from the events table (a sink that never copied
@@ -72,24 +73,59 @@ func addDelays(m map[int64]uint64, keys []int64, counts []uint64) {
 	}
 }
 
-// sliceUncarriedDelays adds the delays of slice s's delivered plays whose
-// window rows carry no event record time (rows written before
-// plays.event_at_ms existed): their events looked up in the events table.
-func (a *Auditor) sliceUncarriedDelays(ctx context.Context, o AuditOptions, s slice, delays map[int64]uint64) error {
+// uncarriedDelays adds the delays of the delivered plays whose window rows
+// carry no event record time (rows written before plays.event_at_ms
+// existed): their events looked up in the events table. The slices with
+// such plays are given (with their number of such plays); when they hold
+// no more than Limits.SliceReports of them (a ledger that began before the
+// column), all are read in one query, one pass over the events table;
+// else slice by slice, as the slices' own size bounds the memory (an old
+// ledger: a pass over the events table per slice).
+func (a *Auditor) uncarriedDelays(ctx context.Context, o AuditOptions, plan []slice, uncarried []uint64, delays map[int64]uint64) error {
+	var total uint64
+	for _, n := range uncarried {
+		total += n
+	}
+	if total == 0 {
+		return nil
+	}
+	uncarriedPlays := `SELECT %s FROM ` + a.db + `.plays WHERE ` + window(o) + ` AND %s AND event_at_ms = 0`
+	if total <= a.limits.SliceReports {
+		ids := fmt.Sprintf(uncarriedPlays, "report_id", "1 = 1")
+		return a.uncarriedDelaysOf(withCheck(ctx, o, "delay of plays without their event's time"), o,
+			"report_id IN ("+ids+")", "", fmt.Sprintf(uncarriedPlays, "event_id", "1 = 1"), delays)
+	}
+	for i, s := range plan {
+		if uncarried[i] == 0 {
+			continue
+		}
+		rng := sliceRange(s.lo, s.hi)
+		sctx := withCheck(ctx, o, fmt.Sprintf("delay of plays without their event's time, slice %d/%d (%s)", i+1, len(plan), s))
+		if err := a.uncarriedDelaysOf(sctx, o, rng, a.joinFilter(o, s), fmt.Sprintf(uncarriedPlays, "event_id", rng), delays); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// uncarriedDelaysOf adds the delays of the delivered plays without a
+// carried time among the plays whose report id meets rng (their Delivery
+// records: rng and filter), their events among those of eventIDs.
+func (a *Auditor) uncarriedDelaysOf(ctx context.Context, o AuditOptions, rng, filter, eventIDs string, delays map[int64]uint64) error {
 	var keys []int64
 	var counts []uint64
-	err := a.row(withCheck(ctx, o, fmt.Sprintf("delay of plays without their event's time, %s", s)), `SELECT
+	err := a.row(ctx, `SELECT
     tupleElement(sumMap([toInt64(delivered_ms) - toInt64(event_ms)], [toUInt64(1)]), 1),
     tupleElement(sumMap([toInt64(delivered_ms) - toInt64(event_ms)], [toUInt64(1)]), 2)
-FROM (SELECT event_id, delivered_ms FROM (`+a.slicePerReport(o, s, fmt.Sprintf("uniqUpToIf(%d)", a.limits.countsUpTo()))+`) AS per_report
+FROM (SELECT event_id, delivered_ms FROM (`+a.perReportRows(o, rng, filter, fmt.Sprintf("uniqUpToIf(%d)", a.limits.countsUpTo()))+`) AS per_report
       WHERE `+condDelivered+` AND carried_ms = 0) AS delivered_plays
 ALL INNER JOIN
     (SELECT event_id, min(kafka_time_ms) AS event_ms FROM `+a.db+`.events
-     WHERE event_id != '' AND event_id IN (SELECT event_id FROM `+a.db+`.plays WHERE `+window(o)+` AND `+sliceRange(s.lo, s.hi)+` AND event_at_ms = 0)`+asOf(o)+`
+     WHERE event_id != '' AND event_id IN (`+eventIDs+`)`+asOf(o)+`
      GROUP BY event_id) AS first_events
 USING event_id`, &keys, &counts)
 	if err != nil {
-		return fmt.Errorf("analytics: audit delay, %s: %w", s, err)
+		return fmt.Errorf("analytics: audit delay of plays without their event's time: %w", err)
 	}
 	addDelays(delays, keys, counts)
 	return nil
