@@ -164,12 +164,14 @@ type sliceTotals struct {
 	derived, below, reportable, delivered, rejected, standby, standbyDel uint64
 	pending, overdue, twice, belowDel, doubt, parked                     uint64
 	extraCopies, copyPlays, records, replayed, doubtful                  uint64
-	// The delays of the delivered plays that carry their event record's
-	// time (ms → plays), and how many delivered plays carry none (their
-	// delays: uncarriedDelays).
-	delayKeys   []int64
-	delayCounts []uint64
-	uncarried   uint64
+	// The delays of the delivered plays (ms → plays) whose event's first
+	// record the slice query knows, and how many it does not know
+	// (uncarriedCond): "delivered_ms event_id" of each, when at most
+	// maxLookups.
+	delayKeys      []int64
+	delayCounts    []uint64
+	uncarried      uint64
+	uncarriedPlays []string
 	// The messages of the plays rejected by the API, their hashes, and the
 	// plays per hash (18.16's sumMap takes numeric keys only).
 	messages                   []string
@@ -197,16 +199,20 @@ func (a *Auditor) auditSliced(ctx context.Context, o AuditOptions, r *Audit, pla
 	partners := map[string]*PartnerCount{}
 	replays := map[string]*ReplayCount{}
 	delays := map[int64]uint64{}
-	uncarried := make([]uint64, len(plan)) // per slice, its delivered plays that carry no event record time
 	sandboxes := a.sandboxList(ctx, o)
+	x, err := a.eventsRecordedTwice(ctx, o)
+	if err != nil {
+		return err
+	}
+	var lookup lookups
 	for i, s := range plan {
 		sctx := withCheck(ctx, o, fmt.Sprintf("plays, slice %d/%d (%s)", i+1, len(plan), s))
-		t, err := a.sliceCounts(sctx, o, s, fmt.Sprintf("uniqUpToIf(%d)", a.limits.countsUpTo()), sandboxes)
+		t, err := a.sliceCounts(sctx, o, s, fmt.Sprintf("uniqUpToIf(%d)", a.limits.countsUpTo()), sandboxes, x)
 		if err == nil && t.overflow > 0 {
 			// A play with more records of one kind than uniqUpTo counts:
 			// the slice again with exact counts.
 			sctx = withCheck(ctx, o, fmt.Sprintf("plays, slice %d/%d (%s), exact counts", i+1, len(plan), s))
-			t, err = a.sliceCounts(sctx, o, s, "uniqExactIf", sandboxes)
+			t, err = a.sliceCounts(sctx, o, s, "uniqExactIf", sandboxes, x)
 		}
 		if err != nil {
 			return err
@@ -228,7 +234,16 @@ func (a *Auditor) auditSliced(ctx context.Context, o AuditOptions, r *Audit, pla
 		r.PlaysWithExtraCopies += t.copyPlays
 		r.PlayRecords += t.records
 		addDelays(delays, t.delayKeys, t.delayCounts)
-		uncarried[i] = t.uncarried
+		if t.uncarried > uint64(a.limits.maxLookups()) {
+			uctx := withCheck(ctx, o, fmt.Sprintf("delay of plays without their event's time, slice %d/%d (%s)", i+1, len(plan), s))
+			if err := a.sliceUncarriedDelays(uctx, o, s, x, delays); err != nil {
+				return err
+			}
+		} else if err := lookup.add(t.uncarriedPlays); err != nil {
+			return err
+		} else if err := a.flush(ctx, o, &lookup, false, delays); err != nil {
+			return err
+		}
 		byHash := map[uint64]uint64{}
 		for j, h := range t.messageKeys {
 			if j < len(t.messageCounts) {
@@ -277,10 +292,7 @@ func (a *Auditor) auditSliced(ctx context.Context, o AuditOptions, r *Audit, pla
 		}
 		return r.Replays[i].ID < r.Replays[j].ID
 	})
-	if err := a.uncarriedDelays(ctx, o, plan, uncarried, delays); err != nil {
-		return err
-	}
-	if err := a.earlierEventRecords(withCheck(ctx, o, "delay, events recorded more than once"), o, delays); err != nil {
+	if err := a.flush(ctx, o, &lookup, true, delays); err != nil {
 		return err
 	}
 	r.Delay = delayOf(delays)
@@ -291,13 +303,14 @@ func (a *Auditor) auditSliced(ctx context.Context, o AuditOptions, r *Audit, pla
 // records counted by uniq (an -If aggregate of a location and a condition);
 // t.overflow says how many plays have more records of one kind than
 // uniqUpTo counted.
-func (a *Auditor) sliceCounts(ctx context.Context, o AuditOptions, s slice, uniq, sandboxes string) (sliceTotals, error) {
+func (a *Auditor) sliceCounts(ctx context.Context, o AuditOptions, s slice, uniq, sandboxes string, x firstRecords) (sliceTotals, error) {
 	cutoff := o.overdueCutoff()
 	sandboxCond := "0"
 	if sandboxes != "" {
 		sandboxCond = condDelivered + " AND partner IN " + sandboxes
 	}
-	delayCond := condDelivered + " AND carried_ms > 0"
+	delayCond := condDelivered + " AND (carried_ms > 0 OR has_event = 1)"
+	uncarried := uncarriedCond(x)
 	over := strconv.FormatUint(a.limits.countsUpTo(), 10)
 	var t sliceTotals
 	err := a.row(ctx, `SELECT count(), countIf(below = 1), countIf(`+condReportable+`),
@@ -305,9 +318,9 @@ func (a *Auditor) sliceCounts(ctx context.Context, o AuditOptions, s slice, uniq
     countIf(`+condPending+`), countIf(`+condPending+` AND derived_ms < `+cutoff+`), countIf(`+condTwice+`), countIf(`+condBelowDel+`), countIf(`+condDoubt+`),
     countIf(`+condParked+`), toUInt64(sumIf(`+playCopies+` - 1, `+condCopies+`)), countIf(`+condCopies+`), toUInt64(sum(records)),
     countIf(replayed > 0), toUInt64(sum(doubt_n + replay_doubt_n)),
-    tupleElement(sumMapIf([toInt64(delivered_ms) - toInt64(carried_ms)], [toUInt64(1)], `+delayCond+`), 1),
-    tupleElement(sumMapIf([toInt64(delivered_ms) - toInt64(carried_ms)], [toUInt64(1)], `+delayCond+`), 2),
-    countIf(`+condDelivered+` AND carried_ms = 0),
+    tupleElement(sumMapIf([toInt64(delivered_ms) - toInt64(`+firstRecord+`)], [toUInt64(1)], `+delayCond+`), 1),
+    tupleElement(sumMapIf([toInt64(delivered_ms) - toInt64(`+firstRecord+`)], [toUInt64(1)], `+delayCond+`), 2),
+    countIf(`+uncarried+`), groupArrayIf(`+strconv.Itoa(a.limits.maxLookups())+`)(concat(toString(delivered_ms), ' ', event_id), `+uncarried+`),
     groupUniqArrayIf(reject_message, `+condRejected+`),
     arrayMap(m -> cityHash64(m), groupUniqArrayIf(reject_message, `+condRejected+`)),
     tupleElement(sumMapIf([cityHash64(reject_message)], [toUInt64(1)], `+condRejected+`), 1),
@@ -321,10 +334,10 @@ func (a *Auditor) sliceCounts(ctx context.Context, o AuditOptions, s slice, uniq
     tupleElement(sumMapIf([cityHash64(partner)], [toUInt64(1)], delivered_n > 0 OR replay_delivered_n > 0), 1),
     tupleElement(sumMapIf([cityHash64(partner)], [toUInt64(1)], delivered_n > 0 OR replay_delivered_n > 0), 2),
     countIf(`+sandboxCond+`)
-FROM (`+a.slicePerReport(o, s, uniq)+`) AS per_report`,
+FROM `+a.sliceEvents(o, s, uniq, x),
 		&t.derived, &t.below, &t.reportable, &t.delivered, &t.rejected, &t.standby, &t.standbyDel,
 		&t.pending, &t.overdue, &t.twice, &t.belowDel, &t.doubt, &t.parked, &t.extraCopies, &t.copyPlays, &t.records,
-		&t.replayed, &t.doubtful, &t.delayKeys, &t.delayCounts, &t.uncarried,
+		&t.replayed, &t.doubtful, &t.delayKeys, &t.delayCounts, &t.uncarried, &t.uncarriedPlays,
 		&t.messages, &t.messageHashes, &t.messageKeys, &t.messageCounts, &t.overflow,
 		&t.multiPartner, &t.partners, &t.partnerHashes, &t.answerKeys, &t.answerCounts, &t.deliveredKeys, &t.deliveredCounts, &t.sandbox)
 	return t, err

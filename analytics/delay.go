@@ -3,6 +3,10 @@ package analytics
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 )
 
 // The delay (docs/audit.md, "The delay"): from the first record of a
@@ -13,20 +17,24 @@ import (
 // consumer derived the play from; 0 in rows written before the column
 // existed). A play whose event is in neither has no delay.
 //
-// The slices read the carried time with the play (no lookup of the events
-// table, which is sorted by record time, not by anything a slice of report
-// ids selects). It is the event's first record unless the event has an
-// earlier record than the ones the play's rows carry: then the event was
-// recorded at least twice at different times (or its carried record is
-// missing from the events table: below). Those events are found once per
-// audit (earlierEventRecords) and their plays' delays corrected; the plays
-// that carry no time at all (old rows) look their events up per slice, as
-// before (uncarriedDelays): in one query when they are few, else per slice
-// that has such a play.
+// The slices read the carried time with the play: no pass over the events
+// table per slice (it is sorted by record time, not by anything a slice of
+// report ids selects). The carried time is the event's first record unless
+// the event has an earlier record than the ones the play's rows carry: then
+// the event was recorded at least twice, at different times. Those events
+// are listed once per audit (eventsRecordedTwice: one query, two passes
+// over the events table) and handed to every slice query with their first
+// record times, as constant arrays (transform). When they are too many for
+// a query, the slices join the events table instead (a pass over it per
+// slice, as before). The plays that carry no time (rows written before the
+// column existed) come back from the slice query with their events, which
+// are then looked up in batches (a pass over the events table per batch of
+// maxLookups events); a slice with more such plays than maxLookups joins
+// the events table for them itself.
 //
-// The one case the correction cannot see: a play that carries the time of
-// an event record missing from the events table (a sink that never copied
-// it) while the table holds another record of the same event, at another
+// The one case this cannot see: a play that carries the time of an event
+// record missing from the events table (a sink that never copied it)
+// while the table holds another record of the same event, at another
 // time, and no record at that time. The slices then take the carried time,
 // the exact path the earlier of the two.
 
@@ -73,107 +81,184 @@ func addDelays(m map[int64]uint64, keys []int64, counts []uint64) {
 	}
 }
 
-// uncarriedDelays adds the delays of the delivered plays whose window rows
-// carry no event record time (rows written before plays.event_at_ms
-// existed): their events looked up in the events table. The slices with
-// such plays are given (with their number of such plays); when they hold
-// no more than Limits.SliceReports of them (a ledger that began before the
-// column), all are read in one query, one pass over the events table;
-// else slice by slice, as the slices' own size bounds the memory (an old
-// ledger: a pass over the events table per slice).
-func (a *Auditor) uncarriedDelays(ctx context.Context, o AuditOptions, plan []slice, uncarried []uint64, delays map[int64]uint64) error {
-	var total uint64
-	for _, n := range uncarried {
-		total += n
+const (
+	// maxRecordedTwice bounds the events recorded twice handed to the
+	// slice queries as constants (and maxRecordedTwiceBytes their ids'
+	// length), maxLookups the events looked up in one query by their ids.
+	maxRecordedTwice      = 200_000
+	maxRecordedTwiceBytes = 8 << 20
+	maxLookups            = 50_000
+	// maxQuerySize is the audit queries' max_query_size: room for those
+	// constants.
+	maxQuerySize = 32 << 20
+)
+
+// firstRecords are the events whose records' times differ, with their
+// first record's time, for the slice queries; join when there are more than
+// fit in a query (the slices then join the events table).
+type firstRecords struct {
+	ids  []string
+	ms   []uint64
+	join bool
+}
+
+// eventsRecordedTwice lists the events whose records (as of the snapshot)
+// differ in time. The events are first narrowed by a 64-bit hash of their
+// id (a cheap key: the hashes whose group's earliest and latest times
+// differ; a hash shared by two events only adds events to look at), then
+// grouped by id.
+func (a *Auditor) eventsRecordedTwice(ctx context.Context, o AuditOptions) (firstRecords, error) {
+	if a.limits.recordedTwice < 0 { // the tests: the slices join the events table
+		return firstRecords{join: true}, nil
 	}
-	if total == 0 {
-		return nil
-	}
-	uncarriedPlays := `SELECT %s FROM ` + a.db + `.plays WHERE ` + window(o) + ` AND %s AND event_at_ms = 0`
-	if total <= a.limits.SliceReports {
-		ids := fmt.Sprintf(uncarriedPlays, "report_id", "1 = 1")
-		return a.uncarriedDelaysOf(withCheck(ctx, o, "delay of plays without their event's time"), o,
-			"report_id IN ("+ids+")", "", fmt.Sprintf(uncarriedPlays, "event_id", "1 = 1"), delays)
-	}
-	for i, s := range plan {
-		if uncarried[i] == 0 {
-			continue
-		}
-		rng := sliceRange(s.lo, s.hi)
-		sctx := withCheck(ctx, o, fmt.Sprintf("delay of plays without their event's time, slice %d/%d (%s)", i+1, len(plan), s))
-		if err := a.uncarriedDelaysOf(sctx, o, rng, a.joinFilter(o, s), fmt.Sprintf(uncarriedPlays, "event_id", rng), delays); err != nil {
+	asof := asOf(o)
+	var x firstRecords
+	size := 0
+	err := a.query(withCheck(ctx, o, "delay, events recorded more than once"), `SELECT event_id, min(kafka_time_ms) FROM `+a.db+`.events
+WHERE event_id != '' AND cityHash64(event_id) IN (SELECT cityHash64(event_id) FROM `+a.db+`.events WHERE event_id != ''`+asof+`
+    GROUP BY cityHash64(event_id) HAVING min(kafka_time_ms) != max(kafka_time_ms))`+asof+`
+GROUP BY event_id HAVING min(kafka_time_ms) != max(kafka_time_ms)
+LIMIT `+strconv.Itoa(a.limits.maxRecordedTwice()+1), func(rows driver.Rows) error {
+		var id string
+		var ms uint64
+		if err := rows.Scan(&id, &ms); err != nil {
 			return err
 		}
+		if size += len(id); size > maxRecordedTwiceBytes || len(x.ids) == a.limits.maxRecordedTwice() {
+			x.join = true
+			return nil
+		}
+		x.ids, x.ms = append(x.ids, id), append(x.ms, ms)
+		return nil
+	})
+	if err != nil {
+		return x, fmt.Errorf("analytics: audit delay, events recorded more than once: %w", err)
+	}
+	if x.join {
+		x.ids, x.ms = nil, nil
+	}
+	return x, nil
+}
+
+// sliceEvents is one row per play of the window in slice s (slicePerReport)
+// with event_ms, the first record time of its event, where has_event = 1:
+// an event recorded twice (x), or, when x.join, any event of the ledger.
+func (a *Auditor) sliceEvents(o AuditOptions, s slice, uniq string, x firstRecords) string {
+	rows := a.slicePerReport(o, s, uniq)
+	switch {
+	case x.join:
+		return `(` + rows + `) AS per_report
+ALL LEFT JOIN
+    (SELECT event_id, min(kafka_time_ms) AS event_ms, toUInt8(1) AS has_event FROM ` + a.db + `.events
+     WHERE event_id != '' AND event_id IN (SELECT event_id FROM ` + a.db + `.plays WHERE ` + window(o) + ` AND ` + sliceRange(s.lo, s.hi) + `)` + asOf(o) + `
+     GROUP BY event_id) AS first_events
+USING event_id`
+	case len(x.ids) == 0:
+		return `(SELECT *, toUInt64(0) AS event_ms, toUInt8(0) AS has_event FROM (` + rows + `)) AS per_report`
+	}
+	var b strings.Builder
+	b.WriteString(`(SELECT *, transform(event_id, [`)
+	for i, id := range x.ids {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(quoteSQL(id))
+	}
+	b.WriteString(`], [`)
+	for i, ms := range x.ms {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.FormatUint(ms, 10))
+	}
+	b.WriteString(`], toUInt64(0)) AS event_ms, toUInt8(event_ms > 0) AS has_event FROM (` + rows + `)) AS per_report`)
+	return b.String()
+}
+
+// uncarriedCond selects the delivered plays that carry no event record time
+// and whose event's first record the slice query does not know: looked up
+// afterwards (none when the slice joins the events table).
+func uncarriedCond(x firstRecords) string {
+	if x.join {
+		return "0"
+	}
+	return condDelivered + " AND carried_ms = 0 AND has_event = 0"
+}
+
+// lookups are delivered plays whose events are looked up by id
+// (uncarriedCond): per event, the times of their first delivery.
+type lookups struct {
+	delivered map[string][]int64
+}
+
+// add adds the plays of a slice query, each "delivered_ms event_id".
+func (l *lookups) add(plays []string) error {
+	if l.delivered == nil {
+		l.delivered = map[string][]int64{}
+	}
+	for _, p := range plays {
+		ms, id, ok := strings.Cut(p, " ")
+		at, err := strconv.ParseInt(ms, 10, 64)
+		if !ok || err != nil {
+			return fmt.Errorf("analytics: audit delay: a play without its event's time read as %q", p)
+		}
+		l.delivered[id] = append(l.delivered[id], at)
 	}
 	return nil
 }
 
-// uncarriedDelaysOf adds the delays of the delivered plays without a
-// carried time among the plays whose report id meets rng (their Delivery
-// records: rng and filter), their events among those of eventIDs.
-func (a *Auditor) uncarriedDelaysOf(ctx context.Context, o AuditOptions, rng, filter, eventIDs string, delays map[int64]uint64) error {
+// flush looks the events up (when at least maxLookups, or any when all),
+// and adds the plays' delays.
+func (a *Auditor) flush(ctx context.Context, o AuditOptions, l *lookups, all bool, delays map[int64]uint64) error {
+	if len(l.delivered) == 0 || !all && len(l.delivered) < a.limits.maxLookups() {
+		return nil
+	}
+	var b strings.Builder
+	for id := range l.delivered {
+		if b.Len() > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(quoteSQL(id))
+	}
+	err := a.query(withCheck(ctx, o, fmt.Sprintf("delay, the events of %d plays without their event's time", len(l.delivered))),
+		`SELECT event_id, min(kafka_time_ms) FROM `+a.db+`.events WHERE event_id IN (`+b.String()+`)`+asOf(o)+` GROUP BY event_id`,
+		func(rows driver.Rows) error {
+			var id string
+			var ms uint64
+			if err := rows.Scan(&id, &ms); err != nil {
+				return err
+			}
+			for _, at := range l.delivered[id] {
+				delays[at-int64(ms)]++
+			}
+			return nil
+		})
+	if err != nil {
+		return fmt.Errorf("analytics: audit delay of plays without their event's time: %w", err)
+	}
+	l.delivered = nil
+	return nil
+}
+
+// sliceUncarriedDelays adds the delays of slice s's delivered plays of
+// uncarriedCond(x) when the slice has more than maxLookups: their events
+// joined from the events table.
+func (a *Auditor) sliceUncarriedDelays(ctx context.Context, o AuditOptions, s slice, x firstRecords, delays map[int64]uint64) error {
 	var keys []int64
 	var counts []uint64
 	err := a.row(ctx, `SELECT
     tupleElement(sumMap([toInt64(delivered_ms) - toInt64(event_ms)], [toUInt64(1)]), 1),
     tupleElement(sumMap([toInt64(delivered_ms) - toInt64(event_ms)], [toUInt64(1)]), 2)
-FROM (SELECT event_id, delivered_ms FROM (`+a.perReportRows(o, rng, filter, fmt.Sprintf("uniqUpToIf(%d)", a.limits.countsUpTo()))+`) AS per_report
-      WHERE `+condDelivered+` AND carried_ms = 0) AS delivered_plays
+FROM (SELECT event_id, delivered_ms FROM `+a.sliceEvents(o, s, fmt.Sprintf("uniqUpToIf(%d)", a.limits.countsUpTo()), x)+`
+      WHERE `+uncarriedCond(x)+`) AS delivered_plays
 ALL INNER JOIN
     (SELECT event_id, min(kafka_time_ms) AS event_ms FROM `+a.db+`.events
-     WHERE event_id != '' AND event_id IN (`+eventIDs+`)`+asOf(o)+`
+     WHERE event_id != '' AND event_id IN (SELECT event_id FROM `+a.db+`.plays WHERE `+window(o)+` AND `+sliceRange(s.lo, s.hi)+` AND event_at_ms = 0)`+asOf(o)+`
      GROUP BY event_id) AS first_events
 USING event_id`, &keys, &counts)
 	if err != nil {
-		return fmt.Errorf("analytics: audit delay of plays without their event's time: %w", err)
+		return fmt.Errorf("analytics: audit delay of plays without their event's time, %s: %w", s, err)
 	}
 	addDelays(delays, keys, counts)
-	return nil
-}
-
-// earlierEventRecords corrects the delays the slices took from the
-// carried times (delays, ms → plays) for the plays whose event has an
-// earlier record in the events table than the earliest time their window
-// rows carry. Such an event's records differ in time, so the events are
-// first narrowed, in one pass over the events table, to those whose
-// records' times differ: grouped by a 64-bit hash of the event id (a
-// cheap key; a hash shared by two events only adds events to look at),
-// the hashes whose group's earliest and latest times differ. The window's
-// plays of those events are then grouped with their Delivery records, and
-// each delivered play's delay moved from its carried time to its event's
-// first record.
-func (a *Auditor) earlierEventRecords(ctx context.Context, o AuditOptions, delays map[int64]uint64) error {
-	asof := asOf(o)
-	recorded := `SELECT cityHash64(event_id) FROM ` + a.db + `.events WHERE event_id != ''` + asof + `
-         GROUP BY cityHash64(event_id) HAVING min(kafka_time_ms) != max(kafka_time_ms)`
-	reports := `report_id IN (SELECT report_id FROM ` + a.db + `.plays WHERE ` + window(o) + ` AND event_at_ms > 0
-         AND cityHash64(event_id) IN (` + recorded + `))`
-	var carried, first []int64
-	var carriedN, firstN []uint64
-	err := a.row(ctx, `SELECT
-    tupleElement(sumMap([toInt64(delivered_ms) - toInt64(carried_ms)], [toUInt64(1)]), 1),
-    tupleElement(sumMap([toInt64(delivered_ms) - toInt64(carried_ms)], [toUInt64(1)]), 2),
-    tupleElement(sumMap([toInt64(delivered_ms) - toInt64(event_ms)], [toUInt64(1)]), 1),
-    tupleElement(sumMap([toInt64(delivered_ms) - toInt64(event_ms)], [toUInt64(1)]), 2)
-FROM (SELECT event_id, delivered_ms, carried_ms FROM (`+a.perReportRows(o, reports, "", fmt.Sprintf("uniqUpToIf(%d)", a.limits.countsUpTo()))+`) AS per_report
-      WHERE `+condDelivered+` AND carried_ms > 0) AS delivered_plays
-ALL INNER JOIN
-    (SELECT event_id, min(kafka_time_ms) AS event_ms FROM `+a.db+`.events
-     WHERE event_id != '' AND cityHash64(event_id) IN (`+recorded+`)`+asof+`
-     GROUP BY event_id) AS first_events
-USING event_id
-WHERE event_ms < carried_ms`, &carried, &carriedN, &first, &firstN)
-	if err != nil {
-		return fmt.Errorf("analytics: audit delay, events recorded more than once: %w", err)
-	}
-	for j, k := range carried {
-		if j < len(carriedN) {
-			if delays[k] < carriedN[j] {
-				return fmt.Errorf("analytics: audit delay, events recorded more than once: %d plays of delay %d ms to correct, the slices counted %d (the ledger changed under the snapshot?)", carriedN[j], k, delays[k])
-			}
-			delays[k] -= carriedN[j]
-		}
-	}
-	addDelays(delays, first, firstN)
 	return nil
 }

@@ -43,6 +43,10 @@ type Limits struct {
 	// with uniqUpTo before it reads a slice again with uniqExact (default
 	// countsUpTo; the tests lower it to take the second way).
 	upTo uint64
+	// lookups, recordedTwice: the bounds maxLookups and maxRecordedTwice
+	// of the delay's queries (delay.go; the tests lower them to take the
+	// other ways; recordedTwice < 0: the slices join the events table).
+	lookups, recordedTwice int
 	// Progress, when set, gets a line per query: the check, its window,
 	// the time it took and the rows it read.
 	Progress io.Writer
@@ -69,6 +73,20 @@ func (l Limits) countsUpTo() uint64 {
 		return countsUpTo
 	}
 	return l.upTo
+}
+
+func (l Limits) maxLookups() int {
+	if l.lookups == 0 {
+		return maxLookups
+	}
+	return l.lookups
+}
+
+func (l Limits) maxRecordedTwice() int {
+	if l.recordedTwice == 0 {
+		return maxRecordedTwice
+	}
+	return l.recordedTwice
 }
 
 // SetLimits sets the bounds of the auditor's queries; call it before the
@@ -113,6 +131,7 @@ func (a *Auditor) guarded(ctx context.Context, f func(ctx context.Context) error
 			"max_bytes_before_external_group_by": int(l.MaxMemory / 2),
 			"max_bytes_before_external_sort":     int(l.MaxMemory / 2),
 			"max_execution_time":                 int(l.QueryTimeout.Seconds()),
+			"max_query_size":                     maxQuerySize,
 		}),
 		clickhouse.WithProgress(func(p *clickhouse.Progress) { rows.Add(p.Rows) }))
 	start := time.Now()

@@ -17,16 +17,18 @@ import (
 func checkPaths(t *testing.T, ctx context.Context, conn driver.Conn, db string, o AuditOptions, x expectation, name string) {
 	t.Helper()
 	want := auditNumbers(&x.audit)
-	// The delivered plays that carry no event record time look their
-	// events up in one query when few, else slice by slice (the last
-	// limits).
+	// The delivered plays that carry no event record time: their events
+	// looked up by id after the slices, or joined per slice (lookups: 1);
+	// the events recorded twice handed to the slices, or the events table
+	// joined per slice (recordedTwice: -1).
 	var uncarried uint64
 	for _, p := range x.plays {
 		if !p.below && p.delivered() && p.carriedMS == 0 {
 			uncarried++
 		}
 	}
-	for i, l := range []Limits{{Exact: true}, {}, {SliceReports: 1 + want.PlaysDerived/8}, {SliceReports: 1 + want.PlaysDerived/3, upTo: 1}, {SliceReports: max(1, uncarried/2)}} {
+	for i, l := range []Limits{{Exact: true}, {}, {SliceReports: 1 + want.PlaysDerived/8}, {SliceReports: 1 + want.PlaysDerived/3, upTo: 1},
+		{lookups: 1}, {SliceReports: 1 + want.PlaysDerived/8, recordedTwice: -1}} {
 		lists := i == 2 // the play-level lists, in slices
 		a, err := NewAuditor(conn, db)
 		if err != nil {
@@ -56,19 +58,17 @@ func checkPaths(t *testing.T, ctx context.Context, conn driver.Conn, db string, 
 		if l.upTo == 1 && want.DeliveredTwice > 0 && !strings.Contains(progress.String(), "exact counts") {
 			t.Errorf("%s: a double with uniqUpTo(1): no slice read again with exact counts:\n%s", name, progress.String())
 		}
-		perSlice := strings.Contains(progress.String(), "delay of plays without their event's time, slice")
-		if !l.Exact && perSlice != (uncarried > max(l.SliceReports, 1_000_000*b2u64(l.SliceReports == 0))) {
-			t.Errorf("%s: limits %+v: %d delivered plays without a carried time, read per slice: %v", name, l, uncarried, perSlice)
+		lookedUp, joined := strings.Contains(progress.String(), "plays without their event's time ("), strings.Contains(progress.String(), "plays without their event's time, slice")
+		switch {
+		case l.Exact || l.recordedTwice < 0:
+			if lookedUp || joined {
+				t.Errorf("%s: limits %+v: the events of plays without a carried time looked up:\n%s", name, l, progress.String())
+			}
+		case l.lookups == 1 && uncarried > 1 && !joined, l.lookups == 0 && uncarried > 0 && !lookedUp:
+			t.Errorf("%s: limits %+v: %d delivered plays without a carried time: looked up %v, joined per slice %v:\n%s", name, l, uncarried, lookedUp, joined, progress.String())
 		}
 		if l.Exact != strings.HasPrefix(got.Path, "exact") || !strings.Contains(progress.String(), "playpipe audit: ") {
 			t.Errorf("%s: limits %+v: path %q, progress %q", name, l, got.Path, progress.String())
 		}
 	}
-}
-
-func b2u64(b bool) uint64 {
-	if b {
-		return 1
-	}
-	return 0
 }
