@@ -105,14 +105,15 @@ func fixture(t *testing.T, e *env, now time.Time) Audit {
 	rec(e.topics.Rejected, "g1", mustJSON(t, schemas.NewRejection([]byte(`{"x":1}`), "g1", []schemas.Violation{{Field: "country", Reason: schemas.ReasonBadCountry}}, gwSrc, t0.UnixMilli())), t0)
 	rec(e.topics.Rejected, "g2", mustJSON(t, schemas.NewRejection([]byte(`{"x":2}`), "g2", []schemas.Violation{{Field: "country", Reason: schemas.ReasonBadCountry}}, gwSrc, t0.UnixMilli())), t0)
 
-	r1, p1 := playJSON(t, "e1", 0, false) // delivered once
-	r2, p2 := playJSON(t, "e1", 1, false) // standby, then delivered by the replay
-	r3, p3 := playJSON(t, "e2", 0, false) // delivered twice
-	r4, p4 := playJSON(t, "e2", 1, false) // rejected by the API
-	r5, p5 := playJSON(t, "e3", 0, false) // pending (a retry only), derived an hour ago
-	r6, p6 := playJSON(t, "e3", 1, true)  // below the minimum: not reported
+	r1, p1 := playJSON(t, "e1", 0, false)                    // delivered once
+	r2, p2 := playJSON(t, "e1", 1, false)                    // standby, then delivered by the replay
+	r3, p3 := playJSONAt(t, "e2", 0, false, t0.UnixMilli())  // delivered twice; carries its event's record time
+	_, p1At := playJSONAt(t, "e1", 0, false, t0.UnixMilli()) // r1 derived again by a consumer that carries the time
+	r4, p4 := playJSON(t, "e2", 1, false)                    // rejected by the API
+	r5, p5 := playJSON(t, "e3", 0, false)                    // pending (a retry only), derived an hour ago
+	r6, p6 := playJSON(t, "e3", 1, true)                     // below the minimum: not reported
 	rec(e.topics.Reports, r1, p1, t0)
-	rec(e.topics.Reports, r1, p1, t0) // re-derived: one play
+	rec(e.topics.Reports, r1, p1At, t0) // re-derived: one play
 	rec(e.topics.Reports, r2, p2, t0)
 	rec(e.topics.Reports, r3, p3, t0)
 	rec(e.topics.Reports, r4, p4, t0)
