@@ -27,7 +27,10 @@
 // range one GROUP BY report id over its plays and Delivery records with
 // cheap idempotent states (audit_sliced.go); Limits.Exact reads the raw
 // ledger in one pass. A per-report state table (report_state, migration 7)
-// was tried and dropped (migration 8; state.go). Every query runs with a
+// was tried and dropped (migration 8; state.go). The delay reads the event
+// record time each play carries (plays.event_at_ms, migration 9), with the
+// events recorded twice and the old rows' events looked up (delay.go).
+// Every query runs with a
 // memory limit, a deadline and a progress line (guard.go).
 //
 // A Sink runs one consumer-group member; run several processes to share the

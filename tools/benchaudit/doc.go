@@ -5,8 +5,9 @@
 // ledger on the server with INSERT … SELECT from numbers() — events, plays
 // with below-minimum ones, deliveries with doubles, doubts, rejections,
 // replays, parked and pending plays in numbers fixed by the play's index
-// (truth), spread over -days days — then audits the whole window and its last day and lists the
-// plays delivered more than once, and checks every seeded figure. It
+// (truth), plays carrying their event's record time (a few old rows
+// without it, events recorded twice), spread over -days days — then audits the whole window and its last day and lists the
+// plays delivered more than once, and checks every seeded figure, the delay's quantiles too. It
 // prints the time per million plays at each size and the server's peak
 // resident memory during each audit (sampled from /proc when it started
 // the server itself, else the server's MemoryTracking metric). The server it
