@@ -174,6 +174,10 @@ func TestOneFailingMixHoldsOnlyItsEvents(t *testing.T) {
 		t.Errorf("%d rejections; a 500 must never become one", len(rej))
 	}
 	// Order per key, and the held ones after the outage.
+	stamped := map[string]int64{} // the event record's timestamp, by event id
+	for _, ev := range s.evs {
+		stamped[ev.eventID] = testArrival(ev.value).UnixMilli()
+	}
 	for key, ids := range s.byKey {
 		var last int64
 		for _, id := range ids {
@@ -188,6 +192,12 @@ func TestOneFailingMixHoldsOnlyItsEvents(t *testing.T) {
 			last = d
 			if s.mixedKeys[key] && d < outageEnd.UnixMilli() {
 				t.Errorf("key %s: %s derived at %d, during the outage (ended %d)", key, id, d, outageEnd.UnixMilli())
+			}
+			// Each play carries its event record's timestamp, a held one too.
+			for _, p := range ps {
+				if p.EventAt != stamped[id] {
+					t.Errorf("key %s: a play of %s carries event record time %d, the record's is %d", key, id, p.EventAt, stamped[id])
+				}
 			}
 		}
 	}
