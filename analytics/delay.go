@@ -157,14 +157,7 @@ USING event_id`
 		return `(SELECT *, toUInt64(0) AS event_ms, toUInt8(0) AS has_event FROM (` + rows + `)) AS per_report`
 	}
 	var b strings.Builder
-	b.WriteString(`(SELECT *, transform(event_id, [`)
-	for i, id := range x.ids {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(quoteSQL(id))
-	}
-	b.WriteString(`], [`)
+	b.WriteString(`(SELECT *, transform(event_id, ` + stringArray(x.ids) + `, [`)
 	for i, ms := range x.ms {
 		if i > 0 {
 			b.WriteByte(',')
@@ -172,6 +165,22 @@ USING event_id`
 		b.WriteString(strconv.FormatUint(ms, 10))
 	}
 	b.WriteString(`], toUInt64(0)) AS event_ms, toUInt8(event_ms > 0) AS has_event FROM (` + rows + `)) AS per_report`)
+	return b.String()
+}
+
+// stringArray is the SQL array literal of ss: one literal however long
+// (a list of values, IN ('a', 'b', …), is an expression per value, and the
+// server refuses more than max_ast_elements, 50 000).
+func stringArray(ss []string) string {
+	var b strings.Builder
+	b.WriteByte('[')
+	for i, s := range ss {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(quoteSQL(s))
+	}
+	b.WriteByte(']')
 	return b.String()
 }
 
@@ -213,15 +222,12 @@ func (a *Auditor) flush(ctx context.Context, o AuditOptions, l *lookups, all boo
 	if len(l.delivered) == 0 || !all && len(l.delivered) < a.limits.maxLookups() {
 		return nil
 	}
-	var b strings.Builder
+	ids := make([]string, 0, len(l.delivered))
 	for id := range l.delivered {
-		if b.Len() > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(quoteSQL(id))
+		ids = append(ids, id)
 	}
 	err := a.query(withCheck(ctx, o, fmt.Sprintf("delay, the events of %d plays without their event's time", len(l.delivered))),
-		`SELECT event_id, min(kafka_time_ms) FROM `+a.db+`.events WHERE event_id IN (`+b.String()+`)`+asOf(o)+` GROUP BY event_id`,
+		`SELECT event_id, min(kafka_time_ms) FROM `+a.db+`.events WHERE event_id IN (SELECT arrayJoin(`+stringArray(ids)+`))`+asOf(o)+` GROUP BY event_id`,
 		func(rows driver.Rows) error {
 			var id string
 			var ms uint64
