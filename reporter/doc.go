@@ -59,6 +59,8 @@
 // (the dispatch queues), lease.go (lease markers), dispatch.go (workers,
 // posts), produce.go (the one way records leave the reporter;
 // produce_benchstub.go swaps it in the benchstub measurement build),
+// producers.go (the Kafka clients that write them, each partition through
+// one),
 // outcome.go (applying answers), backoff.go (the retry delay), dedupe.go (the recent report ids),
 // watermark.go (a partition's safe commit offset), commit.go and
 // progress.go (commits and their metadata), recover.go (assignment),

@@ -144,7 +144,7 @@ func (rn *run) jobsReady() {
 func (rn *run) finish() error {
 	rn.publishing.Wait()
 	flushCtx, cancel := context.WithTimeout(context.Background(), rn.cfg.ShutdownTimeout)
-	err := rn.cl.Flush(flushCtx)
+	err := rn.flushProducers(flushCtx)
 	cancel()
 	if err != nil {
 		rn.log.Warn("flushing delivery records", "err", err)

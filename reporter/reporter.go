@@ -221,8 +221,11 @@ type partState struct {
 // coordinator's own.
 type run struct {
 	*Reporter
-	cl     *kgo.Client
-	adm    *kadm.Client
+	cl  *kgo.Client
+	adm *kadm.Client
+	// prod are the clients that write the run's records (producers.go):
+	// prod[0] is cl.
+	prod   []*kgo.Client
 	topics kafkax.Topics
 	// reportsID is the topic id of <prefix>.reports (offset commits v10+);
 	// logParts is the partition count of <prefix>.deliveries; logStart is,
@@ -494,21 +497,8 @@ func (rn *run) connect(ctx context.Context) error {
 		// stuck partition drain 64 records per 5 s in
 		// TestFullPartitionPausesAlone while the others were idle).
 		kgo.FetchMaxWait(500*time.Millisecond),
-		kgo.DefaultProduceTopic(rn.topics.Deliveries),
-		// Every record names its deliveries partition: the one of its report's partition.
-		kgo.RecordPartitioner(kgo.ManualPartitioner()),
-		// A short linger: Delivery records and lease markers of ~half a
-		// millisecond share a produce request. With none, at 30k reports/s
-		// nearly every record was a request of its own, and the broker
-		// spent 10–11 µs of CPU per report (bench-report: 4.6–5.8 µs with
-		// 500 µs). Longer costs throughput: a lease marker's acknowledgement
-		// gates posts (leaseAhead covers ~0.5 ms, not 1–2 ms), and the
-		// unrecorded answers are capped at Concurrency (1 ms: 61–70 %,
-		// 2 ms: 53–54 % of the plain client's rate, against 94–102 %).
-		kgo.ProducerLinger(500*time.Microsecond),
-		// Small records, many small requests: compression costs more CPU than it saves.
-		kgo.ProducerBatchCompression(kgo.NoCompression()),
 	)
+	opts = append(opts, rn.producerOpts()...)
 	opts = append(opts, rn.kgoOpts...)
 	rn.cl, err = kgo.NewClient(opts...)
 	if err != nil {
@@ -516,6 +506,9 @@ func (rn *run) connect(ctx context.Context) error {
 	}
 	rn.adm = kadm.NewClient(rn.cl)
 	err = rn.describeTopics(ctx)
+	if err == nil {
+		err = rn.connectProducers()
+	}
 	if err == nil {
 		close(rn.described)
 	}
@@ -563,5 +556,6 @@ func (rn *run) serve(ctx context.Context) error {
 	rn.bg.Wait()
 	rn.cl.AllowRebalance()
 	kafkax.CloseClient(rn.cl, 0) // bounded leave: never waits on a frozen broker
+	rn.closeProducers()
 	return runErr
 }
