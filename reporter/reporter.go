@@ -243,9 +243,18 @@ type run struct {
 	groupHdr    []byte // never modified: shared by every lease marker
 	processSpan string // "process <prefix>.reports"
 
-	postCtx     context.Context // cancelled to abandon posts in flight
-	paused      *pauseWatch     // this process's pauses (pausefence.go)
-	cancelPosts context.CancelFunc
+	postCtx context.Context // cancelled to abandon posts in flight
+	paused  *pauseWatch     // this process's pauses (pausefence.go)
+	// fences are the parked-state fences of the partitions this run
+	// recovered (parkfence.go), by reports partition; fencesClosed once the
+	// run closed them. endCtx ends with the run (coordDone): the fences'
+	// transactions never outlive it.
+	fenceMu      sync.Mutex
+	fences       map[int32]*parkFence
+	fencesClosed bool
+	endCtx       context.Context
+	endRun       context.CancelFunc
+	cancelPosts  context.CancelFunc
 
 	revokeCh  chan revokeReq
 	wake      chan struct{} // capacity 1: the housekeeper has something to look at
@@ -462,6 +471,7 @@ func (r *Reporter) newRun(postCtx context.Context, cancelPosts context.CancelFun
 	rn.groupHdr, rn.processSpan = []byte(r.cfg.Group), "process "+rn.topics.Reports
 	rn.cond = sync.NewCond(&rn.mu)
 	rn.slow = newSlowLane()
+	rn.endCtx, rn.endRun = context.WithCancel(context.Background())
 	rn.warnLimit = rate.NewLimiter(1, warnBurst)
 	rn.thr = newThrottle(r.cfg, r.cfg.Now())
 	return rn
@@ -523,6 +533,7 @@ func (rn *run) connect(ctx context.Context) error {
 		// No coordinator will run: the revoke callback that closing a
 		// client already in the group calls must not wait for one.
 		close(rn.coordDone)
+		rn.endRun()
 		rn.cl.Close()
 		return err
 	}
@@ -549,6 +560,7 @@ func (rn *run) serve(ctx context.Context) error {
 
 	runErr := rn.coordinate(ctx)
 	close(rn.coordDone)
+	rn.endRun()
 
 	stopPoll()
 	poller.Wait()
@@ -561,6 +573,7 @@ func (rn *run) serve(ctx context.Context) error {
 	workers.Wait()
 	rn.cancelPosts()
 	rn.bg.Wait()
+	rn.closeFences()
 	rn.cl.AllowRebalance()
 	kafkax.CloseClient(rn.cl, 0) // bounded leave: never waits on a frozen broker
 	return runErr

@@ -359,7 +359,9 @@ func (rn *run) slowAgain(it *parkedItem, d time.Duration, asked bool) {
 	rn.slow.addItem(it)
 }
 
-// ended reports whether err means the run (or its client) ended.
+// ended reports whether err means the run (or its client) ended, or the
+// partition's parked state is another reporter's now (errFenced): the
+// slow retry records nothing more.
 func ended(err error) bool {
-	return errors.Is(err, errRunEnded) || errors.Is(err, kgo.ErrClientClosed)
+	return errors.Is(err, errRunEnded) || errors.Is(err, kgo.ErrClientClosed) || errors.Is(err, errFenced)
 }
