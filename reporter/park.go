@@ -65,9 +65,12 @@ import (
 // outage (each failure after another report got a final answer, or with no
 // other post failing since its previous one: it fails alone),
 // is parked as soon as its partition holds MaxPending records — fetching of
-// the partition has stopped behind it, and waiting out ParkAfter would
-// stall the partition for minutes at any real rate (16 384 records at 1 000
-// a second fill it in 16 s). A report behind another pending one is not
+// the partition has stopped behind it — or holds reports back past its
+// progress window (lease.go: leasing of the partition has stopped behind
+// it; the window, 15 185 offsets at Kafka's default commit metadata, is
+// smaller than the default MaxPending, so a partition stops there first).
+// Waiting out ParkAfter would stall the partition for minutes at any real
+// rate (16 384 records at 1 000 a second fill it in 16 s). A report behind another pending one is not
 // what holds the partition: parking it would free nothing.
 func (rn *run) budgetSpent(j *job) bool {
 	now := rn.cfg.Now()
@@ -99,7 +102,7 @@ func (rn *run) budgetSpent(j *job) bool {
 		return false
 	}
 	j.ps.mu.Lock()
-	full := j.ps.wm.pending() >= rn.cfg.MaxPending && j.ps.wm.holds(j.seq)
+	full := (j.ps.wm.pending() >= rn.cfg.MaxPending || j.ps.pastWindow.len() > 0) && j.ps.wm.holds(j.seq)
 	j.ps.mu.Unlock()
 	j.pressured = full
 	return full
