@@ -249,7 +249,7 @@ func (rn *run) slowStart(ps *partState) (context.Context, bool) {
 	}
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
-	if ps.revoking.Load() || ps.dropped.Load() {
+	if ps.revoking.Load() || ps.dropped.Load() || rn.stopping.Load() {
 		return nil, false
 	}
 	if ps.slow.ctx == nil {
@@ -266,8 +266,30 @@ func (rn *run) slowEnd(ps *partState) {
 	ps.slow.busy--
 	revoking := ps.revoking.Load()
 	ps.mu.Unlock()
-	if revoking {
+	if revoking || rn.stopping.Load() {
 		rn.poke()
+	}
+}
+
+// slowBusy reports whether a slow retry of any partition is under way.
+func (rn *run) slowBusy() bool {
+	for _, ps := range rn.partList() {
+		ps.mu.Lock()
+		busy := ps.slow.busy > 0
+		ps.mu.Unlock()
+		if busy {
+			return true
+		}
+	}
+	return false
+}
+
+// stopSlowAll cancels the slow posts of every partition (shutdown).
+func (rn *run) stopSlowAll() {
+	for _, ps := range rn.partList() {
+		ps.mu.Lock()
+		ps.stopSlow()
+		ps.mu.Unlock()
 	}
 }
 
