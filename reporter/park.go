@@ -96,6 +96,13 @@ func (rn *run) budgetSpent(j *job) bool {
 		return false
 	}
 	if j.healthyFails >= rn.cfg.ParkAfterAttempts && j.budgetUsed >= rn.cfg.ParkAfter {
+		rn.thr.lim.sus.parkedOne(j.track)
+		return true
+	}
+	if rn.thr.lim.sus.hangs(j.track) {
+		// Another report of its track, suspect, spent its whole budget
+		// (suspect.go): this one's first failure is enough.
+		j.trackHangs = true
 		return true
 	}
 	if j.pressureFails < pressureParkFails {
@@ -241,8 +248,11 @@ func (rn *run) parked(j *job, r *kgo.Record, e *schemas.Parked, off int64) {
 	ps.mu.Unlock()
 	rn.met.parkedReport(context.Background())
 	why := "retry budget spent"
-	if j.pressured {
-		why = "its partition is full behind it (max pending)"
+	switch {
+	case j.pressured:
+		why = "its partition is full behind it (max pending or the progress window)"
+	case j.trackHangs:
+		why = "its track hangs: another report of it spent its retry budget"
 	}
 	rn.log.Warn("report parked: set aside for slow retries, its partition goes on", "why", why,
 		"report_id", j.id, "track_id", trackKey(j.body), "status", e.Status, "reason", e.Reason, "message", e.Message,

@@ -149,7 +149,9 @@ type job struct {
 	// The retry budget (park.go), under run.mu: failures and time counted
 	// while other reports got answers, the last failure, and the run's
 	// success count then. pressured: parked early, its partition full
-	// behind it. parking: the budget is spent, the worker parks it.
+	// behind it; trackHangs: parked early, its suspect track's budget spent
+	// by another report (suspect.go). parking: the budget is spent, the
+	// worker parks it.
 	healthyFails int
 	// pressureFails: failures not in an outage (the pressure rule);
 	// failedAt: the run's failed posts after its last failure.
@@ -160,6 +162,7 @@ type job struct {
 	succAt        uint64
 	warned        bool
 	pressured     bool
+	trackHangs    bool
 	parking       bool
 }
 
