@@ -319,14 +319,19 @@ func TestParkBudget(t *testing.T) {
 			t.Errorf("%s: spent at failure %d, want %d", c.name, got, c.want)
 		}
 	}
-	// The pressure rule: its partition full (MaxPending records pending),
-	// a report is parked at its third failure once another report was
+	// The pressure rule: its partition full (MaxPending records pending,
+	// or its progress window leased), a report is parked at its third failure once another report was
 	// answered after its first — never in an outage of the whole partner.
 	rn.cfg.MaxPending = 4
 	full := &partState{}
 	for i := range 4 {
 		full.wm.add(int64(i), 0, 0)
 	}
+	// Fewer than MaxPending pending, but a report held back past the
+	// progress window: leasing of the partition has stopped behind it.
+	windowFull := &partState{}
+	windowFull.wm.add(0, 0, 0)
+	windowFull.pastWindow.push(&job{id: "past"})
 	for _, c := range []struct {
 		name    string
 		others  uint64 // other reports answered between two failures
@@ -338,6 +343,7 @@ func TestParkBudget(t *testing.T) {
 		{"full partition, outage of the whole partner", 0, 10, full, 0},
 		{"full partition, nothing else posted (it fails alone)", 0, 0, full, 3},
 		{"room in the partition", 10, 0, &partState{}, 61},
+		{"progress window full", 10, 0, windowFull, 3},
 	} {
 		j := &job{id: "r", rec: &kgo.Record{}, ps: c.ps}
 		got := 0

@@ -149,7 +149,9 @@ type job struct {
 	// The retry budget (park.go), under run.mu: failures and time counted
 	// while other reports got answers, the last failure, and the run's
 	// success count then. pressured: parked early, its partition full
-	// behind it. parking: the budget is spent, the worker parks it.
+	// behind it; trackHangs: parked early, its suspect track's budget spent
+	// by another report (suspect.go). parking: the budget is spent, the
+	// worker parks it.
 	healthyFails int
 	// pressureFails: failures not in an outage (the pressure rule);
 	// failedAt: the run's failed posts after its last failure.
@@ -160,6 +162,7 @@ type job struct {
 	succAt        uint64
 	warned        bool
 	pressured     bool
+	trackHangs    bool
 	parking       bool
 }
 
@@ -246,9 +249,18 @@ type run struct {
 	groupHdr    []byte // never modified: shared by every lease marker
 	processSpan string // "process <prefix>.reports"
 
-	postCtx     context.Context // cancelled to abandon posts in flight
-	paused      *pauseWatch     // this process's pauses (pausefence.go)
-	cancelPosts context.CancelFunc
+	postCtx context.Context // cancelled to abandon posts in flight
+	paused  *pauseWatch     // this process's pauses (pausefence.go)
+	// fences are the parked-state fences of the partitions this run
+	// recovered (parkfence.go), by reports partition; fencesClosed once the
+	// run closed them. endCtx ends with the run (coordDone): the fences'
+	// transactions never outlive it.
+	fenceMu      sync.Mutex
+	fences       map[int32]*parkFence
+	fencesClosed bool
+	endCtx       context.Context
+	endRun       context.CancelFunc
+	cancelPosts  context.CancelFunc
 
 	revokeCh  chan revokeReq
 	wake      chan struct{} // capacity 1: the housekeeper has something to look at
@@ -465,6 +477,7 @@ func (r *Reporter) newRun(postCtx context.Context, cancelPosts context.CancelFun
 	rn.groupHdr, rn.processSpan = []byte(r.cfg.Group), "process "+rn.topics.Reports
 	rn.cond = sync.NewCond(&rn.mu)
 	rn.slow = newSlowLane()
+	rn.endCtx, rn.endRun = context.WithCancel(context.Background())
 	rn.warnLimit = rate.NewLimiter(1, warnBurst)
 	rn.thr = newThrottle(r.cfg, r.cfg.Now())
 	return rn
@@ -516,6 +529,7 @@ func (rn *run) connect(ctx context.Context) error {
 		// No coordinator will run: the revoke callback that closing a
 		// client already in the group calls must not wait for one.
 		close(rn.coordDone)
+		rn.endRun()
 		rn.cl.Close()
 		return err
 	}
@@ -542,6 +556,7 @@ func (rn *run) serve(ctx context.Context) error {
 
 	runErr := rn.coordinate(ctx)
 	close(rn.coordDone)
+	rn.endRun()
 
 	stopPoll()
 	poller.Wait()
@@ -554,6 +569,7 @@ func (rn *run) serve(ctx context.Context) error {
 	workers.Wait()
 	rn.cancelPosts()
 	rn.bg.Wait()
+	rn.closeFences()
 	rn.cl.AllowRebalance()
 	kafkax.CloseClient(rn.cl, 0) // bounded leave: never waits on a frozen broker
 	rn.closeProducers()

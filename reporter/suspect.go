@@ -32,8 +32,15 @@ import (
 // reports aside go back to the queue (releaseAside); a track with no
 // stall for suspectFor is forgotten.
 //
-// Suspicion changes only which slots a fresh report waits for: no budget,
-// no parking, no move of the limit follows from it. A real overload or
+// Suspicion changes which slots a fresh report waits for, and one thing
+// more: once a report of a suspect track spent its whole retry budget
+// (parkedOne), the track hangs for good, and its other reports are parked
+// at their first failure (budgetSpent) instead of each spending a budget
+// of its own — at the default budget (20 failures over 10 minutes) and
+// timeout (30 s), a thousand hanging reports hold a thousand slots for
+// ten minutes, more than the suspect share and the stalled room give
+// them, so the last would be parked only after an hour. No move of the
+// limit follows from suspicion. A real overload or
 // outage makes no track suspect: with no post started later answered, or
 // the answers slow (limiter.answersFast), no post counts as stalled, and
 // the limit shrinks as before. Posts held at random (1 % of all posts,
@@ -58,6 +65,10 @@ type suspectTrack struct {
 	stalls int       // posts stalled since one of the track's was answered normally
 	since  time.Time // the first of them
 	last   time.Time // the last stall
+	// parked: a report of the track spent its whole retry budget while
+	// the track was suspect (parkedOne): the track hangs for good, and
+	// its other reports are parked at their first failure (budgetSpent).
+	parked bool
 }
 
 // suspects is the tracks whose posts stalled (under run.mu, in the
@@ -111,6 +122,22 @@ func (s *suspects) is(track int64) bool {
 	}
 	st, ok := s.tracks[track]
 	return ok && st.stalls >= suspectStalls && s.at.Sub(st.since) >= suspectAfter && s.at.Sub(st.last) < suspectFor
+}
+
+// parkedOne records that a report of track spent its retry budget; it
+// counts only while the track is suspect.
+func (s *suspects) parkedOne(track int64) {
+	if s.is(track) {
+		st := s.tracks[track]
+		st.parked = true
+		s.tracks[track] = st
+	}
+}
+
+// hangs reports whether track is suspect and one of its reports spent its
+// retry budget since its posts began to stall.
+func (s *suspects) hangs(track int64) bool {
+	return s.is(track) && s.tracks[track].parked
 }
 
 // count is how many tracks are suspect now (metrics).
