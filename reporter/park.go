@@ -82,12 +82,16 @@ func (rn *run) budgetSpent(j *job) bool {
 		j.healthyFails++
 		j.pressureFails++
 		j.budgetUsed += now.Sub(j.lastFailAt)
-	case rn.failed == j.failedAt+1:
-		// Nothing else was answered or failed since: it fails alone (its
-		// full partition waits behind it), not in an outage.
+	case rn.failed == j.failedAt+1 || rn.partnerFailed == j.partnerFailedAt:
+		// Nothing else was answered or failed since, or nothing that failed
+		// since looked like the partner's (reports of a hanging payload, its
+		// own included): it fails alone (its full partition waits behind
+		// it), not in an outage.
 		j.pressureFails++
 	}
-	j.lastFailAt, j.succAt, j.failedAt = now, rn.successes, rn.failed
+	j.lastFailAt, j.succAt, j.failedAt, j.partnerFailedAt = now, rn.successes, rn.failed, rn.partnerFailed
+	// The track's budget: its reports' failures together (suspect.go).
+	rn.thr.lim.sus.failed(j.track, now, rn.cfg.ParkAfterAttempts, rn.cfg.ParkAfter)
 	if j.attempt >= rn.cfg.WarnAfterAttempts && !j.warned {
 		j.warned = true
 		rn.warnStuck(j)

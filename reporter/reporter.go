@@ -164,6 +164,11 @@ type job struct {
 	pressured     bool
 	trackHangs    bool
 	parking       bool
+	// payloadFailed: a failure of it was judged its payload's (outcome.go):
+	// its later failures never move the limit. partnerFailedAt: the run's
+	// partnerFailed after its last failure (the pressure rule).
+	payloadFailed   bool
+	partnerFailedAt uint64
 }
 
 type tpKey struct {
@@ -316,6 +321,7 @@ type workerState struct {
 	// while others succeed); warnLimit bounds the stuck-report warnings.
 	successes      uint64
 	failed         uint64 // transient failures counted by the retry budget (park.go)
+	partnerFailed  uint64 // failures the limiter took for the partner's (outcome.go)
 	warnLimit      *rate.Limiter
 	warnSuppressed int
 	// stall is the reports failing repeatedly and the stall warning's state

@@ -33,14 +33,15 @@ import (
 // stall for suspectFor is forgotten.
 //
 // Suspicion changes which slots a fresh report waits for, and one thing
-// more: once a report of a suspect track spent its whole retry budget
-// (parkedOne), the track hangs for good, and its other reports are parked
-// at their first failure (budgetSpent) instead of each spending a budget
-// of its own — at the default budget (20 failures over 10 minutes) and
-// timeout (30 s), a thousand hanging reports hold a thousand slots for
-// ten minutes, more than the suspect share and the stalled room give
-// them, so the last would be parked only after an hour. No move of the
-// limit follows from suspicion. A real overload or
+// more: a suspect track has a retry budget of its own, spent by its
+// reports' failures together (failed), or by one report spending its
+// whole budget (parkedOne): the track hangs for good, and its reports are
+// parked at their next failure (budgetSpent) instead of each spending a
+// budget of its own — at the default budget (20 failures over 10 minutes)
+// and timeout (30 s), a thousand hanging reports would need a thousand
+// slots for ten minutes, far more than the suspect share and the stalled
+// room give them: with 1 200 of them the oldest had failed 4 times after
+// 10 minutes. No move of the limit follows from suspicion. A real overload or
 // outage makes no track suspect: with no post started later answered, or
 // the answers slow (limiter.answersFast), no post counts as stalled, and
 // the limit shrinks as before. Posts held at random (1 % of all posts,
@@ -66,9 +67,12 @@ type suspectTrack struct {
 	since  time.Time // the first of them
 	last   time.Time // the last stall
 	// parked: a report of the track spent its whole retry budget while
-	// the track was suspect (parkedOne): the track hangs for good, and
-	// its other reports are parked at their first failure (budgetSpent).
-	parked bool
+	// the track was suspect (parkedOne), or its reports together did
+	// (failed: fails since firstFail): the track hangs for good, and its
+	// other reports are parked at their next failure (budgetSpent).
+	parked    bool
+	fails     int
+	firstFail time.Time
 }
 
 // suspects is the tracks whose posts stalled (under run.mu, in the
@@ -134,8 +138,38 @@ func (s *suspects) parkedOne(track int64) {
 	}
 }
 
-// hangs reports whether track is suspect and one of its reports spent its
-// retry budget since its posts began to stall.
+// failed counts a failure of a report of track toward the track's own
+// budget while the track is suspect: attempts failures over after (the
+// reports' budget, Config.ParkAfterAttempts and ParkAfter) make it hang.
+// A failure keeps a suspect track remembered like a stall: when nothing
+// else is posted (its partitions leased up to their progress windows
+// behind its reports) no post stalls, and the track must not be forgotten.
+func (s *suspects) failed(track int64, now time.Time, attempts int, after time.Duration) {
+	if attempts < 0 || !s.is(track) {
+		return
+	}
+	s.at = maxTime(s.at, now)
+	st := s.tracks[track]
+	if st.fails == 0 {
+		st.firstFail = now
+	}
+	st.fails++
+	st.last = now
+	if st.fails >= attempts && now.Sub(st.firstFail) >= after {
+		st.parked = true
+	}
+	s.tracks[track] = st
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// hangs reports whether track is suspect and its reports spent its retry
+// budget since its posts began to stall (one report alone, or together).
 func (s *suspects) hangs(track int64) bool {
 	return s.is(track) && s.tracks[track].parked
 }

@@ -131,9 +131,10 @@ func TestSuspectTrackWaitsAside(t *testing.T) {
 }
 
 // TestHangingTrackParksItsReports: once a report of a suspect track spent
-// its whole retry budget, the track's other reports are parked at their
-// first failure; a report of another track, or of the track once one of
-// its posts was answered again, spends a budget of its own.
+// its whole retry budget, or its reports together spent one, the track's
+// reports are parked at their next failure; a report of another track, or
+// of the track once one of its posts was answered again, spends a budget
+// of its own.
 func TestHangingTrackParksItsReports(t *testing.T) {
 	clk := newFakeClock()
 	cfg := Config{ParkAfterAttempts: 3, ParkAfter: time.Minute, Clock: clk, Logger: testLogger(t)}.withDefaults()
@@ -173,5 +174,24 @@ func TestHangingTrackParksItsReports(t *testing.T) {
 	sus.answered(hanging)
 	if n := fails(newJob(hanging)); n != 3 {
 		t.Errorf("a report of the track answered again: spent at failure %d, want 3", n)
+	}
+
+	// Together: three reports of another suspect track fail once each, 30 s
+	// apart: the track's budget (3 failures over a minute) is spent by the
+	// third, which is parked at its first failure, and so is the next.
+	const together = 888
+	sus.stalled(together, clk.Now())
+	sus.stalled(together, clk.Now().Add(2*time.Second))
+	once := func(j *job) bool {
+		clk.Advance(30 * time.Second)
+		rn.successes += 10
+		j.attempt++
+		return rn.budgetSpent(j)
+	}
+	for i, want := range []bool{false, false, true, true} {
+		j := newJob(together)
+		if got := once(j); got != want || j.trackHangs != want {
+			t.Errorf("report %d of a track failing together: spent at its first failure %v (trackHangs %v), want %v", i+1, got, j.trackHangs, want)
+		}
 	}
 }
