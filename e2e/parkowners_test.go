@@ -94,7 +94,7 @@ func (r *parkRig) parkedLeft() []string {
 // finish waits for every play at the partner and for the audit to see
 // nothing parked or pending, stops every role, and checks the partner's
 // copies against the audit's bound and <prefix>.parked.
-func (r *parkRig) finish(want map[play]int) {
+func (r *parkRig) finish(want map[play]int) analytics.Audit {
 	r.t.Helper()
 	r.waitFor("every play at the partner", 3*time.Minute, func() bool {
 		missing, _, _ := compare(want, r.atPartner())
@@ -114,6 +114,7 @@ func (r *parkRig) finish(want map[play]int) {
 	if left := r.parkedLeft(); len(left) > 0 {
 		r.t.Errorf("%d reports delivered but still parked in the parked topic (first %v): a write of parked state after its removal", len(left), left[:min(3, len(left))])
 	}
+	return rep
 }
 
 // TestParkedRevocationMidSlowRetry: reporters join and leave while the slow
@@ -158,7 +159,14 @@ func TestParkedRevocationMidSlowRetry(t *testing.T) {
 	t.Logf("%s report-4 joined and report-2 stopped while the slow lane delivered (%d of the track's reports accepted by then, %d before)",
 		since(r.start), r.badAccepted(bad), before)
 	r.sb.SetFaults(r.plain)
-	r.finish(want)
+	rep := r.finish(want)
+	// Only SIGTERMs: a slow retry whose post was cancelled says so in its
+	// entry, and the next owner's post is labelled cancelled, not crash.
+	for _, c := range rep.DoubtfulPostsByCause {
+		if c.Key == schemas.DoubtCrash && c.N > 0 {
+			t.Errorf("%d doubtful posts labelled crash after SIGTERMs only (causes %v)", c.N, rep.DoubtfulPostsByCause)
+		}
+	}
 }
 
 // TestParkedOwnerKilledMidSlowRetry: kill -9 of the owner during slow

@@ -25,6 +25,7 @@ const (
 	// MaxInFlight is the largest Concurrency and MaxConcurrency accepted.
 	MaxInFlight            = 4096
 	DefaultMaxPending      = 16384
+	DefaultProducers       = 3
 	DefaultRecentWindow    = 100_000
 	DefaultBackoffInitial  = 100 * time.Millisecond
 	DefaultBackoffMax      = 10 * time.Second
@@ -108,6 +109,13 @@ type Config struct {
 	// partition alone at the bound (the others go on), and resumes once half
 	// of it is free. Defaults to DefaultMaxPending.
 	MaxPending int
+	// Producers is how many Kafka clients write the Delivery records, lease
+	// markers and parked entries (producers.go): each partition always
+	// through the same one, so its records keep their order. Apache Kafka
+	// handles one request of a connection at a time; several clients put
+	// several produce requests before the broker at once. Defaults to
+	// DefaultProducers.
+	Producers int
 	// ParkAfterAttempts and ParkAfter are the retry budget of one report
 	// (park.go): a report whose transient failures (5xx, timeouts, an edge's
 	// page; not 401, not standby) number at least ParkAfterAttempts and span
@@ -192,6 +200,7 @@ func (c Config) withDefaults() Config {
 	c.CommitInterval = cmp.Or(c.CommitInterval, DefaultCommitInterval)
 	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, DefaultShutdownTimeout)
 	c.MaxPending = cmp.Or(c.MaxPending, DefaultMaxPending)
+	c.Producers = cmp.Or(c.Producers, DefaultProducers)
 	c.RecentWindow = cmp.Or(c.RecentWindow, DefaultRecentWindow)
 	c.MetadataMaxBytes = cmp.Or(c.MetadataMaxBytes, DefaultMetadataMaxBytes)
 	c.ParkAfterAttempts = cmp.Or(c.ParkAfterAttempts, DefaultParkAfterAttempts)
@@ -235,6 +244,8 @@ func (c Config) Validate() error {
 		return bad("shutdown-timeout", "must be > 0, got %v", c.ShutdownTimeout)
 	case c.MaxPending < c.Concurrency:
 		return bad("max-pending", "must be ≥ --concurrency (%d), got %d", c.Concurrency, c.MaxPending)
+	case c.Producers < 1 || c.Producers > 64:
+		return bad("producers", "must be 1–64, got %d", c.Producers)
 	case c.BudgetFloor < 0.1:
 		return bad("retry-budget-floor", "must be ≥ 0.1 failed posts/s, got %v", c.BudgetFloor)
 	case c.BudgetRatio < 0 || c.BudgetRatio > 10:

@@ -35,9 +35,12 @@
 //     slowlane.go, slowretry.go), holding only its id, due time and entry
 //     offset: the body is read back from <prefix>.parked when it is due
 //     (slowread.go). An outage of the whole partner parks nothing. The slow lane is a parked report's one poster: `redrive
-//     --parked` asks it (redrive.go), and a revocation waits for its slow
-//     retries; nothing a slow retry meets stops the run but a refused
-//     credential.
+//     --parked` asks it (redrive.go), a revocation waits for its slow
+//     retries, and its writes of parked state go through the partition's
+//     transactional fence, claimed by each new owner before it reads the
+//     entries (parkfence.go): an owner that lost the partition unawares
+//     writes nothing after its successor. Nothing a slow retry meets stops
+//     the run but a refused credential.
 //   - A payload the partner fails or hangs on (until the API timeout) while
 //     it answers the others is told from an overloaded partner: its
 //     failures never collapse the in-flight limit, its retries hold at most
@@ -59,11 +62,13 @@
 // (the dispatch queues), lease.go (lease markers), dispatch.go (workers,
 // posts), produce.go (the one way records leave the reporter;
 // produce_benchstub.go swaps it in the benchstub measurement build),
+// producers.go (the Kafka clients that write them, each partition through
+// one),
 // outcome.go (applying answers), backoff.go (the retry delay), dedupe.go (the recent report ids),
 // watermark.go (a partition's safe commit offset), commit.go and
 // progress.go (commits and their metadata), recover.go (assignment),
 // revoke.go (rebalances), park.go, slowlane.go, slowretry.go, slowread.go, pausefence.go,
-// parkedtopic.go and redrive.go (parking, slow retries, the parked topic,
+// parkfence.go, parkedtopic.go and redrive.go (parking, slow retries, the parked topic,
 // operators' redrive requests), standby.go (standby episodes),
 // throttle.go (the retry budget), limit.go (the adaptive in-flight limit),
 // suspect.go (suspect tracks: the share of a hanging track's fresh reports),

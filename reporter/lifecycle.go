@@ -36,10 +36,12 @@ func (rn *run) coordinate(ctx context.Context) error {
 
 	for {
 		rn.checkRevocations(rn.cfg.Now())
+		// Shutting down, before its deadline: slow retries are waited for.
+		slowWait := deadline != nil && rn.slowBusy()
 		rn.mu.Lock()
 		// stopping is set before this lock is taken: a worker that takes a
 		// report after this check saw it (next) and takes none.
-		if rn.stopping.Load() && rn.inflight == 0 {
+		if rn.stopping.Load() && rn.inflight == 0 && !slowWait {
 			rn.mu.Unlock()
 			return rn.finish()
 		}
@@ -82,6 +84,10 @@ func (rn *run) coordinate(ctx context.Context) error {
 			shutdownTimer = clk.NewTimer(rn.cfg.ShutdownTimeout)
 			deadline = shutdownTimer.C()
 			rn.stopping.Store(true)
+			// The slow lane's posts are cancelled, and waited for until the
+			// deadline: each records its cancelled post in its entry
+			// (slowCancelled), so that the next owner labels it cancelled.
+			rn.stopSlowAll()
 			rn.mu.Lock()
 			rn.log.Info("reporter shutting down: no new posts; waiting for posts in flight",
 				"in_flight", rn.inflight, "timeout", rn.cfg.ShutdownTimeout)
@@ -144,7 +150,7 @@ func (rn *run) jobsReady() {
 func (rn *run) finish() error {
 	rn.publishing.Wait()
 	flushCtx, cancel := context.WithTimeout(context.Background(), rn.cfg.ShutdownTimeout)
-	err := rn.cl.Flush(flushCtx)
+	err := rn.flushProducers(flushCtx)
 	cancel()
 	if err != nil {
 		rn.log.Warn("flushing delivery records", "err", err)

@@ -63,14 +63,27 @@ func (rn *run) posted(j *job) {
 		// payload's whatever else is out: at a small limit its post may be
 		// the only one (suspect.go). Back-pressure is the partner's, whoever
 		// asked.
+		//
+		// A report whose earlier failure was judged its payload's (others
+		// answered at their usual latency) fails for its payload again: its
+		// timeout never cuts the limit, even when no post started after it
+		// was answered — when every post out is such a report (its partition
+		// leased up to its progress window behind it), each timeout cut the
+		// limit, down to 1, and the rest waited behind one hanging post.
+		// Fresh reports' timeouts still tell an outage.
 		sig := d.Signal
 		switch sig {
 		case delivery.SignalTimeout, delivery.SignalPayload, delivery.SignalEdge, delivery.SignalConnection:
-			if rn.thr.lim.sus.is(j.track) {
+			if j.payloadFailed || rn.thr.lim.sus.is(j.track) {
 				sig = delivery.SignalIsolated
 			}
 		}
-		rn.thr.failure(rn.cfg.Now(), sig, j.postNo, j.failures > 0 || j.suspect, j.held, rn.inflight+1)
+		switch rn.thr.failure(rn.cfg.Now(), sig, j.postNo, j.failures > 0 || j.suspect, j.held, rn.inflight+1) {
+		case delivery.SignalIsolated, delivery.SignalPayload:
+			j.payloadFailed = true
+		case delivery.SignalTimeout, delivery.SignalBackPressure:
+			rn.partnerFailed++ // the limiter took it for the partner's (park.go)
+		}
 		if rn.limitMoved(before) {
 			rn.wakeWorkers()
 		}

@@ -65,9 +65,12 @@ import (
 // outage (each failure after another report got a final answer, or with no
 // other post failing since its previous one: it fails alone),
 // is parked as soon as its partition holds MaxPending records — fetching of
-// the partition has stopped behind it, and waiting out ParkAfter would
-// stall the partition for minutes at any real rate (16 384 records at 1 000
-// a second fill it in 16 s). A report behind another pending one is not
+// the partition has stopped behind it — or holds reports back past its
+// progress window (lease.go: leasing of the partition has stopped behind
+// it; the window, 15 185 offsets at Kafka's default commit metadata, is
+// smaller than the default MaxPending, so a partition stops there first).
+// Waiting out ParkAfter would stall the partition for minutes at any real
+// rate (16 384 records at 1 000 a second fill it in 16 s). A report behind another pending one is not
 // what holds the partition: parking it would free nothing.
 func (rn *run) budgetSpent(j *job) bool {
 	now := rn.cfg.Now()
@@ -79,12 +82,16 @@ func (rn *run) budgetSpent(j *job) bool {
 		j.healthyFails++
 		j.pressureFails++
 		j.budgetUsed += now.Sub(j.lastFailAt)
-	case rn.failed == j.failedAt+1:
-		// Nothing else was answered or failed since: it fails alone (its
-		// full partition waits behind it), not in an outage.
+	case rn.failed == j.failedAt+1 || rn.partnerFailed == j.partnerFailedAt:
+		// Nothing else was answered or failed since, or nothing that failed
+		// since looked like the partner's (reports of a hanging payload, its
+		// own included): it fails alone (its full partition waits behind
+		// it), not in an outage.
 		j.pressureFails++
 	}
-	j.lastFailAt, j.succAt, j.failedAt = now, rn.successes, rn.failed
+	j.lastFailAt, j.succAt, j.failedAt, j.partnerFailedAt = now, rn.successes, rn.failed, rn.partnerFailed
+	// The track's budget: its reports' failures together (suspect.go).
+	rn.thr.lim.sus.failed(j.track, now, rn.cfg.ParkAfterAttempts, rn.cfg.ParkAfter)
 	if j.attempt >= rn.cfg.WarnAfterAttempts && !j.warned {
 		j.warned = true
 		rn.warnStuck(j)
@@ -93,13 +100,20 @@ func (rn *run) budgetSpent(j *job) bool {
 		return false
 	}
 	if j.healthyFails >= rn.cfg.ParkAfterAttempts && j.budgetUsed >= rn.cfg.ParkAfter {
+		rn.thr.lim.sus.parkedOne(j.track)
+		return true
+	}
+	if rn.thr.lim.sus.hangs(j.track) {
+		// Another report of its track, suspect, spent its whole budget
+		// (suspect.go): this one's first failure is enough.
+		j.trackHangs = true
 		return true
 	}
 	if j.pressureFails < pressureParkFails {
 		return false
 	}
 	j.ps.mu.Lock()
-	full := j.ps.wm.pending() >= rn.cfg.MaxPending && j.ps.wm.holds(j.seq)
+	full := (j.ps.wm.pending() >= rn.cfg.MaxPending || j.ps.pastWindow.len() > 0) && j.ps.wm.holds(j.seq)
 	j.ps.mu.Unlock()
 	j.pressured = full
 	return full
@@ -238,8 +252,11 @@ func (rn *run) parked(j *job, r *kgo.Record, e *schemas.Parked, off int64) {
 	ps.mu.Unlock()
 	rn.met.parkedReport(context.Background())
 	why := "retry budget spent"
-	if j.pressured {
-		why = "its partition is full behind it (max pending)"
+	switch {
+	case j.pressured:
+		why = "its partition is full behind it (max pending or the progress window)"
+	case j.trackHangs:
+		why = "its track hangs: another report of it spent its retry budget"
 	}
 	rn.log.Warn("report parked: set aside for slow retries, its partition goes on", "why", why,
 		"report_id", j.id, "track_id", trackKey(j.body), "status", e.Status, "reason", e.Reason, "message", e.Message,

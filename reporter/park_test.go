@@ -319,14 +319,19 @@ func TestParkBudget(t *testing.T) {
 			t.Errorf("%s: spent at failure %d, want %d", c.name, got, c.want)
 		}
 	}
-	// The pressure rule: its partition full (MaxPending records pending),
-	// a report is parked at its third failure once another report was
+	// The pressure rule: its partition full (MaxPending records pending,
+	// or its progress window leased), a report is parked at its third failure once another report was
 	// answered after its first — never in an outage of the whole partner.
 	rn.cfg.MaxPending = 4
 	full := &partState{}
 	for i := range 4 {
 		full.wm.add(int64(i), 0, 0)
 	}
+	// Fewer than MaxPending pending, but a report held back past the
+	// progress window: leasing of the partition has stopped behind it.
+	windowFull := &partState{}
+	windowFull.wm.add(0, 0, 0)
+	windowFull.pastWindow.push(&job{id: "past"})
 	for _, c := range []struct {
 		name    string
 		others  uint64 // other reports answered between two failures
@@ -338,11 +343,13 @@ func TestParkBudget(t *testing.T) {
 		{"full partition, outage of the whole partner", 0, 10, full, 0},
 		{"full partition, nothing else posted (it fails alone)", 0, 0, full, 3},
 		{"room in the partition", 10, 0, &partState{}, 61},
+		{"progress window full", 10, 0, windowFull, 3},
 	} {
 		j := &job{id: "r", rec: &kgo.Record{}, ps: c.ps}
 		got := 0
 		for i := 1; i <= 100 && got == 0; i++ {
 			rn.failed += c.failing
+			rn.partnerFailed += c.failing // an outage: the limiter takes them for the partner's
 			if fail(j, c.others, 10*time.Second) {
 				got = i
 			}
@@ -351,13 +358,28 @@ func TestParkBudget(t *testing.T) {
 			t.Errorf("pressure, %s: spent at failure %d (pressured %v), want %d", c.name, got, j.pressured, c.want)
 		}
 	}
+	// Others failing too, but for their payload (a hanging track's reports,
+	// nothing answered: the partition leased up to its window behind them):
+	// it fails alone, parked at its third failure.
+	j0 := &job{id: "r", rec: &kgo.Record{}, ps: full}
+	got := 0
+	for i := 1; i <= 10 && got == 0; i++ {
+		rn.failed += 10 // judged their payload's: partnerFailed unchanged
+		if fail(j0, 0, 30*time.Second) {
+			got = i
+		}
+	}
+	if got != 3 || !j0.pressured {
+		t.Errorf("pressure, full partition, the others failing for their payload: spent at failure %d (pressured %v), want 3", got, j0.pressured)
+	}
 	// The pressure rule counts no failure of a whole-partner outage: three
 	// failures in an outage, then one other report answered, then the
 	// outage again — not parked (it was, at the fourth failure, when every
 	// failure after the first success counted).
 	j := &job{id: "r", rec: &kgo.Record{}, ps: full}
 	for i, others := range []uint64{0, 0, 0, 1, 0, 0, 0, 0} {
-		rn.failed += 10 // the other reports fail too
+		rn.failed += 10        // the other reports fail too …
+		rn.partnerFailed += 10 // … the partner's, to the limiter
 		if fail(j, others, 10*time.Second) {
 			t.Fatalf("pressure: parked at failure %d of an outage with one answer in between", i+1)
 		}

@@ -4,10 +4,14 @@ import (
 	"container/heap"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/playpipe/playpipe/schemas"
@@ -77,11 +81,11 @@ func (rn *run) recoverParked(ctx context.Context, parts []int32, got *recovered)
 	out := map[int32][]*parkedItem{}
 	for id, f := range latest {
 		it := &parkedItem{id: id, due: f.e.Due, pp: f.pp, off: f.off, attempts: f.e.Attempts, stage: f.e.Stage, inDoubt: f.e.InDoubt}
-		p, o := f.e.Source.Partition, f.e.Source.Offset
+		p, o := f.e.Source.Partition, f.e.Source.Offset // p's fence was claimed before the read (recoverFirst)
 		if final[id] {
 			// Its final answer is on record (a slow retry's, its owner gone
 			// before the tombstone): never posted again.
-			if _, err := rn.slowProduce(rn.parkRecord(it.pp, id, nil)); err != nil {
+			if _, err := rn.parkWrite(p, rn.parkRecord(it.pp, id, nil)); err != nil {
 				return nil, fmt.Errorf("remove the parked entry of final report %s: %w", id, err)
 			}
 			continue
@@ -90,15 +94,19 @@ func (rn *run) recoverParked(ctx context.Context, parts []int32, got *recovered)
 		if !(committed && o < base) && got.state[p][o] != recFinal {
 			rn.log.Warn("parked entry without its parked record (its writer stopped in between): removed; the report is posted from its topic again",
 				"report_id", id, "partition", p, "offset", o)
-			if _, err := rn.slowProduce(rn.parkRecord(it.pp, id, nil)); err != nil {
+			if _, err := rn.parkWrite(p, rn.parkRecord(it.pp, id, nil)); err != nil {
 				return nil, fmt.Errorf("remove orphan parked entry %s: %w", id, err)
 			}
 			continue
 		}
-		if f.e.Posting {
+		switch {
+		case f.e.Posting:
 			// Its last owner stopped mid-retry: the post may have reached the
 			// partner unrecorded.
 			it.inDoubt, it.carried = true, schemas.DoubtCrash
+		case f.e.Doubt != "":
+			// Its last owner's post was cancelled after it left (slowCancelled).
+			it.inDoubt, it.carried = true, f.e.Doubt
 		}
 		if q, ok := reqs[id]; ok {
 			// An operator's redrive asks for it: due at once.
@@ -115,7 +123,14 @@ func (rn *run) recoverParked(ctx context.Context, parts []int32, got *recovered)
 }
 
 // readParked reads the partitions of <prefix>.parked in from, each from its
-// offset to its end now, and returns those ends.
+// offset to its end now, and returns those ends. It reads committed records
+// only (the fences' transactions: parkfence.go): a partition is read when
+// its records below its end are, or when its last stable offset had
+// reached the end before a poll that brought nothing (parkedQuiet): what
+// is left are transaction markers, never handed out, or records compacted
+// away or aborted. A transaction left open holds the read until it ends
+// (parkTxnTimeout, or its partition's next claim): past parkedOpenWait it
+// fails, and the caller tries again later.
 func (rn *run) readParked(ctx context.Context, from map[int32]int64, fn func(*kgo.Record)) (map[int32]int64, error) {
 	lo, err := rn.adm.ListEndOffsets(ctx, rn.topics.Parked)
 	if err == nil {
@@ -147,22 +162,29 @@ func (rn *run) readParked(ctx context.Context, from map[int32]int64, fn func(*kg
 	}
 	cl, err := kgo.NewClient(append(base,
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{rn.topics.Parked: start}),
-		kgo.FetchMaxWait(200*time.Millisecond),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.FetchMaxWait(parkedQuiet/2),
 	)...)
 	if err != nil {
 		return nil, fmt.Errorf("parked reader: %w", err)
 	}
 	defer cl.Close()
 	next := map[int32]int64{}
+	var stable map[int32]int64 // last stable offsets, listed after a quiet poll
 	// How long the broker has given nothing: real time on purpose, it
 	// waits on the broker, not on a timer of the reporter (clock.go).
 	last := time.Now()
 	for len(left) > 0 {
-		fs := cl.PollFetches(ctx)
+		pctx, cancel := context.WithTimeout(ctx, parkedQuiet)
+		fs := cl.PollFetches(pctx)
+		cancel()
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("reading %s: %w", rn.topics.Parked, err)
 		}
 		for _, fe := range fs.Errors() {
+			if errors.Is(fe.Err, context.DeadlineExceeded) {
+				continue // a quiet poll
+			}
 			return nil, fmt.Errorf("reading %s partition %d: %w", fe.Topic, fe.Partition, fe.Err)
 		}
 		moved := false
@@ -179,14 +201,45 @@ func (rn *run) readParked(ctx context.Context, from map[int32]int64, fn func(*kg
 				delete(left, pp)
 			}
 		}
-		if moved {
-			last = time.Now()
-		} else if time.Since(last) > 2*time.Second {
-			break // compacted away or aborted: nothing more to read
+		if moved || len(left) == 0 {
+			last, stable = time.Now(), nil
+			continue
 		}
+		// Quiet: a partition whose last stable offset had reached its end
+		// before this quiet poll is read (what is left is transaction
+		// markers, or compacted away, or aborted).
+		for pp, o := range left {
+			if s, ok := stable[pp]; ok && s >= o {
+				delete(left, pp)
+			}
+		}
+		if len(left) == 0 {
+			break
+		}
+		if time.Since(last) > parkedOpenWait {
+			return nil, fmt.Errorf("reading %s: partitions %v held by an open transaction past %s", rn.topics.Parked, slices.Sorted(maps.Keys(left)), parkedOpenWait)
+		}
+		lso, err := rn.adm.ListCommittedOffsets(ctx, rn.topics.Parked)
+		if err == nil {
+			err = lso.Error()
+		}
+		if err != nil {
+			return nil, fmt.Errorf("last stable offsets of %s: %w", rn.topics.Parked, err)
+		}
+		stable = map[int32]int64{}
+		lso.Each(func(o kadm.ListedOffset) { stable[o.Partition] = o.Offset })
 	}
 	return ends, nil
 }
+
+// parkedQuiet is how long a parked-topic poll waits for records before it
+// counts as quiet; parkedOpenWait how long
+// it waits on an open transaction (its timeout, parkTxnTimeout, and the
+// broker's check for timed-out transactions, every 10 s by default).
+const (
+	parkedQuiet    = 200 * time.Millisecond
+	parkedOpenWait = 2*parkTxnTimeout + 5*time.Second
+)
 
 // readFrom notes where the lane has read <prefix>.parked up to.
 func (s *slowLane) readFrom(ends map[int32]int64) {

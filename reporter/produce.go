@@ -12,5 +12,5 @@ import (
 // once the broker acknowledged it or it failed. The one way records leave
 // the reporter (the benchstub build swaps it: produce_benchstub.go).
 func (rn *run) produce(rec *kgo.Record, cb func(*kgo.Record, error)) {
-	rn.cl.Produce(context.Background(), rec, cb)
+	rn.producerOf(rec.Partition).Produce(context.Background(), rec, cb)
 }

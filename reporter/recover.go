@@ -154,8 +154,13 @@ func (rn *run) recoverFirst(ctx context.Context, first map[int32]int64) error {
 	// A broker just killed can still lead a partition of <prefix>.parked in
 	// the client's metadata (CI: ListOffsets "unable to dial" stopped the
 	// role): tried again within the same recoverTimeout.
+	// Claim the partitions' parked-state fences before reading their
+	// parked entries: no write of a previous owner lands after the read.
 	var parked map[int32][]*parkedItem
 	err = rn.untilRecovered(ctx, "recovering the parked reports failed, trying again", fresh, func() (err error) {
+		if err := rn.claimFences(ctx, fresh); err != nil {
+			return err
+		}
 		parked, err = rn.recoverParked(ctx, fresh, got)
 		return err
 	})

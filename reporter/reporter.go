@@ -149,7 +149,9 @@ type job struct {
 	// The retry budget (park.go), under run.mu: failures and time counted
 	// while other reports got answers, the last failure, and the run's
 	// success count then. pressured: parked early, its partition full
-	// behind it. parking: the budget is spent, the worker parks it.
+	// behind it; trackHangs: parked early, its suspect track's budget spent
+	// by another report (suspect.go). parking: the budget is spent, the
+	// worker parks it.
 	healthyFails int
 	// pressureFails: failures not in an outage (the pressure rule);
 	// failedAt: the run's failed posts after its last failure.
@@ -160,7 +162,13 @@ type job struct {
 	succAt        uint64
 	warned        bool
 	pressured     bool
+	trackHangs    bool
 	parking       bool
+	// payloadFailed: a failure of it was judged its payload's (outcome.go):
+	// its later failures never move the limit. partnerFailedAt: the run's
+	// partnerFailed after its last failure (the pressure rule).
+	payloadFailed   bool
+	partnerFailedAt uint64
 }
 
 type tpKey struct {
@@ -221,8 +229,11 @@ type partState struct {
 // coordinator's own.
 type run struct {
 	*Reporter
-	cl     *kgo.Client
-	adm    *kadm.Client
+	cl  *kgo.Client
+	adm *kadm.Client
+	// prod are the clients that write the run's records (producers.go):
+	// prod[0] is cl.
+	prod   []*kgo.Client
 	topics kafkax.Topics
 	// reportsID is the topic id of <prefix>.reports (offset commits v10+);
 	// logParts is the partition count of <prefix>.deliveries; logStart is,
@@ -243,9 +254,18 @@ type run struct {
 	groupHdr    []byte // never modified: shared by every lease marker
 	processSpan string // "process <prefix>.reports"
 
-	postCtx     context.Context // cancelled to abandon posts in flight
-	paused      *pauseWatch     // this process's pauses (pausefence.go)
-	cancelPosts context.CancelFunc
+	postCtx context.Context // cancelled to abandon posts in flight
+	paused  *pauseWatch     // this process's pauses (pausefence.go)
+	// fences are the parked-state fences of the partitions this run
+	// recovered (parkfence.go), by reports partition; fencesClosed once the
+	// run closed them. endCtx ends with the run (coordDone): the fences'
+	// transactions never outlive it.
+	fenceMu      sync.Mutex
+	fences       map[int32]*parkFence
+	fencesClosed bool
+	endCtx       context.Context
+	endRun       context.CancelFunc
+	cancelPosts  context.CancelFunc
 
 	revokeCh  chan revokeReq
 	wake      chan struct{} // capacity 1: the housekeeper has something to look at
@@ -301,6 +321,7 @@ type workerState struct {
 	// while others succeed); warnLimit bounds the stuck-report warnings.
 	successes      uint64
 	failed         uint64 // transient failures counted by the retry budget (park.go)
+	partnerFailed  uint64 // failures the limiter took for the partner's (outcome.go)
 	warnLimit      *rate.Limiter
 	warnSuppressed int
 	// stall is the reports failing repeatedly and the stall warning's state
@@ -462,6 +483,7 @@ func (r *Reporter) newRun(postCtx context.Context, cancelPosts context.CancelFun
 	rn.groupHdr, rn.processSpan = []byte(r.cfg.Group), "process "+rn.topics.Reports
 	rn.cond = sync.NewCond(&rn.mu)
 	rn.slow = newSlowLane()
+	rn.endCtx, rn.endRun = context.WithCancel(context.Background())
 	rn.warnLimit = rate.NewLimiter(1, warnBurst)
 	rn.thr = newThrottle(r.cfg, r.cfg.Now())
 	return rn
@@ -494,21 +516,8 @@ func (rn *run) connect(ctx context.Context) error {
 		// stuck partition drain 64 records per 5 s in
 		// TestFullPartitionPausesAlone while the others were idle).
 		kgo.FetchMaxWait(500*time.Millisecond),
-		kgo.DefaultProduceTopic(rn.topics.Deliveries),
-		// Every record names its deliveries partition: the one of its report's partition.
-		kgo.RecordPartitioner(kgo.ManualPartitioner()),
-		// A short linger: Delivery records and lease markers of ~half a
-		// millisecond share a produce request. With none, at 30k reports/s
-		// nearly every record was a request of its own, and the broker
-		// spent 10–11 µs of CPU per report (bench-report: 4.6–5.8 µs with
-		// 500 µs). Longer costs throughput: a lease marker's acknowledgement
-		// gates posts (leaseAhead covers ~0.5 ms, not 1–2 ms), and the
-		// unrecorded answers are capped at Concurrency (1 ms: 61–70 %,
-		// 2 ms: 53–54 % of the plain client's rate, against 94–102 %).
-		kgo.ProducerLinger(500*time.Microsecond),
-		// Small records, many small requests: compression costs more CPU than it saves.
-		kgo.ProducerBatchCompression(kgo.NoCompression()),
 	)
+	opts = append(opts, rn.producerOpts()...)
 	opts = append(opts, rn.kgoOpts...)
 	rn.cl, err = kgo.NewClient(opts...)
 	if err != nil {
@@ -517,12 +526,16 @@ func (rn *run) connect(ctx context.Context) error {
 	rn.adm = kadm.NewClient(rn.cl)
 	err = rn.describeTopics(ctx)
 	if err == nil {
+		err = rn.connectProducers()
+	}
+	if err == nil {
 		close(rn.described)
 	}
 	if err != nil {
 		// No coordinator will run: the revoke callback that closing a
 		// client already in the group calls must not wait for one.
 		close(rn.coordDone)
+		rn.endRun()
 		rn.cl.Close()
 		return err
 	}
@@ -549,6 +562,7 @@ func (rn *run) serve(ctx context.Context) error {
 
 	runErr := rn.coordinate(ctx)
 	close(rn.coordDone)
+	rn.endRun()
 
 	stopPoll()
 	poller.Wait()
@@ -561,7 +575,9 @@ func (rn *run) serve(ctx context.Context) error {
 	workers.Wait()
 	rn.cancelPosts()
 	rn.bg.Wait()
+	rn.closeFences()
 	rn.cl.AllowRebalance()
 	kafkax.CloseClient(rn.cl, 0) // bounded leave: never waits on a frozen broker
+	rn.closeProducers()
 	return runErr
 }

@@ -169,6 +169,7 @@ func (rn *run) checkRevocations(now time.Time) {
 			}
 			ps.mu.Unlock()
 			gone[ps] = true
+			rn.dropFence(ps.key.partition) // no slow retry of it is under way
 			rn.partsMu.Lock()
 			if rn.parts[ps.key] == ps {
 				delete(rn.parts, ps.key)

@@ -249,7 +249,7 @@ func (rn *run) slowStart(ps *partState) (context.Context, bool) {
 	}
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
-	if ps.revoking.Load() || ps.dropped.Load() {
+	if ps.revoking.Load() || ps.dropped.Load() || rn.stopping.Load() {
 		return nil, false
 	}
 	if ps.slow.ctx == nil {
@@ -266,8 +266,30 @@ func (rn *run) slowEnd(ps *partState) {
 	ps.slow.busy--
 	revoking := ps.revoking.Load()
 	ps.mu.Unlock()
-	if revoking {
+	if revoking || rn.stopping.Load() {
 		rn.poke()
+	}
+}
+
+// slowBusy reports whether a slow retry of any partition is under way.
+func (rn *run) slowBusy() bool {
+	for _, ps := range rn.partList() {
+		ps.mu.Lock()
+		busy := ps.slow.busy > 0
+		ps.mu.Unlock()
+		if busy {
+			return true
+		}
+	}
+	return false
+}
+
+// stopSlowAll cancels the slow posts of every partition (shutdown).
+func (rn *run) stopSlowAll() {
+	for _, ps := range rn.partList() {
+		ps.mu.Lock()
+		ps.stopSlow()
+		ps.mu.Unlock()
 	}
 }
 
@@ -359,7 +381,9 @@ func (rn *run) slowAgain(it *parkedItem, d time.Duration, asked bool) {
 	rn.slow.addItem(it)
 }
 
-// ended reports whether err means the run (or its client) ended.
+// ended reports whether err means the run (or its client) ended, or the
+// partition's parked state is another reporter's now (errFenced): the
+// slow retry records nothing more.
 func ended(err error) bool {
-	return errors.Is(err, errRunEnded) || errors.Is(err, kgo.ErrClientClosed)
+	return errors.Is(err, errRunEnded) || errors.Is(err, kgo.ErrClientClosed) || errors.Is(err, errFenced)
 }

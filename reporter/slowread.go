@@ -25,6 +25,7 @@ type entryMeta struct {
 	Due      int64          `json:"due"`
 	InDoubt  bool           `json:"in_doubt,omitempty"`
 	Posting  bool           `json:"posting,omitempty"`
+	Doubt    string         `json:"doubt,omitempty"`
 }
 
 // newParkedItem is the slow lane's item of the entry e of ps's report,
@@ -124,6 +125,7 @@ func (rn *run) readRange(ctx context.Context, from, until map[int32]int64, fn fu
 	}
 	cl, err := kgo.NewClient(append(base,
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{rn.topics.Parked: start}),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), // the fences' writes (parkfence.go)
 		kgo.FetchMaxWait(200*time.Millisecond),
 	)...)
 	if err != nil {

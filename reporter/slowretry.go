@@ -21,7 +21,11 @@ import (
 // starts only while the partition is this run's and not revoking, and the
 // partition's revocation cancels its post and waits for it to end
 // (slowStart, checkRevocations), so the next owner's writes come after
-// its last one.
+// its last one. A partition lost without notice (this process paused past
+// its session) is fenced by Kafka: every write goes through the
+// partition's transactional fence, which the next owner claimed
+// (parkfence.go), and a refused write ends the retry with nothing
+// recorded.
 func (rn *run) slowRetry(it *parkedItem, e *schemas.Parked) {
 	ctx, ok := rn.slowStart(it.ps)
 	if !ok {
@@ -44,7 +48,7 @@ func (rn *run) slowRetry(it *parkedItem, e *schemas.Parked) {
 	// 1. The entry says a post is about to start: a reader that finds it so
 	// (this process died mid-retry) posts again labelled in doubt.
 	e.Posting = true
-	r, err := rn.slowProduce(rn.parkRecord(it.pp, e.ReportID, e))
+	r, err := rn.parkWrite(it.ps.key.partition, rn.parkRecord(it.pp, e.ReportID, e))
 	if err != nil {
 		if ended(err) {
 			rn.slow.done(it)
@@ -90,8 +94,14 @@ func (rn *run) slowRetry(it *parkedItem, e *schemas.Parked) {
 	e.Attempts, e.InDoubt = j.attempt, j.inDoubt
 	switch {
 	case d.Action == delivery.ActAbandon || rec == nil:
-		// Shutdown or revocation: the entry keeps Posting (the post may have
-		// left), and the next owner posts again labelled in doubt.
+		// Shutdown or revocation cancelled the post. The entry says why
+		// (the revocation waits for this retry: the fence is still this
+		// run's): the next owner posts again labelled cancelled when the
+		// request may have left, without a label when it had not. If the
+		// write fails the entry keeps Posting: labelled crash.
+		if d.Action == delivery.ActAbandon {
+			rn.slowCancelled(it, e, j)
+		}
 		rn.slow.done(it)
 		return
 	case d.Action == delivery.ActStop:
@@ -104,7 +114,7 @@ func (rn *run) slowRetry(it *parkedItem, e *schemas.Parked) {
 			rn.slowUnrecorded(it, e, j, err)
 			return
 		}
-		if _, err := rn.slowProduce(rn.parkRecord(it.pp, e.ReportID, nil)); err != nil && !ended(err) {
+		if _, err := rn.parkWrite(it.ps.key.partition, rn.parkRecord(it.pp, e.ReportID, nil)); err != nil && !ended(err) {
 			rn.log.Warn("parked report final, its entry not removed: its next owner finds the final answer in the deliveries log", "report_id", e.ReportID, "err", err)
 		}
 		rn.slow.done(it)
@@ -134,8 +144,8 @@ func (rn *run) slowRetry(it *parkedItem, e *schemas.Parked) {
 		rn.slowUnrecorded(it, e, j, err)
 		return
 	}
-	e.Posting = false
-	if r, err := rn.slowProduce(rn.parkRecord(it.pp, e.ReportID, e)); err != nil {
+	e.Posting, e.Doubt = false, "" // a cancelled post's cause: carried by this post's record
+	if r, err := rn.parkWrite(it.ps.key.partition, rn.parkRecord(it.pp, e.ReportID, e)); err != nil {
 		if ended(err) {
 			rn.slow.done(it)
 			return
@@ -148,6 +158,19 @@ func (rn *run) slowRetry(it *parkedItem, e *schemas.Parked) {
 	rn.slowAnswered(it, req, asked)
 	it.keep(e)
 	rn.slowAgain(it, rn.slowDelay(e.Stage), true)
+}
+
+// slowCancelled writes the entry of a slow retry whose post was
+// cancelled (j's decision: abandon): posting no more, in doubt with the
+// cause DoubtCancelled when the request may have left.
+func (rn *run) slowCancelled(it *parkedItem, e *schemas.Parked, j *job) {
+	e.Posting, e.Attempts = false, j.attempt
+	if j.dec.Doubt != "" {
+		e.InDoubt, e.Doubt = true, j.dec.Doubt
+	}
+	if _, err := rn.parkWrite(it.ps.key.partition, rn.parkRecord(it.pp, e.ReportID, e)); err != nil && !ended(err) {
+		rn.log.Warn("cancelled slow retry's entry not written: its next owner posts it again labelled crash", "report_id", e.ReportID, "err", err)
+	}
 }
 
 // errStalled is the cause of a slow retry's answer left unrecorded by the

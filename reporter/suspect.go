@@ -32,8 +32,16 @@ import (
 // reports aside go back to the queue (releaseAside); a track with no
 // stall for suspectFor is forgotten.
 //
-// Suspicion changes only which slots a fresh report waits for: no budget,
-// no parking, no move of the limit follows from it. A real overload or
+// Suspicion changes which slots a fresh report waits for, and one thing
+// more: a suspect track has a retry budget of its own, spent by its
+// reports' failures together (failed), or by one report spending its
+// whole budget (parkedOne): the track hangs for good, and its reports are
+// parked at their next failure (budgetSpent) instead of each spending a
+// budget of its own — at the default budget (20 failures over 10 minutes)
+// and timeout (30 s), a thousand hanging reports would need a thousand
+// slots for ten minutes, far more than the suspect share and the stalled
+// room give them: with 1 200 of them the oldest had failed 4 times after
+// 10 minutes. No move of the limit follows from suspicion. A real overload or
 // outage makes no track suspect: with no post started later answered, or
 // the answers slow (limiter.answersFast), no post counts as stalled, and
 // the limit shrinks as before. Posts held at random (1 % of all posts,
@@ -58,6 +66,13 @@ type suspectTrack struct {
 	stalls int       // posts stalled since one of the track's was answered normally
 	since  time.Time // the first of them
 	last   time.Time // the last stall
+	// parked: a report of the track spent its whole retry budget while
+	// the track was suspect (parkedOne), or its reports together did
+	// (failed: fails since firstFail): the track hangs for good, and its
+	// other reports are parked at their next failure (budgetSpent).
+	parked    bool
+	fails     int
+	firstFail time.Time
 }
 
 // suspects is the tracks whose posts stalled (under run.mu, in the
@@ -111,6 +126,52 @@ func (s *suspects) is(track int64) bool {
 	}
 	st, ok := s.tracks[track]
 	return ok && st.stalls >= suspectStalls && s.at.Sub(st.since) >= suspectAfter && s.at.Sub(st.last) < suspectFor
+}
+
+// parkedOne records that a report of track spent its retry budget; it
+// counts only while the track is suspect.
+func (s *suspects) parkedOne(track int64) {
+	if s.is(track) {
+		st := s.tracks[track]
+		st.parked = true
+		s.tracks[track] = st
+	}
+}
+
+// failed counts a failure of a report of track toward the track's own
+// budget while the track is suspect: attempts failures over after (the
+// reports' budget, Config.ParkAfterAttempts and ParkAfter) make it hang.
+// A failure keeps a suspect track remembered like a stall: when nothing
+// else is posted (its partitions leased up to their progress windows
+// behind its reports) no post stalls, and the track must not be forgotten.
+func (s *suspects) failed(track int64, now time.Time, attempts int, after time.Duration) {
+	if attempts < 0 || !s.is(track) {
+		return
+	}
+	s.at = maxTime(s.at, now)
+	st := s.tracks[track]
+	if st.fails == 0 {
+		st.firstFail = now
+	}
+	st.fails++
+	st.last = now
+	if st.fails >= attempts && now.Sub(st.firstFail) >= after {
+		st.parked = true
+	}
+	s.tracks[track] = st
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// hangs reports whether track is suspect and its reports spent its retry
+// budget since its posts began to stall (one report alone, or together).
+func (s *suspects) hangs(track int64) bool {
+	return s.is(track) && s.tracks[track].parked
 }
 
 // count is how many tracks are suspect now (metrics).

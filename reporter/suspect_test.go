@@ -1,9 +1,12 @@
 package reporter
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/playpipe/playpipe/partnerapi"
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
@@ -124,5 +127,71 @@ func TestSuspectTrackWaitsAside(t *testing.T) {
 	t.Logf("the 500 other reports delivered in %v; %d posts of the hanging track held meanwhile", took.Round(10*time.Millisecond), held)
 	if took > 8*time.Second {
 		t.Errorf("the other reports took %v behind the hanging track's fresh reports, want < 8 s", took)
+	}
+}
+
+// TestHangingTrackParksItsReports: once a report of a suspect track spent
+// its whole retry budget, or its reports together spent one, the track's
+// reports are parked at their next failure; a report of another track, or
+// of the track once one of its posts was answered again, spends a budget
+// of its own.
+func TestHangingTrackParksItsReports(t *testing.T) {
+	clk := newFakeClock()
+	cfg := Config{ParkAfterAttempts: 3, ParkAfter: time.Minute, Clock: clk, Logger: testLogger(t)}.withDefaults()
+	r := &Reporter{cfg: cfg, log: cfg.Logger}
+	rn := r.newRun(context.Background(), func() {})
+	sus := &rn.thr.lim.sus
+	const hanging, other = 777, 42
+	sus.stalled(hanging, clk.Now())
+	sus.stalled(hanging, clk.Now().Add(2*time.Second))
+	if !sus.is(hanging) {
+		t.Fatal("a track with two stalls 2 s apart is not suspect")
+	}
+	// fails counts the failures of j until its budget is spent (others
+	// answered in between, 30 s apart: the default timeout's pace).
+	fails := func(j *job) int {
+		for i := 1; i <= 100; i++ {
+			clk.Advance(30 * time.Second)
+			rn.successes += 10
+			j.attempt++
+			if rn.budgetSpent(j) {
+				return i
+			}
+		}
+		return 0
+	}
+	newJob := func(track int64) *job { return &job{id: "r", rec: &kgo.Record{}, ps: &partState{}, track: track} }
+	if n := fails(newJob(hanging)); n != 3 {
+		t.Fatalf("the first report of the hanging track spent its budget at failure %d, want 3 (its own budget)", n)
+	}
+	j := newJob(hanging)
+	if n := fails(j); n != 1 || !j.trackHangs {
+		t.Errorf("the next report of the hanging track: spent at failure %d (trackHangs %v), want 1", n, j.trackHangs)
+	}
+	if n := fails(newJob(other)); n != 3 {
+		t.Errorf("a report of another track: spent at failure %d, want 3", n)
+	}
+	sus.answered(hanging)
+	if n := fails(newJob(hanging)); n != 3 {
+		t.Errorf("a report of the track answered again: spent at failure %d, want 3", n)
+	}
+
+	// Together: three reports of another suspect track fail once each, 30 s
+	// apart: the track's budget (3 failures over a minute) is spent by the
+	// third, which is parked at its first failure, and so is the next.
+	const together = 888
+	sus.stalled(together, clk.Now())
+	sus.stalled(together, clk.Now().Add(2*time.Second))
+	once := func(j *job) bool {
+		clk.Advance(30 * time.Second)
+		rn.successes += 10
+		j.attempt++
+		return rn.budgetSpent(j)
+	}
+	for i, want := range []bool{false, false, true, true} {
+		j := newJob(together)
+		if got := once(j); got != want || j.trackHangs != want {
+			t.Errorf("report %d of a track failing together: spent at its first failure %v (trackHangs %v), want %v", i+1, got, j.trackHangs, want)
+		}
 	}
 }

@@ -114,10 +114,12 @@ func (t *throttle) success(now time.Time, sig delivery.Signal, n uint64, rtt tim
 // before): an answer (or its absence) to be retried. It takes a token; sig,
 // as the limiter judges it (limiter.judge), says whether it moves the
 // limit.
-func (t *throttle) failure(now time.Time, sig delivery.Signal, n uint64, retry bool, rtt time.Duration, inflight int) {
+func (t *throttle) failure(now time.Time, sig delivery.Signal, n uint64, retry bool, rtt time.Duration, inflight int) delivery.Signal {
 	t.refill(now)
 	t.tokens = math.Max(t.tokens-1, -t.max) // a burst in flight may overdraw a little
-	t.lim.observe(now, t.lim.judge(sig, n, retry, rtt), rtt, inflight)
+	judged := t.lim.judge(sig, n, retry, rtt)
+	t.lim.observe(now, judged, rtt, inflight)
+	return judged
 }
 
 // readyAt is when the next token will be there (zero when one is).

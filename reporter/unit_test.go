@@ -142,4 +142,9 @@ func TestConfigValidate(t *testing.T) {
 	if err := bad.Validate(); err == nil {
 		t.Fatal("max-pending below concurrency must fail")
 	}
+	bad = good
+	bad.Producers = -1
+	if err := bad.Validate(); err == nil {
+		t.Fatal("producers below 1 must fail")
+	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
+	"github.com/playpipe/playpipe/reporter/delivery"
 )
 
 // watchMetadata polls the group's committed offsets every 20 ms until the
@@ -120,4 +121,42 @@ func (h *countingHandler) WithAttrs(as []slog.Attr) slog.Handler {
 
 func (h *countingHandler) WithGroup(g string) slog.Handler {
 	return &countingHandler{Handler: h.Handler.WithGroup(g), prefix: h.prefix, n: h.n}
+}
+
+// TestHangingReportPastWindowParked: one report hangs (each post held
+// until it times out) at its partition's commit point while the others
+// flow. A partition leases at most the progress window past its commit
+// point (785 offsets at a 256-byte metadata bound), which is far below
+// MaxPending: the pressure rule parks the hanging report once the window
+// is leased, and the other 3 000 reports are delivered, long before the
+// retry budget (20 failures over 10 minutes) would have parked it. Before,
+// the partition stopped at the window until then.
+func TestHangingReportPastWindowParked(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end to end")
+	}
+	e := newE2E(t, 1)
+	e.group = "reporter-window-hang"
+	bad := e.publishTrack("hang", 1, 777)
+	e.publish("good", 3000, 0, 0)
+	partner := &hangPartner{badPartner: e.newBadPartner(bad)}
+	partner.hang.Store(int64(500 * time.Millisecond))
+	cfg := e.config()
+	cfg.MetadataMaxBytes = 256
+	cfg.ParkAfterAttempts, cfg.ParkAfter = 20, 10*time.Minute
+	stop := e.start(cfg, partner)
+	e.waitLedger(60 * time.Second)
+	parked := e.parkedRecords()
+	for id := range bad {
+		d, ok := parked[id]
+		if !ok {
+			t.Fatalf("the hanging report %s is not parked", id)
+		}
+		if d.Attempt >= cfg.ParkAfterAttempts || d.Reason != delivery.ReasonTimeout {
+			t.Errorf("parked record of the hanging report: attempt %d reason %q, want the pressure rule's (under %d attempts), timeout", d.Attempt, d.Reason, cfg.ParkAfterAttempts)
+		}
+	}
+	if err := stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
 }

@@ -35,6 +35,11 @@ type Parked struct {
 	// Posting: a slow retry's post was about to start. A reader that finds
 	// it set (the writer stopped mid-retry) posts again labelled in doubt.
 	Posting bool `json:"posting,omitempty"`
+	// Doubt is the cause (a Doubt* of records.go) of a post with no record
+	// of its own — a slow retry's post cancelled after its request left
+	// (shutdown, revocation): DoubtCancelled. The report's next post
+	// carries it; empty otherwise.
+	Doubt string `json:"doubt,omitempty"`
 	// ParkedAt is when the report was first parked (epoch ms).
 	ParkedAt int64 `json:"parked_at"`
 }

@@ -27,6 +27,7 @@ func registerReporterFlags(fs *flag.FlagSet, c *reporter.Config) {
 	fs.DurationVar(&c.CommitInterval, "commit-interval", reporter.DefaultCommitInterval, "least time between two commits of final offsets (one commit in flight at a time)")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", reporter.DefaultShutdownTimeout, "how long shutdown waits for posts in flight before abandoning them")
 	fs.IntVar(&c.MaxPending, "max-pending", reporter.DefaultMaxPending, "records held per partition between its commit point and the newest fetched record (fetching pauses for that partition alone beyond)")
+	fs.IntVar(&c.Producers, "producers", reporter.DefaultProducers, "Kafka clients writing Delivery records and lease markers, each partition always through the same one: Apache Kafka serves one request of a connection at a time")
 	fs.IntVar(&c.ParkAfterAttempts, "park-after-attempts", reporter.DefaultParkAfterAttempts, "retry budget of one report: failed attempts (while the partner answers other reports) before it is parked, together with --park-after (-1: never park)")
 	fs.DurationVar(&c.ParkAfter, "park-after", reporter.DefaultParkAfter, "retry budget of one report: time failing (while the partner answers other reports) before it is parked, together with --park-after-attempts; a report that failed 3 times is parked at once when its partition holds --max-pending records behind it")
 	fs.Var(durationList{&c.ParkRetries}, "park-retries", "slow schedule of parked reports: delays before each slow retry, comma-separated, the last repeated (default 1m,5m,30m,1h)")
