@@ -57,7 +57,7 @@ func TestRetryWhileTheFirstAnswerLands(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rn.cl = cl
+	rn.cl, rn.prod = cl, []*kgo.Client{cl}
 	var closeOnce sync.Once
 	closeCl := func() { closeOnce.Do(cl.Close) }
 	t.Cleanup(closeCl)

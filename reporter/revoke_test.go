@@ -32,6 +32,7 @@ func TestRevokeWhileCommitsStart(t *testing.T) {
 	rn, _ := bareRun(t, 1, 0)
 	rn.log = testLogger(t)
 	rn.cl = closedClient(t)
+	rn.prod = []*kgo.Client{rn.cl}
 	ctx := context.Background()
 	delete(rn.parts, tpKey{"p.reports", 0})
 
