@@ -156,17 +156,9 @@ func (rn *run) readParked(ctx context.Context, from map[int32]int64, fn func(*kg
 	if len(start) == 0 {
 		return ends, nil
 	}
-	base, err := rn.cfg.Kafka.ClientOpts()
+	cl, err := rn.parkedReader(start, parkedQuiet/2)
 	if err != nil {
 		return nil, err
-	}
-	cl, err := kgo.NewClient(append(base,
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{rn.topics.Parked: start}),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.FetchMaxWait(parkedQuiet/2),
-	)...)
-	if err != nil {
-		return nil, fmt.Errorf("parked reader: %w", err)
 	}
 	defer cl.Close()
 	next := map[int32]int64{}
@@ -230,6 +222,26 @@ func (rn *run) readParked(ctx context.Context, from map[int32]int64, fn func(*kg
 		lso.Each(func(o kadm.ListedOffset) { stable[o.Partition] = o.Offset })
 	}
 	return ends, nil
+}
+
+// parkedReader is a client reading the partitions of <prefix>.parked in
+// start from their offsets, committed records only (the fences'
+// transactions: parkfence.go), each fetch waiting at most wait: the one
+// reader of readParked and readRange.
+func (rn *run) parkedReader(start map[int32]kgo.Offset, wait time.Duration) (*kgo.Client, error) {
+	base, err := rn.cfg.Kafka.ClientOpts()
+	if err != nil {
+		return nil, err
+	}
+	cl, err := kgo.NewClient(append(base,
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{rn.topics.Parked: start}),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.FetchMaxWait(wait),
+	)...)
+	if err != nil {
+		return nil, fmt.Errorf("parked reader: %w", err)
+	}
+	return cl, nil
 }
 
 // parkedQuiet is how long a parked-topic poll waits for records before it

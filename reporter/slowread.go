@@ -119,17 +119,9 @@ func (rn *run) readRange(ctx context.Context, from, until map[int32]int64, fn fu
 	for pp, o := range from {
 		start[pp] = kgo.NewOffset().At(o)
 	}
-	base, err := rn.cfg.Kafka.ClientOpts()
+	cl, err := rn.parkedReader(start, 200*time.Millisecond)
 	if err != nil {
 		return err
-	}
-	cl, err := kgo.NewClient(append(base,
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{rn.topics.Parked: start}),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()), // the fences' writes (parkfence.go)
-		kgo.FetchMaxWait(200*time.Millisecond),
-	)...)
-	if err != nil {
-		return fmt.Errorf("parked reader: %w", err)
 	}
 	defer cl.Close()
 	left := make(map[int32]int64, len(until))
