@@ -1,6 +1,7 @@
 package reporter
 
 import (
+	"context"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -295,5 +296,46 @@ func TestSuspectTrackKeepsTheOthersFlowing(t *testing.T) {
 	t.Logf("1 %% held at random: %d answered with the rule, %d without; %d suspect tracks at the end", randOn.good, randOff.good, randOn.l.sus.count())
 	if float64(randOn.good) < 0.97*float64(randOff.good) {
 		t.Errorf("1 %% held at random: %d answered with the rule, %d without", randOn.good, randOff.good)
+	}
+}
+
+// TestOnePayloads503sKeepTheLimit: a 503 without Retry-After to a report
+// that failed before, while a post started after it was answered at the
+// usual latency, is that report's (the limit stays); a 503 to a fresh
+// report, with Retry-After, a 429, or while nothing later was answered
+// still halves it.
+func TestOnePayloads503sKeepTheLimit(t *testing.T) {
+	clk := newFakeClock()
+	cfg := Config{Concurrency: 64, MaxConcurrency: 1024, Clock: clk, Logger: testLogger(t)}.withDefaults()
+	r := &Reporter{cfg: cfg, log: cfg.Logger, backoff: retryPolicy(cfg)}
+	for _, c := range []struct {
+		name       string
+		failures   int
+		status     int
+		retryAfter time.Duration
+		laterOK    bool // a post started after it was answered
+		cut        bool
+	}{
+		{"503 of a retry, a later post answered", 1, 503, 0, true, false},
+		{"503 of a fresh report, a later post answered", 0, 503, 0, true, true},
+		{"503 of a retry, nothing later answered", 3, 503, 0, false, true},
+		{"503 with Retry-After of a retry", 1, 503, time.Second, true, true},
+		{"429 of a retry", 1, 429, 0, true, true},
+	} {
+		rn := r.newRun(context.Background(), func() {})
+		now := clk.Now()
+		feed(rn.thr.lim, &now, 50*time.Millisecond, true)
+		l := rn.thr.lim
+		j := &job{id: "r", failures: c.failures, postNo: l.started(now, c.failures > 0, false, 0), held: 50 * time.Millisecond}
+		later := l.started(now, false, false, 0)
+		if c.laterOK {
+			l.answered(later)
+		}
+		d := delivery.Decision{Action: delivery.ActRetry, Status: c.status, RetryAfter: c.retryAfter, Signal: delivery.SignalBackPressure}
+		before := l.limit
+		rn.thr.failure(now.Add(time.Minute), rn.limitSignal(j, d), j.postNo, c.failures > 0, j.held, 1)
+		if cut := l.limit < before; cut != c.cut {
+			t.Errorf("%s: limit %.0f → %.0f, want cut %v", c.name, before, l.limit, c.cut)
+		}
 	}
 }

@@ -35,6 +35,9 @@ const (
 	// concurrency: a fixed in-flight, which the bounds of the kill tests
 	// count on.
 	envChildMaxConc = "PLAYPIPE_REPORTER_CHILD_MAX_CONCURRENCY"
+	// envChildAPITimeout is the child's API request timeout (a Go
+	// duration); unset, 5 s.
+	envChildAPITimeout = "PLAYPIPE_REPORTER_CHILD_API_TIMEOUT"
 	// The parking kill test (park_kill_test.go): a partner that fails every
 	// report of one track while a file exists, and the parking settings.
 	envChildBadAPI   = "PLAYPIPE_REPORTER_CHILD_BAD_API"
@@ -55,13 +58,21 @@ func TestReporterProcess(t *testing.T) {
 	conc, _ := strconv.Atoi(os.Getenv(envChildConc))
 	maxConc, _ := strconv.Atoi(os.Getenv(envChildMaxConc))
 	maxConc = max(maxConc, conc)
+	apiTimeout := 5 * time.Second
+	if v := os.Getenv(envChildAPITimeout); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatalf("%s: %v", envChildAPITimeout, err)
+		}
+		apiTimeout = d
+	}
 	// Straight to stderr: the parent shows it when a test fails (t.Log output
 	// of a killed child would be lost).
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	api, err := partnerapi.New(partnerapi.Config{
 		BaseURL:     os.Getenv(envChildAPI),
 		Credentials: partnerapi.Credentials{ClientID: "playpipe01", ClientSignature: "SANDBOX-ONLY-signature-not-a-real-secret"},
-		UserAgent:   testUA, MaxConns: max(maxConc, 16), RequestTimeout: 5 * time.Second, Logger: log,
+		UserAgent:   testUA, MaxConns: max(maxConc, 16), RequestTimeout: apiTimeout, Logger: log,
 	})
 	if err != nil {
 		t.Fatal(err)

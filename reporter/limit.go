@@ -351,7 +351,8 @@ func (l *limiter) answered(n uint64) { l.answeredUpTo = max(l.answeredUpTo, n) }
 // share (isolatedRatio) of this post's time — and otherwise a payload's
 // failure: signalIsolated for a retry, an error of the rate rule for a
 // first failure. Back-pressure (429, 503, Retry-After) is the partner
-// asking for less, whoever asked: always sig.
+// asking for less, whoever asked: always sig (run.limitSignal makes one
+// payload's repeated 503s isolated before they get here).
 func (l *limiter) judge(sig delivery.Signal, n uint64, retry bool, rtt time.Duration) delivery.Signal {
 	switch sig {
 	case delivery.SignalTimeout, delivery.SignalPayload, delivery.SignalEdge, delivery.SignalConnection:

@@ -53,6 +53,33 @@ type stallState struct {
 	lastReach time.Time // the last answer of the partner, or timeout
 	lastPost  time.Time // the last answer of any kind (the reporter posts)
 	firstPost time.Time // the first answer of any kind
+	cutAt     time.Time // the last "in-flight limit cut" warning (zero: the limit is back)
+}
+
+// limitCutRepeat is how often the in-flight limit's cut warning may come
+// again while the limit stays below --concurrency.
+const limitCutRepeat = time.Minute
+
+// noteLimit logs a move of the in-flight limit an operator must see (mu
+// held): a cut below --concurrency for the partner's back-pressure or
+// timeouts (a warning, at most once per limitCutRepeat: a partner that
+// sheds load or hangs cuts it many times), and the limit back at
+// --concurrency after such a warning. The other moves are at debug level.
+func (rn *run) noteLimit(now time.Time, before, after float64, reason string) {
+	floor := float64(rn.cfg.Concurrency)
+	switch {
+	case after < before && after < floor && (reason == moveBackPressure || reason == moveTimeout):
+		if !rn.stall.cutAt.IsZero() && now.Sub(rn.stall.cutAt) < limitCutRepeat {
+			return
+		}
+		rn.stall.cutAt = now
+		rn.log.Warn("in-flight limit cut below --concurrency: the partner asks for less or does not answer in time",
+			"limit", after, "from", before, "reason", reason, "concurrency", rn.cfg.Concurrency,
+			"rtt_min", rn.thr.lim.baseline, "rtt_recent", rn.thr.lim.recent, "in_flight", rn.inflight)
+	case after >= floor && !rn.stall.cutAt.IsZero():
+		rn.stall.cutAt = time.Time{}
+		rn.log.Info("in-flight limit back at --concurrency", "limit", after, "concurrency", rn.cfg.Concurrency)
+	}
 }
 
 // noteFailure records a transient failure of j, answered d at now (mu

@@ -98,3 +98,39 @@ func TestStallWarning(t *testing.T) {
 		t.Fatalf("idle: %v", err)
 	}
 }
+
+// TestLimitCutWarning: a cut below --concurrency for back-pressure or
+// timeouts is a warning, once per limitCutRepeat however many cuts; a cut
+// by the latency rule or above --concurrency is not; the limit back at
+// --concurrency says so once.
+func TestLimitCutWarning(t *testing.T) {
+	clk := newFakeClock()
+	var logs bytes.Buffer
+	cfg := Config{Concurrency: 64, Clock: clk, Logger: slog.New(slog.NewTextHandler(&logs, nil))}.withDefaults()
+	r := &Reporter{cfg: cfg, log: cfg.Logger}
+	rn := r.newRun(context.Background(), func() {})
+	cuts := func() int { return strings.Count(logs.String(), "in-flight limit cut") }
+	backs := func() int { return strings.Count(logs.String(), "in-flight limit back") }
+	rn.noteLimit(clk.Now(), 256, 128, moveTimeout) // above --concurrency
+	rn.noteLimit(clk.Now(), 64, 48, moveLatency)   // the latency rule
+	if cuts() != 0 {
+		t.Fatalf("%d warnings for cuts that are not the partner's overload below --concurrency:\n%s", cuts(), logs.String())
+	}
+	for l := 64.0; l > 1; l /= 2 {
+		rn.noteLimit(clk.Now(), l, l/2, moveTimeout)
+		clk.Advance(time.Second)
+	}
+	if cuts() != 1 || !strings.Contains(logs.String(), "reason=timeout") {
+		t.Fatalf("6 timeout cuts within a minute: %d warnings, want 1:\n%s", cuts(), logs.String())
+	}
+	clk.Advance(limitCutRepeat)
+	rn.noteLimit(clk.Now(), 2, 1, moveBackPressure)
+	if cuts() != 2 {
+		t.Fatalf("a cut after limitCutRepeat: %d warnings, want 2", cuts())
+	}
+	rn.noteLimit(clk.Now(), 32, 64, moveLatency)
+	rn.noteLimit(clk.Now(), 64, 96, moveLatency)
+	if backs() != 1 {
+		t.Fatalf("the limit back at --concurrency: %d notes, want 1:\n%s", backs(), logs.String())
+	}
+}
