@@ -32,6 +32,17 @@ type slice struct {
 	// report ids (the HAVING drops the others; an IN set of most report
 	// ids costs more than it saves).
 	wide bool
+	// only, when set, narrows the slice's reports further (a condition on
+	// report_id: the plays the narrow form left out, audit_fast.go).
+	only string
+}
+
+// rng is the condition on report_id of slice s.
+func (s slice) rng() string {
+	if s.only == "" {
+		return sliceRange(s.lo, s.hi)
+	}
+	return sliceRange(s.lo, s.hi) + " AND " + s.only
 }
 
 // joinFilter restricts the outcomes joined to slice s's plays to the
@@ -123,7 +134,7 @@ const countsUpTo = 8
 // max, any. A report without a play in the window is dropped by the
 // HAVING.
 func (a *Auditor) slicePerReport(o AuditOptions, s slice, uniq string) string {
-	return a.perReportRows(o, sliceRange(s.lo, s.hi), a.joinFilter(o, s), uniq)
+	return a.perReportRows(o, s.rng(), a.joinFilter(o, s), uniq)
 }
 
 // perReportRows is one row per play of the window whose report id meets
@@ -188,6 +199,9 @@ type sliceTotals struct {
 	answerKeys, answerCounts       []uint64
 	deliveredKeys, deliveredCounts []uint64
 	sandbox                        uint64
+	// The plays the narrow form leaves out (sliceCounts).
+	unclean    uint64
+	uncleanIDs []string
 }
 
 // auditSliced fills the figures of the window's plays slice by slice:
@@ -199,76 +213,78 @@ func (a *Auditor) auditSliced(ctx context.Context, o AuditOptions, r *Audit, pla
 	partners := map[string]*PartnerCount{}
 	replays := map[string]*ReplayCount{}
 	delays := map[int64]uint64{}
-	sandboxes := a.sandboxList(ctx, o)
+	targets, sandboxes := a.partnerTargets(ctx, o)
 	x, err := a.eventsRecordedTwice(ctx, o)
 	if err != nil {
 		return err
 	}
+	if !fastEligible(targets, x) || a.limits.noNarrow {
+		targets = nil
+	}
 	var lookup lookups
 	for i, s := range plan {
 		sctx := withCheck(ctx, o, fmt.Sprintf("plays, slice %d/%d (%s)", i+1, len(plan), s))
-		t, err := a.sliceCounts(sctx, o, s, fmt.Sprintf("uniqUpToIf(%d)", a.limits.countsUpTo()), sandboxes, x)
-		if err == nil && t.overflow > 0 {
-			// A play with more records of one kind than uniqUpTo counts:
-			// the slice again with exact counts.
-			sctx = withCheck(ctx, o, fmt.Sprintf("plays, slice %d/%d (%s), exact counts", i+1, len(plan), s))
-			t, err = a.sliceCounts(sctx, o, s, "uniqExactIf", sandboxes, x)
-		}
+		ts, err := a.sliceParts(sctx, o, s, fmt.Sprintf("plays, slice %d/%d (%s)", i+1, len(plan), s), sandboxes, x, targets)
 		if err != nil {
 			return err
 		}
-		r.PlaysDerived += t.derived
-		r.PlaysBelowMinimum += t.below
-		r.PlaysReportable += t.reportable
-		r.Delivered += t.delivered
-		r.RejectedByAPI += t.rejected
-		r.StandbyAnswered += t.standby
-		r.StandbyThenDelivered += t.standbyDel
-		r.Pending += t.pending
-		r.PendingOverdue += t.overdue
-		r.DeliveredTwice += t.twice
-		r.BelowMinimumDelivered += t.belowDel
-		r.PossiblyTwice += t.doubt
-		r.Parked += t.parked
-		r.PossibleExtraCopies += t.extraCopies
-		r.PlaysWithExtraCopies += t.copyPlays
-		r.PlayRecords += t.records
-		addDelays(delays, t.delayKeys, t.delayCounts)
-		if t.uncarried > uint64(a.limits.maxLookups()) {
+		var uncarried uint64
+		var doubtful, multiPartner, replayed bool
+		for _, t := range ts {
+			r.PlaysDerived += t.derived
+			r.PlaysBelowMinimum += t.below
+			r.PlaysReportable += t.reportable
+			r.Delivered += t.delivered
+			r.RejectedByAPI += t.rejected
+			r.StandbyAnswered += t.standby
+			r.StandbyThenDelivered += t.standbyDel
+			r.Pending += t.pending
+			r.PendingOverdue += t.overdue
+			r.DeliveredTwice += t.twice
+			r.BelowMinimumDelivered += t.belowDel
+			r.PossiblyTwice += t.doubt
+			r.Parked += t.parked
+			r.PossibleExtraCopies += t.extraCopies
+			r.PlaysWithExtraCopies += t.copyPlays
+			r.PlayRecords += t.records
+			addDelays(delays, t.delayKeys, t.delayCounts)
+			uncarried += t.uncarried
+			t.addMessages(messages)
+			doubtful = doubtful || t.doubtful > 0
+			multiPartner = multiPartner || t.multiPartner > 0
+			replayed = replayed || t.replayed > 0
+		}
+		if uncarried > uint64(a.limits.maxLookups()) {
 			uctx := withCheck(ctx, o, fmt.Sprintf("delay of plays without their event's time, slice %d/%d (%s)", i+1, len(plan), s))
 			if err := a.sliceUncarriedDelays(uctx, o, s, x, delays); err != nil {
 				return err
 			}
-		} else if err := lookup.add(t.uncarriedPlays); err != nil {
-			return err
-		} else if err := a.flush(ctx, o, &lookup, false, delays); err != nil {
-			return err
-		}
-		byHash := map[uint64]uint64{}
-		for j, h := range t.messageKeys {
-			if j < len(t.messageCounts) {
-				byHash[h] = t.messageCounts[j]
+		} else {
+			for _, t := range ts {
+				if err := lookup.add(t.uncarriedPlays); err != nil {
+					return err
+				}
+			}
+			if err := a.flush(ctx, o, &lookup, false, delays); err != nil {
+				return err
 			}
 		}
-		for j, m := range t.messages {
-			if j < len(t.messageHashes) {
-				messages[m] += byHash[t.messageHashes[j]]
-			}
-		}
-		if t.doubtful > 0 {
+		if doubtful {
 			if err := a.sliceCauses(sctx, o, s, causes); err != nil {
 				return err
 			}
 		}
-		if t.multiPartner > 0 {
+		if multiPartner {
 			if err := a.slicePartners(sctx, o, s, partners, sandboxes, r); err != nil {
 				return err
 			}
 		} else {
-			t.addPartners(partners, o.SandboxTargets)
-			r.DeliveredToSandbox += t.sandbox
+			for _, t := range ts {
+				t.addPartners(partners, o.SandboxTargets)
+				r.DeliveredToSandbox += t.sandbox
+			}
 		}
-		if t.replayed > 0 {
+		if replayed {
 			if err := a.sliceReplays(sctx, o, s, replays); err != nil {
 				return err
 			}
@@ -302,45 +318,77 @@ func (a *Auditor) auditSliced(ctx context.Context, o AuditOptions, r *Audit, pla
 // sliceCounts reads the figures of slice s that add up, the distinct
 // records counted by uniq (an -If aggregate of a location and a condition);
 // t.overflow says how many plays have more records of one kind than
-// uniqUpTo counted.
-func (a *Auditor) sliceCounts(ctx context.Context, o AuditOptions, s slice, uniq, sandboxes string, x firstRecords) (sliceTotals, error) {
-	cutoff := o.overdueCutoff()
+// uniqUpTo counted. With partners (not nil) it reads the narrow form
+// (audit_fast.go) instead, whose figures leave out the plays it cannot
+// count exactly: t.unclean of them, their report ids in t.uncleanIDs
+// (when at most maxLookups).
+func (a *Auditor) sliceCounts(ctx context.Context, o AuditOptions, s slice, uniq, sandboxes string, x firstRecords, partners []string) (sliceTotals, error) {
+	var t sliceTotals
+	err := a.row(ctx, a.sliceCountsSQL(o, s, uniq, sandboxes, x, partners),
+		&t.derived, &t.below, &t.reportable, &t.delivered, &t.rejected, &t.standby, &t.standbyDel,
+		&t.pending, &t.overdue, &t.twice, &t.belowDel, &t.doubt, &t.parked, &t.extraCopies, &t.copyPlays, &t.records,
+		&t.replayed, &t.doubtful, &t.delayKeys, &t.delayCounts, &t.uncarried, &t.uncarriedPlays,
+		&t.messages, &t.messageHashes, &t.messageKeys, &t.messageCounts, &t.overflow,
+		&t.multiPartner, &t.partners, &t.partnerHashes, &t.answerKeys, &t.answerCounts, &t.deliveredKeys, &t.deliveredCounts, &t.sandbox,
+		&t.unclean, &t.uncleanIDs)
+	return t, err
+}
+
+// sliceCountsSQL is sliceCounts' query.
+func (a *Auditor) sliceCountsSQL(o AuditOptions, s slice, uniq, sandboxes string, x firstRecords, partners []string) string {
+	overdue := "derived_ms < " + o.overdueCutoff()
+	over := strconv.FormatUint(a.limits.countsUpTo(), 10)
+	overflow := "records > " + over + " OR delivered_n > " + over + " OR replay_delivered_n > " + over + " OR doubt_n > " + over + " OR replay_doubt_n > " + over + " OR answers_n > " + over
+	from, keep, unclean := a.sliceEvents(o, s, uniq, x), "1", "toUInt64(0), emptyArrayString()"
+	lookups := strconv.Itoa(a.limits.maxLookups())
+	if partners != nil {
+		from, keep, overdue, overflow = a.fastSliceRows(o, s, x, partners), "clean = 1", "before_cutoff = 1", "0"
+		unclean = "countIf(clean = 0), groupArrayIf(" + lookups + ")(report_id, clean = 0)"
+	}
+	f := func(c string) string { return "(" + c + ") AND " + keep }
 	sandboxCond := "0"
 	if sandboxes != "" {
 		sandboxCond = condDelivered + " AND partner IN " + sandboxes
 	}
 	delayCond := condDelivered + " AND (carried_ms > 0 OR has_event = 1)"
 	uncarried := uncarriedCond(x)
-	over := strconv.FormatUint(a.limits.countsUpTo(), 10)
-	var t sliceTotals
-	err := a.row(ctx, `SELECT count(), countIf(below = 1), countIf(`+condReportable+`),
-    countIf(`+condDelivered+`), countIf(`+condRejected+`), countIf(`+condStandby+`), countIf(`+condStandbyDel+`),
-    countIf(`+condPending+`), countIf(`+condPending+` AND derived_ms < `+cutoff+`), countIf(`+condTwice+`), countIf(`+condBelowDel+`), countIf(`+condDoubt+`),
-    countIf(`+condParked+`), toUInt64(sumIf(`+playCopies+` - 1, `+condCopies+`)), countIf(`+condCopies+`), toUInt64(sum(records)),
-    countIf(replayed > 0), toUInt64(sum(doubt_n + replay_doubt_n)),
-    tupleElement(sumMapIf([toInt64(delivered_ms) - toInt64(`+firstRecord+`)], [toUInt64(1)], `+delayCond+`), 1),
-    tupleElement(sumMapIf([toInt64(delivered_ms) - toInt64(`+firstRecord+`)], [toUInt64(1)], `+delayCond+`), 2),
-    countIf(`+uncarried+`), groupArrayIf(`+strconv.Itoa(a.limits.maxLookups())+`)(concat(toString(delivered_ms), ' ', event_id), `+uncarried+`),
-    groupUniqArrayIf(reject_message, `+condRejected+`),
-    arrayMap(m -> cityHash64(m), groupUniqArrayIf(reject_message, `+condRejected+`)),
-    tupleElement(sumMapIf([cityHash64(reject_message)], [toUInt64(1)], `+condRejected+`), 1),
-    tupleElement(sumMapIf([cityHash64(reject_message)], [toUInt64(1)], `+condRejected+`), 2),
-    countIf(records > `+over+` OR delivered_n > `+over+` OR replay_delivered_n > `+over+` OR doubt_n > `+over+` OR replay_doubt_n > `+over+` OR answers_n > `+over+`),
-    countIf(partners_n > 1),
-    groupUniqArrayIf(partner, answers_n > 0),
-    arrayMap(m -> cityHash64(m), groupUniqArrayIf(partner, answers_n > 0)),
-    tupleElement(sumMapIf([cityHash64(partner)], [toUInt64(answers_n)], answers_n > 0), 1),
-    tupleElement(sumMapIf([cityHash64(partner)], [toUInt64(answers_n)], answers_n > 0), 2),
-    tupleElement(sumMapIf([cityHash64(partner)], [toUInt64(1)], delivered_n > 0 OR replay_delivered_n > 0), 1),
-    tupleElement(sumMapIf([cityHash64(partner)], [toUInt64(1)], delivered_n > 0 OR replay_delivered_n > 0), 2),
-    countIf(`+sandboxCond+`)
-FROM `+a.sliceEvents(o, s, uniq, x),
-		&t.derived, &t.below, &t.reportable, &t.delivered, &t.rejected, &t.standby, &t.standbyDel,
-		&t.pending, &t.overdue, &t.twice, &t.belowDel, &t.doubt, &t.parked, &t.extraCopies, &t.copyPlays, &t.records,
-		&t.replayed, &t.doubtful, &t.delayKeys, &t.delayCounts, &t.uncarried, &t.uncarriedPlays,
-		&t.messages, &t.messageHashes, &t.messageKeys, &t.messageCounts, &t.overflow,
-		&t.multiPartner, &t.partners, &t.partnerHashes, &t.answerKeys, &t.answerCounts, &t.deliveredKeys, &t.deliveredCounts, &t.sandbox)
-	return t, err
+	return `SELECT countIf(` + keep + `), countIf(` + f("below = 1") + `), countIf(` + f(condReportable) + `),
+    countIf(` + f(condDelivered) + `), countIf(` + f(condRejected) + `), countIf(` + f(condStandby) + `), countIf(` + f(condStandbyDel) + `),
+    countIf(` + f(condPending) + `), countIf(` + f(condPending+" AND "+overdue) + `), countIf(` + f(condTwice) + `), countIf(` + f(condBelowDel) + `), countIf(` + f(condDoubt) + `),
+    countIf(` + f(condParked) + `), toUInt64(sumIf(` + playCopies + ` - 1, ` + f(condCopies) + `)), countIf(` + f(condCopies) + `), toUInt64(sumIf(records, ` + keep + `)),
+    countIf(` + f("replayed > 0") + `), toUInt64(sumIf(doubt_n + replay_doubt_n, ` + keep + `)),
+    tupleElement(sumMapIf([toInt64(delivered_ms) - toInt64(` + firstRecord + `)], [toUInt64(1)], ` + f(delayCond) + `), 1),
+    tupleElement(sumMapIf([toInt64(delivered_ms) - toInt64(` + firstRecord + `)], [toUInt64(1)], ` + f(delayCond) + `), 2),
+    countIf(` + f(uncarried) + `), groupArrayIf(` + lookups + `)(concat(toString(delivered_ms), ' ', event_id), ` + f(uncarried) + `),
+    groupUniqArrayIf(reject_message, ` + f(condRejected) + `),
+    arrayMap(m -> cityHash64(m), groupUniqArrayIf(reject_message, ` + f(condRejected) + `)),
+    tupleElement(sumMapIf([cityHash64(reject_message)], [toUInt64(1)], ` + f(condRejected) + `), 1),
+    tupleElement(sumMapIf([cityHash64(reject_message)], [toUInt64(1)], ` + f(condRejected) + `), 2),
+    countIf(` + overflow + `),
+    countIf(` + f("partners_n > 1") + `),
+    groupUniqArrayIf(partner, ` + f("answers_n > 0") + `),
+    arrayMap(m -> cityHash64(m), groupUniqArrayIf(partner, ` + f("answers_n > 0") + `)),
+    tupleElement(sumMapIf([cityHash64(partner)], [toUInt64(answers_n)], ` + f("answers_n > 0") + `), 1),
+    tupleElement(sumMapIf([cityHash64(partner)], [toUInt64(answers_n)], ` + f("answers_n > 0") + `), 2),
+    tupleElement(sumMapIf([cityHash64(partner)], [toUInt64(1)], ` + f("delivered_n > 0 OR replay_delivered_n > 0") + `), 1),
+    tupleElement(sumMapIf([cityHash64(partner)], [toUInt64(1)], ` + f("delivered_n > 0 OR replay_delivered_n > 0") + `), 2),
+    countIf(` + f(sandboxCond) + `), ` + unclean + `
+FROM ` + from
+}
+
+// addMessages adds the slice's rejected plays by message.
+func (t sliceTotals) addMessages(messages map[string]uint64) {
+	byHash := map[uint64]uint64{}
+	for j, h := range t.messageKeys {
+		if j < len(t.messageCounts) {
+			byHash[h] = t.messageCounts[j]
+		}
+	}
+	for j, m := range t.messages {
+		if j < len(t.messageHashes) {
+			messages[m] += byHash[t.messageHashes[j]]
+		}
+	}
 }
 
 // addPartners adds the slice's plays of one partner target each (t.multiPartner = 0).
@@ -432,24 +480,30 @@ GROUP BY doubt_cause`)
 	return err
 }
 
-// sandboxList is the SQL list of the partner targets of the window's
-// deliveries that are sandboxes, "" when none (partners.go).
-func (a *Auditor) sandboxList(ctx context.Context, o AuditOptions) string {
-	var targets []string
-	_ = a.query(withCheck(ctx, o, "partner targets"), `SELECT DISTINCT partner FROM `+a.db+`.deliveries WHERE 1 = 1`+asOf(o), func(rows driver.Rows) error {
+// partnerTargets are the partner targets of the ledger's deliveries (as
+// of the snapshot; nil when they cannot be read), and the SQL list of
+// those that are sandboxes, "" when none (partners.go).
+func (a *Auditor) partnerTargets(ctx context.Context, o AuditOptions) ([]string, string) {
+	all := []string{}
+	var sandboxes []string
+	err := a.query(withCheck(ctx, o, "partner targets"), `SELECT DISTINCT CAST(partner AS String) FROM `+a.db+`.deliveries WHERE 1 = 1`+asOf(o), func(rows driver.Rows) error {
 		var p string
 		if err := rows.Scan(&p); err != nil {
 			return err
 		}
+		all = append(all, p)
 		if IsSandboxTarget(p, o.SandboxTargets) {
-			targets = append(targets, quoteSQL(p))
+			sandboxes = append(sandboxes, quoteSQL(p))
 		}
 		return nil
 	})
-	if len(targets) == 0 {
-		return ""
+	if err != nil {
+		all = nil
 	}
-	return "(" + strings.Join(targets, ", ") + ")"
+	if len(sandboxes) == 0 {
+		return all, ""
+	}
+	return all, "(" + strings.Join(sandboxes, ", ") + ")"
 }
 
 // slicePartners adds slice s's deliveries per partner target, and its

@@ -156,15 +156,21 @@ USING event_id`
 	case len(x.ids) == 0:
 		return `(SELECT *, toUInt64(0) AS event_ms, toUInt8(0) AS has_event FROM (` + rows + `)) AS per_report`
 	}
+	return `(SELECT *, ` + x.transform("event_id") + ` AS event_ms, toUInt8(event_ms > 0) AS has_event FROM (` + rows + `)) AS per_report`
+}
+
+// transform is the SQL of the first record time of the event whose id is
+// the column id when x lists it, else 0.
+func (x firstRecords) transform(id string) string {
 	var b strings.Builder
-	b.WriteString(`(SELECT *, transform(event_id, ` + stringArray(x.ids) + `, [`)
+	b.WriteString(`transform(` + id + `, ` + stringArray(x.ids) + `, [`)
 	for i, ms := range x.ms {
 		if i > 0 {
 			b.WriteByte(',')
 		}
 		b.WriteString(strconv.FormatUint(ms, 10))
 	}
-	b.WriteString(`], toUInt64(0)) AS event_ms, toUInt8(event_ms > 0) AS has_event FROM (` + rows + `)) AS per_report`)
+	b.WriteString(`], toUInt64(0))`)
 	return b.String()
 }
 

@@ -47,6 +47,9 @@ type Limits struct {
 	// of the delay's queries (delay.go; the tests lower them to take the
 	// other ways; recordedTwice < 0: the slices join the events table).
 	lookups, recordedTwice int
+	// noNarrow: the slices count by perReportRows only, never by the
+	// narrow form (audit_fast.go; the tests compare the two).
+	noNarrow bool
 	// Progress, when set, gets a line per query: the check, its window,
 	// the time it took and the rows it read.
 	Progress io.Writer

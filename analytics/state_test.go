@@ -12,7 +12,8 @@ import (
 // checkPaths: the same ledger audited by the exact path (the raw ledger in
 // one pass) and by slices — one, several, and several with the distinct
 // records counted exactly after uniqUpTo (a bound of 1: every slice with a
-// double read again) — gives the same figures, equal to the scenario's;
+// double read again), and several by the wide form only (no narrow
+// form, audit_fast.go) — gives the same figures, equal to the scenario's;
 // and the play-level lists read in slices are the scenario's.
 func checkPaths(t *testing.T, ctx context.Context, conn driver.Conn, db string, o AuditOptions, x expectation, name string) {
 	t.Helper()
@@ -28,7 +29,7 @@ func checkPaths(t *testing.T, ctx context.Context, conn driver.Conn, db string, 
 		}
 	}
 	for i, l := range []Limits{{Exact: true}, {}, {SliceReports: 1 + want.PlaysDerived/8}, {SliceReports: 1 + want.PlaysDerived/3, upTo: 1},
-		{lookups: 1}, {SliceReports: 1 + want.PlaysDerived/8, recordedTwice: -1}} {
+		{lookups: 1}, {SliceReports: 1 + want.PlaysDerived/8, recordedTwice: -1}, {SliceReports: 1 + want.PlaysDerived/8, noNarrow: true}} {
 		lists := i == 2 // the play-level lists, in slices
 		a, err := NewAuditor(conn, db)
 		if err != nil {
