@@ -38,14 +38,14 @@ const (
 	fastFirstBit    = 16 // the first partner bit
 	fastMaxPartners = 64 - fastFirstBit
 	// The row bits beyond deliveryKind's.
-	fastPlay            = 1 << 8
-	fastBelow           = 1 << 9
-	fastDoubtDelivered  = 1 << 10
-	fastBeforeCutoff    = 1 << 11
-	fastUnknownPartner  = 1 << 12
-	fastPartnerMask     = uint64(1<<64-1) &^ (1<<fastFirstBit - 1)
-	fastMaxUInt64       = "toUInt64(18446744073709551615)"
-	fastMaxInt64        = "toInt64(9223372036854775807)"
+	fastPlay           = 1 << 8
+	fastBelow          = 1 << 9
+	fastDoubtDelivered = 1 << 10
+	fastBeforeCutoff   = 1 << 11
+	fastUnknownPartner = 1 << 12
+	fastPartnerMask    = uint64(1<<64-1) &^ (1<<fastFirstBit - 1)
+	fastMaxUInt64      = "toUInt64(18446744073709551615)"
+	fastMaxInt64       = "toInt64(9223372036854775807)"
 )
 
 // fastCounter is counter i of the sum (0 records, 1 delivered, 2 replay

@@ -30,6 +30,7 @@ func main() {
 	keep := flag.Bool("keep", false, "keep the ledger databases")
 	reuseDB := flag.Bool("reuse", false, "audit a ledger kept by an earlier run (-keep, same -days) instead of generating it again")
 	verbose := flag.Bool("v", false, "a progress line per query on stderr")
+	flag.Uint64Var(&sliceReports, "slice-reports", 0, "the audit's plays per slice (analytics.Limits.SliceReports; 0: its default)")
 	flag.IntVar(&serverPIDFlag, "server-pid", 0, "with -clickhouse-addr: the server's pid on this machine, to sample its resident memory (else its MemoryTracking metric)")
 	flag.Parse()
 	if *verbose {
@@ -43,6 +44,9 @@ func main() {
 
 // progress gets the audit's progress lines (-v).
 var progress io.Writer
+
+// sliceReports is -slice-reports.
+var sliceReports uint64
 
 // serverPIDFlag is -server-pid.
 var serverPIDFlag int
@@ -134,7 +138,7 @@ func run(sizeList string, days int, addr, dir string, exactUpTo int, maxMem uint
 			if err != nil {
 				return err
 			}
-			a.SetLimits(analytics.Limits{MaxMemory: maxMem, Exact: c.exact, QueryTimeout: 10 * time.Minute, Progress: progress})
+			a.SetLimits(analytics.Limits{MaxMemory: maxMem, Exact: c.exact, QueryTimeout: 10 * time.Minute, Progress: progress, SliceReports: sliceReports})
 			o := analytics.AuditOptions{From: c.w.from, To: c.w.to, Now: c.w.now, PendingThreshold: 10 * time.Minute}
 			peak := sampler(ctx, conn, pid)
 			t0 := time.Now()
