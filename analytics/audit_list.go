@@ -89,8 +89,20 @@ func (a *Auditor) list(ctx context.Context, o AuditOptions, metric string, limit
 	} else if _, ok := listConds[metric]; ok {
 		return a.listPlays(ctx, o, metric, q, limit)
 	}
-	out := []ListRow{}
-	err = a.query(withCheck(ctx, o, "list "+metric), q, func(rows driver.Rows) error {
+	out, err := a.listRows(withCheck(ctx, o, "list "+metric), q, play, nil)
+	if err != nil {
+		return nil, fmt.Errorf("analytics: audit list %s: %w", metric, err)
+	}
+	return out, nil
+}
+
+// listRows appends the rows of the List query q to out (play: the rows
+// are plays, else event-level records).
+func (a *Auditor) listRows(ctx context.Context, q string, play bool, out []ListRow) ([]ListRow, error) {
+	if out == nil {
+		out = []ListRow{}
+	}
+	err := a.query(ctx, q, func(rows driver.Rows) error {
 		r, err := scanListRow(rows, play)
 		if err != nil {
 			return err
@@ -98,10 +110,7 @@ func (a *Auditor) list(ctx context.Context, o AuditOptions, metric string, limit
 		out = append(out, r)
 		return nil
 	})
-	if err != nil {
-		return nil, fmt.Errorf("analytics: audit list %s: %w", metric, err)
-	}
-	return out, nil
+	return out, err
 }
 
 // listQuery returns the query of a List metric (lim: its LIMIT clause) and
@@ -227,15 +236,7 @@ func (a *Auditor) listPlays(ctx context.Context, o AuditOptions, metric, q strin
 		if rng == "" {
 			continue // no play of the slice is listed
 		}
-		err = a.query(withCheck(ctx, o, name), strings.ReplaceAll(q, "{range}", rng), func(rows driver.Rows) error {
-			r, err := scanListRow(rows, true)
-			if err != nil {
-				return err
-			}
-			out = append(out, r)
-			return nil
-		})
-		if err != nil {
+		if out, err = a.listRows(withCheck(ctx, o, name), strings.ReplaceAll(q, "{range}", rng), true, out); err != nil {
 			return nil, fmt.Errorf("analytics: audit list %s: %w", metric, err)
 		}
 	}
