@@ -221,8 +221,13 @@ func (a *Auditor) auditSliced(ctx context.Context, o AuditOptions, r *Audit, pla
 	if !fastEligible(targets, x) || a.limits.noNarrow {
 		targets = nil
 	}
+	xs, err := a.splitRecordedTwice(ctx, o, x, plan)
+	if err != nil {
+		return err
+	}
 	var lookup lookups
 	for i, s := range plan {
+		x := xs[i]
 		sctx := withCheck(ctx, o, fmt.Sprintf("plays, slice %d/%d (%s)", i+1, len(plan), s))
 		ts, err := a.sliceParts(sctx, o, s, fmt.Sprintf("plays, slice %d/%d (%s)", i+1, len(plan), s), sandboxes, x, targets)
 		if err != nil {

@@ -3,6 +3,7 @@ package analytics
 import (
 	"context"
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -138,6 +139,60 @@ LIMIT `+strconv.Itoa(a.limits.maxRecordedTwice()+1), func(rows driver.Rows) erro
 		x.ids, x.ms = nil, nil
 	}
 	return x, nil
+}
+
+// splitRecordedTwice is x for each slice of plan: the events recorded
+// twice that have plays of the window in the slice. Every slice query
+// matches its plays' events against the events it is handed, so handing
+// each slice all of them cost O(slices × events): the time per million
+// plays grew with the ledger. One pass over the window's plays finds the
+// report ids' slices of each such event.
+func (a *Auditor) splitRecordedTwice(ctx context.Context, o AuditOptions, x firstRecords, plan []slice) ([]firstRecords, error) {
+	out := make([]firstRecords, len(plan))
+	if len(plan) == 1 || x.join || len(x.ids) == 0 {
+		for i := range out {
+			out[i] = x
+		}
+		return out, nil
+	}
+	first := make(map[string]uint64, len(x.ids))
+	for i, id := range x.ids {
+		first[id] = x.ms[i]
+	}
+	bounds := make([]string, len(plan))
+	for i, s := range plan {
+		bounds[i] = fmt.Sprintf("%02x", s.lo)
+	}
+	err := a.query(withCheck(ctx, o, fmt.Sprintf("delay, the slices of %d events recorded more than once", len(x.ids))),
+		`SELECT event_id, groupUniqArray(substring(report_id, 1, 2)) FROM `+a.db+`.plays
+WHERE `+window(o)+` AND event_id IN (SELECT arrayJoin(`+stringArray(x.ids)+`))
+GROUP BY event_id`, func(rows driver.Rows) error {
+			var id string
+			var prefixes []string
+			if err := rows.Scan(&id, &prefixes); err != nil {
+				return err
+			}
+			ms, ok := first[id]
+			if !ok {
+				return nil
+			}
+			seen := map[int]bool{}
+			for _, p := range prefixes {
+				// The slice whose range (sliceRange: report_id ≥ its lower
+				// bound, < the next one's) holds the report ids with this
+				// prefix: comparing the prefix compares the id.
+				i := max(0, sort.SearchStrings(bounds, p+"\x00")-1)
+				if !seen[i] {
+					seen[i] = true
+					out[i].ids, out[i].ms = append(out[i].ids, id), append(out[i].ms, ms)
+				}
+			}
+			return nil
+		})
+	if err != nil {
+		return nil, fmt.Errorf("analytics: audit delay, events recorded more than once: %w", err)
+	}
+	return out, nil
 }
 
 // sliceEvents is one row per play of the window in slice s (slicePerReport)
