@@ -24,8 +24,9 @@ import (
 // the event has an earlier record than the ones the play's rows carry: then
 // the event was recorded at least twice, at different times. Those events
 // are listed once per audit (eventsRecordedTwice: one query, two passes
-// over the events table) and handed to every slice query with their first
-// record times, as constant arrays (transform). When they are too many for
+// over the events table) and handed to the slice queries whose plays they
+// have (splitRecordedTwice) with their first record times, as constant
+// arrays (transform). When they are too many for
 // a query, the slices join the events table instead (a pass over it per
 // slice, as before). The plays that carry no time (rows written before the
 // column existed) come back from the slice query with their events, which
