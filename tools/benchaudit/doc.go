@@ -14,7 +14,8 @@
 // starts keeps its data in a folder under $PLAYPIPE_CLICKHOUSE_TMP, else the
 // system's temporary folder: on disk, not memory (50 M plays are about
 // 12 GB). -keep keeps the ledgers and -reuse audits a kept one again
-// without generating it (with -clickhouse-addr of a server left running).
+// without generating it (with -clickhouse-addr of a server left running);
+// -slice-reports sets the audit's plays per slice (Limits.SliceReports).
 //
 // Files: ledger.go, main.go.
 package main
