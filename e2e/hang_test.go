@@ -265,11 +265,11 @@ func TestHangingTrackParked(t *testing.T) {
 	}
 }
 
-// auditList runs `playpipe audit --list name --format json` and returns
-// its rows.
+// auditList runs `playpipe audit --list name --limit 0 --format json` and
+// returns its rows (all of them).
 func auditList(t *testing.T, bin string, chArgs []string, name string) []analytics.ListRow {
 	t.Helper()
-	out, code := runBinary(t, bin, append(append([]string{"audit"}, chArgs...), "--from", "-2h", "--to", "+1h", "--list", name, "--format", "json")...)
+	out, code := runBinary(t, bin, append(append([]string{"audit"}, chArgs...), "--from", "-2h", "--to", "+1h", "--list", name, "--limit", "0", "--format", "json")...)
 	if code != 0 && code != 3 {
 		t.Fatalf("playpipe audit --list %s exited %d:\n%s", name, code, out)
 	}
