@@ -237,13 +237,19 @@ func (s *Sink) Run(ctx context.Context) error {
 		kgo.DisableAutoCommit(),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.ClientID("playpipe-sink"),
-		// A fetch waits for 1 MiB of records or 50 ms, whichever comes first:
-		// fewer, fuller fetches cost the sink about a third less CPU per play
-		// in make bench-e2e (8.0–8.8 → 5.4–6.3 µs) and the broker some too,
-		// for at most 50 ms more ledger lag. A longer wait saves no more under
-		// load and delays the tail of a backlog: at 500 ms the sink benchmark
-		// fell from ~410k to ~150k rows/s (docs/audit.md).
-		kgo.FetchMaxWait(50*time.Millisecond),
+		// A fetch waits for 1 MiB of records or 250 ms, whichever comes
+		// first: fewer, fuller fetches cost the sink about a third less CPU
+		// per play in make bench-e2e (8.0–8.8 → 5.4–6.3 µs) and the broker
+		// some too. The wait is also how often an idle sink asks: on Apache
+		// Kafka a read-committed fetch of the ledger topics costs the broker
+		// about 1 ms of CPU, and with every role idle its request and fetch
+		// purgatory threads used 2.2 % of a core at 50 ms (19 fetches a
+		// second), 0.6 % at 250 ms (4 a second; docs/performance.md). The
+		// ledger lags by at most 250 ms more than the batch's own linger; a
+		// longer wait delays the tail of a short backlog (at 500 ms the sink
+		// benchmark's 150k-row rounds fell from ~410k to ~150k rows/s,
+		// docs/audit.md).
+		kgo.FetchMaxWait(250*time.Millisecond),
 		kgo.FetchMinBytes(1<<20),
 	)
 	cl, err := kgo.NewClient(opts...)

@@ -42,10 +42,13 @@ import (
 // each (~48 000 reports, ~8 000 a partition: within the progress window
 // that a hanging report at a partition's commit point leaves, see
 // docs/reporter.md, Known limits), the third of 20 000 at 25 a second
-// (13 minutes): the hanging reports begin to be parked when the track's
-// budget is spent (suspect.go), within 16 minutes of the fault; the test
-// stops there (parking all of them takes far longer: see below). About
-// 15 minutes; not part of make test.
+// (13 minutes). Once the track's budget is spent (suspect.go) its reports
+// waiting are parked without another post (parkhang.go): every hanging
+// report of the second fleet must be parked and listed by the audit within
+// the budget plus the time to the track's first failure, three timeouts and
+// a margin (14.5 minutes after the fault); then the fault is lifted and the
+// slow lane delivers them, every play exactly once. About 25 minutes; not
+// part of make test.
 func TestHangingTrackParked(t *testing.T) {
 	// The defaults but the timeout (2 s: the hold is 3 s) and the budget
 	// (3 failures over 10 s, where the defaults ask 20 over 10 minutes), and
@@ -115,6 +118,7 @@ func TestHangingTrackParked(t *testing.T) {
 	if defaults {
 		eventsC, parkWait = 20000, 16*time.Minute
 	}
+	cStart := time.Now()
 	simC := r.startFleet("c", simArgs{events: eventsC, rate: 25, devices: 10, seed: 43, startMS: simulator.DefaultStart(time.Now())})
 
 	// Loud: a stall warning within a minute of the fault (the time its
@@ -150,42 +154,75 @@ func TestHangingTrackParked(t *testing.T) {
 
 	var rep analytics.Audit
 	if defaults {
-		// Parking begins when the track's budget is spent (20 failures
-		// over 10 minutes of others' answers), each report parked at its
-		// next failure; with the partitions leased up to their progress
-		// windows only the retries' share of the limit posts them (~12 at
-		// a time, 30 s each), so all of them take far longer than the
-		// test: it checks the start, and stops.
-		waitFor("the first parked play of the hanging track", parkWait, func() bool {
+		// Once the track's budget is spent (20 failures over 10 minutes of
+		// others' answers, from its first failure, 30–70 s after the fault)
+		// every report of it waiting is parked without another post, the
+		// posts out at their failure: all of the second fleet's within the
+		// budget plus three timeouts and a margin. The second fleet's
+		// parked plays are those recorded before the third fleet began.
+		parkWait = partnerapi.DefaultRequestTimeout*2 + 10*time.Minute + 3*apiTimeout + 2*time.Minute
+		by := faultAt.Add(parkWait)
+		parkedB := 0
+		for {
+			if rep = r.audit(); rep.Parked >= uint64(nBad) {
+				parkedB = 0
+				for _, row := range auditList(t, r.bin, r.chArgs, "parked") {
+					if row.At.Before(cStart) {
+						parkedB++
+					}
+				}
+				if parkedB >= nBad {
+					break
+				}
+			}
+			if time.Now().After(by) {
+				r.ps.DumpLogs(30)
+				t.Fatalf("%d of the second fleet's %d hanging reports parked %v after the fault (audit: %d parked), want all within %v",
+					parkedB, nBad, time.Since(faultAt).Round(time.Second), rep.Parked, parkWait)
+			}
+			for _, x := range r.live {
+				if !x.p.Running() {
+					t.Fatalf("%s exited on its own: %v (log %s)", x.name, x.p.Err, x.p.Log)
+				}
+			}
+			time.Sleep(5 * time.Second)
+		}
+		first, last, unposted, n := parkLog(t, report.p.Log, bad)
+		t.Logf("%s all %d hanging reports of the second fleet parked and listed %v after the fault (the reporter's log: %d parked, the first %v and the last %v after the fault, %d of them without another post)",
+			since(testStart), nBad, time.Since(faultAt).Round(time.Second), n, first.Sub(faultAt).Round(time.Second), last.Sub(faultAt).Round(time.Second), unposted)
+		if unposted == 0 {
+			t.Errorf("no report of the hanging track was parked without another post")
+		}
+	} else {
+		waitFor("the audit to count the second fleet's parked plays", parkWait, func() bool {
 			rep = r.audit()
-			return rep.Parked > 0
+			return rep.Parked >= uint64(nBad)
 		})
-		t.Logf("%s parking began %v after the fault: %d plays parked", since(testStart), time.Since(faultAt).Round(time.Second), rep.Parked)
-		r.stopAll()
-		return
 	}
-	waitFor("the audit to count the second fleet's parked plays", parkWait, func() bool {
-		rep = r.audit()
-		return rep.Parked >= uint64(nBad)
-	})
 	parkedAfter := time.Since(faultAt)
+	if defaults {
+		simC.Wait(t, 10*time.Minute) // 13 minutes at 25 events/s
+	}
 	wantC := r.fleetWant("c", simC)
 	rows := auditList(t, r.bin, r.chArgs, "parked")
+	// Each with its reason: its last answer a timeout, or not posted
+	// (parked without a post once its track's budget was spent).
 	timeouts := 0
 	for _, row := range rows {
-		if strings.Contains(row.Detail, "timeout") {
+		if strings.Contains(row.Detail, "timeout") || strings.Contains(row.Detail, "not posted: its track hangs") {
 			timeouts++
 		}
 	}
 	if timeouts < nBad {
-		t.Errorf("audit --list parked: %d of %d rows with the last answer a timeout, want ≥ %d (first %+v)", timeouts, len(rows), nBad, firstRows(rows, 2))
+		t.Errorf("audit --list parked: %d of %d rows with the last answer a timeout or not posted (its track hangs), want ≥ %d (first %+v)", timeouts, len(rows), nBad, firstRows(rows, 2))
 	}
+	got := atPartner()
 	for p := range wantB {
-		if p.TrackID == bad && atPartner()[p] > 0 {
+		if p.TrackID == bad && got[p] > 0 {
 			t.Fatalf("a report of track %d is at the partner while every post of it was held past the timeout", bad)
 		}
 	}
-	t.Logf("%s %d plays parked (reason timeout) %v after the fault and listed by the audit; delivered %d, pending %d",
+	t.Logf("%s %d plays parked (reason timeout, or not posted: its track hangs) %v after the fault and listed by the audit; delivered %d, pending %d",
 		since(testStart), rep.Parked, parkedAfter.Round(time.Second), rep.Delivered, rep.Pending)
 
 	// The reporter's real /metrics: the stuck and parked alerts read series
@@ -201,7 +238,17 @@ func TestHangingTrackParked(t *testing.T) {
 	// 3. The fault lifted: the slow lane delivers the parked reports.
 	sb.SetFaults(plain)
 	want := merge(wantA, wantB, wantC)
-	waitFor("every play at the partner", 3*time.Minute, func() bool { return r.distinct() >= int64(len(want)) })
+	// With the defaults the slow lane retries a parked report 1 minute
+	// after it was parked, then 5 minutes after that (--park-retries
+	// 1m,5m,30m,1h): those retried while the fault was on are due within
+	// about 5 minutes of the lift.
+	liftWait := 3 * time.Minute
+	if defaults {
+		liftWait = 12 * time.Minute
+	}
+	liftedAt := time.Now()
+	waitFor("every play at the partner", liftWait, func() bool { return r.distinct() >= int64(len(want)) })
+	t.Logf("%s every play at the partner %v after the fault was lifted", since(testStart), time.Since(liftedAt).Round(time.Second))
 	waitFor("the audit to see the parked plays delivered", 2*time.Minute, func() bool {
 		rep = r.audit()
 		return rep.Parked == 0 && rep.Delivered >= uint64(total(want))
@@ -219,11 +266,11 @@ func TestHangingTrackParked(t *testing.T) {
 	}
 }
 
-// auditList runs `playpipe audit --list name --format json` and returns
-// its rows.
+// auditList runs `playpipe audit --list name --limit 0 --format json` and
+// returns its rows (all of them).
 func auditList(t *testing.T, bin string, chArgs []string, name string) []analytics.ListRow {
 	t.Helper()
-	out, code := runBinary(t, bin, append(append([]string{"audit"}, chArgs...), "--from", "-2h", "--to", "+1h", "--list", name, "--format", "json")...)
+	out, code := runBinary(t, bin, append(append([]string{"audit"}, chArgs...), "--from", "-2h", "--to", "+1h", "--list", name, "--limit", "0", "--format", "json")...)
 	if code != 0 && code != 3 {
 		t.Fatalf("playpipe audit --list %s exited %d:\n%s", name, code, out)
 	}
@@ -240,3 +287,34 @@ func auditList(t *testing.T, bin string, chArgs []string, name string) []analyti
 }
 
 func firstRows(rows []analytics.ListRow, n int) []analytics.ListRow { return rows[:min(n, len(rows))] }
+
+// parkLog reads the reporter's "report parked" lines of track: how many,
+// the first and the last one's time, and how many were parked without
+// another post (their track hanging).
+func parkLog(t *testing.T, path string, track int64) (first, last time.Time, unposted, n int) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := "track_id=" + strconv.FormatInt(track, 10) + " "
+	for _, line := range strings.Split(string(b), "\n") {
+		if !strings.Contains(line, "report parked") || !strings.Contains(line, tr) {
+			continue
+		}
+		ts, _, _ := strings.Cut(strings.TrimPrefix(line, "time="), " ")
+		at, err := time.Parse(time.RFC3339Nano, ts)
+		if err != nil {
+			continue
+		}
+		if n == 0 {
+			first = at
+		}
+		last = at
+		n++
+		if strings.Contains(line, "without another post") || strings.Contains(line, "not posted") {
+			unposted++
+		}
+	}
+	return first, last, unposted, n
+}

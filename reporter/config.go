@@ -25,7 +25,7 @@ const (
 	// MaxInFlight is the largest Concurrency and MaxConcurrency accepted.
 	MaxInFlight            = 4096
 	DefaultMaxPending      = 16384
-	DefaultProducers       = 3
+	DefaultProducers       = 2
 	DefaultRecentWindow    = 100_000
 	DefaultBackoffInitial  = 100 * time.Millisecond
 	DefaultBackoffMax      = 10 * time.Second

@@ -47,6 +47,15 @@ func (rn *run) next() *job {
 			rn.idMu.Unlock()
 			continue
 		}
+		if rn.hangs(j) {
+			// Its track hangs (leased before the track's budget was
+			// spent): parked without a post (parkhang.go).
+			rn.unlease(j)
+			ps.mu.Unlock()
+			rn.freeRetrySlot(j)
+			rn.queuePark(j)
+			continue
+		}
 		j.leasedOnly = false
 		ps.inflight++
 		j.unacked++

@@ -47,7 +47,9 @@
 //     a quarter of it, and its hanging posts leave the limit's count once
 //     stalled (limit.go); the fresh reports of a track whose posts stall
 //     hold at most a small share of the slots and wait aside over it
-//     (suspect.go), so a hanging track never fills MaxConcurrency; a set
+//     (suspect.go), so a hanging track never fills MaxConcurrency; once
+//     the track's own budget is spent its reports waiting are parked
+//     without another post (parkhang.go), the posts out at their failure; a set
 //     of reports failing repeatedly is warned of within seconds, and Ready
 //     says degraded while nothing is delivered (stall.go).
 //   - Memory is bounded whatever the backlog: at most about MaxPending
@@ -72,6 +74,7 @@
 // operators' redrive requests), standby.go (standby episodes),
 // throttle.go (the retry budget), limit.go (the adaptive in-flight limit),
 // suspect.go (suspect tracks: the share of a hanging track's fresh reports),
+// parkhang.go (a hanging track's waiting reports parked without a post),
 // stall.go (the stall warning and readiness), lifecycle.go (coordinator,
 // shutdown), metrics.go (instruments and gauges), clock.go (the injected
 // clock). What an answer means (Classify) and what a post's Delivery

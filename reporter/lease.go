@@ -222,49 +222,21 @@ func (rn *run) take() *job {
 				return nil
 			}
 		}
-		suspect := j.failures == 0 && rn.thr.lim.sus.is(j.track)
+		// A report of a track that hangs (its reports spent the track's
+		// budget) is parked without a post (parkhang.go).
+		hangs := rn.hangs(j)
+		suspect := !hangs && j.failures == 0 && rn.thr.lim.sus.is(j.track)
 		if suspect && rn.suspectsHeld() >= rn.suspectCap() {
 			rn.aside.push(j) // a suspect slot frees when one's post is back (freeRetrySlot)
 			continue
 		}
-		ps := j.ps
-		ps.mu.Lock()
-		switch {
-		case ps.revoking.Load() || ps.dropped.Load():
-			ps.mu.Unlock()
-			continue
-		case !rn.inWindow(j):
-			ps.pastWindow.push(j) // back in ready once the commit point moved
-			ps.mu.Unlock()
-			continue
-		case j.skip:
-			// Below the minimum play length past the window at intake:
-			// final now that the progress can hold it.
-			rn.met.skip(context.Background(), "below_minimum")
-			rq := rn.markDone(ps, j.seq, nil)
-			ps.mu.Unlock()
-			rn.pushReady(rq)
+		if !rn.admit(j) {
 			continue
 		}
-		ps.mu.Unlock()
-		rn.idMu.Lock()
-		if rn.recent.has(j.id) && rn.active[j.id] != j {
-			rn.idMu.Unlock()
-			// Already delivered or rejected within the window (re-published
-			// event): final without a post.
-			rn.met.skip(context.Background(), "duplicate")
-			rn.log.Debug("skipping report already final", "report_id", j.id)
-			rn.pushReady(rn.finalWithoutPost(j, nil))
+		if hangs {
+			rn.queuePark(j)
 			continue
 		}
-		if a := rn.active[j.id]; a != nil && a != j {
-			// The same report is on its way: wait for its outcome.
-			a.followers = append(a.followers, j)
-			rn.idMu.Unlock()
-			continue
-		}
-		rn.active[j.id] = j
-		rn.idMu.Unlock()
 		if j.failures > 0 {
 			j.retrySlot = true
 			rn.retrySlots++
@@ -275,6 +247,55 @@ func (rn *run) take() *job {
 		}
 		return j
 	}
+}
+
+// admit runs the checks of a report about to be leased, or parked without
+// a post (mu held; it takes the report's partition lock and idMu in turn):
+// false when it goes no further — its partition revoked, past its progress
+// window (held there until the commit point moves), final without a post
+// (below the minimum, or already final within the duplicate window), or
+// waiting for a twin on its way. Otherwise it is the active report of its
+// id.
+func (rn *run) admit(j *job) bool {
+	ps := j.ps
+	ps.mu.Lock()
+	switch {
+	case ps.revoking.Load() || ps.dropped.Load():
+		ps.mu.Unlock()
+		return false
+	case !rn.inWindow(j):
+		ps.pastWindow.push(j) // back in ready once the commit point moved
+		ps.mu.Unlock()
+		return false
+	case j.skip:
+		// Below the minimum play length past the window at intake:
+		// final now that the progress can hold it.
+		rn.met.skip(context.Background(), "below_minimum")
+		rq := rn.markDone(ps, j.seq, nil)
+		ps.mu.Unlock()
+		rn.pushReady(rq)
+		return false
+	}
+	ps.mu.Unlock()
+	rn.idMu.Lock()
+	if rn.recent.has(j.id) && rn.active[j.id] != j {
+		rn.idMu.Unlock()
+		// Already delivered or rejected within the window (re-published
+		// event): final without a post.
+		rn.met.skip(context.Background(), "duplicate")
+		rn.log.Debug("skipping report already final", "report_id", j.id)
+		rn.pushReady(rn.finalWithoutPost(j, nil))
+		return false
+	}
+	if a := rn.active[j.id]; a != nil && a != j {
+		// The same report is on its way: wait for its outcome.
+		a.followers = append(a.followers, j)
+		rn.idMu.Unlock()
+		return false
+	}
+	rn.active[j.id] = j
+	rn.idMu.Unlock()
+	return true
 }
 
 // retryShare is the share of the in-flight limit that reports which failed

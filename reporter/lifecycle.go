@@ -36,6 +36,7 @@ func (rn *run) coordinate(ctx context.Context) error {
 
 	for {
 		rn.checkRevocations(rn.cfg.Now())
+		rn.parkHanging() // a hanging track's reports waiting: parked without a post
 		// Shutting down, before its deadline: slow retries are waited for.
 		slowWait := deadline != nil && rn.slowBusy()
 		rn.mu.Lock()

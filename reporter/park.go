@@ -91,7 +91,11 @@ func (rn *run) budgetSpent(j *job) bool {
 	}
 	j.lastFailAt, j.succAt, j.failedAt, j.partnerFailedAt = now, rn.successes, rn.failed, rn.partnerFailed
 	// The track's budget: its reports' failures together (suspect.go).
+	// Once it is spent, the track's reports waiting are parked without
+	// another post (parkhang.go).
+	hung := rn.thr.lim.sus.hangs(j.track)
 	rn.thr.lim.sus.failed(j.track, now, rn.cfg.ParkAfterAttempts, rn.cfg.ParkAfter)
+	rn.noteHanging(j.track, hung)
 	if j.attempt >= rn.cfg.WarnAfterAttempts && !j.warned {
 		j.warned = true
 		rn.warnStuck(j)
@@ -101,6 +105,7 @@ func (rn *run) budgetSpent(j *job) bool {
 	}
 	if j.healthyFails >= rn.cfg.ParkAfterAttempts && j.budgetUsed >= rn.cfg.ParkAfter {
 		rn.thr.lim.sus.parkedOne(j.track)
+		rn.noteHanging(j.track, hung)
 		return true
 	}
 	if rn.thr.lim.sus.hangs(j.track) {
@@ -183,11 +188,20 @@ func (rn *run) parkRecord(pp int32, id string, e *schemas.Parked) *kgo.Record {
 func (rn *run) park(j *job, rec *kgo.Record) {
 	e := rn.parkEntry(j)
 	asParked(rec)
+	rn.setAside(j, e, rec, rn.recorded)
+}
+
+// setAside writes e, j's entry, to <prefix>.parked and then rec, its
+// parked Delivery record (no lock held); once both are acknowledged the
+// offset is settled (parked). recorded runs once rec's fate is known (a
+// worker's park counted it in unrecorded). Counted in publishing until the
+// hand-off to Kafka is done.
+func (rn *run) setAside(j *job, e *schemas.Parked, rec *kgo.Record, recorded func()) {
 	rn.publishing.Add(1)
 	rn.produce(rn.parkRecord(rn.parkedPart(j.rec.Partition), j.id, e), func(entry *kgo.Record, err error) {
 		if err != nil {
 			defer rn.publishing.Done()
-			rn.recorded()
+			recorded()
 			if !errors.Is(err, kgo.ErrClientClosed) {
 				rn.stop(fmt.Errorf("reporter: park report %s: %w", j.id, err), false)
 			}
@@ -202,7 +216,7 @@ func (rn *run) park(j *job, rec *kgo.Record) {
 		go func() {
 			defer rn.publishing.Done()
 			rn.produce(rec, func(r *kgo.Record, err error) {
-				rn.recorded()
+				recorded()
 				if err != nil {
 					if !errors.Is(err, kgo.ErrClientClosed) {
 						rn.stop(fmt.Errorf("reporter: publish the parked record of report %s: %w", j.id, err), false)
@@ -253,6 +267,10 @@ func (rn *run) parked(j *job, r *kgo.Record, e *schemas.Parked, off int64) {
 	rn.met.parkedReport(context.Background())
 	why := "retry budget spent"
 	switch {
+	case j.unposted && e.Attempts == 0:
+		why = "its track hangs: its reports spent the track's retry budget; not posted"
+	case j.unposted:
+		why = "its track hangs: its reports spent the track's retry budget; parked without another post"
 	case j.pressured:
 		why = "its partition is full behind it (max pending or the progress window)"
 	case j.trackHangs:

@@ -64,6 +64,9 @@ func (d *delayQueue) Pop() any {
 
 func (d *delayQueue) add(j *job) { heap.Push(d, j) }
 
+// init restores the heap order after jobs were taken out.
+func (d *delayQueue) init() { heap.Init(d) }
+
 // due pops the jobs whose time has come into out.
 func (d *delayQueue) due(now time.Time, out *fifo) {
 	for len(*d) > 0 && !(*d)[0].readyAt.After(now) {

@@ -151,7 +151,8 @@ type job struct {
 	// success count then. pressured: parked early, its partition full
 	// behind it; trackHangs: parked early, its suspect track's budget spent
 	// by another report (suspect.go). parking: the budget is spent, the
-	// worker parks it.
+	// worker parks it. unposted: parked without another post, its track
+	// hanging (parkhang.go).
 	healthyFails int
 	// pressureFails: failures not in an outage (the pressure rule);
 	// failedAt: the run's failed posts after its last failure.
@@ -164,6 +165,7 @@ type job struct {
 	pressured     bool
 	trackHangs    bool
 	parking       bool
+	unposted      bool
 	// payloadFailed: a failure of it was judged its payload's (outcome.go):
 	// its later failures never move the limit. partnerFailedAt: the run's
 	// partnerFailed after its last failure (the pressure rule).
@@ -350,6 +352,11 @@ type queueState struct {
 	// suspectCap (suspect.go).
 	aside        fifo
 	suspectSlots int
+	// hangPark are reports of hanging tracks queued for parking without a
+	// post; hangSweep: a track started to hang, the queues are swept
+	// (parkhang.go).
+	hangPark  []*job
+	hangSweep bool
 }
 
 // standbyState is the standby episode under way (standby.go): it holds the

@@ -36,8 +36,9 @@ import (
 // more: a suspect track has a retry budget of its own, spent by its
 // reports' failures together (failed), or by one report spending its
 // whole budget (parkedOne): the track hangs for good, and its reports are
-// parked at their next failure (budgetSpent) instead of each spending a
-// budget of its own — at the default budget (20 failures over 10 minutes)
+// parked without another post where they wait, those out at their failure
+// (parkhang.go, budgetSpent), instead of each spending a budget of its
+// own — at the default budget (20 failures over 10 minutes)
 // and timeout (30 s), a thousand hanging reports would need a thousand
 // slots for ten minutes, far more than the suspect share and the stalled
 // room give them: with 1 200 of them the oldest had failed 4 times after
@@ -69,7 +70,7 @@ type suspectTrack struct {
 	// parked: a report of the track spent its whole retry budget while
 	// the track was suspect (parkedOne), or its reports together did
 	// (failed: fails since firstFail): the track hangs for good, and its
-	// other reports are parked at their next failure (budgetSpent).
+	// other reports are parked without another post (parkhang.go).
 	parked    bool
 	fails     int
 	firstFail time.Time

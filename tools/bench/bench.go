@@ -259,7 +259,7 @@ func (e *env) startRoles(ch *chlocal.Server, p partner) (map[string]*role, error
 	}{
 		{"sink", append(append([]string{"sink"}, ka...), "--clickhouse-addr", ch.Addr(), "--clickhouse-db", "playpipe_bench", "--clickhouse-user", "default")},
 		{"consume", append(append([]string{"consume"}, ka...), "--api-url", p.url)},
-		{"report", append(append([]string{"report"}, ka...), "--api-url", p.url, "--concurrency", strconv.Itoa(e.o.concurrency))},
+		{"report", append(append(append([]string{"report"}, ka...), "--api-url", p.url, "--concurrency", strconv.Itoa(e.o.concurrency)), strings.Fields(e.o.reportArgs)...)},
 	} {
 		rl, err := e.startRole(r.name, r.args...)
 		if err != nil {

@@ -22,9 +22,10 @@
 // pipeline/ceiling is the share of the partner path's capacity the whole
 // pipeline reaches.
 //
-// Each run first pushes -warmup events (twice -events by default, another
-// seed) through the same roles, unmeasured: a fresh Apache Kafka JVM spends
-// about half its CPU compiling for tens of seconds. It then prints each
+// Each run first pushes -warmup events (twice -events by default, at least
+// 120 000; another seed) through the same roles, unmeasured: a fresh Apache
+// Kafka JVM spends about half its CPU compiling for tens of seconds, and its
+// compiler still takes a share of every play for minutes. It then prints each
 // role's Kafka traffic per play (records written and read, produce and fetch
 // requests, transaction ends, commits, the mean wait of an acknowledgement:
 // the roles' playpipe_kafka_* metrics, franz-go hooks), the broker's CPU by

@@ -67,7 +67,7 @@ type options struct {
 	// client's in flight at each.
 	latencies     string
 	plainInflight string
-	reportArgs    string  // -mode latency: extra flags of `playpipe report` (default: none)
+	reportArgs    string  // -mode e2e and latency: extra flags of `playpipe report` (default: none)
 	errorRates    string  // -mode latency: shares of posts the sandbox answers 500, each run at every latency
 	poisonShare   float64 // -mode latency: share of reports of a track the sandbox answers 500 every time (0: no such round)
 	hangShare     float64 // -mode latency: share of reports of a track the sandbox holds past the reporter's timeout (0: no such round)
@@ -75,13 +75,21 @@ type options struct {
 	holdRate      float64 // -mode latency: share of all posts the sandbox holds past the reporter's timeout at random (0: no such round)
 }
 
+// minWarmup is the least -warmup by default, in events (about 530 000
+// plays). Apache Kafka's JIT compiler still took 12–15 µs of the broker's
+// CPU per play in a round after 40 000 warm-up events, 5–9 µs after 120 000
+// (2-core machine, 2026-11-29): a broker in service has long compiled its
+// hot code, and the floor (floor.go) is measured on the node after the
+// pipeline ran.
+const minWarmup = 120000
+
 func parseOptions(args []string, stderr io.Writer) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.mode, "mode", "e2e", "e2e: the whole pipeline, then the raw ceiling; report: a fresh `playpipe report` process against a plain net/http client on the same N reports, interleaved rounds; latency: the same with the sandbox answering after each of -latencies, the reporter with default flags")
 	fs.StringVar(&o.latencies, "latencies", "0s,5ms,50ms,150ms", "-mode latency: the sandbox's answer latencies, comma-separated")
-	fs.StringVar(&o.reportArgs, "report-args", "", "-mode latency: extra flags of `playpipe report`, space-separated (e.g. \"--concurrency 4096\"); default none: the reporter's defaults")
+	fs.StringVar(&o.reportArgs, "report-args", "", "extra flags of `playpipe report`, space-separated (e.g. \"--producers 2\"; -mode latency: \"--concurrency 4096\"); default none: the reporter's defaults")
 	fs.StringVar(&o.errorRates, "error-rates", "0", "-mode latency: shares of posts the sandbox answers 500 (seeded with -seed), comma-separated; every latency runs once per rate, the plain client retrying a 500 with the reporter's default backoff (e.g. \"0,0.001,0.01,0.02\")")
 	fs.Float64Var(&o.hangShare, "hang-share", 0, "-mode latency: after the poison round, one round in which this share of the reports (0–0.5) are of one track whose every report the sandbox holds -hang-hold (past the reporter's --api-timeout) and then answers 500: a partner hanging on one payload; the reporter with its defaults, the plain client dropping those reports at once")
 	fs.Float64Var(&o.holdRate, "hold-rate", 0, "-mode latency: after the hang round, one round in which the sandbox holds this share of all posts (0–0.5, any track, retries drawn again; seeded) -hang-hold, past the reporter's --api-timeout, then answers 500; the plain client with the reporter's in-flight cap (--max-concurrency's default), --api-timeout and retries: every report delivered once by both, their rates between half and nine tenths of the reports compared")
@@ -93,7 +101,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.profile, "profile", "", "-mode report: write a 3 s CPU profile of the first reporter round to this file, and its allocation profile to <file>.allocs (the reporter runs with --pprof); -mode latency: a 3 s CPU profile of each run at a third of its reports to <file>.<latency>")
 	fs.StringVar(&o.bin, "bin", "bin/playpipe", "the playpipe binary to run (make build makes it)")
 	fs.IntVar(&o.events, "events", 40000, "player events to publish (about 4.4 plays each with the sandbox's default catalog; 40000 take ~30 s on a 2-core machine)")
-	fs.IntVar(&o.warmup, "warmup", -1, "events of an unmeasured first round through the same pipeline (another seed): the broker's JVM compiles its hot code (a fresh node spends half its CPU in its JIT compiler for tens of seconds), caches fill (default: twice -events; 0: none)")
+	fs.IntVar(&o.warmup, "warmup", -1, "events of an unmeasured first round through the same pipeline (another seed): the broker's JVM compiles its hot code (a fresh node spends half its CPU in its JIT compiler for tens of seconds), caches fill (default: twice -events, at least minWarmup; 0: none)")
 	fs.DurationVar(&o.idle, "idle", 3*time.Second, "-mode e2e: measure the broker's CPU this long with every role up and nothing published, before the measured round (0: not)")
 	fs.IntVar(&o.floorRecords, "floor-records", 300000, "e2e on Apache Kafka: records (300 bytes) that Kafka's own ProducerPerformance writes and ConsumerPerformance reads on the same node after the run, for the floor of the broker's CPU per play (0: no floor)")
 	fs.StringVar(&o.brokerProfile, "broker-profile", "", "e2e on Apache Kafka: record the broker JVM with Java Flight Recorder (jcmd JFR.start, the JDK's profile settings with a Java stack sample every 1 ms) over each measured round into <file>.<hhmmss>.jfr and print its request threads' CPU per play by Kafka API (a recording over the warm-up first, discarded: starting the recorder recompiles the broker's hot code; the recorder's own work remains in the round's broker CPU, so take the broker's figures from rounds without it)")
@@ -168,7 +176,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	}
 	fs.Visit(func(f *flag.Flag) { o.roundsSet = o.roundsSet || f.Name == "rounds" })
 	if o.warmup < 0 {
-		o.warmup = 2 * o.events
+		o.warmup = max(2*o.events, minWarmup)
 	}
 	bin, err := filepath.Abs(o.bin)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"strings"
 	"text/tabwriter"
 	"time"
 )
@@ -20,8 +21,8 @@ func (r result) print(w io.Writer, o options) {
 	rate := plays / r.elapsed.Seconds()
 	c := r.ceiling
 	fmt.Fprintf(w, "\nplaypipe end-to-end benchmark, %s, %s\n", r.started.Format("2006-01-02 15:04"), runtimeDesc())
-	fmt.Fprintf(w, "%d events → %d plays derived, %d delivered (the partner accepted each once), every delivery in the ledger; --concurrency %d, %d partitions; %s\n\n",
-		r.events, r.plays, r.posted, o.concurrency, o.partitions, brokerDesc(o))
+	fmt.Fprintf(w, "%d events → %d plays derived, %d delivered (the partner accepted each once), every delivery in the ledger; --concurrency %d%s, %d partitions; %s\n\n",
+		r.events, r.plays, r.posted, o.concurrency, strings.TrimRight(" "+o.reportArgs, " "), o.partitions, brokerDesc(o))
 	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', tabwriter.Debug)
 	fmt.Fprintln(tw, "| process\t CPU µs per play\t CPU, % of one core\t peak RSS MiB\t")
 	fmt.Fprintln(tw, "|---\t---:\t---:\t---:\t")
