@@ -138,17 +138,7 @@ func checkMerged(t *testing.T, ctx context.Context, conn driver.Conn, db string,
 		x := s.expect(o)
 		want := auditNumbers(&x.audit)
 		for _, l := range []Limits{{}, {SliceReports: 1 + want.PlaysDerived/3}, {noNarrow: true}} {
-			a, err := NewAuditor(conn, db)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var progress strings.Builder
-			l.Progress = &progress
-			a.SetLimits(l)
-			got, err := a.Audit(ctx, o)
-			if err != nil {
-				t.Fatalf("merged ledger: audit with %+v: %v", l, err)
-			}
+			_, got, progress := auditLimited(t, ctx, conn, db, "merged ledger", o, l)
 			if g := auditNumbers(got); !reflect.DeepEqual(g, want) {
 				t.Errorf("merged ledger, limits %+v: audit\n got %+v\nwant %+v\n%s", l, g, want, progress.String())
 			}

@@ -31,17 +31,7 @@ func checkPaths(t *testing.T, ctx context.Context, conn driver.Conn, db string, 
 	for i, l := range []Limits{{Exact: true}, {}, {SliceReports: 1 + want.PlaysDerived/8}, {SliceReports: 1 + want.PlaysDerived/3, upTo: 1},
 		{lookups: 1}, {SliceReports: 1 + want.PlaysDerived/8, recordedTwice: -1}, {SliceReports: 1 + want.PlaysDerived/8, noNarrow: true}} {
 		lists := i == 2 // the play-level lists, in slices
-		a, err := NewAuditor(conn, db)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var progress strings.Builder
-		l.Progress = &progress
-		a.SetLimits(l)
-		got, err := a.Audit(ctx, o)
-		if err != nil {
-			t.Fatalf("%s: audit with %+v: %v", name, l, err)
-		}
+		a, got, progress := auditLimited(t, ctx, conn, db, name, o, l)
 		if g := auditNumbers(got); !reflect.DeepEqual(g, want) {
 			t.Errorf("%s: audit (path %s)\n got %+v\nwant %+v", name, got.Path, g, want)
 		}
@@ -72,4 +62,23 @@ func checkPaths(t *testing.T, ctx context.Context, conn driver.Conn, db string, 
 			t.Errorf("%s: limits %+v: path %q, progress %q", name, l, got.Path, progress.String())
 		}
 	}
+}
+
+// auditLimited audits o on db with limits l, their progress lines written
+// to the builder it returns with the auditor and the audit; an error stops
+// the test (what names the case).
+func auditLimited(t *testing.T, ctx context.Context, conn driver.Conn, db, what string, o AuditOptions, l Limits) (*Auditor, *Audit, *strings.Builder) {
+	t.Helper()
+	a, err := NewAuditor(conn, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	progress := &strings.Builder{}
+	l.Progress = progress
+	a.SetLimits(l)
+	got, err := a.Audit(ctx, o)
+	if err != nil {
+		t.Fatalf("%s: audit with %+v: %v", what, l, err)
+	}
+	return a, got, progress
 }
