@@ -831,7 +831,15 @@ func TestKafkaClusterFaults(t *testing.T) {
 		}()
 		t.Logf("%6s node %d cut off: every packet of namespace %s dropped", since(testStart), n.ID, c.net.Name)
 		part := c.fl.firstEventAfter(at, cutFor)
-		pr := c.partnerResume(t, at, 90*time.Second) // while cut off: the pipeline must go on without node 3
+		// While cut off the pipeline must go on without node 3. Alone this
+		// takes 22–43 s; in CI, beside the other packages' tests on 2 cores,
+		// the reporters' recovery after the rebalance waited on the silent
+		// node (listing and reading plays.deliveries, claiming the
+		// parked-state fence: 10 s attempts, each spent on a request to
+		// it) until 96 s after the cut, and one reporter exited after three
+		// failed attempts (restarted by the supervisor). docs/kafka.md keeps
+		// that as a known limit; the bound allows it.
+		pr := c.partnerResume(t, at, 150*time.Second)
 		time.Sleep(time.Until(at.Add(cutFor)))
 		t.Logf("%6s after %s cut off: seen from node 1: %s", since(testStart), cutFor, c.view(c.k.Apache.Brokers()[0].Broker))
 		for _, nd := range c.k.Apache.Nodes() {
