@@ -68,10 +68,8 @@ func (rn *run) sweepHanging() {
 	}
 	var delayed delayQueue
 	for _, j := range rn.delayed {
-		if !rn.hangs(j) || j.ps.revoking.Load() || j.ps.dropped.Load() {
+		if !rn.swept(j) {
 			delayed = append(delayed, j)
-		} else if rn.admit(j) {
-			rn.queuePark(j)
 		}
 	}
 	if len(delayed) != len(rn.delayed) {
@@ -108,14 +106,25 @@ func (rn *run) sweepFifo(q fifo) fifo {
 	}
 	var keep fifo
 	for range n {
-		j := q.pop()
-		if !rn.hangs(j) || j.ps.revoking.Load() || j.ps.dropped.Load() {
+		if j := q.pop(); !rn.swept(j) {
 			keep.push(j)
-		} else if rn.admit(j) {
-			rn.queuePark(j)
 		}
 	}
 	return keep
+}
+
+// swept takes j, waiting in a queue, out of it when its track hangs and
+// its partition is still ours: queued for parking once admitted (a report
+// not admitted went where admit puts it). It reports whether j left its
+// queue (mu held).
+func (rn *run) swept(j *job) bool {
+	if !rn.hangs(j) || j.ps.revoking.Load() || j.ps.dropped.Load() {
+		return false
+	}
+	if rn.admit(j) {
+		rn.queuePark(j)
+	}
+	return true
 }
 
 // queuePark queues j, admitted (take's checks passed: it is active, within
