@@ -134,6 +134,11 @@ type gauges struct {
 	failing           int           // reports that failed at least twice (stall.go)
 	stalled           int           // posts out of the limit's count: hanging on their payload (limit.go)
 	suspect, aside    int           // suspect tracks, and fresh reports of them waiting for a slot (suspect.go)
+	// Where fetched reports wait before their post (lease.go, dispatch.go):
+	// for a lease (fresh and retries due), for their lease marker's
+	// acknowledgement, for a worker with room under the limit and the cap
+	// on posts at stake; and the workers waiting for a report.
+	queued, leasing, leased, idleWorkers int
 }
 
 // observeState registers the gauges of the throttle (throttle.go), the
@@ -141,7 +146,8 @@ type gauges struct {
 // through state on each collection: playpipe.reporter.concurrency_limit,
 // retry_budget, shed, posts_in_flight, at_stake, rtt_min, rtt_recent and
 // oldest_pending_age, failing, stalled_posts, suspect_tracks,
-// suspect_aside.
+// suspect_aside, and where reports wait before their post:
+// reports_queued, reports_leasing, reports_leased, idle_workers.
 func (m *metrics) observeState(state func() gauges) (func(), error) {
 	mt := m.meter
 	var errs []error
@@ -167,6 +173,10 @@ func (m *metrics) observeState(state func() gauges) (func(), error) {
 	stalled := i64("playpipe.reporter.stalled_posts", "posts out longer than a few round trips while the partner answers the others: hanging on their payload, not counted against the in-flight limit")
 	suspect := i64("playpipe.reporter.suspect_tracks", "tracks whose posts stall while the partner answers the others: their fresh reports hold at most a small share of the posts in flight (suspectCap)")
 	aside := i64("playpipe.reporter.suspect_aside", "fresh reports of suspect tracks waiting for one of their slots")
+	queued := i64("playpipe.reporter.reports_queued", "fetched reports (and retries due) waiting for a lease")
+	leasing := i64("playpipe.reporter.reports_leasing", "reports whose lease marker is on its way to Kafka")
+	leased := i64("playpipe.reporter.reports_leased", "reports leased and waiting for a worker: held by the in-flight limit or the cap on posts at stake when workers are idle")
+	idleW := i64("playpipe.reporter.idle_workers", "posting workers waiting for a leased report they may post")
 	shed, err := mt.Int64ObservableCounter("playpipe.reporter.shed", metric.WithDescription("times posting was held because the retry budget was spent"))
 	errs = append(errs, err)
 	if err := errors.Join(errs...); err != nil {
@@ -187,8 +197,12 @@ func (m *metrics) observeState(state func() gauges) (func(), error) {
 		o.ObserveInt64(stalled, int64(g.stalled))
 		o.ObserveInt64(suspect, int64(g.suspect))
 		o.ObserveInt64(aside, int64(g.aside))
+		o.ObserveInt64(queued, int64(g.queued))
+		o.ObserveInt64(leasing, int64(g.leasing))
+		o.ObserveInt64(leased, int64(g.leased))
+		o.ObserveInt64(idleW, int64(g.idleWorkers))
 		return nil
-	}, lim, bud, shed, inFlight, atStake, rttMin, rttRecent, oldest, parked, failing, stalled, suspect, aside)
+	}, lim, bud, shed, inFlight, atStake, rttMin, rttRecent, oldest, parked, failing, stalled, suspect, aside, queued, leasing, leased, idleW)
 	if err != nil {
 		return nil, err
 	}

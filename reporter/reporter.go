@@ -432,7 +432,8 @@ func (rn *run) gauges() gauges {
 	rn.thr.refill(now) // allows refills only when short: the gauge shows what the floor earned since
 	g := gauges{limit: rn.thr.lim.limit, tokens: rn.thr.tokens, shed: rn.thr.shed, inFlight: rn.inflight, atStake: rn.atStake(),
 		rttMin: rn.thr.lim.baseline, rttRecent: rn.thr.lim.recent, failing: rn.failingNow(), stalled: rn.thr.lim.stalledOut(),
-		suspect: rn.thr.lim.sus.count(), aside: rn.aside.len()}
+		suspect: rn.thr.lim.sus.count(), aside: rn.aside.len(),
+		queued: rn.fresh.len() + rn.ready.len(), leasing: rn.leasing, leased: rn.leased.len(), idleWorkers: rn.idle}
 	rn.mu.Unlock()
 	oldest := int64(math.MaxInt64)
 	for _, ps := range rn.partList() {

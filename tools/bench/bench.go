@@ -529,6 +529,10 @@ type state struct {
 	// The reporter's gauges: posts on the wire, posts at stake (on the
 	// wire or answers not acknowledged by Kafka), the in-flight limit.
 	inflight, atStake, limit float64
+	// Where the reporter's reports wait before their post: for a lease,
+	// for their marker's acknowledgement, for a worker; and its idle
+	// workers.
+	queued, leasing, leased, idle float64
 }
 
 func (s state) String() string {
@@ -551,6 +555,10 @@ func progress(consume, report, sink string) (state, error) {
 		"playpipe_reporter_posts_in_flight":   nil,
 		"playpipe_reporter_at_stake":          nil,
 		"playpipe_reporter_concurrency_limit": nil,
+		"playpipe_reporter_reports_queued":    nil,
+		"playpipe_reporter_reports_leasing":   nil,
+		"playpipe_reporter_reports_leased":    nil,
+		"playpipe_reporter_idle_workers":      nil,
 	})
 	if err != nil {
 		return s, fmt.Errorf("report: %w", err)
@@ -564,6 +572,7 @@ func progress(consume, report, sink string) (state, error) {
 	s.final = s.delivered + int64(r["playpipe_deliveries_total|rejected"])
 	s.answers = int64(r["playpipe_deliveries_total|all"])
 	s.inflight, s.atStake, s.limit = r["playpipe_reporter_posts_in_flight"], r["playpipe_reporter_at_stake"], r["playpipe_reporter_concurrency_limit"]
+	s.queued, s.leasing, s.leased, s.idle = r["playpipe_reporter_reports_queued"], r["playpipe_reporter_reports_leasing"], r["playpipe_reporter_reports_leased"], r["playpipe_reporter_idle_workers"]
 	s.ledger = int64(k["playpipe_sink_rows_total"])
 	if s.events == 0 && s.plays == 0 && s.final == 0 {
 		return s, errors.New("no progress yet")

@@ -272,10 +272,16 @@ func (m marks) String() string {
 // (every event enriched, plays not all answered): which of its caps held
 // it — the in-flight limit, or the cap of 2 × the limit on posts at stake
 // (answers waiting for Kafka's acknowledgement count), or neither (the
-// leases ahead ran dry).
+// leases ahead ran dry) — and where its reports waited: for a lease, for
+// their marker's acknowledgement, for a worker. held counts the scrapes
+// with leased reports waiting while workers were idle (a cap held them),
+// dry those with nothing leased and workers idle (the intake or the
+// leases were behind).
 type gauges struct {
-	n                        int
-	inflight, atStake, limit float64
+	n                             int
+	inflight, atStake, limit      float64
+	queued, leasing, leased, idle float64
+	held, dry                     int
 }
 
 func (g *gauges) add(s state) {
@@ -283,6 +289,16 @@ func (g *gauges) add(s state) {
 	g.inflight += s.inflight
 	g.atStake += s.atStake
 	g.limit += s.limit
+	g.queued += s.queued
+	g.leasing += s.leasing
+	g.leased += s.leased
+	g.idle += s.idle
+	switch {
+	case s.idle > 0 && s.leased > 0:
+		g.held++
+	case s.idle > 0:
+		g.dry++
+	}
 }
 
 func (g gauges) String() string {
@@ -290,7 +306,8 @@ func (g gauges) String() string {
 		return "–"
 	}
 	n := float64(g.n)
-	return fmt.Sprintf("posts on the wire %.1f, at stake %.1f (cap %.0f), limit %.1f (%d scrapes)", g.inflight/n, g.atStake/n, 2*g.limit/n, g.limit/n, g.n)
+	return fmt.Sprintf("posts on the wire %.1f, at stake %.1f (cap %.0f), limit %.1f; reports waiting for a lease %.1f, for its marker %.1f, for a worker %.1f; idle workers %.1f, with leased reports held back in %.0f %% of the scrapes, with none leased in %.0f %% (%d scrapes)",
+		g.inflight/n, g.atStake/n, 2*g.limit/n, g.limit/n, g.queued/n, g.leasing/n, g.leased/n, g.idle/n, 100*float64(g.held)/n, 100*float64(g.dry)/n, g.n)
 }
 
 // printIdle writes the roles' Kafka requests per second while the pipeline
