@@ -314,3 +314,54 @@ func TestTokenBackWakesIdleWorkers(t *testing.T) {
 		t.Fatal("the worker stayed idle with a token back and a report leased")
 	}
 }
+
+// TestLeaseRoomCoversTheMarkersRoundTrip: when the partner answers faster
+// than Kafka acknowledges a lease marker, the room grows by the posts the
+// limit allows during one marker's round trip (at most maxLeaseExtra × the
+// limit), so that the workers do not wait for leases; toward a slower
+// partner, or before either round trip is known, it is leaseRoom's.
+func TestLeaseRoomCoversTheMarkersRoundTrip(t *testing.T) {
+	const conc, limit = 8, 100
+	for _, c := range []struct {
+		name         string
+		post, marker time.Duration
+		want         int
+	}{
+		{"nothing measured yet", 0, 0, leaseRoom(conc, limit)},
+		{"posts slower than markers", 50 * time.Millisecond, 4 * time.Millisecond, leaseRoom(conc, limit) + limit*4/50},
+		{"markers 4 times a post", time.Millisecond, 4 * time.Millisecond, leaseRoom(conc, limit) + 4*limit},
+		{"capped", time.Millisecond, 20 * time.Millisecond, leaseRoom(conc, limit) + maxLeaseExtra*limit},
+		{"half", 2 * time.Millisecond, time.Millisecond, leaseRoom(conc, limit) + limit/2},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			rn, _ := bareRun(t, conc, 2000)
+			rn.mu.Lock()
+			defer rn.mu.Unlock()
+			rn.thr.lim.limit = limit
+			rn.thr.lim.recent = c.post
+			rn.markerRTT = c.marker
+			l, _ := rn.takeLease()
+			if l == nil || len(l.jobs) != c.want {
+				n := 0
+				if l != nil {
+					n = len(l.jobs)
+				}
+				t.Fatalf("lease of %d reports, want %d (post %v, marker %v)", n, c.want, c.post, c.marker)
+			}
+		})
+	}
+}
+
+// TestMarkerRTTIsAMovingMean: the first lease sets the marker round trip,
+// later ones move it by an eighth of their difference.
+func TestMarkerRTTIsAMovingMean(t *testing.T) {
+	rn, _ := bareRun(t, 8, 0)
+	rn.noteMarkerRTT(8 * time.Millisecond)
+	if rn.markerRTT != 8*time.Millisecond {
+		t.Fatalf("first: %v", rn.markerRTT)
+	}
+	rn.noteMarkerRTT(16 * time.Millisecond)
+	if rn.markerRTT != 9*time.Millisecond {
+		t.Fatalf("second: %v, want 9ms", rn.markerRTT)
+	}
+}

@@ -344,6 +344,9 @@ type queueState struct {
 	leased fifo
 	// leasing counts reports in leases whose marker is not acknowledged.
 	leasing int
+	// markerRTT is the lease markers' round trip (a moving mean: taken
+	// to acknowledged), which sizes the lease room (lease.go).
+	markerRTT time.Duration
 	// retrySlots counts the reports that failed before, leased or in
 	// flight: at most retryCap (lease.go).
 	retrySlots int
