@@ -55,15 +55,16 @@ import (
 //     waits for room: an idle reporter learns nothing of the partner): the
 //     limit grows by √limit, from 48 to 1 024 in about 50 intervals —
 //     after a slow start (TCP's, with HyStart's delay exit): from the
-//     run's start the limit doubles per interval instead, until an
-//     interval's mean is over slowStartTolerance × baseline + slack (the
-//     latency has begun to rise, well before the threshold), an interval
-//     counts an error of the rate rule, or the limit moves for any other
-//     reason (a cut). From 48 to 1 024 in 5 intervals
+//     process's start the limit doubles per interval instead (by √2, one
+//     bucket of the error rate, once an interval counted an error), until
+//     an interval's mean is over slowStartTolerance × baseline + slack
+//     (the latency has begun to rise, well before the threshold), the
+//     error rate rises (which ends it without a cut) or the limit moves
+//     for any other reason (a cut). From 48 to 1 024 in 5 intervals
 //     toward a partner that keeps up (half a second at 50 ms, against
-//     five), so that a backlog after a start or a rebalance is not worked
-//     at a fraction of what the partner takes for seconds. A slow start
-//     never comes back: after an outage the limit climbs by √limit.
+//     five), so that a backlog at the start is not worked at a fraction
+//     of what the partner takes for seconds. A slow start never comes
+//     back: after an outage the limit climbs by √limit.
 //
 // Before any of these, a failed post is judged (judge): a timeout or an
 // error is the partner's — load or outage — only when no post started after
