@@ -54,13 +54,14 @@ import (
 //     the posts in flight reached the limit during the interval (a backlog
 //     waits for room: an idle reporter learns nothing of the partner): the
 //     limit grows by √limit, from 48 to 1 024 in about 50 intervals —
-//     after a slow start (TCP's, with HyStart's delay exit): from the
-//     process's start the limit doubles per interval instead (by √2, one
-//     bucket of the error rate, once an interval counted an error), until
-//     an interval's mean is over slowStartTolerance × baseline + slack
-//     (the latency has begun to rise, well before the threshold), the
-//     error rate rises (which ends it without a cut) or the limit moves
-//     for any other reason (a cut). From 48 to 1 024 in 5 intervals
+//     after a slow start (TCP's, after HyStart's delay signal): from the
+//     process's start the limit doubles per interval instead — by √2,
+//     one bucket of the error rate, once an interval counted an error or
+//     had a mean over slowStartTolerance × baseline + slack (the latency
+//     began to rise, under the threshold: on a busy machine our own
+//     process shows it too) — until the error rate rises (which ends it
+//     without a cut) or the limit moves for any other reason (a latency
+//     or back-pressure cut). From 48 to 1 024 in 5 intervals
 //     toward a partner that keeps up (half a second at 50 ms, against
 //     five), so that a backlog at the start is not worked at a fraction
 //     of what the partner takes for seconds. A slow start never comes
@@ -103,9 +104,12 @@ type limiter struct {
 	// limiter); false from the first interval whose latency rose or that
 	// counted an error, or the first cut, on.
 	slowStart bool
-	sawErrs   bool          // an interval counted an error of the rate rule
-	recent    time.Duration // the last interval's mean
-	lastCut   time.Time     // last back-pressure cut
+	// gentle: the slow start grows by slowStartGentle per interval, not
+	// slowStartGrowth: an interval counted an error of the rate rule, or
+	// its mean rose over slowStartTolerance × baseline + rttSlack.
+	gentle  bool
+	recent  time.Duration // the last interval's mean
+	lastCut time.Time     // last back-pressure cut
 
 	// posts numbers the posts started (started); answeredUpTo is the
 	// largest number of a post answered normally (answered): a failed post
@@ -165,21 +169,22 @@ const (
 	minSamples     = 16
 	baselineWindow = time.Minute
 	tolerance      = 1.5
-	// slowStartTolerance: a mean over this × baseline + rttSlack ends the
-	// slow start (the latency has begun to rise, under the threshold).
+	// slowStartTolerance: a mean over this × baseline + rttSlack slows
+	// the slow start (the latency has begun to rise, under the threshold).
 	slowStartTolerance = 1.125
-	// slowStartGrowth: the slow start's factor per interval while no
-	// error was counted; after one, slowStartErrGrowth: one bucket of the
-	// error rate (errBucket, √2 apart), so that each load is measured
-	// before the next and the rate rule keeps its references.
-	slowStartGrowth    = 2.0
-	slowStartErrGrowth = math.Sqrt2
-	rttSlack           = time.Millisecond // scheduling noise on loopback
-	cutInterval        = 100 * time.Millisecond
-	stallMin           = 250 * time.Millisecond // the least time out of a stalled post …
-	stallRTTs          = 8                      // … and in baseline round trips
-	isolatedRatio      = 4                      // answers this many times faster than a failed post: it failed alone
-	backoffRatio       = 0.5                    // back-pressure's cut
+	// slowStartGrowth: the slow start's factor per interval while every
+	// answer is clean and the latency flat; then slowStartGentle: one
+	// bucket of the error rate (errBucket, √2 apart), so that each load is
+	// measured before the next and the rate rule keeps its references,
+	// and a rising latency meets the threshold at most √2 past its knee.
+	slowStartGrowth = 2.0
+	slowStartGentle = math.Sqrt2
+	rttSlack        = time.Millisecond // scheduling noise on loopback
+	cutInterval     = 100 * time.Millisecond
+	stallMin        = 250 * time.Millisecond // the least time out of a stalled post …
+	stallRTTs       = 8                      // … and in baseline round trips
+	isolatedRatio   = 4                      // answers this many times faster than a failed post: it failed alone
+	backoffRatio    = 0.5                    // back-pressure's cut
 
 	errMinAnswers = 500              // answers at lower loads to judge the rate by
 	errWindow     = 30 * time.Second // a rate's decay when its load comes back
@@ -433,7 +438,7 @@ func (l *limiter) close(now time.Time) {
 	saturated := float64(l.peak+1) >= math.Floor(l.limit)*0.9
 	ok, sum := l.ok, l.sum
 	l.from, l.n, l.ok, l.sum, l.errs, l.peak = now, 0, 0, 0, 0, 0
-	l.sawErrs = l.sawErrs || errs > 0
+	l.gentle = l.gentle || errs > 0
 
 	// The rate rose with our load when the interval's errors are over
 	// what the rate at about half the load or less predicts (λ) by more
@@ -511,7 +516,7 @@ func (l *limiter) rules(now time.Time, ok int, sum time.Duration, saturated, ros
 	}
 	threshold := l.threshold()
 	if mean > time.Duration(float64(l.baseline)*slowStartTolerance)+rttSlack {
-		l.slowStart = false
+		l.gentle = true
 	}
 	switch {
 	case rose:
@@ -523,8 +528,8 @@ func (l *limiter) rules(now time.Time, ok int, sum time.Duration, saturated, ros
 		step := math.Max(1, math.Sqrt(l.limit))
 		if l.slowStart {
 			f := slowStartGrowth
-			if l.sawErrs {
-				f = slowStartErrGrowth
+			if l.gentle {
+				f = slowStartGentle
 			}
 			step = math.Max(step, l.limit*(f-1))
 		}
