@@ -53,7 +53,19 @@ import (
 //   - Grow while the partner keeps up: the mean within the threshold and
 //     the posts in flight reached the limit during the interval (a backlog
 //     waits for room: an idle reporter learns nothing of the partner): the
-//     limit grows by √limit, from 48 to 1 024 in about 50 intervals.
+//     limit grows by √limit, from 48 to 1 024 in about 50 intervals —
+//     after a slow start (TCP's, after HyStart's delay signal): from the
+//     process's start the limit doubles per interval instead — by √2,
+//     one bucket of the error rate, once an interval counted an error or
+//     had a mean over slowStartTolerance × baseline + slack (the latency
+//     began to rise, under the threshold: on a busy machine our own
+//     process shows it too) — until the error rate rises (which ends it
+//     without a cut) or the limit moves for any other reason (a latency
+//     or back-pressure cut). From 48 to 1 024 in 5 intervals
+//     toward a partner that keeps up (half a second at 50 ms, against
+//     five), so that a backlog at the start is not worked at a fraction
+//     of what the partner takes for seconds. A slow start never comes
+//     back: after an outage the limit climbs by √limit.
 //
 // Before any of these, a failed post is judged (judge): a timeout or an
 // error is the partner's — load or outage — only when no post started after
@@ -88,8 +100,16 @@ type limiter struct {
 	means []rttMean
 
 	baseline time.Duration // lowest interval mean within baselineWindow
-	recent   time.Duration // the last interval's mean
-	lastCut  time.Time     // last back-pressure cut
+	// slowStart: the limit still doubles per interval of growth (see
+	// limiter); false from the first interval whose latency rose or that
+	// counted an error, or the first cut, on.
+	slowStart bool
+	// gentle: the slow start grows by slowStartGentle per interval, not
+	// slowStartGrowth: an interval counted an error of the rate rule, or
+	// its mean rose over slowStartTolerance × baseline + rttSlack.
+	gentle  bool
+	recent  time.Duration // the last interval's mean
+	lastCut time.Time     // last back-pressure cut
 
 	// posts numbers the posts started (started); answeredUpTo is the
 	// largest number of a post answered normally (answered): a failed post
@@ -149,12 +169,22 @@ const (
 	minSamples     = 16
 	baselineWindow = time.Minute
 	tolerance      = 1.5
-	rttSlack       = time.Millisecond // scheduling noise on loopback
-	cutInterval    = 100 * time.Millisecond
-	stallMin       = 250 * time.Millisecond // the least time out of a stalled post …
-	stallRTTs      = 8                      // … and in baseline round trips
-	isolatedRatio  = 4                      // answers this many times faster than a failed post: it failed alone
-	backoffRatio   = 0.5                    // back-pressure's cut
+	// slowStartTolerance: a mean over this × baseline + rttSlack slows
+	// the slow start (the latency has begun to rise, under the threshold).
+	slowStartTolerance = 1.125
+	// slowStartGrowth: the slow start's factor per interval while every
+	// answer is clean and the latency flat; then slowStartGentle: one
+	// bucket of the error rate (errBucket, √2 apart), so that each load is
+	// measured before the next and the rate rule keeps its references,
+	// and a rising latency meets the threshold at most √2 past its knee.
+	slowStartGrowth = 2.0
+	slowStartGentle = math.Sqrt2
+	rttSlack        = time.Millisecond // scheduling noise on loopback
+	cutInterval     = 100 * time.Millisecond
+	stallMin        = 250 * time.Millisecond // the least time out of a stalled post …
+	stallRTTs       = 8                      // … and in baseline round trips
+	isolatedRatio   = 4                      // answers this many times faster than a failed post: it failed alone
+	backoffRatio    = 0.5                    // back-pressure's cut
 
 	errMinAnswers = 500              // answers at lower loads to judge the rate by
 	errWindow     = 30 * time.Second // a rate's decay when its load comes back
@@ -175,7 +205,7 @@ const (
 )
 
 func newLimiter(start, maxLimit int, now time.Time) *limiter {
-	return &limiter{limit: float64(start), start: float64(start), max: float64(maxLimit), from: now, moves: map[string]int64{}, outBase: 1}
+	return &limiter{limit: float64(start), start: float64(start), max: float64(maxLimit), from: now, moves: map[string]int64{}, outBase: 1, slowStart: true}
 }
 
 // allows reports whether one more post may start with inflight posts out,
@@ -408,15 +438,21 @@ func (l *limiter) close(now time.Time) {
 	saturated := float64(l.peak+1) >= math.Floor(l.limit)*0.9
 	ok, sum := l.ok, l.sum
 	l.from, l.n, l.ok, l.sum, l.errs, l.peak = now, 0, 0, 0, 0, 0
+	l.gentle = l.gentle || errs > 0
 
 	// The rate rose with our load when the interval's errors are over
 	// what the rate at about half the load or less predicts (λ) by more
 	// than noise: the count's own (√λ) and the reference's, estimated
-	// from refAnswers answers (λ·n/refAnswers).
+	// from refAnswers answers (λ·n/refAnswers). The reference's rate
+	// counts one error more than it saw (Laplace's rule of succession): a
+	// reference without an error says the rate is below about
+	// 1/refAnswers, not zero (after a slow start each lower load has
+	// one interval of answers; a steady 0.1 % of 500s then showed none
+	// there and cut on four errors at the cap).
 	refErrs, refAnswers := l.reference(load)
 	rose := false
 	if refAnswers >= errMinAnswers {
-		lambda := n * refErrs / refAnswers
+		lambda := n * (refErrs + 1) / refAnswers
 		noise := math.Sqrt(lambda * (1 + n/refAnswers))
 		rose = errs > math.Max(errRatio*lambda, lambda+errSigmas*noise)+errSlack
 	}
@@ -444,6 +480,14 @@ func errBucket(load float64) int {
 // latency rose, the partner keeps up with a backlog waiting.
 func (l *limiter) rules(now time.Time, ok int, sum time.Duration, saturated, rose bool) {
 	floor := math.Min(l.start, l.limit) // of latency and rate cuts
+	// A rise in the slow start ends it without a cut: its references are
+	// one interval at each lower load, too few to cut on one count (a
+	// steady 0.1 % of 500s would); the next intervals, growing by
+	// √limit, judge the rate again.
+	hold := rose && l.slowStart
+	if hold {
+		l.slowStart, rose = false, false
+	}
 	if rose {
 		l.move(math.Max(floor, l.limit*rateCut), moveErrorRate)
 		if _, below := l.reference(l.limit); below < errMinAnswers {
@@ -471,17 +515,34 @@ func (l *limiter) rules(now time.Time, ok int, sum time.Duration, saturated, ros
 		l.baseline = min(l.baseline, m.mean)
 	}
 	threshold := l.threshold()
+	if mean > time.Duration(float64(l.baseline)*slowStartTolerance)+rttSlack {
+		l.gentle = true
+	}
 	switch {
 	case rose:
 	case mean > threshold:
 		next := math.Max(floor, l.limit*math.Max(0.5, float64(threshold)/float64(mean)))
 		l.move(next, moveLatency)
+	case hold:
 	case saturated && l.limit < l.max:
-		l.move(math.Min(l.max, l.limit+math.Max(1, math.Sqrt(l.limit))), moveGrow)
+		step := math.Max(1, math.Sqrt(l.limit))
+		if l.slowStart {
+			f := slowStartGrowth
+			if l.gentle {
+				f = slowStartGentle
+			}
+			step = math.Max(step, l.limit*(f-1))
+		}
+		l.move(math.Min(l.max, l.limit+step), moveGrow)
 	}
 }
 
+// move sets the limit to next (why: one of the move* reasons); any move but
+// growth ends the slow start.
 func (l *limiter) move(next float64, why string) {
+	if why != moveGrow {
+		l.slowStart = false
+	}
 	if math.Floor(next) == math.Floor(l.limit) {
 		l.limit = next
 		return

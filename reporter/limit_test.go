@@ -70,6 +70,59 @@ func TestLimiterGrowsWhileLatencyIsFlat(t *testing.T) {
 	}
 }
 
+// TestLimiterSlowStart: from the start, toward a partner whose latency stays
+// flat, the limit multiplies by slowStartGrowth per interval (48 → 1 024 in
+// about a second at 50 ms, where √limit steps take five); a latency rise
+// over slowStartTolerance × baseline makes it grow by √2 per interval, a cut
+// ends it for good: the next steps are √limit, and after an outage the
+// climb back is √limit too.
+func TestLimiterSlowStart(t *testing.T) {
+	now := time.Unix(1000, 0)
+	l := newLimiter(48, 1024, now)
+	start := now
+	for l.limit < 1024 {
+		feed(l, &now, 50*time.Millisecond, true)
+		if now.Sub(start) > 1500*time.Millisecond {
+			t.Fatalf("limit %.0f after %v of flat latency at 50 ms, want the cap 1024 within 1.5 s (slow start)", l.limit, now.Sub(start))
+		}
+	}
+	t.Logf("48 → 1024 in %v at 50 ms", now.Sub(start))
+
+	// A rise under the threshold slows it to √2 per interval.
+	l = newLimiter(48, 1024, now)
+	feed(l, &now, 50*time.Millisecond, true) // the baseline
+	before := l.limit
+	feed(l, &now, 60*time.Millisecond, true) // 1.2 × baseline: under tolerance, over slowStartTolerance
+	if !l.slowStart || math.Abs(l.limit-before*slowStartGentle) > 1e-9 {
+		t.Fatalf("limit %.1f → %.1f after the latency rose by a fifth (slow start %v), want ×√2", before, l.limit, l.slowStart)
+	}
+	// A latency cut ends it: the step after is √limit.
+	feed(l, &now, 200*time.Millisecond, true)
+	if l.slowStart || l.reason != moveLatency {
+		t.Fatalf("slow start %v, reason %q after a latency cut", l.slowStart, l.reason)
+	}
+	before = l.limit
+	feed(l, &now, 50*time.Millisecond, true)
+	if step := l.limit - before; step > math.Sqrt(before)+1e-9 {
+		t.Fatalf("limit %.1f → %.1f after the slow start ended, want a √limit step", before, l.limit)
+	}
+
+	// A back-pressure cut ends it, and the climb back after the outage is
+	// by √limit.
+	l = newLimiter(48, 1024, now)
+	feed(l, &now, 50*time.Millisecond, true)
+	now = now.Add(cutInterval)
+	l.observe(now, delivery.SignalBackPressure, 0, int(l.limit))
+	if l.slowStart {
+		t.Fatal("slow start goes on after a back-pressure cut")
+	}
+	before = l.limit
+	feed(l, &now, 50*time.Millisecond, true)
+	if step := l.limit - before; step > math.Sqrt(before)+1e-9 {
+		t.Fatalf("limit %.1f → %.1f after a cut, want a √limit step", before, l.limit)
+	}
+}
+
 // TestLimiterShrinksWhenLatencyRises: a partner that slows down under load
 // (its latency grows with the posts in flight past 300): the limit settles
 // near where latency starts rising, before any error, and comes back up
