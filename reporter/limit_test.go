@@ -35,20 +35,28 @@ func feed(l *limiter, now *time.Time, rtt time.Duration, saturated bool) {
 	l.observe(*now, delivery.SignalAnswer, rtt, 0) // closes the interval
 }
 
+// climb feeds l backlogged intervals of a flat 50 ms until its limit
+// reaches target, failing t past within; it returns the time it took.
+func climb(t *testing.T, l *limiter, now *time.Time, target float64, within time.Duration) time.Duration {
+	t.Helper()
+	start := *now
+	for l.limit < target {
+		feed(l, now, 50*time.Millisecond, true)
+		if now.Sub(start) > within {
+			t.Fatalf("limit %.0f after %v of flat latency at 50 ms, want ≥ %.0f within %v", l.limit, now.Sub(start), target, within)
+		}
+	}
+	return now.Sub(start)
+}
+
 // TestLimiterGrowsWhileLatencyIsFlat: a partner 50 ms away whose latency
 // does not move: the limit climbs from --concurrency to the cap, within
 // 30 s of answers, and only while a backlog fills it.
 func TestLimiterGrowsWhileLatencyIsFlat(t *testing.T) {
 	now := time.Unix(1000, 0)
 	l := newLimiter(48, 1024, now)
-	start := now
-	for l.limit < 512 {
-		feed(l, &now, 50*time.Millisecond, true)
-		if now.Sub(start) > 30*time.Second {
-			t.Fatalf("limit %.0f after %v of flat latency, want ≥ 512", l.limit, now.Sub(start))
-		}
-	}
-	t.Logf("48 → %.0f in %v at 50 ms", l.limit, now.Sub(start))
+	took := climb(t, l, &now, 512, 30*time.Second)
+	t.Logf("48 → %.0f in %v at 50 ms", l.limit, took)
 	for range 200 {
 		feed(l, &now, 50*time.Millisecond, true)
 	}
@@ -79,14 +87,7 @@ func TestLimiterGrowsWhileLatencyIsFlat(t *testing.T) {
 func TestLimiterSlowStart(t *testing.T) {
 	now := time.Unix(1000, 0)
 	l := newLimiter(48, 1024, now)
-	start := now
-	for l.limit < 1024 {
-		feed(l, &now, 50*time.Millisecond, true)
-		if now.Sub(start) > 1500*time.Millisecond {
-			t.Fatalf("limit %.0f after %v of flat latency at 50 ms, want the cap 1024 within 1.5 s (slow start)", l.limit, now.Sub(start))
-		}
-	}
-	t.Logf("48 → 1024 in %v at 50 ms", now.Sub(start))
+	t.Logf("48 → 1024 in %v at 50 ms", climb(t, l, &now, 1024, 1500*time.Millisecond))
 
 	// A rise under the threshold slows it to √2 per interval.
 	l = newLimiter(48, 1024, now)
