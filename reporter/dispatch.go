@@ -31,7 +31,7 @@ func (rn *run) next() *job {
 	// at stake.
 	for !rn.stopping.Load() && rn.standby == nil && rn.leased.len() > 0 && rn.roomAtStake() && rn.thr.allows(rn.inflight) {
 		j := rn.leased.pop()
-		if lim := int(rn.thr.lim.limit); rn.leased.len() < rn.cfg.Concurrency || rn.leaseRoom(lim)-rn.leased.len()-rn.leasing >= leaseChunk(rn.cfg.Concurrency, lim) {
+		if rn.leased.len() < rn.cfg.Concurrency || rn.leaseDue() {
 			rn.jobsReady()
 		}
 		ps := j.ps

@@ -46,15 +46,15 @@ func TestLeaseWaitsForRoom(t *testing.T) {
 	defer rn.mu.Unlock()
 
 	l, marks := rn.takeLease()
-	if l == nil || len(l.jobs) != leaseRoom(conc, conc) || len(marks) != 1 {
-		t.Fatalf("first lease: %v jobs, %d markers; want %d jobs in 1 marker", l, len(marks), leaseRoom(conc, conc))
+	if l == nil || len(l.jobs) != baseLeaseRoom(conc, conc) || len(marks) != 1 {
+		t.Fatalf("first lease: %v jobs, %d markers; want %d jobs in 1 marker", l, len(marks), baseLeaseRoom(conc, conc))
 	}
 	var m schemas.Lease
 	if err := json.Unmarshal(marks[0].rec.Value, &m); err != nil {
 		t.Fatal(err)
 	}
-	if len(m.Offsets) != 1 || m.Offsets[0] != [2]int64{0, int64(leaseRoom(conc, conc) - 1)} {
-		t.Fatalf("marker offsets %v, want [[0 %d]]", m.Offsets, leaseRoom(conc, conc)-1)
+	if len(m.Offsets) != 1 || m.Offsets[0] != [2]int64{0, int64(baseLeaseRoom(conc, conc) - 1)} {
+		t.Fatalf("marker offsets %v, want [[0 %d]]", m.Offsets, baseLeaseRoom(conc, conc)-1)
 	}
 	if l2, _ := rn.takeLease(); l2 != nil {
 		t.Fatalf("a second lease with no room: %d jobs", len(l2.jobs))
@@ -319,7 +319,7 @@ func TestTokenBackWakesIdleWorkers(t *testing.T) {
 // than Kafka acknowledges a lease marker, the room grows by the posts the
 // limit allows during one marker's round trip (at most maxLeaseExtra × the
 // limit), so that the workers do not wait for leases; toward a slower
-// partner, or before either round trip is known, it is leaseRoom's.
+// partner, or before either round trip is known, it is baseLeaseRoom's.
 func TestLeaseRoomCoversTheMarkersRoundTrip(t *testing.T) {
 	const conc, limit = 8, 100
 	for _, c := range []struct {
@@ -327,11 +327,11 @@ func TestLeaseRoomCoversTheMarkersRoundTrip(t *testing.T) {
 		post, marker time.Duration
 		want         int
 	}{
-		{"nothing measured yet", 0, 0, leaseRoom(conc, limit)},
-		{"posts slower than markers", 50 * time.Millisecond, 4 * time.Millisecond, leaseRoom(conc, limit) + limit*4/50},
-		{"markers 4 times a post", time.Millisecond, 4 * time.Millisecond, leaseRoom(conc, limit) + 4*limit},
-		{"capped", time.Millisecond, 20 * time.Millisecond, leaseRoom(conc, limit) + maxLeaseExtra*limit},
-		{"half", 2 * time.Millisecond, time.Millisecond, leaseRoom(conc, limit) + limit/2},
+		{"nothing measured yet", 0, 0, baseLeaseRoom(conc, limit)},
+		{"posts slower than markers", 50 * time.Millisecond, 4 * time.Millisecond, baseLeaseRoom(conc, limit) + limit*4/50},
+		{"markers 4 times a post", time.Millisecond, 4 * time.Millisecond, baseLeaseRoom(conc, limit) + 4*limit},
+		{"capped", time.Millisecond, 20 * time.Millisecond, baseLeaseRoom(conc, limit) + maxLeaseExtra*limit},
+		{"half", 2 * time.Millisecond, time.Millisecond, baseLeaseRoom(conc, limit) + limit/2},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			rn, _ := bareRun(t, conc, 2000)

@@ -26,7 +26,7 @@ import (
 // whatever the in-flight.
 
 // leaseAhead × Concurrency reports, plus a quarter of the in-flight limit,
-// at least may be leased and not yet posted (leaseRoom); toward a partner
+// at least may be leased and not yet posted (baseLeaseRoom); toward a partner
 // far away that covers a marker's round trip, a small share of a post's.
 // Toward a partner that answers faster than the broker acknowledges a
 // marker, the posts made during one marker's round trip are more than
@@ -38,24 +38,40 @@ const (
 	maxLeaseExtra = 4
 )
 
-// leaseRoom is how many reports may be leased ahead of the workers with
-// the in-flight limit at limit, before the marker's round trip is known.
-func leaseRoom(concurrency, limit int) int { return leaseAhead*concurrency + limit/4 }
+// baseLeaseRoom is how many reports may be leased ahead of the workers
+// with the in-flight limit at limit, before the marker's round trip is
+// known.
+func baseLeaseRoom(concurrency, limit int) int { return leaseAhead*concurrency + limit/4 }
 
 // leaseRoom is how many reports may be leased ahead of the workers now
-// (mu held): leaseRoom's, plus the posts the limit allows during a
+// (mu held): baseLeaseRoom's, plus the posts the limit allows during a
 // marker's round trip when the posts' round trip is shorter — at 0 ms
 // toward the partner on Apache Kafka, markers acknowledged in 3–5 ms kept
 // the leases behind the workers (the e2e bench: nothing leased and workers
 // idle in 69 % of its scrapes, with 64 000 reports waiting for a lease).
 func (rn *run) leaseRoom(limit int) int {
-	room := leaseRoom(rn.cfg.Concurrency, limit)
+	room := baseLeaseRoom(rn.cfg.Concurrency, limit)
 	post := rn.thr.lim.recent
 	if rn.markerRTT <= 0 || post <= 0 {
 		return room
 	}
 	extra := int(int64(limit) * int64(rn.markerRTT) / int64(post))
 	return room + min(extra, maxLeaseExtra*limit)
+}
+
+// freeLeaseRoom is the room left for a new lease (mu held), and whether
+// it is at least a leaseChunk: the least a new lease waits for.
+func (rn *run) freeLeaseRoom() (int, bool) {
+	limit := int(rn.thr.lim.limit)
+	room := rn.leaseRoom(limit) - rn.leased.len() - rn.leasing
+	return room, room >= leaseChunk(rn.cfg.Concurrency, limit)
+}
+
+// leaseDue reports whether a new lease has room now (mu held): the
+// leaser is worth waking.
+func (rn *run) leaseDue() bool {
+	_, ok := rn.freeLeaseRoom()
+	return ok
 }
 
 // noteMarkerRTT folds one lease's marker round trip d into markerRTT (mu
@@ -75,7 +91,7 @@ func (rn *run) noteMarkerRTT(d time.Duration) {
 // a lease per freed slot wrote ~39 000, one record per 2–3 reports for the
 // broker to take and acknowledge). Several leases may be on their way at
 // once: the next is taken while the previous marker travels.
-func leaseChunk(concurrency, limit int) int { return max(1, leaseRoom(concurrency, limit)/4) }
+func leaseChunk(concurrency, limit int) int { return max(1, baseLeaseRoom(concurrency, limit)/4) }
 
 // lease is a batch of reports whose markers are on their way to Kafka.
 type lease struct {
@@ -125,9 +141,8 @@ func (rn *run) takeLease() (*lease, []partLease) {
 	if rn.stopping.Load() || rn.exiting || rn.standby != nil {
 		return nil, nil
 	}
-	limit := int(rn.thr.lim.limit)
-	room := rn.leaseRoom(limit) - rn.leased.len() - rn.leasing
-	if room < leaseChunk(rn.cfg.Concurrency, limit) {
+	room, ok := rn.freeLeaseRoom()
+	if !ok {
 		return nil, nil
 	}
 	// Few partitions per lease: a slice, not a map (allocations per lease
