@@ -216,6 +216,7 @@ func TestBrokerRestartedEmpty(t *testing.T) {
 	}
 	r := startBrokerRig(t)
 	first := r.deliverFirst(t, "before the restart")
+	r.inLedger(t, first)
 	logFrom := r.logSizes()
 	sup := superviseRoles(r)
 
@@ -336,6 +337,7 @@ func TestTopicRecreated(t *testing.T) {
 	}
 	r := startBrokerRigOnApache(t)
 	first := r.deliverFirst(t, "before the deletion")
+	r.inLedger(t, first)
 	r.checkTraffic(t)
 	logFrom := r.logSizes()
 	sup := superviseRoles(r)
@@ -508,21 +510,40 @@ func (r *brokerRig) waitReadyzNames(t *testing.T, since time.Time, needle, fault
 	}
 }
 
+// auditWhenReceived runs the audit over the last hour until it counts want
+// events received, at most 60 s, and returns its last answer.
+func (r *brokerRig) auditWhenReceived(t *testing.T, want uint64) analytics.Audit {
+	t.Helper()
+	auditArgs := append(append([]string{"audit"}, r.chArgs...), "--from", "-1h", "--to", "+1h", "--format", "json")
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		rep := runAudit(t, r.ps.Bin, auditArgs)
+		if rep.EventsReceived >= want || time.Now().After(deadline) {
+			return rep
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// inLedger waits until the sink has written the events of first to the
+// ledger: a test that then destroys the broker's data (kills the in-memory
+// broker, deletes a topic) would otherwise lose from the ledger the events
+// the sink had not read yet — what a broker that forgets its records
+// does, not what the test is about. A CI run under -race killed the broker
+// 2 s after the 20 plays reached the partner, with the sink still behind.
+func (r *brokerRig) inLedger(t *testing.T, first []simRecord) {
+	t.Helper()
+	if rep := r.auditWhenReceived(t, uint64(len(first))); rep.EventsReceived < uint64(len(first)) {
+		t.Fatalf("the ledger holds %d of the %d events delivered before the fault after 60 s", rep.EventsReceived, len(first))
+	}
+}
+
 // checkGenerations waits (bounded) until the audit counts want events
 // received, then requires exactly that, two generations of plays.events
 // named, and no problem about generations: each record counted once.
 func (r *brokerRig) checkGenerations(t *testing.T, want uint64, what string) {
 	t.Helper()
-	auditArgs := append(append([]string{"audit"}, r.chArgs...), "--from", "-1h", "--to", "+1h", "--format", "json")
-	var rep analytics.Audit
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		rep = runAudit(t, r.ps.Bin, auditArgs)
-		if rep.EventsReceived >= want || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
+	rep := r.auditWhenReceived(t, want)
 	gens := 0
 	for _, g := range rep.Generations {
 		if g.Topic == "plays.events" {

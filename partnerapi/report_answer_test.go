@@ -97,7 +97,7 @@ func (s *rawServer) serve(nc net.Conn) {
 			<-hang
 			return
 		}
-		if _, err := io.WriteString(nc, a); err != nil || s.close.Load() || strings.Contains(a, "Connection: close") || !strings.Contains(a, "\r\n\r\n") {
+		if _, err := writeAnswer(nc, a); err != nil || s.close.Load() || strings.Contains(a, "Connection: close") || !strings.Contains(a, "\r\n\r\n") {
 			nc.Close()
 			s.mu.Lock()
 			if s.closedBy == nil {
@@ -110,6 +110,21 @@ func (s *rawServer) serve(nc net.Conn) {
 		}
 		s.settled.Add(1)
 	}
+}
+
+// pause in a scripted answer splits it into two writes 50 ms apart: the
+// bytes after it reach the client once it has read what came before.
+const pause = "\x00pause\x00"
+
+func writeAnswer(nc net.Conn, a string) (int, error) {
+	first, rest, paused := strings.Cut(a, pause)
+	n, err := io.WriteString(nc, first)
+	if err != nil || !paused {
+		return n, err
+	}
+	time.Sleep(50 * time.Millisecond)
+	m, err := io.WriteString(nc, rest)
+	return n + m, err
 }
 
 func rawClient(t *testing.T, url string, mod func(*Config)) *Client {
@@ -200,22 +215,32 @@ func gz(s string) string {
 	return b.String()
 }
 
-// TestReportStrayBytes: bytes after a complete answer are not read as the
-// next answer: the post that follows on the same server is answered by its
-// own answer (net/http drops a connection with unread bytes, or reads the
-// stray bytes as a malformed answer and says so: never as a success).
+// TestReportStrayBytes: bytes that reach an idle connection after a
+// complete answer are not read as the next answer: net/http finds them
+// while no request waits ("Unsolicited response received on idle HTTP
+// channel") and drops the connection, so the next post, on a new
+// connection, gets its own answer.
+//
+// Not covered, because no HTTP/1.1 client can tell: stray bytes that come
+// in the same segment as the answer before them. net/http reads them into
+// its buffer with that answer, and a post that takes the connection before
+// its read loop checks for them is answered by them (2 in 300 runs under
+// -race). An answer the server sent before it read the request is
+// indistinguishable from a late one; the partner's edge (nginx) frames
+// every answer, and HTTP/2 (stream ids) is immune.
 func TestReportStrayBytes(t *testing.T) {
 	ok := "HTTP/1.1 200 OK\r\nContent-Length: 35\r\n\r\n{\"error\":false,\"message\":\"success\"}"
-	s := newRawServer(t, ok+"HTTP/1.1 200 OK\r\nContent-Length: 33\r\n\r\n{\"error\":false,\"message\":\"stray\"}", ok)
+	s := newRawServer(t, ok+pause+"HTTP/1.1 200 OK\r\nContent-Length: 33\r\n\r\n{\"error\":false,\"message\":\"stray\"}", ok)
 	c := rawClient(t, s.url(), nil)
 	for i := range 3 {
 		res, err := c.ReportPlayJSON(context.Background(), []byte(`{}`))
-		if err == nil && res.Message != "success" {
-			t.Fatalf("post %d answered by stray bytes: %+v", i, res)
+		if err != nil || res.Message != "success" {
+			t.Fatalf("post %d: %+v, %v; want its own answer", i, res, err)
 		}
-		if err != nil && Doubt(err) == "" {
-			t.Fatalf("post %d: %v without a doubt cause", i, err)
-		}
+		time.Sleep(200 * time.Millisecond) // the stray bytes arrive while the connection is idle
+	}
+	if n := s.conns.Load(); n < 2 {
+		t.Fatalf("%d connections: the one the stray bytes came on was kept", n)
 	}
 }
 
