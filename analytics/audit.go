@@ -243,7 +243,8 @@ func asOf(o AuditOptions) string {
 // (so every distinct count of the audit already takes two ids with one
 // 128-bit hash for one; a report id is itself 128 bits of a SHA-256). A set
 // of 16-byte keys instead of Strings: "events without plays" over 50 M
-// plays took 2.4 s instead of 7.1-7.8 s (docs/bench/2026-11-29-2core-audit-quiet.txt).
+// plays took 4.4-4.5 s instead of 7.1-7.8 s
+// (docs/bench/2026-11-29-2core-audit-quiet.txt, -siphash.txt).
 const eventKey = "sipHash128(event_id)"
 
 // rejectionKey identifies the rejected event of a rejection row: its record
