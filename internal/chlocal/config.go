@@ -3,27 +3,21 @@ package chlocal
 import (
 	"bytes"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
+
+	"github.com/playpipe/playpipe/internal/loopport"
 )
 
+// freePorts picks the native and HTTP ports of a new server, below the
+// ephemeral range (loopport): a server restarted on its recorded ports
+// (Watch, a test's Restart) finds them free, not taken by an outgoing
+// connection's local port.
 func freePorts() (int, int, error) {
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	var ports []int
-	for range 2 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return 0, 0, fmt.Errorf("chlocal: pick a free port: %w", err)
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	ports, err := loopport.Pick(2)
+	if err != nil {
+		return 0, 0, fmt.Errorf("chlocal: pick free ports: %w", err)
 	}
 	return ports[0], ports[1], nil
 }

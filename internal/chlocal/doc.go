@@ -5,7 +5,7 @@
 // It finds the server binary (clickhouse-server, or the single clickhouse
 // binary of newer releases run as `clickhouse server`) on PATH or in
 // /usr/sbin and /usr/bin, writes a minimal configuration into the folder
-// (loopback only, native and HTTP ports picked free, one passwordless
+// (loopback only, native and HTTP ports picked free below the ephemeral range (loopport), one passwordless
 // `default` user limited to loopback, logs to files, no interserver or MySQL
 // ports, no system log tables), starts it and waits until it answers a query.
 //

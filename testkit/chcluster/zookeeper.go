@@ -14,6 +14,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/playpipe/playpipe/internal/loopport"
 )
 
 // ZooKeeperJar is where Debian's zookeeper package puts the server's jar;
@@ -181,14 +183,15 @@ func (z *ZooKeeper) Kill() {
 	<-z.exited
 }
 
-// freePort returns a loopback port that was free a moment ago.
+// freePort returns a loopback port that was free a moment ago, below the
+// ephemeral range (loopport): a replica or ZooKeeper restarted on it finds
+// it free.
 func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := loopport.Pick(1)
 	if err != nil {
-		return 0, fmt.Errorf("chcluster: pick a free port: %w", err)
+		return 0, fmt.Errorf("chcluster: %w", err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return p[0], nil
 }
 
 // tail returns the last n bytes of a file ("" when unreadable).

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"fmt"
-	"net"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -15,6 +14,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/playpipe/playpipe/internal/loopport"
 )
 
 // Config says what cluster to start.
@@ -89,7 +90,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		cfg.Heap = "512m"
 	}
 	if cfg.Addr == nil {
-		cfg.Addr = kernelAddr
+		cfg.Addr = freeAddr
 	}
 	if cfg.ReadyTimeout <= 0 {
 		cfg.ReadyTimeout = 2 * time.Minute
@@ -358,14 +359,9 @@ func newClusterID() string {
 	}
 }
 
-func kernelAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
-}
+// freeAddr is a loopback address below the ephemeral range (loopport): a
+// node restarted on it finds it free.
+func freeAddr() (string, error) { return loopport.Addr() }
 
 func sortedKeys[K interface{ ~int | ~string }, V any](m map[K]V) []K {
 	keys := make([]K, 0, len(m))
