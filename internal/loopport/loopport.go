@@ -19,7 +19,7 @@ import (
 	"sync"
 )
 
-// Range is the half-open range the ports come from.
+// Low and High bound the half-open range the ports come from.
 const (
 	Low  = 20000
 	High = 32768

@@ -90,7 +90,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		cfg.Heap = "512m"
 	}
 	if cfg.Addr == nil {
-		cfg.Addr = freeAddr
+		cfg.Addr = loopport.Addr // below the ephemeral range: a node restarted on it finds it free
 	}
 	if cfg.ReadyTimeout <= 0 {
 		cfg.ReadyTimeout = 2 * time.Minute
@@ -358,10 +358,6 @@ func newClusterID() string {
 		}
 	}
 }
-
-// freeAddr is a loopback address below the ephemeral range (loopport): a
-// node restarted on it finds it free.
-func freeAddr() (string, error) { return loopport.Addr() }
 
 func sortedKeys[K interface{ ~int | ~string }, V any](m map[K]V) []K {
 	keys := make([]K, 0, len(m))
