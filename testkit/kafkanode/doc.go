@@ -23,4 +23,9 @@
 // is. Children are started in their own process group with a parent-death
 // signal, so a crashed test leaves no JVM behind. Cluster and Node are safe
 // for concurrent use.
+//
+// PLAYPIPE_KAFKA_JVM_OPTS adds java flags to every node (split on spaces),
+// for a diagnosis: "-XX:+UnlockDiagnosticVMOptions -XX:+PrintCompilation
+// -XX:+LogVMOutput -XX:LogFile=/tmp/jit-%p.log" logs what a node's JIT
+// compiler does, with the milliseconds since the JVM's start.
 package kafkanode

@@ -192,9 +192,11 @@ func (n *Node) format(ctx context.Context, clusterID string, props map[string]st
 }
 
 // jvmArgs are the java flags of a node or a tool run: the heap, headless,
-// the log settings of this release's logging framework, the classpath.
+// the log settings of this release's logging framework, the classpath, then
+// PLAYPIPE_KAFKA_JVM_OPTS split on spaces (a diagnosis's flags; none by
+// default).
 func (in Install) jvmArgs(heap, dir string) []string {
-	return []string{
+	return append([]string{
 		"-Xms128m", "-Xmx" + heap,
 		"-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
 		"-Djava.awt.headless=true",
@@ -202,7 +204,7 @@ func (in Install) jvmArgs(heap, dir string) []string {
 		"-Dlog4j2.configurationFile=" + filepath.Join(dir, "log4j2.properties"),
 		"-Dlog4j.configuration=file:" + filepath.Join(dir, "log4j.properties"),
 		"-cp", filepath.Join(in.Libs, "*"),
-	}
+	}, strings.Fields(os.Getenv("PLAYPIPE_KAFKA_JVM_OPTS"))...)
 }
 
 // writeLogConfig writes both logging frameworks' settings: INFO to stdout

@@ -25,7 +25,8 @@ import (
 
 const topicPrefix = "plays"
 
-// warmupSeed is added to -seed for the warm-up round: other event ids.
+// warmupSeed times the warm-up round's number (1, 2, …) is added to -seed
+// for its events: other event ids.
 const warmupSeed = 1 << 20
 
 // measured is one process's figures over the pipeline phase.
@@ -259,7 +260,7 @@ func (e *env) startRoles(ch *chlocal.Server, p partner) (map[string]*role, error
 	}{
 		{"sink", append(append([]string{"sink"}, ka...), "--clickhouse-addr", ch.Addr(), "--clickhouse-db", "playpipe_bench", "--clickhouse-user", "default")},
 		{"consume", append(append([]string{"consume"}, ka...), "--api-url", p.url)},
-		{"report", append(append(append([]string{"report"}, ka...), "--api-url", p.url, "--concurrency", strconv.Itoa(e.o.concurrency)), strings.Fields(e.o.reportArgs)...)},
+		{"report", append(append(append([]string{"report"}, ka...), "--api-url", p.url, "--concurrency", strconv.Itoa(e.o.concurrency)), e.reportFlags()...)},
 	} {
 		rl, err := e.startRole(r.name, r.args...)
 		if err != nil {
@@ -335,16 +336,32 @@ func runBench(ctx context.Context, o options, log *slog.Logger) (res result, err
 		return res, err
 	}
 	if o.warmup > 0 {
-		// The same pipeline first takes -warmup events of another seed
-		// (other event ids), unmeasured: the broker's JVM compiles its hot
-		// code (half its CPU in the first seconds of a fresh node), the
-		// roles' mix caches fill, the groups settle.
-		var warm result
-		if _, base, err = e.runPipeline(ctx, roles, sb, &warm, o.warmup, o.seed+warmupSeed, state{}); err != nil {
-			return res, fmt.Errorf("warm-up: %w", err)
+		// The same pipeline first takes -warmup events of other seeds
+		// (other event ids), unmeasured, in -warmup-rounds rounds: the
+		// broker's JVM compiles its hot code (half its CPU in the first
+		// seconds of a fresh node), the roles' mix caches fill, the groups
+		// settle. One round is not enough: at the next round's start a new
+		// publisher's first produce requests made the JVM throw away the
+		// produce path it had compiled for the reporter's alone (its C2
+		// code "made not entrant", then compiled again, in the measured
+		// round); the later warm-up rounds take that, less each time, as a
+		// broker in service, fed by publishers and roles at once, has long
+		// done.
+		warm := &result{}
+		rounds := min(o.warmupRounds, o.warmup)
+		for i := range rounds {
+			n := o.warmup / rounds
+			if i == rounds-1 {
+				n = o.warmup - i*n
+			}
+			var w result
+			if _, base, err = e.runPipeline(ctx, roles, sb, &w, n, o.seed+warmupSeed*int64(i+1), base); err != nil {
+				return res, fmt.Errorf("warm-up round %d: %w", i+1, err)
+			}
+			warm.plays, warm.posted, warm.elapsed = warm.plays+w.plays, warm.posted+w.posted, warm.elapsed+w.elapsed
 		}
-		res.warmup = &warm
-		log.Info("warm-up finished", "plays", warm.plays, "elapsed", warm.elapsed.Round(time.Millisecond))
+		res.warmup = warm
+		log.Info("warm-up finished", "rounds", rounds, "plays", warm.plays, "elapsed", warm.elapsed.Round(time.Millisecond))
 	}
 	if o.idle > 0 {
 		if err := e.measureIdle(roles, &res); err != nil {
@@ -365,7 +382,11 @@ func runBench(ctx context.Context, o options, log *slog.Logger) (res result, err
 	if o.kafka == kafkaApache {
 		res.brokerThreads0, _ = threadCPU(e.brokerPID)
 	}
+	profDone := e.profileReporter(roles["report"])
 	sim, end, err := e.runPipeline(ctx, roles, sb, &res, o.events, o.seed, base)
+	if perr := profDone(); err == nil && perr != nil {
+		err = perr
+	}
 	if err != nil {
 		return res, err
 	}
@@ -396,6 +417,42 @@ func runBench(ctx context.Context, o options, log *slog.Logger) (res result, err
 	}
 	res.floor, err = e.runFloor(ctx)
 	return res, err
+}
+
+// reportFlags are the reporter's flags beyond the bench's own: -report-args,
+// and --pprof for -report-profile.
+func (e *env) reportFlags() []string {
+	f := strings.Fields(e.o.reportArgs)
+	if e.o.reportProfile != "" {
+		f = append(f, "--pprof")
+	}
+	return f
+}
+
+// reportProfileFor is how long -report-profile profiles the reporter from
+// the measured round's start: within the shortest rounds' backlog (about
+// 8 s at 40 000 events here).
+const reportProfileFor = 5 * time.Second
+
+// profileReporter starts fetching a CPU profile of the reporter
+// (-report-profile) for reportProfileFor and returns the wait for it and
+// its error; without the flag, a no-op.
+func (e *env) profileReporter(r *role) (wait func() error) {
+	if e.o.reportProfile == "" {
+		return func() error { return nil }
+	}
+	file := fmt.Sprintf("%s.%s.%s.pprof", e.o.reportProfile, e.o.kafka, time.Now().UTC().Format("150405"))
+	done := make(chan error, 1)
+	go func() {
+		done <- fetchProfile(r.admin, fmt.Sprintf("profile?seconds=%d", int(reportProfileFor.Seconds())), file)
+	}()
+	return func() error {
+		if err := <-done; err != nil {
+			return fmt.Errorf("-report-profile: %w", err)
+		}
+		e.log.Info("reporter profiled", "file", file, "for", reportProfileFor)
+		return nil
+	}
 }
 
 // measureIdle measures the broker's CPU (and, on Apache Kafka, per thread

@@ -40,6 +40,7 @@ func TestParseOptionsRefusesBadFlags(t *testing.T) {
 		{[]string{"-bin", bin, "-mode", "latency", "-error-rates", "0,0.9"}, `-error-rates: "0.9" is not a share of 0–0.5`},
 		{[]string{"-bin", bin, "-mode", "report", "-rounds", "0"}, "-rounds 0: accepted 1–100"},
 		{[]string{"-bin", bin, "-mode", "report", "-reports", "0"}, "-reports 0: accepted 1 or more"},
+		{[]string{"-bin", bin, "-warmup-rounds", "0"}, "-warmup-rounds 0: accepted 1 or more"},
 	} {
 		var stderr bytes.Buffer
 		_, err := parseOptions(c.args, &stderr)
@@ -51,7 +52,7 @@ func TestParseOptionsRefusesBadFlags(t *testing.T) {
 		}
 	}
 	o, err := parseOptions([]string{"-bin", bin, "-events", "5"}, &bytes.Buffer{})
-	if err != nil || o.events != 5 || o.concurrency != reporter.DefaultConcurrency || o.bin != bin {
+	if err != nil || o.events != 5 || o.concurrency != reporter.DefaultConcurrency || o.bin != bin || o.warmupRounds != 3 || o.warmup != minWarmup {
 		t.Fatalf("valid flags: %+v, %v", o, err)
 	}
 }

@@ -23,9 +23,13 @@
 // pipeline reaches.
 //
 // Each run first pushes -warmup events (twice -events by default, at least
-// 120 000; another seed) through the same roles, unmeasured: a fresh Apache
-// Kafka JVM spends about half its CPU compiling for tens of seconds, and its
-// compiler still takes a share of every play for minutes. It then prints each
+// 120 000; other seeds) through the same roles, unmeasured, in
+// -warmup-rounds rounds (3): a fresh Apache Kafka JVM spends about half its
+// CPU compiling for tens of seconds, its compiler still takes a share of
+// every play for minutes, and each round's start (a new publisher) made it
+// throw away code it had compiled and compile it again, less at every
+// round. Kafka's own tools run once unmeasured before the floor is
+// measured, for the same reason. It then prints each
 // role's Kafka traffic per play (records written and read, produce and fetch
 // requests, transaction ends, commits, the mean wait of an acknowledgement:
 // the roles' playpipe_kafka_* metrics, franz-go hooks), the broker's CPU by
@@ -37,6 +41,8 @@
 // Kafka, -broker-profile records the broker JVM with Java Flight Recorder
 // over the measured round and prints its request threads' CPU per play by
 // Kafka API (jfr.go): which requests the broker's work per play goes to.
+// -report-profile writes a CPU profile of the reporter's first 5 s of each
+// measured round, on either broker.
 //
 // It is a program under tools/ rather than a `playpipe bench`
 // subcommand: it is a development tool that needs a source tree (it runs the

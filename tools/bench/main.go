@@ -41,7 +41,9 @@ type options struct {
 	mode   string // "e2e" (the whole pipeline) or "report" (reporter vs plain client)
 	bin    string
 	events int
-	warmup int // events of an unmeasured first round
+	warmup int // events of unmeasured first rounds
+	// warmupRounds: the rounds -warmup's events are split into.
+	warmupRounds int
 	// idle: how long the broker's CPU is measured with the pipeline idle,
 	// before the measured round.
 	idle time.Duration
@@ -51,6 +53,9 @@ type options struct {
 	// brokerProfile: the file name of a JFR recording of the Apache
 	// Kafka broker over each measured round ("": none).
 	brokerProfile string
+	// reportProfile: the file name of CPU profiles of the reporter over
+	// each measured round (-mode e2e).
+	reportProfile string
 	// roundsSet: -rounds was given (-kafka both: pairs of runs).
 	roundsSet   bool
 	concurrency int
@@ -102,9 +107,11 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.bin, "bin", "bin/playpipe", "the playpipe binary to run (make build makes it)")
 	fs.IntVar(&o.events, "events", 40000, "player events to publish (about 4.4 plays each with the sandbox's default catalog; 40000 take ~30 s on a 2-core machine)")
 	fs.IntVar(&o.warmup, "warmup", -1, "events of an unmeasured first round through the same pipeline (another seed): the broker's JVM compiles its hot code (a fresh node spends half its CPU in its JIT compiler for tens of seconds), caches fill (default: twice -events, at least minWarmup; 0: none)")
+	fs.IntVar(&o.warmupRounds, "warmup-rounds", 3, "the unmeasured rounds -warmup's events are split into: each round's start (a new publisher, the backlog's phases) made the broker's JVM throw away and compile again code it had compiled in the round before, less each time")
 	fs.DurationVar(&o.idle, "idle", 3*time.Second, "-mode e2e: measure the broker's CPU this long with every role up and nothing published, before the measured round (0: not)")
 	fs.IntVar(&o.floorRecords, "floor-records", 300000, "e2e on Apache Kafka: records (300 bytes) that Kafka's own ProducerPerformance writes and ConsumerPerformance reads on the same node after the run, for the floor of the broker's CPU per play (0: no floor)")
 	fs.StringVar(&o.brokerProfile, "broker-profile", "", "e2e on Apache Kafka: record the broker JVM with Java Flight Recorder (jcmd JFR.start, the JDK's profile settings with a Java stack sample every 1 ms) over each measured round into <file>.<hhmmss>.jfr and print its request threads' CPU per play by Kafka API (a recording over the warm-up first, discarded: starting the recorder recompiles the broker's hot code; the recorder's own work remains in the round's broker CPU, so take the broker's figures from rounds without it)")
+	fs.StringVar(&o.reportProfile, "report-profile", "", "-mode e2e: run the reporter with --pprof and write a CPU profile of its first 5 s of each measured round to <file>.<broker>.<hhmmss>.pprof (go tool pprof -top bin/playpipe FILE): where its CPU per play goes in that round")
 	fs.IntVar(&o.concurrency, "concurrency", reporter.DefaultConcurrency, "reports in flight: the reporter's --concurrency and the plain client's goroutines (default: playpipe report's own)")
 	fs.IntVar(&o.partitions, "partitions", 6, "partitions of every topic")
 	fs.StringVar(&o.kafka, "kafka", kafkaKfake, "the broker: kfake (the embedded fake, in this process) or apache (one Apache Kafka node, KRaft, from the jars `make kafka` resolved; PLAYPIPE_KAFKA_VERSION picks the release): its JVM's CPU and peak RSS are the broker's; -mode e2e also takes both: kfake then apache, -rounds pairs (default 1), and a comparison")
@@ -140,6 +147,8 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		return bad("events", o.events, "1 or more")
 	case o.warmup < -1:
 		return bad("warmup", o.warmup, "0 or more")
+	case o.warmupRounds < 1:
+		return bad("warmup-rounds", o.warmupRounds, "1 or more")
 	case o.concurrency < 1 || o.concurrency > 1024:
 		return bad("concurrency", o.concurrency, "1–1024")
 	case o.kafka != kafkaKfake && o.kafka != kafkaApache && (o.kafka != kafkaBoth || o.mode != "e2e"):
