@@ -68,25 +68,26 @@ func (e *env) runFloor(ctx context.Context) (floorResult, error) {
 	if _, err := os.Stat(filepath.Join(tools, "kafka-tools-"+in.Version+".jar")); err != nil {
 		return floorResult{}, fmt.Errorf("the perf tools of Apache Kafka are missing in %s: run `make kafka` (deploy/kafka/tools-pom.xml): %w", tools, err)
 	}
-	if _, err := e.floorPass(ctx, in, floorTopic+".warm"); err != nil {
+	if _, err := e.floorPass(ctx, in.Java, tools, floorTopic+".warm"); err != nil {
 		return floorResult{}, fmt.Errorf("warm-up pass: %w", err)
 	}
-	return e.floorPass(ctx, in, floorTopic)
+	return e.floorPass(ctx, in.Java, tools, floorTopic)
 }
 
-// floorPass is one run of both tools on a new topic (its group named after it).
-func (e *env) floorPass(ctx context.Context, in kafkanode.Install, topic string) (floorResult, error) {
+// floorPass is one run of both tools (their jars in tools, run by java) on
+// a new topic (its group named after it).
+func (e *env) floorPass(ctx context.Context, java, tools, topic string) (floorResult, error) {
 	f := floorResult{records: e.o.floorRecords}
 	if err := e.createFloorTopic(ctx, topic); err != nil {
 		return f, err
 	}
 	n := strconv.Itoa(f.records)
-	java := func(class string, args ...string) (string, time.Duration, time.Duration, error) {
-		return e.measureTool(ctx, in.Java, append([]string{"-Xmx512m", "-cp", filepath.Join(toolsDir(in), "*"), class}, args...))
+	run := func(class string, args ...string) (string, time.Duration, time.Duration, error) {
+		return e.measureTool(ctx, java, append([]string{"-Xmx512m", "-cp", filepath.Join(tools, "*"), class}, args...))
 	}
 	var out string
 	var err error
-	out, f.prodCPU, f.prodJIT, err = java("org.apache.kafka.tools.ProducerPerformance", "--topic", topic,
+	out, f.prodCPU, f.prodJIT, err = run("org.apache.kafka.tools.ProducerPerformance", "--topic", topic,
 		"--num-records", n, "--record-size", strconv.Itoa(floorRecordSize), "--throughput", "-1",
 		"--producer-props", "bootstrap.servers="+e.brokers, "acks=all", "linger.ms=5")
 	if err != nil {
@@ -95,7 +96,7 @@ func (e *env) floorPass(ctx context.Context, in kafkanode.Install, topic string)
 	if f.prodLine, f.prodRate, err = toolRate(out, " records sent, ", " records/sec"); err != nil {
 		return f, fmt.Errorf("ProducerPerformance: %w; output:\n%s", err, out)
 	}
-	out, f.consCPU, f.consJIT, err = java("org.apache.kafka.tools.ConsumerPerformance", "--bootstrap-server", e.brokers,
+	out, f.consCPU, f.consJIT, err = run("org.apache.kafka.tools.ConsumerPerformance", "--bootstrap-server", e.brokers,
 		"--topic", topic, "--messages", n, "--timeout", "60000", "--group", strings.ReplaceAll(topic, ".", "-"))
 	if err != nil {
 		return f, fmt.Errorf("ConsumerPerformance: %w", err)
