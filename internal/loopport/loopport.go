@@ -12,7 +12,6 @@
 package loopport
 
 import (
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -39,7 +38,7 @@ func Pick(n int) ([]int, error) {
 	var out []int
 	for try := 0; len(out) < n; try++ {
 		if try >= 1000*n {
-			return nil, errors.New("loopport: no free loopback port in 20000–32767")
+			return nil, fmt.Errorf("loopport: no free loopback port in %d–%d", Low, High-1)
 		}
 		port := Low + rand.IntN(High-Low)
 		if handed[port] {
