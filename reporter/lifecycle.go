@@ -37,8 +37,9 @@ func (rn *run) coordinate(ctx context.Context) error {
 	for {
 		rn.checkRevocations(rn.cfg.Now())
 		rn.parkHanging() // a hanging track's reports waiting: parked without a post
-		// Shutting down, before its deadline: slow retries are waited for.
-		slowWait := deadline != nil && rn.slowBusy()
+		// Shutting down, before its deadline: slow retries and the parks
+		// whose entries are being written are waited for.
+		slowWait := deadline != nil && (rn.slowBusy() || rn.parking.Load() > 0)
 		rn.mu.Lock()
 		// stopping is set before this lock is taken: a worker that takes a
 		// report after this check saw it (next) and takes none.

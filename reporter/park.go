@@ -191,42 +191,70 @@ func (rn *run) park(j *job, rec *kgo.Record) {
 	rn.setAside(j, e, rec, rn.recorded)
 }
 
-// setAside writes e, j's entry, to <prefix>.parked and then rec, its
-// parked Delivery record (no lock held); once both are acknowledged the
-// offset is settled (parked). recorded runs once rec's fate is known (a
-// worker's park counted it in unrecorded). Counted in publishing until the
-// hand-off to Kafka is done.
+// setAside writes e, j's entry, to <prefix>.parked through the
+// partition's parked-state fence (parkfence.go) and then rec, its parked
+// Delivery record (no lock held); once both are acknowledged the offset is
+// settled (parked). recorded runs once rec's fate is known (a worker's park
+// counted it in unrecorded).
+//
+// The entry is fenced like every later state of it: a process that lost
+// the partition without being told (paused past its session) and wakes
+// with the entry handed to its client but not yet sent must not write it
+// after its successor delivered the report and removed it. Its write fails
+// as fenced, and the report is its successor's. The fenced write waits for
+// its transaction (group-committed with the partition's other writes), so
+// it runs in a goroutine of the run's (bg), counted in parking: a shutdown
+// waits for it until its deadline (coordinate), and the run's end ends it.
 func (rn *run) setAside(j *job, e *schemas.Parked, rec *kgo.Record, recorded func()) {
-	rn.publishing.Add(1)
-	rn.produce(rn.parkRecord(rn.parkedPart(j.rec.Partition), j.id, e), func(entry *kgo.Record, err error) {
+	rn.parking.Add(1)
+	rn.bg.Go(func() {
+		defer rn.poke() // a shutdown or a revocation may wait for it
+		defer rn.parking.Add(-1)
+		entry, err := rn.writeEntry(j, e)
 		if err != nil {
-			defer rn.publishing.Done()
 			recorded()
-			if !errors.Is(err, kgo.ErrClientClosed) {
+			if !ended(err) {
 				rn.stop(fmt.Errorf("reporter: park report %s: %w", j.id, err), false)
+				return
+			}
+			if errors.Is(err, errFenced) {
+				rn.log.Warn("report not parked: its partition's parked state is another reporter's now (this process lost the partition); the report is its to deliver",
+					"report_id", j.id, "partition", j.rec.Partition, "offset", j.rec.Offset, "err", err)
 			}
 			return
 		}
-		// Never a produce from inside a produce callback: franz-go frees a
-		// record's room in its buffer only after its callback returns, so
-		// with the buffer full (kgo.MaxBufferedRecords) the produce would
-		// wait for itself (TestParkWithFullProduceBuffer). The parked record
-		// goes from a goroutine of its own, counted in publishing (finish
-		// waits for it).
-		go func() {
-			defer rn.publishing.Done()
-			rn.produce(rec, func(r *kgo.Record, err error) {
-				recorded()
-				if err != nil {
-					if !errors.Is(err, kgo.ErrClientClosed) {
-						rn.stop(fmt.Errorf("reporter: publish the parked record of report %s: %w", j.id, err), false)
-					}
-					return
+		rn.produce(rec, func(r *kgo.Record, err error) {
+			recorded()
+			if err != nil {
+				if !errors.Is(err, kgo.ErrClientClosed) {
+					rn.stop(fmt.Errorf("reporter: publish the parked record of report %s: %w", j.id, err), false)
 				}
-				rn.parked(j, r, e, entry.Offset)
-			})
-		}()
+				return
+			}
+			rn.parked(j, r, e, entry.Offset)
+		})
 	})
+}
+
+// parkEntryTries is how many times a park tries its entry's fenced write
+// when the broker refuses it with an error other than the fence's: the
+// first write after another process claimed the fence meets the old
+// producer epoch (INVALID_PRODUCER_EPOCH), the next one PRODUCER_FENCED.
+const parkEntryTries = 3
+
+// writeEntry writes e, j's first entry, through its partition's fence and
+// returns the record written.
+func (rn *run) writeEntry(j *job, e *schemas.Parked) (*kgo.Record, error) {
+	p := j.rec.Partition
+	var err error
+	for range parkEntryTries {
+		var r *kgo.Record
+		if r, err = rn.parkWrite(p, rn.parkRecord(rn.parkedPart(p), j.id, e)); err == nil || ended(err) {
+			return r, err
+		}
+		rn.log.Warn("parked entry not written: trying again", "report_id", j.id, "partition", p, "err", err)
+	}
+	return nil, err
 }
 
 // asParked turns rec, the Delivery record of a retry answer, into the

@@ -13,8 +13,9 @@ import (
 )
 
 // The parked-state fence. Every write of a reports partition's parked
-// state by its owner — a slow retry's entry saying posting, its next state
-// or its tombstone, and the removals of recovery — goes through a
+// state by its owner — the main lane's first entry of a parked report
+// (setAside), a slow retry's entry saying posting, its next state or its
+// tombstone, and the removals of recovery — goes through a
 // transactional producer of that partition (transactional id
 // <group>.parked.<reports topic>.<partition>), claimed when the partition
 // is recovered (recoverFirst), before its parked entries are read. Claiming
@@ -30,10 +31,12 @@ import (
 //
 // Writes are group-committed: writes that arrive while a transaction is
 // under way share the next one, so 32 slow retries cost a few
-// transactions, not 32. The main lane's first write of an entry (park.go)
-// is not fenced: it is the parked Delivery record's companion, written by
-// the owner of the report's offset, and recovery removes an entry whose
-// Delivery record is missing.
+// transactions, not 32. The main lane's first write of an entry was once
+// left unfenced (recovery removes an entry whose parked Delivery record is
+// missing), but an owner paused with the entry in its client's buffer, not
+// yet sent, wrote it on waking after its successor had delivered the report
+// and removed it (TestParkedOwnerPausedPastSession, with a longer producer
+// linger): it is fenced like the rest.
 
 // parkTxnTimeout is the fence's transaction timeout: a transaction left
 // open by a paused process holds the readers of its partition of

@@ -109,3 +109,90 @@ func testParkFence(t *testing.T, e *e2e) {
 		t.Errorf("%d report ids read, want 33", len(seen))
 	}
 }
+
+// TestParkFenceFirstEntry: the main lane's first write of a parked report's
+// entry is fenced too. An owner that lost the partition without being told
+// (its successor claimed the fence, then delivered the report and removed
+// its entry) and parks the report on waking writes nothing: the park ends
+// as the partition's loss, the reporter goes on, and a reader of the
+// parked topic finds the successor's removal last. Without the fence the
+// late entry brought a delivered report back (TestParkedOwnerPausedPastSession).
+func TestParkFenceFirstEntry(t *testing.T) {
+	t.Run("kfake", func(t *testing.T) { testParkFenceFirstEntry(t, newE2E(t, 2)) })
+	t.Run("apache", func(t *testing.T) {
+		if testing.Short() {
+			t.Skip("Apache Kafka")
+		}
+		testParkFenceFirstEntry(t, newE2EApache(t, 2))
+	})
+}
+
+func testParkFenceFirstEntry(t *testing.T, e *e2e) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	adm := kadm.NewClient(e.kafka.Client(t))
+	if _, err := kafkax.EnsureParked(ctx, adm, e.kafka.Config); err != nil {
+		t.Fatal(err)
+	}
+	newRun := func() *run {
+		t.Helper()
+		cfg := e.config().withDefaults()
+		r := &Reporter{cfg: cfg, log: cfg.Logger}
+		rn := r.newRun(context.Background(), func() {})
+		rn.adm = adm
+		t.Cleanup(func() {
+			rn.endRun()
+			rn.bg.Wait()
+			rn.closeFences()
+		})
+		return rn
+	}
+	old, next := newRun(), newRun()
+	if err := old.claimFences(ctx, []int32{1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := next.claimFences(ctx, []int32{1}); err != nil {
+		t.Fatal(err)
+	}
+	pp := next.parkedPart(1)
+	const id = "r-late"
+	if _, err := next.parkWrite(1, next.parkRecord(pp, id, &schemas.Parked{ReportID: id, Source: schemas.Source{Topic: next.topics.Reports, Partition: 1, Offset: 7}})); err != nil {
+		t.Fatalf("the successor's entry: %v", err)
+	}
+	if _, err := next.parkWrite(1, next.parkRecord(pp, id, nil)); err != nil {
+		t.Fatalf("the successor's removal: %v", err)
+	}
+
+	// The old owner wakes and parks the same report through its main lane.
+	j := &job{id: id, rec: &kgo.Record{Topic: old.topics.Reports, Partition: 1, Offset: 7}}
+	entry := &schemas.Parked{V: schemas.ParkedVersion, ReportID: id, Source: schemas.Source{Topic: old.topics.Reports, Partition: 1, Offset: 7}, Attempts: 3}
+	rec := &kgo.Record{Topic: old.topics.Deliveries, Partition: 1, Value: []byte(`{}`)}
+	recorded := make(chan struct{})
+	old.setAside(j, entry, rec, func() { close(recorded) })
+	select {
+	case <-recorded:
+	case <-ctx.Done():
+		t.Fatal("the old owner's park never ended")
+	}
+	old.bg.Wait()
+	if got := old.parking.Load(); got != 0 {
+		t.Errorf("parks under way after the old owner's park ended: %d", got)
+	}
+	old.fatalMu.Lock()
+	fatal := old.fatal
+	old.fatalMu.Unlock()
+	if fatal != nil {
+		t.Errorf("the old owner stopped on the fence's refusal: %v", fatal)
+	}
+	var states []bool
+	if _, err := next.readParked(ctx, map[int32]int64{pp: 0}, func(r *kgo.Record) {
+		if string(r.Key) == id {
+			states = append(states, len(r.Value) > 0)
+		}
+	}); err != nil {
+		t.Fatalf("read the parked topic: %v", err)
+	}
+	if len(states) != 2 || !states[0] || states[1] {
+		t.Errorf("records of %s read (true: an entry): %v, want [true false] (the successor's entry and removal; the old owner's entry nowhere)", id, states)
+	}
+}

@@ -275,7 +275,8 @@ type run struct {
 	leaseWake chan struct{} // capacity 1: the leaser may lease more reports
 	pending   atomic.Int64  // records held by the partition trackers
 	coordDone chan struct{}
-	bg        sync.WaitGroup // prober goroutines
+	bg        sync.WaitGroup // prober goroutines and parks' fenced writes (setAside)
+	parking   atomic.Int64   // parks whose entry's fenced write is under way (setAside)
 	commitWG  commitsOut     // the periodic commit in flight (revoke.go)
 	// publishing counts answers applied whose Delivery record is not handed
 	// to the Kafka client yet.
