@@ -8,6 +8,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
+// producerLinger is how long a produce request of the run's records waits
+// for more records (see producerOpts).
+const producerLinger = 1500 * time.Microsecond
+
 // producerOpts are the produce settings of every client that writes the
 // run's records (the group's client and the extra producers).
 func (rn *run) producerOpts() []kgo.Opt {
@@ -15,15 +19,20 @@ func (rn *run) producerOpts() []kgo.Opt {
 		kgo.DefaultProduceTopic(rn.topics.Deliveries),
 		// Every record names its deliveries partition: the one of its report's partition.
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
-		// A short linger: Delivery records and lease markers of ~half a
-		// millisecond share a produce request. With none, at 30k reports/s
-		// nearly every record was a request of its own, and the broker
-		// spent 10–11 µs of CPU per report (bench-report: 4.6–5.8 µs with
-		// 500 µs). Longer costs throughput: a lease marker's acknowledgement
-		// gates posts (leaseAhead covers ~0.5 ms, not 1–2 ms), and the
-		// unrecorded answers are capped at Concurrency (1 ms: 61–70 %,
-		// 2 ms: 53–54 % of the plain client's rate, against 94–102 %).
-		kgo.ProducerLinger(500 * time.Microsecond),
+		// A linger: the Delivery records and lease markers of 1.5 ms share
+		// a produce request. With none, at 30k reports/s nearly every
+		// record was a request of its own, and the broker spent 10–11 µs
+		// of CPU per report (bench-report: 4.6–5.8 µs with 500 µs). With
+		// 500 µs, an Apache Kafka broker still took half its request
+		// threads' work per play in the reporter's produce requests (~26
+		// records each); 1.5 ms halved them (0.016–0.022 per play against
+		// 0.034–0.053) and the broker's CPU per play (9.0–10.7 µs against
+		// 10.1–18.3) without a lower rate (docs/performance.md, 2026-11-29).
+		// It once cost throughput (1 ms: 61–70 % of the plain client's
+		// rate), when the unrecorded answers were capped at Concurrency
+		// and the lease room did not follow the markers' round trip; both
+		// now grow with the limit and the round trips (dispatch.go, lease.go).
+		kgo.ProducerLinger(producerLinger),
 		// Small records, many small requests: compression costs more CPU than it saves.
 		kgo.ProducerBatchCompression(kgo.NoCompression()),
 	}
