@@ -20,17 +20,24 @@ import (
 // parked state any more: its write fails as fenced and never becomes
 // visible, while the successor's writes, 32 at once, all land. On the
 // embedded broker and, when present, on Apache Kafka.
-func TestParkFence(t *testing.T) {
-	t.Run("kfake", func(t *testing.T) { testParkFence(t, newE2E(t, 2)) })
+func TestParkFence(t *testing.T) { onBothBrokers(t, testParkFence) }
+
+// onBothBrokers runs test on the embedded broker and, unless -short, on
+// Apache Kafka, each with <prefix>.parked made.
+func onBothBrokers(t *testing.T, test func(*testing.T, context.Context, func() *run)) {
+	t.Run("kfake", func(t *testing.T) { fenceRuns(t, newE2E(t, 2), test) })
 	t.Run("apache", func(t *testing.T) {
 		if testing.Short() {
 			t.Skip("Apache Kafka")
 		}
-		testParkFence(t, newE2EApache(t, 2))
+		fenceRuns(t, newE2EApache(t, 2), test)
 	})
 }
 
-func testParkFence(t *testing.T, e *e2e) {
+// fenceRuns makes <prefix>.parked on e's broker and runs test with a
+// context and a maker of runs (each a reporter process's, unconnected but
+// for its admin client), ended when the test ends.
+func fenceRuns(t *testing.T, e *e2e, test func(*testing.T, context.Context, func() *run)) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	adm := kadm.NewClient(e.kafka.Client(t))
@@ -45,10 +52,15 @@ func testParkFence(t *testing.T, e *e2e) {
 		rn.adm = adm
 		t.Cleanup(func() {
 			rn.endRun()
+			rn.bg.Wait()
 			rn.closeFences()
 		})
 		return rn
 	}
+	test(t, ctx, newRun)
+}
+
+func testParkFence(t *testing.T, ctx context.Context, newRun func() *run) {
 	entry := func(rn *run, id string) *kgo.Record {
 		return rn.parkRecord(0, id, &schemas.Parked{ReportID: id, Source: schemas.Source{Topic: rn.topics.Reports, Partition: 1}})
 	}
@@ -117,36 +129,9 @@ func testParkFence(t *testing.T, e *e2e) {
 // as the partition's loss, the reporter goes on, and a reader of the
 // parked topic finds the successor's removal last. Without the fence the
 // late entry brought a delivered report back (TestParkedOwnerPausedPastSession).
-func TestParkFenceFirstEntry(t *testing.T) {
-	t.Run("kfake", func(t *testing.T) { testParkFenceFirstEntry(t, newE2E(t, 2)) })
-	t.Run("apache", func(t *testing.T) {
-		if testing.Short() {
-			t.Skip("Apache Kafka")
-		}
-		testParkFenceFirstEntry(t, newE2EApache(t, 2))
-	})
-}
+func TestParkFenceFirstEntry(t *testing.T) { onBothBrokers(t, testParkFenceFirstEntry) }
 
-func testParkFenceFirstEntry(t *testing.T, e *e2e) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	adm := kadm.NewClient(e.kafka.Client(t))
-	if _, err := kafkax.EnsureParked(ctx, adm, e.kafka.Config); err != nil {
-		t.Fatal(err)
-	}
-	newRun := func() *run {
-		t.Helper()
-		cfg := e.config().withDefaults()
-		r := &Reporter{cfg: cfg, log: cfg.Logger}
-		rn := r.newRun(context.Background(), func() {})
-		rn.adm = adm
-		t.Cleanup(func() {
-			rn.endRun()
-			rn.bg.Wait()
-			rn.closeFences()
-		})
-		return rn
-	}
+func testParkFenceFirstEntry(t *testing.T, ctx context.Context, newRun func() *run) {
 	old, next := newRun(), newRun()
 	if err := old.claimFences(ctx, []int32{1}); err != nil {
 		t.Fatal(err)
