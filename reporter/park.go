@@ -184,7 +184,8 @@ func (rn *run) parkRecord(pp int32, id string, e *schemas.Parked) *kgo.Record {
 // park sets j aside (the worker's, after posted marked it parking; no lock
 // held): rec is its last attempt's Delivery record, published as parked
 // once its entry is in <prefix>.parked. The caller counted rec in
-// unrecorded and publishing (finish waits for the hand-off to Kafka).
+// unrecorded (recorded runs once its fate is known); the writes run in a
+// goroutine counted in parking (setAside).
 func (rn *run) park(j *job, rec *kgo.Record) {
 	e := rn.parkEntry(j)
 	asParked(rec)

@@ -144,9 +144,10 @@ func (rn *run) queuePark(j *job) {
 }
 
 // parkHanging starts parking the reports of hanging tracks queued for it
-// (takeHanging) (the coordinator's, each pass; no lock held). The parks
-// run in a goroutine counted in publishing (finish waits for it): a
-// produce may wait for room in the client's buffer.
+// (takeHanging) (the coordinator's, each pass; no lock held). They are
+// started from a goroutine counted in publishing (finish waits for it);
+// each park's writes then run in a goroutine of their own, counted in
+// parking (setAside).
 func (rn *run) parkHanging() {
 	batch := rn.takeHanging()
 	if len(batch) == 0 {
