@@ -25,7 +25,8 @@
 // for concurrent use.
 //
 // PLAYPIPE_KAFKA_JVM_OPTS adds java flags to every JVM the package starts
-// (each node and its storage tool; split on spaces), for a diagnosis: "-XX:+UnlockDiagnosticVMOptions -XX:+PrintCompilation
-// -XX:+LogVMOutput -XX:LogFile=/tmp/jit-%p.log" logs what a node's JIT
-// compiler does, with the milliseconds since the JVM's start.
+// (each node and its storage tool; split on spaces), for a diagnosis:
+// "-XX:+UnlockDiagnosticVMOptions -XX:+PrintCompilation -XX:+LogVMOutput
+// -XX:LogFile=/tmp/jit-%p.log" logs what a node's JIT compiler does, with
+// the milliseconds since the JVM's start.
 package kafkanode
