@@ -1,6 +1,7 @@
-// Package loopport picks loopback ports for servers that a process starts
+// Package loopport picks ports for servers that a process starts
 // and may start again on the same port: a ClickHouse server of its own
-// (internal/chlocal), the test kit's replicas, ZooKeeper and brokers.
+// (internal/chlocal), the test kit's replicas, ZooKeeper and brokers; on
+// loopback, or on another local address (AddrOn: a test's veth end).
 //
 // The ports come from 20000–32767, below Linux's ephemeral range
 // (32768–60999 by default). A port the kernel hands out for port 0 is an
@@ -15,6 +16,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"strconv"
 	"sync"
 )
 
@@ -33,18 +35,23 @@ var (
 // handed out before by this process (a listen-then-close port can come
 // back at once otherwise).
 func Pick(n int) ([]int, error) {
+	return pickOn("127.0.0.1", n)
+}
+
+// pickOn is Pick for the local address ip.
+func pickOn(ip string, n int) ([]int, error) {
 	mu.Lock()
 	defer mu.Unlock()
 	var out []int
 	for try := 0; len(out) < n; try++ {
 		if try >= 1000*n {
-			return nil, fmt.Errorf("loopport: no free loopback port in %d–%d", Low, High-1)
+			return nil, fmt.Errorf("loopport: no free port on %s in %d–%d", ip, Low, High-1)
 		}
 		port := Low + rand.IntN(High-Low)
 		if handed[port] {
 			continue
 		}
-		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		ln, err := net.Listen("tcp", net.JoinHostPort(ip, strconv.Itoa(port)))
 		if err != nil {
 			continue // in use
 		}
@@ -62,4 +69,16 @@ func Addr() (string, error) {
 		return "", err
 	}
 	return fmt.Sprintf("127.0.0.1:%d", p[0]), nil
+}
+
+// AddrOn returns a free address on the local address ip (the host end of
+// a test's veth pair, say) with a port as Pick picks: below the ephemeral
+// range, where no outgoing connection from ip can take it while its
+// listener is down.
+func AddrOn(ip string) (string, error) {
+	p, err := pickOn(ip, 1)
+	if err != nil {
+		return "", err
+	}
+	return net.JoinHostPort(ip, strconv.Itoa(p[0])), nil
 }

@@ -160,7 +160,7 @@ func (s *AdminServer) Listen() (net.Addr, error) {
 	}
 	ln, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", s.addr)
 	if err != nil {
-		return nil, fmt.Errorf("telemetry: admin server: listen %s: %w", s.addr, err)
+		return nil, fmt.Errorf("admin server: %w", err) // err names the address
 	}
 	s.ln = ln
 	return ln.Addr(), nil

@@ -2,10 +2,11 @@ package netns
 
 import (
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"strings"
+
+	"github.com/playpipe/playpipe/internal/loopport"
 )
 
 // Spec names a namespace: Prefix starts the namespace's and the veth ends'
@@ -78,18 +79,19 @@ func (n *Namespace) Exec() []string { return []string{"ip", "netns", "exec", n.N
 
 // Addr returns a listener address for node id: in the namespace for the
 // node put there (a fresh namespace has every port free), else a free port
-// on the host end of the veth.
+// on the host end of the veth below the ephemeral range (loopport): a
+// node killed and restarted on its port finds it free, where an ephemeral
+// one could have been taken by any client's connection from that address.
 func (n *Namespace) Addr(id int) (string, error) {
 	if id == n.Node {
 		n.nextPort++
 		return fmt.Sprintf("%s:%d", n.NSIP, n.nextPort), nil
 	}
-	ln, err := net.Listen("tcp", n.HostIP+":0")
+	a, err := loopport.AddrOn(n.HostIP)
 	if err != nil {
 		return "", fmt.Errorf("free port on %s: %w", n.HostIP, err)
 	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
+	return a, nil
 }
 
 // Cut drops every packet in and out of the namespace.

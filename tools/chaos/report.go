@@ -3,8 +3,11 @@
 package main
 
 import (
+	"bufio"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -69,12 +72,7 @@ func printReport(w io.Writer, d reportData) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "role\trestarts\texits not by a fault\tpeak RSS MiB\tlongest stall (partner reachable)\t")
 	for _, r := range d.roles {
-		own := 0
-		for _, e := range r.Exits {
-			if !strings.HasPrefix(e, "signal ") && !strings.HasPrefix(e, "exit 0") {
-				own++
-			}
-		}
+		own := len(ownExits(r))
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%s\t\n", r.Name, r.Restarts, own, float64(r.PeakRSS)/1024, r.Stall.Round(time.Second))
 	}
 	var names []string
@@ -86,6 +84,11 @@ func printReport(w io.Writer, d reportData) {
 		fmt.Fprintf(tw, "%s\t\t\t%.0f\t\t\n", n, float64(d.others[n])/1024)
 	}
 	_ = tw.Flush()
+	for _, r := range d.roles {
+		if why := ownExitWhy(r, filepath.Join(d.dir, "logs", r.Name+".log")); why != "" {
+			fmt.Fprintln(w, why)
+		}
+	}
 	if len(v.Violations) == 0 {
 		fmt.Fprintln(w, "RESULT: PASS")
 		return
@@ -94,4 +97,63 @@ func printReport(w io.Writer, d reportData) {
 	for _, s := range v.Violations {
 		fmt.Fprintln(w, "  violation:", s)
 	}
+}
+
+// ownExits are the exits of r that no fault asked for: not by a signal,
+// not a clean exit after SIGTERM.
+func ownExits(r Role) []string {
+	var out []string
+	for _, e := range r.Exits {
+		if !strings.HasPrefix(e, "signal ") && !strings.HasPrefix(e, "exit 0") {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// ownExitWhy says, for a role that exited on its own, how its last such
+// run ended and what its log said last: the command's own error line
+// ("playpipe sink: …", printed as it exits) or else its last ERROR line.
+// "" when it never exited on its own.
+func ownExitWhy(r Role, logPath string) string {
+	own := ownExits(r)
+	if len(own) == 0 {
+		return ""
+	}
+	why := "its log has no error line"
+	if line := lastErrorLine(logPath); line != "" {
+		why = line
+	}
+	return fmt.Sprintf("  %s: %d exits not by a fault, the first %s, the last %s; last error logged: %s", r.Name, len(own), own[0], own[len(own)-1], why)
+}
+
+// lastErrorLine is the last line of the log at path that reports an
+// error: the process's exit line ("playpipe <command>: …") before any
+// other, else the last level=ERROR line; at most 300 bytes of it.
+func lastErrorLine(path string) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	var exitLine, errLine string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64*1024), 1024*1024)
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case strings.HasPrefix(line, "playpipe "):
+			exitLine = line
+		case strings.Contains(line, "level=ERROR"):
+			errLine = line
+		}
+	}
+	line := exitLine
+	if line == "" {
+		line = errLine
+	}
+	if len(line) > 300 {
+		line = line[:300] + "…"
+	}
+	return line
 }

@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/playpipe/playpipe/internal/chlocal"
 	"github.com/playpipe/playpipe/internal/kafkax"
+	"github.com/playpipe/playpipe/internal/loopport"
 	"github.com/playpipe/playpipe/partnerapi/sandbox"
 	"github.com/playpipe/playpipe/producer/gateway"
 	"github.com/playpipe/playpipe/testkit/kafkanode"
@@ -286,14 +286,15 @@ func (r *Rig) Close() {
 	}
 }
 
-// loopbackAddr is a free 127.0.0.1 port.
+// loopbackAddr is a free 127.0.0.1 port below the ephemeral range
+// (internal/loopport). Every listener here is killed and restarted on its
+// port during the run: an ephemeral port ("127.0.0.1:0") can be taken by
+// any outgoing connection the moment its owner dies, and the restart then
+// fails with "address already in use" for as long as that connection lives
+// (a CI run: the sink's admin port taken while it was down, 123 restarts
+// that each exited at once, report-0 likewise and left dead).
 func loopbackAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
+	return loopport.Addr()
 }
 
 func mustAddr() string {
