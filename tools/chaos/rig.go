@@ -74,7 +74,7 @@ func startRig(ctx context.Context, dir, bin string, heap string, log *slog.Logge
 	if err != nil {
 		return r, err
 	}
-	cfg := kafkanode.Config{Dir: filepath.Join(dir, "kafka"), Nodes: 3, Install: in, Heap: heap, Addr: loopbackAddr}
+	cfg := kafkanode.Config{Dir: filepath.Join(dir, "kafka"), Nodes: 3, Install: in, Heap: heap} // Addr: loopport.Addr, its default
 	if n, why := netns.Setup(netns.Spec{Prefix: "ppch", Subnet: 232, Table: "ppchaos_partition", Node: 3}); n != nil {
 		r.net = n
 		cfg.NodeAddr, cfg.Prefix = n.Addr, map[int][]string{n.Node: n.Exec()}
@@ -141,7 +141,7 @@ func (r *Rig) startEdge(dir string) error {
 	}
 	r.edgeCA = certs.CAFile
 	r.edge, err = tlsedge.Start(tlsedge.Config{
-		Dir: dir, Upstream: r.sbAPI, Certs: certs, Addr: loopbackAddr,
+		Dir: dir, Upstream: r.sbAPI, Certs: certs, Addr: loopport.Addr,
 		Location: "proxy_read_timeout 120s;",
 	})
 	return err
@@ -286,19 +286,15 @@ func (r *Rig) Close() {
 	}
 }
 
-// loopbackAddr is a free 127.0.0.1 port below the ephemeral range
-// (internal/loopport). Every listener here is killed and restarted on its
+// mustAddr is a free 127.0.0.1 port below the ephemeral range
+// (internal/loopport), as the brokers' and nginx's are. Every listener here is killed and restarted on its
 // port during the run: an ephemeral port ("127.0.0.1:0") can be taken by
 // any outgoing connection the moment its owner dies, and the restart then
 // fails with "address already in use" for as long as that connection lives
 // (a CI run: the sink's admin port taken while it was down, 123 restarts
 // that each exited at once, report-0 likewise and left dead).
-func loopbackAddr() (string, error) {
-	return loopport.Addr()
-}
-
 func mustAddr() string {
-	a, err := loopbackAddr()
+	a, err := loopport.Addr()
 	if err != nil {
 		panic(fmt.Sprintf("chaos: no free port: %v", err))
 	}
