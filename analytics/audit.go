@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
@@ -213,6 +214,9 @@ type Auditor struct {
 	conn   driver.Conn
 	db     string
 	limits Limits
+	// progress serializes the progress lines of queries run at once (the
+	// slices, sliceWorkers).
+	progress sync.Mutex
 }
 
 // NewAuditor returns an auditor of the ledger in database db.

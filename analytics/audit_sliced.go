@@ -202,6 +202,9 @@ type sliceTotals struct {
 	// The plays the narrow form leaves out (sliceCounts).
 	unclean    uint64
 	uncleanIDs []string
+	// The delivered plays of firstRecords.fix, "delivered_ms report_id":
+	// not in delayKeys.
+	fixedPlays []string
 }
 
 // auditSliced fills the figures of the window's plays slice by slice:
@@ -225,17 +228,13 @@ func (a *Auditor) auditSliced(ctx context.Context, o AuditOptions, r *Audit, pla
 	if err != nil {
 		return err
 	}
+	threads := a.serverThreads(ctx, o)
 	var lookup lookups
-	for i, s := range plan {
+	err = a.eachSlice(ctx, len(plan), func(ctx context.Context, i int) (sliceOut, error) {
+		return a.readSlice(withShare(ctx, share{n: sliceWorkers, threads: threads}), o, plan, i, xs[i], sandboxes, targets)
+	}, func(ctx context.Context, i int, out sliceOut, slots chan struct{}) error {
 		x := xs[i]
-		sctx := withCheck(ctx, o, fmt.Sprintf("plays, slice %d/%d (%s)", i+1, len(plan), s))
-		ts, err := a.sliceParts(sctx, o, s, fmt.Sprintf("plays, slice %d/%d (%s)", i+1, len(plan), s), sandboxes, x, targets)
-		if err != nil {
-			return err
-		}
-		var uncarried uint64
-		var doubtful, multiPartner, replayed bool
-		for _, t := range ts {
+		for _, t := range out.ts {
 			r.PlaysDerived += t.derived
 			r.PlaysBelowMinimum += t.below
 			r.PlaysReportable += t.reportable
@@ -253,47 +252,52 @@ func (a *Auditor) auditSliced(ctx context.Context, o AuditOptions, r *Audit, pla
 			r.PlaysWithExtraCopies += t.copyPlays
 			r.PlayRecords += t.records
 			addDelays(delays, t.delayKeys, t.delayCounts)
-			uncarried += t.uncarried
-			t.addMessages(messages)
-			doubtful = doubtful || t.doubtful > 0
-			multiPartner = multiPartner || t.multiPartner > 0
-			replayed = replayed || t.replayed > 0
-		}
-		if uncarried > uint64(a.limits.maxLookups()) {
-			uctx := withCheck(ctx, o, fmt.Sprintf("delay of plays without their event's time, slice %d/%d (%s)", i+1, len(plan), s))
-			if err := a.sliceUncarriedDelays(uctx, o, s, x, delays); err != nil {
+			if err := addFixedDelays(delays, t.fixedPlays, x.fix); err != nil {
 				return err
 			}
+			t.addMessages(messages)
+		}
+		if out.joined != nil {
+			for k, n := range out.joined {
+				delays[k] += n
+			}
 		} else {
-			for _, t := range ts {
+			for _, t := range out.ts {
 				if err := lookup.add(t.uncarriedPlays); err != nil {
 					return err
 				}
 			}
-			if err := a.flush(ctx, o, &lookup, false, delays); err != nil {
-				return err
+			if len(lookup.delivered) >= a.limits.maxLookups() {
+				// A query beside the slices' takes one of their places.
+				slots <- struct{}{}
+				err := a.flush(withShare(ctx, share{n: sliceWorkers, threads: threads}), o, &lookup, false, delays)
+				<-slots
+				if err != nil {
+					return err
+				}
 			}
 		}
-		if doubtful {
-			if err := a.sliceCauses(sctx, o, s, causes); err != nil {
-				return err
-			}
+		for k, n := range out.causes {
+			causes[k] += n
 		}
-		if multiPartner {
-			if err := a.slicePartners(sctx, o, s, partners, sandboxes, r); err != nil {
-				return err
+		if out.partners != nil {
+			for _, p := range out.partners {
+				addPartner(partners, *p)
 			}
+			r.DeliveredToSandbox += out.sandbox
 		} else {
-			for _, t := range ts {
+			for _, t := range out.ts {
 				t.addPartners(partners, o.SandboxTargets)
 				r.DeliveredToSandbox += t.sandbox
 			}
 		}
-		if replayed {
-			if err := a.sliceReplays(sctx, o, s, replays); err != nil {
-				return err
-			}
+		for _, rc := range out.replays {
+			addReplay(replays, *rc)
 		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	r.RejectedByAPIByMessage = sortCounts(messages)
 	r.DoubtfulPostsByCause = sortCounts(causes)
@@ -323,13 +327,10 @@ func (a *Auditor) auditSliced(ctx context.Context, o AuditOptions, r *Audit, pla
 // sliceCounts reads the figures of slice s that add up, the distinct
 // records counted by uniq (an -If aggregate of a location and a condition);
 // t.overflow says how many plays have more records of one kind than
-// uniqUpTo counted. With partners (not nil) it reads the narrow form
-// (audit_fast.go) instead, whose figures leave out the plays it cannot
-// count exactly: t.unclean of them, their report ids in t.uncleanIDs
-// (when at most maxLookups).
-func (a *Auditor) sliceCounts(ctx context.Context, o AuditOptions, s slice, uniq, sandboxes string, x firstRecords, partners []string) (sliceTotals, error) {
+// uniqUpTo counted. (The narrow form is fastSliceCounts.)
+func (a *Auditor) sliceCounts(ctx context.Context, o AuditOptions, s slice, uniq, sandboxes string, x firstRecords) (sliceTotals, error) {
 	var t sliceTotals
-	err := a.row(ctx, a.sliceCountsSQL(o, s, uniq, sandboxes, x, partners),
+	err := a.row(ctx, a.sliceCountsSQL(o, s, uniq, sandboxes, x),
 		&t.derived, &t.below, &t.reportable, &t.delivered, &t.rejected, &t.standby, &t.standbyDel,
 		&t.pending, &t.overdue, &t.twice, &t.belowDel, &t.doubt, &t.parked, &t.extraCopies, &t.copyPlays, &t.records,
 		&t.replayed, &t.doubtful, &t.delayKeys, &t.delayCounts, &t.uncarried, &t.uncarriedPlays,
@@ -340,23 +341,19 @@ func (a *Auditor) sliceCounts(ctx context.Context, o AuditOptions, s slice, uniq
 }
 
 // sliceCountsSQL is sliceCounts' query.
-func (a *Auditor) sliceCountsSQL(o AuditOptions, s slice, uniq, sandboxes string, x firstRecords, partners []string) string {
+func (a *Auditor) sliceCountsSQL(o AuditOptions, s slice, uniq, sandboxes string, x firstRecords) string {
 	overdue := "derived_ms < " + o.overdueCutoff()
 	over := strconv.FormatUint(a.limits.countsUpTo(), 10)
 	overflow := "records > " + over + " OR delivered_n > " + over + " OR replay_delivered_n > " + over + " OR doubt_n > " + over + " OR replay_doubt_n > " + over + " OR answers_n > " + over
 	from, keep, unclean := a.sliceEvents(o, s, uniq, x), "1", "toUInt64(0), emptyArrayString()"
+	delayCond := condDelivered + " AND (carried_ms > 0 OR has_event = 1)"
+	uncarried := uncarriedCond(x)
 	lookups := strconv.Itoa(a.limits.maxLookups())
-	if partners != nil {
-		from, keep, overdue, overflow = a.fastSliceRows(o, s, x, partners), "clean = 1", "before_cutoff = 1", "0"
-		unclean = "countIf(clean = 0), groupArrayIf(" + lookups + ")(report_id, clean = 0)"
-	}
 	f := func(c string) string { return "(" + c + ") AND " + keep }
 	sandboxCond := "0"
 	if sandboxes != "" {
 		sandboxCond = condDelivered + " AND partner IN " + sandboxes
 	}
-	delayCond := condDelivered + " AND (carried_ms > 0 OR has_event = 1)"
-	uncarried := uncarriedCond(x)
 	return `SELECT countIf(` + keep + `), countIf(` + f("below = 1") + `), countIf(` + f(condReportable) + `),
     countIf(` + f(condDelivered) + `), countIf(` + f(condRejected) + `), countIf(` + f(condStandby) + `), countIf(` + f(condStandbyDel) + `),
     countIf(` + f(condPending) + `), countIf(` + f(condPending+" AND "+overdue) + `), countIf(` + f(condTwice) + `), countIf(` + f(condBelowDel) + `), countIf(` + f(condDoubt) + `),
@@ -523,13 +520,8 @@ GROUP BY partner`, func(rows driver.Rows) error {
 		if err := rows.Scan(&pc.Partner, &pc.Delivered, &pc.Answers); err != nil {
 			return err
 		}
-		p := partners[pc.Partner]
-		if p == nil {
-			p = &PartnerCount{Partner: pc.Partner, Sandbox: IsSandboxTarget(pc.Partner, o.SandboxTargets)}
-			partners[pc.Partner] = p
-		}
-		p.Delivered += pc.Delivered
-		p.Answers += pc.Answers
+		pc.Sandbox = IsSandboxTarget(pc.Partner, o.SandboxTargets)
+		addPartner(partners, pc)
 		return nil
 	})
 	if err != nil || sandboxes == "" {
@@ -553,6 +545,17 @@ WHERE below = 0 AND sandbox_n > 0 AND real_n = 0`, &n); err != nil {
 	return nil
 }
 
+// addPartner adds one slice's counts of a partner target to partners.
+func addPartner(partners map[string]*PartnerCount, pc PartnerCount) {
+	p := partners[pc.Partner]
+	if p == nil {
+		p = &PartnerCount{Partner: pc.Partner, Sandbox: pc.Sandbox}
+		partners[pc.Partner] = p
+	}
+	p.Delivered += pc.Delivered
+	p.Answers += pc.Answers
+}
+
 // sliceReplays adds the replays of slice s's plays (audit.go's replays).
 func (a *Auditor) sliceReplays(ctx context.Context, o AuditOptions, s slice, replays map[string]*ReplayCount) error {
 	rng := sliceRange(s.lo, s.hi)
@@ -569,24 +572,29 @@ GROUP BY replay_id`, func(rows driver.Rows) error {
 			return err
 		}
 		rc.First, rc.Last = time.UnixMilli(first).UTC(), time.UnixMilli(last).UTC()
-		p := replays[rc.ID]
-		if p == nil {
-			replays[rc.ID] = &rc
-			return nil
-		}
-		p.Plays += rc.Plays
-		p.Delivered += rc.Delivered
-		p.Rejected += rc.Rejected
-		p.DeliveredTwice += rc.DeliveredTwice
-		if p.Reason == "" {
-			p.Reason = rc.Reason
-		}
-		if rc.First.Before(p.First) {
-			p.First = rc.First
-		}
-		if rc.Last.After(p.Last) {
-			p.Last = rc.Last
-		}
+		addReplay(replays, rc)
 		return nil
 	})
+}
+
+// addReplay adds one slice's counts of a replay to replays.
+func addReplay(replays map[string]*ReplayCount, rc ReplayCount) {
+	p := replays[rc.ID]
+	if p == nil {
+		replays[rc.ID] = &rc
+		return
+	}
+	p.Plays += rc.Plays
+	p.Delivered += rc.Delivered
+	p.Rejected += rc.Rejected
+	p.DeliveredTwice += rc.DeliveredTwice
+	if p.Reason == "" {
+		p.Reason = rc.Reason
+	}
+	if rc.First.Before(p.First) {
+		p.First = rc.First
+	}
+	if rc.Last.After(p.Last) {
+		p.Last = rc.Last
+	}
 }

@@ -175,6 +175,20 @@ func TestClusterLedger(t *testing.T) {
 		if !reflect.DeepEqual(base, r) {
 			t.Errorf("audit through %s differs from one server's:\n%+v\n%+v", name, r, base)
 		}
+		// In slices of a few plays, two read at once: the same audit.
+		sliced, err := NewAuditor(conns[slices.Index(names, name)-1], cl.Database)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sliced.SetLimits(Limits{SliceReports: 8})
+		rs, err := sliced.Audit(ctx, opts)
+		if err != nil {
+			t.Fatalf("%s, slices of 8 plays: %v", name, err)
+		}
+		rs.GeneratedAt, rs.LedgerAsOf = time.Time{}, time.Time{}
+		if rs.Path = r.Path; !reflect.DeepEqual(base, *rs) {
+			t.Errorf("audit through %s in slices of 8 plays differs from one server's:\n%+v\n%+v", name, *rs, base)
+		}
 		for _, metric := range lists {
 			lb, err := single.List(ctx, opts, metric, 0)
 			if err != nil {

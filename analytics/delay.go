@@ -25,9 +25,12 @@ import (
 // the event was recorded at least twice, at different times. Those events
 // are listed once per audit (eventsRecordedTwice: one query, two passes
 // over the events table) and handed to the slice queries whose plays they
-// have (splitRecordedTwice) with their first record times, as constant
-// arrays (transform). When they are too many for
-// a query, the slices join the events table instead (a pass over it per
+// have (splitRecordedTwice) with their first record times. The narrow
+// form of the slices gets the plays whose rows carry only a later record's
+// time (firstRecords.fix), lists them and their delays are taken in Go; the
+// wide form, and a slice with more such plays than maxLookups, gets the
+// events as constant arrays (transform). When they are too many for a
+// query, the slices join the events table instead (a pass over it per
 // slice, as before). The plays that carry no time (rows written before the
 // column existed) come back from the slice query with their events, which
 // are then looked up in batches (a pass over the events table per batch of
@@ -102,6 +105,16 @@ type firstRecords struct {
 	ids  []string
 	ms   []uint64
 	join bool
+	// fixed: the narrow form (audit_fast.go) leaves the lookup of ids out
+	// of its rows, and fix holds what that changes: the plays of the
+	// slice whose event is one of ids, whose rows carry an event time
+	// (the earliest of them, carried) and whose event's first record is
+	// earlier; by report id, that first record's time. The narrow form
+	// lists these plays and their delays are taken from fix
+	// (addFixedDelays). Set by splitRecordedTwice when a slice has at most
+	// maxLookups such plays.
+	fixed bool
+	fix   map[string]uint64
 }
 
 // eventsRecordedTwice lists the events whose records (as of the snapshot)
@@ -147,7 +160,8 @@ LIMIT `+strconv.Itoa(a.limits.maxRecordedTwice()+1), func(rows driver.Rows) erro
 // matches its plays' events against the events it is handed, so handing
 // each slice all of them cost O(slices × events): the time per million
 // plays grew with the ledger. One pass over the window's plays finds the
-// report ids' slices of each such event.
+// report ids' slices of each such event, and each play's carried time
+// (firstRecords.fix).
 func (a *Auditor) splitRecordedTwice(ctx context.Context, o AuditOptions, x firstRecords, plan []slice) ([]firstRecords, error) {
 	out := make([]firstRecords, len(plan))
 	if len(plan) == 1 || x.join || len(x.ids) == 0 {
@@ -164,36 +178,61 @@ func (a *Auditor) splitRecordedTwice(ctx context.Context, o AuditOptions, x firs
 	for i, s := range plan {
 		bounds[i] = fmt.Sprintf("%02x", s.lo)
 	}
+	seen := make([]map[string]bool, len(plan))
+	for i := range plan {
+		seen[i], out[i].fix = map[string]bool{}, map[string]uint64{}
+	}
 	err := a.query(withCheck(ctx, o, fmt.Sprintf("delay, the slices of %d events recorded more than once", len(x.ids))),
-		`SELECT event_id, groupUniqArray(substring(report_id, 1, 2)) FROM `+a.db+`.plays
+		`SELECT report_id, any(event_id), minIf(event_at_ms, event_at_ms > 0) FROM `+a.db+`.plays
 WHERE `+window(o)+` AND event_id IN (SELECT arrayJoin(`+stringArray(x.ids)+`))
-GROUP BY event_id`, func(rows driver.Rows) error {
-			var id string
-			var prefixes []string
-			if err := rows.Scan(&id, &prefixes); err != nil {
+GROUP BY report_id`, func(rows driver.Rows) error {
+			var report, id string
+			var carried uint64
+			if err := rows.Scan(&report, &id, &carried); err != nil {
 				return err
 			}
 			ms, ok := first[id]
 			if !ok {
 				return nil
 			}
-			seen := map[int]bool{}
-			for _, p := range prefixes {
-				// The slice whose range (sliceRange: report_id ≥ its lower
-				// bound, < the next one's) holds the report ids with this
-				// prefix: comparing the prefix compares the id.
-				i := max(0, sort.SearchStrings(bounds, p+"\x00")-1)
-				if !seen[i] {
-					seen[i] = true
-					out[i].ids, out[i].ms = append(out[i].ids, id), append(out[i].ms, ms)
-				}
+			// The slice whose range (sliceRange: report_id ≥ its lower
+			// bound, < the next one's) holds the report id.
+			i := max(0, sort.SearchStrings(bounds, report[:min(2, len(report))]+"\x00")-1)
+			if !seen[i][id] {
+				seen[i][id] = true
+				out[i].ids, out[i].ms = append(out[i].ids, id), append(out[i].ms, ms)
+			}
+			if carried > 0 && ms < carried {
+				out[i].fix[report] = ms
 			}
 			return nil
 		})
 	if err != nil {
 		return nil, fmt.Errorf("analytics: audit delay, events recorded more than once: %w", err)
 	}
+	for i := range out {
+		out[i].fixed = len(out[i].fix) <= a.limits.maxLookups()
+		if !out[i].fixed {
+			out[i].fix = nil
+		}
+	}
 	return out, nil
+}
+
+// addFixedDelays adds the delays of the plays the narrow form listed
+// (firstRecords.fix), each "delivered_ms report_id", from their events'
+// first records.
+func addFixedDelays(m map[int64]uint64, plays []string, fix map[string]uint64) error {
+	for _, p := range plays {
+		ms, id, _ := strings.Cut(p, " ")
+		at, err := strconv.ParseInt(ms, 10, 64)
+		first, ok := fix[id]
+		if err != nil || !ok {
+			return fmt.Errorf("analytics: audit delay: a play of an event recorded twice read as %q", p)
+		}
+		m[at-int64(first)]++
+	}
+	return nil
 }
 
 // sliceEvents is one row per play of the window in slice s (slicePerReport)

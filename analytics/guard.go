@@ -119,6 +119,21 @@ func checkOf(ctx context.Context) check {
 	return c
 }
 
+type shareKey struct{}
+
+// share: the query runs beside others of the audit, n at once (the slices,
+// auditSliced): it takes 1/n of the memory limit, and threads of the
+// server's (its max_threads; 0: unknown, the server's default).
+type share struct {
+	n       int
+	threads int
+}
+
+// withShare runs the queries of ctx as one of sh.n at once.
+func withShare(ctx context.Context, sh share) context.Context {
+	return context.WithValue(ctx, shareKey{}, sh)
+}
+
 // guarded runs f with the query's settings, deadline and progress count,
 // writes its progress line, and words its error: the check and window, and
 // what the failure means.
@@ -128,14 +143,22 @@ func (a *Auditor) guarded(ctx context.Context, f func(ctx context.Context) error
 	ctx, cancel := context.WithTimeout(ctx, l.QueryTimeout)
 	defer cancel()
 	var rows atomic.Uint64
+	memory := l.MaxMemory
+	settings := clickhouse.Settings{}
+	if sh, ok := ctx.Value(shareKey{}).(share); ok && sh.n > 1 {
+		memory /= uint64(sh.n)
+		if sh.threads > 0 {
+			settings["max_threads"] = max(1, sh.threads/sh.n)
+		}
+	}
+	l.MaxMemory = memory // this query's limit, in its error too
+	settings["max_memory_usage"] = int(memory)
+	settings["max_bytes_before_external_group_by"] = int(memory / 2)
+	settings["max_bytes_before_external_sort"] = int(memory / 2)
+	settings["max_execution_time"] = int(l.QueryTimeout.Seconds())
+	settings["max_query_size"] = maxQuerySize
 	ctx = clickhouse.Context(ctx,
-		clickhouse.WithSettings(clickhouse.Settings{
-			"max_memory_usage":                   int(l.MaxMemory),
-			"max_bytes_before_external_group_by": int(l.MaxMemory / 2),
-			"max_bytes_before_external_sort":     int(l.MaxMemory / 2),
-			"max_execution_time":                 int(l.QueryTimeout.Seconds()),
-			"max_query_size":                     maxQuerySize,
-		}),
+		clickhouse.WithSettings(settings),
 		clickhouse.WithProgress(func(p *clickhouse.Progress) { rows.Add(p.Rows) }))
 	start := time.Now()
 	err := f(ctx)
@@ -144,7 +167,9 @@ func (a *Auditor) guarded(ctx context.Context, f func(ctx context.Context) error
 		if err != nil {
 			status = "failed"
 		}
+		a.progress.Lock()
 		fmt.Fprintf(l.Progress, "playpipe audit: %s (%s): %s in %s, %d rows read\n", c.name, c.window, status, time.Since(start).Round(time.Millisecond), rows.Load())
+		a.progress.Unlock()
 	}
 	if err != nil {
 		return fmt.Errorf("analytics: audit check %q, window %s: %w", c.name, c.window, explain(err, l))

@@ -5,11 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
+
+	"github.com/playpipe/playpipe/testkit/testenv"
 )
 
 // TestExplain: a failed audit query says what happened in words, the
@@ -55,3 +58,45 @@ type fakeTimeout struct{}
 func (fakeTimeout) Error() string   { return "i/o timeout" }
 func (fakeTimeout) Timeout() bool   { return true }
 func (fakeTimeout) Temporary() bool { return true }
+
+// TestShareSettings: a query run as one of n at once (the slices,
+// sliceWorkers) takes 1/n of the memory limit and of the server's
+// threads, and its error names its own limit; alone it takes the whole.
+func TestShareSettings(t *testing.T) {
+	ch := testenv.StartClickHouse(t)
+	a, err := NewAuditor(ch.Conn(t), "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.SetLimits(Limits{MaxMemory: 1 << 30})
+	ctx := context.Background()
+	setting := func(ctx context.Context, name string) string {
+		t.Helper()
+		var v string
+		if err := a.row(ctx, "SELECT value FROM system.settings WHERE name = '"+name+"'", &v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	threads := a.serverThreads(ctx, AuditOptions{})
+	if threads < 1 {
+		t.Fatalf("server threads %d", threads)
+	}
+	shared := withShare(ctx, share{n: 2, threads: 4})
+	for _, c := range []struct {
+		ctx             context.Context
+		memory, threads string
+	}{
+		{ctx, "1073741824", strconv.Itoa(threads)},
+		{shared, "536870912", "2"},
+		{withShare(ctx, share{n: 2, threads: 1}), "536870912", "1"},
+	} {
+		if m, th := setting(c.ctx, "max_memory_usage"), setting(c.ctx, "max_threads"); m != c.memory || !strings.Contains(th, c.threads) {
+			t.Errorf("max_memory_usage %s, max_threads %s; want %s, %s", m, th, c.memory, c.threads)
+		}
+	}
+	err = a.row(shared, "SELECT length(groupArray(number)) FROM numbers(100000000)", new(uint64))
+	if err == nil || !strings.Contains(err.Error(), "limit of 512 MiB") {
+		t.Errorf("a shared query over its limit: %v; want its limit of 512 MiB named", err)
+	}
+}
