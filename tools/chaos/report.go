@@ -12,6 +12,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 )
 
 type reportData struct {
@@ -153,7 +154,11 @@ func lastErrorLine(path string) string {
 		line = errLine
 	}
 	if len(line) > 300 {
-		line = line[:300] + "…"
+		cut := 300
+		for cut > 0 && !utf8.RuneStart(line[cut]) {
+			cut-- // not inside a character
+		}
+		line = line[:cut] + "…"
 	}
 	return line
 }

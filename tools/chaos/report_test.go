@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/playpipe/playpipe/internal/loopport"
 )
@@ -42,6 +43,20 @@ func TestOwnExitWhy(t *testing.T) {
 	noLog := ownExitWhy(Role{Name: "ingest", Exits: []string{"exit 2 at 18:00:00"}}, filepath.Join(t.TempDir(), "none.log"))
 	if !strings.Contains(noLog, "no error line") {
 		t.Errorf("without a log: ownExitWhy = %q, want it to say there is no error line", noLog)
+	}
+}
+
+// TestLastErrorLineCutsWholeCharacters: a long exit line is cut at 300
+// bytes, never inside a character.
+func TestLastErrorLineCutsWholeCharacters(t *testing.T) {
+	log := filepath.Join(t.TempDir(), "sink.log")
+	line := "playpipe sink: " + strings.Repeat("é", 200) // 2 bytes each: byte 300 is inside one
+	if err := os.WriteFile(log, []byte(line+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got := lastErrorLine(log)
+	if !utf8.ValidString(got) || !strings.HasSuffix(got, "…") || len(got) > 300+len("…") || !strings.HasPrefix(line, strings.TrimSuffix(got, "…")) {
+		t.Errorf("lastErrorLine = %q (%d bytes), want a valid prefix of at most 300 bytes and …", got, len(got))
 	}
 }
 
