@@ -16,7 +16,7 @@ export PATH := $(PATH):$(shell $(GO) env GOPATH)/bin:/usr/sbin
 SUBMODULES := deploy deploy/healthcheck
 in-submodules = set -e; for m in $(if $(filter ./...,$(PKGS)),$(SUBMODULES)); do echo "== module $$m"; (cd $$m && $(1)); done
 
-.PHONY: chaos chaos-short kafka all build demo test test-race test-chdb test-short unit lint fmt-check vet staticcheck deadcode bench bench-e2e bench-report bench-report-bound bench-report-latency bench-report-errors bench-audit fuzz fuzz-short tools clickhouse zookeeper chromium chdb nginx nft promtool clean e2e-docker
+.PHONY: chaos chaos-short kafka all build demo test test-race test-chdb test-short unit lint fmt-check vet staticcheck deadcode bench bench-e2e bench-report bench-report-bound bench-report-latency bench-report-errors bench-audit bench-audit-chdb fuzz fuzz-short tools clickhouse zookeeper chromium chdb nginx nft promtool clean e2e-docker
 
 all: build
 
@@ -150,6 +150,13 @@ BENCH_AUDIT_SIZES ?= 5000000,20000000,50000000
 BENCH_AUDIT_FLAGS ?=
 bench-audit: clickhouse
 	$(GO) run ./tools/benchaudit -sizes $(BENCH_AUDIT_SIZES) $(BENCH_AUDIT_FLAGS)
+
+## bench-audit-chdb: the same ledgers and checks on current ClickHouse, in
+## process through chDB (`make chdb`'s library): in memory, one query at a
+## time, no memory limit, so 5 M and 20 M plays by default.
+BENCH_AUDIT_CHDB_SIZES ?= 5000000,20000000
+bench-audit-chdb: chdb
+	CHDB_LIB_PATH=$(abspath $(CHDB_LIB)) $(GO) run -tags chdb ./tools/benchaudit -chdb -sizes $(BENCH_AUDIT_CHDB_SIZES) $(BENCH_AUDIT_FLAGS)
 
 ## bench-report: the reporter alone as a process (`playpipe report`, consuming,
 ## posting, producing Delivery records, committing) against a plain net/http

@@ -48,6 +48,14 @@ func session() error {
 			return
 		}
 		sess.db = "default"
+		// The settings a query's context carries (clickhouse.WithSettings)
+		// do not reach chDB; the one the audit cannot do without is the
+		// room for its constant arrays (analytics' maxQuerySize), set
+		// for the session.
+		if _, err := run("SET max_query_size = "+strconv.Itoa(maxQuerySize), "TabSeparated"); err != nil {
+			sess.err = err
+			return
+		}
 		out, err := run("SELECT version(), timezone()", "TabSeparated")
 		if err != nil {
 			sess.err = err
@@ -71,6 +79,9 @@ func session() error {
 func run(q, format string) ([]byte, error) {
 	return query(sess.conn, q, format)
 }
+
+// maxQuerySize is the session's max_query_size: analytics' (32 MiB).
+const maxQuerySize = 32 << 20
 
 // Options configure a Conn.
 type Options struct {

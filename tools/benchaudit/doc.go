@@ -16,6 +16,10 @@
 // 12 GB). -keep keeps the ledgers and -reuse audits a kept one again
 // without generating it (with -clickhouse-addr of a server left running);
 // -slice-reports sets the audit's plays per slice (Limits.SliceReports).
+// -chdb audits current ClickHouse in this process through chDB instead
+// (a build with -tags chdb, CHDB_LIB_PATH naming libchdb.so: make chdb):
+// the same ledgers and checks, in memory; its queries run one at a time
+// and take no memory limit, and the peak is this process's resident set.
 //
-// Files: ledger.go, main.go.
+// Files: ledger.go, main.go, chdb.go (nochdb.go without the tag).
 package main

@@ -31,6 +31,7 @@ func main() {
 	reuseDB := flag.Bool("reuse", false, "audit a ledger kept by an earlier run (-keep, same -days) instead of generating it again")
 	verbose := flag.Bool("v", false, "a progress line per query on stderr")
 	flag.Uint64Var(&sliceReports, "slice-reports", 0, "the audit's plays per slice (analytics.Limits.SliceReports; 0: its default)")
+	flag.BoolVar(&useChdb, "chdb", false, "audit current ClickHouse in this process through chDB instead of a server (go run -tags chdb, CHDB_LIB_PATH; its queries run one at a time and take no memory limit)")
 	flag.IntVar(&serverPIDFlag, "server-pid", 0, "with -clickhouse-addr: the server's pid on this machine, to sample its resident memory (else its MemoryTracking metric)")
 	flag.Parse()
 	if *verbose {
@@ -51,6 +52,9 @@ var sliceReports uint64
 // serverPIDFlag is -server-pid.
 var serverPIDFlag int
 
+// useChdb is -chdb.
+var useChdb bool
+
 func run(sizeList string, days int, addr, dir string, exactUpTo int, maxMem uint64, keep, reuseDB bool, out io.Writer) error {
 	ctx := context.Background()
 	var sizes []int
@@ -62,7 +66,14 @@ func run(sizeList string, days int, addr, dir string, exactUpTo int, maxMem uint
 		sizes = append(sizes, n)
 	}
 	pid := serverPIDFlag
-	if addr == "" {
+	var conn driver.Conn
+	if useChdb {
+		c, err := openChdb()
+		if err != nil {
+			return err
+		}
+		conn, addr, pid = c, "chDB (in this process)", os.Getpid() // its memory is this process's
+	} else if addr == "" {
 		if dir == "" {
 			d, err := os.MkdirTemp(os.Getenv("PLAYPIPE_CLICKHOUSE_TMP"), "playpipe-bench-audit-")
 			if err != nil {
@@ -78,10 +89,13 @@ func run(sizeList string, days int, addr, dir string, exactUpTo int, maxMem uint
 		defer s.Kill()
 		addr, pid = s.Addr(), serverPID(dir)
 	}
-	conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{addr}, Auth: clickhouse.Auth{Username: "default"},
-		DialTimeout: 10 * time.Second, ReadTimeout: 30 * time.Minute, MaxOpenConns: 4})
-	if err != nil {
-		return err
+	if conn == nil {
+		c, err := clickhouse.Open(&clickhouse.Options{Addr: []string{addr}, Auth: clickhouse.Auth{Username: "default"},
+			DialTimeout: 10 * time.Second, ReadTimeout: 30 * time.Minute, MaxOpenConns: 4})
+		if err != nil {
+			return err
+		}
+		conn = c
 	}
 	defer conn.Close()
 	var version string
