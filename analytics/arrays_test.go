@@ -10,19 +10,14 @@ import (
 
 	"github.com/playpipe/playpipe/internal/kafkax"
 	"github.com/playpipe/playpipe/schemas"
-	"github.com/playpipe/playpipe/testkit/testenv"
 )
 
 // TestInsertArrayColumns checks that the Array(String) columns (a
 // delivery's fields, a rejection's violations) arrive row for row, empty
 // rows and rows of several items mixed: the insert appends them row by row.
 func TestInsertArrayColumns(t *testing.T) {
-	ch := testenv.StartClickHouse(t)
-	conn := ch.Conn(t)
+	ch, conn := migratedClickHouse(t)
 	ctx := context.Background()
-	if _, err := Migrate(ctx, conn, ch.Database); err != nil {
-		t.Fatal(err)
-	}
 	s, err := NewSink(SinkConfig{Kafka: testKafkaConfig(), ClickHouse: Config{Addr: ch.Addr, Database: ch.Database, User: ch.User, Password: ch.Password}, Logger: testLogger()})
 	if err != nil {
 		t.Fatal(err)

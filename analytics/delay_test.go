@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/playpipe/playpipe/schemas"
-	"github.com/playpipe/playpipe/testkit/testenv"
 )
 
 // TestLookupsPastTheASTLimit: the events of more plays without a carried
@@ -16,12 +15,8 @@ import (
 // the earlier record counts), a play whose event is not in the ledger has
 // none.
 func TestLookupsPastTheASTLimit(t *testing.T) {
-	ch := testenv.StartClickHouse(t)
-	conn := ch.Conn(t)
+	ch, conn := migratedClickHouse(t)
 	ctx := context.Background()
-	if _, err := Migrate(ctx, conn, ch.Database); err != nil {
-		t.Fatal(err)
-	}
 	const n = 60_000
 	b, err := conn.PrepareBatch(ctx, "INSERT INTO "+ch.Database+".events (kafka_topic, kafka_partition, kafka_offset, kafka_time, kafka_time_ms, event_id)")
 	if err != nil {
@@ -79,12 +74,8 @@ func TestLookupsPastTheASTLimit(t *testing.T) {
 // delays, so a delay taken from the later record moves the quantiles. The
 // plays' one partner target, a sandbox, is counted as such by every path.
 func TestDelayOfEventsRecordedTwice(t *testing.T) {
-	ch := testenv.StartClickHouse(t)
-	conn := ch.Conn(t)
+	ch, conn := migratedClickHouse(t)
 	ctx := context.Background()
-	if _, err := Migrate(ctx, conn, ch.Database); err != nil {
-		t.Fatal(err)
-	}
 	insert := func(table, cols string, rows [][]any) {
 		t.Helper()
 		b, err := conn.PrepareBatch(ctx, "INSERT INTO "+ch.Database+"."+table+" (kafka_topic, kafka_partition, kafka_offset, kafka_time, kafka_time_ms, "+cols+")")

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/playpipe/playpipe/internal/kafkax"
@@ -170,4 +171,16 @@ var errCrash = errors.New("simulated crash between insert and commit")
 
 func testKafkaConfig() kafkax.Config {
 	return kafkax.Config{Brokers: []string{"127.0.0.1:9092"}, TopicPrefix: "plays", Partitions: 3}
+}
+
+// migratedClickHouse starts a ClickHouse server for the test and migrates
+// its ledger database.
+func migratedClickHouse(t *testing.T) (*testenv.ClickHouse, driver.Conn) {
+	t.Helper()
+	ch := testenv.StartClickHouse(t)
+	conn := ch.Conn(t)
+	if _, err := Migrate(context.Background(), conn, ch.Database); err != nil {
+		t.Fatal(err)
+	}
+	return ch, conn
 }
