@@ -180,9 +180,9 @@ func (a *Auditor) sliceParts(ctx context.Context, o AuditOptions, s slice, check
 // countIf and the sumMapIf arrays of one row per slice cost as much as the
 // per-report GROUP BY itself (one slice of the 50 M bench ledger on one
 // thread: 0.96 CPU-s with them, 0.73 as classes; the per-report GROUP BY
-// alone 0.50). A few plays come as rows of their own, with their report id
-// (the row kinds below): those the narrow form cannot count, those whose event's time
-// is known from nowhere, and those of firstRecords.fix.
+// alone 0.50). A few plays come as rows of their own, with their report
+// id (the row kinds below): those the narrow form cannot count, those
+// whose event's time is known from nowhere, and those of firstRecords.fix.
 
 // Row kinds of the class query.
 const (
